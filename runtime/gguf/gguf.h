@@ -1,0 +1,136 @@
+/* gguf.h — read-only loader of GGUF v2/v3 model files.
+ *
+ * Layering: runtime; depends on runtime/base and kernels/dtype only (no
+ * third-party library). The model loader, the tokenizer builder and
+ * `trellis info` read files through it.
+ *
+ * The file is mmapped; every count, offset and size read from it is checked
+ * for overflow and bounds before use, so any byte string yields either a
+ * valid gguf_file or an error whose tr_diag names the field and its byte
+ * offset (never a crash, never a read outside the mapping). Strings and
+ * tensor data point into the mapping: they are borrowed and live until
+ * gguf_close. A gguf_file is immutable after open: any number of threads may
+ * read it at once.
+ *
+ * Checks made at open: magic "GGUF", version 2 or 3, key/value and tensor
+ * counts plausible for the file size, every string length and array length
+ * inside the file, value types known, no duplicate keys or tensor names,
+ * general.alignment (default 32) a non-zero power of two, tensor dims
+ * 1..4 with positive sizes and an element count without overflow, tensor
+ * type known to kernels/dtype.h, ne[0] a multiple of the type's block
+ * size, tensor offsets aligned, and every tensor's bytes inside the file.
+ * A tensor type that is known but not computable is NOT an error here
+ * (`trellis info` describes such files); the model loader rejects it.
+ */
+#ifndef TR_GGUF_H
+#define TR_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+
+typedef enum gguf_type {
+    GGUF_TYPE_UINT8 = 0,
+    GGUF_TYPE_INT8 = 1,
+    GGUF_TYPE_UINT16 = 2,
+    GGUF_TYPE_INT16 = 3,
+    GGUF_TYPE_UINT32 = 4,
+    GGUF_TYPE_INT32 = 5,
+    GGUF_TYPE_FLOAT32 = 6,
+    GGUF_TYPE_BOOL = 7,
+    GGUF_TYPE_STRING = 8,
+    GGUF_TYPE_ARRAY = 9,
+    GGUF_TYPE_UINT64 = 10,
+    GGUF_TYPE_INT64 = 11,
+    GGUF_TYPE_FLOAT64 = 12,
+} gguf_type;
+
+/* "uint32", "string", ...; "unknown" otherwise. */
+const char *gguf_type_name(gguf_type t);
+
+/* A string inside the file: NOT NUL-terminated, may contain any bytes. */
+typedef struct gguf_str {
+    const char *ptr;
+    uint64_t len;
+} gguf_str;
+
+typedef struct gguf_tensor {
+    gguf_str name;
+    uint32_t type;    /* a tr_dtype id, known to kernels/dtype.h */
+    uint32_t n_dims;  /* 1..4 */
+    uint64_t ne[4];   /* ne[0] innermost; unused dims are 1 */
+    uint64_t n_elements;
+    uint64_t offset;  /* absolute byte offset in the file */
+    uint64_t size;    /* bytes */
+    const void *data; /* points into the mapping (borrowed) */
+} gguf_tensor;
+
+typedef struct gguf_file gguf_file;
+
+/* Opens and validates path. On failure *out is untouched and diag (if not
+ * NULL) says what, where (byte offset) and why. TR_ERR_IO for a missing or
+ * unreadable file, TR_ERR_FORMAT for malformed content, TR_ERR_UNSUPPORTED
+ * for a version other than 2 or 3. */
+tr_status gguf_open(const char *path, gguf_file **out, tr_diag *diag);
+/* Same over a caller's buffer (borrowed; must outlive the gguf_file). Used
+ * by tests and the fuzz target. */
+tr_status gguf_open_memory(const void *data, size_t size, gguf_file **out,
+                           tr_diag *diag);
+void gguf_close(gguf_file *f);
+
+uint32_t gguf_version(const gguf_file *f);
+uint64_t gguf_file_size(const gguf_file *f);
+uint32_t gguf_alignment(const gguf_file *f);
+/* Byte offset where tensor data starts. */
+uint64_t gguf_data_offset(const gguf_file *f);
+
+/* ---- key/value metadata ---- */
+uint64_t gguf_kv_count(const gguf_file *f);
+/* Index of key (NUL-terminated) or -1. */
+int64_t gguf_kv_find(const gguf_file *f, const char *key);
+gguf_str gguf_kv_key(const gguf_file *f, uint64_t i);
+gguf_type gguf_kv_type(const gguf_file *f, uint64_t i);
+
+/* Typed getters by key. Return TR_ERR_NOT_FOUND if the key is absent and
+ * TR_ERR_FORMAT if its type does not fit (integers convert between widths
+ * and signedness when the value fits; floats accept float32 and float64).
+ * *out is untouched on failure. */
+tr_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+tr_status gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+tr_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+tr_status gguf_get_f32(const gguf_file *f, const char *key, float *out);
+tr_status gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+tr_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+
+/* Arrays: element type and length. TR_ERR_FORMAT if key is not an array. */
+tr_status gguf_get_arr(const gguf_file *f, const char *key,
+                       gguf_type *elem_type, uint64_t *n);
+/* Element i of a string array (bounds-checked: TR_ERR_INVALID_ARG). */
+tr_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
+                           gguf_str *out);
+/* Element i of a numeric or bool array converted to double / int64. */
+tr_status gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
+                           double *out);
+tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
+                           int64_t *out);
+/* Raw packed little-endian data of a numeric array (may be unaligned:
+ * memcpy from it). NULL for string arrays, nested arrays or missing keys. */
+const void *gguf_get_arr_data(const gguf_file *f, const char *key);
+
+/* Writes a one-line human-readable rendering of value i (arrays shortened
+ * to their first elements and length) into buf; returns buf. */
+const char *gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
+                           size_t buf_size);
+
+/* ---- tensors ---- */
+uint64_t gguf_tensor_count(const gguf_file *f);
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
+/* By name (NUL-terminated); NULL if absent. */
+const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);
+
+/* true if s equals the NUL-terminated c. */
+bool gguf_str_eq(gguf_str s, const char *c);
+
+#endif
