@@ -21,6 +21,14 @@
  * size, tensor offsets aligned, and every tensor's bytes inside the file.
  * A tensor type that is known but not computable is NOT an error here
  * (`trellis info` describes such files); the model loader rejects it.
+ *
+ * Error codes of gguf_open / gguf_open_memory: TR_ERR_IO (cannot open, stat
+ * or map the file), TR_ERR_FORMAT (malformed: truncated, out of bounds,
+ * overflowing, unknown value type, duplicate, bad alignment, ...),
+ * TR_ERR_UNSUPPORTED (version other than 2 or 3, big-endian file, tensor
+ * type id unknown to kernels/dtype.h), TR_ERR_LIMIT (arrays nested deeper
+ * than GGUF_MAX_ARRAY_DEPTH), TR_ERR_NOMEM. Every allocation is bounded by
+ * a small multiple of the file size, whatever counts the file claims.
  */
 #ifndef TR_GGUF_H
 #define TR_GGUF_H
@@ -28,8 +36,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../base/status.h"
+
+/* Arrays of arrays nest at most this deep (a kv's own array is level 1). */
+#define GGUF_MAX_ARRAY_DEPTH 8
 
 typedef enum gguf_type {
     GGUF_TYPE_UINT8 = 0,
@@ -64,7 +76,8 @@ typedef struct gguf_tensor {
     uint64_t n_elements;
     uint64_t offset;  /* absolute byte offset in the file */
     uint64_t size;    /* bytes */
-    const void *data; /* points into the mapping (borrowed) */
+    const void *data; /* points into the mapping (borrowed); for gguf_open
+                         aligned to the file's alignment up to the page size */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
@@ -78,7 +91,15 @@ tr_status gguf_open(const char *path, gguf_file **out, tr_diag *diag);
  * by tests and the fuzz target. */
 tr_status gguf_open_memory(const void *data, size_t size, gguf_file **out,
                            tr_diag *diag);
+/* f may be NULL. */
 void gguf_close(gguf_file *f);
+
+/* Re-validates the invariants open established (tensors inside the file,
+ * sizes consistent with types, indexes complete). TR_OK or
+ * TR_ERR_INTERNAL. For tests. */
+tr_status gguf_check(const gguf_file *f);
+/* Prints the header, every kv (gguf_kv_format) and every tensor. */
+void gguf_dump(const gguf_file *f, FILE *out);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
@@ -90,6 +111,7 @@ uint64_t gguf_data_offset(const gguf_file *f);
 uint64_t gguf_kv_count(const gguf_file *f);
 /* Index of key (NUL-terminated) or -1. */
 int64_t gguf_kv_find(const gguf_file *f, const char *key);
+/* For i >= gguf_kv_count: {NULL, 0}, and (gguf_type)-1 ("unknown"). */
 gguf_str gguf_kv_key(const gguf_file *f, uint64_t i);
 gguf_type gguf_kv_type(const gguf_file *f, uint64_t i);
 
@@ -110,7 +132,9 @@ tr_status gguf_get_arr(const gguf_file *f, const char *key,
 /* Element i of a string array (bounds-checked: TR_ERR_INVALID_ARG). */
 tr_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
                            gguf_str *out);
-/* Element i of a numeric or bool array converted to double / int64. */
+/* Element i of a numeric or bool array converted to double / int64
+ * (TR_ERR_INVALID_ARG for i >= n; gguf_get_arr_i64 gives TR_ERR_FORMAT for
+ * float arrays and uint64 values above INT64_MAX). */
 tr_status gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
                            double *out);
 tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
@@ -119,13 +143,17 @@ tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
  * memcpy from it). NULL for string arrays, nested arrays or missing keys. */
 const void *gguf_get_arr_data(const gguf_file *f, const char *key);
 
-/* Writes a one-line human-readable rendering of value i (arrays shortened
- * to their first elements and length) into buf; returns buf. */
+/* Writes a one-line human-readable rendering of value i into buf (always
+ * NUL-terminated, truncated to buf_size; "" for i out of range) and returns
+ * buf. Numbers as decimals, bools as true/false, strings quoted with \" \\
+ * \n \xNN escapes (first 120 bytes), arrays as their first 8 elements then
+ * the count and element type: `["a", "b", ...] (49152 x string)`. */
 const char *gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
                            size_t buf_size);
 
 /* ---- tensors ---- */
 uint64_t gguf_tensor_count(const gguf_file *f);
+/* NULL for i >= gguf_tensor_count. */
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 /* By name (NUL-terminated); NULL if absent. */
 const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);
