@@ -26,12 +26,21 @@
         }                                                                \
     } while (0)
 
+/* Reports a broken invariant and aborts; an expression, for ALWAYS/NEVER. */
+static inline int tr_invariant_failed_(const char *cond, const char *file,
+                                       int line) {
+    fprintf(stderr, "trellis: internal invariant failed: %s (%s:%d)\n", cond,
+            file, line);
+    abort();
+    return 0;
+}
+
 #ifdef NDEBUG
 #define ALWAYS(x) (x)
 #define NEVER(x) (x)
 #else
-#define ALWAYS(x) ((x) ? 1 : (TR_ASSERT(0 && #x), 0))
-#define NEVER(x) ((x) ? (TR_ASSERT(0 && #x), 1) : 0)
+#define ALWAYS(x) ((x) ? 1 : tr_invariant_failed_(#x, __FILE__, __LINE__))
+#define NEVER(x) ((x) ? tr_invariant_failed_(#x, __FILE__, __LINE__) : 0)
 #endif
 
 #define TR_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -1,0 +1,78 @@
+/* model.h — a transformer's weights and its forward pass over a ragged
+ * batch, written once against the backend table (kernels/backend.h).
+ *
+ * Layering: runtime/model -> kernels (backend), runtime/gguf. Knows nothing
+ * of tokenizers, requests, the radix tree or the scheduler: it takes token
+ * ids, positions, page tables (tr_batch) and a KV memory (tr_kv_layout) and
+ * returns logits for the rows asked for.
+ *
+ * Architectures: "llama" (RMSNorm, RoPE normal mode, GQA, SwiGLU, optional
+ * tied output embedding). The model borrows the gguf_file: with a
+ * host-memory backend the weights are used in place from the mapping (no
+ * copy), so the gguf_file must outlive the model.
+ *
+ * Threads: a model is driven by one thread at a time (its scratch buffers
+ * are reused between calls); the backend's workers do the parallel work.
+ */
+#ifndef TR_MODEL_H
+#define TR_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../kernels/backend.h"
+#include "../base/status.h"
+#include "../gguf/gguf.h"
+
+typedef struct model_hparams {
+    char arch[32];
+    int32_t n_layers;
+    int32_t dim;        /* embedding width */
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;   /* dim / n_heads */
+    int32_t ffn_dim;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    float rms_eps;
+    float rope_base;
+    bool tied_output;   /* output projection shares token_embd */
+} model_hparams;
+
+typedef struct model model;
+
+/* Reads hyper-parameters and binds every tensor, checking presence, shape
+ * and type (an error names the tensor and what is wrong; a known but
+ * non-computable type is TR_ERR_UNSUPPORTED naming tensor and type; an
+ * architecture other than llama is TR_ERR_UNSUPPORTED naming it).
+ * max_batch_tokens bounds the rows of one forward call (scratch is sized
+ * for it). On failure nothing is allocated. */
+tr_status model_load(const gguf_file *f, tr_backend *be,
+                     int32_t max_batch_tokens, model **out, tr_diag *diag);
+void model_free(model *m);
+
+const model_hparams *model_get_hparams(const model *m);
+/* Bytes of weights the model reads per forward (for reports). */
+uint64_t model_weight_bytes(const model *m);
+int32_t model_max_batch_tokens(const model *m);
+
+/* Allocates KV memory for n_pages pages of page_size tokens on the
+ * model's backend (type TR_DTYPE_F16 or TR_DTYPE_F32) and describes it in
+ * *kv. Free with model_kv_free. */
+tr_status model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
+                         tr_dtype type, tr_kv_layout *kv);
+void model_kv_free(model *m, tr_kv_layout *kv);
+/* Bytes of one KV page. */
+uint64_t model_kv_page_bytes(const model *m, int32_t page_size, tr_dtype type);
+
+/* Runs the batch: tokens[b->n_tokens] at the positions/sequences of b
+ * (1 <= n_tokens <= max_batch_tokens; every page a token writes or reads
+ * must be listed in its page table, checked). Writes their K/V into kv and
+ * stores into logits (host memory, [n_logits, n_vocab] floats) the logits
+ * of the batch rows logit_rows[0..n_logits). Errors: TR_ERR_INVALID_ARG
+ * for a malformed batch (the diag-free message goes to the log). */
+tr_status model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
+                        const int32_t *tokens, const int32_t *logit_rows,
+                        int32_t n_logits, float *logits);
+
+#endif

@@ -1,0 +1,104 @@
+/* bench_model.c — prefill and decode speed of the default model on the CPU
+ * backend, as scripts/bench_cpu.py runs it side by side with llama.cpp.
+ *
+ *   bench_model [-m MODEL] [-t THREADS] [-p PROMPT_TOKENS] [-n DECODE_TOKENS]
+ *               [-r REPEATS]
+ *
+ * Prompt ids are synthetic and deterministic (token speed does not depend
+ * on content): id_i = (i * 7919) % 49000 + 100, the same formula the
+ * llama.cpp side uses. Prefill runs the whole prompt as one batch; decode
+ * runs one token per forward pass, greedy. Prints one JSON line with the
+ * median over repeats. Not a test: never run by ctest. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "runtime/base/paths.h"
+#include "runtime/base/util.h"
+#include "runtime/gguf/gguf.h"
+#include "runtime/model/model.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    char def[4096];
+    const char *path = tr_default_model_path(def, sizeof def);
+    int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-m")) path = argv[i + 1];
+        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-p")) n_prompt = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n")) n_decode = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_model: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (n_prompt < 1 || n_decode < 1 || repeats < 1 || repeats > 100) return 2;
+    gguf_file *f;
+    tr_backend *be;
+    model *m;
+    tr_diag d = {0};
+    if (gguf_open(path, &f, &d) || tr_backend_cpu_new(threads, &be) ||
+        model_load(f, be, n_prompt, &m, &d)) {
+        fprintf(stderr, "bench_model: %s\n", d.message);
+        return 1;
+    }
+    const model_hparams *hp = model_get_hparams(m);
+    int32_t total = n_prompt + n_decode, page = 16;
+    int32_t n_pages = (total + page - 1) / page;
+    tr_kv_layout kv;
+    if (model_kv_alloc(m, n_pages, page, TR_DTYPE_F16, &kv)) return 1;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_pages);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    int32_t *seq = calloc((size_t)n_prompt, sizeof(int32_t));
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    double *pre = malloc(sizeof(double) * (size_t)repeats);
+    double *dec = malloc(sizeof(double) * (size_t)repeats);
+    for (int32_t i = 0; i < n_pages; i++) table[i] = i;
+    for (int32_t i = 0; i < n_prompt; i++) {
+        ids[i] = (int32_t)(((int64_t)i * 7919) % 49000 + 100);
+        pos[i] = i;
+    }
+    const int32_t *tables[1] = {table};
+    for (int r = 0; r < repeats; r++) {
+        tr_batch b = {.n_tokens = n_prompt, .pos = pos, .seq = seq, .n_seqs = 1,
+                      .page_table = tables, .n_pages = &n_pages};
+        int32_t row = n_prompt - 1;
+        uint64_t t0 = tr_now_ns();
+        if (model_forward(m, &kv, &b, ids, &row, 1, logits)) return 1;
+        uint64_t t1 = tr_now_ns();
+        for (int k = 0; k < n_decode; k++) {
+            int32_t tok = 0;
+            for (int32_t v = 1; v < hp->n_vocab; v++)
+                if (logits[v] > logits[tok]) tok = v;
+            int32_t p = n_prompt + k;
+            tr_batch bd = {.n_tokens = 1, .pos = &p, .seq = seq, .n_seqs = 1,
+                           .page_table = tables, .n_pages = &n_pages};
+            int32_t r0 = 0;
+            if (model_forward(m, &kv, &bd, &tok, &r0, 1, logits)) return 1;
+        }
+        uint64_t t2 = tr_now_ns();
+        pre[r] = (double)(t1 - t0) / 1e9;
+        dec[r] = (double)(t2 - t1) / 1e9;
+    }
+    qsort(pre, (size_t)repeats, sizeof(double), cmp_double);
+    qsort(dec, (size_t)repeats, sizeof(double), cmp_double);
+    printf("{\"engine\":\"trellis\",\"kernels\":\"%s\",\"threads\":%d,"
+           "\"prompt_tokens\":%d,\"decode_tokens\":%d,"
+           "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
+           tr_backend_cpu_kernels(be), tr_backend_cpu_threads(be), n_prompt, n_decode,
+           n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
+    model_kv_free(m, &kv);
+    model_free(m);
+    tr_backend_free(be);
+    gguf_close(f);
+    free(table); free(ids); free(pos); free(seq); free(logits); free(pre); free(dec);
+    return 0;
+}
