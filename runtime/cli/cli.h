@@ -1,0 +1,44 @@
+/* cli.h — the `trellis` subcommands and what they share (model loading
+ * with progress, error printing). Layering: top (CLI). Single-threaded
+ * apart from the backend's workers. */
+#ifndef TR_CLI_H
+#define TR_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../gguf/gguf.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+
+/* Everything a command needs to run the model; cli_loaded_free releases it. */
+typedef struct cli_loaded {
+    gguf_file *file;
+    tokenizer *tok;
+    tr_backend *be;
+    model *model;
+    double load_ms;
+} cli_loaded;
+
+/* Opens path (NULL: the default model), builds the tokenizer and, when
+ * with_model, the CPU backend (threads) and the model. Prints a clear error
+ * (what, where, why) to stderr and returns false on failure, having freed
+ * what it made. Shows progress on stderr when it is a terminal. */
+bool cli_load(const char *cmd, const char *path, bool with_model, int threads,
+              int32_t max_batch, cli_loaded *out);
+void cli_loaded_free(cli_loaded *l);
+
+/* "trellis CMD: what: why (at byte N)" from a status and its diag. */
+void cli_report(const char *cmd, const char *what, tr_status s,
+                const tr_diag *d);
+
+/* Checks UTF-8 validity; returns the byte offset of the first invalid
+ * sequence or -1 if valid. */
+int64_t cli_utf8_invalid_at(const char *s, size_t len);
+
+#endif

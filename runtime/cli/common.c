@@ -1,0 +1,108 @@
+/* common.c — model loading and error reporting shared by the commands. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/paths.h"
+#include "../base/util.h"
+#include "cli.h"
+
+void cli_report(const char *cmd, const char *what, tr_status s,
+                const tr_diag *d) {
+    if (d && d->code == s && d->message[0]) {
+        if (d->line > 0)
+            fprintf(stderr, "trellis %s: %s: %s (line %d, column %d)\n", cmd,
+                    what, d->message, d->line, d->column);
+        else if (d->offset > 0 && !strstr(d->message, "at byte"))
+            fprintf(stderr, "trellis %s: %s: %s (at byte %llu)\n", cmd, what,
+                    d->message, (unsigned long long)d->offset);
+        else
+            fprintf(stderr, "trellis %s: %s: %s\n", cmd, what, d->message);
+    } else {
+        fprintf(stderr, "trellis %s: %s: %s (%s)\n", cmd, what,
+                tr_status_message(s), tr_status_name(s));
+    }
+}
+
+static void progress(bool tty, const char *step) {
+    if (tty) fprintf(stderr, "\r\033[Kloading: %s", step);
+}
+
+bool cli_load(const char *cmd, const char *path, bool with_model, int threads,
+              int32_t max_batch, cli_loaded *out) {
+    memset(out, 0, sizeof *out);
+    char def[4096];
+    if (!path) {
+        path = tr_default_model_path(def, sizeof def);
+        if (!path) {
+            fprintf(stderr, "trellis %s: default model path too long\n", cmd);
+            return false;
+        }
+        if (access(path, R_OK) != 0) {
+            fprintf(stderr,
+                    "trellis %s: default model not found at %s (run "
+                    "scripts/setup.sh, or pass -m MODEL)\n",
+                    cmd, path);
+            return false;
+        }
+    }
+    bool tty = isatty(2);
+    uint64_t t0 = tr_now_ns();
+    tr_diag d = {0};
+    char what[4200];
+    snprintf(what, sizeof what, "cannot load model '%s'", path);
+    progress(tty, "reading GGUF");
+    tr_status s = gguf_open(path, &out->file, &d);
+    if (s) goto fail;
+    progress(tty, "building tokenizer");
+    s = tokenizer_from_gguf(out->file, &out->tok, &d);
+    if (s) goto fail;
+    if (with_model) {
+        progress(tty, "starting CPU workers");
+        s = tr_backend_cpu_new(threads, &out->be);
+        if (s) goto fail;
+        progress(tty, "binding weights");
+        s = model_load(out->file, out->be, max_batch, &out->model, &d);
+        if (s) goto fail;
+    }
+    if (tty) fprintf(stderr, "\r\033[K");
+    out->load_ms = (double)(tr_now_ns() - t0) / 1e6;
+    return true;
+fail:
+    if (tty) fprintf(stderr, "\r\033[K");
+    cli_report(cmd, what, s, &d);
+    cli_loaded_free(out);
+    return false;
+}
+
+void cli_loaded_free(cli_loaded *l) {
+    model_free(l->model);
+    tr_backend_free(l->be);
+    tokenizer_free(l->tok);
+    gguf_close(l->file);
+    memset(l, 0, sizeof *l);
+}
+
+int64_t cli_utf8_invalid_at(const char *str, size_t len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t n;
+        uint32_t cp, min;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
+        else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
+        else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
+        else return (int64_t)i;
+        if (i + n > len) return (int64_t)i;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return (int64_t)i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return (int64_t)i;
+        i += n;
+    }
+    return -1;
+}
