@@ -2,11 +2,25 @@
  *
  * Layering: runtime; built from a gguf_file (runtime/gguf) and PCRE2.
  * Kinds: GPT-2-style byte-level BPE (tokenizer.ggml.model = "gpt2") with
- * the pre-tokenizer split of tokenizer.ggml.pre done by PCRE2 (JIT).
- * (SentencePiece-style "llama" vocabularies arrive with Gemma support.)
+ * the pre-tokenizer split of tokenizer.ggml.pre done by PCRE2 (UTF + UCP,
+ * JIT-compiled once at creation). (SentencePiece-style "llama" vocabularies
+ * arrive with Gemma support.)
  *
- * A tokenizer is immutable after creation: any number of threads may encode
- * and decode with it at once (PCRE2 match data is per call). Incremental
+ * Pre-tokenizers (tokenizer.ggml.pre; the regexes are llama.cpp's):
+ *   smollm (also starcoder, refact, command-r, codeshell, exaone, ...):
+ *     every \p{N} alone, then the GPT-2 regex;
+ *   gpt2 / gpt-2 (also phi-2, mpt, olmo, jais, ...): the GPT-2 regex;
+ *   llama3 / llama-v3 / llama-bpe (also falcon3, pixtral, ...): the llama3
+ *     regex, and a pre-token that is itself a token is kept whole;
+ *   qwen2 (also stablelm2, deepseek-r1-qwen, ...): the qwen2 regex;
+ *   default (and a missing key): llama.cpp's default four-regex split.
+ * Any other name is TR_ERR_UNSUPPORTED. Ids equal llama.cpp's on the
+ * reference set (tests/data/tokenizer), except next to characters assigned
+ * after PCRE2's Unicode version (14.0 for PCRE2 10.42).
+ *
+ * A tokenizer is immutable after creation and owns copies of everything it
+ * read (the gguf_file may be closed): any number of threads may encode and
+ * decode with it at once (PCRE2 match data is per call). Incremental
  * decoding state lives in a caller-owned tokenizer_stream.
  */
 #ifndef TR_TOKENIZER_H
@@ -15,13 +29,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../base/status.h"
 #include "../gguf/gguf.h"
 
 typedef struct tokenizer tokenizer;
 
-/* Token types, as tokenizer.ggml.token_type stores them. */
+/* Token types, as tokenizer.ggml.token_type stores them (tokenizer_type
+ * reports them after llama.cpp's fix-up: a token whose text is a known
+ * end-of-turn or FIM marker, e.g. "<|im_end|>", is made CONTROL). */
 typedef enum tokenizer_token_type {
     TOKENIZER_TYPE_UNDEFINED = 0,
     TOKENIZER_TYPE_NORMAL = 1,
@@ -38,6 +55,11 @@ typedef enum tokenizer_token_type {
  * (inconsistent arrays, bad merges), TR_ERR_NOMEM. */
 tr_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out,
                               tr_diag *diag);
+/* Same, with the pre-tokenizer named by pre instead of tokenizer.ggml.pre
+ * (NULL: from the file). For files with a wrong or missing pre name, and for
+ * tests that run one vocabulary under several pre-tokenizers. */
+tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre,
+                                  tokenizer **out, tr_diag *diag);
 void tokenizer_free(tokenizer *t);
 
 int32_t tokenizer_n_vocab(const tokenizer *t);
@@ -45,17 +67,23 @@ int32_t tokenizer_bos(const tokenizer *t);  /* -1 if none */
 int32_t tokenizer_eos(const tokenizer *t);  /* -1 if none */
 /* Whether the model expects BOS prepended (tokenizer.ggml.add_bos_token). */
 bool tokenizer_add_bos(const tokenizer *t);
-/* true for tokens that end generation: EOS, EOT, <|im_end|>,
- * <|endoftext|> and the like (control tokens marked end-of-generation). */
+/* true for tokens that end generation, as llama.cpp decides: EOS, the
+ * EOT/EOM and FIM pad/repo/separator ids the file names, and tokens whose
+ * text is a known end marker (<|im_end|>, <|endoftext|>, <|eot_id|>,
+ * <end_of_turn>, <|end|>, <|eom_id|>, </s>, the FIM repo/pad/sep texts,
+ * ...). SmolLM2: 0 <|endoftext|>, 2 <|im_end|>, 4 <reponame>. */
 bool tokenizer_is_eog(const tokenizer *t, int32_t id);
-/* Control and user-defined tokens (never produced from plain text unless
- * special parsing is on). */
+/* Control and user-defined tokens (control tokens never come out of plain
+ * text unless special parsing is on; user-defined ones always may). */
 bool tokenizer_is_special(const tokenizer *t, int32_t id);
 tokenizer_token_type tokenizer_type(const tokenizer *t, int32_t id);
 /* Id of a token whose text is exactly s (e.g. "<|im_end|>"), or -1. */
 int32_t tokenizer_find(const tokenizer *t, const char *s);
-/* Name of the pre-tokenizer in use ("smollm", "gpt2", "llama3", ...). */
+/* Name of the pre-tokenizer in use ("smollm", "gpt2", "llama3", ...), as
+ * the file (or tokenizer_from_gguf_pre) spelled it. */
 const char *tokenizer_pre_name(const tokenizer *t);
+/* Length of the longest tokenizer_token_bytes (81 for SmolLM2). */
+size_t tokenizer_max_token_len(const tokenizer *t);
 
 /* The raw bytes a token stands for (byte-level BPE symbols mapped back to
  * bytes; special tokens: their text). Borrowed, valid while t lives.
@@ -63,18 +91,26 @@ const char *tokenizer_pre_name(const tokenizer *t);
 const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id,
                                      size_t *len);
 
-/* Encodes text[0..len) (any bytes; invalid UTF-8 is encoded byte-wise, as
- * llama.cpp does). With parse_special, control/user-defined token texts in
- * the input become those tokens (matched first, longest first); without,
- * they are plain text. BOS is NOT added here (see tokenizer_add_bos).
- * *ids is a malloc'd array the caller frees; on error nothing is
- * allocated. */
+/* Encodes text[0..len) (any bytes: invalid UTF-8 is encoded byte-wise, so
+ * decode(encode(x)) == x; llama.cpp would turn such bytes into U+FFFD
+ * instead). Exception: a byte whose byte-level symbol the vocabulary lacks
+ * is dropped, as llama.cpp drops it (SmolLM2 lacks 21: 0x04, 0x06, 0x13,
+ * 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5..0xFF). With parse_special,
+ * control token texts in the input become those tokens (matched first,
+ * longest first, as llama.cpp does); without, they are plain text.
+ * User-defined tokens are split out in both modes (llama.cpp and HF
+ * tokenizers do the same). BOS is NOT added here (see tokenizer_add_bos).
+ * *ids is a malloc'd array (never NULL on success, even for 0 ids) the
+ * caller frees; on error nothing is allocated. Thread-safe. */
 tr_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
                            bool parse_special, int32_t **ids, size_t *n_ids);
 
 /* Concatenated token bytes of ids into a malloc'd NUL-terminated buffer
- * (*len excludes the NUL). Special tokens are rendered as their text when
- * render_special, else skipped. */
+ * (*len excludes the NUL; the bytes may be any, invalid UTF-8 included).
+ * Control (and unknown) tokens are rendered as their text when
+ * render_special, else skipped; user-defined tokens always render; unused
+ * and undefined ones never (as in llama.cpp). TR_ERR_INVALID_ARG for an id
+ * outside the vocabulary (nothing allocated). */
 tr_status tokenizer_decode(const tokenizer *t, const int32_t *ids,
                            size_t n_ids, bool render_special, char **out,
                            size_t *len);
@@ -90,15 +126,25 @@ typedef struct tokenizer_stream {
 } tokenizer_stream;
 
 void tokenizer_stream_init(tokenizer_stream *s, bool render_special);
-/* Appends the newly complete text to out (capacity out_cap; at most
- * token length + 8 bytes are ever written, so 256 + 16 is always enough for
- * the default vocabulary; TR_ERR_FULL if out_cap is too small, state
- * unchanged). *out_len receives the count of bytes written. */
+/* Writes the newly complete text to out (capacity out_cap). At most
+ * 3 * (token length + 1) bytes are written: complete characters are copied,
+ * and each invalid byte sequence (a byte-level token may hold a lone
+ * continuation byte) becomes a 3-byte U+FFFD, so
+ * 3 * (tokenizer_max_token_len(t) + 1) is always enough. TR_ERR_FULL if
+ * out_cap is too small for this push (state unchanged, nothing written).
+ * *out_len receives the count of bytes written. */
 tr_status tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
                                 int32_t id, char *out, size_t out_cap,
                                 size_t *out_len);
 /* Flushes held bytes at end of generation (an incomplete character becomes
- * U+FFFD). */
+ * U+FFFD, 3 bytes; with out_cap < 3 nothing is written and the bytes stay
+ * held). Returns the bytes written. */
 size_t tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap);
+
+/* Validates the internal invariants (tables, merges, byte alphabet, special
+ * list): TR_OK or TR_ERR_INTERNAL (logged). For tests. */
+tr_status tokenizer_check(const tokenizer *t);
+/* One-paragraph summary (pre-tokenizer, sizes, special tokens) to fp. */
+void tokenizer_dump(const tokenizer *t, FILE *fp);
 
 #endif

@@ -1,0 +1,151 @@
+/* tokenizer_internal.h — the tokenizer's data layout, shared by its .c files
+ * and by tests/unit/test_tokenizer.c (differential tests of the two BPE
+ * loops, pre-tokenizer splits). Not part of the public contract.
+ *
+ * Layout of one tokenizer (all immutable after tokenizer_from_gguf):
+ *
+ *   id ──► text_off[id]..text_off[id+1]  in text_blob   raw GGUF token text
+ *      ──► bytes_off[id]..bytes_off[id+1] in bytes_blob  bytes it stands for
+ *      ──► type[id], flags[id] (EOG, special-list membership)
+ *
+ *   tmap:  open-addressed table of ids keyed by raw text (text -> id)
+ *   wmap:  the same keyed by token bytes, holding only the "whole" normal
+ *          tokens: those whose own bytes BPE-encode to exactly themselves.
+ *          A pre-token equal to such bytes is that token without running
+ *          BPE (exact, since BPE is a function of the bytes alone); in
+ *          English text most pre-tokens are whole tokens.
+ *   mmap:  open-addressed table keyed by the id pair (left << 32 | right),
+ *          value = (merge rank, id of the merged token)
+ *   byte_tok[b]: id of the one-symbol token of byte b (GPT-2 byte-level)
+ *   specials: control / user-defined / unknown ids, longest text first
+ *   re[0..n_re): the pre-tokenizer's PCRE2 regexes, applied in sequence
+ *
+ * Merges are stored by token id rather than by string: a merge "A B" is kept
+ * only when A, B and AB are all in the vocabulary (true of every merge of
+ * well-formed files, checked at creation), so BPE works on ids and each pair
+ * lookup is one hash probe of a 64-bit key.
+ */
+#ifndef TR_TOKENIZER_INTERNAL_H
+#define TR_TOKENIZER_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tokenizer.h"
+
+#define TOKENIZER_MAX_RE 4
+
+/* flags[id] bits */
+#define TOKENIZER_FLAG_EOG 0x01u
+
+/* Slot of a string-keyed table: the id (-1 = empty) and 32 bits of the
+ * key's hash, compared before touching the key's bytes (a probe that
+ * misses then costs no cache miss in the blob). */
+typedef struct tokenizer_slot {
+    int32_t id;
+    uint32_t tag;
+} tokenizer_slot;
+
+typedef struct tokenizer_strmap {
+    tokenizer_slot *slot; /* [mask + 1] */
+    uint64_t mask;
+} tokenizer_strmap;
+
+typedef struct tokenizer_merge {
+    uint64_t key;    /* left << 32 | right; TOKENIZER_MERGE_EMPTY if free */
+    uint32_t rank;   /* index in tokenizer.ggml.merges (lower merges first) */
+    int32_t result;  /* id of the merged token */
+} tokenizer_merge;
+
+#define TOKENIZER_MERGE_EMPTY UINT64_MAX
+
+/* A pre-tokenizer: the regexes llama.cpp applies for a tokenizer.ggml.pre
+ * name, each splitting every piece the previous one produced. */
+typedef struct tokenizer_pre_def {
+    const char *kind;       /* canonical name: "smollm", "gpt2", ... */
+    const char *const *regex; /* NULL-terminated */
+    bool ignore_merges;     /* a piece that is itself a token is emitted whole */
+    bool add_bos;           /* default when the file does not say */
+} tokenizer_pre_def;
+
+/* NULL if name is not known. */
+const tokenizer_pre_def *tokenizer_pre_lookup(const char *name);
+
+struct tokenizer {
+    int32_t n_vocab;
+    char *text_blob;
+    size_t *text_off;    /* [n_vocab + 1] */
+    uint8_t *bytes_blob;
+    size_t *bytes_off;   /* [n_vocab + 1] */
+    uint8_t *type;       /* [n_vocab] tokenizer_token_type */
+    uint8_t *flags;      /* [n_vocab] TOKENIZER_FLAG_* */
+    size_t max_token_len; /* longest bytes_off span */
+
+    tokenizer_strmap tmap; /* raw text -> id, every token */
+    tokenizer_strmap wmap; /* bytes -> id, whole normal tokens only */
+    tokenizer_merge *mmap; /* [mmap_mask + 1] */
+    uint64_t mmap_mask;
+    uint32_t n_merges;   /* merges kept */
+    uint32_t n_merges_skipped; /* merges naming tokens not in the vocabulary */
+
+    int32_t byte_tok[256]; /* -1 if the vocabulary lacks that byte's symbol */
+
+    int32_t *specials;   /* [n_specials] sorted by text length desc, id asc */
+    int32_t n_specials;
+    uint32_t *special_lens; /* distinct lengths of special texts, desc */
+    int32_t n_special_lens;
+    uint8_t special_first[32]; /* bitset: first bytes of special texts */
+
+    const tokenizer_pre_def *pre;
+    char pre_name[64];
+    pcre2_code *re[TOKENIZER_MAX_RE];
+    bool re_jit[TOKENIZER_MAX_RE]; /* JIT-compiled: call pcre2_jit_match */
+    int n_re;
+    uint32_t re_ovec_pairs;
+
+    int32_t bos, eos, unk;
+    bool add_bos;
+};
+
+/* Growable id array used by the encoder. */
+typedef struct tokenizer_ids {
+    int32_t *v;
+    size_t n, cap;
+} tokenizer_ids;
+
+tr_status tokenizer_ids_push(tokenizer_ids *a, int32_t id);
+
+/* Raw text -> id (-1 if absent). */
+int32_t tokenizer_text_find(const tokenizer *t, const char *s, size_t n);
+/* Bytes -> id of the whole token with exactly those bytes, or -1. */
+int32_t tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n);
+
+/* String-table primitives (keys live in blob[off[id]..off[id+1])). */
+tr_status tokenizer_strmap_init(tokenizer_strmap *m, uint64_t n_keys);
+/* Inserts id; returns the id already holding an equal key, or -1. */
+int32_t tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
+                                const size_t *off, int32_t id);
+
+/* Fills t->wmap (needs merges, byte_tok and token bytes). */
+tr_status tokenizer_build_whole(tokenizer *t);
+
+/* Merge of the pair (a, b): its rank and result, or false. */
+bool tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
+                          uint32_t *rank, int32_t *result);
+
+/* BPE of one pre-token (raw bytes) appended to out. mode: 0 = automatic,
+ * 1 = force the quadratic scan loop, 2 = force the priority-queue loop (the
+ * two must agree; the unit test checks it). */
+tr_status tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
+                             int mode, tokenizer_ids *out);
+
+/* Runs the pre-tokenizer over text (no special-token handling) and calls
+ * fn for every piece, in order; the pieces tile the text. */
+typedef tr_status (*tokenizer_piece_fn)(void *ud, const char *s, size_t n);
+tr_status tokenizer_pretokenize(const tokenizer *t, const char *text,
+                                size_t len, tokenizer_piece_fn fn, void *ud);
+
+/* GPT-2 byte-level alphabet: the code point standing for byte b. */
+uint32_t tokenizer_byte_to_cp(uint8_t b);
+
+#endif
