@@ -1,0 +1,205 @@
+/* sampler.h — picks the next token from one row of logits.
+ *
+ * Layering: runtime; depends on runtime/base only. It knows nothing about
+ * models, tokenizers or grammars: the grammar engine hands it a token mask
+ * (a bitset), the engine hands it a row of float logits.
+ *
+ * Processing order (llama.cpp's order; every step is skipped when off):
+ *
+ *   1. mask      tokens whose bit is 0 get -inf (before everything else,
+ *                so no later step can revive them; an all-zero mask is an
+ *                error). Bits past vocab_size in the last word are ignored.
+ *                (llama.cpp applies penalties first; -inf is absorbing
+ *                under steps 2-3, so the result is the same.)
+ *   2. penalties for each token t seen c > 0 times in the penalty window
+ *                (the last penalty_last_n accepted tokens, or all of them
+ *                when penalty_last_n == -1):
+ *                  repetition (CTRL / llama.cpp style):
+ *                    l = l > 0 ? l / repetition_penalty
+ *                              : l * repetition_penalty
+ *                  then frequency / presence (OpenAI style):
+ *                    l = l - c * frequency_penalty - presence_penalty
+ *   3. bias      l += bias for each logit_bias entry (duplicates add up;
+ *                a bias of -INFINITY bans the token).
+ *   4. sanitize  NaN -> -inf, +inf -> FLT_MAX. If no token is left with a
+ *                finite logit, sampling fails (TR_ERR_INVALID_ARG).
+ *      The logits after steps 1-4 are "the processed logits"; the logits
+ *      buffer holds exactly them when sampler_sample returns, and log-probs
+ *      (below) refer to their softmax at temperature 1.
+ *   5. greedy    temperature == 0: the argmax of the processed logits,
+ *                ties broken by the lowest token id. Steps 6-9 are skipped
+ *                (they all keep the argmax, so they could not change it).
+ *   6. top_k     keep the top_k tokens with the highest logits (ties: lower
+ *                id first); off when 0 or >= the number of finite logits.
+ *   7. top_p     softmax (temperature 1) over the survivors; keep the
+ *                smallest prefix of them, in (logit desc, id asc) order,
+ *                whose probability sum reaches top_p (always >= 1 token).
+ *                Sums are in double precision: the cut can differ from an
+ *                exact-arithmetic cut only when a prefix sum lies within
+ *                ~1e-12 (relative) of top_p.
+ *   8. min_p     keep survivors with p >= min_p * p_max, computed as
+ *                (double)l - (double)l_max >= log(min_p) (softmax ratios
+ *                do not depend on renormalisation, so this is exact).
+ *   9. sample    p_i proportional to exp((l_i - l_max) / temperature) over
+ *                the survivors; one uniform double from the sampler's own
+ *                xoshiro256** generator (seeded by splitmix64(seed)) picks
+ *                by inverse CDF. Each non-greedy sample draws exactly one
+ *                number; greedy samples draw none.
+ *
+ * exp() here is the sampler's own polynomial approximation (relative
+ * error < 3e-7, exactly 0 below -87), used everywhere in the module so
+ * that every path computes identical probabilities and the hot loops
+ * vectorise (with AVX2 when the CPU has it; results are bit-identical
+ * either way).
+ *
+ * Log-probs (OpenAI's `logprobs`): when lp_out is given, the chosen
+ * token's log-probability and the n_logprobs most likely tokens (logit
+ * desc, id asc; only tokens with a finite logit) are reported, all from
+ * log_softmax of the processed logits at temperature 1 — i.e. after mask,
+ * penalties and bias, before top_k/top_p/min_p/temperature. Like OpenAI,
+ * this is the model's distribution after logit processing, not the
+ * truncated distribution actually sampled from. Costs two extra passes
+ * over the vocabulary (softmax denominator, top-N selection).
+ *
+ * Determinism: the same params (seed included), the same sequence of
+ * logits, masks and accepted tokens give the same tokens, on any machine
+ * whose float arithmetic is IEEE-754, whether or not it has AVX2 (no
+ * dependence on threads or time; built without FMA contraction, which
+ * gcc's ISO C mode guarantees and sampler_internal.h asks clang for).
+ *
+ * Threads: a sampler is used by one thread at a time; distinct samplers
+ * share nothing (no global PRNG).
+ *
+ * Speed (measured in tests/bench/bench_sampler.c): no full sort anywhere;
+ * the passes over the vocabulary are vector code (AVX2 when available).
+ * top_k selects with a bounded heap in the same pass that finds the max
+ * (blocks of 16 logits that cannot enter the heap are skipped with one
+ * vector compare). top_p without top_k computes the softmax denominator
+ * in one pass, then tries the top 256 / 4096 tokens (heap selection); only
+ * flat rows with a bigger nucleus fall back to a histogram of
+ * (l_max - l) in 1/16-nat buckets, where only the boundary bucket is
+ * sorted. min_p is a threshold. Sampling walks block sums of 256 weights
+ * before single tokens.
+ */
+#ifndef TR_SAMPLER_H
+#define TR_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+
+#define SAMPLER_MAX_LOGPROBS 20
+
+typedef struct sampler sampler;
+
+typedef struct sampler_logit_bias {
+    int32_t token; /* 0 <= token < vocab_size (checked by sampler_new) */
+    float bias;    /* finite, or -INFINITY to ban the token */
+} sampler_logit_bias;
+
+typedef struct sampler_params {
+    float temperature;        /* >= 0; 0 = greedy (argmax) */
+    int32_t top_k;            /* >= 0; 0 = off */
+    float top_p;              /* (0, 1]; 1 = off */
+    float min_p;              /* [0, 1]; 0 = off */
+    float repetition_penalty; /* > 0; 1 = off */
+    float presence_penalty;   /* finite; 0 = off */
+    float frequency_penalty;  /* finite; 0 = off */
+    int32_t penalty_last_n;   /* window for all three penalties: the last N
+                                 accepted tokens; -1 = all; 0 = no penalties */
+    uint64_t seed;
+    const sampler_logit_bias *logit_bias; /* [n_logit_bias]; borrowed,
+                                             copied by sampler_new */
+    int32_t n_logit_bias;
+    int32_t n_logprobs;       /* 0..SAMPLER_MAX_LOGPROBS alternatives */
+} sampler_params;
+
+typedef struct sampler_token_logprob {
+    int32_t token;
+    float logprob;
+} sampler_token_logprob;
+
+typedef struct sampler_logprobs {
+    int32_t token;   /* the sampled token */
+    float logprob;   /* its log-probability (see header comment) */
+    int32_t n_top;   /* min(n_logprobs, tokens with finite logits) */
+    sampler_token_logprob top[SAMPLER_MAX_LOGPROBS]; /* most likely first */
+} sampler_logprobs;
+
+/* temperature 1, top_k 0, top_p 1, min_p 0, penalties off (repetition 1,
+ * presence 0, frequency 0, penalty_last_n 64), seed 0, no bias, no
+ * logprobs. */
+sampler_params sampler_params_default(void);
+
+/* Checks every field that can be checked without the vocabulary size.
+ * Returns TR_OK or TR_ERR_INVALID_ARG with diag->message naming the field
+ * and the bad value (diag may be NULL). */
+tr_status sampler_params_validate(const sampler_params *p, tr_diag *diag);
+
+/* Creates a sampler for a vocabulary of vocab_size (> 0) tokens. Validates
+ * params (as above) and the logit_bias tokens against vocab_size; copies
+ * everything it needs from params. Errors: TR_ERR_INVALID_ARG (diag says
+ * why), TR_ERR_NOMEM. *out is untouched on failure. Free with
+ * sampler_free. Allocates O(vocab_size) scratch once (~8 bytes/token, plus
+ * 8 bytes/token when penalties are on); sampling never allocates. */
+tr_status sampler_new(const sampler_params *params, int32_t vocab_size,
+                      sampler **out, tr_diag *diag);
+
+void sampler_free(sampler *s);
+
+/* Samples one token.
+ *   logits    [vocab_size], modified in place: on success it holds the
+ *             processed logits (steps 1-4 above); on failure its content
+ *             is unspecified.
+ *   mask      NULL (all allowed) or ceil(vocab_size / 64) words, bit i of
+ *             word i / 64 set = token i allowed. Borrowed.
+ *   token_out receives the token.
+ *   lp_out    NULL or receives log-probs (see header comment).
+ * Does NOT record the token for penalties: call sampler_accept with the
+ * token actually used (the engine may substitute a forced token).
+ * Errors: TR_ERR_INVALID_ARG for NULL arguments, a mask that allows no
+ * token ("mask allows no token"), or no allowed token with a finite
+ * processed logit; sampler_last_error() says which. The PRNG state and
+ * history are unchanged on failure. */
+tr_status sampler_sample(sampler *s, float *logits, const uint64_t *mask,
+                         int32_t *token_out, sampler_logprobs *lp_out);
+
+/* Steps 1-8 without drawing: writes the ids that survive them (the set
+ * step 9 samples from; for greedy, the argmax alone), in increasing id
+ * order, to ids_out [vocab_size] and their count to *n_out. Tokens of
+ * weight 0 (-inf) are left out when no truncation applies. logits are
+ * processed in place as by sampler_sample; the PRNG is not touched. For
+ * tests and debugging ("why was this token possible?"). Same errors as
+ * sampler_sample. */
+tr_status sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
+                             int32_t *ids_out, int32_t *n_out);
+
+/* Records token for the penalties (the window slides). TR_ERR_INVALID_ARG
+ * if token is outside [0, vocab_size) (state unchanged). Cheap (O(1)). */
+tr_status sampler_accept(sampler *s, int32_t token);
+
+/* Forgets the history and restarts the PRNG from the seed given at
+ * creation, so a reset sampler repeats its sequence. */
+void sampler_reset(sampler *s);
+
+/* Restarts the PRNG from a new seed (history kept). */
+void sampler_reseed(sampler *s, uint64_t seed);
+
+/* Message describing the last sampler_sample / sampler_accept failure
+ * ("" if none). Borrowed, valid until the next call on s. */
+const char *sampler_last_error(const sampler *s);
+
+int32_t sampler_vocab_size(const sampler *s);
+/* "avx2" or "generic": the vector kernels chosen for this CPU (they give
+ * bit-identical results; for benchmarks and logs). */
+const char *sampler_kernels_name(const sampler *s);
+/* Number of tokens in the penalty window now (tests and debugging). */
+int32_t sampler_history_len(const sampler *s);
+
+/* Validates internal invariants (window counts match the history, the set
+ * of distinct tokens matches the counts). TR_OK or TR_ERR_INTERNAL. */
+tr_status sampler_check(const sampler *s);
+
+#endif
