@@ -1,0 +1,137 @@
+/* cpu_internal.h — what the files of the CPU backend share: the backend
+ * object, the per-ISA table of inner loops for the non-matmul ops, and the
+ * op entry points that cpu_backend.c puts in its tr_backend_ops table.
+ *
+ * Layering: internal to kernels/cpu. The quantized math (matmul tiles,
+ * activation quantization, dequantization, fp16/bf16) is kernels/cpu/quant.h;
+ * this file covers everything else.
+ *
+ * Determinism: an op's driver (ops.c) only decides which rows/items each
+ * thread computes; every value is computed by a kernel whose arithmetic
+ * depends only on that row's inputs and sizes, never on the thread count or
+ * the batch. Kernels of one table are deterministic; the AVX2 and portable
+ * tables may differ from each other in the last bits (exp, sums), except
+ * rope_row and store_row, which give the same bits in both (tested).
+ *
+ * Thread-safety: a backend is used by one thread at a time; the kernels
+ * are pure functions.
+ */
+#ifndef TR_KERNELS_CPU_INTERNAL_H
+#define TR_KERNELS_CPU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/threadpool.h"
+
+/* Positions per attention block. Each (token, head) runs softmax over its
+ * positions 0..p in blocks [k*64, (k+1)*64); each block yields a partial
+ * (max, sum, weighted V) and the partials are folded left to right. The
+ * blocks depend only on p, so the result is the same whether the blocks
+ * are folded on one thread or computed on many and folded afterwards. */
+#define CPU_ATTN_BLOCK 64
+
+/* The largest head_dim the attention kernels accept (stack buffers). */
+#define CPU_ATTN_MAX_HEAD_DIM 1024
+
+/* Inner loops with one implementation per instruction set. `f16` says the
+ * KV rows are F16 (else F32). Strides are in elements. */
+typedef struct cpu_op_kernels {
+    const char *name; /* "avx2" or "portable" */
+
+    /* out[dim] = x * (1 / sqrt(mean(x^2) + eps)) * w; out may equal x. */
+    void (*rmsnorm_row)(float *out, const float *x, const float *w,
+                        int32_t dim, float eps);
+    /* x[n_heads * head_dim] rotated pairwise by cs[2i] = cos, cs[2i+1] = sin
+     * of pair i (head_dim / 2 pairs). */
+    void (*rope_row)(float *x, int32_t n_heads, int32_t head_dim,
+                     const float *cs);
+    /* out[i] = silu(g[i]) * u[i]; out may equal g or u. */
+    void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+    /* out[i] += x[i]. */
+    void (*add)(float *out, const float *x, int64_t n);
+    /* dst[n] (F16 or F32) = src[n]. */
+    void (*store_row)(void *dst, const float *src, int32_t n, bool f16);
+
+    /* s[j] = scale * dot(q, k_j) for j < n, k_j = k + j * stride; returns
+     * the largest s[j] (n >= 1). */
+    float (*attn_scores)(float *s, const float *q, const void *k,
+                         size_t stride, int32_t n, int32_t hd, bool f16,
+                         float scale);
+    /* s[j] = exp(s[j] - max) for j < n; returns their sum. */
+    float (*attn_exp_sum)(float *s, int32_t n, float max);
+    /* acc[hd] += sum_j p[j] * v_j, j < n in order, v_j = v + j * stride. */
+    void (*attn_accum)(float *acc, const float *p, const void *v,
+                       size_t stride, int32_t n, int32_t hd, bool f16);
+} cpu_op_kernels;
+
+extern const cpu_op_kernels cpu_op_kernels_portable;
+extern const cpu_op_kernels cpu_op_kernels_avx2; /* only if the CPU has it */
+
+/* The portable entries, for AVX2 kernels that fall back on odd sizes. */
+float cpu_attn_scores_portable(float *s, const float *q, const void *k,
+                               size_t stride, int32_t n, int32_t hd,
+                               bool f16, float scale);
+void cpu_attn_accum_portable(float *acc, const float *p, const void *v,
+                             size_t stride, int32_t n, int32_t hd, bool f16);
+void cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
+                           const float *cs);
+
+/* The rope angle table of the last rope call, reused while the positions
+ * stay the same (every layer of a forward pass, Q and K). */
+typedef struct cpu_rope_cache {
+    int32_t n; /* tokens; -1 when the table is not valid */
+    int32_t head_dim;
+    float base;
+    void *pos;     /* int32_t [n]: the positions it was made for */
+    size_t pos_cap;
+    void *cs;      /* float [n][head_dim / 2][2]: cos, sin */
+    size_t cs_cap;
+} cpu_rope_cache;
+
+/* The backend object. Scratch buffers are owned by it, grown on demand and
+ * kept for the next op (their contents never outlive an op). */
+typedef struct cpu_backend {
+    tr_backend base;
+    cpu_pool *pool;
+    int n_threads;
+    bool avx2;
+    const cpu_op_kernels *k;
+    const cpu_quant_kernels *qk;
+
+    void *act;        /* matmul: quantized activations */
+    size_t act_cap;   /* bytes */
+    void *attn;       /* attention: per-block partials of a split op */
+    size_t attn_cap;  /* bytes */
+    cpu_rope_cache rope;
+} cpu_backend;
+
+/* Grows *buf to at least `bytes` (64-byte aligned; contents not kept).
+ * Returns false on allocation failure, leaving the old buffer. */
+bool cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes);
+
+/* ---- op entry points (ops.c), the contracts are in kernels/backend.h ---- */
+void cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
+                  const int32_t *ids, int32_t n);
+void cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
+                    const float *w, int32_t n, int32_t dim, float eps);
+void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
+                   const tr_weight *const *w, const float *x, int32_t n,
+                   bool accumulate);
+void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+                 int32_t head_dim, const int32_t *pos, float freq_base);
+void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
+                     const float *k, const float *v, const tr_batch *b);
+void cpu_op_attention(tr_backend *be, float *out, const float *q,
+                      const tr_kv_layout *kv, int32_t layer,
+                      const tr_batch *b, int32_t n_heads, float scale);
+void cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
+                   const float *up, int64_t n);
+void cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n);
+void cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
+                     const int32_t *rows, int32_t n);
+
+#endif

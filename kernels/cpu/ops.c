@@ -1,0 +1,915 @@
+/* ops.c — the CPU backend's ops: how each op is split across the worker
+ * pool, and the portable (plain C) inner loops. ops_avx2.c has the AVX2
+ * inner loops; quant_*.c the quantized math the matmul and embed ops call.
+ *
+ * Layering: internal to kernels/cpu; called through the tr_backend_ops table
+ * built in cpu_backend.c, on the backend owner's thread (worker 0).
+ *
+ * Splitting rules (what keeps the determinism contract of backend.h): a
+ * thread always computes whole output rows (or, for elementwise ops, whole
+ * elements) with the same kernel a single thread would use, so only *who*
+ * computes a value depends on the thread count, never *how*. Attention is
+ * the one op that splits a row's reduction (long contexts at decode); it
+ * does so along fixed 64-position blocks that depend only on the token's
+ * position, and always folds the blocks in the same order (see
+ * CPU_ATTN_BLOCK).
+ *
+ * Small ops run on the calling thread alone: waking a worker costs more
+ * than, e.g., normalizing one 576-wide row.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "runtime/base/util.h"
+
+static inline cpu_backend *cpu_of(tr_backend *be) { return (cpu_backend *)be; }
+
+/* Threads for an op of `work` units when a thread should get at least
+ * `min_share` of them to be worth waking. */
+static int op_threads(const cpu_backend *c, int64_t work, int64_t min_share) {
+    int64_t t = work / min_share;
+    if (t < 1) t = 1;
+    if (t > c->n_threads) t = c->n_threads;
+    return (int)t;
+}
+
+/* Rows [lo, hi) of n for thread ith of nth. */
+static void share_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* Same over elements, cut at multiples of 64 floats (whole cache lines,
+ * whole vectors: a thread's range starts where a single thread's vector
+ * loop would have an iteration start). */
+static void share_elems(int64_t n, int ith, int nth, int64_t *lo,
+                        int64_t *hi) {
+    int64_t blocks = (n + 63) / 64;
+    int64_t b0, b1;
+    share_rows(blocks, ith, nth, &b0, &b1);
+    *lo = TR_MIN(n, b0 * 64);
+    *hi = TR_MIN(n, b1 * 64);
+}
+
+bool cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return true;
+    /* Grow by half again so that slowly growing contexts do not reallocate
+     * on every step. */
+    size_t want = bytes;
+    if (*cap <= SIZE_MAX / 3 && *cap + *cap / 2 > want) want = *cap + *cap / 2;
+    void *p = tr_aligned_alloc(want, 64);
+    if (!p) return false;
+    tr_aligned_free(*buf);
+    *buf = p;
+    *cap = want;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Portable inner loops.                                               */
+
+static void rmsnorm_row_portable(float *out, const float *x, const float *w,
+                                 int32_t dim, float eps) {
+    /* Squares summed in double (exact products), as ggml does; the scale
+     * is applied before the weight, in that order, as there (ggml's norm
+     * and weight multiply are separate ops), to match it closely. */
+    double ss = 0.0;
+    for (int32_t i = 0; i < dim; i++) ss += (double)x[i] * (double)x[i];
+    float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
+    for (int32_t i = 0; i < dim; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+void cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
+                           const float *cs) {
+    int32_t half = head_dim / 2;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        for (int32_t i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * c - b * s;
+            v[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+static void swiglu_portable(float *out, const float *g, const float *u,
+                            int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        out[i] = x / (1.0f + expf(-x)) * u[i];
+    }
+}
+
+static void add_portable(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] += x[i];
+}
+
+static void store_row_portable(void *dst, const float *src, int32_t n,
+                               bool f16) {
+    if (!f16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *d = dst;
+    for (int32_t i = 0; i < n; i++) d[i] = cpu_fp32_to_fp16(src[i]);
+}
+
+float cpu_attn_scores_portable(float *s, const float *q, const void *k,
+                               size_t stride, int32_t n, int32_t hd,
+                               bool f16, float scale) {
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < n; j++) {
+        float acc = 0.0f;
+        if (f16) {
+            const uint16_t *r = (const uint16_t *)k + (size_t)j * stride;
+            for (int32_t d = 0; d < hd; d++)
+                acc += q[d] * cpu_fp16_to_fp32(r[d]);
+        } else {
+            const float *r = (const float *)k + (size_t)j * stride;
+            for (int32_t d = 0; d < hd; d++) acc += q[d] * r[d];
+        }
+        s[j] = acc * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    return mx;
+}
+
+static float attn_exp_sum_portable(float *s, int32_t n, float max) {
+    float sum = 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        float e = expf(s[j] - max);
+        s[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+void cpu_attn_accum_portable(float *acc, const float *p, const void *v,
+                             size_t stride, int32_t n, int32_t hd, bool f16) {
+    for (int32_t j = 0; j < n; j++) {
+        float w = p[j];
+        if (f16) {
+            const uint16_t *r = (const uint16_t *)v + (size_t)j * stride;
+            for (int32_t d = 0; d < hd; d++)
+                acc[d] += w * cpu_fp16_to_fp32(r[d]);
+        } else {
+            const float *r = (const float *)v + (size_t)j * stride;
+            for (int32_t d = 0; d < hd; d++) acc[d] += w * r[d];
+        }
+    }
+}
+
+const cpu_op_kernels cpu_op_kernels_portable = {
+    .name = "portable",
+    .rmsnorm_row = rmsnorm_row_portable,
+    .rope_row = cpu_rope_row_portable,
+    .swiglu = swiglu_portable,
+    .add = add_portable,
+    .store_row = store_row_portable,
+    .attn_scores = cpu_attn_scores_portable,
+    .attn_exp_sum = attn_exp_sum_portable,
+    .attn_accum = cpu_attn_accum_portable,
+};
+
+/* ------------------------------------------------------------------ */
+/* embed                                                               */
+
+typedef struct embed_args {
+    const cpu_backend *c;
+    float *out;
+    const tr_weight *table;
+    const int32_t *ids;
+    int32_t n;
+    size_t row_bytes;
+} embed_args;
+
+static void embed_task(void *ctx, int ith, int nth) {
+    const embed_args *a = ctx;
+    int64_t lo, hi;
+    share_rows(a->n, ith, nth, &lo, &hi);
+    int64_t dim = a->table->cols;
+    for (int64_t i = lo; i < hi; i++) {
+        float *dst = a->out + i * dim;
+        int32_t id = a->ids[i];
+        if (id < 0 || id >= a->table->rows) {
+            /* Ids are validated upstream; an invalid one must not read
+             * outside the table, so it embeds as zeros. */
+            memset(dst, 0, (size_t)dim * sizeof(float));
+            continue;
+        }
+        const uint8_t *src =
+            (const uint8_t *)a->table->data + (size_t)id * a->row_bytes;
+        a->c->qk->dequantize_row(a->table->type, src, dst, dim);
+    }
+}
+
+void cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
+                  const int32_t *ids, int32_t n) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0) return;
+    uint64_t rb = 0;
+    bool ok = tr_dtype_row_bytes(table->type, (uint64_t)table->cols, &rb);
+    TR_ASSERT(ok && tr_dtype_computable(table->type));
+    embed_args a = {c, out, table, ids, n, (size_t)rb};
+    cpu_pool_run(c->pool, op_threads(c, (int64_t)n * table->cols, 16384),
+                 embed_task, &a);
+}
+
+/* ------------------------------------------------------------------ */
+/* matmul                                                              */
+
+/* The matmul splits the union of all matrices' rows into one contiguous
+ * range per thread, balanced by weight bytes (at decode the op streams the
+ * weights once: it is memory-bound), cut at multiples of MATMUL_ROW_ALIGN
+ * rows within a matrix (the quant kernels' register tile is 8 rows).
+ * Inside its range a thread walks blocks of MATMUL_ROW_BLOCK rows x
+ * MATMUL_TOK_BLOCK tokens so that a block of weights stays in cache while
+ * the token rows go by (prefill). The quant kernels' contract makes every
+ * output value independent of these blockings. */
+#define MATMUL_ROW_ALIGN 8
+/* Overridable at build time for tuning experiments (-DMATMUL_ROW_BLOCK=). */
+#ifndef MATMUL_ROW_BLOCK
+#define MATMUL_ROW_BLOCK 64
+#endif
+#ifndef MATMUL_TOK_BLOCK
+#define MATMUL_TOK_BLOCK 64
+#endif
+/* Matrices per call (Q, K, V; gate, up): a fixed bound keeps the
+ * per-call state on the stack. */
+#define MATMUL_MAX_MATS 8
+
+typedef struct matmul_args {
+    const cpu_quant_kernels *qk;
+    cpu_pool *pool;
+    int32_t n_mats;
+    float *out[MATMUL_MAX_MATS]; /* this chunk's first token */
+    const tr_weight *const *w;
+    const float *x;             /* this chunk's first token */
+    int32_t n;                  /* tokens in this chunk */
+    bool accumulate;
+    int64_t cols;
+    size_t w_row_bytes[MATMUL_MAX_MATS];
+    uint64_t total_bytes;
+    /* Activations, quantized once per distinct weight type. */
+    int32_t n_fmt;
+    tr_dtype fmt_type[MATMUL_MAX_MATS];
+    size_t fmt_row_bytes[MATMUL_MAX_MATS];
+    uint8_t *fmt_data[MATMUL_MAX_MATS];
+    int32_t mat_fmt[MATMUL_MAX_MATS]; /* matrix -> format index */
+} matmul_args;
+
+typedef struct row_pos {
+    int32_t mat;
+    int64_t row;
+} row_pos;
+
+/* Where thread share k of nth begins in the concatenated row space. */
+static row_pos matmul_boundary(const matmul_args *a, int k, int nth) {
+    if (k >= nth) return (row_pos){a->n_mats, 0};
+    /* target = total * k / nth without overflow (total < 2^63 / nth). */
+    uint64_t target = a->total_bytes / (uint64_t)nth * (uint64_t)k +
+                      a->total_bytes % (uint64_t)nth * (uint64_t)k /
+                          (uint64_t)nth;
+    for (int32_t i = 0; i < a->n_mats; i++) {
+        uint64_t bytes = (uint64_t)a->w[i]->rows * a->w_row_bytes[i];
+        if (target >= bytes) {
+            target -= bytes;
+            continue;
+        }
+        int64_t row = (int64_t)(target / a->w_row_bytes[i]);
+        row = (row + MATMUL_ROW_ALIGN / 2) / MATMUL_ROW_ALIGN *
+              MATMUL_ROW_ALIGN;
+        if (row >= a->w[i]->rows) return (row_pos){i + 1, 0};
+        return (row_pos){i, row};
+    }
+    return (row_pos){a->n_mats, 0};
+}
+
+static void matmul_task(void *ctx, int ith, int nth) {
+    const matmul_args *a = ctx;
+    /* Phase 1: quantize the activations, token rows split across
+     * threads. */
+    int64_t lo, hi;
+    share_rows(a->n, ith, nth, &lo, &hi);
+    for (int32_t f = 0; f < a->n_fmt; f++)
+        for (int64_t t = lo; t < hi; t++)
+            a->qk->quantize_act_row(a->fmt_type[f], a->x + t * a->cols,
+                                    a->fmt_data[f] + t * a->fmt_row_bytes[f],
+                                    a->cols);
+    cpu_pool_barrier(a->pool);
+
+    /* Phase 2: this thread's rows of every matrix, for all tokens. */
+    row_pos from = matmul_boundary(a, ith, nth);
+    row_pos to = matmul_boundary(a, ith + 1, nth);
+    for (int32_t i = from.mat; i <= to.mat && i < a->n_mats; i++) {
+        int64_t r0 = i == from.mat ? from.row : 0;
+        int64_t r1 = i == to.mat ? to.row : a->w[i]->rows;
+        const tr_weight *w = a->w[i];
+        int32_t f = a->mat_fmt[i];
+        for (int64_t rb = r0; rb < r1; rb += MATMUL_ROW_BLOCK) {
+            int64_t re = TR_MIN(rb + MATMUL_ROW_BLOCK, r1);
+            for (int32_t tb = 0; tb < a->n; tb += MATMUL_TOK_BLOCK) {
+                int32_t nt = TR_MIN(MATMUL_TOK_BLOCK, a->n - tb);
+                a->qk->matmul_tile(
+                    w->type, w->data, a->w_row_bytes[i], a->cols,
+                    a->fmt_data[f] + (size_t)tb * a->fmt_row_bytes[f],
+                    a->fmt_row_bytes[f], nt,
+                    a->out[i] + (int64_t)tb * w->rows, (size_t)w->rows, rb,
+                    re, a->accumulate);
+            }
+        }
+    }
+}
+
+void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
+                   const tr_weight *const *w, const float *x, int32_t n,
+                   bool accumulate) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0 || n_mats <= 0) return;
+    TR_ASSERT(n_mats <= MATMUL_MAX_MATS);
+    matmul_args a = {
+        .qk = c->qk,
+        .pool = c->pool,
+        .n_mats = n_mats,
+        .w = w,
+        .accumulate = accumulate,
+        .cols = w[0]->cols,
+    };
+    size_t act_bytes = 0;
+    int64_t rows_total = 0;
+    for (int32_t i = 0; i < n_mats; i++) {
+        uint64_t rb = 0;
+        bool ok = w[i]->cols == a.cols && w[i]->rows >= 0 &&
+                  cpu_quant_supported(w[i]->type, a.cols) &&
+                  tr_dtype_row_bytes(w[i]->type, (uint64_t)a.cols, &rb);
+        TR_ASSERT(ok); /* shapes are checked when the model loads */
+        a.w_row_bytes[i] = (size_t)rb;
+        a.total_bytes += (uint64_t)w[i]->rows * rb;
+        rows_total += w[i]->rows;
+        int32_t f = 0;
+        while (f < a.n_fmt && a.fmt_type[f] != w[i]->type) f++;
+        if (f == a.n_fmt) {
+            a.fmt_type[f] = w[i]->type;
+            a.fmt_row_bytes[f] = cpu_quant_act_row_bytes(w[i]->type, a.cols);
+            act_bytes += a.fmt_row_bytes[f] * (size_t)n;
+            a.n_fmt++;
+        }
+        a.mat_fmt[i] = f;
+    }
+    /* The activation scratch is a few hundred bytes per token and weight
+     * type. If it cannot grow to the whole batch, the tokens go through in
+     * chunks that fit (the results do not depend on the chunking). */
+    size_t tok_bytes = act_bytes / (size_t)n;
+    int32_t chunk = n;
+    if (!cpu_scratch_reserve(&c->act, &c->act_cap, act_bytes)) {
+        chunk = (int32_t)TR_MIN((size_t)n, c->act_cap / tok_bytes);
+        TR_ASSERT(chunk >= 1); /* not even one token's worth: out of memory */
+    }
+    uint8_t *p = c->act;
+    for (int32_t f = 0; f < a.n_fmt; f++) {
+        a.fmt_data[f] = p;
+        p += a.fmt_row_bytes[f] * (size_t)chunk;
+    }
+    for (int32_t t0 = 0; t0 < n; t0 += chunk) {
+        a.n = TR_MIN(chunk, n - t0);
+        a.x = x + (int64_t)t0 * a.cols;
+        for (int32_t i = 0; i < n_mats; i++)
+            a.out[i] = out[i] + (int64_t)t0 * w[i]->rows;
+        int64_t work = (int64_t)a.n * rows_total * a.cols;
+        /* A share below ~2 row groups wastes the wake-up. */
+        int nth = op_threads(c, work, 131072);
+        nth = (int)TR_MIN((int64_t)nth,
+                          TR_MAX(1, rows_total / (2 * MATMUL_ROW_ALIGN)));
+        cpu_pool_run(c->pool, nth, matmul_task, &a);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* rmsnorm                                                             */
+
+typedef struct rmsnorm_args {
+    const cpu_op_kernels *k;
+    float *out;
+    const float *x, *w;
+    int32_t n, dim;
+    float eps;
+} rmsnorm_args;
+
+static void rmsnorm_task(void *ctx, int ith, int nth) {
+    const rmsnorm_args *a = ctx;
+    int64_t lo, hi;
+    share_rows(a->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        a->k->rmsnorm_row(a->out + i * a->dim, a->x + i * a->dim, a->w,
+                          a->dim, a->eps);
+}
+
+void cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
+                    const float *w, int32_t n, int32_t dim, float eps) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0 || dim <= 0) return;
+    rmsnorm_args a = {c->k, out, x, w, n, dim, eps};
+    int nth = op_threads(c, (int64_t)n * dim, 8192);
+    cpu_pool_run(c->pool, TR_MIN(nth, n), rmsnorm_task, &a);
+}
+
+/* ------------------------------------------------------------------ */
+/* rope                                                                */
+
+/* Pairs whose inverse frequencies are tabulated once per call; a larger
+ * head computes the rest inline with the same formula. */
+#define ROPE_TABLE_PAIRS 512
+
+typedef struct rope_args {
+    const cpu_op_kernels *k;
+    float *x;
+    int32_t n, n_heads, head_dim;
+    const int32_t *pos;
+    double base;
+    const double *inv_freq; /* [min(half, ROPE_TABLE_PAIRS)] */
+    float *table;           /* [n][half][2] cos, sin; NULL: no memory */
+    bool table_valid;       /* the table already holds these positions */
+} rope_args;
+
+static double rope_inv_freq(double base, int32_t i, int32_t head_dim) {
+    return pow(base, -(double)(2 * i) / (double)head_dim);
+}
+
+/* cs[2i], cs[2i+1] = cos, sin of pair i0 + i of token t, i < cnt. The
+ * angle is computed in double from the position (no running product, so
+ * no error that grows with the pair index), then rounded once to float. */
+static void rope_angles(const rope_args *a, int64_t t, int32_t i0,
+                        int32_t cnt, float *cs) {
+    double p = (double)a->pos[t];
+    for (int32_t i = 0; i < cnt; i++) {
+        int32_t pi = i0 + i;
+        double f = pi < ROPE_TABLE_PAIRS
+                       ? a->inv_freq[pi]
+                       : rope_inv_freq(a->base, pi, a->head_dim);
+        double sn, cn;
+        sincos(p * f, &sn, &cn);
+        cs[2 * i] = (float)cn;
+        cs[2 * i + 1] = (float)sn;
+    }
+}
+
+static void rope_task(void *ctx, int ith, int nth) {
+    const rope_args *a = ctx;
+    int32_t half = a->head_dim / 2;
+    int64_t lo, hi;
+    share_rows(a->n, ith, nth, &lo, &hi);
+    int64_t row = (int64_t)a->n_heads * a->head_dim;
+    if (a->table) {
+        for (int64_t t = lo; t < hi; t++) {
+            float *cs = a->table + t * 2 * half;
+            if (!a->table_valid) rope_angles(a, t, 0, half, cs);
+            a->k->rope_row(a->x + t * row, a->n_heads, a->head_dim, cs);
+        }
+        return;
+    }
+    /* No table memory: angles on the stack, ROPE_TABLE_PAIRS at a time
+     * (same values, same rotation). */
+    float cs[2 * ROPE_TABLE_PAIRS];
+    for (int64_t t = lo; t < hi; t++) {
+        for (int32_t i0 = 0; i0 < half; i0 += ROPE_TABLE_PAIRS) {
+            int32_t cnt = TR_MIN(ROPE_TABLE_PAIRS, half - i0);
+            rope_angles(a, t, i0, cnt, cs);
+            for (int32_t h = 0; h < a->n_heads; h++) {
+                float *v = a->x + t * row + (int64_t)h * a->head_dim + 2 * i0;
+                a->k->rope_row(v, 1, 2 * cnt, cs);
+            }
+        }
+    }
+}
+
+void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+                 int32_t head_dim, const int32_t *pos, float freq_base) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0 || n_heads <= 0 || head_dim < 2) return;
+    double inv_freq[ROPE_TABLE_PAIRS];
+    int32_t half = head_dim / 2;
+    for (int32_t i = 0; i < TR_MIN(half, ROPE_TABLE_PAIRS); i++)
+        inv_freq[i] = rope_inv_freq(freq_base, i, head_dim);
+    rope_args a = {c->k, x, n, n_heads, head_dim, pos, freq_base, inv_freq,
+                   NULL, false};
+    /* A forward pass ropes Q and K of every layer at the same positions:
+     * the angle table of the last call is kept and reused when the
+     * positions, head size and base are the same (compared by value). */
+    cpu_rope_cache *rc = &c->rope;
+    size_t cs_bytes = (size_t)n * (size_t)half * 2 * sizeof(float);
+    if (rc->n == n && rc->head_dim == head_dim && rc->base == freq_base &&
+        memcmp(rc->pos, pos, (size_t)n * sizeof(int32_t)) == 0) {
+        a.table = rc->cs;
+        a.table_valid = true;
+    } else {
+        rc->n = -1; /* invalid until filled */
+        if (cpu_scratch_reserve(&rc->cs, &rc->cs_cap, cs_bytes) &&
+            cpu_scratch_reserve(&rc->pos, &rc->pos_cap,
+                                (size_t)n * sizeof(int32_t))) {
+            a.table = rc->cs;
+            memcpy(rc->pos, pos, (size_t)n * sizeof(int32_t));
+        }
+    }
+    /* Rotating a token costs ~n_heads*half multiply-adds; computing its
+     * angles ~half sin/cos (~40 ns each). */
+    int64_t work = a.table_valid ? (int64_t)n * n_heads * half / 16
+                                 : (int64_t)n * half;
+    int nth = op_threads(c, work, 128);
+    cpu_pool_run(c->pool, TR_MIN(nth, n), rope_task, &a);
+    if (a.table && !a.table_valid) {
+        rc->n = n;
+        rc->head_dim = head_dim;
+        rc->base = freq_base;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* swiglu, add, get_rows                                               */
+
+typedef struct elem_args {
+    const cpu_op_kernels *k;
+    float *out;
+    const float *a, *b;
+    int64_t n;
+} elem_args;
+
+static void swiglu_task(void *ctx, int ith, int nth) {
+    const elem_args *e = ctx;
+    int64_t lo, hi;
+    share_elems(e->n, ith, nth, &lo, &hi);
+    if (hi > lo) e->k->swiglu(e->out + lo, e->a + lo, e->b + lo, hi - lo);
+}
+
+void cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
+                   const float *up, int64_t n) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0) return;
+    elem_args e = {c->k, out, gate, up, n};
+    cpu_pool_run(c->pool, op_threads(c, n, 8192), swiglu_task, &e);
+}
+
+static void add_task(void *ctx, int ith, int nth) {
+    const elem_args *e = ctx;
+    int64_t lo, hi;
+    share_elems(e->n, ith, nth, &lo, &hi);
+    if (hi > lo) e->k->add(e->out + lo, e->a + lo, hi - lo);
+}
+
+void cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n) {
+    cpu_backend *c = cpu_of(be);
+    if (n <= 0) return;
+    elem_args e = {c->k, out, x, NULL, n};
+    /* Memory-bound: only worth splitting when large. */
+    cpu_pool_run(c->pool, op_threads(c, n, 65536), add_task, &e);
+}
+
+void cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
+                     const int32_t *rows, int32_t n) {
+    (void)be;
+    for (int32_t i = 0; i < n; i++)
+        memcpy(out + (int64_t)i * dim, x + (int64_t)rows[i] * dim,
+               (size_t)dim * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ */
+/* kv_store and attention: paged KV addressing                         */
+
+/* Element offset of row (page, slot) of kind c (0 = K, 1 = V) of a layer,
+ * per the layout in backend.h. */
+static inline size_t kv_row_offset(const tr_kv_layout *kv, int32_t layer,
+                                   int64_t page, int c, int32_t slot) {
+    size_t kv_dim = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
+    return ((((size_t)page * (size_t)kv->n_layers + (size_t)layer) * 2 +
+             (size_t)c) *
+                (size_t)kv->page_size +
+            (size_t)slot) *
+           kv_dim;
+}
+
+/* Checks (once per op, on the calling thread) that every page a token
+ * reads or writes exists: the scheduler builds batches, so a violation is
+ * a bug upstream, and it would otherwise corrupt memory. */
+static void check_batch_pages(const tr_kv_layout *kv, const tr_batch *b,
+                              bool all_positions) {
+    /* Pages already checked for the previous token's sequence: a prefill
+     * chunk's tokens are adjacent, so each page is checked about once. */
+    int32_t last_s = -1, checked = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        int32_t s = b->seq[t], p = b->pos[t];
+        TR_ASSERT(s >= 0 && s < b->n_seqs && p >= 0);
+        int32_t last = p / kv->page_size;
+        TR_ASSERT(last < b->n_pages[s]);
+        if (s != last_s) checked = 0;
+        int32_t first = all_positions ? checked : last;
+        for (int32_t i = first; i <= last; i++) {
+            int32_t pg = b->page_table[s][i];
+            TR_ASSERT(pg >= 0 && pg < kv->n_pages);
+        }
+        if (all_positions) {
+            last_s = s;
+            checked = TR_MAX(checked, last + 1);
+        }
+    }
+}
+
+typedef struct kv_store_args {
+    const cpu_op_kernels *k;
+    const tr_kv_layout *kv;
+    int32_t layer;
+    const float *src[2]; /* K, V */
+    const tr_batch *b;
+} kv_store_args;
+
+static void kv_store_task(void *ctx, int ith, int nth) {
+    const kv_store_args *a = ctx;
+    const tr_kv_layout *kv = a->kv;
+    bool f16 = kv->type == TR_DTYPE_F16;
+    size_t esize = f16 ? 2 : 4;
+    int32_t kv_dim = kv->n_kv_heads * kv->head_dim;
+    int64_t lo, hi;
+    share_rows(a->b->n_tokens, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        int32_t s = a->b->seq[t], p = a->b->pos[t];
+        int64_t page = a->b->page_table[s][p / kv->page_size];
+        int32_t slot = p % kv->page_size;
+        for (int c = 0; c < 2; c++) {
+            size_t off = kv_row_offset(kv, a->layer, page, c, slot);
+            a->k->store_row((uint8_t *)kv->base + off * esize,
+                            a->src[c] + t * kv_dim, kv_dim, f16);
+        }
+    }
+}
+
+void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
+                     const float *k, const float *v, const tr_batch *b) {
+    cpu_backend *c = cpu_of(be);
+    if (b->n_tokens <= 0) return;
+    TR_ASSERT(kv->type == TR_DTYPE_F16 || kv->type == TR_DTYPE_F32);
+    TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
+    check_batch_pages(kv, b, false);
+    kv_store_args a = {c->k, kv, layer, {k, v}, b};
+    int64_t work = (int64_t)b->n_tokens * kv->n_kv_heads * kv->head_dim;
+    cpu_pool_run(c->pool, TR_MIN(op_threads(c, work, 16384), b->n_tokens),
+                 kv_store_task, &a);
+}
+
+/* Attention.
+ *
+ * One (token t, head h) attends to positions 0..p in blocks of
+ * CPU_ATTN_BLOCK positions. A block gives a partial
+ *   [m, l, acc[hd]]: m = max score, l = sum exp(s - m), acc = sum exp(s-m) v
+ * and partials fold left to right:
+ *   M = max(m1, m2), a = exp(m1 - M), b = exp(m2 - M),
+ *   l = l1 a + l2 b, acc = acc1 a + acc2 b;   out = acc / l.
+ * A "unit" is (token, KV head): the query heads sharing that KV head run
+ * together per block, so the block's K/V rows are read from memory once.
+ *
+ * Two schedules, bit-identical by construction:
+ * - per unit: a thread folds all blocks of a unit as it computes them
+ *   (prefill, or decode of many sequences: plenty of units);
+ * - split: phase 1 computes every (unit, block) partial into scratch,
+ *   barrier, phase 2 folds each (token, head) (decode of a few sequences
+ *   over long contexts: few units, many blocks). */
+
+/* Stack floats per unit pass: 2 partials per head + the block's scores. */
+#define ATTN_STACK_FLOATS 8192
+
+typedef struct attn_args {
+    const cpu_op_kernels *k;
+    float *out;
+    const float *q;
+    const tr_kv_layout *kv;
+    int32_t layer;
+    const tr_batch *b;
+    int32_t n_heads, group, hd;
+    size_t kv_dim, esize;
+    bool f16;
+    float scale;
+    int32_t heads_per_pass; /* query heads whose partials fit the stack */
+
+    _Atomic int64_t next;  /* next unit / phase-1 item */
+    _Atomic int64_t next2; /* next phase-2 item */
+    cpu_pool *pool;
+    /* split schedule only */
+    float *part;          /* [blocks][n_heads][hd + 2] */
+    const int64_t *boff;  /* [n_tokens + 1] first block of each token */
+} attn_args;
+
+/* Partials of query heads [h0, h1) of KV head kvh, token t, block blk,
+ * into dst[(h - h0) * (hd + 2)]. */
+static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
+                       int32_t h0, int32_t h1, int32_t blk, float *dst,
+                       float *scores) {
+    const tr_kv_layout *kv = a->kv;
+    int32_t s = a->b->seq[t], p = a->b->pos[t];
+    const int32_t *pt = a->b->page_table[s];
+    int32_t ps = kv->page_size, hd = a->hd;
+    int32_t j0 = blk * CPU_ATTN_BLOCK;
+    int32_t j1 = TR_MIN(j0 + CPU_ATTN_BLOCK, p + 1);
+    int32_t len = j1 - j0;
+    const uint8_t *base = kv->base;
+    size_t head_off = (size_t)kvh * (size_t)hd;
+
+    for (int32_t h = h0; h < h1; h++) {
+        const float *qh = a->q + ((int64_t)t * a->n_heads + h) * hd;
+        float *part = dst + (size_t)(h - h0) * (size_t)(hd + 2);
+        /* Scores, page run by page run (rows of a run are contiguous). */
+        float m = -INFINITY;
+        for (int32_t j = j0; j < j1;) {
+            int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
+            size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 0, j % ps) +
+                         head_off;
+            float rm = a->k->attn_scores(scores + (j - j0), qh,
+                                         base + off * a->esize, a->kv_dim,
+                                         end - j, hd, a->f16, a->scale);
+            m = rm > m ? rm : m;
+            j = end;
+        }
+        float l = a->k->attn_exp_sum(scores, len, m);
+        float *acc = part + 2;
+        memset(acc, 0, (size_t)hd * sizeof(float));
+        for (int32_t j = j0; j < j1;) {
+            int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
+            size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 1, j % ps) +
+                         head_off;
+            a->k->attn_accum(acc, scores + (j - j0), base + off * a->esize,
+                             a->kv_dim, end - j, hd, a->f16);
+            j = end;
+        }
+        part[0] = m;
+        part[1] = l;
+    }
+}
+
+/* state = fold(state, p); both [m, l, acc[hd]]. */
+static void attn_merge(float *state, const float *p, int32_t hd) {
+    float m1 = state[0], m2 = p[0];
+    float mx = m1 > m2 ? m1 : m2;
+    float ea = expf(m1 - mx), eb = expf(m2 - mx);
+    state[0] = mx;
+    state[1] = state[1] * ea + p[1] * eb;
+    float *acc = state + 2;
+    const float *pa = p + 2;
+    for (int32_t d = 0; d < hd; d++) acc[d] = acc[d] * ea + pa[d] * eb;
+}
+
+static void attn_finish(float *out, const float *state, int32_t hd) {
+    float l = state[1];
+    for (int32_t d = 0; d < hd; d++) out[d] = state[2 + d] / l;
+}
+
+static int32_t attn_blocks(int32_t pos) { return pos / CPU_ATTN_BLOCK + 1; }
+
+/* Per-unit schedule: units claimed dynamically (their costs differ with
+ * the position; which thread runs a unit does not change its result). */
+static void attn_unit_task(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    attn_args *a = ctx;
+    float buf[ATTN_STACK_FLOATS];
+    int32_t n_kv = a->kv->n_kv_heads, hd = a->hd;
+    int64_t n_units = (int64_t)a->b->n_tokens * n_kv;
+    size_t pstride = (size_t)hd + 2;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&a->next, 1,
+                                              memory_order_relaxed);
+        if (u >= n_units) break;
+        int32_t t = (int32_t)(u / n_kv), kvh = (int32_t)(u % n_kv);
+        int32_t nb = attn_blocks(a->b->pos[t]);
+        for (int32_t h0 = kvh * a->group; h0 < (kvh + 1) * a->group;
+             h0 += a->heads_per_pass) {
+            int32_t h1 = TR_MIN(h0 + a->heads_per_pass, (kvh + 1) * a->group);
+            size_t nh = (size_t)(h1 - h0);
+            float *state = buf;
+            float *tmp = buf + nh * pstride;
+            float *scores = tmp + nh * pstride;
+            attn_block(a, t, kvh, h0, h1, 0, state, scores);
+            for (int32_t blk = 1; blk < nb; blk++) {
+                attn_block(a, t, kvh, h0, h1, blk, tmp, scores);
+                for (size_t i = 0; i < nh; i++)
+                    attn_merge(state + i * pstride, tmp + i * pstride, hd);
+            }
+            for (size_t i = 0; i < nh; i++)
+                attn_finish(a->out + ((int64_t)t * a->n_heads + h0 +
+                                      (int64_t)i) * hd,
+                            state + i * pstride, hd);
+        }
+    }
+}
+
+/* Split schedule. Phase-1 item i: the tokens' items are laid out token by
+ * token, (kv head, block) within a token. */
+static void attn_split_task(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    attn_args *a = ctx;
+    float scores[CPU_ATTN_BLOCK];
+    int32_t n_kv = a->kv->n_kv_heads, hd = a->hd;
+    int32_t n_tok = a->b->n_tokens;
+    size_t pstride = (size_t)hd + 2;
+    int64_t n_items = a->boff[n_tok] * n_kv;
+    int32_t t = 0;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&a->next, 1,
+                                              memory_order_relaxed);
+        if (i >= n_items) break;
+        /* Items are claimed in increasing order: advance t. */
+        while (a->boff[t + 1] * n_kv <= i) t++;
+        int64_t local = i - a->boff[t] * n_kv;
+        int32_t nb = (int32_t)(a->boff[t + 1] - a->boff[t]);
+        int32_t kvh = (int32_t)(local / nb), blk = (int32_t)(local % nb);
+        int32_t h0 = kvh * a->group;
+        float *dst = a->part +
+                     ((size_t)(a->boff[t] + blk) * (size_t)a->n_heads +
+                      (size_t)h0) * pstride;
+        attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores);
+    }
+    cpu_pool_barrier(a->pool);
+    int64_t n_out = (int64_t)n_tok * a->n_heads;
+    float state[CPU_ATTN_MAX_HEAD_DIM + 2];
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&a->next2, 1,
+                                              memory_order_relaxed);
+        if (i >= n_out) break;
+        int32_t tt = (int32_t)(i / a->n_heads), h = (int32_t)(i % a->n_heads);
+        int64_t b0 = a->boff[tt], b1 = a->boff[tt + 1];
+        const float *p0 = a->part + ((size_t)b0 * a->n_heads + h) * pstride;
+        memcpy(state, p0, pstride * sizeof(float));
+        for (int64_t blk = b0 + 1; blk < b1; blk++)
+            attn_merge(state,
+                       a->part + ((size_t)blk * a->n_heads + h) * pstride, hd);
+        attn_finish(a->out + i * hd, state, hd);
+    }
+}
+
+void cpu_op_attention(tr_backend *be, float *out, const float *q,
+                      const tr_kv_layout *kv, int32_t layer,
+                      const tr_batch *b, int32_t n_heads, float scale) {
+    cpu_backend *c = cpu_of(be);
+    int32_t n_tok = b->n_tokens;
+    if (n_tok <= 0) return;
+    int32_t n_kv = kv->n_kv_heads, hd = kv->head_dim;
+    TR_ASSERT(kv->type == TR_DTYPE_F16 || kv->type == TR_DTYPE_F32);
+    TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
+    TR_ASSERT(n_kv >= 1 && n_heads >= n_kv && n_heads % n_kv == 0);
+    TR_ASSERT(hd >= 1 && hd <= CPU_ATTN_MAX_HEAD_DIM);
+    check_batch_pages(kv, b, true);
+
+    attn_args a = {
+        .k = c->k,
+        .out = out,
+        .q = q,
+        .kv = kv,
+        .layer = layer,
+        .b = b,
+        .n_heads = n_heads,
+        .group = n_heads / n_kv,
+        .hd = hd,
+        .kv_dim = (size_t)n_kv * (size_t)hd,
+        .esize = kv->type == TR_DTYPE_F16 ? 2 : 4,
+        .f16 = kv->type == TR_DTYPE_F16,
+        .scale = scale,
+        .pool = c->pool,
+    };
+    a.heads_per_pass = (int32_t)((ATTN_STACK_FLOATS - CPU_ATTN_BLOCK) /
+                                 (2 * ((size_t)hd + 2)));
+    atomic_init(&a.next, 0);
+    atomic_init(&a.next2, 0);
+
+    int64_t blocks = 0, work = 0;
+    int32_t max_nb = 0;
+    for (int32_t t = 0; t < n_tok; t++) {
+        int32_t nb = attn_blocks(b->pos[t]);
+        blocks += nb;
+        max_nb = TR_MAX(max_nb, nb);
+        work += ((int64_t)b->pos[t] + 1) * n_heads * hd;
+    }
+    /* ~64K multiply-adds (~10 us) per thread at least. */
+    int nth = op_threads(c, work, 65536);
+    int64_t units = (int64_t)n_tok * n_kv;
+    bool split = nth > 1 && max_nb > 1 && units < 4 * (int64_t)nth;
+    if (split) {
+        size_t part_bytes = (size_t)blocks * (size_t)n_heads *
+                            ((size_t)hd + 2) * sizeof(float);
+        part_bytes = (part_bytes + 63) & ~(size_t)63; /* boff alignment */
+        size_t off_bytes = ((size_t)n_tok + 1) * sizeof(int64_t);
+        /* On allocation failure the per-unit schedule gives the same
+         * result, just with less parallelism. */
+        if (cpu_scratch_reserve(&c->attn, &c->attn_cap,
+                                part_bytes + off_bytes)) {
+            int64_t *boff = (int64_t *)((uint8_t *)c->attn + part_bytes);
+            boff[0] = 0;
+            for (int32_t t = 0; t < n_tok; t++)
+                boff[t + 1] = boff[t] + attn_blocks(b->pos[t]);
+            a.part = c->attn;
+            a.boff = boff;
+            cpu_pool_run(c->pool, nth, attn_split_task, &a);
+            return;
+        }
+    }
+    cpu_pool_run(c->pool, (int)TR_MIN((int64_t)nth, units), attn_unit_task,
+                 &a);
+}

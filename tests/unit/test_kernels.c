@@ -1,0 +1,1094 @@
+/* test_kernels.c — the CPU backend (kernels/cpu) against straightforward
+ * scalar references computed in double, for both kernel sets (portable via
+ * TRELLIS_CPU=portable, and AVX2 where the CPU has it) and 1, 2 and 3
+ * threads; plus the worker pool, paged attention with random page tables,
+ * and the determinism contract of kernels/backend.h (a token's outputs are
+ * bitwise the same alone or in any batch, on any number of threads).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/threadpool.h"
+#include "runtime/base/util.h"
+
+/* ---- helpers ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void) {
+    /* splitmix64 */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float rnd(float lo, float hi) {
+    return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+static int rnd_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+static void fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = rnd(lo, hi);
+}
+
+static bool cpu_has_avx2(void) {
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+/* Kernel sets to test: 0 = portable, 1 = avx2 (when available). */
+static int n_ksets(void) { return cpu_has_avx2() ? 2 : 1; }
+
+static tr_backend *make_backend(int kset, int threads) {
+    if (kset == 0)
+        setenv("TRELLIS_CPU", "portable", 1);
+    else
+        unsetenv("TRELLIS_CPU");
+    tr_backend *be = NULL;
+    assert_int_equal(tr_backend_cpu_new(threads, &be), TR_OK);
+    assert_non_null(be);
+    assert_string_equal(tr_backend_cpu_kernels(be),
+                        kset == 0 ? "portable" : "avx2");
+    assert_int_equal(tr_backend_cpu_threads(be), threads);
+    unsetenv("TRELLIS_CPU");
+    return be;
+}
+
+/* |got - want| <= atol + rtol * |want|, reporting the first failure. */
+static void check_close(const float *got, const double *want, size_t n,
+                        double atol, double rtol, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (!(err <= atol + rtol * fabs(want[i]))) {
+            fail_msg("%s[%zu]: got %.9g want %.9g (err %.3g)", what, i,
+                     (double)got[i], want[i], err);
+        }
+    }
+}
+
+static float f16_round(float x) { return cpu_fp16_to_fp32(cpu_fp32_to_fp16(x)); }
+
+/* ---- the worker pool ---- */
+
+typedef struct pool_ctx {
+    cpu_pool *pool;
+    _Atomic int calls[8];
+    _Atomic int errors;
+    int slots[8];
+    int rounds;
+} pool_ctx;
+
+static void count_task(void *ctx, int ith, int nth) {
+    pool_ctx *c = ctx;
+    if (ith < 0 || ith >= nth) atomic_fetch_add(&c->errors, 1);
+    atomic_fetch_add(&c->calls[ith], 1);
+}
+
+static void barrier_task(void *ctx, int ith, int nth) {
+    pool_ctx *c = ctx;
+    for (int r = 0; r < c->rounds; r++) {
+        c->slots[ith] = r * 100 + ith;
+        cpu_pool_barrier(c->pool);
+        for (int j = 0; j < nth; j++)
+            if (c->slots[j] != r * 100 + j) atomic_fetch_add(&c->errors, 1);
+        cpu_pool_barrier(c->pool);
+    }
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    cpu_pool *bad = NULL;
+    assert_int_equal(cpu_pool_new(0, &bad), TR_ERR_INVALID_ARG);
+    assert_int_equal(cpu_pool_new(TR_POOL_MAX_THREADS + 1, &bad),
+                     TR_ERR_INVALID_ARG);
+    assert_null(bad);
+    for (int n = 1; n <= 4; n++) {
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        assert_int_equal(cpu_pool_new(n, &c.pool), TR_OK);
+        assert_int_equal(cpu_pool_size(c.pool), n);
+        int expect[8] = {0};
+        for (int i = 0; i < 3000; i++) {
+            int nth = 1 + i % (n + 1); /* n + 1 is clamped to n */
+            cpu_pool_run(c.pool, nth, count_task, &c);
+            for (int j = 0; j < TR_POOL_MAX_THREADS && j < TR_MIN(nth, n); j++)
+                expect[j]++;
+        }
+        for (int j = 0; j < 8; j++) assert_int_equal(c.calls[j], expect[j]);
+        c.rounds = 200;
+        for (int nth = 1; nth <= n; nth++)
+            cpu_pool_run(c.pool, nth, barrier_task, &c);
+        assert_int_equal(c.errors, 0);
+        cpu_pool_free(c.pool);
+    }
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs after the workers have gone to sleep (> TR_POOL_SPIN_NS idle) must
+ * wake them. */
+static void test_pool_sleep_wake(void **state) {
+    (void)state;
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    assert_int_equal(cpu_pool_new(3, &c.pool), TR_OK);
+    for (int i = 0; i < 5; i++) {
+        sleep_ms(3);
+        cpu_pool_run(c.pool, 3, count_task, &c);
+        c.rounds = 3;
+        sleep_ms(1);
+        cpu_pool_run(c.pool, 3, barrier_task, &c);
+    }
+    for (int j = 0; j < 3; j++) assert_int_equal(c.calls[j], 5);
+    assert_int_equal(c.errors, 0);
+    cpu_pool_free(c.pool);
+}
+
+/* ---- backend basics ---- */
+
+static void test_backend_basics(void **state) {
+    (void)state;
+    tr_backend *be = NULL;
+    assert_int_equal(tr_backend_cpu_new(TR_POOL_MAX_THREADS + 1, &be),
+                     TR_ERR_INVALID_ARG);
+    assert_null(be);
+    assert_int_equal(tr_backend_cpu_new(1, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_backend_cpu_new(0, &be), TR_OK); /* one per core */
+    assert_true(tr_backend_cpu_threads(be) >= 1);
+    assert_true(be->host_memory);
+    assert_non_null(be->ops->name);
+    void *p = NULL;
+    assert_int_equal(be->ops->alloc(be, 1000, &p), TR_OK);
+    assert_true(((uintptr_t)p & 63) == 0);
+    char src[1000], dst[1000];
+    for (int i = 0; i < 1000; i++) src[i] = (char)(i * 7);
+    assert_int_equal(be->ops->upload(be, p, src, sizeof src), TR_OK);
+    assert_int_equal(be->ops->download(be, dst, p, sizeof dst), TR_OK);
+    assert_memory_equal(src, dst, sizeof src);
+    assert_int_equal(be->ops->upload(be, NULL, src, 0), TR_OK);
+    assert_int_equal(be->ops->synchronize(be), TR_OK);
+    be->ops->free(be, p);
+    be->ops->free(be, NULL);
+    tr_backend_free(be);
+    tr_backend_free(NULL);
+    assert_null(tr_backend_cpu_kernels(NULL));
+    assert_int_equal(tr_backend_cpu_threads(NULL), 0);
+
+    be = make_backend(0, 2);
+    assert_string_equal(tr_backend_cpu_kernels(be), "portable");
+    tr_backend_free(be);
+}
+
+/* ---- elementwise and row ops ---- */
+
+static void ref_rmsnorm(double *out, const float *x, const float *w, int n,
+                        int dim, float eps) {
+    for (int i = 0; i < n; i++) {
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)x[i * dim + j] * x[i * dim + j];
+        double sc = 1.0 / sqrt(ss / dim + eps);
+        for (int j = 0; j < dim; j++) out[i * dim + j] = x[i * dim + j] * sc * w[j];
+    }
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    const int dims[] = {576, 13, 64};
+    const int ns[] = {1, 5, 40};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (int di = 0; di < 3; di++)
+                for (int ni = 0; ni < 3; ni++) {
+                    int dim = dims[di], n = ns[ni];
+                    size_t sz = (size_t)n * dim;
+                    float *x = malloc(sz * 4), *out = malloc(sz * 4),
+                          *w = malloc((size_t)dim * 4);
+                    double *ref = malloc(sz * 8);
+                    fill(x, sz, -3, 3);
+                    fill(w, (size_t)dim, -2, 2);
+                    ref_rmsnorm(ref, x, w, n, dim, 1e-5f);
+                    be->ops->rmsnorm(be, out, x, w, n, dim, 1e-5f);
+                    check_close(out, ref, sz, 1e-6, 2e-6, "rmsnorm");
+                    /* In place gives the same bits. */
+                    be->ops->rmsnorm(be, x, x, w, n, dim, 1e-5f);
+                    assert_memory_equal(x, out, sz * 4);
+                    free(x);
+                    free(out);
+                    free(w);
+                    free(ref);
+                }
+            tr_backend_free(be);
+        }
+}
+
+static void ref_rope(double *out, const float *x, int n, int n_heads, int hd,
+                     const int32_t *pos, double base) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < hd / 2; i++) {
+                double th = pos[t] * pow(base, -2.0 * i / hd);
+                size_t o = ((size_t)t * n_heads + h) * hd + 2 * i;
+                double a = x[o], b = x[o + 1];
+                out[o] = a * cos(th) - b * sin(th);
+                out[o + 1] = a * sin(th) + b * cos(th);
+            }
+}
+
+/* The AVX2 rotation does the portable loop's arithmetic: same bits. */
+static void test_rope_kernel_sets_agree(void **state) {
+    (void)state;
+    if (n_ksets() < 2) skip();
+    const int n = 9, nh = 3, hd = 64;
+    float x0[n * nh * hd], x1[n * nh * hd];
+    int32_t pos[n];
+    fill(x0, TR_ARRAY_LEN(x0), -4, 4);
+    memcpy(x1, x0, sizeof x0);
+    for (int i = 0; i < n; i++) pos[i] = rnd_int(100000);
+    tr_backend *p = make_backend(0, 1), *a = make_backend(1, 2);
+    p->ops->rope(p, x0, n, nh, hd, pos, 10000.0f);
+    a->ops->rope(a, x1, n, nh, hd, pos, 10000.0f);
+    assert_memory_equal(x0, x1, sizeof x0);
+    tr_backend_free(p);
+    tr_backend_free(a);
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    struct {
+        int n, n_heads, hd;
+        float base;
+    } cases[] = {{1, 9, 64, 100000.0f}, {7, 3, 64, 10000.0f},
+                 {40, 2, 6, 10000.0f}, {3, 1, 1100, 500000.0f}};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
+                int n = cases[ci].n, nh = cases[ci].n_heads, hd = cases[ci].hd;
+                size_t sz = (size_t)n * nh * hd;
+                float *x = malloc(sz * 4), *orig = malloc(sz * 4);
+                double *ref = malloc(sz * 8);
+                int32_t *pos = malloc((size_t)n * 4);
+                for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : rnd_int(5000);
+                fill(x, sz, -2, 2);
+                memcpy(orig, x, sz * 4);
+                ref_rope(ref, x, n, nh, hd, pos, cases[ci].base);
+                be->ops->rope(be, x, n, nh, hd, pos, cases[ci].base);
+                check_close(x, ref, sz, 2e-6, 2e-6, "rope");
+                /* Position 0 is the identity. */
+                assert_memory_equal(x, orig, (size_t)nh * hd * 4);
+                /* Again at the same positions (the backend reuses its angle
+                 * table): the same bits. */
+                float *again = malloc(sz * 4);
+                memcpy(again, orig, sz * 4);
+                be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base);
+                assert_memory_equal(again, x, sz * 4);
+                /* Same positions, other base: a different table. */
+                memcpy(again, orig, sz * 4);
+                be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base * 2);
+                if (n > 1) assert_memory_not_equal(again, x, sz * 4);
+                /* One position changed: only that token differs. */
+                if (n > 1) {
+                    memcpy(again, orig, sz * 4);
+                    pos[n - 1] += 1;
+                    be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base);
+                    size_t last = (size_t)(n - 1) * nh * hd;
+                    assert_memory_equal(again, x, last * 4);
+                    assert_memory_not_equal(again + last, x + last,
+                                            (size_t)nh * hd * 4);
+                }
+                free(again);
+                free(x);
+                free(orig);
+                free(ref);
+                free(pos);
+            }
+            tr_backend_free(be);
+        }
+}
+
+static void test_swiglu_add_get_rows(void **state) {
+    (void)state;
+    const int64_t ns[] = {1, 7, 8, 9, 1536, 20001};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ni = 0; ni < TR_ARRAY_LEN(ns); ni++) {
+                int64_t n = ns[ni];
+                float *g = malloc((size_t)n * 4), *u = malloc((size_t)n * 4),
+                      *out = malloc((size_t)n * 4);
+                double *ref = malloc((size_t)n * 8);
+                fill(g, (size_t)n, -20, 20);
+                fill(u, (size_t)n, -3, 3);
+                /* Extremes: far tails of the sigmoid, zero. */
+                const float ext[] = {-100.0f, 100.0f, 0.0f, -87.5f, 88.5f,
+                                     -1e-30f, 30.0f};
+                for (size_t e = 0; e < TR_ARRAY_LEN(ext) && (int64_t)e < n; e++)
+                    g[e] = ext[e];
+                for (int64_t i = 0; i < n; i++)
+                    ref[i] = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+                be->ops->swiglu(be, out, g, u, n);
+                check_close(out, ref, (size_t)n, 1e-35, 2e-6, "swiglu");
+                /* In place (out == gate) gives the same bits. */
+                be->ops->swiglu(be, g, g, u, n);
+                assert_memory_equal(g, out, (size_t)n * 4);
+
+                /* add: exact float sums. */
+                float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+                fill(a, (size_t)n, -5, 5);
+                fill(b, (size_t)n, -5, 5);
+                memcpy(out, a, (size_t)n * 4);
+                be->ops->add(be, out, b, n);
+                for (int64_t i = 0; i < n; i++) {
+                    float want = a[i] + b[i];
+                    assert_memory_equal(&out[i], &want, 4);
+                }
+                free(a);
+                free(b);
+                free(g);
+                free(u);
+                free(out);
+                free(ref);
+            }
+            /* get_rows: gather, repeated and reversed rows. */
+            float x[5 * 6], out[4 * 6];
+            fill(x, 30, -1, 1);
+            const int32_t rows[4] = {4, 0, 4, 2};
+            be->ops->get_rows(be, out, x, 6, rows, 4);
+            for (int i = 0; i < 4; i++)
+                assert_memory_equal(out + i * 6, x + rows[i] * 6, 24);
+            tr_backend_free(be);
+        }
+}
+
+/* ---- quantized blocks (built by hand, dequantized by the test) ---- */
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = cpu_fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+static float get_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return cpu_fp16_to_fp32(h);
+}
+
+/* Random row of `cols` elements of type t (F32, F16, Q4_0, Q4_1, Q8_0,
+ * Q4_K, Q6_K) with sane scales. */
+static void random_row(tr_dtype t, uint8_t *row, int64_t cols) {
+    uint64_t bytes = 0;
+    assert_true(tr_dtype_row_bytes(t, (uint64_t)cols, &bytes));
+    for (uint64_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_next();
+    int64_t bs = tr_dtype_block_size(t), ts = tr_dtype_type_size(t);
+    for (int64_t b = 0; b < cols / bs; b++) {
+        uint8_t *blk = row + b * ts;
+        switch (t) {
+        case TR_DTYPE_F32:
+            for (int i = 0; i < bs; i++) {
+                float v = rnd(-1, 1);
+                memcpy(blk + 4 * i, &v, 4);
+            }
+            break;
+        case TR_DTYPE_F16:
+            put_f16(blk, rnd(-1, 1));
+            break;
+        case TR_DTYPE_Q4_0:
+        case TR_DTYPE_Q8_0:
+            put_f16(blk, rnd(0.001f, 0.05f));
+            break;
+        case TR_DTYPE_Q4_1:
+            put_f16(blk, rnd(0.001f, 0.05f));
+            put_f16(blk + 2, rnd(-0.3f, 0.3f));
+            break;
+        case TR_DTYPE_Q4_K:
+            put_f16(blk, rnd(0.0001f, 0.002f));
+            put_f16(blk + 2, rnd(0.0001f, 0.002f));
+            break;
+        case TR_DTYPE_Q6_K:
+            put_f16(blk + 208, rnd(0.0001f, 0.002f));
+            break;
+        default:
+            fail_msg("random_row: type %d", (int)t);
+        }
+    }
+}
+
+/* The test's own dequantization for the simple types; K-quants go through
+ * the quant module's portable dequantize_row (tested by test_quant). */
+static void ref_dequant(tr_dtype t, const uint8_t *row, double *out,
+                        int64_t cols) {
+    switch (t) {
+    case TR_DTYPE_F32:
+        for (int64_t i = 0; i < cols; i++) {
+            float v;
+            memcpy(&v, row + 4 * i, 4);
+            out[i] = v;
+        }
+        return;
+    case TR_DTYPE_F16:
+        for (int64_t i = 0; i < cols; i++) out[i] = get_f16(row + 2 * i);
+        return;
+    case TR_DTYPE_Q4_0:
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + b * 18;
+            double d = get_f16(blk);
+            for (int i = 0; i < 16; i++) {
+                out[b * 32 + i] = d * ((blk[2 + i] & 15) - 8);
+                out[b * 32 + i + 16] = d * ((blk[2 + i] >> 4) - 8);
+            }
+        }
+        return;
+    case TR_DTYPE_Q4_1:
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + b * 20;
+            double d = get_f16(blk), m = get_f16(blk + 2);
+            for (int i = 0; i < 16; i++) {
+                out[b * 32 + i] = d * (blk[4 + i] & 15) + m;
+                out[b * 32 + i + 16] = d * (blk[4 + i] >> 4) + m;
+            }
+        }
+        return;
+    case TR_DTYPE_Q8_0:
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + b * 34;
+            double d = get_f16(blk);
+            for (int i = 0; i < 32; i++) out[b * 32 + i] = d * (int8_t)blk[2 + i];
+        }
+        return;
+    default: {
+        const cpu_quant_kernels *q = cpu_quant_get("portable");
+        assert_non_null(q);
+        float *tmp = malloc((size_t)cols * 4);
+        q->dequantize_row(t, row, tmp, cols);
+        for (int64_t i = 0; i < cols; i++) out[i] = tmp[i];
+        free(tmp);
+    }
+    }
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    const tr_dtype types[] = {TR_DTYPE_F32, TR_DTYPE_F16, TR_DTYPE_Q8_0,
+                              TR_DTYPE_Q4_1, TR_DTYPE_Q4_K};
+    const int64_t vocab = 50, dim = 256;
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th += 2) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ti = 0; ti < TR_ARRAY_LEN(types); ti++) {
+                tr_dtype t = types[ti];
+                uint64_t rb = 0;
+                assert_true(tr_dtype_row_bytes(t, dim, &rb));
+                uint8_t *table = malloc(rb * vocab);
+                for (int64_t r = 0; r < vocab; r++) random_row(t, table + r * rb, dim);
+                tr_weight w = {table, t, vocab, dim};
+                int32_t ids[70];
+                for (int i = 0; i < 70; i++) ids[i] = rnd_int((int)vocab);
+                ids[3] = -1; /* invalid ids embed as zeros */
+                ids[5] = (int32_t)vocab;
+                float *out = malloc(sizeof(float) * 70 * dim);
+                double *ref = malloc(sizeof(double) * dim);
+                be->ops->embed(be, out, &w, ids, 70);
+                for (int i = 0; i < 70; i++) {
+                    if (i == 3 || i == 5) {
+                        for (int64_t j = 0; j < dim; j++) ref[j] = 0;
+                    } else {
+                        ref_dequant(t, table + ids[i] * rb, ref, dim);
+                    }
+                    /* Dequantization is exact up to one float rounding. */
+                    check_close(out + i * dim, ref, (size_t)dim, 0, 1e-7,
+                                "embed");
+                }
+                free(table);
+                free(out);
+                free(ref);
+            }
+            tr_backend_free(be);
+        }
+}
+
+/* ---- matmul (the quant module's tiles driven by the backend) ---- */
+
+typedef struct mm_case {
+    tr_dtype types[3];
+    int64_t rows[3];
+    int64_t cols;
+} mm_case;
+
+static void test_matmul(void **state) {
+    (void)state;
+    const mm_case cases[] = {
+        {{TR_DTYPE_Q4_1, TR_DTYPE_Q4_1, TR_DTYPE_Q4_1}, {40, 24, 17}, 96},
+        {{TR_DTYPE_Q4_0, TR_DTYPE_Q8_0, TR_DTYPE_F32}, {33, 8, 64}, 64},
+        {{TR_DTYPE_Q4_K, TR_DTYPE_Q6_K, TR_DTYPE_F16}, {16, 9, 24}, 256},
+    };
+    const int ntoks[] = {1, 5, 70};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
+                const mm_case *mc = &cases[ci];
+                int64_t cols = mc->cols;
+                uint8_t *wdata[3];
+                double *wref[3];
+                tr_weight w[3];
+                const tr_weight *wp[3];
+                for (int m = 0; m < 3; m++) {
+                    uint64_t rb = 0;
+                    assert_true(tr_dtype_row_bytes(mc->types[m], cols, &rb));
+                    wdata[m] = malloc(rb * mc->rows[m]);
+                    wref[m] = malloc(sizeof(double) * mc->rows[m] * cols);
+                    for (int64_t r = 0; r < mc->rows[m]; r++) {
+                        random_row(mc->types[m], wdata[m] + r * rb, cols);
+                        ref_dequant(mc->types[m], wdata[m] + r * rb,
+                                    wref[m] + r * cols, cols);
+                    }
+                    w[m] = (tr_weight){wdata[m], mc->types[m], mc->rows[m], cols};
+                    wp[m] = &w[m];
+                }
+                for (size_t ni = 0; ni < TR_ARRAY_LEN(ntoks); ni++) {
+                    int n = ntoks[ni];
+                    float *x = malloc(sizeof(float) * n * cols);
+                    fill(x, (size_t)(n * cols), -1, 1);
+                    float *out[3], *init[3];
+                    for (int m = 0; m < 3; m++) {
+                        out[m] = malloc(sizeof(float) * n * mc->rows[m]);
+                        init[m] = malloc(sizeof(float) * n * mc->rows[m]);
+                        fill(init[m], (size_t)(n * mc->rows[m]), -1, 1);
+                    }
+                    for (int acc = 0; acc < 2; acc++) {
+                        for (int m = 0; m < 3; m++)
+                            memcpy(out[m], init[m],
+                                   sizeof(float) * n * mc->rows[m]);
+                        be->ops->matmul(be, 3, out, wp, x, n, acc);
+                        for (int m = 0; m < 3; m++) {
+                            bool fl = mc->types[m] == TR_DTYPE_F32 ||
+                                      mc->types[m] == TR_DTYPE_F16;
+                            int64_t bs = mc->types[m] == TR_DTYPE_Q4_K ||
+                                                 mc->types[m] == TR_DTYPE_Q6_K
+                                             ? 256
+                                             : 32;
+                            for (int t = 0; t < n; t++)
+                                for (int64_t r = 0; r < mc->rows[m]; r++) {
+                                    const double *wr = wref[m] + r * cols;
+                                    const float *xr = x + t * cols;
+                                    double dot = 0, mag = 0, qerr = 0;
+                                    for (int64_t b = 0; b < cols / bs; b++) {
+                                        double amax = 0, wsum = 0;
+                                        for (int64_t i = b * bs; i < (b + 1) * bs; i++) {
+                                            dot += wr[i] * xr[i];
+                                            mag += fabs(wr[i] * xr[i]);
+                                            amax = fmax(amax, fabs(xr[i]));
+                                            wsum += fabs(wr[i]);
+                                        }
+                                        /* Activation rounding bound. */
+                                        qerr += amax / 127 / 2 * wsum;
+                                    }
+                                    double tol = (fl ? 0 : qerr * 1.01) +
+                                                 2e-6 * mag + 1e-6;
+                                    double base = acc ? init[m][t * mc->rows[m] + r] : 0;
+                                    double got = out[m][t * mc->rows[m] + r];
+                                    if (!(fabs(got - (base + dot)) <= tol))
+                                        fail_msg("matmul case %zu mat %d t %d r %lld: "
+                                                 "got %.7g want %.7g tol %.3g",
+                                                 ci, m, t, (long long)r, got,
+                                                 base + dot, tol);
+                                }
+                        }
+                    }
+                    /* Determinism: each token alone gives the same bits. */
+                    be->ops->matmul(be, 3, out, wp, x, n, false);
+                    for (int t = 0; t < n; t += (n > 5 ? 13 : 1)) {
+                        float *one[3];
+                        for (int m = 0; m < 3; m++)
+                            one[m] = malloc(sizeof(float) * mc->rows[m]);
+                        be->ops->matmul(be, 3, one, wp, x + t * cols, 1, false);
+                        for (int m = 0; m < 3; m++) {
+                            assert_memory_equal(one[m], out[m] + t * mc->rows[m],
+                                                sizeof(float) * mc->rows[m]);
+                            free(one[m]);
+                        }
+                    }
+                    for (int m = 0; m < 3; m++) {
+                        free(out[m]);
+                        free(init[m]);
+                    }
+                    free(x);
+                }
+                for (int m = 0; m < 3; m++) {
+                    free(wdata[m]);
+                    free(wref[m]);
+                }
+            }
+            tr_backend_free(be);
+        }
+}
+
+/* ---- paged KV: kv_store + attention ---- */
+
+/* A test scenario: sequences with their full K/V (contiguous, the
+ * reference's view), page tables into a shared paged memory, and a ragged
+ * batch of tokens (shuffled) whose K/V the batch itself stores. */
+typedef struct attn_world {
+    int n_seqs;
+    int len[4];  /* context length of each sequence after the batch */
+    int from[4]; /* first position of each sequence that is in the batch */
+    int n_heads, n_kv, hd, n_layers, layer;
+    int page_size;
+    tr_dtype type;
+    float *k[4], *v[4]; /* [len][kv_dim], rounded to the KV type */
+    float *q;           /* [n_tok][n_heads * hd] */
+    int n_tok;
+    int32_t tok_seq[512], tok_pos[512];
+    int32_t *pt[4];
+    int32_t npages[4];
+    int32_t total_pages;
+    void *mem;
+} attn_world;
+
+static size_t world_kv_dim(const attn_world *w) { return (size_t)w->n_kv * w->hd; }
+
+static void world_build(attn_world *w, uint64_t seed) {
+    g_rng = seed;
+    size_t kvd = world_kv_dim(w);
+    w->n_tok = 0;
+    w->total_pages = 0;
+    for (int s = 0; s < w->n_seqs; s++) {
+        w->k[s] = malloc(sizeof(float) * w->len[s] * kvd);
+        w->v[s] = malloc(sizeof(float) * w->len[s] * kvd);
+        fill(w->k[s], w->len[s] * kvd, -1, 1);
+        fill(w->v[s], w->len[s] * kvd, -1, 1);
+        if (w->type == TR_DTYPE_F16)
+            for (size_t i = 0; i < w->len[s] * kvd; i++) {
+                w->k[s][i] = f16_round(w->k[s][i]);
+                w->v[s][i] = f16_round(w->v[s][i]);
+            }
+        for (int p = w->from[s]; p < w->len[s]; p++) {
+            w->tok_seq[w->n_tok] = s;
+            w->tok_pos[w->n_tok] = p;
+            w->n_tok++;
+        }
+        w->npages[s] = (w->len[s] + w->page_size - 1) / w->page_size;
+        w->total_pages += w->npages[s];
+    }
+    w->total_pages += 3; /* unused pages too */
+    /* Shuffle the batch order. */
+    for (int i = w->n_tok - 1; i > 0; i--) {
+        int j = rnd_int(i + 1);
+        int32_t a = w->tok_seq[i], b = w->tok_pos[i];
+        w->tok_seq[i] = w->tok_seq[j];
+        w->tok_pos[i] = w->tok_pos[j];
+        w->tok_seq[j] = a;
+        w->tok_pos[j] = b;
+    }
+    /* q before the page ids: the data must not depend on the page size. */
+    w->q = malloc(sizeof(float) * w->n_tok * w->n_heads * w->hd);
+    fill(w->q, (size_t)w->n_tok * w->n_heads * w->hd, -1, 1);
+    /* Random page ids: a permutation dealt out to the sequences. */
+    int32_t *perm = malloc(sizeof(int32_t) * w->total_pages);
+    for (int i = 0; i < w->total_pages; i++) perm[i] = i;
+    for (int i = w->total_pages - 1; i > 0; i--) {
+        int j = rnd_int(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int next = 0;
+    for (int s = 0; s < w->n_seqs; s++) {
+        w->pt[s] = malloc(sizeof(int32_t) * (w->npages[s] + 1));
+        for (int i = 0; i < w->npages[s]; i++) w->pt[s][i] = perm[next++];
+    }
+    free(perm);
+}
+
+static void world_free(attn_world *w) {
+    for (int s = 0; s < w->n_seqs; s++) {
+        free(w->k[s]);
+        free(w->v[s]);
+        free(w->pt[s]);
+    }
+    free(w->q);
+}
+
+static tr_kv_layout world_layout(const attn_world *w) {
+    return (tr_kv_layout){w->mem, w->total_pages, w->n_layers, w->page_size,
+                          w->n_kv, w->hd, w->type};
+}
+
+static size_t world_mem_bytes(const attn_world *w) {
+    return (size_t)w->total_pages * w->n_layers * 2 * w->page_size *
+           world_kv_dim(w) * (w->type == TR_DTYPE_F16 ? 2 : 4);
+}
+
+static tr_batch world_batch(const attn_world *w, int n, const int32_t *pos,
+                            const int32_t *seq) {
+    return (tr_batch){n, pos, seq, w->n_seqs, (const int32_t *const *)w->pt,
+                      w->npages};
+}
+
+/* Fills the paged memory: NaN everywhere (a wrong read shows), then the
+ * positions before the batch, then the batch's own K/V (as the model does:
+ * kv_store of the batch, then attention). */
+static void world_store(attn_world *w, tr_backend *be) {
+    memset(w->mem, 0xff, world_mem_bytes(w));
+    size_t kvd = world_kv_dim(w);
+    tr_kv_layout kv = world_layout(w);
+    for (int s = 0; s < w->n_seqs; s++) {
+        int n = w->from[s];
+        if (n == 0) continue;
+        int32_t *pos = malloc(sizeof(int32_t) * n), *seq = malloc(sizeof(int32_t) * n);
+        for (int i = 0; i < n; i++) {
+            pos[i] = i;
+            seq[i] = s;
+        }
+        tr_batch b = world_batch(w, n, pos, seq);
+        be->ops->kv_store(be, &kv, w->layer, w->k[s], w->v[s], &b);
+        free(pos);
+        free(seq);
+    }
+    float *bk = malloc(sizeof(float) * w->n_tok * kvd);
+    float *bv = malloc(sizeof(float) * w->n_tok * kvd);
+    for (int t = 0; t < w->n_tok; t++) {
+        memcpy(bk + t * kvd, w->k[w->tok_seq[t]] + w->tok_pos[t] * kvd, kvd * 4);
+        memcpy(bv + t * kvd, w->v[w->tok_seq[t]] + w->tok_pos[t] * kvd, kvd * 4);
+    }
+    tr_batch b = world_batch(w, w->n_tok, w->tok_pos, w->tok_seq);
+    be->ops->kv_store(be, &kv, w->layer, bk, bv, &b);
+    free(bk);
+    free(bv);
+}
+
+static void ref_attention(const attn_world *w, double *out, float scale) {
+    size_t kvd = world_kv_dim(w);
+    int group = w->n_heads / w->n_kv;
+    double *sc = malloc(sizeof(double) * 4096);
+    for (int t = 0; t < w->n_tok; t++) {
+        int s = w->tok_seq[t], p = w->tok_pos[t];
+        for (int h = 0; h < w->n_heads; h++) {
+            const float *q = w->q + ((size_t)t * w->n_heads + h) * w->hd;
+            size_t ho = (size_t)(h / group) * w->hd;
+            double mx = -INFINITY;
+            for (int j = 0; j <= p; j++) {
+                double d = 0;
+                for (int e = 0; e < w->hd; e++)
+                    d += (double)q[e] * w->k[s][j * kvd + ho + e];
+                sc[j] = d * scale;
+                mx = fmax(mx, sc[j]);
+            }
+            double sum = 0;
+            for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+            double *o = out + ((size_t)t * w->n_heads + h) * w->hd;
+            for (int e = 0; e < w->hd; e++) {
+                double a = 0;
+                for (int j = 0; j <= p; j++) a += sc[j] * w->v[s][j * kvd + ho + e];
+                o[e] = a / sum;
+            }
+        }
+    }
+    free(sc);
+}
+
+static void test_kv_store(void **state) {
+    (void)state;
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int psi = 0; psi < 2; psi++) {
+                tr_backend *be = make_backend(ks, 2);
+                attn_world w = {.n_seqs = 2, .len = {37, 20}, .from = {10, 0},
+                                .n_heads = 6, .n_kv = 2, .hd = 24,
+                                .n_layers = 3, .layer = 2,
+                                .page_size = psi ? 16 : 1,
+                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                world_build(&w, 77 + ti);
+                assert_int_equal(be->ops->alloc(be, world_mem_bytes(&w), &w.mem), TR_OK);
+                world_store(&w, be);
+                size_t kvd = world_kv_dim(&w);
+                size_t es = ti ? 2 : 4;
+                for (int s = 0; s < w.n_seqs; s++)
+                    for (int p = 0; p < w.len[s]; p++)
+                        for (int c = 0; c < 2; c++) {
+                            int64_t page = w.pt[s][p / w.page_size];
+                            size_t off = ((((size_t)page * w.n_layers + w.layer) * 2 + c) *
+                                              w.page_size + p % w.page_size) * kvd;
+                            const uint8_t *row = (const uint8_t *)w.mem + off * es;
+                            const float *want = (c ? w.v[s] : w.k[s]) + p * kvd;
+                            for (size_t e = 0; e < kvd; e++) {
+                                float got;
+                                if (ti) {
+                                    uint16_t hbits;
+                                    memcpy(&hbits, row + 2 * e, 2);
+                                    got = cpu_fp16_to_fp32(hbits);
+                                } else {
+                                    memcpy(&got, row + 4 * e, 4);
+                                }
+                                assert_memory_equal(&got, &want[e], 4);
+                            }
+                        }
+                /* Other layers stay untouched (all bytes 0xff). */
+                size_t layer_bytes = (size_t)w.page_size * kvd * es * 2;
+                const uint8_t *l0 = (const uint8_t *)w.mem +
+                                    (size_t)w.pt[0][0] * w.n_layers * layer_bytes;
+                for (size_t i = 0; i < layer_bytes; i++) assert_int_equal(l0[i], 0xff);
+                be->ops->free(be, w.mem);
+                world_free(&w);
+                tr_backend_free(be);
+            }
+}
+
+/* F16 KV rows hold exactly cpu_fp32_to_fp16 of the input (round to
+ * nearest even, subnormals, overflow to inf), in both kernel sets. */
+static void test_kv_store_f16_rounding(void **state) {
+    (void)state;
+    enum { HD = 20, PS = 4 };
+    float k[PS * HD], v[PS * HD];
+    fill(k, PS * HD, -70000, 70000);
+    fill(v, PS * HD, -1e-5f, 1e-5f); /* many fp16 subnormals */
+    const float special[] = {65504.0f, 65519.0f, 65520.0f, -1e-8f, 6e-8f,
+                             3e-8f, 1.0009765625f, 1.00048828125f,
+                             1.00146484375f, 0.0f, -0.0f, 1e30f};
+    for (size_t i = 0; i < TR_ARRAY_LEN(special); i++) {
+        k[i * 3 % (PS * HD)] = special[i];
+        v[(i * 7 + 1) % (PS * HD)] = special[i];
+    }
+    int32_t pos[PS] = {0, 1, 2, 3}, seq[PS] = {0, 0, 0, 0};
+    int32_t page[1] = {0};
+    const int32_t *pts[1] = {page};
+    int32_t np[1] = {1};
+    tr_batch b = {PS, pos, seq, 1, pts, np};
+    for (int ks = 0; ks < n_ksets(); ks++) {
+        tr_backend *be = make_backend(ks, 1);
+        uint16_t mem[2 * PS * HD];
+        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16};
+        be->ops->kv_store(be, &kv, 0, k, v, &b);
+        for (int i = 0; i < PS * HD; i++) {
+            assert_int_equal(mem[i], cpu_fp32_to_fp16(k[i]));
+            assert_int_equal(mem[PS * HD + i], cpu_fp32_to_fp16(v[i]));
+        }
+        tr_backend_free(be);
+    }
+}
+
+/* Runs attention for the whole batch; returns out[n_tok][n_heads*hd]. */
+static float *run_attention(attn_world *w, tr_backend *be, float scale) {
+    size_t row = (size_t)w->n_heads * w->hd;
+    float *out = malloc(sizeof(float) * w->n_tok * row);
+    tr_kv_layout kv = world_layout(w);
+    tr_batch b = world_batch(w, w->n_tok, w->tok_pos, w->tok_seq);
+    be->ops->attention(be, out, w->q, &kv, w->layer, &b, w->n_heads, scale);
+    return out;
+}
+
+typedef struct attn_shape {
+    int n_heads, n_kv, hd;
+} attn_shape;
+
+static void test_attention(void **state) {
+    (void)state;
+    const attn_shape shapes[] = {{9, 3, 64}, {4, 2, 20}};
+    for (size_t si = 0; si < TR_ARRAY_LEN(shapes); si++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int psi = 0; psi < 2; psi++) {
+                /* Seq 0: one-token prompt; 1: decode at 399 (split
+                 * schedule on 2-3 threads when alone); 2: a prefill chunk
+                 * 100..149; 3: decode at 64 (exactly two blocks). */
+                attn_world w = {.n_seqs = 4, .len = {1, 400, 150, 65},
+                                .from = {0, 399, 100, 64},
+                                .n_heads = shapes[si].n_heads,
+                                .n_kv = shapes[si].n_kv, .hd = shapes[si].hd,
+                                .n_layers = 2, .layer = 1,
+                                .page_size = psi ? 16 : 1,
+                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                world_build(&w, 1000 + si * 10 + ti);
+                w.mem = malloc(world_mem_bytes(&w));
+                size_t row = (size_t)w.n_heads * w.hd;
+                double *ref = malloc(sizeof(double) * w.n_tok * row);
+                float scale = 1.0f / sqrtf((float)w.hd);
+                /* Sharper softmax for the F16 runs. */
+                if (ti)
+                    for (size_t i = 0; i < (size_t)w.n_tok * row; i++) w.q[i] *= 4;
+                ref_attention(&w, ref, scale);
+                float *first = NULL;
+                for (int ks = 0; ks < n_ksets(); ks++)
+                    for (int th = 1; th <= 3; th++) {
+                        tr_backend *be = make_backend(ks, th);
+                        world_store(&w, be);
+                        float *out = run_attention(&w, be, scale);
+                        check_close(out, ref, (size_t)w.n_tok * row, 2e-6, 2e-5,
+                                    "attention");
+                        /* Same kernel set, other thread count: same bits. */
+                        if (th == 1) {
+                            free(first);
+                            first = out;
+                        } else {
+                            assert_memory_equal(out, first,
+                                                sizeof(float) * w.n_tok * row);
+                            free(out);
+                        }
+                        tr_backend_free(be);
+                    }
+                free(first);
+                free(ref);
+                free(w.mem);
+                world_free(&w);
+            }
+}
+
+/* The determinism contract: a token computed alone equals the same token
+ * computed in a ragged batch, whatever the thread count; and with other
+ * page ids (a cached prefix vs a recomputed one) or another page size. */
+static void test_attention_determinism(void **state) {
+    (void)state;
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int ti = 0; ti < 2; ti++) {
+            float *base = NULL; /* batch result, 1 thread, page size 16 */
+            int n_tok = 0;
+            size_t row = 0;
+            for (int psi = 0; psi < 3; psi++) {
+                attn_world w = {.n_seqs = 3, .len = {700, 90, 130},
+                                .from = {699, 0, 125},
+                                .n_heads = 9, .n_kv = 3, .hd = 64,
+                                .n_layers = 1, .layer = 0,
+                                .page_size = psi == 1 ? 1 : 16,
+                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                /* Same data each time; psi 2 reshuffles the page ids. */
+                world_build(&w, 4242 + ti);
+                if (psi == 2) {
+                    for (int s = 0; s < w.n_seqs; s++)
+                        for (int i = 0; i < w.npages[s]; i++)
+                            w.pt[s][i] = w.total_pages - 1 - w.pt[s][i];
+                }
+                w.mem = malloc(world_mem_bytes(&w));
+                row = (size_t)w.n_heads * w.hd;
+                float scale = 0.125f;
+                for (int th = 1; th <= 3; th++) {
+                    tr_backend *be = make_backend(ks, th);
+                    world_store(&w, be);
+                    float *out = run_attention(&w, be, scale);
+                    if (!base) {
+                        base = out;
+                        n_tok = w.n_tok;
+                    } else {
+                        assert_int_equal(w.n_tok, n_tok);
+                        assert_memory_equal(out, base, sizeof(float) * n_tok * row);
+                        free(out);
+                    }
+                    /* Each token alone. */
+                    tr_kv_layout kv = world_layout(&w);
+                    float *one = malloc(sizeof(float) * row);
+                    for (int t = 0; t < w.n_tok; t += (th == 2 ? 1 : 7)) {
+                        tr_batch b = world_batch(&w, 1, &w.tok_pos[t], &w.tok_seq[t]);
+                        be->ops->attention(be, one, w.q + t * row, &kv, w.layer,
+                                           &b, w.n_heads, scale);
+                        assert_memory_equal(one, base + t * row, sizeof(float) * row);
+                    }
+                    free(one);
+                    tr_backend_free(be);
+                }
+                free(w.mem);
+                world_free(&w);
+            }
+            free(base);
+        }
+}
+
+/* Row ops: a row alone equals the row inside a batch, across threads. */
+static void test_row_determinism(void **state) {
+    (void)state;
+    const int n = 33, dim = 576, hd = 64, nh = 9;
+    float *x = malloc(sizeof(float) * n * dim), *w = malloc(sizeof(float) * dim);
+    float *g = malloc(sizeof(float) * n * 1536), *u = malloc(sizeof(float) * n * 1536);
+    int32_t pos[33];
+    fill(x, (size_t)n * dim, -2, 2);
+    fill(w, dim, -1, 1);
+    fill(g, (size_t)n * 1536, -8, 8);
+    fill(u, (size_t)n * 1536, -2, 2);
+    for (int i = 0; i < n; i++) pos[i] = rnd_int(3000);
+    for (int ks = 0; ks < n_ksets(); ks++) {
+        float *norm0 = NULL, *rope0 = NULL, *swi0 = NULL;
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            float *norm = malloc(sizeof(float) * n * dim);
+            float *rope = malloc(sizeof(float) * n * nh * hd);
+            float *swi = malloc(sizeof(float) * n * 1536);
+            be->ops->rmsnorm(be, norm, x, w, n, dim, 1e-5f);
+            memcpy(rope, x, sizeof(float) * n * nh * hd);
+            be->ops->rope(be, rope, n, nh, hd, pos, 10000.0f);
+            be->ops->swiglu(be, swi, g, u, (int64_t)n * 1536);
+            for (int t = 0; t < n; t += 4) {
+                float one[1536];
+                be->ops->rmsnorm(be, one, x + t * dim, w, 1, dim, 1e-5f);
+                assert_memory_equal(one, norm + t * dim, sizeof(float) * dim);
+                memcpy(one, x + t * nh * hd, sizeof(float) * nh * hd);
+                be->ops->rope(be, one, 1, nh, hd, &pos[t], 10000.0f);
+                assert_memory_equal(one, rope + t * nh * hd, sizeof(float) * nh * hd);
+                be->ops->swiglu(be, one, g + t * 1536, u + t * 1536, 1536);
+                assert_memory_equal(one, swi + t * 1536, sizeof(float) * 1536);
+                /* An odd slice: every element's value is position-free. */
+                be->ops->swiglu(be, one, g + t * 1536 + 3, u + t * 1536 + 3, 13);
+                assert_memory_equal(one, swi + t * 1536 + 3, sizeof(float) * 13);
+            }
+            if (th == 1) {
+                norm0 = norm;
+                rope0 = rope;
+                swi0 = swi;
+            } else {
+                assert_memory_equal(norm, norm0, sizeof(float) * n * dim);
+                assert_memory_equal(rope, rope0, sizeof(float) * n * nh * hd);
+                assert_memory_equal(swi, swi0, sizeof(float) * n * 1536);
+                free(norm);
+                free(rope);
+                free(swi);
+            }
+            tr_backend_free(be);
+        }
+        free(norm0);
+        free(rope0);
+        free(swi0);
+    }
+    free(x);
+    free(w);
+    free(g);
+    free(u);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_sleep_wake),
+        cmocka_unit_test(test_backend_basics),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_kernel_sets_agree),
+        cmocka_unit_test(test_swiglu_add_get_rows),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_kv_store_f16_rounding),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_determinism),
+        cmocka_unit_test(test_row_determinism),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
