@@ -246,10 +246,15 @@ static void test_rmsnorm(void **state) {
 
 static void ref_rope(double *out, const float *x, int n, int n_heads, int hd,
                      const int32_t *pos, double base) {
+    /* angles by GGML's recipe (float running product, as ops.c documents);
+     * the rotation itself in double */
+    const float scale = powf((float)base, -2.0f / (float)hd);
     for (int t = 0; t < n; t++)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < hd / 2; i++) {
-                double th = pos[t] * pow(base, -2.0 * i / hd);
+                float thf = (float)pos[t];
+                for (int k = 0; k < i; k++) thf *= scale;
+                double th = thf;
                 size_t o = ((size_t)t * n_heads + h) * hd + 2 * i;
                 double a = x[o], b = x[o + 1];
                 out[o] = a * cos(th) - b * sin(th);
