@@ -1,0 +1,163 @@
+/* cpset.c — sets of Unicode code points as sorted range lists, and the
+ * UTF-8 codec the regex compiler and the tests share.
+ *
+ * Layering: grammar/ internal. Sets live in a compile context's arena.
+ * Invariant of a normalized set: ranges sorted, disjoint, not adjacent,
+ * inside [0, 0x10FFFF], and surrogates (U+D800..U+DFFF, which UTF-8
+ * cannot encode) never members: gcpset_add drops them on the way in.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_internal.h"
+
+static tr_status push_range(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
+    if (s->n == s->cap) {
+        uint32_t nc = s->cap ? s->cap * 2 : 4;
+        if (nc > (1u << 24))
+            return gcc_fail(cc, TR_ERR_LIMIT, 0, "character class too large");
+        uint32_t(*r)[2] = gcc_alloc(cc, (size_t)nc * sizeof *r);
+        if (!r) return cc->err;
+        if (s->n) memcpy(r, s->r, (size_t)s->n * sizeof *r);
+        s->r = r;
+        s->cap = nc;
+    }
+    s->r[s->n][0] = lo;
+    s->r[s->n][1] = hi;
+    s->n++;
+    return TR_OK;
+}
+
+tr_status gcpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
+    if (lo > hi || lo > GCP_MAX) return TR_OK;
+    if (hi > GCP_MAX) hi = GCP_MAX;
+    /* cut the surrogates out */
+    if (lo <= GCP_SURR_HI && hi >= GCP_SURR_LO) {
+        tr_status st = TR_OK;
+        if (lo < GCP_SURR_LO) st = push_range(cc, s, lo, GCP_SURR_LO - 1);
+        if (st == TR_OK && hi > GCP_SURR_HI)
+            st = push_range(cc, s, GCP_SURR_HI + 1, hi);
+        return st;
+    }
+    return push_range(cc, s, lo, hi);
+}
+
+tr_status gcpset_add_set(gcc *cc, gcpset *s, const gcpset *t) {
+    for (uint32_t i = 0; i < t->n; i++) {
+        tr_status st = gcpset_add(cc, s, t->r[i][0], t->r[i][1]);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+tr_status gcpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
+                           size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        tr_status st = gcpset_add(cc, s, r[i][0], r[i][1]);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+static int cmp_range(const void *a, const void *b) {
+    const uint32_t *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+void gcpset_normalize(gcpset *s) {
+    if (s->n < 2) return;
+    qsort(s->r, s->n, sizeof *s->r, cmp_range);
+    uint32_t w = 0;
+    for (uint32_t i = 1; i < s->n; i++) {
+        /* merge overlapping or adjacent (hi + 1 == lo) ranges */
+        if (s->r[i][0] <= s->r[w][1] + 1) {
+            if (s->r[i][1] > s->r[w][1]) s->r[w][1] = s->r[i][1];
+        } else {
+            w++;
+            s->r[w][0] = s->r[i][0];
+            s->r[w][1] = s->r[i][1];
+        }
+    }
+    s->n = w + 1;
+}
+
+tr_status gcpset_complement(gcc *cc, const gcpset *s, gcpset *out) {
+    memset(out, 0, sizeof *out);
+    uint32_t next = 0; /* first code point not yet covered */
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (s->r[i][0] > next) {
+            tr_status st = gcpset_add(cc, out, next, s->r[i][0] - 1);
+            if (st) return st;
+        }
+        next = s->r[i][1] + 1;
+    }
+    if (next <= GCP_MAX) return gcpset_add(cc, out, next, GCP_MAX);
+    return TR_OK;
+}
+
+bool gcpset_contains(const gcpset *s, uint32_t cp) {
+    uint32_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (cp < s->r[mid][0])
+            hi = mid;
+        else if (cp > s->r[mid][1])
+            lo = mid + 1;
+        else
+            return true;
+    }
+    return false;
+}
+
+int gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
+    if (len == 0) return 0;
+    uint8_t b = s[0];
+    if (b < 0x80) {
+        *cp = b;
+        return 1;
+    }
+    int n;
+    uint32_t c, min;
+    if (b >= 0xC2 && b <= 0xDF) {
+        n = 2, c = b & 0x1F, min = 0x80;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+        n = 3, c = b & 0x0F, min = 0x800;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        n = 4, c = b & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (len < (size_t)n) return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > GCP_MAX || (c >= GCP_SURR_LO && c <= GCP_SURR_HI))
+        return 0;
+    *cp = c;
+    return n;
+}
+
+int gutf8_encode(uint32_t cp, uint8_t out[4]) {
+    if (cp < 0x80) {
+        out[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (uint8_t)(0xC0 | (cp >> 6));
+        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (uint8_t)(0xE0 | (cp >> 12));
+        out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (uint8_t)(0xF0 | (cp >> 18));
+    out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}

@@ -1,0 +1,126 @@
+/* grammar.c — compiling a regex into a grammar, and the grammar object.
+ *
+ * Layering: grammar/ entry points (grammar.h) over regex_parse.c, nfa.c
+ * and dfa.c. Compiling runs on any thread (the server uses the libuv
+ * pool); the result is immutable apart from its mask memos, which are
+ * created under `lock` and filled lock-free (mask.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_internal.h"
+
+void grammar_limits_default(grammar_limits *l) {
+    l->max_pattern_bytes = 65536;
+    l->max_nesting = 200;
+    l->max_repeat = 1000;
+    l->max_nfa_states = 500000;
+    l->max_dfa_states = 50000;
+    l->max_compile_bytes = 512ull << 20;
+    l->max_compile_us = 2000000;
+    l->mask_cache_bytes = 64ull << 20;
+}
+
+static void grammar_destroy(grammar *g) {
+    gmask_cache *c = g->caches;
+    while (c) {
+        gmask_cache *n = c->next;
+        gmask_cache_free(c);
+        c = n;
+    }
+    pthread_mutex_destroy(&g->lock);
+    gdfa_free(&g->dfa);
+    free(g);
+}
+
+tr_status grammar_compile_regex(const char *pattern, size_t len,
+                                const grammar_limits *limits, grammar **out,
+                                tr_diag *diag) {
+    if (diag) memset(diag, 0, sizeof *diag);
+    if (!out || (!pattern && len > 0))
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
+    uint64_t t0 = tr_now_ns();
+    gcc cc;
+    gcc_init(&cc, limits, diag);
+    /* indices in the DFA builder are 32-bit: keep states x 256 classes
+     * far below 2^32 whatever the caller's limits say */
+    if (cc.lim.max_dfa_states > (1u << 23)) cc.lim.max_dfa_states = 1u << 23;
+    if (cc.lim.max_nfa_states > (1u << 30)) cc.lim.max_nfa_states = 1u << 30;
+    gre_node *ast;
+    gnfa nfa = {0};
+    gdfa dfa = {0};
+    tr_status st = gre_parse(&cc, pattern ? pattern : "", len, &ast);
+    if (!st) st = gnfa_build(&cc, ast, &nfa);
+    uint32_t nfa_states = nfa.n_states;
+    if (!st) st = gdfa_build(&cc, &nfa, &dfa);
+    gnfa_free(&cc, &nfa);
+    gcc_deinit(&cc);
+    if (st) return st;
+    if (dfa.start == GDFA_DEAD) {
+        gdfa_free(&dfa);
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0,
+                           "the pattern matches no string at all");
+    }
+    grammar *g = calloc(1, sizeof *g);
+    if (!g || pthread_mutex_init(&g->lock, NULL) != 0) {
+        free(g);
+        gdfa_free(&dfa);
+        return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
+    }
+    atomic_init(&g->refs, 1);
+    g->kind = GRAMMAR_KIND_REGEX;
+    g->dfa = dfa;
+    g->mask_budget = cc.lim.mask_cache_bytes;
+    g->stats.nfa_states = nfa_states;
+    g->stats.dfa_states_raw = dfa.raw_states;
+    g->stats.dfa_states = dfa.n_states;
+    g->stats.byte_classes = dfa.n_classes;
+    g->stats.bytes = sizeof *g + gdfa_bytes(&dfa);
+    g->stats.compile_ns = tr_now_ns() - t0;
+    *out = g;
+    return TR_OK;
+}
+
+grammar *grammar_ref(grammar *g) {
+    if (g) atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    return g;
+}
+
+void grammar_free(grammar *g) {
+    if (!g) return;
+    if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
+        grammar_destroy(g);
+}
+
+bool grammar_matches(const grammar *g, const void *bytes, size_t len) {
+    uint32_t s = gdfa_run(&g->dfa, g->dfa.start, bytes, len);
+    return g->dfa.accept[s] != 0;
+}
+
+void grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
+
+tr_status grammar_check(const grammar *g) {
+    if (!g || g->kind != GRAMMAR_KIND_REGEX) return TR_ERR_INTERNAL;
+    tr_status st = gdfa_check(&g->dfa);
+    if (st) return st;
+    if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
+    return TR_OK;
+}
+
+void grammar_dump(const grammar *g, FILE *f) { gdfa_dump(&g->dfa, f); }
+
+gmask_cache *grammar_cache_for(grammar *g, const grammar_vocab *v) {
+    if (g->mask_budget == 0) return NULL;
+    pthread_mutex_lock(&g->lock);
+    gmask_cache *c = g->caches;
+    while (c && c->vocab_uid != v->uid) c = c->next;
+    if (!c) {
+        c = gmask_cache_new(&g->dfa, v, g->mask_budget);
+        if (c) {
+            c->next = g->caches;
+            g->caches = c;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return c;
+}
