@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "../base/util.h"
+#include "../../grammar/grammar.h"
 #include "../chat/chat.h"
 #include "../sampler/sampler.h"
 #include "args.h"
@@ -23,7 +24,8 @@
 #define GEN_PAGE_SIZE 16
 
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *system;
+    const char *model, *prompt, *file, *system, *regex;
+    cli_strs choices;
     bool chat, json, ignore_eos, special;
     int64_t n_predict, threads, seed, top_k, ctx, batch;
     double temp, top_p, min_p, repeat_penalty, presence, frequency;
@@ -37,7 +39,127 @@ typedef struct gen_result {
     const char *finish;
     double prefill_ms, decode_ms;
     int n_decode_steps;
+    int n_forced_tokens; /* tokens appended by jump-forward, not sampled */
+    int n_forward;       /* forward passes after the prompt */
 } gen_result;
+
+/* A constraint for the sequence: the compiled grammar, its vocabulary and
+ * the matcher (NULL members when generation is unconstrained). */
+typedef struct gen_constraint {
+    grammar_vocab *vocab;
+    grammar *g;
+    grammar_matcher *m;
+    uint64_t *mask;
+    size_t mask_words;
+} gen_constraint;
+
+static void constraint_free(gen_constraint *c) {
+    grammar_matcher_free(c->m);
+    grammar_free(c->g);
+    grammar_vocab_free(c->vocab);
+    free(c->mask);
+    memset(c, 0, sizeof *c);
+}
+
+/* Appends s to *buf; with literal, regex metacharacters are escaped. */
+static bool regex_append(char **buf, size_t *len, size_t *cap, const char *s,
+                         bool literal) {
+    for (; *s; s++) {
+        if (*len + 3 > *cap) {
+            size_t nc = (*cap + 16) * 2;
+            char *nb = realloc(*buf, nc);
+            if (!nb) return false;
+            *buf = nb;
+            *cap = nc;
+        }
+        if (literal && strchr("\\^$.|?*+()[]{}/-", *s)) (*buf)[(*len)++] = '\\';
+        (*buf)[(*len)++] = *s;
+    }
+    (*buf)[*len] = 0;
+    return true;
+}
+
+/* Compiles --regex, or the --choice alternatives as an alternation of
+ * literals, against the tokenizer's vocabulary. */
+static bool constraint_build(const gen_opts *o, const tokenizer *tok,
+                             gen_constraint *c) {
+    memset(c, 0, sizeof *c);
+    if (!o->regex && o->choices.n == 0) return true;
+    if (o->regex && o->choices.n) {
+        fprintf(stderr, "trellis generate: give --regex or --choice, not both\n");
+        return false;
+    }
+    char *pattern = NULL;
+    size_t plen = 0, pcap = 0;
+    bool ok = true;
+    if (o->regex) {
+        ok = regex_append(&pattern, &plen, &pcap, o->regex, false);
+    } else {
+        ok = regex_append(&pattern, &plen, &pcap, "(", false);
+        for (int i = 0; ok && i < o->choices.n; i++) {
+            if (!o->choices.items[i][0]) {
+                fprintf(stderr, "trellis generate: --choice number %d is empty\n", i + 1);
+                free(pattern);
+                return false;
+            }
+            ok = (i == 0 || regex_append(&pattern, &plen, &pcap, "|", false)) &&
+                 regex_append(&pattern, &plen, &pcap, o->choices.items[i], true);
+        }
+        ok = ok && regex_append(&pattern, &plen, &pcap, ")", false);
+    }
+    if (!ok) {
+        free(pattern);
+        pattern = NULL;
+    }
+    if (!pattern) {
+        fprintf(stderr, "trellis generate: out of memory\n");
+        return false;
+    }
+    int32_t n = tokenizer_n_vocab(tok);
+    const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
+    uint32_t *lens = calloc((size_t)n, sizeof *lens);
+    uint8_t *special = calloc((size_t)n, 1);
+    int32_t *eog = calloc((size_t)n, sizeof *eog);
+    size_t n_eog = 0;
+    tr_diag d = {0};
+    tr_status s = TR_ERR_NOMEM;
+    if (bytes && lens && special && eog) {
+        for (int32_t i = 0; i < n; i++) {
+            size_t len = 0;
+            bytes[i] = tokenizer_token_bytes(tok, i, &len);
+            lens[i] = (uint32_t)len;
+            special[i] = tokenizer_is_special(tok, i);
+            if (tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
+        }
+        grammar_vocab_desc desc = {n, bytes, lens, special, eog, n_eog};
+        s = grammar_vocab_new(&desc, &c->vocab, &d);
+    }
+    free(bytes);
+    free(lens);
+    free(special);
+    free(eog);
+    if (s) {
+        cli_report("generate", "cannot build the grammar vocabulary", s, &d);
+        free(pattern);
+        return false;
+    }
+    s = grammar_compile_regex(pattern, plen, NULL, &c->g, &d);
+    if (s) {
+        cli_report("generate", o->regex ? "bad --regex" : "bad --choice", s, &d);
+        free(pattern);
+        constraint_free(c);
+        return false;
+    }
+    free(pattern);
+    c->mask_words = grammar_vocab_mask_words(c->vocab);
+    c->mask = malloc(c->mask_words * sizeof *c->mask);
+    if (!c->mask || grammar_matcher_new(c->g, c->vocab, 0, &c->m)) {
+        fprintf(stderr, "trellis generate: out of memory\n");
+        constraint_free(c);
+        return false;
+    }
+    return true;
+}
 
 static bool append_text(gen_result *r, const char *s, size_t n) {
     if (r->text_len + n + 1 > r->text_cap) {
@@ -99,7 +221,7 @@ static tr_status build_prompt(const gen_opts *o, const cli_loaded *L,
     return s;
 }
 
-static void print_json(const gen_opts *o, const gen_result *r,
+static void print_json(const gen_opts *o, const gen_result *r, const gen_constraint *con,
                        size_t n_prompt, double load_ms) {
     json_t *root = json_object();
     json_object_set_new(root, "text", json_stringn_nocheck(r->text ? r->text : "", r->text_len));
@@ -119,6 +241,14 @@ static void print_json(const gen_opts *o, const gen_result *r,
                         json_real(r->decode_ms > 0 ? r->n_decode_steps / (r->decode_ms / 1e3) : 0));
     json_object_set_new(root, "timings", t);
     json_object_set_new(root, "threads", json_integer((json_int_t)o->threads));
+    if (con && con->m) {
+        json_t *c = json_object();
+        json_object_set_new(c, "kind", json_string(o->regex ? "regex" : "choice"));
+        json_object_set_new(c, "accepted", json_boolean(grammar_matcher_is_terminated(con->m) || grammar_matcher_is_accepting(con->m)));
+        json_object_set_new(c, "forced_tokens", json_integer(r->n_forced_tokens));
+        json_object_set_new(c, "forward_passes", json_integer(r->n_forward));
+        json_object_set_new(root, "constraint", c);
+    }
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (s) printf("%s\n", s);
     free(s);
@@ -150,17 +280,23 @@ int cmd_generate(int argc, char **argv) {
         {"--batch", "-b", CLI_INT, &o.batch, 1, 8192, "prefill chunk size in tokens (default 512)"},
         {"--ignore-eos", NULL, CLI_FLAG, &o.ignore_eos, 1, 0, "keep generating past end-of-turn tokens"},
         {"--special", NULL, CLI_FLAG, &o.special, 1, 0, "parse special tokens in a raw prompt"},
+        {"--regex", NULL, CLI_STR, &o.regex, 1, 0, "constrain the output to full-match this regex"},
+        {"--choice", NULL, CLI_STRS, &o.choices, 1, 0, "constrain the output to one of these texts (repeat)"},
         {"--json", NULL, CLI_FLAG, &o.json, 1, 0, "print one JSON object instead of streaming"},
     };
     if (!cli_parse("generate",
                    "[-m MODEL] (-p TEXT | -f FILE) [--chat] [--system TEXT] [-n N] "
                    "[--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-                   "[--threads N] [--ignore-eos] [--json]",
+                   "[--threads N] [--ignore-eos] [--regex R | --choice A --choice B ...] [--json]",
                    opts, TR_ARRAY_LEN(opts), argc, argv, &help))
         return 2;
     if (help) return 0;
     if (!!o.prompt == !!o.file) {
         fprintf(stderr, "trellis generate: give exactly one of -p TEXT or -f FILE\n");
+        return 2;
+    }
+    if (o.regex && !o.regex[0]) {
+        fprintf(stderr, "trellis generate: --regex is empty\n");
         return 2;
     }
     if (o.system && !o.chat) {
@@ -217,6 +353,12 @@ int cmd_generate(int argc, char **argv) {
     sampler *smp = NULL;
     tr_kv_layout kv = {0};
     gen_result r = {0};
+    gen_constraint con = {0};
+    if (!constraint_build(&o, L.tok, &con)) {
+        cli_loaded_free(&L);
+        free(user);
+        return 2;
+    }
 
     bool parse_special = false;
     s = build_prompt(&o, &L, user, &text, &parse_special, &d);
@@ -301,35 +443,75 @@ int cmd_generate(int argc, char **argv) {
     int32_t p = (int32_t)n_ids;
     for (int64_t k = 0; k < n_predict && s == TR_OK; k++) {
         int32_t tok;
-        s = sampler_sample(smp, logits, NULL, &tok, NULL);
+        const uint64_t *mask = NULL;
+        if (con.m) {
+            s = grammar_matcher_fill_mask(con.m, con.mask, con.mask_words);
+            if (s) break;
+            mask = con.mask;
+        }
+        s = sampler_sample(smp, logits, mask, &tok, NULL);
         if (s) {
             fprintf(stderr, "trellis generate: sampling failed: %s\n", sampler_last_error(smp));
             break;
         }
+        if (con.m && (s = grammar_matcher_accept_token(con.m, tok))) break;
         sampler_accept(smp, tok);
-        if (!o.ignore_eos && tokenizer_is_eog(L.tok, tok)) {
+        if ((!o.ignore_eos || con.m) && tokenizer_is_eog(L.tok, tok)) {
             r.finish = "stop";
             break;
         }
-        if (!append_id(&r, tok)) {
-            s = TR_ERR_NOMEM;
+        /* jump-forward: the bytes the grammar forces next are tokenized and
+         * run with the sampled token as one chunk instead of one decode
+         * step each */
+        int32_t chunk[64];
+        int32_t n_chunk = 0;
+        chunk[n_chunk++] = tok;
+        if (con.m) {
+            uint8_t fb[256];
+            size_t fl = 0;
+            int32_t *fids = NULL;
+            size_t nf = 0;
+            if (grammar_matcher_forced_bytes(con.m, fb, sizeof fb, &fl) == TR_OK && fl > 0 &&
+                tokenizer_encode(L.tok, (const char *)fb, fl, false, &fids, &nf) == TR_OK) {
+                int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk) - 1, o.batch - 1);
+                room = TR_MIN(room, n_predict - k - 1);
+                for (size_t i = 0; i < nf && (int64_t)i < room; i++) {
+                    if (grammar_matcher_accept_token(con.m, fids[i]) != TR_OK) break;
+                    chunk[n_chunk++] = fids[i];
+                }
+            }
+            free(fids);
+        }
+        for (int32_t i = 0; i < n_chunk && s == TR_OK; i++) {
+            if (i > 0) sampler_accept(smp, chunk[i]);
+            if (!append_id(&r, chunk[i])) {
+                s = TR_ERR_NOMEM;
+                break;
+            }
+            char piece[512];
+            size_t plen = 0;
+            s = tokenizer_stream_push(&ts, L.tok, chunk[i], piece, sizeof piece, &plen);
+            if (s) break;
+            if (!append_text(&r, piece, plen)) s = TR_ERR_NOMEM;
+            if (!o.json && plen) {
+                fwrite(piece, 1, plen, stdout);
+                fflush(stdout);
+            }
+        }
+        r.n_forced_tokens += n_chunk - 1;
+        k += n_chunk - 1;
+        if (s) break;
+        if (con.m && !grammar_matcher_can_continue(con.m)) {
+            r.finish = "stop"; /* the grammar is complete: only EOS could follow */
             break;
         }
-        char piece[512];
-        size_t plen = 0;
-        s = tokenizer_stream_push(&ts, L.tok, tok, piece, sizeof piece, &plen);
-        if (s) break;
-        if (!append_text(&r, piece, plen)) s = TR_ERR_NOMEM;
-        if (!o.json && plen) {
-            fwrite(piece, 1, plen, stdout);
-            fflush(stdout);
-        }
-        if (k + 1 == n_predict) break; /* no forward needed for the last one */
-        pos[0] = p++;
-        b.n_tokens = 1;
-        int32_t row = 0;
-        s = model_forward(L.model, &kv, &b, &tok, &row, 1, logits);
-        r.n_decode_steps++;
+        if (k + 1 >= n_predict) break; /* no forward needed for the last one */
+        for (int32_t i = 0; i < n_chunk; i++) pos[i] = p++;
+        b.n_tokens = n_chunk;
+        int32_t row = n_chunk - 1;
+        s = model_forward(L.model, &kv, &b, chunk, &row, 1, logits);
+        r.n_decode_steps += n_chunk;
+        r.n_forward++;
     }
     r.decode_ms = (double)(tr_now_ns() - t1) / 1e6;
     char tail[16];
@@ -346,7 +528,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (o.json) {
-        print_json(&o, &r, n_ids, L.load_ms);
+        print_json(&o, &r, &con, n_ids, L.load_ms);
     } else {
         fprintf(stderr,
                 "\n[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s]\n",
@@ -355,6 +537,7 @@ int cmd_generate(int argc, char **argv) {
     }
     rc = 0;
 done:
+    constraint_free(&con);
     sampler_free(smp);
     free(logits);
     free(page_table);

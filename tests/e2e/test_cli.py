@@ -179,6 +179,57 @@ def empty_prompt():
     rc, out, err = run("generate", "-p", "", "-n", "2")
     expect_error(rc, err, "empty")
 
+REGEXES = [
+    r"2024-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    r"\(?[0-9]{3}\)? ?[0-9]{3}-[0-9]{4}",
+    r"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])",
+    r"[a-z_][a-z0-9_]{2,15}",
+    r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}',
+    r"(red|green|blue|yellow)",
+    r"[A-Z][a-z]+ [A-Z][a-z]+",
+    r"-?[0-9]+\.[0-9]{2}",
+]
+
+@case
+def regex_constrained_outputs_match():
+    import re
+    for rx in REGEXES:
+        for extra in ([], ["--temp", "1.0", "--seed", "3"], ["--temp", "1.0", "--seed", "11"]):
+            rc, out, err = run("generate", "--chat", "-p", "Answer with one value.", "--regex", rx,
+                               "-n", "48", "--json", *extra)
+            assert rc == 0, (rx, err)
+            o = json.loads(out)
+            c = o["constraint"]
+            if o["finish_reason"] == "stop":
+                assert c["accepted"] and re.fullmatch(rx, o["text"]), (rx, o["text"])
+            else:  # cut by max tokens: the text must still be a live prefix
+                assert o["finish_reason"] == "length", o
+
+@case
+def choice_picks_one_alternative():
+    rc, out, err = run("generate", "--chat", "-p", "Is fire hot?", "--choice", "yes",
+                       "--choice", "no", "--choice", "maybe (a+b)", "--json", "-n", "8")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["text"] in ("yes", "no", "maybe (a+b)") and o["finish_reason"] == "stop", o
+
+@case
+def jump_forward_saves_forward_passes():
+    rc, out, err = run("generate", "--chat", "-p", "A person as JSON.", "--regex",
+                       r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}', "--json", "-n", "40")
+    assert rc == 0, err
+    c = json.loads(out)["constraint"]
+    assert c["forced_tokens"] >= 5 and c["forward_passes"] < json.loads(out)["completion_tokens"], c
+
+@case
+def bad_regex_is_a_clear_error():
+    rc, out, err = run("generate", "-p", "x", "--regex", "a(?=b)")
+    expect_error(rc, err, "lookahead", "byte 1")
+    rc, out, err = run("generate", "-p", "x", "--regex", "(a")
+    expect_error(rc, err, "bad --regex")
+    rc, out, err = run("generate", "-p", "x", "--regex", "a", "--choice", "b")
+    expect_error(rc, err, "not both")
+
 @case
 def unknown_command():
     rc, out, err = run("frobnicate")
