@@ -255,6 +255,38 @@ static void print_json(const gen_opts *o, const gen_result *r, const gen_constra
     json_decref(root);
 }
 
+/* Re-encodes text (the sampled token's bytes followed by the bytes the
+ * grammar forces) and replaces the sampled token in the matcher with as
+ * many of the new tokens as fit in room (>= 1). Returns the chunk length;
+ * falls back to the sampled token alone (matcher unchanged) when the
+ * re-encoding does not start a path the grammar accepts. */
+static int32_t jump_forward(grammar_matcher *m, const tokenizer *tok, int32_t sampled,
+                            const uint8_t *text, size_t len, int64_t room, int32_t *chunk) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    chunk[0] = sampled;
+    if (tokenizer_encode(tok, (const char *)text, len, false, &ids, &n) != TR_OK || n < 2) {
+        free(ids);
+        return 1;
+    }
+    if (grammar_matcher_rollback(m, 1) != TR_OK) { /* undo the sampled token */
+        free(ids);
+        return 1;
+    }
+    int32_t got = 0;
+    while ((size_t)got < n && got < room && grammar_matcher_accept_token(m, ids[got]) == TR_OK) {
+        chunk[got] = ids[got];
+        got++;
+    }
+    if (got == 0) {
+        grammar_matcher_accept_token(m, sampled); /* was accepted before */
+        chunk[0] = sampled;
+        got = 1;
+    }
+    free(ids);
+    return got;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {.n_predict = 128, .threads = 0, .seed = 0, .top_k = 0,
                   .ctx = 0, .batch = 512, .temp = 0.0, .top_p = 1.0,
@@ -460,27 +492,26 @@ int cmd_generate(int argc, char **argv) {
             r.finish = "stop";
             break;
         }
-        /* jump-forward: the bytes the grammar forces next are tokenized and
-         * run with the sampled token as one chunk instead of one decode
-         * step each */
+        /* Jump-forward: the bytes the grammar forces next run with the
+         * sampled token as one chunk instead of one decode step each. The
+         * sampled token's bytes and the forced bytes are re-encoded
+         * together, so the model sees the tokens unconstrained text would
+         * have had at the boundary (e.g. `"` + `name` may merge into `"name`). */
         int32_t chunk[64];
         int32_t n_chunk = 0;
         chunk[n_chunk++] = tok;
         if (con.m) {
-            uint8_t fb[256];
-            size_t fl = 0;
-            int32_t *fids = NULL;
-            size_t nf = 0;
-            if (grammar_matcher_forced_bytes(con.m, fb, sizeof fb, &fl) == TR_OK && fl > 0 &&
-                tokenizer_encode(L.tok, (const char *)fb, fl, false, &fids, &nf) == TR_OK) {
-                int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk) - 1, o.batch - 1);
-                room = TR_MIN(room, n_predict - k - 1);
-                for (size_t i = 0; i < nf && (int64_t)i < room; i++) {
-                    if (grammar_matcher_accept_token(con.m, fids[i]) != TR_OK) break;
-                    chunk[n_chunk++] = fids[i];
-                }
+            uint8_t fb[320];
+            size_t fl = 0, tl = 0;
+            const uint8_t *tb = tokenizer_token_bytes(L.tok, tok, &tl);
+            if (!tokenizer_is_special(L.tok, tok) && tl <= 64 &&
+                grammar_matcher_forced_bytes(con.m, fb + tl, sizeof fb - tl, &fl) == TR_OK &&
+                fl > 0) {
+                memcpy(fb, tb, tl);
+                int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk), o.batch);
+                room = TR_MIN(room, n_predict - k);
+                n_chunk = jump_forward(con.m, L.tok, tok, fb, tl + fl, room, chunk);
             }
-            free(fids);
         }
         for (int32_t i = 0; i < n_chunk && s == TR_OK; i++) {
             if (i > 0) sampler_accept(smp, chunk[i]);
