@@ -1,0 +1,164 @@
+/* compute.c — the real model behind engine_compute, and the compute thread
+ * that runs forward passes while the engine thread prepares masks (and
+ * samples half of the rows while the engine thread samples the other).
+ *
+ * Layering: runtime/engine -> runtime/model, kernels (backend).
+ *
+ * The compute thread is a plain hand-off: the engine thread posts one
+ * batch, the compute thread runs compute.forward (model_forward, whose
+ * kernels run on the backend's worker pool with this thread as worker 0)
+ * and signals completion. The same hand-off runs a sampling job
+ * (engine_sample_rows over a range of rows, each with its own sampler)
+ * after the forward pass. Only one job is ever in flight, so the batch
+ * arrays, page tables and logits buffer belong to the compute thread from
+ * post to wait and to the engine thread otherwise. After start, only the
+ * compute thread calls into the compute object (backend.h: one thread at
+ * a time).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/util.h"
+#include "engine_internal.h"
+
+/* ---- the model as an engine_compute ---- */
+
+typedef struct model_compute {
+    model *m;
+    tr_backend *be;
+    tr_kv_layout kv;
+    bool own;
+} model_compute;
+
+static tr_status mc_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
+                            const int32_t *rows, int32_t n_rows, float *logits) {
+    model_compute *mc = ctx;
+    return model_forward(mc->m, &mc->kv, b, tokens, rows, n_rows, logits);
+}
+
+static void mc_destroy(void *ctx) {
+    model_compute *mc = ctx;
+    if (!mc) return;
+    model_kv_free(mc->m, &mc->kv);
+    if (mc->own) {
+        model_free(mc->m);
+        tr_backend_free(mc->be);
+    }
+    free(mc);
+}
+
+static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy};
+
+tr_status engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
+                                   int32_t page_size, bool own, engine_compute *out) {
+    if (!m || !be || !out || n_pages <= 0 || page_size <= 0)
+        return TR_ERR_INVALID_ARG;
+    model_compute *mc = calloc(1, sizeof *mc);
+    if (!mc) return TR_ERR_NOMEM;
+    tr_status s = model_kv_alloc(m, n_pages, page_size, TR_DTYPE_F16, &mc->kv);
+    if (s != TR_OK) {
+        free(mc);
+        return s;
+    }
+    mc->m = m;
+    mc->be = be;
+    mc->own = own;
+    const model_hparams *hp = model_get_hparams(m);
+    *out = (engine_compute){
+        .ops = &k_model_ops,
+        .ctx = mc,
+        .n_vocab = hp->n_vocab,
+        .n_ctx = hp->n_ctx_train,
+        .max_batch = model_max_batch_tokens(m),
+        .n_pages = n_pages,
+        .page_size = page_size,
+        .threads = tr_backend_cpu_threads(be),
+    };
+    return TR_OK;
+}
+
+/* ---- the compute thread ---- */
+
+enum { W_IDLE = 0, W_POSTED = 1, W_DONE = 2, W_QUIT = 3 };
+
+static void *worker_main(void *arg) {
+    trellis_engine *e = arg;
+    engine_worker *w = &e->worker;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->state != W_POSTED && w->state != W_QUIT)
+            pthread_cond_wait(&w->cond, &w->mu);
+        if (w->state == W_QUIT) break;
+        pthread_mutex_unlock(&w->mu);
+        tr_status s = TR_OK;
+        if (w->kind == W_JOB_FORWARD)
+            s = e->compute.ops->forward(e->compute.ctx, w->b, w->tokens,
+                                        w->rows, w->n_rows, w->logits);
+        else
+            engine_sample_rows(e, w->r0, w->r1);
+        pthread_mutex_lock(&w->mu);
+        w->result = s;
+        w->state = W_DONE;
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+tr_status worker_start(trellis_engine *e) {
+    engine_worker *w = &e->worker;
+    w->state = W_IDLE;
+    if (pthread_create(&w->thread, NULL, worker_main, e) != 0)
+        return TR_ERR_INTERNAL;
+    w->started = true;
+    return TR_OK;
+}
+
+void worker_stop(trellis_engine *e) {
+    engine_worker *w = &e->worker;
+    if (!w->started) return;
+    pthread_mutex_lock(&w->mu);
+    w->state = W_QUIT;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    w->started = false;
+}
+
+void worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
+                 const int32_t *rows, int32_t n_rows, float *logits) {
+    engine_worker *w = &e->worker;
+    pthread_mutex_lock(&w->mu);
+    TR_ASSERT(w->state == W_IDLE);
+    w->kind = W_JOB_FORWARD;
+    w->b = b;
+    w->tokens = tokens;
+    w->rows = rows;
+    w->n_rows = n_rows;
+    w->logits = logits;
+    w->state = W_POSTED;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {
+    engine_worker *w = &e->worker;
+    pthread_mutex_lock(&w->mu);
+    TR_ASSERT(w->state == W_IDLE);
+    w->kind = W_JOB_SAMPLE;
+    w->r0 = r0;
+    w->r1 = r1;
+    w->state = W_POSTED;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+tr_status worker_wait(trellis_engine *e) {
+    engine_worker *w = &e->worker;
+    pthread_mutex_lock(&w->mu);
+    while (w->state != W_DONE) pthread_cond_wait(&w->cond, &w->mu);
+    w->state = W_IDLE;
+    tr_status s = w->result;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}

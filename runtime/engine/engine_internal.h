@@ -1,0 +1,316 @@
+/* engine_internal.h — the engine's data structures, shared by its files:
+ *
+ *   engine.c   creation, the engine thread's loop, queues, control, stats
+ *   submit.c   trellis_submit: validation, prompt building, request copies
+ *   sched.c    admission, page reservation, preemption, release
+ *   step.c     one step: batch, forward (overlapped), sampling, stops
+ *   output.c   detokenization, stop strings, events
+ *   compute.c  the real model behind engine_compute, the compute thread
+ *
+ * Ownership and threads. A request (engine_req) is allocated and filled by
+ * trellis_submit on the caller's thread, then handed to the engine thread
+ * through the input queue; from then on only the engine thread touches it
+ * (and its sequences) until it frees it after its last DONE event. Events
+ * are allocated by the engine thread and handed to the embedder through
+ * the output queue. The fields marked "immutable" are written before the
+ * engine thread starts and only read afterwards.
+ *
+ * Pages of a sequence. pages[0..n_pages) is its page table. The first
+ * n_locked pages belong to the radix tree and are pinned by the lock the
+ * sequence holds on `node` (NULL when n_locked == 0); the sequence owns one
+ * pool reference on each of pages[n_locked..n_pages). Positions
+ * 0..n_kv-1 have their K/V computed; tokens[n_kv..len) are still to be fed
+ * (a decoding sequence has exactly one: its last sampled token).
+ */
+#ifndef TR_ENGINE_INTERNAL_H
+#define TR_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../grammar/grammar.h"
+#include "../../radix/radix.h"
+#include "../sampler/sampler.h"
+#include "../tokenizer/tokenizer.h"
+#include "../trellis.h"
+#include "engine.h"
+
+typedef struct engine_req engine_req;
+typedef struct engine_seq engine_seq;
+
+typedef enum seq_state {
+    SEQ_NEW = 0,  /* in a request not yet taken in by the engine thread */
+    SEQ_WAITING,  /* in the waiting list (new or preempted) */
+    SEQ_RUNNING,  /* in the running array */
+    SEQ_DONE,     /* finished; DONE event queued */
+} seq_state;
+
+struct engine_seq {
+    engine_req *req;
+    int32_t index;           /* sample index within the request */
+    seq_state state;
+    engine_seq *prev, *next; /* waiting list links */
+    uint64_t admit_order;    /* larger = admitted later (preemption victim) */
+
+    int32_t *tokens;         /* [cap] prompt then generated tokens */
+    int32_t len, cap;
+    int32_t n_kv;            /* positions whose K/V are in the pages */
+    int32_t prefill_to;      /* len when last admitted: prompt pages below
+                                it are cached as prefill proceeds */
+    int32_t *pages;          /* [pages_cap] page table */
+    int32_t n_pages, pages_cap;
+    radix_node *node;        /* locked tree node covering pages[0..n_locked) */
+    int32_t n_locked;
+
+    int32_t plan;            /* tokens scheduled this step */
+    int32_t logit_row;       /* its row in the step's logits, or -1 */
+
+    sampler *smp;            /* created at first admission */
+    void *cstate;            /* constraint state (NULL: none) */
+    uint64_t *mask;          /* this step's mask row (borrowed) or NULL */
+
+    tokenizer_stream ts;
+    char *held;              /* text held back (may start a stop string) */
+    size_t held_len, held_cap;
+    char *out_text;          /* text not yet handed out in an event */
+    size_t out_len, out_cap;
+    int32_t *out_tokens;     /* tokens not yet handed out */
+    trellis_logprob *out_lp; /* their log-probs (when asked) */
+    int32_t out_n, out_tcap;
+
+    struct engine_event_box *spare; /* a DONE event that needs no allocation */
+    int32_t n_gen;           /* tokens sampled */
+    trellis_finish finish;
+    int status;
+    char error[256];
+    int32_t stop_index, stop_token;
+
+    /* metrics */
+    uint64_t t_first_sched, t_first_token, t_last_token;
+    int32_t cached_tokens;   /* at first admission */
+    int32_t preemptions;
+    bool admitted_once;
+};
+
+struct engine_req {
+    uint64_t id;
+    engine_req *hnext;       /* id hash chain (engine thread) */
+    int32_t n, n_done;
+    bool cancelled;
+
+    sampler_params sp;
+    sampler_logit_bias *bias; /* owned copy */
+    int32_t max_tokens;      /* resolved (>= 1) */
+    bool logprobs;
+    int32_t top_logprobs;
+    bool ignore_eos, stream;
+    char **stop;             /* [n_stop] owned NUL-terminated copies */
+    size_t *stop_len;
+    int32_t n_stop;
+    int32_t *stop_tokens;
+    int32_t n_stop_tokens;
+
+    const trellis_constraint_ops *cops; /* NULL: unconstrained */
+    void *cstate0;           /* the state given (sample 0 uses it) */
+
+    uint64_t ns;             /* radix namespace */
+    void *user;
+    int32_t *prompt;         /* [n_prompt] owned */
+    int32_t n_prompt;
+    uint64_t t_submit;
+
+    engine_seq seqs[];       /* [n] */
+};
+
+/* Waiting sequences examined per step for ordering and admission: bounds
+ * the scheduler's work when thousands of requests wait. */
+#define SCHED_SCAN_MAX 256
+
+typedef struct sched_cand {
+    engine_seq *s;
+    int32_t match; /* cached prefix tokens */
+    int32_t order; /* position in the waiting list */
+} sched_cand;
+
+/* Input queue messages. */
+typedef enum engine_msg_kind {
+    MSG_SUBMIT,
+    MSG_CANCEL,
+    MSG_FLUSH,
+    MSG_CHECK,
+} engine_msg_kind;
+
+typedef struct engine_sync {
+    bool done;
+    tr_status result;
+} engine_sync;
+
+typedef struct engine_msg {
+    engine_msg_kind kind;
+    engine_req *req;         /* MSG_SUBMIT (owned by the message) */
+    uint64_t id;             /* MSG_CANCEL */
+    engine_sync *sync;       /* MSG_FLUSH, MSG_CHECK: the waiter's */
+    struct engine_msg *next;
+} engine_msg;
+
+/* An event and its payload in one allocation; ev first so that
+ * trellis_event_free can free the box from the event pointer. */
+typedef struct engine_event_box {
+    trellis_event ev;
+    struct engine_event_box *next;
+} engine_event_box;
+
+/* The compute thread (overlap): runs one job at a time for the engine
+ * thread: a forward pass, or the sampling of a range of rows. */
+enum { W_JOB_FORWARD = 0, W_JOB_SAMPLE = 1 };
+typedef struct engine_worker {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int state;               /* 0 idle, 1 job posted, 2 job done, 3 quit */
+    int kind;                /* W_JOB_FORWARD or W_JOB_SAMPLE */
+    int32_t r0, r1;          /* sample job: rows [r0, r1) */
+    const tr_batch *b;
+    const int32_t *tokens, *rows;
+    int32_t n_rows;
+    float *logits;
+    tr_status result;
+} engine_worker;
+
+struct trellis_engine {
+    /* ---- immutable after creation ---- */
+    trellis_engine_options opt;
+    gguf_file *file;
+    tokenizer *tok;
+    engine_compute compute;
+    grammar_vocab *gvocab;   /* for regex constraints; NULL if it failed */
+    int32_t n_vocab, n_ctx, page_size, n_pages;
+    size_t n_words;          /* mask words */
+    int32_t eos;
+    bool add_bos;
+    uint8_t *is_eog;         /* [n_vocab] */
+    size_t max_piece;        /* bytes one tokenizer_stream_push may write */
+    char *piece;             /* [max_piece] engine thread's scratch */
+
+    /* ---- threads and queues ---- */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t in_mu;
+    pthread_cond_t in_cond;  /* engine thread waits for messages */
+    pthread_cond_t ctl_cond; /* control callers wait for their sync */
+    engine_msg *in_head, *in_tail;
+    bool quit;               /* under in_mu */
+    pthread_mutex_t out_mu;
+    pthread_cond_t out_cond;
+    engine_event_box *out_head, *out_tail;
+    pthread_mutex_t stats_mu;
+    trellis_stats snap;      /* under stats_mu */
+    atomic_uint_fast64_t next_id;
+    atomic_uint_fast64_t n_submitted;
+    engine_worker worker;
+
+    /* ---- engine thread only ---- */
+    kv_pool *pool;
+    radix_tree *tree;
+    engine_seq *wait_head, *wait_tail;
+    int32_t n_waiting;
+    engine_seq **running;    /* [max_running], admission order */
+    int32_t n_running;
+    engine_req **hash;       /* id -> request, chained */
+    size_t hash_cap, hash_n;
+    uint64_t admit_counter;
+    /* step buffers, sized at creation */
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_npages;
+    const int32_t **b_tables;
+    engine_seq **b_seqs;     /* batch sequence index -> seq */
+    engine_seq **row_seqs;   /* logits row -> seq */
+    float *logits;           /* [max_running, n_vocab] */
+    int32_t *row_tok;        /* [max_running] sampled token per row */
+    int *row_st;             /* [max_running] sampler status per row */
+    sampler_logprobs *row_lp; /* [max_running] */
+    uint64_t *masks;         /* [max_running, n_words] */
+    sched_cand *cand;        /* [SCHED_SCAN_MAX] admission candidates */
+    engine_msg *deferred, *deferred_tail; /* taken during a forward pass,
+                                             processed after it */
+    int chat_kind;           /* chat_template_kind; 0 = none */
+    char *chat_system;       /* the template's default system prompt */
+    engine_event_box *ev_head, *ev_tail; /* this step's events */
+    int32_t ev_n;
+    trellis_stats st;        /* running counters (snapshotted) */
+    uint64_t tps_t0, tps_gen0;
+};
+
+/* ---- engine.c ---- */
+void engine_req_free(engine_req *r);
+void engine_hash_remove(trellis_engine *e, engine_req *r);
+/* Takes the input queue's messages (waiting for one when block) and
+ * processes them; with submits_only (during a forward pass) only new
+ * requests, the rest is deferred to the next call. Returns true once the
+ * engine is asked to quit. */
+bool engine_take_messages(trellis_engine *e, bool block, bool submits_only);
+tr_status engine_send(trellis_engine *e, engine_msg *m);
+void engine_publish_stats(trellis_engine *e);
+static inline uint64_t engine_ns_private(uint64_t id) {
+    /* no_radix: a namespace of the request's own (top bit set; user
+     * namespaces use 63 bits) so forks share and nothing else does */
+    uint64_t z = id + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) | (1ull << 63);
+}
+
+/* ---- sched.c ---- */
+void sched_waiting_push_back(trellis_engine *e, engine_seq *s);
+void sched_waiting_push_front(trellis_engine *e, engine_seq *s);
+void sched_waiting_remove(trellis_engine *e, engine_seq *s);
+/* Fills each running sequence's plan for this step (admitting and
+ * preempting as needed); returns the number of tokens planned. */
+int32_t sched_plan(trellis_engine *e);
+/* After a forward: n_kv advanced by plan; caches completed prompt pages. */
+void sched_after_forward(trellis_engine *e, engine_seq *s);
+/* Gives back every page of s (to the tree if it caches), and removes it
+ * from the running array or waiting list. */
+void sched_release(trellis_engine *e, engine_seq *s, bool cache);
+int32_t sched_pages_for(const trellis_engine *e, int64_t tokens);
+
+/* ---- output.c ---- */
+/* Appends a sampled token to s's output (detokenize, stop strings).
+ * Returns true when a stop string ended the sample. */
+bool out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
+                    const sampler_logprobs *lp, bool emit_text);
+/* Emits the held text at the end of a sample (flush the detokenizer). */
+void out_flush(trellis_engine *e, engine_seq *s);
+/* Queues a DELTA event with s's pending output (if any). */
+void out_emit_delta(trellis_engine *e, engine_seq *s);
+/* Marks s finished, queues its DONE event and frees its per-sample state
+ * (not its pages: sched_release does that first). */
+void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
+                int status, const char *error);
+/* Moves this step's events to the output queue and wakes the embedder. */
+void out_publish(trellis_engine *e);
+
+/* ---- step.c ---- */
+void engine_step(trellis_engine *e);
+/* The vocabulary-wide part of sampling for logits rows [r0, r1) (each row
+ * with its own sampler, so two threads may take disjoint ranges). */
+void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1);
+/* Finishes sample s now (cancel, error): releases pages, queues DONE. */
+void engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
+                    int status, const char *error);
+
+/* ---- compute.c ---- */
+tr_status worker_start(trellis_engine *e);
+void worker_stop(trellis_engine *e);
+void worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
+                 const int32_t *rows, int32_t n_rows, float *logits);
+void worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
+tr_status worker_wait(trellis_engine *e);
+
+/* ---- submit.c: the built-in regex constraint ---- */
+extern const trellis_constraint_ops engine_regex_ops;
+void *engine_regex_state_new(grammar *g, grammar_vocab *v);
+
+#endif

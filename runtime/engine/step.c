@@ -1,0 +1,235 @@
+/* step.c — one engine step: plan (sched.c), build the ragged batch, run
+ * ONE forward pass for every row, sample, apply stops, queue events.
+ *
+ * Layering: runtime/engine, engine thread only.
+ *
+ * Overlap. Unless options.no_overlap, the forward pass runs on the compute
+ * thread (compute.c) while the engine thread
+ *   - computes the grammar masks of this step's sampled rows (the
+ *     constraint hooks' fill_mask; they depend only on tokens already
+ *     accepted), and
+ *   - takes newly submitted requests off the input queue into the waiting
+ *     list (cancellations and control messages wait for the step's end:
+ *     they may free memory the forward pass is reading),
+ * then waits for the forward pass. On the CPU backend the compute thread
+ * is worker 0 of the backend's pool, so the engine thread's overlapped
+ * work competes with the pool for cores; it is small (a mask is a walk of
+ * the vocabulary trie, cached per automaton state) and is reported as
+ * stats.overlap_s. What does not overlap with the forward pass: sampling
+ * (it needs the logits; with 8 rows or more the compute thread samples
+ * half of them meanwhile, each row having its own sampler) and planning
+ * the next step (it needs this step's sampled tokens and finishes).
+ *
+ * Time accounting (trellis_stats): step_s = the whole step; forward_s =
+ * from posting the batch to having its logits (overlapped work happens
+ * inside it and is also counted in overlap_s); sample_s = sampling,
+ * constraint accept, detokenization, stops; schedule_s = the rest
+ * (planning, batch building, radix bookkeeping, events).
+ * Stats are published at the end of each step, before its events.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/log.h"
+#include "../base/util.h"
+#include "engine_internal.h"
+
+void engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
+                    int status, const char *error) {
+    if (s->state == SEQ_DONE) return;
+    bool cache = !e->opt.no_radix;
+    if (s->state == SEQ_RUNNING || s->state == SEQ_WAITING)
+        sched_release(e, s, cache);
+    out_finish(e, s, f, status, error);
+}
+
+static bool is_stop_token(const engine_req *r, int32_t tok) {
+    for (int32_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] == tok) return true;
+    return false;
+}
+
+void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
+    for (int32_t r = r0; r < r1; r++) {
+        engine_seq *s = e->row_seqs[r];
+        if (s->status != 0) { /* no mask: ended by the caller */
+            e->row_st[r] = s->status;
+            continue;
+        }
+        e->row_st[r] = sampler_sample(
+            s->smp, e->logits + (size_t)r * (size_t)e->n_vocab, s->mask,
+            &e->row_tok[r], s->req->logprobs ? &e->row_lp[r] : NULL);
+    }
+}
+
+/* Takes row r's sampled token for s and applies stops. */
+static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
+    engine_req *r = s->req;
+    const sampler_logprobs *lp = r->logprobs ? &e->row_lp[row] : NULL;
+    int32_t tok = e->row_tok[row];
+    tr_status st = (tr_status)e->row_st[row];
+    if (s->status != 0) {
+        engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
+                       "the constraint could not compute a token mask");
+        return;
+    }
+    if (st != TR_OK) {
+        engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, sampler_last_error(s->smp));
+        return;
+    }
+    sampler_accept(s->smp, tok);
+    if (s->cstate) {
+        int cs = r->cops->accept(s->cstate, tok);
+        if (cs != 0) {
+            engine_end_seq(e, s, TRELLIS_FINISH_ERROR, cs,
+                           "the constraint rejected the sampled token");
+            return;
+        }
+    }
+    uint64_t now = tr_now_ns();
+    if (s->n_gen == 0) s->t_first_token = now;
+    s->t_last_token = now;
+    s->n_gen++;
+    e->st.generated_tokens++;
+
+    bool eog = e->is_eog[tok] && !r->ignore_eos;
+    if (eog || is_stop_token(r, tok)) {
+        s->stop_token = tok;
+        out_flush(e, s);
+        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        return;
+    }
+    TR_ASSERT(s->len < s->cap);
+    s->tokens[s->len++] = tok;
+    if (out_push_token(e, s, tok, lp, true)) {
+        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        return;
+    }
+    if (s->cstate && r->cops->is_done && r->cops->is_done(s->cstate)) {
+        out_flush(e, s);
+        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        return;
+    }
+    if (s->n_gen >= r->max_tokens || s->len >= e->n_ctx) {
+        out_flush(e, s);
+        engine_end_seq(e, s, TRELLIS_FINISH_LENGTH, TR_OK, NULL);
+        return;
+    }
+    out_emit_delta(e, s);
+}
+
+/* Fills the masks of the constrained rows (overlapped with the forward). */
+static void fill_masks(trellis_engine *e, int32_t n_rows) {
+    for (int32_t i = 0; i < n_rows; i++) {
+        engine_seq *s = e->row_seqs[i];
+        s->mask = NULL;
+        if (!s->cstate) continue;
+        uint64_t *m = e->masks + (size_t)i * e->n_words;
+        int st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
+        if (st != 0) {
+            s->status = st; /* ended after the forward pass */
+            continue;
+        }
+        s->mask = m;
+    }
+}
+
+void engine_step(trellis_engine *e) {
+    uint64_t t0 = tr_now_ns();
+    int32_t n_tok = sched_plan(e);
+    if (n_tok == 0) {
+        out_publish(e);
+        return;
+    }
+    /* the batch: each running sequence's planned tokens, in running order */
+    int32_t nt = 0, nseq = 0, nrows = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        engine_seq *s = e->running[i];
+        s->logit_row = -1;
+        if (s->plan == 0) continue;
+        e->b_seqs[nseq] = s;
+        e->b_tables[nseq] = s->pages;
+        e->b_npages[nseq] = s->n_pages;
+        for (int32_t k = 0; k < s->plan; k++) {
+            e->b_tokens[nt] = s->tokens[s->n_kv + k];
+            e->b_pos[nt] = s->n_kv + k;
+            e->b_seq[nt] = nseq;
+            nt++;
+        }
+        if (s->n_kv + s->plan == s->len) {
+            e->b_rows[nrows] = nt - 1;
+            e->row_seqs[nrows] = s;
+            s->logit_row = nrows++;
+        }
+        s->status = 0;
+        nseq++;
+    }
+    TR_ASSERT(nt == n_tok && nt <= e->opt.max_batch_tokens);
+    tr_batch b = {.n_tokens = nt, .pos = e->b_pos, .seq = e->b_seq,
+                  .n_seqs = nseq, .page_table = e->b_tables,
+                  .n_pages = e->b_npages};
+    uint64_t t1 = tr_now_ns();
+    tr_status fst;
+    uint64_t ov = 0;
+    if (e->worker.started) {
+        worker_post(e, &b, e->b_tokens, e->b_rows, nrows, e->logits);
+        uint64_t o0 = tr_now_ns();
+        fill_masks(e, nrows);
+        engine_take_messages(e, false, true);
+        ov = tr_now_ns() - o0;
+        fst = worker_wait(e);
+    } else {
+        uint64_t o0 = tr_now_ns();
+        fill_masks(e, nrows);
+        ov = tr_now_ns() - o0;
+        fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
+                                      e->b_rows, nrows, e->logits);
+    }
+    uint64_t t2 = tr_now_ns();
+    e->st.steps++;
+    e->st.batch_tokens += (uint64_t)nt;
+    for (int32_t i = 0; i < nseq; i++) {
+        engine_seq *s = e->b_seqs[i];
+        /* prompt tokens computed (all but decode feeds) */
+        if (s->n_kv < s->prefill_to)
+            e->st.prefill_tokens += (uint64_t)TR_MIN(s->plan, s->prefill_to - s->n_kv);
+    }
+    if (fst != TR_OK) {
+        tr_log(TR_LOG_ERROR, "engine: forward pass failed (%s)",
+               tr_status_name(fst));
+        for (int32_t i = 0; i < nseq; i++)
+            engine_end_seq(e, e->b_seqs[i], TRELLIS_FINISH_ERROR, fst,
+                           "the forward pass failed");
+        out_publish(e);
+        return;
+    }
+    for (int32_t i = 0; i < nseq; i++) sched_after_forward(e, e->b_seqs[i]);
+    uint64_t t3 = tr_now_ns();
+    /* the vocabulary-wide sampling work: half on the (now idle) compute
+     * thread when there are enough rows to pay for the hand-off */
+    if (e->worker.started && nrows >= 8) {
+        int32_t h = nrows / 2;
+        worker_post_sample(e, h, nrows);
+        engine_sample_rows(e, 0, h);
+        worker_wait(e);
+    } else {
+        engine_sample_rows(e, 0, nrows);
+    }
+    for (int32_t r = 0; r < nrows; r++) finish_row(e, e->row_seqs[r], r);
+    uint64_t t4 = tr_now_ns();
+    e->st.step_s += (double)(t4 - t0) / 1e9;
+    e->st.forward_s += (double)(t2 - t1) / 1e9;
+    e->st.overlap_s += (double)ov / 1e9;
+    e->st.sample_s += (double)(t4 - t3) / 1e9;
+    e->st.schedule_s += (double)((t1 - t0) + (t3 - t2)) / 1e9;
+    if (!e->worker.started) {
+        /* masks were computed serially: count them as scheduling work */
+        e->st.schedule_s += (double)ov / 1e9;
+        e->st.forward_s -= (double)ov / 1e9;
+    }
+    /* stats first, so that an embedder reading them after this step's
+     * events sees the step; publishing the events (a list splice and a
+     * wake-up) is then the last, uncounted, microsecond of the step */
+    engine_publish_stats(e);
+    out_publish(e);
+}

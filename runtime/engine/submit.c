@@ -1,0 +1,458 @@
+/* submit.c — trellis_submit: checks a request, builds its prompt tokens,
+ * copies everything into one engine_req and queues it; plus the built-in
+ * regex constraint.
+ *
+ * Layering: runtime/engine; runs on the embedder's thread and reads only
+ * the engine's immutable fields (tokenizer, vocabulary, chat template,
+ * limits), so any number of threads may submit at once.
+ *
+ * Everything that can be known before the request runs is checked here, so
+ * that an impossible request fails at once with a sentence saying why
+ * instead of occupying the queue: prompt source, empty prompt, max_tokens,
+ * context and pool limits, sampling parameters, stop strings and tokens,
+ * the constraint (a regex is compiled here, on the caller's thread).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/util.h"
+#include "engine_internal.h"
+
+#include "../chat/chat.h"
+
+void trellis_request_default(trellis_request *r) {
+    memset(r, 0, sizeof *r);
+    r->temperature = 1.0f;
+    r->top_p = 1.0f;
+    r->repetition_penalty = 1.0f;
+    r->penalty_last_n = 64;
+    r->max_tokens = 128;
+    r->n = 1;
+}
+
+static int fail(char *err, size_t cap, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t cap, int code, const char *fmt, ...) {
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static bool utf8_valid(const char *str, size_t len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t n;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 2, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 3, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (i + n > len) return false;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+/* ---- the regex constraint: a grammar_matcher per sample ---- */
+
+typedef struct regex_state {
+    grammar_matcher *m;
+    grammar *g;          /* one reference */
+    grammar_vocab *v;    /* one reference */
+} regex_state;
+
+static int rx_fill(void *st, uint64_t *mask, size_t n_words) {
+    return grammar_matcher_fill_mask(((regex_state *)st)->m, mask, n_words);
+}
+static int rx_accept(void *st, int32_t tok) {
+    return grammar_matcher_accept_token(((regex_state *)st)->m, tok);
+}
+static bool rx_done(void *st) {
+    return grammar_matcher_is_terminated(((regex_state *)st)->m);
+}
+static void rx_free(void *p) {
+    regex_state *st = p;
+    if (!st) return;
+    grammar_matcher_free(st->m);
+    grammar_free(st->g);
+    grammar_vocab_free(st->v);
+    free(st);
+}
+void *engine_regex_state_new(grammar *g, grammar_vocab *v) {
+    regex_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    if (grammar_matcher_new(g, v, 0, &st->m) != TR_OK) {
+        free(st);
+        return NULL;
+    }
+    st->g = grammar_ref(g);
+    st->v = grammar_vocab_ref(v);
+    return st;
+}
+static void *rx_clone(void *p) {
+    regex_state *st = p;
+    return engine_regex_state_new(st->g, st->v);
+}
+
+const trellis_constraint_ops engine_regex_ops = {
+    .fill_mask = rx_fill,
+    .accept = rx_accept,
+    .is_done = rx_done,
+    .clone = rx_clone,
+    .free = rx_free,
+};
+
+/* ---- prompt ---- */
+
+static int append_ids(int32_t **ids, int32_t *n, const int32_t *src,
+                      size_t k) {
+    if (k > (size_t)INT32_MAX - (size_t)*n) return TR_ERR_TOO_LONG;
+    int32_t *p = realloc(*ids, ((size_t)*n + k + 1) * sizeof *p);
+    if (!p) return TR_ERR_NOMEM;
+    if (k) memcpy(p + *n, src, k * sizeof *p);
+    *ids = p;
+    *n += (int32_t)k;
+    return TR_OK;
+}
+
+static int encode_text(const trellis_engine *e, const char *text, size_t len,
+                       bool parse_special, int32_t **ids, int32_t *n,
+                       char *err, size_t cap) {
+    if (!utf8_valid(text, len))
+        return fail(err, cap, TR_ERR_INVALID_ARG, "the prompt is not valid UTF-8");
+    if (e->add_bos) {
+        int32_t bos = tokenizer_bos(e->tok);
+        int s = append_ids(ids, n, &bos, 1);
+        if (s) return fail(err, cap, s, "out of memory");
+    }
+    int32_t *enc = NULL;
+    size_t n_enc = 0;
+    tr_status s = tokenizer_encode(e->tok, text, len, parse_special, &enc, &n_enc);
+    if (s != TR_OK)
+        return fail(err, cap, s, "cannot tokenize the prompt: %s",
+                    tr_status_message(s));
+    int a = append_ids(ids, n, enc, n_enc);
+    free(enc);
+    if (a) return fail(err, cap, a, "the prompt is too long");
+    return TR_OK;
+}
+
+static int build_prompt(const trellis_engine *e, const trellis_request *r,
+                        int32_t **ids, int32_t *n, char *err, size_t cap) {
+    int sources = (r->prompt != NULL) + (r->tokens != NULL || r->n_tokens > 0) +
+                  (r->messages != NULL || r->n_messages > 0);
+    if (sources != 1)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "give exactly one of prompt, tokens or messages (got %d)",
+                    sources);
+    if (r->prompt) {
+        size_t len = r->prompt_len ? r->prompt_len : strlen(r->prompt);
+        return encode_text(e, r->prompt, len, r->parse_special, ids, n, err, cap);
+    }
+    if (r->tokens || r->n_tokens) {
+        if (!r->tokens || r->n_tokens < 0)
+            return fail(err, cap, TR_ERR_INVALID_ARG, "bad token array");
+        for (int32_t i = 0; i < r->n_tokens; i++)
+            if (r->tokens[i] < 0 || r->tokens[i] >= e->n_vocab)
+                return fail(err, cap, TR_ERR_INVALID_ARG,
+                            "prompt token %d at index %d is outside the "
+                            "vocabulary (0..%d)",
+                            r->tokens[i], i, e->n_vocab - 1);
+        int s = append_ids(ids, n, r->tokens, (size_t)r->n_tokens);
+        return s ? fail(err, cap, s, "out of memory") : TR_OK;
+    }
+    if (!r->messages || r->n_messages <= 0)
+        return fail(err, cap, TR_ERR_INVALID_ARG, "bad message array");
+    if (e->chat_kind == CHAT_TEMPLATE_NONE)
+        return fail(err, cap, TR_ERR_UNSUPPORTED,
+                    "the model has no chat template Trellis knows");
+    chat_message *msgs = calloc((size_t)r->n_messages, sizeof *msgs);
+    if (!msgs) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i < r->n_messages; i++) {
+        msgs[i].role = r->messages[i].role;
+        msgs[i].content = r->messages[i].content;
+        if (msgs[i].content && !utf8_valid(msgs[i].content, strlen(msgs[i].content))) {
+            free(msgs);
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "message %d is not valid UTF-8", i);
+        }
+    }
+    char *text = NULL;
+    size_t text_len = 0;
+    tr_diag d = {0};
+    tr_status s = chat_render((chat_template_kind)e->chat_kind, e->chat_system,
+                              msgs, (size_t)r->n_messages,
+                              !r->no_generation_prompt, &text, &text_len, &d);
+    free(msgs);
+    if (s != TR_OK)
+        return fail(err, cap, s, "cannot render the chat: %s",
+                    d.message[0] ? d.message : tr_status_message(s));
+    int rc = encode_text(e, text, text_len, true, ids, n, err, cap);
+    free(text);
+    return rc;
+}
+
+/* ---- submit ---- */
+
+static int check_params(const trellis_engine *e, const trellis_request *r,
+                        char *err, size_t cap) {
+    if (r->n < 1 || r->n > TRELLIS_MAX_N)
+        return fail(err, cap, TR_ERR_INVALID_ARG, "n is %d, expected 1..%d",
+                    r->n, TRELLIS_MAX_N);
+    if (r->max_tokens == 0)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "max_tokens is 0: nothing to generate");
+    if (r->max_tokens < -1)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "max_tokens is %d (expected >= 1, or -1 for as many as fit)",
+                    r->max_tokens);
+    if (r->top_logprobs < 0 || r->top_logprobs > TRELLIS_MAX_TOP_LOGPROBS)
+        return fail(err, cap, TR_ERR_INVALID_ARG, "top_logprobs is %d, expected 0..%d",
+                    r->top_logprobs, TRELLIS_MAX_TOP_LOGPROBS);
+    if (r->top_logprobs > 0 && !r->logprobs)
+        return fail(err, cap, TR_ERR_INVALID_ARG, "top_logprobs needs logprobs");
+    if (r->n_stop < 0 || r->n_stop > TRELLIS_MAX_STOP || (r->n_stop && !r->stop))
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "%d stop strings (at most %d)", r->n_stop, TRELLIS_MAX_STOP);
+    for (int32_t k = 0; k < r->n_stop; k++) {
+        const char *s = r->stop[k];
+        size_t len = s ? strlen(s) : 0;
+        if (len == 0)
+            return fail(err, cap, TR_ERR_INVALID_ARG, "stop string %d is empty", k);
+        if (len > TRELLIS_MAX_STOP_LEN)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "stop string %d is %zu bytes (at most %d)", k, len,
+                        TRELLIS_MAX_STOP_LEN);
+        if (!utf8_valid(s, len))
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "stop string %d is not valid UTF-8", k);
+    }
+    if (r->n_stop_tokens < 0 || r->n_stop_tokens > 1024 ||
+        (r->n_stop_tokens && !r->stop_tokens))
+        return fail(err, cap, TR_ERR_INVALID_ARG, "bad stop token array");
+    for (int32_t k = 0; k < r->n_stop_tokens; k++)
+        if (r->stop_tokens[k] < 0 || r->stop_tokens[k] >= e->n_vocab)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "stop token %d is outside the vocabulary (0..%d)",
+                        r->stop_tokens[k], e->n_vocab - 1);
+    if (r->n_logit_bias < 0 || r->n_logit_bias > e->n_vocab ||
+        (r->n_logit_bias && !r->logit_bias))
+        return fail(err, cap, TR_ERR_INVALID_ARG, "bad logit_bias array");
+    for (int32_t k = 0; k < r->n_logit_bias; k++) {
+        const trellis_logit_bias *b = &r->logit_bias[k];
+        if (b->token < 0 || b->token >= e->n_vocab)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "logit_bias token %d is outside the vocabulary", b->token);
+        if (isnan(b->bias) || b->bias == INFINITY)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "logit_bias of token %d is not finite", b->token);
+    }
+    if (r->regex && r->constraint)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "give a regex or a constraint, not both");
+    if (r->constraint) {
+        const trellis_constraint_ops *c = r->constraint;
+        if (!c->fill_mask || !c->accept || !c->free)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "the constraint needs fill_mask, accept and free");
+        if (r->n > 1 && !c->clone)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "n > 1 with a constraint needs its clone operation");
+    }
+    return TR_OK;
+}
+
+int trellis_submit(trellis_engine *e, const trellis_request *r,
+                   uint64_t *id_out, char *err, size_t cap) {
+    if (err && cap) err[0] = 0;
+    if (!e || !r) return fail(err, cap, TR_ERR_INVALID_ARG, "no engine or request");
+    int rc = check_params(e, r, err, cap);
+    if (rc) return rc;
+
+    sampler_params sp = sampler_params_default();
+    sp.temperature = r->temperature;
+    sp.top_k = r->top_k;
+    sp.top_p = r->top_p;
+    sp.min_p = r->min_p;
+    sp.repetition_penalty = r->repetition_penalty;
+    sp.presence_penalty = r->presence_penalty;
+    sp.frequency_penalty = r->frequency_penalty;
+    sp.penalty_last_n = r->penalty_last_n;
+    sp.seed = r->seed;
+    sp.n_logprobs = r->logprobs ? r->top_logprobs : 0;
+    tr_diag d = {0};
+    tr_status s = sampler_params_validate(&sp, &d);
+    if (s != TR_OK)
+        return fail(err, cap, s, "bad sampling parameters: %s", d.message);
+
+    int32_t *prompt = NULL, n_prompt = 0;
+    rc = build_prompt(e, r, &prompt, &n_prompt, err, cap);
+    if (rc) {
+        free(prompt);
+        return rc;
+    }
+    if (n_prompt == 0) {
+        free(prompt);
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "the prompt is empty (no tokens to start from)");
+    }
+    int64_t pool_tokens = (int64_t)e->n_pages * e->page_size;
+    int64_t max_tokens = r->max_tokens;
+    if (max_tokens == -1) {
+        max_tokens = TR_MIN((int64_t)e->n_ctx, pool_tokens) - n_prompt;
+        if (max_tokens < 1) {
+            free(prompt);
+            return fail(err, cap, TR_ERR_TOO_LONG,
+                        "the prompt is %d tokens: no room for a completion "
+                        "(context %d, KV pool %lld tokens)",
+                        n_prompt, e->n_ctx, (long long)pool_tokens);
+        }
+    }
+    int64_t total = (int64_t)n_prompt + max_tokens;
+    if (total > e->n_ctx) {
+        free(prompt);
+        return fail(err, cap, TR_ERR_TOO_LONG,
+                    "prompt (%d tokens) + max_tokens (%lld) = %lld exceeds the "
+                    "context of %d tokens",
+                    n_prompt, (long long)max_tokens, (long long)total, e->n_ctx);
+    }
+    int32_t need_pages = sched_pages_for(e, total);
+    if (need_pages > e->n_pages) {
+        free(prompt);
+        return fail(err, cap, TR_ERR_LIMIT,
+                    "prompt (%d tokens) + max_tokens (%lld) needs %d KV pages "
+                    "of %d tokens, but the whole pool has %d",
+                    n_prompt, (long long)max_tokens, need_pages, e->page_size,
+                    e->n_pages);
+    }
+
+    /* the regex constraint, compiled here (not on the engine thread) */
+    grammar *g = NULL;
+    void *cstate = r->constraint_state;
+    const trellis_constraint_ops *cops = r->constraint;
+    if (r->regex) {
+        if (!e->gvocab) {
+            free(prompt);
+            return fail(err, cap, TR_ERR_UNSUPPORTED,
+                        "constraints are unavailable (no vocabulary)");
+        }
+        s = grammar_compile_regex(r->regex, strlen(r->regex), NULL, &g, &d);
+        if (s != TR_OK) {
+            free(prompt);
+            return fail(err, cap, s, "bad regex: %s (at byte %llu)", d.message,
+                        (unsigned long long)d.offset);
+        }
+        cstate = engine_regex_state_new(g, e->gvocab);
+        grammar_free(g); /* the state holds its own reference */
+        if (!cstate) {
+            free(prompt);
+            return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+        }
+        cops = &engine_regex_ops;
+    }
+
+    engine_req *q = calloc(1, sizeof *q + (size_t)r->n * sizeof(engine_seq));
+    if (!q) goto nomem;
+    q->n = r->n;
+    q->prompt = prompt;
+    q->n_prompt = n_prompt;
+    prompt = NULL;
+    q->sp = sp;
+    q->max_tokens = (int32_t)max_tokens;
+    q->logprobs = r->logprobs;
+    q->top_logprobs = r->top_logprobs;
+    q->ignore_eos = r->ignore_eos;
+    q->stream = r->stream;
+    q->ns = r->cache_namespace & ~(1ull << 63);
+    q->user = r->user;
+    q->cops = cops;
+    q->cstate0 = cstate;
+    if (r->n_logit_bias) {
+        q->bias = malloc((size_t)r->n_logit_bias * sizeof *q->bias);
+        if (!q->bias) goto nomem;
+        for (int32_t k = 0; k < r->n_logit_bias; k++)
+            q->bias[k] = (sampler_logit_bias){r->logit_bias[k].token,
+                                              r->logit_bias[k].bias};
+        q->sp.logit_bias = q->bias;
+        q->sp.n_logit_bias = r->n_logit_bias;
+    }
+    if (r->n_stop) {
+        q->stop = calloc((size_t)r->n_stop, sizeof *q->stop);
+        q->stop_len = calloc((size_t)r->n_stop, sizeof *q->stop_len);
+        if (!q->stop || !q->stop_len) goto nomem;
+        q->n_stop = r->n_stop;
+        for (int32_t k = 0; k < r->n_stop; k++) {
+            q->stop[k] = strdup(r->stop[k]);
+            if (!q->stop[k]) goto nomem;
+            q->stop_len[k] = strlen(q->stop[k]);
+        }
+    }
+    if (r->n_stop_tokens) {
+        q->stop_tokens = malloc((size_t)r->n_stop_tokens * sizeof(int32_t));
+        if (!q->stop_tokens) goto nomem;
+        memcpy(q->stop_tokens, r->stop_tokens,
+               (size_t)r->n_stop_tokens * sizeof(int32_t));
+        q->n_stop_tokens = r->n_stop_tokens;
+    }
+    for (int32_t i = 0; i < q->n; i++) {
+        engine_seq *sq = &q->seqs[i];
+        sq->req = q;
+        sq->index = i;
+        sq->state = SEQ_NEW;
+        sq->cap = (int32_t)total;
+        sq->len = n_prompt;
+        sq->tokens = malloc((size_t)total * sizeof(int32_t));
+        sq->pages_cap = need_pages;
+        sq->pages = malloc((size_t)need_pages * sizeof(int32_t));
+        sq->spare = malloc(sizeof(engine_event_box));
+        if (!sq->tokens || !sq->pages || !sq->spare) goto nomem;
+        memcpy(sq->tokens, q->prompt, (size_t)n_prompt * sizeof(int32_t));
+        sq->stop_index = -1;
+        sq->stop_token = -1;
+        sq->logit_row = -1;
+    }
+    engine_msg *m = calloc(1, sizeof *m);
+    if (!m) goto nomem;
+    q->id = atomic_fetch_add(&e->next_id, 1);
+    q->t_submit = tr_now_ns();
+    m->kind = MSG_SUBMIT;
+    m->req = q;
+    atomic_fetch_add(&e->n_submitted, 1);
+    if (id_out) *id_out = q->id;
+    engine_send(e, m);
+    return TR_OK;
+
+nomem:
+    if (q) {
+        /* the caller keeps its constraint state on failure */
+        if (!r->regex) q->cstate0 = NULL;
+        engine_req_free(q);
+    } else if (r->regex) {
+        rx_free(cstate);
+    }
+    free(prompt);
+    return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+}

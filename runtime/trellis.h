@@ -1,0 +1,362 @@
+/* trellis.h — the embeddable C API of Trellis: an engine that serves many
+ * generation requests at once on one model (continuous batching, chunked
+ * prefill, radix prefix cache, preemption, streaming, constraints).
+ *
+ * Layering: the top of the core library (runtime/engine implements it).
+ * This header is self-contained: it includes only the C standard headers,
+ * so an embedder needs nothing else from the source tree. The core links
+ * libc, libm, pthreads, PCRE2 and jansson; no event loop: the embedder
+ * drains the engine's output queue itself (see "Events").
+ *
+ * Threads. trellis_engine_new starts one engine thread that owns the model,
+ * the KV page pool and the radix tree (and, unless no_overlap, one compute
+ * thread that runs the forward passes). Every other function may be called
+ * from any thread, concurrently: requests and cancellations travel to the
+ * engine thread through a queue, results come back through another. No
+ * callback runs on the embedder's threads except `wake`, which runs on the
+ * engine thread (see below).
+ *
+ * Events. Every request produces, for each of its n samples, zero or more
+ * TRELLIS_EVENT_DELTA events (only when stream is set) and exactly one
+ * TRELLIS_EVENT_DONE event. Concatenating the text (and the tokens) of a
+ * sample's DELTA and DONE events gives its whole completion; a stop string
+ * is never part of it, not even partly (text that might begin a stop string
+ * is held back until it cannot). After a successful trellis_submit the DONE
+ * events always come, whatever happens (finish, error, cancel, even out of
+ * memory), unless the engine is freed first. Events are taken with
+ * trellis_poll (non-blocking) or
+ * trellis_wait (blocking) and freed with trellis_event_free. The engine
+ * calls options.wake (if set) on its own thread after queueing events,
+ * at most once per engine step: an event loop calls uv_async_send there
+ * and drains with trellis_poll on its own thread. wake must not call back
+ * into the engine.
+ *
+ * Errors. Functions return 0 (TRELLIS_OK) or a negative status (the values
+ * of the core's tr_status table); trellis_status_message() describes them,
+ * and functions taking an `err` buffer write a sentence saying what is wrong
+ * there. Bad input is never fatal.
+ *
+ * Ownership. Everything passed in a request is copied by trellis_submit
+ * (the request may be freed when it returns), except a constraint's state,
+ * which the engine takes over on success (see trellis_constraint).
+ */
+#ifndef TRELLIS_H
+#define TRELLIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes (equal to the core's tr_status values) ---- */
+#define TRELLIS_OK 0
+#define TRELLIS_ERR_NOMEM (-1)
+#define TRELLIS_ERR_INVALID_ARG (-2)
+#define TRELLIS_ERR_IO (-3)
+#define TRELLIS_ERR_FORMAT (-4)
+#define TRELLIS_ERR_UNSUPPORTED (-5)
+#define TRELLIS_ERR_NOT_FOUND (-6)
+#define TRELLIS_ERR_OVERFLOW (-7)
+#define TRELLIS_ERR_LIMIT (-8)
+#define TRELLIS_ERR_STATE (-9)
+#define TRELLIS_ERR_FULL (-10)
+#define TRELLIS_ERR_CANCELLED (-11)
+#define TRELLIS_ERR_TOO_LONG (-12)
+#define TRELLIS_ERR_INTERNAL (-13)
+
+/* The code's name as the core spells it ("TR_ERR_NOMEM") and a message;
+ * never NULL. */
+const char *trellis_status_name(int status);
+const char *trellis_status_message(int status);
+
+#define TRELLIS_MAX_TOP_LOGPROBS 20
+#define TRELLIS_MAX_STOP 16     /* stop strings per request */
+#define TRELLIS_MAX_STOP_LEN 256 /* bytes per stop string */
+#define TRELLIS_MAX_N 64        /* samples per request */
+
+typedef struct trellis_engine trellis_engine;
+
+/* ------------------------------------------------------------------ */
+/* Engine                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef void (*trellis_wake_fn)(void *user);
+
+typedef struct trellis_engine_options {
+    int32_t threads;          /* CPU compute threads; 0 = one per core */
+    int32_t max_batch_tokens; /* tokens per step: decode rows + prefill
+                                 chunks (default 512) */
+    int32_t max_running;      /* sequences running at once (default 64;
+                                 clamped to max_batch_tokens) */
+    int32_t chunk_size;       /* prefill tokens per sequence per step
+                                 (default 256) */
+    int32_t page_size;        /* tokens per KV page (default 16) */
+    int32_t kv_pages;         /* KV pool size in pages; 0 = from kv_mb */
+    int32_t kv_mb;            /* KV memory in MiB when kv_pages == 0
+                                 (default 512) */
+    int32_t ctx;              /* context limit per sequence (prompt +
+                                 completion); 0 = the model's */
+    int32_t lpm_max_waiting;  /* order the waiting queue by longest cached
+                                 prefix while it holds at most this many
+                                 sequences, else by arrival (default 128;
+                                 0 = always arrival order) */
+    bool no_radix;            /* share no KV across requests (the n samples
+                                 of one request still share their prompt) */
+    bool no_overlap;          /* run forward passes on the engine thread
+                                 instead of a compute thread */
+    trellis_wake_fn wake;     /* may be NULL */
+    void *wake_user;
+} trellis_engine_options;
+
+void trellis_engine_options_default(trellis_engine_options *o);
+
+/* Loads the GGUF model at model_path (NULL: the default model path, see
+ * runtime/base/paths.h), allocates the KV pool and starts the engine.
+ * On failure *out is untouched and err (may be NULL) says why. */
+int trellis_engine_new(const char *model_path,
+                       const trellis_engine_options *options,
+                       trellis_engine **out, char *err, size_t err_cap);
+
+/* Stops the engine and frees everything: unfinished requests are dropped
+ * (no more events), unread events are freed. NULL is a no-op. No other call
+ * on e may be in progress or follow (in particular not a trellis_wait on
+ * another thread), and it must not be called from `wake`. */
+void trellis_engine_free(trellis_engine *e);
+
+typedef struct trellis_engine_info {
+    int32_t n_vocab;
+    int32_t n_ctx;       /* the context limit in force */
+    int32_t page_size;
+    int32_t kv_pages;
+    int32_t max_batch_tokens, max_running, chunk_size;
+    int32_t threads;
+    int32_t eos;         /* -1 if none */
+    bool add_bos;
+    bool no_radix, overlap;
+} trellis_engine_info;
+
+void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Requests                                                            */
+/* ------------------------------------------------------------------ */
+
+/* A token-level constraint, called on the engine thread. fill_mask writes
+ * the allowed tokens of the current state as a bitset of n_words =
+ * ceil(n_vocab / 64) words (bit t % 64 of word t / 64); accept advances by
+ * the sampled token; is_done says the constraint is satisfied and complete
+ * (generation stops, finish "stop"; may be NULL). clone (needed when n > 1)
+ * copies a state that has accepted nothing yet. free releases a state.
+ * Return 0 or a negative status; an error ends the sample with finish
+ * TRELLIS_FINISH_ERROR. fill_mask runs while the step's forward pass is
+ * computing (it overlaps). */
+typedef struct trellis_constraint_ops {
+    int (*fill_mask)(void *state, uint64_t *mask, size_t n_words);
+    int (*accept)(void *state, int32_t token);
+    bool (*is_done)(void *state);
+    void *(*clone)(void *state);
+    void (*free)(void *state);
+} trellis_constraint_ops;
+
+typedef struct trellis_message {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* UTF-8 */
+} trellis_message;
+
+typedef struct trellis_logit_bias {
+    int32_t token;
+    float bias; /* -INFINITY bans the token */
+} trellis_logit_bias;
+
+typedef struct trellis_request {
+    /* The prompt: exactly one of text, token ids, or chat messages. */
+    const char *prompt;       /* UTF-8 text */
+    size_t prompt_len;        /* 0: strlen(prompt) */
+    bool parse_special;       /* control-token texts in prompt become tokens */
+    const int32_t *tokens;    /* token ids, used as given (no BOS added) */
+    int32_t n_tokens;
+    const trellis_message *messages; /* rendered with the model's template */
+    int32_t n_messages;
+    bool no_generation_prompt; /* messages: do not open an assistant turn */
+
+    /* Sampling (the sampler module's semantics). */
+    float temperature;        /* default 1; 0 = greedy */
+    int32_t top_k;            /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 1 = off */
+    float presence_penalty, frequency_penalty;
+    int32_t penalty_last_n;   /* default 64; -1 = all */
+    uint64_t seed;            /* sample i of n uses seed + i */
+    const trellis_logit_bias *logit_bias;
+    int32_t n_logit_bias;
+
+    int32_t max_tokens;       /* >= 1, or -1: as many as context and pool
+                                 allow; 0 is an error. Default 128. */
+    int32_t n;                /* samples forked from one prompt (1..64) */
+    bool logprobs;            /* report the chosen tokens' log-probs */
+    int32_t top_logprobs;     /* and this many alternatives (0..20) */
+    bool ignore_eos;          /* end-of-generation tokens do not stop */
+    const char *const *stop;  /* stop strings (not emitted) */
+    int32_t n_stop;
+    const int32_t *stop_tokens; /* stop token ids (not emitted) */
+    int32_t n_stop_tokens;
+
+    /* Constraint: a regex the whole completion must match, or a custom
+     * constraint (at most one). The engine takes over constraint_state on
+     * success (it calls ops->free); on failure the caller keeps it. */
+    const char *regex;
+    const trellis_constraint_ops *constraint;
+    void *constraint_state;
+
+    uint64_t cache_namespace; /* KV is shared only within a namespace
+                                 (63 bits used); default 0 */
+    bool stream;              /* DELTA events as tokens come */
+    void *user;               /* echoed in every event */
+} trellis_request;
+
+/* temperature 1, top_p 1, repetition 1, penalty_last_n 64, max_tokens 128,
+ * n 1, everything else 0 / NULL / false. */
+void trellis_request_default(trellis_request *r);
+
+/* Validates and copies the request, tokenizes the prompt (on the calling
+ * thread), compiles its regex, and queues it. Requests that can never run
+ * are rejected here, with err saying why: empty prompt, max_tokens 0,
+ * prompt + max_tokens beyond the context (TRELLIS_ERR_TOO_LONG) or beyond
+ * the whole KV pool (TRELLIS_ERR_LIMIT), bad sampling parameters, a bad
+ * regex, etc. On success *id_out (may be NULL) receives the request id
+ * (never 0). */
+int trellis_submit(trellis_engine *e, const trellis_request *r,
+                   uint64_t *id_out, char *err, size_t err_cap);
+
+/* Asks the engine to stop request id: its pages are freed at the next
+ * step and its unfinished samples end with finish CANCELLED. Unknown or
+ * finished ids are ignored. Asynchronous; returns 0 or TRELLIS_ERR_NOMEM. */
+int trellis_cancel(trellis_engine *e, uint64_t id);
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef enum trellis_event_kind {
+    TRELLIS_EVENT_DELTA = 1,
+    TRELLIS_EVENT_DONE = 2,
+} trellis_event_kind;
+
+typedef enum trellis_finish {
+    TRELLIS_FINISH_NONE = 0,
+    TRELLIS_FINISH_STOP = 1,      /* EOS, stop token, stop string, or the
+                                     constraint completed */
+    TRELLIS_FINISH_LENGTH = 2,    /* max_tokens or the context */
+    TRELLIS_FINISH_CANCELLED = 3,
+    TRELLIS_FINISH_ERROR = 4,
+} trellis_finish;
+
+/* "stop", "length", "cancelled", "error", "" */
+const char *trellis_finish_name(trellis_finish f);
+
+typedef struct trellis_top_logprob {
+    int32_t token;
+    float logprob;
+} trellis_top_logprob;
+
+typedef struct trellis_logprob {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    trellis_top_logprob top[TRELLIS_MAX_TOP_LOGPROBS];
+} trellis_logprob;
+
+typedef struct trellis_metrics {
+    double queue_ms;   /* submit -> first scheduled */
+    double ttft_ms;    /* submit -> first token sampled */
+    double tpot_ms;    /* mean time per output token after the first */
+    double e2e_ms;     /* submit -> done */
+    int32_t prompt_tokens;
+    int32_t cached_tokens;     /* prompt tokens found in the cache */
+    int32_t completion_tokens; /* sampled (stop tokens included) */
+    int32_t preemptions;
+} trellis_metrics;
+
+typedef struct trellis_event {
+    trellis_event_kind kind;
+    uint64_t request_id;
+    int32_t index;        /* sample index, 0..n-1 */
+    void *user;           /* the request's user pointer */
+
+    /* New output since this sample's previous event. */
+    const char *text;     /* NUL-terminated, text_len bytes, valid UTF-8 */
+    size_t text_len;
+    const int32_t *tokens;
+    const trellis_logprob *logprobs; /* [n_tokens] when asked, else NULL */
+    int32_t n_tokens;
+
+    /* DONE only. */
+    trellis_finish finish;
+    int status;           /* TRELLIS_OK unless finish is ERROR */
+    const char *error;    /* "" unless finish is ERROR */
+    int32_t stop_index;   /* the stop string that matched, else -1 */
+    int32_t stop_token;   /* the token that stopped (EOS/stop id), else -1 */
+    bool request_done;    /* the request's last DONE event */
+    trellis_metrics metrics;
+} trellis_event;
+
+/* Takes the next event: 1 and *out set (free it with trellis_event_free),
+ * or 0 when the queue is empty. */
+int trellis_poll(trellis_engine *e, trellis_event **out);
+
+/* Waits up to timeout_ms (-1: forever) for an event: 1 and *out set, or 0
+ * on time-out. */
+int trellis_wait(trellis_engine *e, int timeout_ms, trellis_event **out);
+
+void trellis_event_free(trellis_event *ev);
+
+/* ------------------------------------------------------------------ */
+/* Statistics and utilities                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct trellis_stats {
+    int32_t running, waiting;
+    int32_t pages_total, pages_used, pages_cached, pages_free;
+    double cache_hit_rate;    /* cached / prompt tokens of admitted requests */
+    double tokens_per_s;      /* generated tokens/s over the last second */
+    uint64_t steps;
+    uint64_t requests_submitted, requests_finished, requests_cancelled;
+    uint64_t preemptions;
+    uint64_t prompt_tokens;        /* of admitted sequences */
+    uint64_t cached_prompt_tokens; /* found in the cache at admission */
+    uint64_t prefill_tokens;       /* prompt tokens computed (recomputation
+                                      after preemption included) */
+    uint64_t generated_tokens;
+    uint64_t batch_tokens;         /* sum of step batch sizes */
+    /* Where the engine thread's time went (seconds, cumulative). */
+    double step_s;      /* whole steps */
+    double forward_s;   /* waiting for / running forward passes */
+    double sample_s;    /* sampling, stops, detokenization */
+    double schedule_s;  /* everything else: scheduling, batch building,
+                           radix bookkeeping, events */
+    double overlap_s;   /* work done while a forward pass ran (masks,
+                           intake) */
+} trellis_stats;
+
+/* A snapshot taken at the end of the latest engine step. */
+void trellis_get_stats(trellis_engine *e, trellis_stats *out);
+
+/* Drops every unlocked prefix-cache entry (waits for the engine). */
+int trellis_flush_cache(trellis_engine *e);
+
+/* Tokenizes text (no BOS added) into a malloc'd array (free with free()). */
+int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
+                     bool parse_special, int32_t **ids, size_t *n_ids);
+/* The bytes of one token (borrowed; NULL for bad ids). */
+const char *trellis_token_text(const trellis_engine *e, int32_t id,
+                               size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
