@@ -287,8 +287,13 @@ typedef struct trellis_event {
     int32_t index;        /* sample index, 0..n-1 */
     void *user;           /* the request's user pointer */
 
-    /* New output since this sample's previous event. */
-    const char *text;     /* NUL-terminated, text_len bytes, valid UTF-8 */
+    /* New output since this sample's previous event. Text is valid UTF-8
+     * (it may contain NUL bytes, as token text may) followed by a NUL;
+     * a stop string is never in it. Tokens are those sampled, in order,
+     * except a stopping token (EOS, stop id), which is not output; the
+     * tokens whose text a stop string cut are included. All of it lives
+     * in the event's memory (trellis_event_free). */
+    const char *text;
     size_t text_len;
     const int32_t *tokens;
     const trellis_logprob *logprobs; /* [n_tokens] when asked, else NULL */
