@@ -6,6 +6,7 @@
  * inside [0, 0x10FFFF], and surrogates (U+D800..U+DFFF, which UTF-8
  * cannot encode) never members: gcpset_add drops them on the way in.
  */
+#include "runtime/base/utf8.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,24 +141,5 @@ int gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
 }
 
 int gutf8_encode(uint32_t cp, uint8_t out[4]) {
-    if (cp < 0x80) {
-        out[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t)(0xC0 | (cp >> 6));
-        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | (cp >> 12));
-        out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | (cp >> 18));
-    out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
+    return tr_utf8_encode(cp, out);
 }

@@ -18,6 +18,7 @@
  * ordered longest first; user-defined tokens are split out even without
  * special parsing (HF tokenizers does the same).
  */
+#include "runtime/base/utf8.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,26 +103,7 @@ static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
 }
 
 static size_t utf8_encode(uint32_t cp, uint8_t *out) {
-    if (cp < 0x80) {
-        out[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t)(0xC0 | (cp >> 6));
-        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | (cp >> 12));
-        out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | (cp >> 18));
-    out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
+    return (size_t)tr_utf8_encode(cp, out);
 }
 
 /* GPT-2's byte-level alphabet: printable Latin-1 bytes ('!'..'~',
