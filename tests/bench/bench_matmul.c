@@ -11,7 +11,8 @@
  * than the last-level cache, as a real forward pass streams its 66 MB of
  * layers from DRAM). A last block times all of a forward pass's matmuls
  * (30 layers x 7 matrices + the output matrix) per decoded token and per
- * 512-token prefill, on the real weights when the model file is present.
+ * 512-token prefill, on the real weights when the model file is present,
+ * and per batched decode step of 32 sequences (every row's logits).
  *
  * Usage: bench_matmul [--quick] [--wall] [--set NAME]
  *   --quick  shorter runs; --set  only that kernel set; --wall  time with
@@ -141,8 +142,8 @@ static void bench_shapes(const cpu_quant_kernels *k) {
                 memcpy(w[c], w[0], wbytes);
         }
         const bool portable = strcmp(k->name, "portable") == 0;
-        const int ntoks[2] = {1, portable ? 32 : 512};
-        for (int j = 0; j < 2; j++) {
+        const int ntoks[3] = {1, 32, 512};
+        for (int j = 0; j < (portable ? 2 : 3); j++) {
             const int n_tok = ntoks[j];
             size_t xs;
             uint8_t *xq = make_act(k, s->t, s->cols, n_tok, &xs);
@@ -232,13 +233,17 @@ static void bench_forward(const cpu_quant_kernels *k) {
     wbytes += (double)row_bytes(o->t, o->cols) * (double)o->rows;
 
     const bool portable = strcmp(k->name, "portable") == 0;
-    const int ntoks[2] = {1, portable ? 16 : 512};
-    for (int j = 0; j < 2; j++) {
+    /* 1: one decode step; 32: a batched decode step of 32 sequences (the
+     * output matrix runs for every row); 512: a prefill chunk (the output
+     * matrix for its last row only) */
+    const int ntoks[3] = {1, portable ? 16 : 32, portable ? 16 : 512};
+    for (int j = 0; j < (portable ? 2 : 3); j++) {
         const int n_tok = ntoks[j];
+        const bool all_logits = n_tok <= 32;
         size_t xs_a, xs_b, xs_o;
         uint8_t *xa = make_act(k, TR_DTYPE_Q4_1, 576, n_tok, &xs_a);
         uint8_t *xb = make_act(k, TR_DTYPE_Q4_1, 1536, n_tok, &xs_b);
-        uint8_t *xo = make_act(k, o->t, 576, 1, &xs_o);
+        uint8_t *xo = make_act(k, o->t, 576, all_logits ? n_tok : 1, &xs_o);
         float *out = tr_aligned_alloc(sizeof(float) * (size_t)n_tok * 49152, 64);
         float *xf = malloc(sizeof(float) * 1536);
         if (!out || !xf) abort();
@@ -251,7 +256,8 @@ static void bench_forward(const cpu_quant_kernels *k) {
                 const bool big = x->cols == 1536;
                 if (x->last_only) {
                     x = o;
-                    k->matmul_tile(x->t, x->w, row_bytes(x->t, x->cols), x->cols, xo, xs_o, 1, out,
+                    k->matmul_tile(x->t, x->w, row_bytes(x->t, x->cols), x->cols, xo, xs_o,
+                                   all_logits ? n_tok : 1, out,
                                    (size_t)x->rows, 0, x->rows, false);
                 } else {
                     k->matmul_tile(x->t, x->w, row_bytes(x->t, x->cols), x->cols,
@@ -276,7 +282,8 @@ static void bench_forward(const cpu_quant_kernels *k) {
         double sec = (double)(t1 - t0) * 1e-9 / passes;
         double flop = 0;
         for (int i = 0; i < nm; i++)
-            flop += 2.0 * (double)m[i].rows * (double)m[i].cols * (m[i].last_only ? 1 : n_tok);
+            flop += 2.0 * (double)m[i].rows * (double)m[i].cols *
+                    (m[i].last_only && !all_logits ? 1 : n_tok);
         printf("  %-10s forward matmuls (%s weights) n_tok=%-3d %9.2f ms  = %8.1f tok/s"
                "  %6.2f GFLOP/s  %6.2f GB/s of weights  (act quant %.1f%%)\n",
                k->name, f ? "model" : "random", n_tok, sec * 1e3, n_tok / sec, flop / sec * 1e-9,
