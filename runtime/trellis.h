@@ -152,13 +152,28 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
  * copies a state that has accepted nothing yet. free releases a state.
  * Return 0 or a negative status; an error ends the sample with finish
  * TRELLIS_FINISH_ERROR. fill_mask runs while the step's forward pass is
- * computing (it overlaps). */
+ * computing (it overlaps).
+ *
+ * Jump-forward (optional: both of forced_bytes and rollback, else never).
+ * forced_bytes writes the bytes every continuation of the current state
+ * must start with (at most cap; *len = 0 when there is a choice) without
+ * changing the state; rollback undoes the last n accepted tokens. After a
+ * sampled token is accepted, when bytes are forced, the engine re-encodes
+ * the token's bytes followed by the forced bytes with the model's
+ * tokenizer, rolls the sampled token back and accepts the new tokens one
+ * by one (stopping at the first one refused; if the first is refused it
+ * accepts the sampled token again, so accept must be deterministic). The
+ * new tokens replace the sampled one in the output and are fed to the
+ * model together, as one chunk, in the next step: one forward pass instead
+ * of one per forced token. The built-in regex constraint has both. */
 typedef struct trellis_constraint_ops {
     int (*fill_mask)(void *state, uint64_t *mask, size_t n_words);
     int (*accept)(void *state, int32_t token);
     bool (*is_done)(void *state);
     void *(*clone)(void *state);
     void (*free)(void *state);
+    int (*forced_bytes)(void *state, uint8_t *buf, size_t cap, size_t *len);
+    int (*rollback)(void *state, int32_t n_tokens);
 } trellis_constraint_ops;
 
 typedef struct trellis_message {
@@ -207,10 +222,16 @@ typedef struct trellis_request {
 
     /* Constraint: a regex the whole completion must match, or a custom
      * constraint (at most one). The engine takes over constraint_state on
-     * success (it calls ops->free); on failure the caller keeps it. */
+     * success (it calls ops->free); on failure the caller keeps it.
+     * A regex constraint is done (finish "stop", stop_token -1) as soon as
+     * the text is a complete match no byte can extend, without sampling
+     * the end-of-generation token that is then the only one allowed. */
     const char *regex;
     const trellis_constraint_ops *constraint;
     void *constraint_state;
+    bool no_jump_forward;     /* sample every token, even those the
+                                 constraint forces (see
+                                 trellis_constraint_ops) */
 
     uint64_t cache_namespace; /* KV is shared only within a namespace
                                  (63 bits used); default 0 */
@@ -277,7 +298,9 @@ typedef struct trellis_metrics {
     double e2e_ms;     /* submit -> done */
     int32_t prompt_tokens;
     int32_t cached_tokens;     /* prompt tokens found in the cache */
-    int32_t completion_tokens; /* sampled (stop tokens included) */
+    int32_t completion_tokens; /* sampled (stop tokens included) and
+                                  forced (jump-forward) */
+    int32_t forced_tokens;     /* of which placed by jump-forward */
     int32_t preemptions;
 } trellis_metrics;
 
@@ -291,8 +314,14 @@ typedef struct trellis_event {
      * (it may contain NUL bytes, as token text may) followed by a NUL;
      * a stop string is never in it. Tokens are those sampled, in order,
      * except a stopping token (EOS, stop id), which is not output; the
-     * tokens whose text a stop string cut are included. All of it lives
-     * in the event's memory (trellis_event_free). */
+     * tokens whose text a stop string cut are included. Tokens placed by
+     * jump-forward (not sampled: the constraint forced their text) are
+     * output like sampled ones; their log-prob entry has logprob 0 (the
+     * constraint gives them probability 1) and n_top 0. When jump-forward
+     * re-encodes the sampled token into a different first token, that one
+     * too is reported as forced; when it keeps the sampled token, its
+     * sampled log-probs are reported. All of it lives in the event's
+     * memory (trellis_event_free). */
     const char *text;
     size_t text_len;
     const int32_t *tokens;
@@ -335,8 +364,19 @@ typedef struct trellis_stats {
     uint64_t cached_prompt_tokens; /* found in the cache at admission */
     uint64_t prefill_tokens;       /* prompt tokens computed (recomputation
                                       after preemption included) */
-    uint64_t generated_tokens;
+    uint64_t generated_tokens;     /* sampled and forced */
     uint64_t batch_tokens;         /* sum of step batch sizes */
+    /* Jump-forward. forced_tokens: output tokens placed without sampling
+     * (each jump replaces the sampled token with k re-encoded tokens and
+     * counts k - 1). forward_passes_saved: per sequence, the forward
+     * passes it did not need: each step that feeds a generating sequence
+     * m > 1 tokens at once counts m - 1 (one pass instead of m). For one
+     * request alone these are whole engine steps; in a batch, a step is
+     * saved only when no other row needed it, so read it as decode rows
+     * saved. */
+    uint64_t jump_forwards;        /* jumps that placed tokens */
+    uint64_t forced_tokens;
+    uint64_t forward_passes_saved;
     /* Where the engine thread's time went (seconds, cumulative). */
     double step_s;      /* whole steps */
     double forward_s;   /* waiting for / running forward passes */

@@ -17,6 +17,7 @@
 #include "../base/util.h"
 #include "../../grammar/grammar.h"
 #include "../chat/chat.h"
+#include "../engine/constraint.h"
 #include "../sampler/sampler.h"
 #include "args.h"
 #include "cli.h"
@@ -115,29 +116,8 @@ static bool constraint_build(const gen_opts *o, const tokenizer *tok,
         fprintf(stderr, "trellis generate: out of memory\n");
         return false;
     }
-    int32_t n = tokenizer_n_vocab(tok);
-    const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
-    uint32_t *lens = calloc((size_t)n, sizeof *lens);
-    uint8_t *special = calloc((size_t)n, 1);
-    int32_t *eog = calloc((size_t)n, sizeof *eog);
-    size_t n_eog = 0;
     tr_diag d = {0};
-    tr_status s = TR_ERR_NOMEM;
-    if (bytes && lens && special && eog) {
-        for (int32_t i = 0; i < n; i++) {
-            size_t len = 0;
-            bytes[i] = tokenizer_token_bytes(tok, i, &len);
-            lens[i] = (uint32_t)len;
-            special[i] = tokenizer_is_special(tok, i);
-            if (tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
-        }
-        grammar_vocab_desc desc = {n, bytes, lens, special, eog, n_eog};
-        s = grammar_vocab_new(&desc, &c->vocab, &d);
-    }
-    free(bytes);
-    free(lens);
-    free(special);
-    free(eog);
+    tr_status s = constraint_vocab_from_tokenizer(tok, &c->vocab, &d);
     if (s) {
         cli_report("generate", "cannot build the grammar vocabulary", s, &d);
         free(pattern);
@@ -253,38 +233,6 @@ static void print_json(const gen_opts *o, const gen_result *r, const gen_constra
     if (s) printf("%s\n", s);
     free(s);
     json_decref(root);
-}
-
-/* Re-encodes text (the sampled token's bytes followed by the bytes the
- * grammar forces) and replaces the sampled token in the matcher with as
- * many of the new tokens as fit in room (>= 1). Returns the chunk length;
- * falls back to the sampled token alone (matcher unchanged) when the
- * re-encoding does not start a path the grammar accepts. */
-static int32_t jump_forward(grammar_matcher *m, const tokenizer *tok, int32_t sampled,
-                            const uint8_t *text, size_t len, int64_t room, int32_t *chunk) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    chunk[0] = sampled;
-    if (tokenizer_encode(tok, (const char *)text, len, false, &ids, &n) != TR_OK || n < 2) {
-        free(ids);
-        return 1;
-    }
-    if (grammar_matcher_rollback(m, 1) != TR_OK) { /* undo the sampled token */
-        free(ids);
-        return 1;
-    }
-    int32_t got = 0;
-    while ((size_t)got < n && got < room && grammar_matcher_accept_token(m, ids[got]) == TR_OK) {
-        chunk[got] = ids[got];
-        got++;
-    }
-    if (got == 0) {
-        grammar_matcher_accept_token(m, sampled); /* was accepted before */
-        chunk[0] = sampled;
-        got = 1;
-    }
-    free(ids);
-    return got;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -487,34 +435,27 @@ int cmd_generate(int argc, char **argv) {
             break;
         }
         if (con.m && (s = grammar_matcher_accept_token(con.m, tok))) break;
-        sampler_accept(smp, tok);
         if ((!o.ignore_eos || con.m) && tokenizer_is_eog(L.tok, tok)) {
+            sampler_accept(smp, tok);
             r.finish = "stop";
             break;
         }
-        /* Jump-forward: the bytes the grammar forces next run with the
-         * sampled token as one chunk instead of one decode step each. The
-         * sampled token's bytes and the forced bytes are re-encoded
-         * together, so the model sees the tokens unconstrained text would
-         * have had at the boundary (e.g. `"` + `name` may merge into `"name`). */
-        int32_t chunk[64];
-        int32_t n_chunk = 0;
-        chunk[n_chunk++] = tok;
+        /* Jump-forward (runtime/engine/constraint.c, the engine's code):
+         * the bytes the grammar forces next run with the sampled token as
+         * one chunk instead of one decode step each, re-encoded together
+         * with it. */
+        int32_t chunk[CONSTRAINT_JF_MAX_TOKENS];
+        int32_t n_chunk = 1;
+        chunk[0] = tok;
         if (con.m) {
-            uint8_t fb[320];
-            size_t fl = 0, tl = 0;
-            const uint8_t *tb = tokenizer_token_bytes(L.tok, tok, &tl);
-            if (!tokenizer_is_special(L.tok, tok) && tl <= 64 &&
-                grammar_matcher_forced_bytes(con.m, fb + tl, sizeof fb - tl, &fl) == TR_OK &&
-                fl > 0) {
-                memcpy(fb, tb, tl);
-                int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk), o.batch);
-                room = TR_MIN(room, n_predict - k);
-                n_chunk = jump_forward(con.m, L.tok, tok, fb, tl + fl, room, chunk);
-            }
+            int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk), o.batch);
+            room = TR_MIN(room, n_predict - k);
+            s = constraint_jump_forward(L.tok, &constraint_matcher_ops, con.m, tok,
+                                        (int32_t)room, chunk, &n_chunk);
+            if (s) break;
         }
         for (int32_t i = 0; i < n_chunk && s == TR_OK; i++) {
-            if (i > 0) sampler_accept(smp, chunk[i]);
+            sampler_accept(smp, chunk[i]);
             if (!append_id(&r, chunk[i])) {
                 s = TR_ERR_NOMEM;
                 break;
@@ -532,7 +473,7 @@ int cmd_generate(int argc, char **argv) {
         r.n_forced_tokens += n_chunk - 1;
         k += n_chunk - 1;
         if (s) break;
-        if (con.m && !grammar_matcher_can_continue(con.m)) {
+        if (con.m && constraint_matcher_ops.is_done(con.m)) {
             r.finish = "stop"; /* the grammar is complete: only EOS could follow */
             break;
         }

@@ -390,34 +390,11 @@ static void *engine_main(void *arg) {
 /* ---- creation ---- */
 
 static tr_status build_vocab(trellis_engine *e) {
-    int32_t n = e->n_vocab;
-    const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
-    uint32_t *lens = calloc((size_t)n, sizeof *lens);
-    uint8_t *special = calloc((size_t)n, 1);
-    int32_t *eog = calloc((size_t)n, sizeof *eog);
-    size_t n_eog = 0;
-    tr_status s = TR_ERR_NOMEM;
-    if (bytes && lens && special && eog) {
-        for (int32_t i = 0; i < n; i++) {
-            size_t len = 0;
-            bytes[i] = tokenizer_token_bytes(e->tok, i, &len);
-            lens[i] = (uint32_t)TR_MIN(len, 65535u);
-            special[i] = tokenizer_is_special(e->tok, i);
-            if (e->is_eog[i]) eog[n_eog++] = i;
-        }
-        grammar_vocab_desc d = {.n_vocab = n, .token_bytes = bytes,
-                                .token_lens = lens, .is_special = special,
-                                .eog_ids = eog, .n_eog = n_eog};
-        tr_diag dg = {0};
-        s = grammar_vocab_new(&d, &e->gvocab, &dg);
-        if (s != TR_OK)
-            tr_log(TR_LOG_WARN, "engine: no vocabulary for constraints: %s",
-                   dg.message);
-    }
-    free(bytes);
-    free(lens);
-    free(special);
-    free(eog);
+    tr_diag dg = {0};
+    tr_status s = constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
+    if (s != TR_OK)
+        tr_log(TR_LOG_WARN, "engine: no vocabulary for constraints: %s",
+               dg.message[0] ? dg.message : tr_status_message(s));
     return s;
 }
 

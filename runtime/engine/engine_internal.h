@@ -35,6 +35,7 @@
 #include "../sampler/sampler.h"
 #include "../tokenizer/tokenizer.h"
 #include "../trellis.h"
+#include "constraint.h"
 #include "engine.h"
 
 typedef struct engine_req engine_req;
@@ -81,7 +82,8 @@ struct engine_seq {
     int32_t out_n, out_tcap;
 
     struct engine_event_box *spare; /* a DONE event that needs no allocation */
-    int32_t n_gen;           /* tokens sampled */
+    int32_t n_gen;           /* tokens generated (sampled + forced) */
+    int32_t n_forced;        /* of which placed by jump-forward */
     trellis_finish finish;
     int status;
     char error[256];
@@ -113,6 +115,8 @@ struct engine_req {
     int32_t n_stop_tokens;
 
     const trellis_constraint_ops *cops; /* NULL: unconstrained */
+    bool jump_forward;       /* cops has forced_bytes and rollback, and the
+                                request did not turn it off */
     void *cstate0;           /* the state given (sample 0 uses it) */
 
     uint64_t ns;             /* radix namespace */

@@ -250,6 +250,7 @@ void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
         m->prompt_tokens = r->n_prompt;
         m->cached_tokens = s->cached_tokens;
         m->completion_tokens = s->n_gen;
+        m->forced_tokens = s->n_forced;
         m->preemptions = s->preemptions;
         queue_event(e, b);
     }

@@ -17,7 +17,9 @@
  *      resume later by re-matching its tokens in the tree).
  *   2. prefill chunks of running sequences still prefilling, oldest first,
  *      up to chunk_size each (smaller if the budget or the pool is short;
- *      a prefill never preempts anyone, it stalls).
+ *      a prefill never preempts anyone, it stalls). A generating sequence
+ *      whose last step appended several tokens at once (jump-forward,
+ *      step.c) is fed them here too, as one chunk.
  *   3. admission of waiting sequences while the budget lasts and fewer than
  *      max_running run. Order: longest cached prefix first (SGLang's LPM)
  *      while at most lpm_max_waiting sequences wait, else arrival order.

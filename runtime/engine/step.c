@@ -20,6 +20,12 @@
  * half of them meanwhile, each row having its own sampler) and planning
  * the next step (it needs this step's sampled tokens and finishes).
  *
+ * Jump-forward (finish_row): when a constraint forces the bytes after the
+ * sampled token, the sampled token and those bytes are re-encoded and
+ * appended as several tokens at once; the next step feeds them as one
+ * chunk. stats.forward_passes_saved counts, per sequence, the passes such
+ * chunks saved.
+ *
  * Time accounting (trellis_stats): step_s = the whole step; forward_s =
  * from posting the batch to having its logits (overlapped work happens
  * inside it and is also counted in overlap_s); sample_s = sampling,
@@ -62,7 +68,22 @@ void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
     }
 }
 
-/* Takes row r's sampled token for s and applies stops. */
+/* Takes row r's sampled token for s, jumps forward over the bytes the
+ * constraint forces next (if any), and applies stops.
+ *
+ * Jump-forward puts the re-encoded tokens (constraint.c) in place of the
+ * sampled token at s->tokens[len..], so that len - n_kv > 1 and the
+ * scheduler feeds them next step as one chunk (sched.c pass 2, like a
+ * prefill chunk: pages are reserved there, all or what the pool has),
+ * with the logits row on the last one. Each placed token is a generated
+ * token: it counts toward max_tokens (the jump gets room for at most
+ * max_tokens - n_gen tokens, and for what the context has left), goes
+ * through out_push_token (detokenization, stop strings: a stop string
+ * inside the chunk ends the sample there, the later tokens are dropped),
+ * and enters the sampler's penalty window. The radix insert at the end
+ * caches tokens[0..n_kv), computed ones only, so a sample that ends with
+ * tokens still unfed caches nothing wrong; preemption re-admits it with
+ * its whole token list, the unfed part being prefilled like a prompt. */
 static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     engine_req *r = s->req;
     const sampler_logprobs *lp = r->logprobs ? &e->row_lp[row] : NULL;
@@ -77,7 +98,6 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
         engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, sampler_last_error(s->smp));
         return;
     }
-    sampler_accept(s->smp, tok);
     if (s->cstate) {
         int cs = r->cops->accept(s->cstate, tok);
         if (cs != 0) {
@@ -89,21 +109,60 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     uint64_t now = tr_now_ns();
     if (s->n_gen == 0) s->t_first_token = now;
     s->t_last_token = now;
-    s->n_gen++;
-    e->st.generated_tokens++;
 
     bool eog = e->is_eog[tok] && !r->ignore_eos;
     if (eog || is_stop_token(r, tok)) {
+        sampler_accept(s->smp, tok);
+        s->n_gen++;
+        e->st.generated_tokens++;
         s->stop_token = tok;
         out_flush(e, s);
         engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
         return;
     }
-    TR_ASSERT(s->len < s->cap);
-    s->tokens[s->len++] = tok;
-    if (out_push_token(e, s, tok, lp, true)) {
-        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
-        return;
+    /* the tokens to append: the sampled one, or what jump-forward puts in
+     * its place (written straight into s->tokens; room keeps len <= cap) */
+    TR_ASSERT(s->len < s->cap && s->n_gen < r->max_tokens && s->len < e->n_ctx);
+    int32_t *chunk = s->tokens + s->len;
+    int32_t n_chunk = 1;
+    chunk[0] = tok;
+    if (r->jump_forward && s->cstate) {
+        int32_t room = TR_MIN(r->max_tokens - s->n_gen, e->n_ctx - s->len);
+        room = TR_MIN(room, s->cap - s->len);
+        tr_status js = constraint_jump_forward(e->tok, r->cops, s->cstate, tok,
+                                               room, chunk, &n_chunk);
+        if (js != TR_OK) {
+            engine_end_seq(e, s, TRELLIS_FINISH_ERROR, js,
+                           "the constraint refused its own token again after "
+                           "a jump-forward rollback");
+            return;
+        }
+    }
+    bool jumped = n_chunk > 1 || chunk[0] != tok;
+    if (jumped) {
+        e->st.jump_forwards++;
+        e->st.forced_tokens += (uint64_t)(n_chunk - 1);
+        s->n_forced += n_chunk - 1;
+    }
+    for (int32_t i = 0; i < n_chunk; i++) {
+        int32_t t = chunk[i];
+        if (i > 0 && is_stop_token(r, t)) { /* forced, but still a stop */
+            s->n_gen++;
+            e->st.generated_tokens++;
+            s->stop_token = t;
+            out_flush(e, s);
+            engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+            return;
+        }
+        sampler_accept(s->smp, t);
+        s->len++;
+        s->n_gen++;
+        e->st.generated_tokens++;
+        /* forced tokens report logprob 0 (probability 1), no alternatives */
+        if (out_push_token(e, s, t, jumped ? NULL : lp, true)) {
+            engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+            return;
+        }
     }
     if (s->cstate && r->cops->is_done && r->cops->is_done(s->cstate)) {
         out_flush(e, s);
@@ -193,6 +252,8 @@ void engine_step(trellis_engine *e) {
         /* prompt tokens computed (all but decode feeds) */
         if (s->n_kv < s->prefill_to)
             e->st.prefill_tokens += (uint64_t)TR_MIN(s->plan, s->prefill_to - s->n_kv);
+        else if (s->plan > 1) /* a jump-forward chunk: one pass, not plan */
+            e->st.forward_passes_saved += (uint64_t)(s->plan - 1);
     }
     if (fst != TR_OK) {
         tr_log(TR_LOG_ERROR, "engine: forward pass failed (%s)",

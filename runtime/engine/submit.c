@@ -84,14 +84,23 @@ typedef struct regex_state {
     grammar_vocab *v;    /* one reference */
 } regex_state;
 
+/* the matcher's part is constraint_matcher_ops (constraint.c); this
+ * state adds the references clone needs */
+#define RX_M(st) (((regex_state *)(st))->m)
 static int rx_fill(void *st, uint64_t *mask, size_t n_words) {
-    return grammar_matcher_fill_mask(((regex_state *)st)->m, mask, n_words);
+    return constraint_matcher_ops.fill_mask(RX_M(st), mask, n_words);
 }
 static int rx_accept(void *st, int32_t tok) {
-    return grammar_matcher_accept_token(((regex_state *)st)->m, tok);
+    return constraint_matcher_ops.accept(RX_M(st), tok);
 }
 static bool rx_done(void *st) {
-    return grammar_matcher_is_terminated(((regex_state *)st)->m);
+    return constraint_matcher_ops.is_done(RX_M(st));
+}
+static int rx_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
+    return constraint_matcher_ops.forced_bytes(RX_M(st), buf, cap, len);
+}
+static int rx_rollback(void *st, int32_t n) {
+    return constraint_matcher_ops.rollback(RX_M(st), n);
 }
 static void rx_free(void *p) {
     regex_state *st = p;
@@ -123,6 +132,8 @@ const trellis_constraint_ops engine_regex_ops = {
     .is_done = rx_done,
     .clone = rx_clone,
     .free = rx_free,
+    .forced_bytes = rx_forced,
+    .rollback = rx_rollback,
 };
 
 /* ---- prompt ---- */
@@ -281,6 +292,10 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
         if (r->n > 1 && !c->clone)
             return fail(err, cap, TR_ERR_INVALID_ARG,
                         "n > 1 with a constraint needs its clone operation");
+        if (!c->forced_bytes != !c->rollback)
+            return fail(err, cap, TR_ERR_INVALID_ARG,
+                        "the constraint has only one of forced_bytes and "
+                        "rollback: jump-forward needs both (or neither)");
     }
     return TR_OK;
 }
@@ -390,6 +405,8 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     q->user = r->user;
     q->cops = cops;
     q->cstate0 = cstate;
+    q->jump_forward = cops && cops->forced_bytes && cops->rollback &&
+                      !r->no_jump_forward;
     if (r->n_logit_bias) {
         q->bias = malloc((size_t)r->n_logit_bias * sizeof *q->bias);
         if (!q->bias) goto nomem;

@@ -17,6 +17,16 @@
  *    alone and among 31 others), preemption under a tiny pool with the
  *    same tokens as alone, n > 1 sharing its prompt pages.
  *
+ * A differential test runs a random request mix under 24 random engine
+ * configurations and compares every sample's tokens with a roomy
+ * reference configuration.
+ *
+ * Jump-forward: on the fake model (chunks cut at max_tokens, stop strings
+ * inside forced text, logprobs and counters of forced tokens, the same
+ * tokens when chunks are split and sequences preempted, half a
+ * jump-forward refused at submit) and on the real model (a JSON-shaped
+ * regex: valid output in fewer steps than with no_jump_forward; n = 3).
+ *
  * Checks: every accepted request ends with exactly one DONE event per
  * sample; concatenated DELTA + DONE text equals the detokenized tokens;
  * stop strings spanning token boundaries are never emitted (not even
@@ -27,7 +37,9 @@
  * enough to preempt end with every page free and every invariant
  * (engine_debug_check: tree, pool, per-sequence pages) holding.
  *
- * TRELLIS_TEST_FILTER=<glob> runs only the matching tests.
+ * TRELLIS_TEST_FILTER=<glob> runs only the matching tests, and
+ * TRELLIS_TEST_SKIP=<glob> skips some (e.g. '*_real');
+ * TRELLIS_TEST_CONFIGS=N sets the differential test's configurations.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -41,6 +53,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "grammar/grammar.h"
 #include "runtime/base/paths.h"
@@ -307,6 +321,41 @@ static void same_tokens(const result *a, const result *b, int idx) {
     assert_int_equal(a->s[idx].finish, b->s[idx].finish);
 }
 
+/* PCRE2 (the regex oracle of DESIGN.md): does rx fully match s? Anchored
+ * at both ends, UTF, `$` at the very end only (the grammar dialect). */
+static bool pcre_full_match(const char *rx, const char *s, size_t len) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED |
+                                      PCRE2_DOLLAR_ENDONLY,
+                                  &ec, &eo, NULL);
+    assert_non_null(c);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0;
+}
+
+/* Is s[0..len) a prefix of some full match of rx (itself one included)?
+ * PCRE2's hard partial matching says so. */
+static bool pcre_live_prefix(const char *rx, const char *s, size_t len) {
+    char pat[1024];
+    snprintf(pat, sizeof pat, "(?:%s)$", rx);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_ANCHORED | PCRE2_DOLLAR_ENDONLY,
+                                  &ec, &eo, NULL);
+    assert_non_null(c);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, len, 0, PCRE2_PARTIAL_HARD, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0 || rc == PCRE2_ERROR_PARTIAL;
+}
+
 /* Stats as of now: the check is a round trip through the engine thread,
  * which publishes its snapshot after every step, before taking messages. */
 static void stats_now(trellis_engine *e, trellis_stats *st) {
@@ -491,11 +540,114 @@ static void test_invariance_fake(void **state) {
     no.no_overlap = true;
     run_crowd(&no, 8, &q, &nooverlap, &mb);
     same_tokens(&alone, &nooverlap, 0);
+    /* page size 1 under a tight pool; one sequence at a time, FCFS; one
+     * token per step (max_batch 1: no prefill chunk beyond one token) */
+    fake_cfg p1 = c;
+    p1.page_size = 1;
+    p1.n_pages = 700;
+    p1.chunk = 50;
+    p1.lpm = 0;
+    result r1, r2, r3;
+    run_crowd(&p1, 16, &q, &r1, &mb);
+    same_tokens(&alone, &r1, 0);
+    fake_cfg one = c;
+    one.max_running = 1;
+    run_crowd(&one, 6, &q, &r2, &mb);
+    same_tokens(&alone, &r2, 0);
+    fake_cfg tok1 = c;
+    tok1.max_batch = 1;
+    tok1.max_running = 1;
+    run_crowd(&tok1, 3, &q, &r3, &mb);
+    assert_int_equal(mb, 1);
+    same_tokens(&alone, &r3, 0);
+    result_free(&r1);
+    result_free(&r2);
+    result_free(&r3);
     result_free(&alone);
     result_free(&crowd);
     result_free(&tiny);
     result_free(&noradix);
     result_free(&nooverlap);
+}
+
+/* Differential test of the scheduler: random engine configurations (page
+ * size, pool size down to what one request needs, chunk, batch budget,
+ * max_running, LPM on/off, radix on/off, overlap on/off) run the same
+ * random request mix (shared prefixes, n > 1, temperatures) as a roomy
+ * reference configuration; every sample's tokens must be identical. */
+static void test_random_configs(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    enum { NR = 14 };
+    int n_cfg = small_scale() ? 4 : 24;
+    if (getenv("TRELLIS_TEST_CONFIGS")) n_cfg = atoi(getenv("TRELLIS_TEST_CONFIGS"));
+    int32_t prompts[NR][160];
+    trellis_request qs[NR];
+    uint64_t rng = 2024;
+    int32_t need_max = 0;
+    int32_t base[120];
+    rand_tokens(31337, base, 120);
+    for (int i = 0; i < NR; i++) {
+        rng = mix(rng);
+        int shared = (int)(rng % 120), tail = 1 + (int)((rng >> 8) % 40);
+        memcpy(prompts[i], base, (size_t)shared * sizeof(int32_t));
+        rand_tokens(rng, prompts[i] + shared, tail);
+        trellis_request_default(&qs[i]);
+        qs[i].tokens = prompts[i];
+        qs[i].n_tokens = shared + tail;
+        qs[i].max_tokens = 1 + (int)((rng >> 16) % 30);
+        qs[i].n = 1 + (int)((rng >> 24) % 3);
+        qs[i].seed = rng;
+        qs[i].temperature = (float)((rng >> 32) % 4) * 0.4f;
+        qs[i].stream = (rng >> 40) & 1;
+        qs[i].ignore_eos = true;
+        int32_t need = qs[i].n_tokens + qs[i].max_tokens;
+        if (need > need_max) need_max = need;
+    }
+    result ref[NR];
+    fake_cfg rc = fake_default();
+    fake *f;
+    trellis_engine *e = fake_engine(&rc, &f);
+    for (int i = 0; i < NR; i++) run1(e, &qs[i], &ref[i]);
+    trellis_engine_free(e);
+    for (int k = 0; k < n_cfg; k++) {
+        rng = mix(rng + (uint64_t)k);
+        fake_cfg c = fake_default();
+        static const int32_t sizes[] = {1, 2, 4, 8, 16};
+        c.page_size = sizes[rng % 5];
+        int32_t min_pages = (need_max + c.page_size - 1) / c.page_size;
+        c.n_pages = min_pages + (int32_t)((rng >> 8) % (uint64_t)(3 * min_pages));
+        c.chunk = 1 + (int32_t)((rng >> 20) % 64);
+        c.max_batch = c.chunk + (int32_t)((rng >> 28) % 200);
+        c.max_running = 1 + (int32_t)((rng >> 36) % 32);
+        c.lpm = (rng >> 42) & 1 ? 128 : 0;
+        c.no_radix = ((rng >> 44) & 3) == 0;
+        c.no_overlap = (rng >> 46) & 1;
+        e = fake_engine(&c, &f);
+        result got[NR];
+        for (int i = 0; i < NR; i++) submit_ok(e, &qs[i], &got[i]);
+        drain(e, got, NR);
+        if (f->bad) fprintf(stderr, "config %d: fake page check %d\n", k, f->bad);
+        assert_int_equal(f->bad, 0);
+        for (int i = 0; i < NR; i++) {
+            for (int j = 0; j < qs[i].n; j++) {
+                if (got[i].s[j].n_tokens != ref[i].s[j].n_tokens ||
+                    memcmp(got[i].s[j].tokens, ref[i].s[j].tokens,
+                           (size_t)ref[i].s[j].n_tokens * sizeof(int32_t)))
+                    fprintf(stderr, "config %d (ps %d pages %d chunk %d batch %d "
+                                    "running %d lpm %d noradix %d): request %d "
+                                    "sample %d differs\n",
+                            k, c.page_size, c.n_pages, c.chunk, c.max_batch,
+                            c.max_running, c.lpm, c.no_radix, i, j);
+                same_tokens(&ref[i], &got[i], j);
+            }
+            result_free(&got[i]);
+        }
+        expect_clean(e);
+        expect_all_free(e);
+        trellis_engine_free(e);
+    }
+    for (int i = 0; i < NR; i++) result_free(&ref[i]);
 }
 
 static void test_preemption_fake(void **state) {
@@ -814,6 +966,187 @@ static void test_regex_constraint(void **state) {
     assert_int_equal(trellis_submit(e, &q, NULL, err, sizeof err), TRELLIS_ERR_FORMAT);
     assert_true(strstr(err, "regex") != NULL);
     trellis_engine_free(e);
+}
+
+/* A constraint with forced_bytes but no rollback: half a jump-forward. */
+static int half_fill(void *st, uint64_t *m, size_t n) {
+    (void)st;
+    memset(m, 0xff, n * sizeof *m);
+    return 0;
+}
+static int half_accept(void *st, int32_t t) { (void)st, (void)t; return 0; }
+static void half_free(void *st) { (void)st; }
+static int half_forced(void *st, uint8_t *b, size_t cap, size_t *len) {
+    (void)st, (void)b, (void)cap;
+    *len = 0;
+    return 0;
+}
+
+/* Jump-forward through the scheduler, on the fake model: a regex whose
+ * long literal is forced after one sampled digit. Checks that the chunk
+ * is cut at max_tokens (finish "length", the text a live prefix of the
+ * language), that a stop string inside the forced text ends the sample
+ * there, that forced tokens report logprob 0 and are counted, that the
+ * forward passes drop, and that chunks split by a tiny chunk size and by
+ * preemption under a tiny pool give the same tokens as a roomy engine. */
+static void test_jump_forward_fake(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    const char *rx = "[0-9]: the quick brown fox jumps over the lazy dog, "
+                     "and then [a-z]{2,6} again[.!]";
+    grammar *g;
+    assert_int_equal(grammar_compile_regex(rx, strlen(rx), NULL, &g, NULL), TR_OK);
+    fake *f;
+    fake_cfg c = fake_default();
+    trellis_engine *e = fake_engine(&c, &f);
+    int32_t prompt[12];
+    rand_tokens(77, prompt, 12);
+    trellis_request q;
+    trellis_request_default(&q);
+    q.tokens = prompt;
+    q.n_tokens = 12;
+    q.regex = rx;
+    q.temperature = 0.8f;
+    q.seed = 3;
+    q.logprobs = true;
+    q.top_logprobs = 2;
+    q.max_tokens = 64;
+    trellis_stats s0, s1;
+    stats_now(e, &s0);
+    uint64_t fw0 = f->forwards;
+    result full;
+    run1(e, &q, &full);
+    stats_now(e, &s1);
+    uint64_t fw_jf = f->forwards - fw0;
+    assert_int_equal(full.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_true(pcre_full_match(rx, full.s[0].text, full.s[0].text_len));
+    int32_t forced = full.s[0].m.forced_tokens;
+    assert_true(forced >= 8); /* the literal is ~10 tokens */
+    assert_int_equal(s1.forced_tokens - s0.forced_tokens, (uint64_t)forced);
+    assert_true(s1.jump_forwards > s0.jump_forwards);
+    assert_true(s1.forward_passes_saved - s0.forward_passes_saved >= (uint64_t)forced - 1);
+    assert_int_equal(full.s[0].m.completion_tokens, full.s[0].n_tokens);
+    int zero_lp = 0;
+    for (int i = 0; i < full.s[0].n_tokens; i++) {
+        const trellis_logprob *l = &full.s[0].lp[i];
+        assert_int_equal(l->token, full.s[0].tokens[i]);
+        if (l->n_top == 0) {
+            assert_true(l->logprob == 0.0f);
+            zero_lp++;
+        } else {
+            /* sampled: alternatives among the allowed tokens (one when
+             * the mask allows one) */
+            assert_true(l->n_top >= 1 && l->n_top <= 2);
+        }
+    }
+    assert_true(zero_lp >= forced);
+    fprintf(stderr, "fake jump-forward: %d tokens (%d forced), %llu forwards\n",
+            full.s[0].n_tokens, forced, (unsigned long long)fw_jf);
+
+    /* without jump-forward: every token sampled, one forward each */
+    q.no_jump_forward = true;
+    fw0 = f->forwards;
+    result nojf;
+    run1(e, &q, &nojf);
+    assert_true(pcre_full_match(rx, nojf.s[0].text, nojf.s[0].text_len));
+    assert_int_equal(nojf.s[0].m.forced_tokens, 0);
+    assert_true(f->forwards - fw0 >= fw_jf + (uint64_t)forced / 2);
+    for (int i = 0; i < nojf.s[0].n_tokens; i++) assert_true(nojf.s[0].lp[i].n_top >= 1);
+    result_free(&nojf);
+    q.no_jump_forward = false;
+
+    /* max_tokens in the middle of the forced run: cut there */
+    for (int mt = 1; mt <= 6; mt++) {
+        q.max_tokens = mt;
+        result r;
+        run1(e, &q, &r);
+        assert_int_equal(r.s[0].finish, TRELLIS_FINISH_LENGTH);
+        assert_int_equal(r.s[0].n_tokens, mt);
+        assert_int_equal(r.s[0].m.completion_tokens, mt);
+        /* the cut text can still be completed */
+        assert_true(pcre_live_prefix(rx, r.s[0].text, r.s[0].text_len));
+        /* one sampled digit, the rest forced */
+        assert_int_equal(r.s[0].m.forced_tokens, mt - 1);
+        result_free(&r);
+    }
+    q.max_tokens = 64;
+
+    /* a stop string inside the forced text */
+    const char *stop[] = {"brown"};
+    q.stop = stop;
+    q.n_stop = 1;
+    result st;
+    run1(e, &q, &st);
+    assert_int_equal(st.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(st.s[0].stop_index, 0);
+    assert_int_equal(st.s[0].text_len, 13); /* "D: the quick " */
+    assert_memory_equal(st.s[0].text + 1, ": the quick ", 12);
+    assert_null(strstr(st.s[0].text, "brown"));
+    assert_null(strstr(st.s[0].text, "bro"));
+    result_free(&st);
+    q.stop = NULL;
+    q.n_stop = 0;
+    expect_clean(e);
+    trellis_engine_free(e);
+
+    /* the same tokens when chunks are split and sequences preempted */
+    enum { NJ = 10 };
+    trellis_request qs[NJ];
+    result ref[NJ], got[NJ];
+    int32_t jprompts[NJ][12];
+    for (int i = 0; i < NJ; i++) {
+        qs[i] = q;
+        rand_tokens(500 + (uint64_t)i, jprompts[i], 12);
+        qs[i].tokens = jprompts[i];
+        qs[i].logprobs = false;
+        qs[i].top_logprobs = 0;
+        qs[i].seed = 100 + (uint64_t)i;
+        qs[i].n = 1 + i % 3;
+    }
+    e = fake_engine(&c, &f);
+    for (int i = 0; i < NJ; i++) run1(e, &qs[i], &ref[i]);
+    trellis_engine_free(e);
+    fake_cfg tiny = c;
+    tiny.page_size = 4;
+    tiny.n_pages = (12 + 64 + 3) / 4; /* what one request needs */
+    tiny.chunk = 3;
+    tiny.max_batch = 16;
+    e = fake_engine(&tiny, &f);
+    for (int i = 0; i < NJ; i++) submit_ok(e, &qs[i], &got[i]);
+    drain(e, got, NJ);
+    assert_int_equal(f->bad, 0);
+    trellis_stats ts;
+    stats_now(e, &ts);
+    fprintf(stderr, "fake jump-forward, tiny pool: %llu preemptions\n",
+            (unsigned long long)ts.preemptions);
+    assert_true(ts.preemptions > 0);
+    for (int i = 0; i < NJ; i++) {
+        for (int j = 0; j < qs[i].n; j++) {
+            same_tokens(&ref[i], &got[i], j);
+            assert_true(pcre_full_match(rx, got[i].s[j].text, got[i].s[j].text_len));
+        }
+        result_free(&ref[i]);
+        result_free(&got[i]);
+    }
+    expect_clean(e);
+    expect_all_free(e);
+
+    /* half a jump-forward is refused at submit */
+    static const trellis_constraint_ops half = {
+        .fill_mask = half_fill, .accept = half_accept, .free = half_free,
+        .forced_bytes = half_forced};
+    trellis_request hq;
+    trellis_request_default(&hq);
+    hq.tokens = prompt;
+    hq.n_tokens = 12;
+    hq.constraint = &half;
+    char err[256];
+    assert_int_equal(trellis_submit(e, &hq, NULL, err, sizeof err),
+                     TRELLIS_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "rollback"));
+    trellis_engine_free(e);
+    result_free(&full);
+    grammar_free(g);
 }
 
 static void test_rejections(void **state) {
@@ -1202,24 +1535,104 @@ fork:
     trellis_engine_free(e);
 }
 
+/* Jump-forward on the real model with a JSON-shaped regex: the output
+ * full-matches the regex (PCRE2), with fewer engine steps (forward passes)
+ * than the same request with no_jump_forward. Both greedy outputs must be
+ * valid, but they need not be equal: jump-forward feeds the model the
+ * forced text's canonical tokens (`"` + `name` re-encoded as one token
+ * `"name`, say), where token-by-token sampling may have spelt it with
+ * other tokens, so the model conditions on different ids afterwards.
+ * Then n = 3 samples at temperature 1 from one request. */
+static void test_jump_forward_real(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    const char *rx = "\\{\"name\": \"[A-Z][a-z]{1,12}\", \"age\": [1-9][0-9]?, "
+                     "\"city\": \"[A-Z][a-z]{2,15}\", \"likes\": \\[\"[a-z]{2,12}\"(, "
+                     "\"[a-z]{2,12}\"){0,2}\\]\\}";
+    trellis_engine *e = real_engine(0, 64);
+    trellis_message msg = {"user", "Describe a fictional person as a JSON object "
+                                   "with their name, age, city and likes."};
+    trellis_request q;
+    trellis_request_default(&q);
+    q.messages = &msg;
+    q.n_messages = 1;
+    q.regex = rx;
+    q.temperature = 0;
+    q.max_tokens = 96;
+    trellis_stats s0, s1, s2;
+    result jf, nojf;
+    stats_now(e, &s0);
+    run1(e, &q, &jf);
+    stats_now(e, &s1);
+    q.no_jump_forward = true;
+    run1(e, &q, &nojf);
+    stats_now(e, &s2);
+    uint64_t steps_jf = s1.steps - s0.steps, steps_nojf = s2.steps - s1.steps;
+    fprintf(stderr, "jump-forward: %s\n  %d tokens (%d forced) in %llu steps\n"
+                    "no jump-forward: %s\n  %d tokens in %llu steps\n",
+            jf.s[0].text, jf.s[0].n_tokens, jf.s[0].m.forced_tokens,
+            (unsigned long long)steps_jf, nojf.s[0].text, nojf.s[0].n_tokens,
+            (unsigned long long)steps_nojf);
+    assert_int_equal(jf.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(nojf.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_true(pcre_full_match(rx, jf.s[0].text, jf.s[0].text_len));
+    assert_true(pcre_full_match(rx, nojf.s[0].text, nojf.s[0].text_len));
+    assert_true(jf.s[0].m.forced_tokens > 0);
+    assert_int_equal(nojf.s[0].m.forced_tokens, 0);
+    assert_int_equal(s1.forced_tokens - s0.forced_tokens,
+                     (uint64_t)jf.s[0].m.forced_tokens);
+    assert_true(s1.forward_passes_saved > s0.forward_passes_saved);
+    assert_int_equal(s2.forward_passes_saved, s1.forward_passes_saved);
+    /* the skeleton alone (`{"name": "`, `", "age": `, ...) is ~20 tokens */
+    assert_true(steps_jf + 8 <= steps_nojf);
+    result_free(&jf);
+    result_free(&nojf);
+    if (!small_scale()) {
+        q.no_jump_forward = false;
+        q.temperature = 1.0f;
+        q.n = 3;
+        q.seed = 5;
+        result r;
+        run1(e, &q, &r);
+        for (int i = 0; i < 3; i++) {
+            fprintf(stderr, "n=3 sample %d (%s): %s\n", i,
+                    trellis_finish_name(r.s[i].finish), r.s[i].text);
+            if (r.s[i].finish == TRELLIS_FINISH_LENGTH)
+                assert_true(pcre_live_prefix(rx, r.s[i].text, r.s[i].text_len));
+            else
+                assert_true(pcre_full_match(rx, r.s[i].text, r.s[i].text_len));
+        }
+        result_free(&r);
+    }
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_and_stream),
         cmocka_unit_test(test_invariance_fake),
+        cmocka_unit_test(test_random_configs),
         cmocka_unit_test(test_preemption_fake),
         cmocka_unit_test(test_prefix_sharing),
         cmocka_unit_test(test_fork_n),
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_logprobs_and_greedy),
         cmocka_unit_test(test_regex_constraint),
+        cmocka_unit_test(test_jump_forward_fake),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_cancel_storm),
         cmocka_unit_test(test_cancel_running_and_shutdown),
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
+        cmocka_unit_test(test_jump_forward_real),
     };
     /* TRELLIS_TEST_FILTER=test_cancel_* runs a subset (cmocka's glob) */
     const char *filter = getenv("TRELLIS_TEST_FILTER");
     if (filter) cmocka_set_test_filter(filter);
+    /* TRELLIS_TEST_SKIP='*_real' skips the real-model tests (slow under
+     * sanitizers at -O0) */
+    const char *skipf = getenv("TRELLIS_TEST_SKIP");
+    if (skipf) cmocka_set_skip_filter(skipf);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,135 @@
+/* constraint.c — grammar vocabulary of a tokenizer, constraint ops over a
+ * grammar_matcher, and jump-forward re-encoding (see constraint.h).
+ *
+ * Layering: runtime/engine; used by the engine thread (step.c, submit.c)
+ * and by the CLI's single-sequence driver. No global state.
+ */
+#include "constraint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/util.h"
+
+tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
+                                          grammar_vocab **out, tr_diag *diag) {
+    int32_t n = tokenizer_n_vocab(tok);
+    const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
+    uint32_t *lens = calloc((size_t)n, sizeof *lens);
+    uint8_t *special = calloc((size_t)n, 1);
+    int32_t *eog = calloc((size_t)n, sizeof *eog);
+    size_t n_eog = 0;
+    tr_status s = TR_ERR_NOMEM;
+    if (bytes && lens && special && eog) {
+        for (int32_t i = 0; i < n; i++) {
+            size_t len = 0;
+            bytes[i] = tokenizer_token_bytes(tok, i, &len);
+            /* a longer token is rejected by grammar_vocab_new (LIMIT) */
+            lens[i] = (uint32_t)TR_MIN(len, 65536u);
+            special[i] = tokenizer_is_special(tok, i);
+            if (tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
+        }
+        grammar_vocab_desc d = {.n_vocab = n, .token_bytes = bytes,
+                                .token_lens = lens, .is_special = special,
+                                .eog_ids = eog, .n_eog = n_eog};
+        s = grammar_vocab_new(&d, out, diag);
+    }
+    free(bytes);
+    free(lens);
+    free(special);
+    free(eog);
+    return s;
+}
+
+/* ---- ops over a bare grammar_matcher ---- */
+
+static int gm_fill(void *m, uint64_t *mask, size_t n_words) {
+    return grammar_matcher_fill_mask(m, mask, n_words);
+}
+static int gm_accept(void *m, int32_t tok) {
+    return grammar_matcher_accept_token(m, tok);
+}
+static bool gm_done(void *m) {
+    return grammar_matcher_is_terminated(m) ||
+           (grammar_matcher_is_accepting(m) && !grammar_matcher_can_continue(m));
+}
+static void gm_free(void *m) { (void)m; /* borrowed */ }
+static int gm_forced(void *m, uint8_t *buf, size_t cap, size_t *len) {
+    return grammar_matcher_forced_bytes(m, buf, cap, len);
+}
+static int gm_rollback(void *m, int32_t n) {
+    if (n < 0) return TR_ERR_INVALID_ARG;
+    return grammar_matcher_rollback(m, (uint32_t)n);
+}
+
+const trellis_constraint_ops constraint_matcher_ops = {
+    .fill_mask = gm_fill,
+    .accept = gm_accept,
+    .is_done = gm_done,
+    .clone = NULL,
+    .free = gm_free,
+    .forced_bytes = gm_forced,
+    .rollback = gm_rollback,
+};
+
+/* ---- jump-forward ---- */
+
+tr_status constraint_jump_forward(const tokenizer *tok,
+                                  const trellis_constraint_ops *ops,
+                                  void *state, int32_t sampled, int32_t room,
+                                  int32_t *out, int32_t *n_out) {
+    out[0] = sampled;
+    *n_out = 1;
+    if (room < 1) return TR_ERR_INVALID_ARG;
+    if (!ops->forced_bytes || !ops->rollback) return TR_OK;
+    if (tokenizer_is_special(tok, sampled)) return TR_OK;
+    size_t tl = 0;
+    const uint8_t *tb = tokenizer_token_bytes(tok, sampled, &tl);
+    if (!tb || tl == 0 || tl > 64) return TR_OK;
+    uint8_t text[64 + CONSTRAINT_JF_MAX_BYTES];
+    size_t fl = 0;
+    if (ops->forced_bytes(state, text + tl, CONSTRAINT_JF_MAX_BYTES, &fl) != 0 ||
+        fl == 0 || fl > CONSTRAINT_JF_MAX_BYTES)
+        return TR_OK;
+    memcpy(text, tb, tl);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tokenizer_encode(tok, (const char *)text, tl + fl, false, &ids, &n) !=
+            TR_OK ||
+        n == 0) {
+        free(ids);
+        return TR_OK;
+    }
+    if (ops->rollback(state, 1) != 0) { /* unchanged: keep the sampled one */
+        free(ids);
+        return TR_OK;
+    }
+    int32_t max = TR_MIN(room, CONSTRAINT_JF_MAX_TOKENS);
+    int32_t got = 0;
+    size_t covered = 0;
+    while ((size_t)got < n && got < max && ops->accept(state, ids[got]) == 0) {
+        size_t l = 0;
+        tokenizer_token_bytes(tok, ids[got], &l);
+        covered += l;
+        out[got] = ids[got];
+        got++;
+    }
+    free(ids);
+    if (got > 0 && covered < tl) {
+        /* cut by room before the sampled token's bytes were covered again
+         * (e.g. `" {"` re-split as `" "` `{"`): keeping it would lose text
+         * the model chose; undo and keep the sampled token */
+        int st = ops->rollback(state, got);
+        if (st != 0) return (tr_status)st; /* a broken constraint */
+        got = 0;
+    }
+    if (got == 0) {
+        /* the state is where it was after the rollback: re-accept */
+        out[0] = sampled;
+        int st = ops->accept(state, sampled);
+        if (st != 0) return (tr_status)st;
+        got = 1;
+    }
+    *n_out = got;
+    return TR_OK;
+}
