@@ -213,6 +213,11 @@ tr_status grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
 tr_status grammar_matcher_rollback(grammar_matcher *m, uint32_t n);
 /* How many accept calls rollback can undo right now. */
 uint32_t grammar_matcher_history_len(const grammar_matcher *m);
+/* Masks this matcher has filled since it was made, and how many of them
+ * it had to compute (the rest came from the grammar's memo): a "cold"
+ * fill is one that raised *computed. For benchmarks and tests. */
+void grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
+                                 uint64_t *computed);
 
 /* The text so far is a complete match (end-of-generation allowed). */
 bool grammar_matcher_is_accepting(const grammar_matcher *m);

@@ -141,6 +141,12 @@ uint32_t grammar_matcher_history_len(const grammar_matcher *m) {
     return m->hist_len;
 }
 
+void grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
+                                 uint64_t *computed) {
+    if (filled) *filled = m->n_fills;
+    if (computed) *computed = m->n_computed;
+}
+
 bool grammar_matcher_is_accepting(const grammar_matcher *m) {
     return !m->terminated && m->g->dfa.accept[m->state];
 }

@@ -561,7 +561,7 @@ int cmd_bench(int argc, char **argv) {
             usage();
             return 0;
         }
-        fprintf(stderr, "trellis bench: expected 'serve' (the only benchmark so far)\n");
+        fprintf(stderr, "trellis bench: expected 'serve' or 'grammar'\n");
         usage();
         return 2;
     }

@@ -15,7 +15,8 @@ static void usage(void) {
             "  generate   generate text from a prompt (CPU)\n"
             "  info       describe a GGUF model\n"
             "  tokenize   show the token ids of a text\n"
-            "  bench      benchmarks (`trellis bench serve`: the engine under load)\n\n"
+            "  bench      benchmarks (`trellis bench serve`: the engine under load;\n"
+            "             `trellis bench grammar`: constrained decoding)\n\n"
             "`trellis COMMAND --help` lists a command's options.\n"
             "-m MODEL defaults to the model scripts/setup.sh caches.\n");
 }
@@ -35,7 +36,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) {
+        if (argc >= 3 && strcmp(argv[2], "grammar") == 0)
+            return cmd_bench_grammar(argc - 2, argv + 2);
+        return cmd_bench(argc - 2, argv + 2);
+    }
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 ||
         strcmp(cmd, "help") == 0) {
         usage();
