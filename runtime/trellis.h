@@ -360,6 +360,8 @@ typedef struct trellis_stats {
     uint64_t steps;
     uint64_t requests_submitted, requests_finished, requests_cancelled;
     uint64_t preemptions;
+    uint64_t admitted_ahead;       /* sequences admitted while the previous
+                                      step's forward pass ran (overlap) */
     uint64_t prompt_tokens;        /* of admitted sequences */
     uint64_t cached_prompt_tokens; /* found in the cache at admission */
     uint64_t prefill_tokens;       /* prompt tokens computed (recomputation
@@ -384,7 +386,7 @@ typedef struct trellis_stats {
     double schedule_s;  /* everything else: scheduling, batch building,
                            radix bookkeeping, events */
     double overlap_s;   /* work done while a forward pass ran (masks,
-                           intake) */
+                           intake, admission for the next step) */
 } trellis_stats;
 
 /* A snapshot taken at the end of the latest engine step. */

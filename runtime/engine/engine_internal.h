@@ -273,6 +273,17 @@ void sched_waiting_remove(trellis_engine *e, engine_seq *s);
 /* Fills each running sequence's plan for this step (admitting and
  * preempting as needed); returns the number of tokens planned. */
 int32_t sched_plan(trellis_engine *e);
+/* Admits waiting sequences for the NEXT step while this step's forward
+ * pass computes (step.c calls it in the overlap window, and at the same
+ * point when nothing overlaps, so both modes schedule alike). Its budget
+ * is max_batch_tokens minus what the running sequences will feed next
+ * step if none finishes. Safe during the forward: it reads the tree,
+ * locks matched nodes, evicts unlocked pages (no page of the step's batch
+ * is unlocked) and takes free pages for the new sequences; it appends to
+ * `running` but never touches the step's batch or its sequences' page
+ * tables. The admitted sequences' first chunks are fed next step
+ * (sched_plan pass 2). Returns the tokens they will feed. */
+int32_t sched_admit_ahead(trellis_engine *e);
 /* After a forward: n_kv advanced by plan; caches completed prompt pages. */
 void sched_after_forward(trellis_engine *e, engine_seq *s);
 /* Gives back every page of s (to the tree if it caches), and removes it

@@ -21,7 +21,11 @@
  *      whose last step appended several tokens at once (jump-forward,
  *      step.c) is fed them here too, as one chunk.
  *   3. admission of waiting sequences while the budget lasts and fewer than
- *      max_running run. Order: longest cached prefix first (SGLang's LPM)
+ *      max_running run. Most admission happens a step early, in
+ *      sched_admit_ahead, while the previous step's forward pass computes
+ *      (the overlap): its budget is what the running sequences will leave
+ *      if they all go on; pass 3 admits with whatever budget is left after
+ *      passes 1-2 (first steps, finished sequences, a preemption). Order: longest cached prefix first (SGLang's LPM)
  *      while at most lpm_max_waiting sequences wait, else arrival order.
  *      A candidate is deferred when a sequence still prefilling will put a
  *      longer prefix of the candidate's prompt into the tree than the tree
@@ -316,6 +320,24 @@ static int32_t admit(trellis_engine *e, int32_t budget) {
         planned += c;
         if (c) n_decoding++;
     }
+    return planned;
+}
+
+int32_t sched_admit_ahead(trellis_engine *e) {
+    /* what the running sequences will feed next step if they all go on:
+     * one decode token for each that samples now (or waits to decode),
+     * the next chunk for each that is still prefilling */
+    int64_t need = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const engine_seq *s = e->running[i];
+        int32_t left = s->len - (s->n_kv + s->plan);
+        if (s->logit_row >= 0 || left <= 1) need += 1;
+        else need += TR_MIN(e->opt.chunk_size, left);
+    }
+    if (need >= e->opt.max_batch_tokens) return 0;
+    int32_t before = e->n_running;
+    int32_t planned = admit(e, e->opt.max_batch_tokens - (int32_t)need);
+    e->st.admitted_ahead += (uint64_t)(e->n_running - before);
     return planned;
 }
 

@@ -7,18 +7,21 @@
  * thread (compute.c) while the engine thread
  *   - computes the grammar masks of this step's sampled rows (the
  *     constraint hooks' fill_mask; they depend only on tokens already
- *     accepted), and
+ *     accepted),
  *   - takes newly submitted requests off the input queue into the waiting
  *     list (cancellations and control messages wait for the step's end:
  *     they may free memory the forward pass is reading),
+ *   - admits waiting sequences for the next step (sched_admit_ahead: the
+ *     queue's longest-prefix order, radix matches, first-chunk pages),
  * then waits for the forward pass. On the CPU backend the compute thread
  * is worker 0 of the backend's pool, so the engine thread's overlapped
  * work competes with the pool for cores; it is small (a mask is a walk of
  * the vocabulary trie, cached per automaton state) and is reported as
  * stats.overlap_s. What does not overlap with the forward pass: sampling
  * (it needs the logits; with 8 rows or more the compute thread samples
- * half of them meanwhile, each row having its own sampler) and planning
- * the next step (it needs this step's sampled tokens and finishes).
+ * half of them meanwhile, each row having its own sampler) and the rest of
+ * the next step's plan: which running sequences feed which tokens needs
+ * this step's sampled tokens, finishes and jump-forwards.
  *
  * Jump-forward (finish_row): when a constraint forces the bytes after the
  * sampled token, the sampled token and those bytes are re-encoded and
@@ -235,11 +238,13 @@ void engine_step(trellis_engine *e) {
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
         engine_take_messages(e, false, true);
+        sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = worker_wait(e);
     } else {
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
+        sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
                                       e->b_rows, nrows, e->logits);
