@@ -17,7 +17,7 @@
  *     rounds repeat it with fresh grammars (the same calls, cold and warm)
  *     and keep each call's fastest time: a shared machine's preemption
  *     spikes go, a slow path stays (a cold call is cold in every round).
- * (b) throughput: `requests` (default 32) concurrent requests through the
+ * (b) throughput: `requests` (default 64) concurrent requests through the
  *     engine, each a regex of tests/data/grammar/model_regexes.txt with
  *     its prompt (chat template), temperature 0.7 with a fixed seed,
  *     jump-forward OFF (this part measures the mask cost alone, not what
@@ -509,7 +509,7 @@ static void bg_usage(void) {
             "  -m, --model GGUF          model (default: the cached default model)\n"
             "  --part LIST               micro,throughput,jump (default: all three)\n"
             "  --rounds N                interleaved rounds (default 5)\n"
-            "  --requests N              concurrent requests in (b) and (c) (default 32)\n"
+            "  --requests N              concurrent requests in (b) and (c) (default 64)\n"
             "  --max-tokens N            per constrained request (default 48)\n"
             "  -t, --threads N           engine compute threads (default 2)\n"
             "  --patterns FILE           (a)'s regexes (default "
@@ -538,7 +538,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     bg_opts o = {.patterns = "tests/data/grammar/regexes.txt",
                  .model_regexes = "tests/data/grammar/model_regexes.txt",
                  .micro = true, .throughput = true, .jump = true, .rounds = 5,
-                 .requests = 32, .threads = 2, .steps = 64, .reps = 5,
+                 .requests = 64, .threads = 2, .steps = 64, .reps = 5,
                  .max_tokens = 48};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
