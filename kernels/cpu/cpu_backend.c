@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "runtime/base/util.h"
 
@@ -84,16 +85,6 @@ static const tr_backend_ops k_cpu_ops = {
     .get_rows = cpu_op_get_rows,
 };
 
-static bool cpu_has_avx2(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-#else
-    return false;
-#endif
-}
-
 tr_status tr_backend_cpu_new(int n_threads, tr_backend **out) {
     if (!out) return TR_ERR_INVALID_ARG;
     if (n_threads > TR_POOL_MAX_THREADS) return TR_ERR_INVALID_ARG;
@@ -109,7 +100,7 @@ tr_status tr_backend_cpu_new(int n_threads, tr_backend **out) {
     c->base.ops = &k_cpu_ops;
     c->base.host_memory = true;
     c->n_threads = n_threads;
-    c->avx2 = !force_portable && cpu_has_avx2();
+    c->avx2 = !force_portable && cpu_features_avx2();
     c->k = c->avx2 ? &cpu_op_kernels_avx2 : &cpu_op_kernels_portable;
     c->qk = cpu_quant_select(force_portable);
     c->rope.n = -1;

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant_internal.h"
 
 /* ---- sizes ---- */
@@ -469,29 +470,14 @@ const cpu_quant_kernels cpu_quant_kernels_portable = {
 
 /* ---- choice of kernel set ---- */
 
-#if defined(__x86_64__) || defined(__i386__)
-static bool cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
-static bool cpu_has_vnni(void) {
-    /* 256-bit vpdpbusd needs AVX512VL + AVX512_VNNI (and the OS saving the
-     * AVX-512 state, which __builtin_cpu_supports checks). */
-    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
-}
-#endif
 
 const cpu_quant_kernels *cpu_quant_get(const char *name) {
     if (!name) return NULL;
     if (strcmp(name, "portable") == 0) return &cpu_quant_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-    if (strcmp(name, "avx2") == 0 && cpu_has_avx2())
+    if (strcmp(name, "avx2") == 0 && cpu_features_avx2())
         return &cpu_quant_kernels_avx2;
-    if (strcmp(name, "avx512vnni") == 0 && cpu_has_vnni())
+    if (strcmp(name, "avx512vnni") == 0 && cpu_features_avx512vnni())
         return &cpu_quant_kernels_vnni;
 #endif
     return NULL;
@@ -500,8 +486,8 @@ const cpu_quant_kernels *cpu_quant_get(const char *name) {
 const cpu_quant_kernels *cpu_quant_select(bool force_portable) {
     if (force_portable) return &cpu_quant_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-    if (cpu_has_vnni()) return &cpu_quant_kernels_vnni;
-    if (cpu_has_avx2()) return &cpu_quant_kernels_avx2;
+    if (cpu_features_avx512vnni()) return &cpu_quant_kernels_vnni;
+    if (cpu_features_avx2()) return &cpu_quant_kernels_avx2;
 #endif
     return &cpu_quant_kernels_portable;
 }

@@ -62,7 +62,7 @@ static void put_str(gb *b, const char *s) {
 static uint8_t *toy_gguf(size_t *len) {
     enum { N_EXTRA = 7 };
     static char sym[256][4];
-    const char *extra[N_EXTRA] = {"ab", "abc", "\xC4\xA0" "a", "\xC4\xA0\xC4\xA0",
+    const char *extra[N_EXTRA] = {"ab", "abc", "\xC4\xA0\x61" /* Ġa */, "\xC4\xA0\xC4\xA0",
                                   "<|im_start|>", "<|im_end|>", "<ud>"};
     int32_t types[256 + N_EXTRA];
     gb kv = {0};

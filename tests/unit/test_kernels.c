@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/threadpool.h"
 #include "runtime/base/util.h"
@@ -46,17 +47,8 @@ static void fill(float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = rnd(lo, hi);
 }
 
-static bool cpu_has_avx2(void) {
-#if defined(__x86_64__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-#else
-    return false;
-#endif
-}
-
 /* Kernel sets to test: 0 = portable, 1 = avx2 (when available). */
-static int n_ksets(void) { return cpu_has_avx2() ? 2 : 1; }
+static int n_ksets(void) { return cpu_features_avx2() ? 2 : 1; }
 
 static tr_backend *make_backend(int kset, int threads) {
     if (kset == 0)
