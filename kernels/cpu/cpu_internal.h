@@ -56,15 +56,23 @@ typedef struct cpu_op_kernels {
     /* dst[n] (F16 or F32) = src[n]. */
     void (*store_row)(void *dst, const float *src, int32_t n, bool f16);
 
-    /* s[j] = scale * dot(q, k_j) for j < n, k_j = k + j * stride; returns
-     * the largest s[j] (n >= 1). */
-    float (*attn_scores)(float *s, const float *q, const void *k,
-                         size_t stride, int32_t n, int32_t hd, bool f16,
-                         float scale);
+    /* The g query heads of one KV head (grouped-query attention) against
+     * the same K rows, so that each row is read and converted once:
+     *   s[h * s_stride + j] = scale * dot(q + h * hd, k_j),  j < n, h < g,
+     * k_j = k + j * stride; max[h] = the largest of head h's s (n >= 1).
+     * Each head's scores are bitwise those it gets alone (g = 1): sharing
+     * a row changes no arithmetic. */
+    void (*attn_scores)(float *s, size_t s_stride, float *max,
+                        const float *q, int32_t g, const void *k,
+                        size_t stride, int32_t n, int32_t hd, bool f16,
+                        float scale);
     /* s[j] = exp(s[j] - max) for j < n; returns their sum. */
     float (*attn_exp_sum)(float *s, int32_t n, float max);
-    /* acc[hd] += sum_j p[j] * v_j, j < n in order, v_j = v + j * stride. */
-    void (*attn_accum)(float *acc, const float *p, const void *v,
+    /* For the g heads of one KV head, against the same V rows:
+     *   acc[h * acc_stride + d] += sum_j p[h * p_stride + j] * v_j[d],
+     * j < n in order, v_j = v + j * stride; bitwise as for g = 1. */
+    void (*attn_accum)(float *acc, size_t acc_stride, const float *p,
+                       size_t p_stride, int32_t g, const void *v,
                        size_t stride, int32_t n, int32_t hd, bool f16);
 } cpu_op_kernels;
 
@@ -72,10 +80,12 @@ extern const cpu_op_kernels cpu_op_kernels_portable;
 extern const cpu_op_kernels cpu_op_kernels_avx2; /* only if the CPU has it */
 
 /* The portable entries, for AVX2 kernels that fall back on odd sizes. */
-float cpu_attn_scores_portable(float *s, const float *q, const void *k,
-                               size_t stride, int32_t n, int32_t hd,
-                               bool f16, float scale);
-void cpu_attn_accum_portable(float *acc, const float *p, const void *v,
+void cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
+                              const float *q, int32_t g, const void *k,
+                              size_t stride, int32_t n, int32_t hd, bool f16,
+                              float scale);
+void cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
+                             size_t p_stride, int32_t g, const void *v,
                              size_t stride, int32_t n, int32_t hd, bool f16);
 void cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
                            const float *cs);

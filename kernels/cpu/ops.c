@@ -117,9 +117,10 @@ static void store_row_portable(void *dst, const float *src, int32_t n,
     for (int32_t i = 0; i < n; i++) d[i] = cpu_fp32_to_fp16(src[i]);
 }
 
-float cpu_attn_scores_portable(float *s, const float *q, const void *k,
-                               size_t stride, int32_t n, int32_t hd,
-                               bool f16, float scale) {
+/* One head: s[j] = scale * dot(q, k_j). */
+static float scores_one_portable(float *s, const float *q, const void *k,
+                                 size_t stride, int32_t n, int32_t hd,
+                                 bool f16, float scale) {
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) {
         float acc = 0.0f;
@@ -137,6 +138,16 @@ float cpu_attn_scores_portable(float *s, const float *q, const void *k,
     return mx;
 }
 
+void cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
+                              const float *q, int32_t g, const void *k,
+                              size_t stride, int32_t n, int32_t hd, bool f16,
+                              float scale) {
+    for (int32_t h = 0; h < g; h++)
+        max[h] = scores_one_portable(s + (size_t)h * s_stride,
+                                     q + (size_t)h * (size_t)hd, k, stride, n,
+                                     hd, f16, scale);
+}
+
 static float attn_exp_sum_portable(float *s, int32_t n, float max) {
     float sum = 0.0f;
     for (int32_t j = 0; j < n; j++) {
@@ -147,17 +158,22 @@ static float attn_exp_sum_portable(float *s, int32_t n, float max) {
     return sum;
 }
 
-void cpu_attn_accum_portable(float *acc, const float *p, const void *v,
+void cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
+                             size_t p_stride, int32_t g, const void *v,
                              size_t stride, int32_t n, int32_t hd, bool f16) {
-    for (int32_t j = 0; j < n; j++) {
-        float w = p[j];
-        if (f16) {
-            const uint16_t *r = (const uint16_t *)v + (size_t)j * stride;
-            for (int32_t d = 0; d < hd; d++)
-                acc[d] += w * cpu_fp16_to_fp32(r[d]);
-        } else {
-            const float *r = (const float *)v + (size_t)j * stride;
-            for (int32_t d = 0; d < hd; d++) acc[d] += w * r[d];
+    for (int32_t h = 0; h < g; h++) {
+        float *ah = acc + (size_t)h * acc_stride;
+        const float *ph = p + (size_t)h * p_stride;
+        for (int32_t j = 0; j < n; j++) {
+            float w = ph[j];
+            if (f16) {
+                const uint16_t *r = (const uint16_t *)v + (size_t)j * stride;
+                for (int32_t d = 0; d < hd; d++)
+                    ah[d] += w * cpu_fp16_to_fp32(r[d]);
+            } else {
+                const float *r = (const float *)v + (size_t)j * stride;
+                for (int32_t d = 0; d < hd; d++) ah[d] += w * r[d];
+            }
         }
     }
 }
@@ -674,7 +690,8 @@ void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
  *   barrier, phase 2 folds each (token, head) (decode of a few sequences
  *   over long contexts: few units, many blocks). */
 
-/* Stack floats per unit pass: 2 partials per head + the block's scores. */
+/* Stack floats per unit pass: 2 partials per head + the block's scores
+ * (ATTN_SCORES_FLOATS, defined with attn_block). */
 #define ATTN_STACK_FLOATS 8192
 
 typedef struct attn_args {
@@ -698,8 +715,16 @@ typedef struct attn_args {
     const int64_t *boff;  /* [n_tokens + 1] first block of each token */
 } attn_args;
 
+/* Query heads of one KV head that attn_block computes together (each K
+ * and V row is read once for all of them); its scores buffer holds
+ * ATTN_HEADS_TOGETHER * CPU_ATTN_BLOCK floats. */
+#define ATTN_HEADS_TOGETHER 8
+#define ATTN_SCORES_FLOATS (ATTN_HEADS_TOGETHER * CPU_ATTN_BLOCK)
+
 /* Partials of query heads [h0, h1) of KV head kvh, token t, block blk,
- * into dst[(h - h0) * (hd + 2)]. */
+ * into dst[(h - h0) * (hd + 2)]; scores: ATTN_SCORES_FLOATS of scratch.
+ * The heads go through the kernels together, up to ATTN_HEADS_TOGETHER at
+ * a time; each head's partial is bitwise what it gets alone. */
 static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
                        int32_t h0, int32_t h1, int32_t blk, float *dst,
                        float *scores) {
@@ -712,35 +737,41 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
     int32_t len = j1 - j0;
     const uint8_t *base = kv->base;
     size_t head_off = (size_t)kvh * (size_t)hd;
+    size_t pstride = (size_t)hd + 2;
 
-    for (int32_t h = h0; h < h1; h++) {
-        const float *qh = a->q + ((int64_t)t * a->n_heads + h) * hd;
-        float *part = dst + (size_t)(h - h0) * (size_t)(hd + 2);
+    for (int32_t c0 = h0; c0 < h1; c0 += ATTN_HEADS_TOGETHER) {
+        int32_t g = TR_MIN(ATTN_HEADS_TOGETHER, h1 - c0);
+        const float *q = a->q + ((int64_t)t * a->n_heads + c0) * hd;
+        float *part = dst + (size_t)(c0 - h0) * pstride;
+        float m[ATTN_HEADS_TOGETHER], rm[ATTN_HEADS_TOGETHER];
+        for (int32_t h = 0; h < g; h++) m[h] = -INFINITY;
         /* Scores, page run by page run (rows of a run are contiguous). */
-        float m = -INFINITY;
         for (int32_t j = j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
             size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 0, j % ps) +
                          head_off;
-            float rm = a->k->attn_scores(scores + (j - j0), qh,
-                                         base + off * a->esize, a->kv_dim,
-                                         end - j, hd, a->f16, a->scale);
-            m = rm > m ? rm : m;
+            a->k->attn_scores(scores + (j - j0), CPU_ATTN_BLOCK, rm, q, g,
+                              base + off * a->esize, a->kv_dim, end - j, hd,
+                              a->f16, a->scale);
+            for (int32_t h = 0; h < g; h++) m[h] = rm[h] > m[h] ? rm[h] : m[h];
             j = end;
         }
-        float l = a->k->attn_exp_sum(scores, len, m);
-        float *acc = part + 2;
-        memset(acc, 0, (size_t)hd * sizeof(float));
+        for (int32_t h = 0; h < g; h++) {
+            float *ph = part + (size_t)h * pstride;
+            ph[0] = m[h];
+            ph[1] = a->k->attn_exp_sum(scores + (size_t)h * CPU_ATTN_BLOCK,
+                                       len, m[h]);
+            memset(ph + 2, 0, (size_t)hd * sizeof(float));
+        }
         for (int32_t j = j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
             size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 1, j % ps) +
                          head_off;
-            a->k->attn_accum(acc, scores + (j - j0), base + off * a->esize,
+            a->k->attn_accum(part + 2, pstride, scores + (j - j0),
+                             CPU_ATTN_BLOCK, g, base + off * a->esize,
                              a->kv_dim, end - j, hd, a->f16);
             j = end;
         }
-        part[0] = m;
-        part[1] = l;
     }
 }
 
@@ -806,7 +837,7 @@ static void attn_split_task(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
     attn_args *a = ctx;
-    float scores[CPU_ATTN_BLOCK];
+    float scores[ATTN_SCORES_FLOATS];
     int32_t n_kv = a->kv->n_kv_heads, hd = a->hd;
     int32_t n_tok = a->b->n_tokens;
     size_t pstride = (size_t)hd + 2;
@@ -874,7 +905,7 @@ void cpu_op_attention(tr_backend *be, float *out, const float *q,
         .scale = scale,
         .pool = c->pool,
     };
-    a.heads_per_pass = (int32_t)((ATTN_STACK_FLOATS - CPU_ATTN_BLOCK) /
+    a.heads_per_pass = (int32_t)((ATTN_STACK_FLOATS - ATTN_SCORES_FLOATS) /
                                  (2 * ((size_t)hd + 2)));
     atomic_init(&a.next, 0);
     atomic_init(&a.next2, 0);

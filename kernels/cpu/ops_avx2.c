@@ -188,6 +188,14 @@ static ALWAYS_INLINE __m256 reduce8x8(const __m256 a[8]) {
     return _mm256_add_ps(lo, hi);
 }
 
+/* The largest of the 8 lanes. */
+static ALWAYS_INLINE float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
 /* Scores of rows j < n, 8 at a time: one accumulator per row, d
  * ascending; rows past n (last block) repeat row n - 1, so they neither
  * change the max nor get stored. Returns the max score. */
@@ -215,28 +223,103 @@ static ALWAYS_INLINE float scores_impl(float *s, const float *q,
             _mm256_maskstore_ps(s + j0, lane_mask(n - j0), r);
         }
     }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax),
-                          _mm256_extractf128_ps(vmax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
+    return hmax8(vmax);
 }
 
-static float attn_scores_avx2(float *s, const float *q, const void *k,
-                              size_t stride, int32_t n, int32_t hd, bool f16,
-                              float scale) {
-    if (hd % 8 != 0)
-        return cpu_attn_scores_portable(s, q, k, stride, n, hd, f16, scale);
+/* Scores of G heads (2 or 3) at once: for each 8 rows, 4 rows at a time,
+ * every K chunk is loaded and converted once and multiplied into the G
+ * heads' accumulators. Each (row, head) accumulator is built exactly as
+ * in scores_impl (one 8-lane fma chain over d ascending) and each head's
+ * 8 rows go through the same reduce8x8, so every score is bitwise what
+ * scores_impl gives that head alone. */
+static ALWAYS_INLINE void scores_group_impl(float *s, size_t s_stride,
+                                            float *max, const float *q,
+                                            const int G, const void *k,
+                                            size_t stride, int32_t n,
+                                            int32_t hd, bool f16,
+                                            float scale) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256 vmax[3];
+    for (int h = 0; h < G; h++) vmax[h] = _mm256_set1_ps(-INFINITY);
+    for (int32_t j0 = 0; j0 < n; j0 += 8) {
+        __m256 acc[3][8];
+        for (int r0 = 0; r0 < 8; r0 += 4) {
+            size_t row[4];
+            for (int r = 0; r < 4; r++)
+                row[r] = (size_t)TR_MIN(j0 + r0 + r, n - 1) * stride;
+            __m256 a[3][4];
+            for (int h = 0; h < G; h++)
+                for (int r = 0; r < 4; r++) a[h][r] = _mm256_setzero_ps();
+            for (int32_t d = 0; d < hd; d += 8) {
+                for (int r = 0; r < 4; r++) {
+                    __m256 kv = kv_load8(k, row[r] + (size_t)d, f16);
+                    for (int h = 0; h < G; h++)
+                        a[h][r] = _mm256_fmadd_ps(
+                            kv, _mm256_loadu_ps(q + (size_t)h * hd + d),
+                            a[h][r]);
+                }
+            }
+            for (int h = 0; h < G; h++)
+                for (int r = 0; r < 4; r++) acc[h][r0 + r] = a[h][r];
+        }
+        for (int h = 0; h < G; h++) {
+            __m256 r = _mm256_mul_ps(reduce8x8(acc[h]), vs);
+            vmax[h] = _mm256_max_ps(vmax[h], r);
+            float *sh = s + (size_t)h * s_stride;
+            if (n - j0 >= 8) {
+                _mm256_storeu_ps(sh + j0, r);
+            } else {
+                _mm256_maskstore_ps(sh + j0, lane_mask(n - j0), r);
+            }
+        }
+    }
+    for (int h = 0; h < G; h++) max[h] = hmax8(vmax[h]);
+}
+
+/* The heads of a group three at a time (their 12 accumulators fill the
+ * registers), then a pair or a single head. */
+static ALWAYS_INLINE void scores_heads(float *s, size_t s_stride, float *max,
+                                       const float *q, int32_t g,
+                                       const void *k, size_t stride,
+                                       int32_t n, int32_t hd, bool f16,
+                                       float scale) {
+    int32_t h = 0;
+    for (; h + 3 <= g; h += 3)
+        scores_group_impl(s + (size_t)h * s_stride, s_stride, max + h,
+                          q + (size_t)h * hd, 3, k, stride, n, hd, f16, scale);
+    if (g - h == 2)
+        scores_group_impl(s + (size_t)h * s_stride, s_stride, max + h,
+                          q + (size_t)h * hd, 2, k, stride, n, hd, f16, scale);
+    else if (g - h == 1)
+        max[h] = scores_impl(s + (size_t)h * s_stride, q + (size_t)h * hd, k,
+                             stride, n, hd, f16, scale);
+}
+
+static void attn_scores_avx2(float *s, size_t s_stride, float *max,
+                             const float *q, int32_t g, const void *k,
+                             size_t stride, int32_t n, int32_t hd, bool f16,
+                             float scale) {
+    if (hd % 8 != 0) {
+        cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, f16,
+                                 scale);
+        return;
+    }
     /* Common head sizes get fully unrolled copies. */
     if (f16) {
-        if (hd == 64) return scores_impl(s, q, k, stride, n, 64, true, scale);
-        if (hd == 128)
-            return scores_impl(s, q, k, stride, n, 128, true, scale);
-        return scores_impl(s, q, k, stride, n, hd, true, scale);
+        if (hd == 64)
+            scores_heads(s, s_stride, max, q, g, k, stride, n, 64, true, scale);
+        else if (hd == 128)
+            scores_heads(s, s_stride, max, q, g, k, stride, n, 128, true, scale);
+        else
+            scores_heads(s, s_stride, max, q, g, k, stride, n, hd, true, scale);
+        return;
     }
-    if (hd == 64) return scores_impl(s, q, k, stride, n, 64, false, scale);
-    if (hd == 128) return scores_impl(s, q, k, stride, n, 128, false, scale);
-    return scores_impl(s, q, k, stride, n, hd, false, scale);
+    if (hd == 64)
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 64, false, scale);
+    else if (hd == 128)
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 128, false, scale);
+    else
+        scores_heads(s, s_stride, max, q, g, k, stride, n, hd, false, scale);
 }
 
 static float attn_exp_sum_avx2(float *s, int32_t n, float max) {
@@ -290,18 +373,78 @@ static ALWAYS_INLINE void accum_impl(float *acc, const float *p,
     }
 }
 
-static void attn_accum_avx2(float *acc, const float *p, const void *v,
+/* acc_h[d] += p_h[j] * v_j[d] for G heads (2 or 3) at once, 16 output
+ * lanes per pass so that the G heads' accumulators stay in registers:
+ * every V chunk is loaded and converted once per pass and multiplied into
+ * all G heads. Each element's fma sequence (j ascending, fma(p, v, acc))
+ * is accum_impl's, so the result is bitwise that of each head alone. */
+static ALWAYS_INLINE void accum_group_impl(float *acc, size_t acc_stride,
+                                           const float *p, size_t p_stride,
+                                           const int G, const void *v,
+                                           size_t stride, int32_t n,
+                                           int32_t hd, bool f16) {
+    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+        const bool two = hd - d0 >= 16; /* hd % 8 == 0: else one vector */
+        __m256 a[3][2];
+        for (int h = 0; h < G; h++) {
+            float *ah = acc + (size_t)h * acc_stride + d0;
+            a[h][0] = _mm256_loadu_ps(ah);
+            a[h][1] = two ? _mm256_loadu_ps(ah + 8) : _mm256_setzero_ps();
+        }
+        for (int32_t j = 0; j < n; j++) {
+            size_t row = (size_t)j * stride + (size_t)d0;
+            __m256 v0 = kv_load8(v, row, f16);
+            __m256 v1 = two ? kv_load8(v, row + 8, f16) : _mm256_setzero_ps();
+            for (int h = 0; h < G; h++) {
+                __m256 w = _mm256_set1_ps(p[(size_t)h * p_stride + (size_t)j]);
+                a[h][0] = _mm256_fmadd_ps(w, v0, a[h][0]);
+                if (two) a[h][1] = _mm256_fmadd_ps(w, v1, a[h][1]);
+            }
+        }
+        for (int h = 0; h < G; h++) {
+            float *ah = acc + (size_t)h * acc_stride + d0;
+            _mm256_storeu_ps(ah, a[h][0]);
+            if (two) _mm256_storeu_ps(ah + 8, a[h][1]);
+        }
+    }
+}
+
+static ALWAYS_INLINE void accum_heads(float *acc, size_t acc_stride,
+                                      const float *p, size_t p_stride,
+                                      int32_t g, const void *v, size_t stride,
+                                      int32_t n, int32_t hd, bool f16) {
+    int32_t h = 0;
+    for (; h + 3 <= g; h += 3)
+        accum_group_impl(acc + (size_t)h * acc_stride, acc_stride,
+                         p + (size_t)h * p_stride, p_stride, 3, v, stride, n,
+                         hd, f16);
+    if (g - h == 2)
+        accum_group_impl(acc + (size_t)h * acc_stride, acc_stride,
+                         p + (size_t)h * p_stride, p_stride, 2, v, stride, n,
+                         hd, f16);
+    else if (g - h == 1)
+        accum_impl(acc + (size_t)h * acc_stride, p + (size_t)h * p_stride, v,
+                   stride, n, hd, f16);
+}
+
+static void attn_accum_avx2(float *acc, size_t acc_stride, const float *p,
+                            size_t p_stride, int32_t g, const void *v,
                             size_t stride, int32_t n, int32_t hd, bool f16) {
     if (hd % 8 != 0) {
-        cpu_attn_accum_portable(acc, p, v, stride, n, hd, f16);
+        cpu_attn_accum_portable(acc, acc_stride, p, p_stride, g, v, stride, n,
+                                hd, f16);
         return;
     }
     if (f16) {
-        if (hd == 64) accum_impl(acc, p, v, stride, n, 64, true);
-        else accum_impl(acc, p, v, stride, n, hd, true);
+        if (hd == 64)
+            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, true);
+        else
+            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, true);
     } else {
-        if (hd == 64) accum_impl(acc, p, v, stride, n, 64, false);
-        else accum_impl(acc, p, v, stride, n, hd, false);
+        if (hd == 64)
+            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, false);
+        else
+            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, false);
     }
 }
 

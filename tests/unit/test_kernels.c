@@ -20,6 +20,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/threadpool.h"
 #include "runtime/base/util.h"
@@ -1070,6 +1071,58 @@ static void test_row_determinism(void **state) {
     free(u);
 }
 
+
+/* The attention kernels take the g query heads of one KV head together
+ * (each K/V row read once); every head's scores and accumulators must be
+ * bitwise what the head gets alone, in both kernel tables, for grouped
+ * and odd head sizes, F16 and F32 rows, any row count. */
+static void test_attention_heads_together(void **state) {
+    (void)state;
+    const cpu_op_kernels *sets[2] = {&cpu_op_kernels_portable, NULL};
+#if defined(__x86_64__) || defined(__i386__)
+    if (cpu_features_avx2()) sets[1] = &cpu_op_kernels_avx2;
+#endif
+    enum { MAXG = 7, MAXN = 70, MAXHD = 128, STRIDE = 3 * MAXHD };
+    static float q[MAXG * MAXHD], pr[MAXG * MAXN];
+    static float kf[MAXN * STRIDE];
+    static uint16_t kh[MAXN * STRIDE];
+    static float s1[MAXG * MAXN], s2[MAXG * MAXN], a1[MAXG * MAXHD], a2[MAXG * MAXHD];
+    const int32_t hds[] = {64, 128, 40, 12};
+    int checked = 0;
+    for (int set = 0; set < 2; set++) {
+        const cpu_op_kernels *k = sets[set];
+        if (!k) continue;
+        for (int trial = 0; trial < 60; trial++) {
+            int32_t hd = hds[trial % 4], g = 1 + rnd_int(MAXG), n = 1 + rnd_int(MAXN);
+            bool f16 = trial & 1;
+            fill(q, (size_t)g * (size_t)hd, -1, 1);
+            fill(pr, (size_t)g * MAXN, 0, 1);
+            fill(kf, (size_t)n * STRIDE, -1, 1);
+            for (size_t i = 0; i < (size_t)n * STRIDE; i++) kh[i] = cpu_fp32_to_fp16(kf[i]);
+            const void *rows = f16 ? (const void *)kh : (const void *)kf;
+            float mx1[MAXG], mx2[MAXG];
+            k->attn_scores(s1, MAXN, mx1, q, g, rows, STRIDE, n, hd, f16, 0.125f);
+            for (int32_t h = 0; h < g; h++)
+                k->attn_scores(s2 + (size_t)h * MAXN, MAXN, mx2 + h, q + (size_t)h * hd,
+                               1, rows, STRIDE, n, hd, f16, 0.125f);
+            for (int32_t h = 0; h < g; h++) {
+                assert_memory_equal(s1 + (size_t)h * MAXN, s2 + (size_t)h * MAXN,
+                                    (size_t)n * sizeof(float));
+                assert_memory_equal(&mx1[h], &mx2[h], sizeof(float));
+            }
+            fill(a1, (size_t)g * (size_t)hd, -1, 1);
+            memcpy(a2, a1, (size_t)g * (size_t)hd * sizeof(float));
+            k->attn_accum(a1, (size_t)hd, pr, MAXN, g, rows, STRIDE, n, hd, f16);
+            for (int32_t h = 0; h < g; h++)
+                k->attn_accum(a2 + (size_t)h * hd, (size_t)hd, pr + (size_t)h * MAXN, MAXN,
+                              1, rows, STRIDE, n, hd, f16);
+            assert_memory_equal(a1, a2, (size_t)g * (size_t)hd * sizeof(float));
+            checked++;
+        }
+    }
+    assert_true(checked >= 60);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool),
@@ -1085,6 +1138,7 @@ int main(void) {
         cmocka_unit_test(test_kv_store_f16_rounding),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_determinism),
+        cmocka_unit_test(test_attention_heads_together),
         cmocka_unit_test(test_row_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
