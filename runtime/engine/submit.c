@@ -25,10 +25,17 @@
 
 void trellis_request_default(trellis_request *r) {
     memset(r, 0, sizeof *r);
-    r->temperature = 1.0f;
-    r->top_p = 1.0f;
-    r->repetition_penalty = 1.0f;
-    r->penalty_last_n = 64;
+    /* the sampling defaults are the sampler's own (one place) */
+    sampler_params sp = sampler_params_default();
+    r->temperature = sp.temperature;
+    r->top_k = sp.top_k;
+    r->top_p = sp.top_p;
+    r->min_p = sp.min_p;
+    r->repetition_penalty = sp.repetition_penalty;
+    r->presence_penalty = sp.presence_penalty;
+    r->frequency_penalty = sp.frequency_penalty;
+    r->penalty_last_n = sp.penalty_last_n;
+    r->seed = sp.seed;
     r->max_tokens = 128;
     r->n = 1;
 }
