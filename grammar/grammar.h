@@ -124,6 +124,13 @@ bool grammar_vocab_is_special(const grammar_vocab *v, int32_t id);
 /* Validates every invariant of the trie (tests). TR_ERR_INTERNAL if broken. */
 tr_status grammar_vocab_check(const grammar_vocab *v);
 
+/* How many tokens a mask of n_words words allows. */
+size_t grammar_mask_count(const uint64_t *mask, size_t n_words);
+/* The k-th allowed token of a mask (ids ascending, k from 0), or -1 when
+ * the mask allows k tokens or fewer: with grammar_mask_count, a uniform
+ * pick among the allowed tokens (benchmarks and tests walk grammars so). */
+int32_t grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k);
+
 /* ---------------------------------------------------------------------
  * Compiling
  * ------------------------------------------------------------------- */

@@ -289,6 +289,26 @@ int32_t grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
 
 size_t grammar_vocab_mask_words(const grammar_vocab *v) { return v->n_words; }
 
+size_t grammar_mask_count(const uint64_t *mask, size_t n_words) {
+    size_t n = 0;
+    for (size_t w = 0; w < n_words; w++) n += (size_t)__builtin_popcountll(mask[w]);
+    return n;
+}
+
+int32_t grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k) {
+    for (size_t w = 0; w < n_words; w++) {
+        size_t c = (size_t)__builtin_popcountll(mask[w]);
+        if (k >= c) {
+            k -= c;
+            continue;
+        }
+        uint64_t x = mask[w];
+        for (size_t j = 0; j < k; j++) x &= x - 1; /* drop the k lowest bits */
+        return (int32_t)(w * 64 + (size_t)__builtin_ctzll(x));
+    }
+    return -1;
+}
+
 const uint8_t *grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
                                          size_t *len) {
     if (id < 0 || id >= v->n_vocab) {

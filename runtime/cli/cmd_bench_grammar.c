@@ -149,25 +149,13 @@ static int bg_lines(char *text, char **pat, char **second, int max) {
 
 static int32_t bg_pick(uint64_t *r, const uint64_t *mask, size_t nw,
                        const grammar_vocab *v) {
-    size_t n = 0;
-    for (size_t w = 0; w < nw; w++) n += (size_t)__builtin_popcountll(mask[w]);
+    size_t n = grammar_mask_count(mask, nw);
     if (!n) return -1;
     int32_t eog = -1;
     for (int tries = 0; tries < 16; tries++) {
-        size_t k = (size_t)(bg_rng(r) % n);
-        for (size_t w = 0; w < nw; w++) {
-            size_t c = (size_t)__builtin_popcountll(mask[w]);
-            if (k >= c) {
-                k -= c;
-                continue;
-            }
-            uint64_t x = mask[w];
-            for (size_t j = 0; j < k; j++) x &= x - 1;
-            int32_t id = (int32_t)(w * 64 + (size_t)__builtin_ctzll(x));
-            if (!grammar_vocab_is_eog(v, id)) return id;
-            eog = id;
-            break;
-        }
+        int32_t id = grammar_mask_nth(mask, nw, (size_t)(bg_rng(r) % n));
+        if (!grammar_vocab_is_eog(v, id)) return id;
+        eog = id;
     }
     return eog;
 }

@@ -36,12 +36,6 @@ static grammar *compile(const char *pat, const grammar_limits *lim) {
     return g;
 }
 
-static size_t popcount(const uint64_t *m, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += (size_t)__builtin_popcountll(m[i]);
-    return c;
-}
-
 /* ---- vocabulary ---- */
 
 static void test_vocab_small(void **state) {
@@ -243,24 +237,37 @@ static grammar_vocab *smol(void) {
 /* Picks a random allowed token of mask (or -1 if none). */
 static int32_t pick_token(tg_rng *r, const uint64_t *mask, size_t nw,
                           const grammar_vocab *v, bool allow_eog) {
-    size_t n = popcount(mask, nw);
+    size_t n = grammar_mask_count(mask, nw);
     if (n == 0) return -1;
     for (int tries = 0; tries < 8; tries++) {
-        size_t k = tg_below(r, (uint32_t)n);
-        for (size_t w = 0; w < nw; w++) {
-            size_t c = (size_t)__builtin_popcountll(mask[w]);
-            if (k >= c) {
-                k -= c;
-                continue;
-            }
-            uint64_t x = mask[w];
-            for (size_t j = 0; j < k; j++) x &= x - 1;
-            int32_t id = (int32_t)(w * 64 + (size_t)__builtin_ctzll(x));
-            if (allow_eog || !grammar_vocab_is_eog(v, id)) return id;
-            break;
-        }
+        int32_t id = grammar_mask_nth(mask, nw, tg_below(r, (uint32_t)n));
+        if (allow_eog || !grammar_vocab_is_eog(v, id)) return id;
     }
     return -1;
+}
+
+/* grammar_mask_count / grammar_mask_nth against a bit-by-bit walk, on
+ * empty, full, sparse and random masks. */
+static void test_mask_count_nth(void **state) {
+    (void)state;
+    tg_rng r = {7};
+    enum { NW = 5 };
+    uint64_t m[NW];
+    for (int trial = 0; trial < 200; trial++) {
+        for (size_t w = 0; w < NW; w++) {
+            uint64_t x = tg_next(&r);
+            m[w] = trial == 0 ? 0 : trial == 1 ? ~0ull : trial % 3 == 0 ? x & (x >> 7) & (x >> 13) : x;
+        }
+        size_t k = 0;
+        for (int32_t id = 0; id < NW * 64; id++) {
+            if (!((m[id / 64] >> (id % 64)) & 1)) continue;
+            assert_int_equal(grammar_mask_nth(m, NW, k), id);
+            k++;
+        }
+        assert_int_equal(grammar_mask_count(m, NW), k);
+        assert_int_equal(grammar_mask_nth(m, NW, k), -1);
+        assert_int_equal(grammar_mask_nth(m, NW, k + 1000), -1);
+    }
 }
 
 static void test_mask_smollm2(void **state) {
@@ -628,6 +635,7 @@ int main(void) {
         cmocka_unit_test(test_vocab_random),
         cmocka_unit_test(test_mask_brute_force_random_vocab),
         cmocka_unit_test(test_mask_ascii_shortcut),
+        cmocka_unit_test(test_mask_count_nth),
         cmocka_unit_test(test_mask_smollm2),
         cmocka_unit_test(test_matcher_api),
         cmocka_unit_test(test_matcher_random_rollback),
