@@ -63,16 +63,7 @@
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/trellis.h"
-
-static bool small_scale(void) {
-    const char *s = getenv("TRELLIS_TEST_SCALE");
-    return s && strcmp(s, "small") == 0;
-}
-
-static bool model_present(void) {
-    char path[4096];
-    return tr_default_model_path(path, sizeof path) && access(path, R_OK) == 0;
-}
+#include "tests/unit/test_env.h"
 
 /* ------------------------------------------------------------------ */
 /* The fake model                                                      */

@@ -35,19 +35,10 @@
 #include "runtime/base/paths.h"
 #include "runtime/base/util.h"
 #include "runtime/trellis.h"
+#include "tests/unit/test_env.h"
 
 #define MAX_CASES 128
 #define N_SEEDS 3
-
-static bool small_scale(void) {
-    const char *s = getenv("TRELLIS_TEST_SCALE");
-    return s && strcmp(s, "small") == 0;
-}
-
-static bool model_present(void) {
-    char path[4096];
-    return tr_default_model_path(path, sizeof path) && access(path, R_OK) == 0;
-}
 
 typedef struct gcase {
     char *regex, *prompt;

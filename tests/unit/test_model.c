@@ -41,6 +41,7 @@
 #include "runtime/base/util.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/model/model.h"
+#include "tests/unit/test_env.h"
 
 /* Tolerances, measured and justified in README ("Parity with llama.cpp"):
  * both engines quantize activations to 8 bits before the integer dot
@@ -58,11 +59,6 @@ typedef struct fixture {
     model *m;
     json_t *ref;
 } fixture;
-
-static bool small_scale(void) {
-    const char *s = getenv("TRELLIS_TEST_SCALE");
-    return s && strcmp(s, "small") == 0;
-}
 
 static int setup(void **state) {
     char path[4096];
