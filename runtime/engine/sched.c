@@ -25,8 +25,9 @@
  *      sched_admit_ahead, while the previous step's forward pass computes
  *      (the overlap): its budget is what the running sequences will leave
  *      if they all go on; pass 3 admits with whatever budget is left after
- *      passes 1-2 (first steps, finished sequences, a preemption). Order: longest cached prefix first (SGLang's LPM)
- *      while at most lpm_max_waiting sequences wait, else arrival order.
+ *      passes 1-2 (first steps, finished sequences, a preemption). Order:
+ *      longest cached prefix first (SGLang's LPM) while at most
+ *      lpm_max_waiting sequences wait, else arrival order.
  *      A candidate is deferred when a sequence still prefilling will put a
  *      longer prefix of the candidate's prompt into the tree than the tree
  *      holds now ("in-flight prefix deduplication": 64 requests sharing a

@@ -71,6 +71,17 @@ void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
     }
 }
 
+/* s generated stop token tok (EOS or a stop id): counted, never shown,
+ * and the sample ends with finish STOP. */
+static void end_at_stop_token(trellis_engine *e, engine_seq *s, int32_t tok) {
+    sampler_accept(s->smp, tok);
+    s->n_gen++;
+    e->st.generated_tokens++;
+    s->stop_token = tok;
+    out_flush(e, s);
+    engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+}
+
 /* Takes row r's sampled token for s, jumps forward over the bytes the
  * constraint forces next (if any), and applies stops.
  *
@@ -115,12 +126,7 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
 
     bool eog = e->is_eog[tok] && !r->ignore_eos;
     if (eog || is_stop_token(r, tok)) {
-        sampler_accept(s->smp, tok);
-        s->n_gen++;
-        e->st.generated_tokens++;
-        s->stop_token = tok;
-        out_flush(e, s);
-        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        end_at_stop_token(e, s, tok);
         return;
     }
     /* the tokens to append: the sampled one, or what jump-forward puts in
@@ -150,11 +156,7 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     for (int32_t i = 0; i < n_chunk; i++) {
         int32_t t = chunk[i];
         if (i > 0 && is_stop_token(r, t)) { /* forced, but still a stop */
-            s->n_gen++;
-            e->st.generated_tokens++;
-            s->stop_token = t;
-            out_flush(e, s);
-            engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+            end_at_stop_token(e, s, t);
             return;
         }
         sampler_accept(s->smp, t);
