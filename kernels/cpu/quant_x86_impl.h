@@ -471,6 +471,24 @@ QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, int nr, int64_t
     const int nv = u32_nvec(t);
     const bool five = t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1;
     const int nt4 = five ? 4 / ng : 4; /* tokens per pass */
+    if (n_tok == 1) {
+        /* Decode GEMV: each block is used once, so it is unpacked and
+         * consumed at once (same arithmetic, one block per run32), not
+         * staged in a chunk of QX_KC32 blocks: a Q8_0 chunk (27 KB) pushed
+         * the activations and the next rows out of L1 (measured: the Q8_0
+         * output matrix 1.15-1.3x faster, Q4_1 unchanged). */
+        const uint8_t *xr[1] = {xq};
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p[16];
+            for (int i = 0; i < 8 * ng; i++) p[i] = rows[i] + (size_t)b * tsz;
+            prefetch_part(pf, b, nb);
+            unpack32_tile(t, p, buf, ng);
+            run32(t, buf, 1, b, nb, xr, accbuf, b == 0, 1, ng);
+        }
+        store_rows(out + rg, _mm256_load_ps(accbuf), nr < 8 ? nr : 8, accumulate);
+        if (ng > 1) store_rows(out + rg + 8, _mm256_load_ps(accbuf + 8), nr - 8, accumulate);
+        return;
+    }
     for (int t0 = 0; t0 < n_tok; t0 += QX_TT) {
         const int tn = n_tok - t0 < QX_TT ? n_tok - t0 : QX_TT;
         for (int64_t kb = 0; kb < nb; kb += QX_KC32) {
