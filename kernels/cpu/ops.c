@@ -874,10 +874,12 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
         int32_t t = (int32_t)(u / per_tok);
         int32_t kv0 = (int32_t)(u % per_tok) * a->unit_kv;
         /* Units go out in order, so this thread's next one is most likely
-         * nth tokens on (the other threads take those between). */
+         * nth tokens on (the other threads take those between). A token
+         * of the same sequence (prefill) reads the rows this one does:
+         * nothing to fetch then. */
         attn_pf pf = {0};
         int32_t tn = t + nth;
-        if (per_tok == 1 && tn < n_tok) {
+        if (per_tok == 1 && tn < n_tok && a->b->seq[tn] != a->b->seq[t]) {
             /* about one kernel call per page run, K and V, per KV head */
             int32_t ps = a->kv->page_size;
             int32_t calls =
