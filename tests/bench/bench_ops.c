@@ -3,6 +3,9 @@
  * of the row ops, at the default model's shapes (SmolLM2-135M: dim 576,
  * 9 heads / 3 KV heads, head_dim 64, ffn 1536).
  *
+ * Also: decode attention of 32 sequences through 30 layers (KV read
+ * cold, as when serving 32 streams).
+ *
  * Usage: bench_ops [max_threads]   (default 2; runs 1..max_threads)
  * Every figure is the best of 5 timed batches (the least disturbed by
  * other processes on a shared machine).
@@ -161,6 +164,88 @@ static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
     return ns;
 }
 
+/* Decode of 32 sequences (contexts 40..159, F16 KV, page size 16, pages
+ * shuffled over the pool) through all 30 layers: the rows are read cold,
+ * as in serving, where the weights pass through the caches between
+ * layers. Returns ns per 30-layer pass (best of 5 batches). */
+typedef struct attn_decode_bench {
+    tr_backend *be;
+    float *out, *q;
+    tr_kv_layout kv;
+    tr_batch b;
+} attn_decode_bench;
+
+static void run_attn_decode(void *ctx) {
+    attn_decode_bench *a = ctx;
+    for (int32_t l = 0; l < a->kv.n_layers; l++)
+        a->be->ops->attention(a->be, a->out, a->q, &a->kv, l, &a->b, 9,
+                              0.125f);
+}
+
+static double bench_attention_decode32(tr_backend *be, int *ctx_total) {
+    enum { S = 32, L = 30, PS = 16, NKV = 3, HD = 64, NH = 9 };
+    int32_t ctx[S], np[S], pos[S], seq[S], *pt[S];
+    int total_pages = 0;
+    *ctx_total = 0;
+    g_rng = 424242; /* the same contexts and pages on every call */
+    for (int s = 0; s < S; s++) {
+        ctx[s] = 40 + (int)((rnd() + 1.0f) * 60.0f); /* 40..159 */
+        np[s] = (ctx[s] + PS - 1) / PS;
+        total_pages += np[s];
+        *ctx_total += ctx[s];
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * total_pages);
+    for (int i = 0; i < total_pages; i++) perm[i] = i;
+    for (int i = total_pages - 1; i > 0; i--) {
+        int j = (int)((rnd() + 1.0f) * 0.5f * (float)i);
+        int32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    size_t bytes = (size_t)total_pages * L * 2 * PS * NKV * HD * 2;
+    attn_decode_bench a = {.be = be};
+    void *mem = NULL;
+    be->ops->alloc(be, bytes, &mem);
+    memset(mem, 0, bytes);
+    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_DTYPE_F16};
+    for (int s = 0, next = 0; s < S; s++) {
+        pt[s] = malloc(sizeof(int32_t) * np[s]);
+        for (int i = 0; i < np[s]; i++) pt[s][i] = perm[next++];
+        pos[s] = ctx[s] - 1;
+        seq[s] = s;
+    }
+    /* Random K/V for every position of every sequence and layer. */
+    for (int s = 0; s < S; s++) {
+        int n = ctx[s];
+        float *k = malloc(sizeof(float) * n * NKV * HD);
+        float *v = malloc(sizeof(float) * n * NKV * HD);
+        int32_t *p = malloc(sizeof(int32_t) * n), *z = calloc(n, sizeof(int32_t));
+        for (int i = 0; i < n; i++) p[i] = i;
+        const int32_t *const pts1[1] = {pt[s]};
+        tr_batch one = {n, p, z, 1, pts1, &np[s]};
+        for (int l = 0; l < L; l++) {
+            fill(k, (size_t)n * NKV * HD);
+            fill(v, (size_t)n * NKV * HD);
+            be->ops->kv_store(be, &a.kv, l, k, v, &one);
+        }
+        free(k);
+        free(v);
+        free(p);
+        free(z);
+    }
+    a.b = (tr_batch){S, pos, seq, S, (const int32_t *const *)pt, np};
+    a.q = malloc(sizeof(float) * S * NH * HD);
+    a.out = malloc(sizeof(float) * S * NH * HD);
+    fill(a.q, (size_t)S * NH * HD);
+    double ns = time_ns(run_attn_decode, &a, 50);
+    for (int s = 0; s < S; s++) free(pt[s]);
+    free(perm);
+    free(a.q);
+    free(a.out);
+    be->ops->free(be, mem);
+    return ns;
+}
+
 /* ---- row ops ---- */
 
 typedef struct row_bench {
@@ -303,6 +388,11 @@ int main(int argc, char **argv) {
                        "%7.1f us; prefill 512 tokens %7.2f ms\n",
                        tn, d512 / 1e3, d2048 / 1e3, p512 / 1e6);
             }
+            int ctx_total = 0;
+            double d32 = bench_attention_decode32(be, &ctx_total);
+            printf("  attention F16 KV: decode 32 sequences x 30 layers "
+                   "(%d cached tokens, cold) %7.2f ms\n",
+                   ctx_total, d32 / 1e6);
             bench_rows(be, 1);
             bench_rows(be, 512);
             bench_matmul(be, 1);
