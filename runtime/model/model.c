@@ -48,7 +48,7 @@ struct model {
     float *hg;     /* [n, ffn] gate, then silu(gate) * up */
     float *hu;     /* [n, ffn] up */
     float *xsel;   /* [n, dim] rows whose logits are wanted */
-    float *logits; /* [n, vocab] on the device */
+    float *logits; /* [n, vocab] on the device (NULL with host memory) */
 };
 
 static tr_status fail(tr_diag *diag, tr_status code, const char *fmt,
@@ -293,7 +293,8 @@ tr_status model_load(const gguf_file *f, tr_backend *be,
         (s = alloc_scratch(m, &m->hg, n, hp->ffn_dim)) ||
         (s = alloc_scratch(m, &m->hu, n, hp->ffn_dim)) ||
         (s = alloc_scratch(m, &m->xsel, n, dim)) ||
-        (s = alloc_scratch(m, &m->logits, n, hp->n_vocab))) {
+        /* host memory: the output matmul writes the caller's buffer */
+        (!be->host_memory && (s = alloc_scratch(m, &m->logits, n, hp->n_vocab)))) {
         tr_diag_set(diag, s, 0, "cannot allocate scratch for %d tokens",
                     max_batch_tokens);
         goto fail;
@@ -430,9 +431,12 @@ tr_status model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
     /* logits only for the rows asked for (usually each sequence's last) */
     op->get_rows(be, m->xsel, m->x, dim, logit_rows, n_logits);
     op->rmsnorm(be, m->xsel, m->xsel, m->out_norm, n_logits, dim, hp->rms_eps);
-    float *lo[1] = {m->logits};
+    /* Straight into the caller's buffer when device memory is host memory
+     * (at 32 rows a download would copy 6 MB per step for nothing). */
+    float *lo[1] = {be->host_memory ? logits : m->logits};
     const tr_weight *wout[1] = {&m->output};
     op->matmul(be, 1, lo, wout, m->xsel, n_logits, false);
+    if (be->host_memory) return op->synchronize(be);
     return op->download(be, logits, m->logits,
                         (size_t)n_logits * (size_t)hp->n_vocab * sizeof(float));
 }
