@@ -295,31 +295,32 @@ static ALWAYS_INLINE void scores_heads(float *s, size_t s_stride, float *max,
                              stride, n, hd, f16, scale);
 }
 
+/* Common head sizes get fully unrolled copies (f16 is a constant in each
+ * call below, so each KV type gets its own copies too). */
+static ALWAYS_INLINE void scores_by_hd(float *s, size_t s_stride, float *max,
+                                       const float *q, int32_t g,
+                                       const void *k, size_t stride,
+                                       int32_t n, int32_t hd, bool f16,
+                                       float scale) {
+    if (hd == 64)
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 64, f16, scale);
+    else if (hd == 128)
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 128, f16, scale);
+    else
+        scores_heads(s, s_stride, max, q, g, k, stride, n, hd, f16, scale);
+}
+
 static void attn_scores_avx2(float *s, size_t s_stride, float *max,
                              const float *q, int32_t g, const void *k,
                              size_t stride, int32_t n, int32_t hd, bool f16,
                              float scale) {
-    if (hd % 8 != 0) {
+    if (hd % 8 != 0)
         cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, f16,
                                  scale);
-        return;
-    }
-    /* Common head sizes get fully unrolled copies. */
-    if (f16) {
-        if (hd == 64)
-            scores_heads(s, s_stride, max, q, g, k, stride, n, 64, true, scale);
-        else if (hd == 128)
-            scores_heads(s, s_stride, max, q, g, k, stride, n, 128, true, scale);
-        else
-            scores_heads(s, s_stride, max, q, g, k, stride, n, hd, true, scale);
-        return;
-    }
-    if (hd == 64)
-        scores_heads(s, s_stride, max, q, g, k, stride, n, 64, false, scale);
-    else if (hd == 128)
-        scores_heads(s, s_stride, max, q, g, k, stride, n, 128, false, scale);
+    else if (f16)
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, true, scale);
     else
-        scores_heads(s, s_stride, max, q, g, k, stride, n, hd, false, scale);
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, false, scale);
 }
 
 static float attn_exp_sum_avx2(float *s, int32_t n, float max) {
@@ -427,25 +428,27 @@ static ALWAYS_INLINE void accum_heads(float *acc, size_t acc_stride,
                    stride, n, hd, f16);
 }
 
+/* As scores_by_hd: hd == 64 unrolled, one copy per KV type. */
+static ALWAYS_INLINE void accum_by_hd(float *acc, size_t acc_stride,
+                                      const float *p, size_t p_stride,
+                                      int32_t g, const void *v, size_t stride,
+                                      int32_t n, int32_t hd, bool f16) {
+    if (hd == 64)
+        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, f16);
+    else
+        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, f16);
+}
+
 static void attn_accum_avx2(float *acc, size_t acc_stride, const float *p,
                             size_t p_stride, int32_t g, const void *v,
                             size_t stride, int32_t n, int32_t hd, bool f16) {
-    if (hd % 8 != 0) {
+    if (hd % 8 != 0)
         cpu_attn_accum_portable(acc, acc_stride, p, p_stride, g, v, stride, n,
                                 hd, f16);
-        return;
-    }
-    if (f16) {
-        if (hd == 64)
-            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, true);
-        else
-            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, true);
-    } else {
-        if (hd == 64)
-            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, false);
-        else
-            accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, false);
-    }
+    else if (f16)
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, true);
+    else
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, false);
 }
 
 const cpu_op_kernels cpu_op_kernels_avx2 = {
