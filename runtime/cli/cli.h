@@ -25,12 +25,17 @@ typedef struct cli_loaded {
     double load_ms;
 } cli_loaded;
 
-/* Opens path (NULL: the default model), builds the tokenizer and, when
- * with_model, the CPU backend (threads) and the model. Prints a clear error
- * (what, where, why) to stderr and returns false on failure, having freed
- * what it made. Shows progress on stderr when it is a terminal. */
-bool cli_load(const char *cmd, const char *path, bool with_model, int threads,
-              int32_t max_batch, cli_loaded *out);
+/* Opens path (NULL: the default model) as `load` says, builds the
+ * tokenizer and, when with_model, the CPU backend (threads) and the model.
+ * Prints a clear error (what, where, why) to stderr and returns false on
+ * failure, having freed what it made. Shows progress on stderr when it is a
+ * terminal. */
+bool cli_load(const char *cmd, const char *path, gguf_load load, bool with_model,
+              int threads, int32_t max_batch, cli_loaded *out);
+
+/* --load's value (NULL: auto) into *out; false with an error on stderr
+ * naming the flag and the modes for anything else. */
+bool cli_parse_load(const char *cmd, const char *value, gguf_load *out);
 void cli_loaded_free(cli_loaded *l);
 
 /* "trellis CMD: what: why (at byte N)" from a status and its diag. */

@@ -50,6 +50,7 @@
 #include <time.h>
 
 #include "../trellis.h"
+#include "../gguf/gguf.h"
 
 #define BENCH_MAX_LIST 16
 
@@ -83,6 +84,7 @@ typedef struct bench_opts {
     int prompt_min, prompt_max; /* random: prompt length range */
     uint64_t seed;
     int repeat;     /* runs per configuration, interleaved; median kept */
+    int load;       /* TRELLIS_LOAD_* */
     bool no_overlap, quiet;
 } bench_opts;
 
@@ -306,6 +308,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     if (o->page) eo.page_size = o->page;
     eo.no_radix = !radix;
     eo.no_overlap = o->no_overlap;
+    eo.load = o->load;
     trellis_engine *e;
     char err[512];
     if (trellis_engine_new(o->model, &eo, &e, err, sizeof err) != TRELLIS_OK) {
@@ -535,6 +538,7 @@ static void usage(void) {
             "  --kv-mb N                engine: KV memory in MiB (default 512)\n"
             "  --page-size N            engine: tokens per KV page (default 16)\n"
             "  --no-overlap             engine: forward passes on the engine thread\n"
+            "  --load MODE              model file: auto (default), mmap, or read (into huge pages)\n"
             "  --seed N                 workload seed (default 1)\n"
             "  --repeat N               run every configuration N times, interleaved,\n"
             "                           and keep the run of median throughput (default 1)\n"
@@ -644,6 +648,16 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-overlap")) {
             o.no_overlap = true;
+            continue;
+        }
+        if (!strcmp(a, "--load") && v) {
+            gguf_load g;
+            if (!gguf_load_parse(v, &g)) {
+                fprintf(stderr, "trellis bench: --load: unknown mode '%s' (auto, mmap or read)\n", v);
+                return 2;
+            }
+            o.load = (int)g; /* the same values: see trellis_engine_new */
+            i++;
             continue;
         }
         if (!strcmp(a, "--quiet")) {

@@ -25,7 +25,7 @@
 #define GEN_PAGE_SIZE 16
 
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *system, *regex;
+    const char *model, *prompt, *file, *system, *regex, *load;
     cli_strs choices;
     bool chat, json, ignore_eos, special;
     int64_t n_predict, threads, seed, top_k, ctx, batch;
@@ -263,6 +263,8 @@ int cmd_generate(int argc, char **argv) {
         {"--regex", NULL, CLI_STR, &o.regex, 1, 0, "constrain the output to full-match this regex"},
         {"--choice", NULL, CLI_STRS, &o.choices, 1, 0, "constrain the output to one of these texts (repeat)"},
         {"--json", NULL, CLI_FLAG, &o.json, 1, 0, "print one JSON object instead of streaming"},
+        {"--load", NULL, CLI_STR, &o.load, 1, 0,
+         "model file: auto (default), mmap, or read (into huge pages)"},
     };
     if (!cli_parse("generate",
                    "[-m MODEL] (-p TEXT | -f FILE) [--chat] [--system TEXT] [-n N] "
@@ -318,8 +320,13 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
 
+    gguf_load load;
+    if (!cli_parse_load("generate", o.load, &load)) {
+        free(user);
+        return 2;
+    }
     cli_loaded L;
-    if (!cli_load("generate", o.model, true, (int)o.threads, (int32_t)o.batch, &L)) {
+    if (!cli_load("generate", o.model, load, true, (int)o.threads, (int32_t)o.batch, &L)) {
         free(user);
         return 1;
     }

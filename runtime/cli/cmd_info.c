@@ -27,7 +27,7 @@ int cmd_info(int argc, char **argv) {
         return 2;
     if (help) return 0;
     cli_loaded L;
-    if (!cli_load("info", model_path, false, 1, 1, &L)) return 1;
+    if (!cli_load("info", model_path, GGUF_LOAD_MMAP, false, 1, 1, &L)) return 1;
 
     /* hyper-parameters come from binding the model on a 1-thread backend:
      * binding validates every tensor, so info also says whether Trellis can

@@ -39,7 +39,7 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(prompt);
     }
     cli_loaded L;
-    if (!cli_load("tokenize", model_path, false, 1, 1, &L)) {
+    if (!cli_load("tokenize", model_path, GGUF_LOAD_MMAP, false, 1, 1, &L)) {
         free(text);
         return 1;
     }

@@ -28,8 +28,19 @@ static void progress(bool tty, const char *step) {
     if (tty) fprintf(stderr, "\r\033[Kloading: %s", step);
 }
 
-bool cli_load(const char *cmd, const char *path, bool with_model, int threads,
-              int32_t max_batch, cli_loaded *out) {
+bool cli_parse_load(const char *cmd, const char *value, gguf_load *out) {
+    if (!value) {
+        *out = GGUF_LOAD_AUTO;
+        return true;
+    }
+    if (gguf_load_parse(value, out)) return true;
+    fprintf(stderr, "trellis %s: --load: unknown mode '%s' (auto, mmap or read)\n", cmd,
+            value);
+    return false;
+}
+
+bool cli_load(const char *cmd, const char *path, gguf_load load, bool with_model,
+              int threads, int32_t max_batch, cli_loaded *out) {
     memset(out, 0, sizeof *out);
     char def[4096];
     if (!path) {
@@ -52,7 +63,7 @@ bool cli_load(const char *cmd, const char *path, bool with_model, int threads,
     char what[4200];
     snprintf(what, sizeof what, "cannot load model '%s'", path);
     progress(tty, "reading GGUF");
-    tr_status s = gguf_open(path, &out->file, &d);
+    tr_status s = gguf_open_ex(path, load, &out->file, &d);
     if (s) goto fail;
     progress(tty, "building tokenizer");
     s = tokenizer_from_gguf(out->file, &out->tok, &d);

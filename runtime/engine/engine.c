@@ -636,7 +636,14 @@ int trellis_engine_new(const char *model_path,
     tr_backend *be = NULL;
     model *m = NULL;
     tr_diag d = {0};
-    tr_status s = gguf_open(path, &f, &d);
+    _Static_assert(TRELLIS_LOAD_AUTO == (int)GGUF_LOAD_AUTO &&
+                       TRELLIS_LOAD_MMAP == (int)GGUF_LOAD_MMAP &&
+                       TRELLIS_LOAD_READ == (int)GGUF_LOAD_READ,
+                   "trellis.h's load modes are gguf.h's");
+    if (o.load < TRELLIS_LOAD_AUTO || o.load > TRELLIS_LOAD_READ)
+        return seterr(err, err_cap, TR_ERR_INVALID_ARG,
+                      "options.load %d is not a TRELLIS_LOAD_* mode", o.load);
+    tr_status s = gguf_open_ex(path, (gguf_load)o.load, &f, &d);
     if (s != TR_OK)
         return seterr(err, err_cap, s, "cannot open model '%s': %s", path,
                       d.message[0] ? d.message : tr_status_message(s));
@@ -703,6 +710,8 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->add_bos = e->add_bos;
     o->no_radix = e->opt.no_radix;
     o->overlap = !e->opt.no_overlap;
+    o->load = e->file && gguf_load_used(e->file) == GGUF_LOAD_READ ? TRELLIS_LOAD_READ
+                                                                   : TRELLIS_LOAD_MMAP;
 }
 
 /* ---- queues (any thread) ---- */

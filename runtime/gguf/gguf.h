@@ -4,10 +4,11 @@
  * third-party library). The model loader, the tokenizer builder and
  * `trellis info` read files through it.
  *
- * The file is mmapped; every count, offset and size read from it is checked
- * for overflow and bounds before use, so any byte string yields either a
- * valid gguf_file or an error whose tr_diag names the field and its byte
- * offset (never a crash, never a read outside the mapping). Strings and
+ * The file is mmapped (or read into huge-page memory: gguf_open_ex); every
+ * count, offset and size read from it is checked for overflow and bounds
+ * before use, so any byte string yields either a valid gguf_file or an
+ * error whose tr_diag names the field and its byte offset (never a crash,
+ * never a read outside the mapping). Strings and
  * tensor data point into the mapping: they are borrowed and live until
  * gguf_close. A gguf_file is immutable after open: any number of threads may
  * read it at once.
@@ -82,11 +83,35 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Opens and validates path. On failure *out is untouched and diag (if not
- * NULL) says what, where (byte offset) and why. TR_ERR_IO for a missing or
- * unreadable file, TR_ERR_FORMAT for malformed content, TR_ERR_UNSUPPORTED
- * for a version other than 2 or 3. */
+/* How gguf_open_ex brings the file's bytes in.
+ *   MMAP  a read-only file mapping: nothing is read up front and the pages
+ *         are shared with the page cache (and other processes).
+ *   READ  the whole file read into anonymous memory advised for transparent
+ *         huge pages (2 MiB-aligned): costs a copy of the file and the time
+ *         to read it, and makes every pass over the weights cheaper (no TLB
+ *         miss per 4 KiB; measured in README, "Weights in huge pages").
+ *   AUTO  READ if the file takes at most a quarter of the machine's RAM and
+ *         the memory can be had, else MMAP. */
+typedef enum gguf_load { GGUF_LOAD_AUTO = 0, GGUF_LOAD_MMAP, GGUF_LOAD_READ } gguf_load;
+
+/* "auto", "mmap", "read"; gguf_load_parse: false for anything else. */
+const char *gguf_load_name(gguf_load load);
+bool gguf_load_parse(const char *s, gguf_load *out);
+
+/* Opens and validates path, bringing the bytes in as `load` says. On
+ * failure *out is untouched and diag (if not NULL) says what, where (byte
+ * offset) and why. TR_ERR_IO for a missing or unreadable file (READ: also a
+ * read error or no memory for the copy, with the byte offset reached),
+ * TR_ERR_FORMAT for malformed content, TR_ERR_UNSUPPORTED for a version
+ * other than 2 or 3, TR_ERR_INVALID_ARG for an unknown load mode. Whatever
+ * the mode, the same bytes are validated the same way. */
+tr_status gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
+                       tr_diag *diag);
+/* gguf_open_ex with GGUF_LOAD_MMAP. */
 tr_status gguf_open(const char *path, gguf_file **out, tr_diag *diag);
+/* MMAP or READ: what gguf_open_ex did (AUTO resolved); MMAP for
+ * gguf_open_memory. */
+gguf_load gguf_load_used(const gguf_file *f);
 /* Same over a caller's buffer (borrowed; must outlive the gguf_file). Used
  * by tests and the fuzz target. */
 tr_status gguf_open_memory(const void *data, size_t size, gguf_file **out,

@@ -12,12 +12,15 @@
  * layers from DRAM). A last block times all of a forward pass's matmuls
  * (30 layers x 7 matrices + the output matrix) per decoded token and per
  * 512-token prefill, on the real weights when the model file is present,
- * and per batched decode step of 32 sequences (every row's logits).
+ * and per batched decode step of 32 sequences (every row's logits); with
+ * the model file mapped (4 KiB pages) and read into huge pages (gguf.h's
+ * load modes), one after the other.
  *
- * Usage: bench_matmul [--quick] [--wall] [--set NAME]
- *   --quick  shorter runs; --set  only that kernel set; --wall  time with
- *   the wall clock (default: the thread's CPU time, which is what a busy
- *   shared machine still measures fairly).
+ * Usage: bench_matmul [--quick] [--wall] [--forward] [--set NAME]
+ *   --quick  shorter runs; --set  only that kernel set; --forward  only the
+ *   forward-pass block; --wall  time with the wall clock (default: the
+ *   thread's CPU time, which is what a busy shared machine still measures
+ *   fairly).
  * Not run by ctest (timings are not tests).
  */
 #include <math.h>
@@ -170,13 +173,14 @@ typedef struct fwd_mat {
     bool last_only; /* only one token goes through it */
 } fwd_mat;
 
-static void bench_forward(const cpu_quant_kernels *k) {
+static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
     char path[4096];
     gguf_file *f = NULL;
     if (tr_default_model_path(path, sizeof path) && access(path, R_OK) == 0) {
         tr_diag d;
-        if (gguf_open(path, &f, &d) != TR_OK) f = NULL;
+        if (gguf_open_ex(path, load, &f, &d) != TR_OK) f = NULL;
     }
+    if (!f && load == GGUF_LOAD_READ) return; /* random weights: measured once */
     enum { NL = 30 };
     static const char *names[7] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                    "ffn_gate", "ffn_up", "ffn_down"};
@@ -284,10 +288,11 @@ static void bench_forward(const cpu_quant_kernels *k) {
         for (int i = 0; i < nm; i++)
             flop += 2.0 * (double)m[i].rows * (double)m[i].cols *
                     (m[i].last_only && !all_logits ? 1 : n_tok);
-        printf("  %-10s forward matmuls (%s weights) n_tok=%-3d %9.2f ms  = %8.1f tok/s"
+        printf("  %-10s forward matmuls (%s weights%s) n_tok=%-3d %9.2f ms  = %8.1f tok/s"
                "  %6.2f GFLOP/s  %6.2f GB/s of weights  (act quant %.1f%%)\n",
-               k->name, f ? "model" : "random", n_tok, sec * 1e3, n_tok / sec, flop / sec * 1e-9,
-               wbytes / sec * 1e-9, 100.0 * (double)tq * 1e-9 / passes / sec);
+               k->name, f ? "model" : "random",
+               !f ? "" : gguf_load_used(f) == GGUF_LOAD_READ ? ", read" : ", mmap", n_tok,
+               sec * 1e3, n_tok / sec, flop / sec * 1e-9, wbytes / sec * 1e-9, 100.0 * (double)tq * 1e-9 / passes / sec);
         fflush(stdout);
         tr_aligned_free(xa);
         tr_aligned_free(xb);
@@ -301,15 +306,20 @@ static void bench_forward(const cpu_quant_kernels *k) {
 
 int main(int argc, char **argv) {
     const char *only = NULL;
+    bool forward_only = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
+        if (strcmp(argv[i], "--forward") == 0) {
+            forward_only = true;
+        } else if (strcmp(argv[i], "--quick") == 0) {
             g_min_time = 0.1;
         } else if (strcmp(argv[i], "--wall") == 0) {
             g_wall = true;
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--wall] [--set portable|avx2|avx512vnni]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--wall] [--forward] [--set portable|avx2|avx512vnni]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -323,8 +333,9 @@ int main(int argc, char **argv) {
             printf("  %s: not supported by this CPU\n", sets[i]);
             continue;
         }
-        bench_shapes(k);
-        bench_forward(k);
+        if (!forward_only) bench_shapes(k);
+        bench_forward(k, GGUF_LOAD_MMAP);
+        bench_forward(k, GGUF_LOAD_READ);
     }
     return 0;
 }

@@ -1415,6 +1415,44 @@ static const char *k_prompts[] = {
     "A radix tree is a data structure that",
 };
 
+/* The model file mapped or read into huge pages: the same bytes, so the
+ * same tokens; info says which; a mode outside TRELLIS_LOAD_* is refused
+ * with a message naming the option. */
+static void test_load_modes_real(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 2;
+    o.load = 3;
+    trellis_engine *e = NULL;
+    char err[512];
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), TRELLIS_ERR_INVALID_ARG);
+    assert_null(e);
+    assert_non_null(strstr(err, "options.load"));
+    result r[2];
+    const int32_t modes[2] = {TRELLIS_LOAD_MMAP, TRELLIS_LOAD_READ};
+    for (int i = 0; i < 2; i++) {
+        o.load = modes[i];
+        assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), 0);
+        trellis_engine_info info;
+        trellis_engine_get_info(e, &info);
+        assert_int_equal(info.load, modes[i]);
+        trellis_request q;
+        trellis_request_default(&q);
+        q.prompt = k_prompts[0];
+        q.max_tokens = 6;
+        q.ignore_eos = true;
+        run1(e, &q, &r[i]);
+        assert_int_equal(r[i].s[0].n_tokens, 6);
+        expect_all_free(e);
+        trellis_engine_free(e);
+    }
+    same_tokens(&r[0], &r[1], 0);
+    result_free(&r[0]);
+    result_free(&r[1]);
+}
+
 static void test_batch_invariance_real(void **state) {
     (void)state;
     if (!model_present()) skip();
@@ -1617,6 +1655,7 @@ int main(void) {
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_cancel_storm),
         cmocka_unit_test(test_cancel_running_and_shutdown),
+        cmocka_unit_test(test_load_modes_real),
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),

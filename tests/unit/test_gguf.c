@@ -613,6 +613,97 @@ static void test_open_path(void **state) {
     w_free(&sf.w);
 }
 
+/* The load modes: the same bytes and the same validation whichever way the
+ * file comes in; READ's copy is its own (not the file mapping) and lives
+ * until gguf_close; AUTO resolves to MMAP or READ. */
+static void test_load_modes(void **state) {
+    (void)state;
+    small_file sf;
+    build_small(&sf);
+    char path[] = "/tmp/trellis_test_gguf_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
+    close(fd);
+    tr_diag d;
+    gguf_file *fm = NULL, *fr = NULL, *fa = NULL;
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &fm, &d), TR_OK);
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &fr, &d), TR_OK);
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_AUTO, &fa, &d), TR_OK);
+    assert_int_equal(gguf_load_used(fm), GGUF_LOAD_MMAP);
+    assert_int_equal(gguf_load_used(fr), GGUF_LOAD_READ);
+    /* a file of a few hundred bytes is far below a quarter of any RAM */
+    assert_int_equal(gguf_load_used(fa), GGUF_LOAD_READ);
+    assert_int_equal(gguf_check(fr), TR_OK);
+    assert_int_equal(gguf_kv_count(fr), gguf_kv_count(fm));
+    assert_int_equal(gguf_tensor_count(fr), gguf_tensor_count(fm));
+    for (uint64_t i = 0; i < gguf_tensor_count(fm); i++) {
+        const gguf_tensor *a = gguf_tensor_at(fm, i), *b = gguf_tensor_at(fr, i);
+        assert_int_equal(a->name.len, b->name.len);
+        assert_memory_equal(a->name.ptr, b->name.ptr, a->name.len);
+        assert_int_equal(a->type, b->type);
+        assert_int_equal(a->size, b->size);
+        assert_ptr_not_equal(a->data, b->data);
+        assert_memory_equal(a->data, b->data, a->size);
+    }
+    /* READ's copy does not follow the file: rewrite the file, the open
+     * READ copy still holds the old bytes */
+    const gguf_tensor *t = gguf_tensor_find(fr, "t.f32");
+    assert_non_null(t);
+    assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
+    gguf_close(fm);
+    gguf_close(fr);
+    gguf_close(fa);
+    /* A corrupt file read in: the same error as mapped, the copy freed
+     * (ASan/valgrind would see a leak otherwise). */
+    sf.w.p[0] = 'X';
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
+    close(fd);
+    gguf_file *f = NULL;
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_FORMAT);
+    assert_null(f);
+    assert_non_null(strstr(d.message, "magic"));
+    /* Truncated: the tensor data runs past the end, in either mode. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    sf.w.p[0] = 'G';
+    assert_int_equal(write(fd, sf.w.p, sf.w.len - 8), (ssize_t)(sf.w.len - 8));
+    close(fd);
+    tr_diag dm, dr;
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &f, &dm), TR_ERR_FORMAT);
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &dr), TR_ERR_FORMAT);
+    assert_null(f);
+    assert_string_equal(dm.message, dr.message);
+    assert_int_equal(dm.offset, dr.offset);
+    unlink(path);
+    /* Missing file, directory, unknown mode. */
+    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
+    assert_non_null(strstr(d.message, path));
+    assert_int_equal(gguf_open_ex("/tmp", GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
+    assert_int_equal(gguf_open_ex("/tmp", (gguf_load)7, &f, &d), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(d.message, "load mode"));
+    assert_null(f);
+    /* Names. */
+    gguf_load g;
+    assert_true(gguf_load_parse("read", &g));
+    assert_int_equal(g, GGUF_LOAD_READ);
+    assert_true(gguf_load_parse("mmap", &g));
+    assert_int_equal(g, GGUF_LOAD_MMAP);
+    assert_true(gguf_load_parse("auto", &g));
+    assert_int_equal(g, GGUF_LOAD_AUTO);
+    assert_false(gguf_load_parse("Read", &g));
+    assert_false(gguf_load_parse("", &g));
+    assert_false(gguf_load_parse(NULL, &g));
+    assert_string_equal(gguf_load_name(GGUF_LOAD_READ), "read");
+    w_free(&sf.w);
+}
+
 /* ---- corrupt files, one per stage ---- */
 
 static void test_bad_header(void **state) {
@@ -1151,6 +1242,7 @@ int main(void) {
         cmocka_unit_test(test_bad_tensor),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_load_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
