@@ -2,13 +2,15 @@
  * backend, as scripts/bench_cpu.py runs it side by side with llama.cpp.
  *
  *   bench_model [-m MODEL] [-t THREADS] [-p PROMPT_TOKENS] [-n DECODE_TOKENS]
- *               [-r REPEATS]
+ *               [-r REPEATS] [-l auto|mmap|read]
  *
  * Prompt ids are synthetic and deterministic (token speed does not depend
  * on content): id_i = (i * 7919) % 49000 + 100, the same formula the
  * llama.cpp side uses. Prefill runs the whole prompt as one batch; decode
  * runs one token per forward pass, greedy. Prints one JSON line with the
- * median over repeats. Not a test: never run by ctest. */
+ * median over repeats. -l: how the model file comes in (gguf.h; default
+ * auto, as `trellis generate` and the engine). Not a test: never run by
+ * ctest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +30,19 @@ int main(int argc, char **argv) {
     char def[4096];
     const char *path = tr_default_model_path(def, sizeof def);
     int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3;
+    gguf_load load = GGUF_LOAD_AUTO;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) path = argv[i + 1];
         else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) n_prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) n_decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
-        else {
+        else if (!strcmp(argv[i], "-l")) {
+            if (!gguf_load_parse(argv[i + 1], &load)) {
+                fprintf(stderr, "bench_model: -l wants auto, mmap or read\n");
+                return 2;
+            }
+        } else {
             fprintf(stderr, "bench_model: unknown option %s\n", argv[i]);
             return 2;
         }
@@ -44,7 +52,7 @@ int main(int argc, char **argv) {
     tr_backend *be;
     model *m;
     tr_diag d = {0};
-    if (gguf_open(path, &f, &d) || tr_backend_cpu_new(threads, &be) ||
+    if (gguf_open_ex(path, load, &f, &d) || tr_backend_cpu_new(threads, &be) ||
         model_load(f, be, n_prompt, &m, &d)) {
         fprintf(stderr, "bench_model: %s\n", d.message);
         return 1;
