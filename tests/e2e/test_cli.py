@@ -231,6 +231,28 @@ def bad_regex_is_a_clear_error():
     expect_error(rc, err, "not both")
 
 @case
+def load_modes_give_the_same_tokens():
+    outs = []
+    for mode in ("mmap", "read", "auto"):
+        rc, out, err = run("generate", "-p", "The capital of France is", "-n", "8", "--json",
+                           "-t", "2", "--load", mode)
+        assert rc == 0, err
+        outs.append(json.loads(out)["tokens"])
+    assert outs[0] == outs[1] == outs[2], outs
+    rc, out, err = run("generate", "-p", "x", "--load", "fast")
+    expect_error(rc, err, "--load", "'fast'", "auto, mmap or read")
+
+@case
+def samples_run():
+    for name, needles in (("sample_embed", ["sample 2:", "engine:"]),
+                          ("sample_embed_uv", ["[cancelled;", "wake-ups from the engine"])):
+        p = subprocess.run([os.path.join(BUILD, name)], capture_output=True, timeout=300)
+        out = p.stdout.decode("utf-8", "replace")
+        assert p.returncode == 0, (name, p.returncode, p.stderr.decode("utf-8", "replace"))
+        for n in needles:
+            assert n in out, (name, n, out)
+
+@case
 def unknown_command():
     rc, out, err = run("frobnicate")
     expect_error(rc, err, "unknown command")

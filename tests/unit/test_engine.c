@@ -37,6 +37,9 @@
  * enough to preempt end with every page free and every invariant
  * (engine_debug_check: tree, pool, per-sequence pages) holding.
  *
+ * An event-loop test drains the engine from a libuv loop woken by the
+ * engine's wake callback (uv_async_send), with cancellations from a timer.
+ *
  * TRELLIS_TEST_FILTER=<glob> runs only the matching tests, and
  * TRELLIS_TEST_SKIP=<glob> skips some (e.g. '*_real');
  * TRELLIS_TEST_CONFIGS=N sets the differential test's configurations.
@@ -53,6 +56,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pthread.h>
+#include <uv.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -145,6 +150,8 @@ typedef struct fake_cfg {
     bool no_radix, no_overlap;
     int32_t ctx;
     int32_t lpm;
+    trellis_wake_fn wake;
+    void *wake_user;
 } fake_cfg;
 
 static fake_cfg fake_default(void) {
@@ -184,6 +191,8 @@ static trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     o.no_overlap = c->no_overlap;
     o.ctx = c->ctx;
     o.lpm_max_waiting = c->lpm;
+    o.wake = c->wake;
+    o.wake_user = c->wake_user;
     trellis_engine *e = NULL;
     char err[256];
     tr_status s = engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
@@ -1349,6 +1358,129 @@ static void test_cancel_storm(void **state) {
 
 /* Cancelling a long request frees its pages at the next step, and
  * trellis_engine_free with requests in flight leaks nothing. */
+/* The event-loop contract of trellis.h: wake runs on the engine thread
+ * (never the loop's) and only pokes a libuv loop (uv_async_send); the loop
+ * thread drains with trellis_poll, only in the async callback, and cancels
+ * from a timer. Every sample still gets exactly one DONE (collect checks
+ * the order), only cancelled requests end CANCELLED, the loop ran no more
+ * callbacks than there were sends, and the engine, freed from inside a
+ * loop callback before the async handle closes, leaves every page free. */
+typedef struct uv_run_ctx {
+    uv_async_t async;
+    uv_timer_t timer;
+    trellis_engine *e;
+    result *rs;
+    bool *cancelled;
+    int n, left;
+    uint64_t rng;
+    pthread_t loop_thread;
+    uint64_t wakes, drains;   /* wakes: engine thread, atomically */
+    int wake_on_loop_thread;  /* must stay 0 */
+    int cancels;
+} uv_run_ctx;
+
+static void uvt_wake(void *user) {
+    uv_run_ctx *c = user;
+    if (pthread_equal(pthread_self(), c->loop_thread))
+        __atomic_store_n(&c->wake_on_loop_thread, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->wakes, 1, __ATOMIC_RELAXED);
+    uv_async_send(&c->async);
+}
+
+static void uvt_on_async(uv_async_t *h) {
+    uv_run_ctx *c = h->data;
+    c->drains++;
+    trellis_event *ev;
+    while (c->e && trellis_poll(c->e, &ev) == 1) {
+        int k = (int)(ev->request_id - c->rs[0].id);
+        assert_true(k >= 0 && k < c->n && c->rs[k].id == ev->request_id);
+        if (ev->kind == TRELLIS_EVENT_DONE && ev->finish == TRELLIS_FINISH_CANCELLED)
+            assert_true(c->cancelled[k]);
+        bool was = c->rs[k].request_done;
+        collect(&c->rs[k], ev);
+        if (!was && c->rs[k].request_done) c->left--;
+        trellis_event_free(ev);
+    }
+    if (c->e && c->left == 0) {
+        expect_all_free(c->e);
+        trellis_engine_free(c->e); /* joins the engine thread: no wake after */
+        c->e = NULL;
+        uv_close((uv_handle_t *)&c->async, NULL);
+        uv_close((uv_handle_t *)&c->timer, NULL);
+    }
+}
+
+static void uvt_on_timer(uv_timer_t *t) {
+    uv_run_ctx *c = t->data;
+    if (!c->e) return;
+    c->rng = mix(c->rng);
+    int k = (int)(c->rng % (uint64_t)c->n);
+    if ((c->rng >> 32) % 3 == 0 && !c->rs[k].request_done) {
+        c->cancelled[k] = true;
+        c->cancels++;
+        assert_int_equal(trellis_cancel(c->e, c->rs[k].id), 0);
+    }
+    if ((c->rng >> 40) % 16 == 0) trellis_cancel(c->e, 987654321ull); /* unknown: ignored */
+}
+
+static void test_uv_loop_fake(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    const int N = small_scale() ? 60 : 300;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_run_ctx c = {.n = N, .left = N, .rng = 99, .loop_thread = pthread_self()};
+    c.rs = calloc((size_t)N, sizeof *c.rs);
+    c.cancelled = calloc((size_t)N, sizeof *c.cancelled);
+    assert_non_null(c.rs);
+    assert_non_null(c.cancelled);
+    assert_int_equal(uv_async_init(&loop, &c.async, uvt_on_async), 0);
+    assert_int_equal(uv_timer_init(&loop, &c.timer), 0);
+    c.async.data = c.timer.data = &c;
+    fake *f;
+    fake_cfg cfg = fake_default();
+    cfg.max_running = 16;
+    cfg.wake = uvt_wake;
+    cfg.wake_user = &c;
+    c.e = fake_engine(&cfg, &f);
+    f->delay_us = 300; /* requests last long enough to be cancelled */
+    uint64_t rng = 5;
+    for (int i = 0; i < N; i++) {
+        rng = mix(rng);
+        int32_t prompt[64];
+        int plen = 4 + (int)(rng % 56);
+        rand_tokens(rng, prompt, plen);
+        trellis_request q;
+        trellis_request_default(&q);
+        q.tokens = prompt;
+        q.n_tokens = plen;
+        q.max_tokens = 1 + (int)((rng >> 16) % 48);
+        q.n = (rng >> 24) % 8 == 0 ? 3 : 1;
+        q.stream = (rng >> 32) & 1;
+        q.seed = rng;
+        submit_ok(c.e, &q, &c.rs[i]);
+        assert_int_equal(c.rs[i].id, c.rs[0].id + (uint64_t)i);
+    }
+    assert_int_equal(uv_timer_start(&c.timer, uvt_on_timer, 1, 1), 0);
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0); /* ends: handles closed */
+    assert_null(c.e);
+    assert_int_equal(c.left, 0);
+    for (int i = 0; i < N; i++) {
+        assert_true(c.rs[i].request_done);
+        assert_int_equal(c.rs[i].done, c.rs[i].n);
+    }
+    assert_int_equal(c.wake_on_loop_thread, 0);
+    assert_true(c.drains >= 1);
+    assert_true(c.drains <= c.wakes); /* a callback only after a send */
+    assert_true(c.cancels > 0);
+    fprintf(stderr, "uv: %d requests, %d cancels, %llu wakes, %llu drains\n", N, c.cancels,
+            (unsigned long long)c.wakes, (unsigned long long)c.drains);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    for (int i = 0; i < N; i++) result_free(&c.rs[i]);
+    free(c.rs);
+    free(c.cancelled);
+}
+
 static void test_cancel_running_and_shutdown(void **state) {
     (void)state;
     if (!model_present()) skip();
@@ -1655,6 +1787,7 @@ int main(void) {
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_cancel_storm),
         cmocka_unit_test(test_cancel_running_and_shutdown),
+        cmocka_unit_test(test_uv_loop_fake),
         cmocka_unit_test(test_load_modes_real),
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
