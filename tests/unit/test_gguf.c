@@ -565,15 +565,28 @@ static void test_getters(void **state) {
     w_free(&sf.w);
 }
 
+/* Writes len bytes to path (created or truncated). */
+static void rewrite_file(const char *path, const void *p, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    if (len) assert_int_equal(write(fd, p, len), (ssize_t)len);
+    close(fd);
+}
+
+/* A fresh temporary file (path: a mkstemp template) holding sf's bytes. */
+static void temp_file(char *path, const small_file *sf) {
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    rewrite_file(path, sf->w.p, sf->w.len);
+}
+
 static void test_open_path(void **state) {
     (void)state;
     small_file sf;
     build_small(&sf);
     char path[] = "/tmp/trellis_test_gguf_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
-    close(fd);
+    temp_file(path, &sf);
     gguf_file *f = NULL;
     tr_diag d;
     assert_int_equal(gguf_open(path, &f, &d), TR_OK);
@@ -584,17 +597,13 @@ static void test_open_path(void **state) {
     gguf_close(f);
     /* A corrupt file through the path: the mapping is released. */
     sf.w.p[0] = 'X';
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
-    close(fd);
+    rewrite_file(path, sf.w.p, sf.w.len);
     f = NULL;
     assert_int_equal(gguf_open(path, &f, &d), TR_ERR_FORMAT);
     assert_null(f);
     assert_non_null(strstr(d.message, "magic"));
     /* Empty file. */
-    fd = open(path, O_WRONLY | O_TRUNC);
-    close(fd);
+    rewrite_file(path, NULL, 0);
     assert_int_equal(gguf_open(path, &f, &d), TR_ERR_FORMAT);
     assert_non_null(strstr(d.message, "empty"));
     unlink(path);
@@ -621,10 +630,7 @@ static void test_load_modes(void **state) {
     small_file sf;
     build_small(&sf);
     char path[] = "/tmp/trellis_test_gguf_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
-    close(fd);
+    temp_file(path, &sf);
     tr_diag d;
     gguf_file *fm = NULL, *fr = NULL, *fa = NULL;
     assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &fm, &d), TR_OK);
@@ -651,9 +657,7 @@ static void test_load_modes(void **state) {
     const gguf_tensor *t = gguf_tensor_find(fr, "t.f32");
     assert_non_null(t);
     assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    close(fd);
+    rewrite_file(path, NULL, 0);
     assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
     gguf_close(fm);
     gguf_close(fr);
@@ -661,20 +665,14 @@ static void test_load_modes(void **state) {
     /* A corrupt file read in: the same error as mapped, the copy freed
      * (ASan/valgrind would see a leak otherwise). */
     sf.w.p[0] = 'X';
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, sf.w.p, sf.w.len), (ssize_t)sf.w.len);
-    close(fd);
+    rewrite_file(path, sf.w.p, sf.w.len);
     gguf_file *f = NULL;
     assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_FORMAT);
     assert_null(f);
     assert_non_null(strstr(d.message, "magic"));
     /* Truncated: the tensor data runs past the end, in either mode. */
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
     sf.w.p[0] = 'G';
-    assert_int_equal(write(fd, sf.w.p, sf.w.len - 8), (ssize_t)(sf.w.len - 8));
-    close(fd);
+    rewrite_file(path, sf.w.p, sf.w.len - 8);
     tr_diag dm, dr;
     assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &f, &dm), TR_ERR_FORMAT);
     assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &dr), TR_ERR_FORMAT);
