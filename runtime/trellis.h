@@ -91,8 +91,9 @@ typedef void (*trellis_wake_fn)(void *user);
  *   READ  read the whole file into memory advised for transparent huge
  *         pages: a copy of the file, and faster passes over the weights (no
  *         TLB miss every 4 KiB; README, "Weights in huge pages").
- *   AUTO  READ when the file takes at most a quarter of the RAM, else MMAP
- *         (also MMAP if the memory for READ cannot be had). */
+ *   AUTO  READ when transparent huge pages are enabled and the file takes
+ *         at most a quarter of the RAM, else MMAP (also MMAP if the memory
+ *         for READ cannot be had). */
 enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {

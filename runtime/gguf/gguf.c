@@ -780,10 +780,22 @@ static void *read_resident(int fd, size_t size, void **raw, size_t *raw_size,
     return base;
 }
 
-/* AUTO's rule: read the file in when it takes at most a quarter of the
- * machine's RAM (weights that big are worth their own copy; a bigger one
- * is mapped so that it can be paged, as llama.cpp does by default). */
+bool gguf_huge_pages_available(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char line[128] = {0};
+    bool ok = fgets(line, sizeof line, f) != NULL &&
+              (strstr(line, "[always]") || strstr(line, "[madvise]"));
+    fclose(f);
+    return ok;
+}
+
+/* AUTO's rule: read the file in when huge pages can be had (else the copy
+ * buys nothing) and it takes at most a quarter of the machine's RAM (a
+ * bigger one is mapped so that it can be paged, as llama.cpp does by
+ * default). */
 static bool auto_reads(size_t size) {
+    if (!gguf_huge_pages_available()) return false;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return false;
     return (double)size <= 0.25 * (double)pages * (double)page;

@@ -90,9 +90,15 @@ typedef struct gguf_file gguf_file;
  *         huge pages (2 MiB-aligned): costs a copy of the file and the time
  *         to read it, and makes every pass over the weights cheaper (no TLB
  *         miss per 4 KiB; measured in README, "Weights in huge pages").
- *   AUTO  READ if the file takes at most a quarter of the machine's RAM and
- *         the memory can be had, else MMAP. */
+ *   AUTO  READ if transparent huge pages are enabled (see
+ *         gguf_huge_pages_available), the file takes at most a quarter of
+ *         the machine's RAM and the memory can be had, else MMAP. */
 typedef enum gguf_load { GGUF_LOAD_AUTO = 0, GGUF_LOAD_MMAP, GGUF_LOAD_READ } gguf_load;
+
+/* Whether the kernel hands out transparent huge pages to memory that asks
+ * for them (/sys/kernel/mm/transparent_hugepage/enabled is "always" or
+ * "madvise"). */
+bool gguf_huge_pages_available(void);
 
 /* "auto", "mmap", "read"; gguf_load_parse: false for anything else. */
 const char *gguf_load_name(gguf_load load);
