@@ -980,8 +980,15 @@ void cpu_op_attention(tr_backend *be, float *out, const float *q,
         max_nb = TR_MAX(max_nb, nb);
         work += ((int64_t)b->pos[t] + 1) * n_heads * hd;
     }
-    /* ~64K multiply-adds (~10 us) per thread at least. */
-    int nth = op_threads(c, work, 65536);
+    /* ~8K multiply-adds per thread at least. Decode attention reads its
+     * K/V rows from DRAM (the weights streamed since evicted them), so a
+     * share takes several times its arithmetic: at 64K (~10 us of
+     * arithmetic) one decoding sequence ran its attention on one thread up
+     * to position ~113 while the other waited, 14% of a decode step
+     * (perf). Measured against 64K, alternating, one stream: 1.057x
+     * (bench_model -p 16 -n 256, 6 of 6 rounds) and 1.045x (bench_serve
+     * --concurrency 1, 4 of 4). Bigger batches split anyway. */
+    int nth = op_threads(c, work, 8192);
     int64_t units = (int64_t)n_tok * n_kv;
     bool split = nth > 1 && max_nb > 1 && units < 4 * (int64_t)nth;
     if (split) {
