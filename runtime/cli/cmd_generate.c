@@ -202,7 +202,7 @@ static tr_status build_prompt(const gen_opts *o, const cli_loaded *L,
 }
 
 static void print_json(const gen_opts *o, const gen_result *r, const gen_constraint *con,
-                       size_t n_prompt, double load_ms) {
+                       size_t n_prompt, double load_ms, const char *load_mode) {
     json_t *root = json_object();
     json_object_set_new(root, "text", json_stringn_nocheck(r->text ? r->text : "", r->text_len));
     json_t *ids = json_array();
@@ -221,6 +221,7 @@ static void print_json(const gen_opts *o, const gen_result *r, const gen_constra
                         json_real(r->decode_ms > 0 ? r->n_decode_steps / (r->decode_ms / 1e3) : 0));
     json_object_set_new(root, "timings", t);
     json_object_set_new(root, "threads", json_integer((json_int_t)o->threads));
+    json_object_set_new(root, "model_load", json_string(load_mode));
     if (con && con->m) {
         json_t *c = json_object();
         json_object_set_new(c, "kind", json_string(o->regex ? "regex" : "choice"));
@@ -507,7 +508,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (o.json) {
-        print_json(&o, &r, &con, n_ids, L.load_ms);
+        print_json(&o, &r, &con, n_ids, L.load_ms, gguf_load_name(gguf_load_used(L.file)));
     } else {
         fprintf(stderr,
                 "\n[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s]\n",
