@@ -50,7 +50,7 @@
 #include <time.h>
 
 #include "../trellis.h"
-#include "../gguf/gguf.h"
+#include "cli.h"
 
 #define BENCH_MAX_LIST 16
 
@@ -652,10 +652,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--load") && v) {
             gguf_load g;
-            if (!gguf_load_parse(v, &g)) {
-                fprintf(stderr, "trellis bench: --load: unknown mode '%s' (auto, mmap or read)\n", v);
-                return 2;
-            }
+            if (!cli_parse_load("bench", v, &g)) return 2;
             o.load = (int)g; /* the same values: see trellis_engine_new */
             i++;
             continue;

@@ -1,7 +1,8 @@
 /* bench_serve.c — `trellis bench serve` as a standalone program built
  * against the core library alone (no CLI, no libuv): the same source,
- * runtime/cli/cmd_bench.c, compiled into this file, so the figures of the
- * two are the same code's. Not a test: never run by ctest.
+ * runtime/cli/cmd_bench.c, compiled into this file (with the CLI helpers
+ * it calls, runtime/cli/common.c), so the figures of the two are the same
+ * code's. Not a test: never run by ctest.
  *
  *   bench_serve [serve] [options of `trellis bench serve`]
  *
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "runtime/cli/cmd_bench.c"
+#include "runtime/cli/common.c"
 
 int main(int argc, char **argv) {
     /* accept both `bench_serve serve ...` and `bench_serve ...` */
