@@ -6,7 +6,7 @@
  * inside [0, 0x10FFFF], and surrogates (U+D800..U+DFFF, which UTF-8
  * cannot encode) never members: gcpset_add drops them on the way in.
  */
-#include "runtime/base/utf8.h"
+#include "base/utf8.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -13,7 +13,7 @@
  *
  * Layering
  *   Needs only a vocabulary (token byte strings and which ids are special
- *   or end generation) and runtime/base. Knows nothing of models, engines,
+ *   or end generation) and base. Knows nothing of models, engines,
  *   servers or tokenizers: the caller builds a grammar_vocab from whatever
  *   holds its tokens (runtime/tokenizer's tokenizer_token_bytes, say).
  *
@@ -77,7 +77,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/base/status.h"
+#include "base/status.h"
 
 typedef struct grammar_vocab grammar_vocab;
 typedef struct grammar grammar;

@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #include "grammar/grammar.h"
-#include "runtime/base/status.h"
-#include "runtime/base/util.h"
+#include "base/status.h"
+#include "base/util.h"
 
 /* ---------------------------------------------------------------------
  * Compile context: budgets and the scratch arena

@@ -34,8 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/base/status.h"
-#include "dtype.h"
+#include "base/status.h"
+#include "kernels/dtype.h"
 
 typedef struct tr_backend tr_backend;
 

@@ -1,7 +1,7 @@
 /* dtype.c — the GGML type table. Block layouts: ggml's ggml-common.h
  * (e.g. Q4_K = fp16 d, fp16 dmin, 12 bytes of 6-bit scales, 128 bytes of
  * nibbles = 144 bytes per 256 elements). */
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 typedef struct dtype_info {
     const char *name;

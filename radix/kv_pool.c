@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 static void *libc_alloc(void *user, size_t size) {
     (void)user;

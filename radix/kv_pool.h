@@ -6,7 +6,7 @@
  * devices: a page is an int32 id in [0, n_pages). The memory behind page p
  * is the engine's business (kernels/backend.h, tr_kv_layout: page p holds K
  * and V of page_size consecutive positions of every layer). Depends only on
- * runtime/base.
+ * base.
  *
  * Page states (every page is in exactly one):
  *
@@ -43,7 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "runtime/base/status.h"
+#include "base/status.h"
 
 /* The allocator used for the pool's and the tree's own bookkeeping memory
  * (never for KV memory). Injectable so that tests can fail the k-th

@@ -6,7 +6,7 @@
  *   radix_tree.h  token sequences -> page ids; match, lock, insert (with
  *                 page-border splits), LRU eviction, namespaces.
  *
- * Layering: depends on runtime/base only; deals in int32 token ids and
+ * Layering: depends on base only; deals in int32 token ids and
  * int32 page ids. runtime/engine owns one pool and one tree per model and
  * uses both from its thread only. Contracts, invariants and the ownership
  * rules of page references are in the two headers.

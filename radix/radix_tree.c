@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "radix/kv_pool_internal.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 #define RADIX_INLINE 4
 #define RADIX_HASH_MIN 16 /* first table size when a node outgrows inline */

@@ -91,7 +91,7 @@
 #include <stdio.h>
 
 #include "radix/kv_pool.h"
-#include "runtime/base/status.h"
+#include "base/status.h"
 
 typedef struct radix_tree radix_tree;
 

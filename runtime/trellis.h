@@ -127,7 +127,7 @@ typedef struct trellis_engine_options {
 void trellis_engine_options_default(trellis_engine_options *o);
 
 /* Loads the GGUF model at model_path (NULL: the default model path, see
- * runtime/base/paths.h), allocates the KV pool and starts the engine.
+ * base/paths.h), allocates the KV pool and starts the engine.
  * On failure *out is untouched and err (may be NULL) says why. */
 int trellis_engine_new(const char *model_path,
                        const trellis_engine_options *options,

@@ -21,7 +21,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 /* Activation scratch reserved at creation: enough for a decode step of any
  * model up to ~32K-wide rows, so that decode never depends on growing it

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 static inline cpu_backend *cpu_of(tr_backend *be) { return (cpu_backend *)be; }
 

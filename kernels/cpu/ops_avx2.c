@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 /* ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), the tree reduce8x8 uses too. */
 static inline float hsum8(__m256 v) {

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 #if defined(__linux__)
 #include <linux/futex.h>

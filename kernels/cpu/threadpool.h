@@ -43,7 +43,7 @@
 #ifndef TR_KERNELS_CPU_THREADPOOL_H
 #define TR_KERNELS_CPU_THREADPOOL_H
 
-#include "runtime/base/status.h"
+#include "base/status.h"
 
 /* How long a waiting thread spins before it sleeps. 200 us covers the gap
  * between the ops of one forward pass with a wide margin; longer gaps (the

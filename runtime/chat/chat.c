@@ -1,19 +1,19 @@
 /* chat.c — chat template detection and rendering. See chat.h for what
  * each template family renders; this file is the C transcription.
  *
- * Layering: runtime; libc + runtime/base. No state: any thread.
+ * Layering: runtime; libc + base. No state: any thread.
  * Every message is checked before anything is allocated, so a bad
  * conversation fails without side effects; the output grows in a
  * buffer whose size arithmetic is overflow-checked (contents come from
  * HTTP requests).
  */
-#include "chat.h"
+#include "runtime/chat/chat.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 /* ------------------------------------------------------------- names */
 

@@ -1,6 +1,6 @@
 /* chat.h — chat templates: messages -> prompt text.
  *
- * Layering: runtime; depends on runtime/base only. It does not evaluate
+ * Layering: runtime; depends on base only. It does not evaluate
  * Jinja: chat_template_detect recognises which of a few well-known
  * template families a GGUF's tokenizer.chat_template string belongs to,
  * by distinctive markers, and chat_render reproduces that family's output
@@ -82,7 +82,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 typedef enum chat_template_kind {
     CHAT_TEMPLATE_NONE = 0,

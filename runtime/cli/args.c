@@ -1,5 +1,5 @@
 /* args.c — see args.h. */
-#include "args.h"
+#include "runtime/cli/args.h"
 
 #include <errno.h>
 #include <math.h>

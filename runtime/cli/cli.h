@@ -7,10 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../base/status.h"
-#include "../gguf/gguf.h"
-#include "../model/model.h"
-#include "../tokenizer/tokenizer.h"
+#include "base/status.h"
+#include "runtime/gguf/gguf.h"
+#include "runtime/model/model.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -38,7 +38,7 @@
  * its own arguments, so tests/bench/bench_serve.c can build this same file
  * against the core library alone.
  */
-#include "cmd_bench.h"
+#include "runtime/cli/cmd_bench.h"
 
 #include <errno.h>
 #include <math.h>
@@ -49,8 +49,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../trellis.h"
-#include "cli.h"
+#include "runtime/trellis.h"
+#include "runtime/cli/cli.h"
 
 #define BENCH_MAX_LIST 16
 

@@ -52,13 +52,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../grammar/grammar.h"
-#include "../base/paths.h"
-#include "../base/util.h"
-#include "../engine/constraint.h"
-#include "../gguf/gguf.h"
-#include "../tokenizer/tokenizer.h"
-#include "../trellis.h"
+#include "grammar/grammar.h"
+#include "base/paths.h"
+#include "base/util.h"
+#include "runtime/engine/constraint.h"
+#include "runtime/gguf/gguf.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/trellis.h"
 
 #define BG_MAX_REQ 256
 

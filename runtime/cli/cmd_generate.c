@@ -14,13 +14,13 @@
 
 #include <jansson.h>
 
-#include "../base/util.h"
-#include "../../grammar/grammar.h"
-#include "../chat/chat.h"
-#include "../engine/constraint.h"
-#include "../sampler/sampler.h"
-#include "args.h"
-#include "cli.h"
+#include "base/util.h"
+#include "grammar/grammar.h"
+#include "runtime/chat/chat.h"
+#include "runtime/engine/constraint.h"
+#include "runtime/sampler/sampler.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/cli.h"
 
 #define GEN_PAGE_SIZE 16
 

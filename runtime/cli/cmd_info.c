@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../kernels/dtype.h"
-#include "args.h"
-#include "cli.h"
+#include "kernels/dtype.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/cli.h"
 
 static void print_token(const tokenizer *t, const char *label, int32_t id) {
     if (id < 0) {

@@ -5,9 +5,9 @@
 
 #include <jansson.h>
 
-#include "../base/util.h"
-#include "args.h"
-#include "cli.h"
+#include "base/util.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/cli.h"
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;

@@ -3,9 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/paths.h"
-#include "../base/util.h"
-#include "cli.h"
+#include "base/paths.h"
+#include "base/util.h"
+#include "runtime/cli/cli.h"
 
 void cli_report(const char *cmd, const char *what, tr_status s,
                 const tr_diag *d) {

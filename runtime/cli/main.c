@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
-#include "cli.h"
-#include "cmd_bench.h"
+#include "base/log.h"
+#include "runtime/cli/cli.h"
+#include "runtime/cli/cmd_bench.h"
 
 static void usage(void) {
     fprintf(stderr,

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
 /* ---- the model as an engine_compute ---- */
 

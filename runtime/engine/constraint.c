@@ -4,12 +4,12 @@
  * Layering: runtime/engine; used by the engine thread (step.c, submit.c)
  * and by the CLI's single-sequence driver. No global state.
  */
-#include "constraint.h"
+#include "runtime/engine/constraint.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
                                           grammar_vocab **out, tr_diag *diag) {

@@ -21,9 +21,9 @@
 
 #include <stdint.h>
 
-#include "../../grammar/grammar.h"
-#include "../tokenizer/tokenizer.h"
-#include "../trellis.h"
+#include "grammar/grammar.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/trellis.h"
 
 /* The grammar vocabulary of tok: every token's raw bytes, its special flag
  * (control tokens are never allowed in constrained text) and the

@@ -14,12 +14,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "../base/log.h"
-#include "../base/paths.h"
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/log.h"
+#include "base/paths.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
-#include "../chat/chat.h"
+#include "runtime/chat/chat.h"
 
 /* every TRELLIS_ERR_x equals the core's TR_ERR_x */
 _Static_assert(TRELLIS_OK == TR_OK, "ok");

@@ -36,11 +36,11 @@
 
 #include <stdint.h>
 
-#include "../base/status.h"
-#include "../gguf/gguf.h"
-#include "../model/model.h"
-#include "../tokenizer/tokenizer.h"
-#include "../trellis.h"
+#include "base/status.h"
+#include "runtime/gguf/gguf.h"
+#include "runtime/model/model.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/trellis.h"
 #include "kernels/backend.h"
 
 /* One forward pass over a ragged batch (kernels/backend.h tr_batch, whose

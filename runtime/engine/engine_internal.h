@@ -30,13 +30,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../grammar/grammar.h"
-#include "../../radix/radix.h"
-#include "../sampler/sampler.h"
-#include "../tokenizer/tokenizer.h"
-#include "../trellis.h"
-#include "constraint.h"
-#include "engine.h"
+#include "grammar/grammar.h"
+#include "radix/radix.h"
+#include "runtime/sampler/sampler.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/trellis.h"
+#include "runtime/engine/constraint.h"
+#include "runtime/engine/engine.h"
 
 typedef struct engine_req engine_req;
 typedef struct engine_seq engine_seq;

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
 static bool grow(char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return true;

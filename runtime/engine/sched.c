@@ -51,9 +51,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
 int32_t sched_pages_for(const trellis_engine *e, int64_t tokens) {
     return (int32_t)((tokens + e->page_size - 1) / e->page_size);

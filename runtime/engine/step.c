@@ -39,9 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
 void engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
                     int status, const char *error) {

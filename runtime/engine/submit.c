@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "engine_internal.h"
+#include "base/util.h"
+#include "runtime/engine/engine_internal.h"
 
-#include "../chat/chat.h"
+#include "runtime/chat/chat.h"
 
 void trellis_request_default(trellis_request *r) {
     memset(r, 0, sizeof *r);

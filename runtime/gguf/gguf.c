@@ -1,6 +1,6 @@
 /* gguf.c — the GGUF v2/v3 reader: mmap, validate everything, index.
  *
- * Layering: runtime; uses runtime/base and kernels/dtype only. See gguf.h
+ * Layering: runtime; uses base and kernels/dtype only. See gguf.h
  * for the contract.
  *
  * File layout (all little-endian; "str" = uint64 length + bytes, no NUL):
@@ -30,7 +30,7 @@
  * of element offsets so that gguf_get_arr_str is O(1) (the tokenizer reads
  * 49152 tokens by index). Nothing is mutated after open: thread-safe reads.
  */
-#include "gguf.h"
+#include "runtime/gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,8 +45,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../kernels/dtype.h"
-#include "../base/util.h"
+#include "kernels/dtype.h"
+#include "base/util.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32u
 #define GGUF_HEADER_BYTES 24u

@@ -1,6 +1,6 @@
 /* gguf.h — read-only loader of GGUF v2/v3 model files.
  *
- * Layering: runtime; depends on runtime/base and kernels/dtype only (no
+ * Layering: runtime; depends on base and kernels/dtype only (no
  * third-party library). The model loader, the tokenizer builder and
  * `trellis info` read files through it.
  *
@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 /* Arrays of arrays nest at most this deep (a kv's own array is level 1). */
 #define GGUF_MAX_ARRAY_DEPTH 8

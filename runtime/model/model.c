@@ -3,15 +3,15 @@
  * Reads top to bottom like llama2.c: load binds tensors, forward runs the
  * layers. Shapes are written beside every buffer; n = tokens in the batch.
  */
-#include "model.h"
+#include "runtime/model/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
-#include "../base/util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 typedef struct layer_weights {
     const float *attn_norm; /* [dim] */

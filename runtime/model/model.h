@@ -20,9 +20,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../kernels/backend.h"
-#include "../base/status.h"
-#include "../gguf/gguf.h"
+#include "kernels/backend.h"
+#include "base/status.h"
+#include "runtime/gguf/gguf.h"
 
 typedef struct model_hparams {
     char arch[32];

@@ -1,7 +1,7 @@
 /* sampler.c — logit processing and token sampling. See sampler.h for the
  * contract and the processing order; this file explains the how.
  *
- * Layering: runtime; libc + libm + runtime/base. Called from the engine
+ * Layering: runtime; libc + libm + base. Called from the engine
  * thread (one sampler per sequence, one thread at a time).
  *
  * Memory: everything O(vocab) is allocated by sampler_new:
@@ -20,7 +20,7 @@
  * Sliding costs O(1) per accepted token and applying the penalties costs
  * O(distinct tokens in the window), not O(vocab).
  */
-#include "sampler.h"
+#include "runtime/sampler/sampler.h"
 
 #include <float.h>
 #include <math.h>
@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "sampler_internal.h"
+#include "base/util.h"
+#include "runtime/sampler/sampler_internal.h"
 
 typedef sampler_cand cand;
 

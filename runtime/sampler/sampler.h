@@ -1,6 +1,6 @@
 /* sampler.h — picks the next token from one row of logits.
  *
- * Layering: runtime; depends on runtime/base only. It knows nothing about
+ * Layering: runtime; depends on base only. It knows nothing about
  * models, tokenizers or grammars: the grammar engine hands it a token mask
  * (a bitset), the engine hands it a row of float logits.
  *
@@ -88,7 +88,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 #define SAMPLER_MAX_LOGPROBS 20
 

@@ -5,4 +5,4 @@
 #define SK_W 4
 #define SK_SUFFIX generic
 #define SK_NAME "generic"
-#include "sampler_kernels_internal.h"
+#include "runtime/sampler/sampler_kernels_internal.h"

@@ -7,7 +7,7 @@
 #define SK_W 8
 #define SK_SUFFIX avx2
 #define SK_NAME "avx2"
-#include "sampler_kernels_internal.h"
+#include "runtime/sampler/sampler_kernels_internal.h"
 #else
 /* Not an x86 build: sampler_internal.h declares no AVX2 table. */
 typedef int sampler_kernels_avx2_unused;

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler_internal.h"
+#include "runtime/sampler/sampler_internal.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

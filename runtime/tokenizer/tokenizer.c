@@ -18,15 +18,15 @@
  * ordered longest first; user-defined tokens are split out even without
  * special parsing (HF tokenizers does the same).
  */
-#include "runtime/base/utf8.h"
+#include "base/utf8.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
-#include "../base/util.h"
-#include "tokenizer_internal.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "runtime/tokenizer/tokenizer_internal.h"
 
 /* ---- small helpers ---- */
 

@@ -31,8 +31,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../gguf/gguf.h"
+#include "base/status.h"
+#include "runtime/gguf/gguf.h"
 
 typedef struct tokenizer tokenizer;
 

@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "tokenizer_internal.h"
+#include "base/util.h"
+#include "runtime/tokenizer/tokenizer_internal.h"
 
 /* Pieces up to this many bytes use the scan loop (see above). */
 #define BPE_SCAN_MAX 32

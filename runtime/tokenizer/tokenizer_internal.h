@@ -31,7 +31,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "tokenizer.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 #define TOKENIZER_MAX_RE 4
 

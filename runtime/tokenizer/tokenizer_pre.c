@@ -21,7 +21,7 @@
  */
 #include <string.h>
 
-#include "tokenizer_internal.h"
+#include "runtime/tokenizer/tokenizer_internal.h"
 
 #define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}" \
            "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"

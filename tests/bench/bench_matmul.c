@@ -34,8 +34,8 @@
 
 #include "kernels/cpu/quant.h"
 #include "kernels/dtype.h"
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 
 static double g_min_time = 0.4; /* seconds per measurement */

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/model/model.h"
 

@@ -18,7 +18,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/threadpool.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 static uint64_t g_rng = 12345;
 static float rnd(void) {

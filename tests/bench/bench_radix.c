@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "radix/radix.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 #define PS 16
 #define N_PREFIX 100

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/util.h"
+#include "base/util.h"
 #include "runtime/sampler/sampler.h"
 
 static uint64_t lcg_state = 0x12345678abcdefull;

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/util.h"
+#include "base/util.h"
 #include "runtime/chat/chat.h"
 
 static const char *const roles[] = {"system", "user", "assistant", "tool",

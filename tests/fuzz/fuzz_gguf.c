@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/util.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 
 static volatile uint64_t g_sink;

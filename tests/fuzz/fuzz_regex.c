@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 static grammar_vocab *g_vocab;
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/base/paths.h"
+#include "base/paths.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_internal.h"

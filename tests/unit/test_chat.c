@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/base/paths.h"
+#include "base/paths.h"
 #include "runtime/chat/chat.h"
 #include "runtime/gguf/gguf.h"
 

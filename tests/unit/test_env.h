@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/base/paths.h"
+#include "base/paths.h"
 
 static inline bool small_scale(void) {
     const char *s = getenv("TRELLIS_TEST_SCALE");

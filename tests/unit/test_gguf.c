@@ -21,8 +21,8 @@
 #include <cmocka.h>
 
 #include "kernels/dtype.h"
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 
 /* ---- an in-memory GGUF writer ---- */

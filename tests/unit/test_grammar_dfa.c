@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "test_grammar_util.h"
+#include "tests/unit/test_grammar_util.h"
 
 /* ---- NFA simulation ---- */
 

@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "test_grammar_util.h"
+#include "tests/unit/test_grammar_util.h"
 
 static grammar *compile(const char *pat, const grammar_limits *lim) {
     grammar *g = NULL;

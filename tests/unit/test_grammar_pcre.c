@@ -31,7 +31,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "test_grammar_util.h"
+#include "tests/unit/test_grammar_util.h"
 
 /* ---------------------------------------------------------------------
  * Translation of our dialect to PCRE2 syntax

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "test_grammar_util.h"
+#include "tests/unit/test_grammar_util.h"
 
 static grammar *compile_ok(const char *pat) {
     grammar *g = NULL;

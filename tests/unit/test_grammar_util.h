@@ -16,7 +16,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/grammar_internal.h"
-#include "runtime/base/paths.h"
+#include "base/paths.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 

@@ -23,7 +23,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/threadpool.h"
-#include "runtime/base/util.h"
+#include "base/util.h"
 
 /* ---- helpers ---- */
 

@@ -37,8 +37,8 @@
 #include <jansson.h>
 
 #include "kernels/backend.h"
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/model/model.h"
 #include "tests/unit/test_env.h"

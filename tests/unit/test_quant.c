@@ -39,8 +39,8 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/dtype.h"
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 
 static const tr_dtype k_types[] = {

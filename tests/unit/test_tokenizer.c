@@ -18,8 +18,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "runtime/base/paths.h"
-#include "runtime/base/util.h"
+#include "base/paths.h"
+#include "base/util.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_internal.h"

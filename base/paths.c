@@ -1,5 +1,5 @@
 /* paths.c — see paths.h. */
-#include "paths.h"
+#include "base/paths.h"
 
 #include <stdio.h>
 #include <stdlib.h>

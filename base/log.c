@@ -1,5 +1,5 @@
 /* log.c — see log.h. */
-#include "log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,10 +1,10 @@
 /* util.c — see util.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "util.h"
+#include "base/util.h"
 
 #include <time.h>
 
-#include "status.h"
+#include "base/status.h"
 
 void *tr_aligned_alloc(size_t size, size_t align) {
     void *p = NULL;

@@ -1,5 +1,5 @@
 /* utf8.c — see utf8.h. */
-#include "utf8.h"
+#include "base/utf8.h"
 
 int tr_utf8_encode(uint32_t cp, uint8_t out[4]) {
     if (cp < 0x80) {

@@ -1,5 +1,5 @@
 /* status.c — names and messages of tr_status, diagnostics. See status.h. */
-#include "status.h"
+#include "base/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
