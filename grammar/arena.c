@@ -2,7 +2,7 @@
  * budget and a bump arena for everything a compilation allocates.
  *
  * Layering: grammar/ internal (grammar_internal.h). One gcc per
- * compilation, used by one thread; freed all at once by gcc_deinit.
+ * compilation, used by one thread; freed all at once by tr_gcc_deinit.
  *
  * Why an explicit budget: a pattern such as (a|b)*a(a|b){20} has a DFA of
  * 2^20 states and ((a{100}){100}){100} an NFA of 10^6 copies. Every
@@ -26,12 +26,12 @@ struct garena_chunk {
 #define GARENA_HDR ((sizeof(garena_chunk) + 15u) & ~(size_t)15u)
 #define GARENA_CHUNK (64u * 1024u)
 
-void gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
+void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
     memset(cc, 0, sizeof *cc);
     if (lim)
         cc->lim = *lim;
     else
-        grammar_limits_default(&cc->lim);
+        tr_grammar_limits_default(&cc->lim);
     cc->diag = diag;
     uint64_t now = tr_now_ns();
     uint64_t span;
@@ -40,7 +40,7 @@ void gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
         cc->deadline_ns = UINT64_MAX;
 }
 
-void gcc_deinit(gcc *cc) {
+void tr_gcc_deinit(gcc *cc) {
     garena_chunk *c = cc->chunks;
     while (c) {
         garena_chunk *p = c->prev;
@@ -52,7 +52,7 @@ void gcc_deinit(gcc *cc) {
     cc->left = 0;
 }
 
-tr_status gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
+tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
                    ...) {
     if (cc->err != TR_OK) return cc->err; /* keep the first error */
     cc->err = code;
@@ -67,11 +67,11 @@ tr_status gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
     return code;
 }
 
-bool gcc_charge(gcc *cc, size_t size) {
+bool tr_gcc_charge(gcc *cc, size_t size) {
     uint64_t nb;
     if (tr_add_overflow_u64(cc->bytes, size, &nb) ||
         nb > cc->lim.max_compile_bytes) {
-        gcc_fail(cc, TR_ERR_LIMIT, 0,
+        tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
                  "compile memory budget exceeded (max_compile_bytes = %llu)",
                  (unsigned long long)cc->lim.max_compile_bytes);
         return true;
@@ -80,25 +80,25 @@ bool gcc_charge(gcc *cc, size_t size) {
     return false;
 }
 
-void gcc_refund(gcc *cc, size_t size) {
+void tr_gcc_refund(gcc *cc, size_t size) {
     cc->bytes = size > cc->bytes ? 0 : cc->bytes - size;
 }
 
-void *gcc_alloc(gcc *cc, size_t size) {
+void *tr_gcc_alloc(gcc *cc, size_t size) {
     size = (size + 15u) & ~(size_t)15u;
     if (size == 0) size = 16;
     if (size > cc->left) {
         size_t want = size > GARENA_CHUNK ? size : GARENA_CHUNK;
         size_t total;
         if (tr_add_overflow_size(want, GARENA_HDR, &total)) {
-            gcc_fail(cc, TR_ERR_LIMIT, 0, "allocation size overflows");
+            tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "allocation size overflows");
             return NULL;
         }
-        if (gcc_charge(cc, total)) return NULL;
+        if (tr_gcc_charge(cc, total)) return NULL;
         garena_chunk *c = malloc(total);
         if (!c) {
-            gcc_refund(cc, total);
-            gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+            tr_gcc_refund(cc, total);
+            tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
             return NULL;
         }
         c->prev = cc->chunks;
@@ -114,31 +114,31 @@ void *gcc_alloc(gcc *cc, size_t size) {
     return p;
 }
 
-tr_status gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es,
+tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es,
                    uint64_t need) {
     if (need <= *cap) return TR_OK;
     if (need > UINT32_MAX / 2)
-        return gcc_fail(cc, TR_ERR_LIMIT, 0, "table size limit exceeded");
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "table size limit exceeded");
     uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
     while (nc < need) nc *= 2;
     uint64_t nbytes, obytes = (uint64_t)*cap * es;
     if (tr_mul_overflow_u64(nc, es, &nbytes) || nbytes > SIZE_MAX)
-        return gcc_fail(cc, TR_ERR_LIMIT, 0, "table size overflows");
-    if (gcc_charge(cc, (size_t)(nbytes - obytes))) return TR_ERR_LIMIT;
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "table size overflows");
+    if (tr_gcc_charge(cc, (size_t)(nbytes - obytes))) return TR_ERR_LIMIT;
     void *q = realloc(*p, (size_t)nbytes);
     if (!q) {
-        gcc_refund(cc, (size_t)(nbytes - obytes));
-        return gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+        tr_gcc_refund(cc, (size_t)(nbytes - obytes));
+        return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
     }
     *p = q;
     *cap = (uint32_t)nc;
     return TR_OK;
 }
 
-tr_status gcc_poll_time(gcc *cc) {
+tr_status tr_gcc_poll_time(gcc *cc) {
     if ((++cc->tick & 1023u) != 0) return TR_OK;
     if (tr_now_ns() > cc->deadline_ns)
-        return gcc_fail(cc, TR_ERR_LIMIT, 0,
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
                         "compile time budget exceeded (max_compile_us = %llu)",
                         (unsigned long long)cc->lim.max_compile_us);
     return TR_OK;

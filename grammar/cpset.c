@@ -4,7 +4,7 @@
  * Layering: grammar/ internal. Sets live in a compile context's arena.
  * Invariant of a normalized set: ranges sorted, disjoint, not adjacent,
  * inside [0, 0x10FFFF], and surrogates (U+D800..U+DFFF, which UTF-8
- * cannot encode) never members: gcpset_add drops them on the way in.
+ * cannot encode) never members: tr_cpset_add drops them on the way in.
  */
 #include "base/utf8.h"
 #include <stdlib.h>
@@ -16,8 +16,8 @@ static tr_status push_range(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
     if (s->n == s->cap) {
         uint32_t nc = s->cap ? s->cap * 2 : 4;
         if (nc > (1u << 24))
-            return gcc_fail(cc, TR_ERR_LIMIT, 0, "character class too large");
-        uint32_t(*r)[2] = gcc_alloc(cc, (size_t)nc * sizeof *r);
+            return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "character class too large");
+        uint32_t(*r)[2] = tr_gcc_alloc(cc, (size_t)nc * sizeof *r);
         if (!r) return cc->err;
         if (s->n) memcpy(r, s->r, (size_t)s->n * sizeof *r);
         s->r = r;
@@ -29,7 +29,7 @@ static tr_status push_range(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
     return TR_OK;
 }
 
-tr_status gcpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
+tr_status tr_cpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
     if (lo > hi || lo > GCP_MAX) return TR_OK;
     if (hi > GCP_MAX) hi = GCP_MAX;
     /* cut the surrogates out */
@@ -43,18 +43,18 @@ tr_status gcpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
     return push_range(cc, s, lo, hi);
 }
 
-tr_status gcpset_add_set(gcc *cc, gcpset *s, const gcpset *t) {
+tr_status tr_cpset_add_set(gcc *cc, gcpset *s, const gcpset *t) {
     for (uint32_t i = 0; i < t->n; i++) {
-        tr_status st = gcpset_add(cc, s, t->r[i][0], t->r[i][1]);
+        tr_status st = tr_cpset_add(cc, s, t->r[i][0], t->r[i][1]);
         if (st) return st;
     }
     return TR_OK;
 }
 
-tr_status gcpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
+tr_status tr_cpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
                            size_t n) {
     for (size_t i = 0; i < n; i++) {
-        tr_status st = gcpset_add(cc, s, r[i][0], r[i][1]);
+        tr_status st = tr_cpset_add(cc, s, r[i][0], r[i][1]);
         if (st) return st;
     }
     return TR_OK;
@@ -66,7 +66,7 @@ static int cmp_range(const void *a, const void *b) {
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-void gcpset_normalize(gcpset *s) {
+void tr_cpset_normalize(gcpset *s) {
     if (s->n < 2) return;
     qsort(s->r, s->n, sizeof *s->r, cmp_range);
     uint32_t w = 0;
@@ -83,21 +83,21 @@ void gcpset_normalize(gcpset *s) {
     s->n = w + 1;
 }
 
-tr_status gcpset_complement(gcc *cc, const gcpset *s, gcpset *out) {
+tr_status tr_cpset_complement(gcc *cc, const gcpset *s, gcpset *out) {
     memset(out, 0, sizeof *out);
     uint32_t next = 0; /* first code point not yet covered */
     for (uint32_t i = 0; i < s->n; i++) {
         if (s->r[i][0] > next) {
-            tr_status st = gcpset_add(cc, out, next, s->r[i][0] - 1);
+            tr_status st = tr_cpset_add(cc, out, next, s->r[i][0] - 1);
             if (st) return st;
         }
         next = s->r[i][1] + 1;
     }
-    if (next <= GCP_MAX) return gcpset_add(cc, out, next, GCP_MAX);
+    if (next <= GCP_MAX) return tr_cpset_add(cc, out, next, GCP_MAX);
     return TR_OK;
 }
 
-bool gcpset_contains(const gcpset *s, uint32_t cp) {
+bool tr_cpset_contains(const gcpset *s, uint32_t cp) {
     uint32_t lo = 0, hi = s->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -111,7 +111,7 @@ bool gcpset_contains(const gcpset *s, uint32_t cp) {
     return false;
 }
 
-int gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
+int tr_gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
     if (len == 0) return 0;
     uint8_t b = s[0];
     if (b < 0x80) {
@@ -140,6 +140,6 @@ int gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
     return n;
 }
 
-int gutf8_encode(uint32_t cp, uint8_t out[4]) {
+int tr_gutf8_encode(uint32_t cp, uint8_t out[4]) {
     return tr_utf8_encode(cp, out);
 }

@@ -64,21 +64,21 @@ typedef struct sc {
 static void *charged_calloc(gcc *cc, size_t n, size_t es) {
     size_t bytes;
     if (tr_mul_overflow_size(n ? n : 1, es, &bytes)) {
-        gcc_fail(cc, TR_ERR_LIMIT, 0, "table size overflows");
+        tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "table size overflows");
         return NULL;
     }
-    if (gcc_charge(cc, bytes)) return NULL;
+    if (tr_gcc_charge(cc, bytes)) return NULL;
     void *p = calloc(1, bytes);
     if (!p) {
-        gcc_refund(cc, bytes);
-        gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+        tr_gcc_refund(cc, bytes);
+        tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
     }
     return p;
 }
 
 static void charged_free(gcc *cc, void *p, size_t n, size_t es) {
     if (!p) return;
-    gcc_refund(cc, (n ? n : 1) * es);
+    tr_gcc_refund(cc, (n ? n : 1) * es);
     free(p);
 }
 
@@ -221,18 +221,18 @@ static tr_status intern(sc *s, uint32_t n, uint32_t *id) {
         j = (j + 1) & (s->ht_cap - 1);
     }
     if (s->n_d >= s->cc->lim.max_dfa_states)
-        return gcc_fail(s->cc, TR_ERR_LIMIT, 0,
+        return tr_gcc_fail(s->cc, TR_ERR_LIMIT, 0,
                         "DFA larger than max_dfa_states = %u (the pattern's "
                         "automaton blows up; simplify it)",
                         s->cc->lim.max_dfa_states);
     uint32_t d = s->n_d;
-    tr_status st = gcc_grow(s->cc, (void **)&s->pool, &s->pool_cap,
+    tr_status st = tr_gcc_grow(s->cc, (void **)&s->pool, &s->pool_cap,
                             sizeof *s->pool, (uint64_t)s->pool_n + n);
-    if (!st) st = gcc_grow(s->cc, (void **)&s->koff, &s->koff_cap,
+    if (!st) st = tr_gcc_grow(s->cc, (void **)&s->koff, &s->koff_cap,
                            sizeof *s->koff, (uint64_t)d + 1);
-    if (!st) st = gcc_grow(s->cc, (void **)&s->klen, &s->klen_cap,
+    if (!st) st = tr_gcc_grow(s->cc, (void **)&s->klen, &s->klen_cap,
                            sizeof *s->klen, (uint64_t)d + 1);
-    if (!st) st = gcc_grow(s->cc, (void **)&s->trans, &s->trans_cap,
+    if (!st) st = tr_gcc_grow(s->cc, (void **)&s->trans, &s->trans_cap,
                            sizeof *s->trans, ((uint64_t)d + 1) * s->n_cls);
     if (st) return st;
     memcpy(s->pool + s->pool_n, k, n * sizeof *k);
@@ -274,7 +274,7 @@ static tr_status subset(sc *s) {
     uint16_t memo_used[256];
     memset(memo, 0, sizeof memo);
     for (uint32_t d = 0; d < s->n_d; d++) {
-        st = gcc_poll_time(s->cc);
+        st = tr_gcc_poll_time(s->cc);
         if (st) return st;
         /* bucket the targets of the key's byte edges by class */
         uint32_t *bo = s->bucket_off;
@@ -292,7 +292,7 @@ static tr_status subset(sc *s) {
         }
         if (total > s->bucket_cap) {
             uint32_t cap = s->bucket_cap;
-            st = gcc_grow(s->cc, (void **)&s->bucket, &cap, sizeof *s->bucket,
+            st = tr_gcc_grow(s->cc, (void **)&s->bucket, &cap, sizeof *s->bucket,
                           total);
             if (st) return st;
             s->bucket_cap = cap;
@@ -464,7 +464,7 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
         if (b > 0) push_work(m, b);
     }
     while (m->n_work) {
-        tr_status st = gcc_poll_time(cc);
+        tr_status st = tr_gcc_poll_time(cc);
         if (st) return st;
         uint32_t a = m->work[--m->n_work];
         m->inw[a] = 0;
@@ -643,7 +643,7 @@ static tr_status finish(sc *s, gdfa *out) {
         }
         colmap[c] = found;
     }
-    st = gcc_poll_time(cc);
+    st = tr_gcc_poll_time(cc);
     if (st) goto done;
     memset(out, 0, sizeof *out);
     out->n_states = ns;
@@ -653,8 +653,8 @@ static tr_status finish(sc *s, gdfa *out) {
     for (int b = 0; b < 256; b++) out->cls[b] = (uint8_t)colmap[s->cls[b]];
     size_t tb;
     if (tr_mul_overflow_size(ns, n_final, &tb) ||
-        gcc_charge(cc, tb * 8 + (size_t)ns * 56)) {
-        st = gcc_fail(cc, TR_ERR_LIMIT, 0, "DFA table too large");
+        tr_gcc_charge(cc, tb * 8 + (size_t)ns * 56)) {
+        st = tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "DFA table too large");
         goto done;
     }
     out->trans = calloc(tb, sizeof(uint32_t));
@@ -669,8 +669,8 @@ static tr_status finish(sc *s, gdfa *out) {
     if (!out->trans || !out->rows || !out->accept || !out->forced ||
         !out->can_cont || !out->aloop || !out->ubits || !out->dbits ||
         !out->usucc) {
-        gdfa_free(out);
-        st = gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+        tr_dfa_free(out);
+        st = tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
         goto done;
     }
     for (uint32_t b = 0; b < nb; b++) {
@@ -732,7 +732,7 @@ static tr_status finish(sc *s, gdfa *out) {
         out->forced[i] =
             (int16_t)((live_bytes == 1 && !out->accept[i]) ? last : -1);
     }
-    gcc_refund(cc, tb * 8 + (size_t)ns * 56); /* now owned by the grammar */
+    tr_gcc_refund(cc, tb * 8 + (size_t)ns * 56); /* now owned by the grammar */
 done:
     mz_free(&m);
     charged_free(cc, roff, (size_t)n + 1, sizeof(uint32_t));
@@ -745,7 +745,7 @@ done:
     return st;
 }
 
-tr_status gdfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
+tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
     sc s = {.cc = cc, .nfa = nfa, .n_nfa = nfa->n_states};
     tr_status st = build_csr(&s);
     if (!st) st = subset(&s);
@@ -768,7 +768,7 @@ tr_status gdfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
     return st;
 }
 
-void gdfa_free(gdfa *d) {
+void tr_dfa_free(gdfa *d) {
     free(d->trans);
     free(d->rows);
     free(d->accept);
@@ -781,17 +781,17 @@ void gdfa_free(gdfa *d) {
     memset(d, 0, sizeof *d);
 }
 
-size_t gdfa_bytes(const gdfa *d) {
+size_t tr_dfa_bytes(const gdfa *d) {
     return (size_t)d->n_states * d->n_classes * 2 * sizeof(uint32_t) +
            (size_t)d->n_states * (1 + sizeof(int16_t) + 1 + 16 + 16 + 16 + 4);
 }
 
-uint32_t gdfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n) {
+uint32_t tr_dfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n && s != GDFA_DEAD; i++) s = gdfa_step(d, s, p[i]);
     return s;
 }
 
-tr_status gdfa_check(const gdfa *d) {
+tr_status tr_dfa_check(const gdfa *d) {
     if (d->n_states < 1 || d->n_classes < 1 || d->n_classes > 256 ||
         d->start >= d->n_states)
         return TR_ERR_INTERNAL;
@@ -856,7 +856,7 @@ tr_status gdfa_check(const gdfa *d) {
     return st;
 }
 
-void gdfa_dump(const gdfa *d, FILE *f) {
+void tr_dfa_dump(const gdfa *d, FILE *f) {
     fprintf(f, "dfa: %u states, %u classes, start %u\n", d->n_states,
             d->n_classes, d->start);
     for (uint32_t c = 0; c < d->n_classes; c++) {

@@ -10,7 +10,7 @@
 
 #include "grammar/grammar_internal.h"
 
-void grammar_limits_default(grammar_limits *l) {
+void tr_grammar_limits_default(grammar_limits *l) {
     l->max_pattern_bytes = 65536;
     l->max_nesting = 200;
     l->max_repeat = 1000;
@@ -25,15 +25,15 @@ static void grammar_destroy(grammar *g) {
     gmask_cache *c = g->caches;
     while (c) {
         gmask_cache *n = c->next;
-        gmask_cache_free(c);
+        tr_mask_cache_free(c);
         c = n;
     }
     pthread_mutex_destroy(&g->lock);
-    gdfa_free(&g->dfa);
+    tr_dfa_free(&g->dfa);
     free(g);
 }
 
-tr_status grammar_compile_regex(const char *pattern, size_t len,
+tr_status tr_grammar_compile_regex(const char *pattern, size_t len,
                                 const grammar_limits *limits, grammar **out,
                                 tr_diag *diag) {
     if (diag) memset(diag, 0, sizeof *diag);
@@ -41,7 +41,7 @@ tr_status grammar_compile_regex(const char *pattern, size_t len,
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     uint64_t t0 = tr_now_ns();
     gcc cc;
-    gcc_init(&cc, limits, diag);
+    tr_gcc_init(&cc, limits, diag);
     /* indices in the DFA builder are 32-bit: keep states x 256 classes
      * far below 2^32 whatever the caller's limits say */
     if (cc.lim.max_dfa_states > (1u << 23)) cc.lim.max_dfa_states = 1u << 23;
@@ -49,22 +49,22 @@ tr_status grammar_compile_regex(const char *pattern, size_t len,
     gre_node *ast;
     gnfa nfa = {0};
     gdfa dfa = {0};
-    tr_status st = gre_parse(&cc, pattern ? pattern : "", len, &ast);
-    if (!st) st = gnfa_build(&cc, ast, &nfa);
+    tr_status st = tr_regex_parse(&cc, pattern ? pattern : "", len, &ast);
+    if (!st) st = tr_nfa_build(&cc, ast, &nfa);
     uint32_t nfa_states = nfa.n_states;
-    if (!st) st = gdfa_build(&cc, &nfa, &dfa);
-    gnfa_free(&cc, &nfa);
-    gcc_deinit(&cc);
+    if (!st) st = tr_dfa_build(&cc, &nfa, &dfa);
+    tr_nfa_free(&cc, &nfa);
+    tr_gcc_deinit(&cc);
     if (st) return st;
     if (dfa.start == GDFA_DEAD) {
-        gdfa_free(&dfa);
+        tr_dfa_free(&dfa);
         return tr_diag_set(diag, TR_ERR_FORMAT, 0,
                            "the pattern matches no string at all");
     }
     grammar *g = calloc(1, sizeof *g);
     if (!g || pthread_mutex_init(&g->lock, NULL) != 0) {
         free(g);
-        gdfa_free(&dfa);
+        tr_dfa_free(&dfa);
         return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
     }
     atomic_init(&g->refs, 1);
@@ -75,47 +75,47 @@ tr_status grammar_compile_regex(const char *pattern, size_t len,
     g->stats.dfa_states_raw = dfa.raw_states;
     g->stats.dfa_states = dfa.n_states;
     g->stats.byte_classes = dfa.n_classes;
-    g->stats.bytes = sizeof *g + gdfa_bytes(&dfa);
+    g->stats.bytes = sizeof *g + tr_dfa_bytes(&dfa);
     g->stats.compile_ns = tr_now_ns() - t0;
     *out = g;
     return TR_OK;
 }
 
-grammar *grammar_ref(grammar *g) {
+grammar *tr_grammar_ref(grammar *g) {
     if (g) atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
     return g;
 }
 
-void grammar_free(grammar *g) {
+void tr_grammar_free(grammar *g) {
     if (!g) return;
     if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
         grammar_destroy(g);
 }
 
-bool grammar_matches(const grammar *g, const void *bytes, size_t len) {
-    uint32_t s = gdfa_run(&g->dfa, g->dfa.start, bytes, len);
+bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len) {
+    uint32_t s = tr_dfa_run(&g->dfa, g->dfa.start, bytes, len);
     return g->dfa.accept[s] != 0;
 }
 
-void grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
+void tr_grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
 
-tr_status grammar_check(const grammar *g) {
+tr_status tr_grammar_check(const grammar *g) {
     if (!g || g->kind != GRAMMAR_KIND_REGEX) return TR_ERR_INTERNAL;
-    tr_status st = gdfa_check(&g->dfa);
+    tr_status st = tr_dfa_check(&g->dfa);
     if (st) return st;
     if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
     return TR_OK;
 }
 
-void grammar_dump(const grammar *g, FILE *f) { gdfa_dump(&g->dfa, f); }
+void tr_grammar_dump(const grammar *g, FILE *f) { tr_dfa_dump(&g->dfa, f); }
 
-gmask_cache *grammar_cache_for(grammar *g, const grammar_vocab *v) {
+gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v) {
     if (g->mask_budget == 0) return NULL;
     pthread_mutex_lock(&g->lock);
     gmask_cache *c = g->caches;
     while (c && c->vocab_uid != v->uid) c = c->next;
     if (!c) {
-        c = gmask_cache_new(&g->dfa, v, g->mask_budget);
+        c = tr_mask_cache_new(&g->dfa, v, g->mask_budget);
         if (c) {
             c->next = g->caches;
             g->caches = c;

@@ -15,7 +15,7 @@
  *   Needs only a vocabulary (token byte strings and which ids are special
  *   or end generation) and base. Knows nothing of models, engines,
  *   servers or tokenizers: the caller builds a grammar_vocab from whatever
- *   holds its tokens (runtime/tokenizer's tokenizer_token_bytes, say).
+ *   holds its tokens (runtime/tokenizer's tr_tokenizer_token_bytes, say).
  *
  * Regex dialect (the common subset of ECMAScript, PCRE2 and JSON Schema
  * `pattern`; the match is always anchored at both ends: the whole output
@@ -48,7 +48,7 @@
  *   compiling neither exhausts memory nor hangs.
  *
  * Token masks
- *   A mask is a bitset of grammar_vocab_mask_words() uint64_t words, bit
+ *   A mask is a bitset of tr_grammar_vocab_mask_words() uint64_t words, bit
  *   (id & 63) of word (id >> 6) set when token id is allowed. A normal
  *   token is allowed in a state iff the DFA, fed the token's bytes from
  *   that state, does not reach the dead state (it can still complete a
@@ -88,7 +88,7 @@ typedef struct grammar_matcher grammar_matcher;
  * ------------------------------------------------------------------- */
 
 /* What a vocabulary is made of; everything is borrowed during
- * grammar_vocab_new only (the vocabulary keeps its own copy). */
+ * tr_grammar_vocab_new only (the vocabulary keeps its own copy). */
 typedef struct grammar_vocab_desc {
     int32_t n_vocab;                   /* > 0 */
     const uint8_t *const *token_bytes; /* [n_vocab] raw bytes of each token
@@ -107,29 +107,29 @@ typedef struct grammar_vocab_desc {
  * TR_ERR_INVALID_ARG (bad counts, NULL bytes with a nonzero length, EOG id
  * out of range: diag says which), TR_ERR_LIMIT (a token longer than 65535
  * bytes), TR_ERR_NOMEM. *out is untouched on failure. */
-tr_status grammar_vocab_new(const grammar_vocab_desc *desc,
+tr_status tr_grammar_vocab_new(const grammar_vocab_desc *desc,
                             grammar_vocab **out, tr_diag *diag);
-grammar_vocab *grammar_vocab_ref(grammar_vocab *v);
-void grammar_vocab_free(grammar_vocab *v); /* drops one reference; NULL ok */
+grammar_vocab *tr_grammar_vocab_ref(grammar_vocab *v);
+void tr_grammar_vocab_free(grammar_vocab *v); /* drops one reference; NULL ok */
 
-int32_t grammar_vocab_n_vocab(const grammar_vocab *v);
+int32_t tr_grammar_vocab_n_vocab(const grammar_vocab *v);
 /* ceil(n_vocab / 64): the length of every mask. */
-size_t grammar_vocab_mask_words(const grammar_vocab *v);
+size_t tr_grammar_vocab_mask_words(const grammar_vocab *v);
 /* Token bytes (borrowed, valid while v lives); NULL and *len = 0 for ids
  * outside the vocabulary. */
-const uint8_t *grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
+const uint8_t *tr_grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
                                          size_t *len);
-bool grammar_vocab_is_eog(const grammar_vocab *v, int32_t id);
-bool grammar_vocab_is_special(const grammar_vocab *v, int32_t id);
+bool tr_grammar_vocab_is_eog(const grammar_vocab *v, int32_t id);
+bool tr_grammar_vocab_is_special(const grammar_vocab *v, int32_t id);
 /* Validates every invariant of the trie (tests). TR_ERR_INTERNAL if broken. */
-tr_status grammar_vocab_check(const grammar_vocab *v);
+tr_status tr_grammar_vocab_check(const grammar_vocab *v);
 
 /* How many tokens a mask of n_words words allows. */
-size_t grammar_mask_count(const uint64_t *mask, size_t n_words);
+size_t tr_grammar_mask_count(const uint64_t *mask, size_t n_words);
 /* The k-th allowed token of a mask (ids ascending, k from 0), or -1 when
- * the mask allows k tokens or fewer: with grammar_mask_count, a uniform
+ * the mask allows k tokens or fewer: with tr_grammar_mask_count, a uniform
  * pick among the allowed tokens (benchmarks and tests walk grammars so). */
-int32_t grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k);
+int32_t tr_grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k);
 
 /* ---------------------------------------------------------------------
  * Compiling
@@ -147,7 +147,7 @@ typedef struct grammar_limits {
                                    default 64 MiB; 0 disables the memo */
 } grammar_limits;
 
-void grammar_limits_default(grammar_limits *l);
+void tr_grammar_limits_default(grammar_limits *l);
 
 /* Compiles pattern[0..len) (UTF-8, need not be NUL-terminated) into a
  * grammar matching exactly the strings the regex fully matches. limits
@@ -156,14 +156,14 @@ void grammar_limits_default(grammar_limits *l);
  * TR_ERR_LIMIT (a budget; diag names it), TR_ERR_NOMEM. diag (may be NULL)
  * gets the byte offset in the pattern and a message. *out untouched on
  * failure. */
-tr_status grammar_compile_regex(const char *pattern, size_t len,
+tr_status tr_grammar_compile_regex(const char *pattern, size_t len,
                                 const grammar_limits *limits, grammar **out,
                                 tr_diag *diag);
-grammar *grammar_ref(grammar *g);
-void grammar_free(grammar *g); /* drops one reference; NULL ok */
+grammar *tr_grammar_ref(grammar *g);
+void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
 /* Whether the whole of bytes[0..len) is in the grammar's language. */
-bool grammar_matches(const grammar *g, const void *bytes, size_t len);
+bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len);
 
 typedef struct grammar_stats {
     uint32_t nfa_states;     /* NFA built from the pattern */
@@ -174,12 +174,12 @@ typedef struct grammar_stats {
                                 mask memo excluded */
     uint64_t compile_ns;
 } grammar_stats;
-void grammar_get_stats(const grammar *g, grammar_stats *st);
+void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 
 /* Validates the automaton's invariants (tests). */
-tr_status grammar_check(const grammar *g);
+tr_status tr_grammar_check(const grammar *g);
 /* Human-readable automaton, for debugging. */
-void grammar_dump(const grammar *g, FILE *f);
+void tr_grammar_dump(const grammar *g, FILE *f);
 
 /* ---------------------------------------------------------------------
  * Matcher: one per sequence
@@ -190,55 +190,55 @@ void grammar_dump(const grammar *g, FILE *f);
 /* New matcher at the grammar's start. Takes a reference on g and v.
  * max_rollback: how many accept calls rollback can undo (0: default
  * GRAMMAR_DEFAULT_MAX_ROLLBACK; at most 1<<20). */
-tr_status grammar_matcher_new(grammar *g, grammar_vocab *v,
+tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
                               uint32_t max_rollback, grammar_matcher **out);
-void grammar_matcher_free(grammar_matcher *m);
+void tr_grammar_matcher_free(grammar_matcher *m);
 /* Back to the start state, history cleared. */
-void grammar_matcher_reset(grammar_matcher *m);
+void tr_grammar_matcher_reset(grammar_matcher *m);
 
 /* Writes the mask of the current state into mask[0..n_words), n_words ==
- * grammar_vocab_mask_words(v) (else TR_ERR_INVALID_ARG). After an
+ * tr_grammar_vocab_mask_words(v) (else TR_ERR_INVALID_ARG). After an
  * end-of-generation token the mask is empty. */
-tr_status grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
+tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
                                     size_t n_words);
 /* Whether token id would be accepted now (no state change). The cheap
  * check for "sample first, mask only if rejected". */
-bool grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id);
+bool tr_grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id);
 
 /* Advances by one token. TR_ERR_STATE if the grammar rejects it (the
  * matcher is unchanged), TR_ERR_INVALID_ARG for an id outside the
  * vocabulary. An end-of-generation token is accepted only in an
  * accepting state and terminates the matcher (only rollback and reset
  * are then useful). */
-tr_status grammar_matcher_accept_token(grammar_matcher *m, int32_t id);
+tr_status tr_grammar_matcher_accept_token(grammar_matcher *m, int32_t id);
 /* Advances by raw bytes (forced text, jump-forward). All or nothing:
  * TR_ERR_STATE and unchanged if some prefix kills the match. len may be 0. */
-tr_status grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
+tr_status tr_grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
                                        size_t len);
 /* Undoes the last n successful accept calls (tokens or byte runs).
  * TR_ERR_STATE (unchanged) if fewer than n are remembered. */
-tr_status grammar_matcher_rollback(grammar_matcher *m, uint32_t n);
+tr_status tr_grammar_matcher_rollback(grammar_matcher *m, uint32_t n);
 /* How many accept calls rollback can undo right now. */
-uint32_t grammar_matcher_history_len(const grammar_matcher *m);
+uint32_t tr_grammar_matcher_history_len(const grammar_matcher *m);
 /* Masks this matcher has filled since it was made, and how many of them
  * it had to compute (the rest came from the grammar's memo): a "cold"
  * fill is one that raised *computed. For benchmarks and tests. */
-void grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
+void tr_grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
                                  uint64_t *computed);
 
 /* The text so far is a complete match (end-of-generation allowed). */
-bool grammar_matcher_is_accepting(const grammar_matcher *m);
+bool tr_grammar_matcher_is_accepting(const grammar_matcher *m);
 /* Some non-empty continuation keeps the text matchable. A matcher is never
  * "dead": rejected calls leave it unchanged, so at any time it is
  * accepting, can continue, or both (until terminated). */
-bool grammar_matcher_can_continue(const grammar_matcher *m);
+bool tr_grammar_matcher_can_continue(const grammar_matcher *m);
 /* An end-of-generation token was accepted. */
-bool grammar_matcher_is_terminated(const grammar_matcher *m);
+bool tr_grammar_matcher_is_terminated(const grammar_matcher *m);
 
 /* The bytes every accepted continuation must start with (empty when the
  * state accepts or branches). Writes at most cap bytes to buf; *len gets
  * the count. Does not advance the matcher (use accept_bytes). */
-tr_status grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
+tr_status tr_grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
                                        size_t cap, size_t *len);
 
 #endif

@@ -41,34 +41,34 @@ typedef struct garena_chunk garena_chunk;
 typedef struct gcc {
     grammar_limits lim;
     tr_diag *diag;
-    tr_status err;        /* first error reported through gcc_fail */
+    tr_status err;        /* first error reported through tr_gcc_fail */
     uint64_t bytes;       /* accounted bytes currently held */
     uint64_t deadline_ns; /* tr_now_ns() value past which we give up */
     uint32_t tick;        /* time is polled every 1024 ticks */
-    garena_chunk *chunks; /* arena: freed all at once by gcc_deinit */
+    garena_chunk *chunks; /* arena: freed all at once by tr_gcc_deinit */
     uint8_t *cur;
     size_t left;
 } gcc;
 
-void gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag);
-void gcc_deinit(gcc *cc);
+void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag);
+void tr_gcc_deinit(gcc *cc);
 /* Arena allocation (zeroed, 16-byte aligned), accounted. NULL after
  * setting the diag (TR_ERR_LIMIT or TR_ERR_NOMEM) on failure. */
-void *gcc_alloc(gcc *cc, size_t size);
+void *tr_gcc_alloc(gcc *cc, size_t size);
 /* Accounts bytes of a heap block the caller manages itself (grows
  * tables): true and diag set if the budget would be exceeded. */
-bool gcc_charge(gcc *cc, size_t size);
-void gcc_refund(gcc *cc, size_t size);
+bool tr_gcc_charge(gcc *cc, size_t size);
+void tr_gcc_refund(gcc *cc, size_t size);
 /* Grows a heap array *p of *cap elements of size es to hold at least need
  * (doubling), accounting the growth. TR_OK, TR_ERR_LIMIT or TR_ERR_NOMEM
  * (diag set; *p unchanged). */
-tr_status gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es, uint64_t need);
+tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es, uint64_t need);
 /* TR_ERR_LIMIT (diag set) when the time budget is spent; cheap: reads the
  * clock once every 1024 calls. */
-tr_status gcc_poll_time(gcc *cc);
+tr_status tr_gcc_poll_time(gcc *cc);
 /* Records an error (the first one wins: later ones are consequences),
  * fills the diag, and returns the recorded error. */
-tr_status gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
+tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
                    ...) __attribute__((format(printf, 4, 5)));
 
 /* ---------------------------------------------------------------------
@@ -86,16 +86,16 @@ typedef struct gcpset {
     uint32_t n, cap;
 } gcpset;
 
-tr_status gcpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi);
-tr_status gcpset_add_set(gcc *cc, gcpset *s, const gcpset *t);
-tr_status gcpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
+tr_status tr_cpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi);
+tr_status tr_cpset_add_set(gcc *cc, gcpset *s, const gcpset *t);
+tr_status tr_cpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
                            size_t n);
 /* Normalizes (sort + merge) in place. */
-void gcpset_normalize(gcpset *s);
+void tr_cpset_normalize(gcpset *s);
 /* *out = complement of s over [0, 0x10FFFF] minus surrogates; s must be
  * normalized. */
-tr_status gcpset_complement(gcc *cc, const gcpset *s, gcpset *out);
-bool gcpset_contains(const gcpset *s, uint32_t cp); /* normalized s */
+tr_status tr_cpset_complement(gcc *cc, const gcpset *s, gcpset *out);
+bool tr_cpset_contains(const gcpset *s, uint32_t cp); /* normalized s */
 
 typedef struct gunicode_category {
     const char *name; /* two letters: "Lu" */
@@ -103,16 +103,16 @@ typedef struct gunicode_category {
     size_t n;
 } gunicode_category;
 
-extern const char grammar_unicode_version[];
-extern const gunicode_category grammar_unicode_categories[];
-extern const size_t grammar_unicode_n_categories;
+extern const char tr_grammar_unicode_version[];
+extern const gunicode_category tr_grammar_unicode_categories[];
+extern const size_t tr_grammar_unicode_n_categories;
 
 /* UTF-8 helpers. Decodes one code point from s[0..len); returns its
  * length (1..4) or 0 for an invalid / truncated / overlong / surrogate
  * sequence. */
-int gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
+int tr_gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
 /* Encodes cp (<= 0x10FFFF, not a surrogate) into out; returns 1..4. */
-int gutf8_encode(uint32_t cp, uint8_t out[4]);
+int tr_gutf8_encode(uint32_t cp, uint8_t out[4]);
 
 /* ---------------------------------------------------------------------
  * Regex AST (regex_parse.c)
@@ -140,8 +140,8 @@ typedef struct gre_node {
 } gre_node;
 
 /* Parses pattern[0..len) into an AST in cc's arena. Errors as for
- * grammar_compile_regex (diag set). */
-tr_status gre_parse(gcc *cc, const char *pattern, size_t len, gre_node **out);
+ * tr_grammar_compile_regex (diag set). */
+tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **out);
 
 /* ---------------------------------------------------------------------
  * Byte NFA (nfa.c)
@@ -169,9 +169,9 @@ typedef struct gnfa {
 } gnfa;
 
 /* Builds the NFA of the AST (heap arrays accounted in cc; free with
- * gnfa_free). */
-tr_status gnfa_build(gcc *cc, const gre_node *root, gnfa *out);
-void gnfa_free(gcc *cc, gnfa *n);
+ * tr_nfa_free). */
+tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out);
+void tr_nfa_free(gcc *cc, gnfa *n);
 
 /* ---------------------------------------------------------------------
  * DFA (dfa.c)
@@ -214,18 +214,18 @@ typedef struct gdfa {
 } gdfa;
 
 /* Subset construction from nfa, then trimming and minimization. */
-tr_status gdfa_build(gcc *cc, const gnfa *nfa, gdfa *out);
-void gdfa_free(gdfa *d);
-size_t gdfa_bytes(const gdfa *d);
-tr_status gdfa_check(const gdfa *d);
-void gdfa_dump(const gdfa *d, FILE *f);
+tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out);
+void tr_dfa_free(gdfa *d);
+size_t tr_dfa_bytes(const gdfa *d);
+tr_status tr_dfa_check(const gdfa *d);
+void tr_dfa_dump(const gdfa *d, FILE *f);
 
 static inline uint32_t gdfa_step(const gdfa *d, uint32_t s, uint8_t b) {
     return d->trans[(size_t)s * d->n_classes + d->cls[b]];
 }
 
 /* Runs bytes from s; returns the state reached (GDFA_DEAD if it died). */
-uint32_t gdfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n);
+uint32_t tr_dfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n);
 
 /* ---------------------------------------------------------------------
  * Vocabulary and its byte trie (vocab.c)
@@ -307,10 +307,10 @@ struct grammar_vocab {
  * stack is scratch of v->max_len + 1 entries. The dead state's mask is
  * empty. (The EBNF/JSON matchers build on this for their terminals, where
  * "accepting" does not mean "may end".) */
-void gmask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
+void tr_mask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
                 uint32_t *stack, uint64_t *mask);
-/* A regex grammar's mask: gmask_walk plus the EOG tokens iff s accepts. */
-void gmask_compute(const gdfa *d, uint32_t s, const grammar_vocab *v,
+/* A regex grammar's mask: tr_mask_walk plus the EOG tokens iff s accepts. */
+void tr_mask_compute(const gdfa *d, uint32_t s, const grammar_vocab *v,
                    uint32_t *stack, uint64_t *mask);
 
 /* Memo of the masks of one DFA's states for one vocabulary. Slots are
@@ -328,14 +328,14 @@ typedef struct gmask_cache {
     struct gmask_cache *next;    /* list in the owning grammar */
 } gmask_cache;
 
-gmask_cache *gmask_cache_new(const gdfa *d, const grammar_vocab *v,
+gmask_cache *tr_mask_cache_new(const gdfa *d, const grammar_vocab *v,
                              uint64_t budget);
-void gmask_cache_free(gmask_cache *c);
+void tr_mask_cache_free(gmask_cache *c);
 /* Writes state s's mask into out[0..n_words), from the memo (returns
  * true) or computed (false; then memoized if the budget allows). c may be
  * NULL (no memo: always computed). scratch holds n_words + 1 words.
  * Thread-safe. */
-bool gmask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
+bool tr_mask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
                       const grammar_vocab *v, uint32_t *stack,
                       uint64_t *scratch, uint64_t *out);
 
@@ -379,6 +379,6 @@ struct grammar_matcher {
 
 /* The grammar's memo for vocabulary v, created on first use. NULL on
  * out-of-memory (callers then compute without memo). */
-gmask_cache *grammar_cache_for(grammar *g, const grammar_vocab *v);
+gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v);
 
 #endif

@@ -3,7 +3,7 @@
  *
  * Layering: grammar/ internal; used by the matcher (and, later, by the
  * JSON Schema / EBNF matchers for their regular terminals). Thread-safety:
- * gmask_compute is pure; a gmask_cache is shared by every thread using
+ * tr_mask_compute is pure; a gmask_cache is shared by every thread using
  * its grammar and filled lock-free (below).
  *
  * The walk. Tokens sharing a prefix share the DFA steps over it: the trie
@@ -39,7 +39,7 @@
 
 #include "grammar/grammar_internal.h"
 
-void gmask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
+void tr_mask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
                 uint32_t *stack, uint64_t *mask) {
     const size_t nw = v->n_words;
     memset(mask, 0, (nw + 1) * sizeof *mask);
@@ -163,15 +163,15 @@ void gmask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
     }
 }
 
-void gmask_compute(const gdfa *d, uint32_t s, const grammar_vocab *v,
+void tr_mask_compute(const gdfa *d, uint32_t s, const grammar_vocab *v,
                    uint32_t *stack, uint64_t *mask) {
-    gmask_walk(d, s, v, stack, mask);
+    tr_mask_walk(d, s, v, stack, mask);
     if (s != GDFA_DEAD && d->accept[s])
         for (size_t e = 0; e < v->n_eog; e++)
             mask[v->eog[e] >> 6] |= 1ull << (v->eog[e] & 63);
 }
 
-gmask_cache *gmask_cache_new(const gdfa *d, const grammar_vocab *v,
+gmask_cache *tr_mask_cache_new(const gdfa *d, const grammar_vocab *v,
                              uint64_t budget) {
     gmask_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -189,7 +189,7 @@ gmask_cache *gmask_cache_new(const gdfa *d, const grammar_vocab *v,
     return c;
 }
 
-void gmask_cache_free(gmask_cache *c) {
+void tr_mask_cache_free(gmask_cache *c) {
     if (!c) return;
     for (uint32_t s = 0; s < c->n_states; s++)
         free(atomic_load_explicit(&c->slots[s], memory_order_relaxed));
@@ -197,7 +197,7 @@ void gmask_cache_free(gmask_cache *c) {
     free(c);
 }
 
-bool gmask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
+bool tr_mask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
                       const grammar_vocab *v, uint32_t *stack,
                       uint64_t *scratch, uint64_t *out) {
     size_t bytes = v->n_words * sizeof *out;
@@ -208,7 +208,7 @@ bool gmask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
             return true;
         }
     }
-    gmask_compute(d, s, v, stack, scratch);
+    tr_mask_compute(d, s, v, stack, scratch);
     memcpy(out, scratch, bytes);
     if (!c) return false;
     uint64_t before =

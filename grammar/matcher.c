@@ -20,7 +20,7 @@
 
 #define MAX_ROLLBACK_LIMIT (1u << 20)
 
-tr_status grammar_matcher_new(grammar *g, grammar_vocab *v,
+tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
                               uint32_t max_rollback, grammar_matcher **out) {
     if (!g || !v || !out) return TR_ERR_INVALID_ARG;
     if (max_rollback == 0) max_rollback = GRAMMAR_DEFAULT_MAX_ROLLBACK;
@@ -37,19 +37,19 @@ tr_status grammar_matcher_new(grammar *g, grammar_vocab *v,
         return TR_ERR_NOMEM;
     }
     m->hist_cap = max_rollback;
-    m->g = grammar_ref(g);
-    m->v = grammar_vocab_ref(v);
+    m->g = tr_grammar_ref(g);
+    m->v = tr_grammar_vocab_ref(v);
     /* NULL on OOM or a zero budget: masks are then computed every time */
-    m->cache = grammar_cache_for(g, v);
-    grammar_matcher_reset(m);
+    m->cache = tr_grammar_cache_for(g, v);
+    tr_grammar_matcher_reset(m);
     *out = m;
     return TR_OK;
 }
 
-void grammar_matcher_free(grammar_matcher *m) {
+void tr_grammar_matcher_free(grammar_matcher *m) {
     if (!m) return;
-    grammar_free(m->g);
-    grammar_vocab_free(m->v);
+    tr_grammar_free(m->g);
+    tr_grammar_vocab_free(m->v);
     free(m->hist_state);
     free(m->hist_term);
     free(m->stack);
@@ -57,7 +57,7 @@ void grammar_matcher_free(grammar_matcher *m) {
     free(m);
 }
 
-void grammar_matcher_reset(grammar_matcher *m) {
+void tr_grammar_matcher_reset(grammar_matcher *m) {
     m->state = m->g->dfa.start;
     m->terminated = false;
     m->hist_head = 0;
@@ -71,7 +71,7 @@ static void push_history(grammar_matcher *m) {
     if (m->hist_len < m->hist_cap) m->hist_len++;
 }
 
-tr_status grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
+tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
                                     size_t n_words) {
     if (!mask || n_words != m->v->n_words) return TR_ERR_INVALID_ARG;
     m->n_fills++;
@@ -79,7 +79,7 @@ tr_status grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
         memset(mask, 0, n_words * sizeof *mask);
         return TR_OK;
     }
-    if (!gmask_cache_fill(m->cache, &m->g->dfa, m->state, m->v, m->stack,
+    if (!tr_mask_cache_fill(m->cache, &m->g->dfa, m->state, m->v, m->stack,
                           m->scratch, mask))
         m->n_computed++;
     return TR_OK;
@@ -95,15 +95,15 @@ static uint32_t token_target(const grammar_matcher *m, int32_t id) {
     if (f & GVOCAB_SPECIAL) return GDFA_DEAD;
     size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
     if (len == 0) return GDFA_DEAD;
-    return gdfa_run(&m->g->dfa, m->state, v->bytes + v->offs[id], len);
+    return tr_dfa_run(&m->g->dfa, m->state, v->bytes + v->offs[id], len);
 }
 
-bool grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id) {
+bool tr_grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return false;
     return token_target(m, id) != GDFA_DEAD;
 }
 
-tr_status grammar_matcher_accept_token(grammar_matcher *m, int32_t id) {
+tr_status tr_grammar_matcher_accept_token(grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return TR_ERR_INVALID_ARG;
     uint32_t t = token_target(m, id);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
@@ -113,18 +113,18 @@ tr_status grammar_matcher_accept_token(grammar_matcher *m, int32_t id) {
     return TR_OK;
 }
 
-tr_status grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
+tr_status tr_grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
                                        size_t len) {
     if (!bytes && len > 0) return TR_ERR_INVALID_ARG;
     if (m->terminated) return TR_ERR_STATE;
-    uint32_t t = gdfa_run(&m->g->dfa, m->state, bytes, len);
+    uint32_t t = tr_dfa_run(&m->g->dfa, m->state, bytes, len);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
     push_history(m);
     m->state = t;
     return TR_OK;
 }
 
-tr_status grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
+tr_status tr_grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
     if (n > m->hist_len) return TR_ERR_STATE;
     if (n == 0) return TR_OK;
     /* the entry pushed by the earliest undone call holds the state to
@@ -137,29 +137,29 @@ tr_status grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
     return TR_OK;
 }
 
-uint32_t grammar_matcher_history_len(const grammar_matcher *m) {
+uint32_t tr_grammar_matcher_history_len(const grammar_matcher *m) {
     return m->hist_len;
 }
 
-void grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
+void tr_grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
                                  uint64_t *computed) {
     if (filled) *filled = m->n_fills;
     if (computed) *computed = m->n_computed;
 }
 
-bool grammar_matcher_is_accepting(const grammar_matcher *m) {
+bool tr_grammar_matcher_is_accepting(const grammar_matcher *m) {
     return !m->terminated && m->g->dfa.accept[m->state];
 }
 
-bool grammar_matcher_can_continue(const grammar_matcher *m) {
+bool tr_grammar_matcher_can_continue(const grammar_matcher *m) {
     return !m->terminated && m->g->dfa.can_cont[m->state];
 }
 
-bool grammar_matcher_is_terminated(const grammar_matcher *m) {
+bool tr_grammar_matcher_is_terminated(const grammar_matcher *m) {
     return m->terminated;
 }
 
-tr_status grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
+tr_status tr_grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
                                        size_t cap, size_t *len) {
     if (!len || (!buf && cap > 0)) return TR_ERR_INVALID_ARG;
     size_t n = 0;

@@ -37,12 +37,12 @@ typedef struct nb {
 static tr_status new_state(nb *b, uint32_t *id) {
     gnfa *n = b->n;
     if (n->n_states >= b->cc->lim.max_nfa_states)
-        return gcc_fail(b->cc, TR_ERR_LIMIT, 0,
+        return tr_gcc_fail(b->cc, TR_ERR_LIMIT, 0,
                         "NFA larger than max_nfa_states = %u",
                         b->cc->lim.max_nfa_states);
-    tr_status st = gcc_poll_time(b->cc);
+    tr_status st = tr_gcc_poll_time(b->cc);
     if (st) return st;
-    st = gcc_grow(b->cc, (void **)&n->head, &n->cap_states, sizeof *n->head,
+    st = tr_gcc_grow(b->cc, (void **)&n->head, &n->cap_states, sizeof *n->head,
                   (uint64_t)n->n_states + 1);
     if (st) return st;
     n->head[n->n_states] = NO_EDGE;
@@ -53,7 +53,7 @@ static tr_status new_state(nb *b, uint32_t *id) {
 static tr_status add_edge(nb *b, uint32_t from, uint32_t to, int kind,
                           uint8_t lo, uint8_t hi) {
     gnfa *n = b->n;
-    tr_status st = gcc_grow(b->cc, (void **)&n->edges, &n->cap_edges,
+    tr_status st = tr_gcc_grow(b->cc, (void **)&n->edges, &n->cap_edges,
                             sizeof *n->edges, (uint64_t)n->n_edges + 1);
     if (st) return st;
     gnfa_edge *e = &n->edges[n->n_edges];
@@ -81,8 +81,8 @@ static tr_status suffix_state(nb *b, uint8_t lo, uint8_t hi, uint32_t next,
                               uint32_t *out) {
     if (b->cache_n * 2 >= b->cache_cap) {
         uint32_t nc = b->cache_cap ? b->cache_cap * 2 : 64;
-        uint64_t *k = gcc_alloc(b->cc, (size_t)nc * sizeof *k);
-        uint32_t *v = gcc_alloc(b->cc, (size_t)nc * sizeof *v);
+        uint64_t *k = tr_gcc_alloc(b->cc, (size_t)nc * sizeof *k);
+        uint32_t *v = tr_gcc_alloc(b->cc, (size_t)nc * sizeof *v);
         if (!k || !v) return b->cc->err;
         for (uint32_t i = 0; i < b->cache_cap; i++) {
             if (!b->keys[i]) continue;
@@ -156,8 +156,8 @@ static tr_status utf8_range(nb *b, uint32_t from, uint32_t to, uint32_t lo,
         }
     }
     uint8_t a[4], z[4];
-    int n = gutf8_encode(lo, a);
-    int n2 = gutf8_encode(hi, z);
+    int n = tr_gutf8_encode(lo, a);
+    int n2 = tr_gutf8_encode(hi, z);
     TR_ASSERT(n == n2);
     return emit_seq(b, from, to, a, z, n);
 }
@@ -284,23 +284,23 @@ static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     case GRE_REPEAT:
         return build_repeat(b, x, s, e);
     }
-    return gcc_fail(b->cc, TR_ERR_INTERNAL, x->offset, "unknown AST node");
+    return tr_gcc_fail(b->cc, TR_ERR_INTERNAL, x->offset, "unknown AST node");
 }
 
-tr_status gnfa_build(gcc *cc, const gre_node *root, gnfa *out) {
+tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out) {
     memset(out, 0, sizeof *out);
     nb b = {.cc = cc, .n = out};
     tr_status st = build(&b, root, &out->start, &out->final);
     if (st) {
-        gnfa_free(cc, out);
+        tr_nfa_free(cc, out);
         return st;
     }
     return TR_OK;
 }
 
-void gnfa_free(gcc *cc, gnfa *n) {
-    gcc_refund(cc, (size_t)n->cap_states * sizeof *n->head);
-    gcc_refund(cc, (size_t)n->cap_edges * sizeof *n->edges);
+void tr_nfa_free(gcc *cc, gnfa *n) {
+    tr_gcc_refund(cc, (size_t)n->cap_states * sizeof *n->head);
+    tr_gcc_refund(cc, (size_t)n->cap_edges * sizeof *n->edges);
     free(n->head);
     free(n->edges);
     memset(n, 0, sizeof *n);

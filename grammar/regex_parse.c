@@ -1,6 +1,6 @@
 /* regex_parse.c — regex text -> AST of code-point sets.
  *
- * Layering: grammar/ internal; called by grammar_compile_regex with a
+ * Layering: grammar/ internal; called by tr_grammar_compile_regex with a
  * compile context (budgets, arena, diag). Single-threaded per call.
  *
  * A recursive-descent parser of the dialect documented in grammar.h:
@@ -51,7 +51,7 @@ static tr_status fail(gp *p, tr_status code, size_t off, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return gcc_fail(p->cc, code, off, "%s at byte %zu", msg, off);
+    return tr_gcc_fail(p->cc, code, off, "%s at byte %zu", msg, off);
 }
 
 static tr_status unsupported(gp *p, size_t off, const char *what) {
@@ -65,7 +65,7 @@ static int peek_at(const gp *p, size_t k) {
 }
 
 static gre_node *node_new(gp *p, gre_kind k, size_t off) {
-    gre_node *n = gcc_alloc(p->cc, sizeof *n);
+    gre_node *n = tr_gcc_alloc(p->cc, sizeof *n);
     if (!n) return NULL;
     n->kind = k;
     n->offset = (uint32_t)off;
@@ -75,7 +75,7 @@ static gre_node *node_new(gp *p, gre_kind k, size_t off) {
 static tr_status add_kid(gp *p, gre_node *n, gre_node *kid, uint32_t *cap) {
     if (n->n_kids == *cap) {
         uint32_t nc = *cap ? *cap * 2 : 4;
-        gre_node **k = gcc_alloc(p->cc, (size_t)nc * sizeof *k);
+        gre_node **k = tr_gcc_alloc(p->cc, (size_t)nc * sizeof *k);
         if (!k) return p->cc->err;
         if (n->n_kids) memcpy(k, n->kids, n->n_kids * sizeof *k);
         n->kids = k;
@@ -166,13 +166,13 @@ static tr_status prop_set(gp *p, size_t off, const uint8_t *name, size_t n,
     for (size_t i = 0; i < TR_ARRAY_LEN(k_props); i++) {
         if (!name_eq(name, n, k_props[i].name)) continue;
         const char *c = k_props[i].cats;
-        if (c[0] == '*') return gcpset_add(p->cc, out, 0, GCP_MAX);
+        if (c[0] == '*') return tr_cpset_add(p->cc, out, 0, GCP_MAX);
         for (; c[0]; c += 2) {
-            for (size_t k = 0; k < grammar_unicode_n_categories; k++) {
-                const gunicode_category *uc = &grammar_unicode_categories[k];
+            for (size_t k = 0; k < tr_grammar_unicode_n_categories; k++) {
+                const gunicode_category *uc = &tr_grammar_unicode_categories[k];
                 if (uc->name[0] == c[0] && uc->name[1] == c[1]) {
                     tr_status st =
-                        gcpset_add_table(p->cc, out, uc->ranges, uc->n);
+                        tr_cpset_add_table(p->cc, out, uc->ranges, uc->n);
                     if (st) return st;
                 }
             }
@@ -192,17 +192,17 @@ static tr_status ascii_class(gp *p, int c, gcpset *set) {
     tr_status st = TR_OK;
     switch (c) {
     case 'd':
-        st = gcpset_add(p->cc, set, '0', '9');
+        st = tr_cpset_add(p->cc, set, '0', '9');
         break;
     case 'w':
-        if (!st) st = gcpset_add(p->cc, set, '0', '9');
-        if (!st) st = gcpset_add(p->cc, set, 'A', 'Z');
-        if (!st) st = gcpset_add(p->cc, set, '_', '_');
-        if (!st) st = gcpset_add(p->cc, set, 'a', 'z');
+        if (!st) st = tr_cpset_add(p->cc, set, '0', '9');
+        if (!st) st = tr_cpset_add(p->cc, set, 'A', 'Z');
+        if (!st) st = tr_cpset_add(p->cc, set, '_', '_');
+        if (!st) st = tr_cpset_add(p->cc, set, 'a', 'z');
         break;
     case 's':
-        if (!st) st = gcpset_add(p->cc, set, '\t', '\r'); /* \t \n \v \f \r */
-        if (!st) st = gcpset_add(p->cc, set, ' ', ' ');
+        if (!st) st = tr_cpset_add(p->cc, set, '\t', '\r'); /* \t \n \v \f \r */
+        if (!st) st = tr_cpset_add(p->cc, set, ' ', ' ');
         break;
     }
     return st;
@@ -251,7 +251,7 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
     int c = peek(p);
     *kind = ESC_CHAR;
     if (c >= 0x80) { /* \ before a non-ASCII character: the character */
-        int n = gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
+        int n = tr_gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
         if (n == 0) return fail(p, TR_ERR_FORMAT, p->pos, "invalid UTF-8");
         p->pos += (size_t)n;
         return TR_OK;
@@ -318,9 +318,9 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
         gcpset pos = {0};
         tr_status st = ascii_class(p, c + ('a' - 'A'), &pos);
         if (st) return st;
-        gcpset_normalize(&pos);
+        tr_cpset_normalize(&pos);
         *kind = ESC_SET;
-        return gcpset_complement(p->cc, &pos, set);
+        return tr_cpset_complement(p->cc, &pos, set);
     }
     case 'p': case 'P': {
         const uint8_t *name;
@@ -350,9 +350,9 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
         tr_status st = prop_set(p, off, name, n, &ps);
         if (st) return st;
         *kind = ESC_SET;
-        if (!neg) return gcpset_add_set(p->cc, set, &ps);
-        gcpset_normalize(&ps);
-        return gcpset_complement(p->cc, &ps, set);
+        if (!neg) return tr_cpset_add_set(p->cc, set, &ps);
+        tr_cpset_normalize(&ps);
+        return tr_cpset_complement(p->cc, &ps, set);
     }
     case 'b':
         if (in_class) {
@@ -389,7 +389,7 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
 
 /* Reads one literal code point (UTF-8) at p->pos. */
 static tr_status literal_cp(gp *p, uint32_t *cp) {
-    int n = gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
+    int n = tr_gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
     if (n == 0) return fail(p, TR_ERR_FORMAT, p->pos, "invalid UTF-8");
     p->pos += (size_t)n;
     return TR_OK;
@@ -433,7 +433,7 @@ static tr_status parse_class(gp *p, gre_node **out) {
             p->pos++;
             break;
         }
-        tr_status st = gcc_poll_time(p->cc);
+        tr_status st = tr_gcc_poll_time(p->cc);
         if (st) return st;
         size_t a_off = p->pos;
         esc_kind k1;
@@ -454,19 +454,19 @@ static tr_status parse_class(gp *p, gre_node **out) {
                 return unsupported(p, dash, "range with a class escape as an end");
             if (c2 < c1)
                 return fail(p, TR_ERR_FORMAT, a_off, "range out of order in class");
-            st = gcpset_add(p->cc, &set, c1, c2);
+            st = tr_cpset_add(p->cc, &set, c1, c2);
         } else if (k1 == ESC_SET) {
-            st = gcpset_add_set(p->cc, &set, &s1);
+            st = tr_cpset_add_set(p->cc, &set, &s1);
         } else {
-            st = gcpset_add(p->cc, &set, c1, c1);
+            st = tr_cpset_add(p->cc, &set, c1, c1);
         }
         if (st) return st;
     }
-    gcpset_normalize(&set);
+    tr_cpset_normalize(&set);
     gre_node *n = node_new(p, GRE_SET, open);
     if (!n) return p->cc->err;
     if (neg) {
-        tr_status st = gcpset_complement(p->cc, &set, &n->set);
+        tr_status st = tr_cpset_complement(p->cc, &set, &n->set);
         if (st) return st;
     } else {
         n->set = set;
@@ -498,8 +498,8 @@ static tr_status group_name(gp *p, size_t off, int close) {
             return fail(p, TR_ERR_FORMAT, off, "duplicate group name");
     if (p->n_names == p->cap_names) {
         uint32_t nc = p->cap_names ? p->cap_names * 2 : 8;
-        const uint8_t **a = gcc_alloc(p->cc, nc * sizeof *a);
-        uint32_t *b = gcc_alloc(p->cc, nc * sizeof *b);
+        const uint8_t **a = tr_gcc_alloc(p->cc, nc * sizeof *a);
+        uint32_t *b = tr_gcc_alloc(p->cc, nc * sizeof *b);
         if (!a || !b) return p->cc->err;
         if (p->n_names) {
             memcpy(a, p->names, p->n_names * sizeof *a);
@@ -573,7 +573,7 @@ static tr_status parse_group(gp *p, gre_node **out) {
         }
     }
     if (++p->depth > p->cc->lim.max_nesting)
-        return gcc_fail(p->cc, TR_ERR_LIMIT, open,
+        return tr_gcc_fail(p->cc, TR_ERR_LIMIT, open,
                         "nesting deeper than max_nesting = %u at byte %zu",
                         p->cc->lim.max_nesting, open);
     gre_node *inner;
@@ -637,7 +637,7 @@ static tr_status parse_quant(gp *p, bool *has, uint32_t *mn, uint32_t *mx) {
         p->pos++;
         uint32_t lim = p->cc->lim.max_repeat;
         if (a > lim || (b != GRE_INF && b > lim))
-            return gcc_fail(p->cc, TR_ERR_LIMIT, off,
+            return tr_gcc_fail(p->cc, TR_ERR_LIMIT, off,
                             "counted repetition above max_repeat = %u at byte %zu",
                             lim, off);
         if (b < a)
@@ -669,7 +669,7 @@ static tr_status set_node(gp *p, size_t off, uint32_t lo, uint32_t hi,
                           gre_node **out) {
     gre_node *n = node_new(p, GRE_SET, off);
     if (!n) return p->cc->err;
-    tr_status st = gcpset_add(p->cc, &n->set, lo, hi);
+    tr_status st = tr_cpset_add(p->cc, &n->set, lo, hi);
     if (st) return st;
     *out = n;
     return TR_OK;
@@ -680,7 +680,7 @@ static tr_status parse_concat(gp *p, gre_node **out) {
     if (!cat) return p->cc->err;
     uint32_t cap = 0;
     for (;;) {
-        tr_status st = gcc_poll_time(p->cc);
+        tr_status st = tr_gcc_poll_time(p->cc);
         if (st) return st;
         int c = peek(p);
         if (c == -1 || c == '|' || c == ')') break;
@@ -707,8 +707,8 @@ static tr_status parse_concat(gp *p, gre_node **out) {
             p->pos++;
             atom = node_new(p, GRE_SET, off);
             if (!atom) return p->cc->err;
-            st = gcpset_add(p->cc, &atom->set, 0, '\n' - 1);
-            if (!st) st = gcpset_add(p->cc, &atom->set, '\n' + 1, GCP_MAX);
+            st = tr_cpset_add(p->cc, &atom->set, 0, '\n' - 1);
+            if (!st) st = tr_cpset_add(p->cc, &atom->set, '\n' + 1, GCP_MAX);
             if (st) return st;
             break;
         case '^':
@@ -741,7 +741,7 @@ static tr_status parse_concat(gp *p, gre_node **out) {
             if (k == ESC_SET) {
                 atom = node_new(p, GRE_SET, off);
                 if (!atom) return p->cc->err;
-                gcpset_normalize(&s);
+                tr_cpset_normalize(&s);
                 atom->set = s;
             } else {
                 st = set_node(p, off, cp, cp, &atom);
@@ -820,14 +820,14 @@ static tr_status parse_alt(gp *p, gre_node **out) {
         for (uint32_t i = 0; i < alt->n_kids; i++) {
             gre_node *k = alt->kids[i];
             if (k->kind == GRE_SET) {
-                st = gcpset_add_set(p->cc, &u->set, &k->set);
+                st = tr_cpset_add_set(p->cc, &u->set, &k->set);
                 if (st) return st;
                 if (i == first_set) alt->kids[w++] = u;
             } else {
                 alt->kids[w++] = k;
             }
         }
-        gcpset_normalize(&u->set);
+        tr_cpset_normalize(&u->set);
         alt->n_kids = w;
         if (w == 1) {
             *out = u;
@@ -838,10 +838,10 @@ static tr_status parse_alt(gp *p, gre_node **out) {
     return TR_OK;
 }
 
-tr_status gre_parse(gcc *cc, const char *pattern, size_t len, gre_node **out) {
+tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **out) {
     gp p = {.cc = cc, .s = (const uint8_t *)pattern, .len = len};
     if (len > cc->lim.max_pattern_bytes)
-        return gcc_fail(cc, TR_ERR_LIMIT, 0,
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
                         "pattern longer than max_pattern_bytes = %zu",
                         cc->lim.max_pattern_bytes);
     gre_node *root;

@@ -5,7 +5,7 @@
  * disjoint, for \p{..} in grammar/regex_parse.c. Read-only data. */
 #include "grammar/grammar_internal.h"
 
-const char grammar_unicode_version[] = "14.0.0";
+const char tr_grammar_unicode_version[] = "14.0.0";
 
 static const uint32_t uc_Lu[][2] = {
     {0x41, 0x5A}, {0xC0, 0xD6}, {0xD8, 0xDE}, {0x100, 0x100}, {0x102, 0x102},
@@ -1161,7 +1161,7 @@ static const uint32_t uc_Cn[][2] = {
     {0x10FFFE, 0x10FFFF},
 };
 
-const gunicode_category grammar_unicode_categories[] = {
+const gunicode_category tr_grammar_unicode_categories[] = {
     {"Lu", uc_Lu, TR_ARRAY_LEN(uc_Lu)},
     {"Ll", uc_Ll, TR_ARRAY_LEN(uc_Ll)},
     {"Lt", uc_Lt, TR_ARRAY_LEN(uc_Lt)},
@@ -1193,4 +1193,4 @@ const gunicode_category grammar_unicode_categories[] = {
     {"Co", uc_Co, TR_ARRAY_LEN(uc_Co)},
     {"Cn", uc_Cn, TR_ARRAY_LEN(uc_Cn)},
 };
-const size_t grammar_unicode_n_categories = TR_ARRAY_LEN(grammar_unicode_categories);
+const size_t tr_grammar_unicode_n_categories = TR_ARRAY_LEN(tr_grammar_unicode_categories);

@@ -2,7 +2,7 @@
  *
  * Layering: grammar/; built once per vocabulary by whoever owns the
  * tokenizer (the engine), then shared read-only by every grammar and
- * matcher (reference counted; immutable after grammar_vocab_new).
+ * matcher (reference counted; immutable after tr_grammar_vocab_new).
  *
  * The trie (layout drawn in grammar_internal.h) is built from the tokens
  * sorted bytewise: consecutive sorted tokens share their longest common
@@ -11,7 +11,7 @@
  * subtree) is known when the node is popped off the current path. Sorting
  * 49,152 tokens and building takes a few milliseconds; the trie has about
  * as many nodes as the vocabulary has bytes past shared prefixes
- * (SmolLM2: see grammar_vocab_check's test for the figure).
+ * (SmolLM2: see tr_grammar_vocab_check's test for the figure).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +205,7 @@ static tr_status build_trie(grammar_vocab *v) {
     return build_checks(v);
 }
 
-tr_status grammar_vocab_new(const grammar_vocab_desc *desc,
+tr_status tr_grammar_vocab_new(const grammar_vocab_desc *desc,
                             grammar_vocab **out, tr_diag *diag) {
     if (!desc || !out || desc->n_vocab <= 0 || !desc->token_bytes ||
         !desc->token_lens || (desc->n_eog > 0 && !desc->eog_ids))
@@ -274,28 +274,28 @@ tr_status grammar_vocab_new(const grammar_vocab_desc *desc,
     return TR_OK;
 }
 
-grammar_vocab *grammar_vocab_ref(grammar_vocab *v) {
+grammar_vocab *tr_grammar_vocab_ref(grammar_vocab *v) {
     if (v) atomic_fetch_add_explicit(&v->refs, 1, memory_order_relaxed);
     return v;
 }
 
-void grammar_vocab_free(grammar_vocab *v) {
+void tr_grammar_vocab_free(grammar_vocab *v) {
     if (!v) return;
     if (atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) == 1)
         vocab_destroy(v);
 }
 
-int32_t grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
+int32_t tr_grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
 
-size_t grammar_vocab_mask_words(const grammar_vocab *v) { return v->n_words; }
+size_t tr_grammar_vocab_mask_words(const grammar_vocab *v) { return v->n_words; }
 
-size_t grammar_mask_count(const uint64_t *mask, size_t n_words) {
+size_t tr_grammar_mask_count(const uint64_t *mask, size_t n_words) {
     size_t n = 0;
     for (size_t w = 0; w < n_words; w++) n += (size_t)__builtin_popcountll(mask[w]);
     return n;
 }
 
-int32_t grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k) {
+int32_t tr_grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k) {
     for (size_t w = 0; w < n_words; w++) {
         size_t c = (size_t)__builtin_popcountll(mask[w]);
         if (k >= c) {
@@ -309,7 +309,7 @@ int32_t grammar_mask_nth(const uint64_t *mask, size_t n_words, size_t k) {
     return -1;
 }
 
-const uint8_t *grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
+const uint8_t *tr_grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
                                          size_t *len) {
     if (id < 0 || id >= v->n_vocab) {
         if (len) *len = 0;
@@ -319,15 +319,15 @@ const uint8_t *grammar_vocab_token_bytes(const grammar_vocab *v, int32_t id,
     return v->bytes + v->offs[id];
 }
 
-bool grammar_vocab_is_eog(const grammar_vocab *v, int32_t id) {
+bool tr_grammar_vocab_is_eog(const grammar_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_vocab && (v->flags[id] & GVOCAB_EOG);
 }
 
-bool grammar_vocab_is_special(const grammar_vocab *v, int32_t id) {
+bool tr_grammar_vocab_is_special(const grammar_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_vocab && (v->flags[id] & GVOCAB_SPECIAL);
 }
 
-tr_status grammar_vocab_check(const grammar_vocab *v) {
+tr_status tr_grammar_vocab_check(const grammar_vocab *v) {
     if (!v || v->n_vocab <= 0 || v->n_words != ((size_t)v->n_vocab + 63) / 64)
         return TR_ERR_INTERNAL;
     const gtrie *tr = &v->trie;
@@ -365,7 +365,7 @@ tr_status grammar_vocab_check(const grammar_vocab *v) {
         uint32_t tok = tr->tok[i];
         if (tok != none) {
             size_t len;
-            const uint8_t *b = grammar_vocab_token_bytes(v, (int32_t)tok, &len);
+            const uint8_t *b = tr_grammar_vocab_token_bytes(v, (int32_t)tok, &len);
             if (tok > none || seen[tok] || len != d || memcmp(b, pre, d) != 0 ||
                 (v->flags[tok] & (GVOCAB_SPECIAL | GVOCAB_EOG)))
                 st = TR_ERR_INTERNAL;
@@ -378,8 +378,8 @@ tr_status grammar_vocab_check(const grammar_vocab *v) {
     for (uint32_t i = 0; i < v->n_dups && st == TR_OK; i++) {
         int32_t r = v->dups[i][0], d = v->dups[i][1];
         size_t l1, l2;
-        const uint8_t *b1 = grammar_vocab_token_bytes(v, r, &l1);
-        const uint8_t *b2 = grammar_vocab_token_bytes(v, d, &l2);
+        const uint8_t *b1 = tr_grammar_vocab_token_bytes(v, r, &l1);
+        const uint8_t *b2 = tr_grammar_vocab_token_bytes(v, d, &l2);
         if (!b1 || !b2 || seen[r] != 1 || seen[d] || l1 != l2 ||
             memcmp(b1, b2, l1) != 0)
             st = TR_ERR_INTERNAL;
@@ -388,7 +388,7 @@ tr_status grammar_vocab_check(const grammar_vocab *v) {
     }
     for (int32_t id = 0; id < v->n_vocab && st == TR_OK; id++) {
         size_t len;
-        grammar_vocab_token_bytes(v, id, &len);
+        tr_grammar_vocab_token_bytes(v, id, &len);
         bool in = len > 0 && !(v->flags[id] & (GVOCAB_SPECIAL | GVOCAB_EOG));
         if (in != (seen[id] != 0)) st = TR_ERR_INTERNAL;
     }

@@ -18,12 +18,12 @@ static void libc_free(void *user, void *ptr) {
     (void)user;
     free(ptr);
 }
-const radix_allocator radix_allocator_libc = {libc_alloc, libc_free, NULL};
+const radix_allocator tr_radix_allocator_libc = {libc_alloc, libc_free, NULL};
 
-tr_status kv_pool_new(int32_t n_pages, int32_t page_size,
+tr_status tr_kv_pool_new(int32_t n_pages, int32_t page_size,
                       const radix_allocator *alloc, kv_pool **out) {
     if (!out || n_pages < 1 || page_size < 1) return TR_ERR_INVALID_ARG;
-    if (!alloc) alloc = &radix_allocator_libc;
+    if (!alloc) alloc = &tr_radix_allocator_libc;
     if (!alloc->alloc || !alloc->free) return TR_ERR_INVALID_ARG;
     size_t b_ref, b_stack;
     if (tr_mul_overflow_size((size_t)n_pages, sizeof(uint32_t), &b_ref) ||
@@ -55,7 +55,7 @@ tr_status kv_pool_new(int32_t n_pages, int32_t page_size,
     return TR_OK;
 }
 
-void kv_pool_free(kv_pool *p) {
+void tr_kv_pool_free(kv_pool *p) {
     if (!p) return;
     radix_allocator a = p->a;
     a.free(a.user, p->ref);
@@ -64,11 +64,11 @@ void kv_pool_free(kv_pool *p) {
     a.free(a.user, p);
 }
 
-int32_t kv_pool_n_pages(const kv_pool *p) { return p->n_pages; }
-int32_t kv_pool_page_size(const kv_pool *p) { return p->page_size; }
-int32_t kv_pool_n_free(const kv_pool *p) { return p->n_free; }
+int32_t tr_kv_pool_n_pages(const kv_pool *p) { return p->n_pages; }
+int32_t tr_kv_pool_page_size(const kv_pool *p) { return p->page_size; }
+int32_t tr_kv_pool_n_free(const kv_pool *p) { return p->n_free; }
 
-tr_status kv_pool_alloc(kv_pool *p, int32_t n, int32_t *out) {
+tr_status tr_kv_pool_alloc(kv_pool *p, int32_t n, int32_t *out) {
     if (!p || n < 0 || (n > 0 && !out)) return TR_ERR_INVALID_ARG;
     if (n > p->n_free) {
         p->alloc_full++;
@@ -85,7 +85,7 @@ tr_status kv_pool_alloc(kv_pool *p, int32_t n, int32_t *out) {
     return TR_OK;
 }
 
-tr_status kv_pool_ref(kv_pool *p, int32_t page) {
+tr_status tr_kv_pool_ref(kv_pool *p, int32_t page) {
     if (!p || !kv_pool_valid_id_(p, page)) return TR_ERR_INVALID_ARG;
     if (p->ref[page] == 0) return TR_ERR_STATE;
     if (p->ref[page] >= KV_REF_MAX) return TR_ERR_OVERFLOW;
@@ -95,7 +95,7 @@ tr_status kv_pool_ref(kv_pool *p, int32_t page) {
     return TR_OK;
 }
 
-bool kv_pool_release_(kv_pool *p, int32_t page) {
+bool tr_kv_pool_release_(kv_pool *p, int32_t page) {
     kv_page_state before = kv_pool_classify_(p->ref[page], p->flags[page]);
     if (--p->ref[page] != 0) {
         kv_pool_recount_(p, page, before);
@@ -113,14 +113,14 @@ static uint32_t caller_refs(const kv_pool *p, int32_t page) {
     return p->ref[page] - ((p->flags[page] & KV_FLAG_IN_TREE) ? 1u : 0u);
 }
 
-tr_status kv_pool_unref(kv_pool *p, int32_t page) {
+tr_status tr_kv_pool_unref(kv_pool *p, int32_t page) {
     if (!p || !kv_pool_valid_id_(p, page)) return TR_ERR_INVALID_ARG;
     if (p->ref[page] == 0 || caller_refs(p, page) == 0) return TR_ERR_STATE;
-    kv_pool_release_(p, page);
+    tr_kv_pool_release_(p, page);
     return TR_OK;
 }
 
-tr_status kv_pool_unref_n(kv_pool *p, const int32_t *pages, int32_t n) {
+tr_status tr_kv_pool_unref_n(kv_pool *p, const int32_t *pages, int32_t n) {
     if (!p || n < 0 || (n > 0 && !pages)) return TR_ERR_INVALID_ARG;
     /* Validate first, counting repeats by temporarily lowering the counts
      * (restored below), so that a page listed k times needs k references. */
@@ -140,26 +140,26 @@ tr_status kv_pool_unref_n(kv_pool *p, const int32_t *pages, int32_t n) {
     }
     for (int32_t j = 0; j < i; j++) p->ref[pages[j]]++;
     if (st != TR_OK) return st;
-    for (i = 0; i < n; i++) kv_pool_release_(p, pages[i]);
+    for (i = 0; i < n; i++) tr_kv_pool_release_(p, pages[i]);
     return TR_OK;
 }
 
-kv_page_state kv_pool_page_state(const kv_pool *p, int32_t page) {
+kv_page_state tr_kv_pool_page_state(const kv_pool *p, int32_t page) {
     if (!p || !kv_pool_valid_id_(p, page)) return KV_PAGE_INVALID;
     return kv_pool_classify_(p->ref[page], p->flags[page]);
 }
 
-int64_t kv_pool_refcount(const kv_pool *p, int32_t page) {
+int64_t tr_kv_pool_refcount(const kv_pool *p, int32_t page) {
     if (!p || !kv_pool_valid_id_(p, page)) return -1;
     return p->ref[page];
 }
 
-bool kv_pool_page_in_tree(const kv_pool *p, int32_t page) {
+bool tr_kv_pool_page_in_tree(const kv_pool *p, int32_t page) {
     if (!p || !kv_pool_valid_id_(p, page)) return false;
     return (p->flags[page] & KV_FLAG_IN_TREE) != 0;
 }
 
-void kv_pool_stats_get(const kv_pool *p, kv_pool_stats *out) {
+void tr_kv_pool_stats_get(const kv_pool *p, kv_pool_stats *out) {
     memset(out, 0, sizeof *out);
     out->n_pages = p->n_pages;
     out->page_size = p->page_size;
@@ -182,7 +182,7 @@ void kv_pool_stats_get(const kv_pool *p, kv_pool_stats *out) {
         }                                                                 \
     } while (0)
 
-tr_status kv_pool_check(const kv_pool *p) {
+tr_status tr_kv_pool_check(const kv_pool *p) {
     tr_status st = TR_OK;
     int32_t n_marked = 0;
     if (!p) return TR_ERR_INVALID_ARG;
@@ -229,7 +229,7 @@ done:
     return st;
 }
 
-void kv_pool_dump(const kv_pool *p, FILE *f) {
+void tr_kv_pool_dump(const kv_pool *p, FILE *f) {
     fprintf(f,
             "kv_pool: pages=%d page_size=%d free=%d locked=%d cached=%d "
             "min_free=%d allocated=%llu freed=%llu full=%llu\n",

@@ -6,9 +6,9 @@
  *             tree when IN_TREE is set. 0 iff the page is on the free list.
  *   flags[p]  KV_FLAG_IN_TREE  the tree holds one of the references;
  *             KV_FLAG_PINNED   the tree node holding it is locked;
- *             KV_FLAG_MARK     scratch bit of radix_tree_insert's argument
+ *             KV_FLAG_MARK     scratch bit of tr_radix_tree_insert's argument
  *                              validation (never set between calls);
- *             KV_FLAG_CHECK    scratch bit of kv_pool_check.
+ *             KV_FLAG_CHECK    scratch bit of tr_kv_pool_check.
  * The state counters n_cached / n_locked are updated on every change by
  * classifying the page before and after it (kv_pool_classify_).
  */
@@ -22,7 +22,7 @@
 #define KV_FLAG_MARK 0x4u
 #define KV_FLAG_CHECK 0x8u
 
-/* kv_pool_ref refuses beyond this, so that the tree's own reference can
+/* tr_kv_pool_ref refuses beyond this, so that the tree's own reference can
  * never overflow. */
 #define KV_REF_MAX (UINT32_MAX - 4u)
 
@@ -81,10 +81,10 @@ static inline void kv_pool_set_pinned_(kv_pool *p, int32_t page, bool on) {
     kv_pool_recount_(p, page, before);
 }
 
-/* Drops one reference without the caller-ownership test of kv_pool_unref;
+/* Drops one reference without the caller-ownership test of tr_kv_pool_unref;
  * frees the page when it was the last. Returns true if it was freed.
  * ref >= 1 is the caller's invariant. */
-bool kv_pool_release_(kv_pool *p, int32_t page);
+bool tr_kv_pool_release_(kv_pool *p, int32_t page);
 
 /* The tree lets go of a page: clears IN_TREE and PINNED and drops the
  * tree's reference. Returns true if the page became free. */
@@ -92,7 +92,7 @@ static inline bool kv_pool_tree_drop_(kv_pool *p, int32_t page) {
     kv_page_state before = kv_pool_classify_(p->ref[page], p->flags[page]);
     p->flags[page] &= (uint8_t)~(KV_FLAG_IN_TREE | KV_FLAG_PINNED);
     kv_pool_recount_(p, page, before);
-    return kv_pool_release_(p, page);
+    return tr_kv_pool_release_(p, page);
 }
 
 #endif

@@ -22,7 +22,7 @@
  * hash of the child's first page; a hit is confirmed with memcmp of that
  * page, so equal hashes of different pages are harmless.
  *
- * Failure atomicity: radix_tree_insert walks and validates read-only, then
+ * Failure atomicity: tr_radix_tree_insert walks and validates read-only, then
  * allocates everything, then mutates with operations that cannot fail.
  * Removal (evict, flush) never allocates, which is also why a node left
  * with a single child after an eviction is not merged with it (merging
@@ -41,8 +41,8 @@
 #define RADIX_INLINE 4
 #define RADIX_HASH_MIN 16 /* first table size when a node outgrows inline */
 
-#define MARK_REACHED 0x1u /* radix_tree_check scratch: found by the walk */
-#define MARK_IN_LRU 0x2u  /* radix_tree_check scratch: seen on the list */
+#define MARK_REACHED 0x1u /* tr_radix_tree_check scratch: found by the walk */
+#define MARK_IN_LRU 0x2u  /* tr_radix_tree_check scratch: seen on the list */
 
 typedef struct radix_slot {
     uint32_t key;
@@ -62,7 +62,7 @@ struct radix_node {
     uint32_t key;         /* page_key of the first page (0 on roots) */
     uint32_t n_children;
     uint32_t hash_cap;    /* 0: children inline; else a power of two */
-    uint8_t mark;         /* radix_tree_check scratch, 0 between calls */
+    uint8_t mark;         /* tr_radix_tree_check scratch, 0 between calls */
     union {
         struct {
             uint32_t key[RADIX_INLINE];
@@ -407,16 +407,16 @@ static void lru_touch_path(radix_tree *t, radix_node *x) {
 
 /* ---- lifetime ---- */
 
-tr_status radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
+tr_status tr_radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
                          radix_tree **out) {
     if (!pool || !out) return TR_ERR_INVALID_ARG;
-    if (!alloc) alloc = &radix_allocator_libc;
+    if (!alloc) alloc = &tr_radix_allocator_libc;
     if (!alloc->alloc || !alloc->free) return TR_ERR_INVALID_ARG;
     radix_tree *t = alloc->alloc(alloc->user, sizeof *t);
     if (!t) return TR_ERR_NOMEM;
     memset(t, 0, sizeof *t);
     t->pool = pool;
-    t->ps = kv_pool_page_size(pool);
+    t->ps = tr_kv_pool_page_size(pool);
     t->page_bytes = (size_t)t->ps * sizeof(int32_t);
     t->a = *alloc;
     *out = t;
@@ -449,7 +449,7 @@ static void destroy_subtree(radix_tree *t, radix_node *r) {
     }
 }
 
-void radix_tree_free(radix_tree *t) {
+void tr_radix_tree_free(radix_tree *t) {
     if (!t) return;
     for (uint32_t i = 0; i < t->ns_cap; i++)
         if (t->ns_slots[i]) destroy_subtree(t, t->ns_slots[i]);
@@ -458,14 +458,14 @@ void radix_tree_free(radix_tree *t) {
     a.free(a.user, t);
 }
 
-int32_t radix_tree_page_size(const radix_tree *t) { return t->ps; }
-kv_pool *radix_tree_pool(const radix_tree *t) { return t->pool; }
-int32_t radix_node_n_pages(const radix_node *x) { return x ? x->n_pages : 0; }
-int32_t radix_node_lock_count(const radix_node *x) { return x ? x->lock : 0; }
+int32_t tr_radix_tree_page_size(const radix_tree *t) { return t->ps; }
+kv_pool *tr_radix_tree_pool(const radix_tree *t) { return t->pool; }
+int32_t tr_radix_node_n_pages(const radix_node *x) { return x ? x->n_pages : 0; }
+int32_t tr_radix_node_lock_count(const radix_node *x) { return x ? x->lock : 0; }
 
 /* ---- match ---- */
 
-tr_status radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
+tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
                            int32_t n, int32_t *pages_out, radix_match *out) {
     if (out) memset(out, 0, sizeof *out);
     if (!t || !out || n < 0 || (n > 0 && !tokens)) return TR_ERR_INVALID_ARG;
@@ -503,7 +503,7 @@ static void pin_pages(radix_tree *t, radix_node *x, bool on) {
         kv_pool_set_pinned_(t->pool, x->pages[j], on);
 }
 
-tr_status radix_tree_lock(radix_tree *t, radix_node *x) {
+tr_status tr_radix_tree_lock(radix_tree *t, radix_node *x) {
     if (!t) return TR_ERR_INVALID_ARG;
     if (!x) return TR_OK;
     /* Counts grow toward the root, so the root's bounds them all. */
@@ -519,7 +519,7 @@ tr_status radix_tree_lock(radix_tree *t, radix_node *x) {
     return TR_OK;
 }
 
-tr_status radix_tree_unlock(radix_tree *t, radix_node *x) {
+tr_status tr_radix_tree_unlock(radix_tree *t, radix_node *x) {
     if (!t) return TR_ERR_INVALID_ARG;
     if (!x) return TR_OK;
     if (x->lock <= 0) return TR_ERR_STATE;
@@ -578,7 +578,7 @@ static bool claim_page(kv_pool *pool, int32_t page) {
     return true;
 }
 
-tr_status radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
+tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
                             int32_t *pages, int32_t n, radix_node **out_node) {
     if (!t || n < 0 || (n > 0 && (!tokens || !pages))) return TR_ERR_INVALID_ARG;
     const int32_t ps = t->ps;
@@ -689,7 +689,7 @@ tr_status radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
         int32_t start = end - cnt;
         for (int32_t j = 0; j < cnt; j++) {
             if (pages[start + j] != d->pages[j]) {
-                kv_pool_release_(pool, pages[start + j]);
+                tr_kv_pool_release_(pool, pages[start + j]);
                 pages[start + j] = d->pages[j];
                 dup++;
             }
@@ -749,7 +749,7 @@ static int32_t remove_leaf(radix_tree *t, radix_node *x) {
     return freed;
 }
 
-int32_t radix_tree_evict(radix_tree *t, int32_t n_pages_needed) {
+int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed) {
     int32_t freed = 0;
     if (!t) return 0;
     while (freed < n_pages_needed && t->lru_tail)
@@ -757,7 +757,7 @@ int32_t radix_tree_evict(radix_tree *t, int32_t n_pages_needed) {
     return freed;
 }
 
-int32_t radix_tree_flush(radix_tree *t) {
+int32_t tr_radix_tree_flush(radix_tree *t) {
     int32_t freed = 0;
     if (!t) return 0;
     while (t->lru_tail) freed += remove_leaf(t, t->lru_tail);
@@ -766,7 +766,7 @@ int32_t radix_tree_flush(radix_tree *t) {
 
 /* ---- stats, check, dump ---- */
 
-void radix_tree_stats_get(const radix_tree *t, radix_tree_stats *s) {
+void tr_radix_tree_stats_get(const radix_tree *t, radix_tree_stats *s) {
     memset(s, 0, sizeof *s);
     s->hit_tokens = t->hit_tokens;
     s->miss_tokens = t->miss_tokens;
@@ -783,7 +783,7 @@ void radix_tree_stats_get(const radix_tree *t, radix_tree_stats *s) {
     s->n_tree_tokens = t->n_tree_pages * t->ps;
     s->bytes = t->bytes;
     kv_pool_stats ps;
-    kv_pool_stats_get(t->pool, &ps);
+    tr_kv_pool_stats_get(t->pool, &ps);
     s->pages_free = ps.n_free;
     s->pages_locked = ps.n_locked;
     s->pages_cached = ps.n_cached;
@@ -893,7 +893,7 @@ done:
     return st;
 }
 
-tr_status radix_tree_check(const radix_tree *t) {
+tr_status tr_radix_tree_check(const radix_tree *t) {
     tr_status st = TR_OK;
     if (!t) return TR_ERR_INVALID_ARG;
     const kv_pool *pool = t->pool;
@@ -901,7 +901,7 @@ tr_status radix_tree_check(const radix_tree *t) {
     int64_t limit = t->n_nodes + t->ns_count; /* guards against cycles */
     uint64_t bytes = sizeof(radix_node *) * (uint64_t)t->ns_cap;
 
-    st = kv_pool_check(pool);
+    st = tr_kv_pool_check(pool);
     if (st != TR_OK) return st;
 
     CHECK(t->ns_cap == 0 || (t->ns_cap & (t->ns_cap - 1)) == 0,
@@ -988,7 +988,7 @@ static void dump_node(const radix_tree *t, const radix_node *x, FILE *f) {
     fputc('\n', f);
 }
 
-void radix_tree_dump(const radix_tree *t, FILE *f) {
+void tr_radix_tree_dump(const radix_tree *t, FILE *f) {
     fprintf(f,
             "radix_tree page_size=%d namespaces=%u nodes=%" PRId64
             " pages=%" PRId64 " bytes=%" PRIu64 "\n",

@@ -52,7 +52,7 @@
  * token, match at most n - 1 tokens, so that it is always recomputed into
  * a private page.)
  *
- * Locks. radix_tree_lock(node) adds one to the lock count of node and of
+ * Locks. tr_radix_tree_lock(node) adds one to the lock count of node and of
  * every ancestor; a node's count is the number of locks held on it or on
  * its descendants. Locked nodes are never evicted and their pages are
  * "pinned" (kv_pool: state locked). A lock covers the whole node, including
@@ -68,18 +68,18 @@
  * Typical use by the engine for one sequence:
  *
  *   radix_match m;
- *   radix_tree_match(t, ns, prompt, n - 1, pages, &m);   // pages[0..m.n_pages)
- *   radix_tree_lock(t, m.node);
- *   kv_pool_alloc(pool, need - m.n_pages, pages + m.n_pages)
- *       // on TR_ERR_FULL: radix_tree_evict(t, shortfall), retry
+ *   tr_radix_tree_match(t, ns, prompt, n - 1, pages, &m);   // pages[0..m.n_pages)
+ *   tr_radix_tree_lock(t, m.node);
+ *   tr_kv_pool_alloc(pool, need - m.n_pages, pages + m.n_pages)
+ *       // on TR_ERR_FULL: tr_radix_tree_evict(t, shortfall), retry
  *   ... prefill positions m.n_tokens .. n-1 ...
  *   radix_node *x;
- *   radix_tree_insert(t, ns, prompt, pages, n, &x);      // rewrites pages[]
- *   radix_tree_lock(t, x); radix_tree_unlock(t, m.node); // keep what it uses
+ *   tr_radix_tree_insert(t, ns, prompt, pages, n, &x);      // rewrites pages[]
+ *   tr_radix_tree_lock(t, x); tr_radix_tree_unlock(t, m.node); // keep what it uses
  *   ... decode ...
- *   on finish: radix_tree_insert(t, ns, all, pages, n_kv, &y);
- *              radix_tree_unlock(t, x);
- *              kv_pool_unref_n(pool, private pages left: past n_kv / ps);
+ *   on finish: tr_radix_tree_insert(t, ns, all, pages, n_kv, &y);
+ *              tr_radix_tree_unlock(t, x);
+ *              tr_kv_pool_unref_n(pool, private pages left: past n_kv / ps);
  *
  * Threads: none inside; one thread (the engine's) uses a tree and its pool.
  */
@@ -96,8 +96,8 @@
 typedef struct radix_tree radix_tree;
 
 /* A node handle. Valid while the node is locked; an unlocked handle is
- * valid until the next radix_tree_evict / radix_tree_flush /
- * radix_tree_free (insert never frees or moves nodes: a split keeps the
+ * valid until the next tr_radix_tree_evict / tr_radix_tree_flush /
+ * tr_radix_tree_free (insert never frees or moves nodes: a split keeps the
  * node's identity as the lower half). Lock it right after getting it. */
 typedef struct radix_node radix_node;
 
@@ -127,13 +127,13 @@ typedef struct radix_tree_stats {
 
 /* Creates an empty tree over pool (borrowed: it must outlive the tree; one
  * tree per pool). alloc NULL = libc. On failure *out is untouched. */
-tr_status radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
+tr_status tr_radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
                          radix_tree **out);
 
 /* Frees every node, locked or not, dropping the tree's page references
  * (pages also referenced elsewhere stay allocated). t may be NULL. Every
  * handle becomes invalid. */
-void radix_tree_free(radix_tree *t);
+void tr_radix_tree_free(radix_tree *t);
 
 /* Longest cached prefix of tokens[0..n) in namespace ns, page-aligned.
  * Writes its page ids to pages_out[0..out->n_pages) (pages_out may be NULL;
@@ -142,18 +142,18 @@ void radix_tree_free(radix_tree *t);
  * path to the front of the LRU list and counts hit/miss tokens. Nothing is
  * allocated; TR_ERR_INVALID_ARG for bad arguments (n < 0, NULL tokens with
  * n > 0, NULL out), with *out zeroed. */
-tr_status radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
+tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
                            int32_t n, int32_t *pages_out, radix_match *out);
 
 /* Adds one lock on node and each ancestor (node NULL: no-op). Pins the
  * pages of nodes whose count leaves 0. TR_ERR_OVERFLOW if a count would
  * pass INT32_MAX (nothing changed). */
-tr_status radix_tree_lock(radix_tree *t, radix_node *node);
+tr_status tr_radix_tree_lock(radix_tree *t, radix_node *node);
 
 /* Removes one lock from node and each ancestor (NULL: no-op). Nodes whose
  * count reaches 0 become evictable (most recently used). TR_ERR_STATE if
  * node is not locked (nothing changed). */
-tr_status radix_tree_unlock(radix_tree *t, radix_node *node);
+tr_status tr_radix_tree_unlock(radix_tree *t, radix_node *node);
 
 /* Caches tokens[0..n) of namespace ns, whose K/V are in pages[0..n/ps).
  * Only the first F = n / page_size full pages are considered; tokens past
@@ -183,25 +183,25 @@ tr_status radix_tree_unlock(radix_tree *t, radix_node *node);
  * is touched; a key already cached needs none. On any error (TR_ERR_NOMEM,
  * TR_ERR_INVALID_ARG) the tree, the pool, pages[] and the stats are
  * unchanged. */
-tr_status radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
+tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
                             int32_t *pages, int32_t n, radix_node **out_node);
 
 /* Evicts least-recently-used unlocked leaves until n_pages_needed pages
  * were returned to the pool or nothing is evictable. Returns the number of
  * pages returned (pages referenced outside the tree leave it but are not
  * counted). Never allocates. */
-int32_t radix_tree_evict(radix_tree *t, int32_t n_pages_needed);
+int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed);
 
 /* Drops every unlocked node; returns the number of pages freed. */
-int32_t radix_tree_flush(radix_tree *t);
+int32_t tr_radix_tree_flush(radix_tree *t);
 
-int32_t radix_tree_page_size(const radix_tree *t);
-kv_pool *radix_tree_pool(const radix_tree *t);
+int32_t tr_radix_tree_page_size(const radix_tree *t);
+kv_pool *tr_radix_tree_pool(const radix_tree *t);
 /* The page count of a handle's node and its lock count (tests, debug). */
-int32_t radix_node_n_pages(const radix_node *node);
-int32_t radix_node_lock_count(const radix_node *node);
+int32_t tr_radix_node_n_pages(const radix_node *node);
+int32_t tr_radix_node_lock_count(const radix_node *node);
 
-void radix_tree_stats_get(const radix_tree *t, radix_tree_stats *out);
+void tr_radix_tree_stats_get(const radix_tree *t, radix_tree_stats *out);
 
 /* Validates every invariant: spans are whole pages and lie within their
  * node's block; children are keyed by distinct first pages and point back
@@ -210,14 +210,14 @@ void radix_tree_stats_get(const radix_tree *t, radix_tree_stats *out);
  * in the pool's flags, pinned iff its node is locked, and the pool's
  * in-tree/pinned page counts equal the tree's; the LRU list holds exactly
  * the unlocked nodes, correctly linked, each ahead of its descendants;
- * node/page/byte counters match a recount. Also runs kv_pool_check.
+ * node/page/byte counters match a recount. Also runs tr_kv_pool_check.
  * TR_OK or TR_ERR_INTERNAL (a line on stderr says what broke). The tree is
  * not changed (scratch marks are set and cleared). */
-tr_status radix_tree_check(const radix_tree *t);
+tr_status tr_radix_tree_check(const radix_tree *t);
 
 /* Prints the tree (indentation = depth; tokens, page ids, lock counts)
  * and the LRU order (by first page id; namespace roots as ns:<hex>).
  * Deterministic: equal dumps mean equal trees. */
-void radix_tree_dump(const radix_tree *t, FILE *f);
+void tr_radix_tree_dump(const radix_tree *t, FILE *f);
 
 #endif

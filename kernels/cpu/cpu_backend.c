@@ -30,7 +30,7 @@
 
 static void cpu_destroy(tr_backend *be) {
     cpu_backend *c = (cpu_backend *)be;
-    cpu_pool_free(c->pool);
+    tr_cpu_pool_free(c->pool);
     tr_aligned_free(c->act);
     tr_aligned_free(c->attn);
     tr_aligned_free(c->rope.pos);
@@ -74,15 +74,15 @@ static const tr_backend_ops k_cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .synchronize = cpu_synchronize,
-    .embed = cpu_op_embed,
-    .rmsnorm = cpu_op_rmsnorm,
-    .matmul = cpu_op_matmul,
-    .rope = cpu_op_rope,
-    .kv_store = cpu_op_kv_store,
-    .attention = cpu_op_attention,
-    .swiglu = cpu_op_swiglu,
-    .add = cpu_op_add,
-    .get_rows = cpu_op_get_rows,
+    .embed = tr_cpu_op_embed,
+    .rmsnorm = tr_cpu_op_rmsnorm,
+    .matmul = tr_cpu_op_matmul,
+    .rope = tr_cpu_op_rope,
+    .kv_store = tr_cpu_op_kv_store,
+    .attention = tr_cpu_op_attention,
+    .swiglu = tr_cpu_op_swiglu,
+    .add = tr_cpu_op_add,
+    .get_rows = tr_cpu_op_get_rows,
 };
 
 tr_status tr_backend_cpu_new(int n_threads, tr_backend **out) {
@@ -100,15 +100,15 @@ tr_status tr_backend_cpu_new(int n_threads, tr_backend **out) {
     c->base.ops = &k_cpu_ops;
     c->base.host_memory = true;
     c->n_threads = n_threads;
-    c->avx2 = !force_portable && cpu_features_avx2();
-    c->k = c->avx2 ? &cpu_op_kernels_avx2 : &cpu_op_kernels_portable;
-    c->qk = cpu_quant_select(force_portable);
+    c->avx2 = !force_portable && tr_cpu_features_avx2();
+    c->k = c->avx2 ? &tr_cpu_op_kernels_avx2 : &tr_cpu_op_kernels_portable;
+    c->qk = tr_cpu_quant_select(force_portable);
     c->rope.n = -1;
-    if (!cpu_scratch_reserve(&c->act, &c->act_cap, CPU_ACT_RESERVE)) {
+    if (!tr_cpu_scratch_reserve(&c->act, &c->act_cap, CPU_ACT_RESERVE)) {
         free(c);
         return TR_ERR_NOMEM;
     }
-    tr_status s = cpu_pool_new(n_threads, &c->pool);
+    tr_status s = tr_cpu_pool_new(n_threads, &c->pool);
     if (s != TR_OK) {
         tr_aligned_free(c->act);
         free(c);

@@ -18,20 +18,20 @@ static bool has_avx512vnni_bit(void) {
     return (c >> 11) & 1u;
 }
 
-bool cpu_features_avx2(void) {
+bool tr_cpu_features_avx2(void) {
     __builtin_cpu_init();
     /* the builtins also check that the OS saves the AVX state */
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            has_f16c();
 }
 
-bool cpu_features_avx512vnni(void) {
+bool tr_cpu_features_avx512vnni(void) {
     /* avx512f: the builtin checks the OS's AVX-512 state (XCR0) too */
-    return cpu_features_avx2() && __builtin_cpu_supports("avx512f") &&
+    return tr_cpu_features_avx2() && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bw") && has_avx512vnni_bit();
 }
 #else
-bool cpu_features_avx2(void) { return false; }
-bool cpu_features_avx512vnni(void) { return false; }
+bool tr_cpu_features_avx2(void) { return false; }
+bool tr_cpu_features_avx512vnni(void) { return false; }
 #endif

@@ -14,10 +14,10 @@
 #include <stdbool.h>
 
 /* AVX2, FMA and F16C (what every *_avx2.c file is compiled for). */
-bool cpu_features_avx2(void);
+bool tr_cpu_features_avx2(void);
 
-/* cpu_features_avx2() and AVX-512 F, VL, BW and VNNI with the OS saving
+/* tr_cpu_features_avx2() and AVX-512 F, VL, BW and VNNI with the OS saving
  * the AVX-512 state (256-bit vpdpbusd). */
-bool cpu_features_avx512vnni(void);
+bool tr_cpu_features_avx512vnni(void);
 
 #endif

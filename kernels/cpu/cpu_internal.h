@@ -76,18 +76,18 @@ typedef struct cpu_op_kernels {
                        size_t stride, int32_t n, int32_t hd, bool f16);
 } cpu_op_kernels;
 
-extern const cpu_op_kernels cpu_op_kernels_portable;
-extern const cpu_op_kernels cpu_op_kernels_avx2; /* only if the CPU has it */
+extern const cpu_op_kernels tr_cpu_op_kernels_portable;
+extern const cpu_op_kernels tr_cpu_op_kernels_avx2; /* only if the CPU has it */
 
 /* The portable entries, for AVX2 kernels that fall back on odd sizes. */
-void cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
+void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
                               const float *q, int32_t g, const void *k,
                               size_t stride, int32_t n, int32_t hd, bool f16,
                               float scale);
-void cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
+void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
                              size_t p_stride, int32_t g, const void *v,
                              size_t stride, int32_t n, int32_t hd, bool f16);
-void cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
+void tr_cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
                            const float *cs);
 
 /* The rope angle table of the last rope call, reused while the positions
@@ -121,27 +121,27 @@ typedef struct cpu_backend {
 
 /* Grows *buf to at least `bytes` (64-byte aligned; contents not kept).
  * Returns false on allocation failure, leaving the old buffer. */
-bool cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes);
+bool tr_cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes);
 
 /* ---- op entry points (ops.c), the contracts are in kernels/backend.h ---- */
-void cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
+void tr_cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
                   const int32_t *ids, int32_t n);
-void cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
+void tr_cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
                     const float *w, int32_t n, int32_t dim, float eps);
-void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
+void tr_cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
                    const tr_weight *const *w, const float *x, int32_t n,
                    bool accumulate);
-void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+void tr_cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
                  int32_t head_dim, const int32_t *pos, float freq_base);
-void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
+void tr_cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
                      const float *k, const float *v, const tr_batch *b);
-void cpu_op_attention(tr_backend *be, float *out, const float *q,
+void tr_cpu_op_attention(tr_backend *be, float *out, const float *q,
                       const tr_kv_layout *kv, int32_t layer,
                       const tr_batch *b, int32_t n_heads, float scale);
-void cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
+void tr_cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
                    const float *up, int64_t n);
-void cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n);
-void cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
+void tr_cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n);
+void tr_cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
                      const int32_t *rows, int32_t n);
 
 #endif

@@ -53,7 +53,7 @@ static void share_elems(int64_t n, int ith, int nth, int64_t *lo,
     *hi = TR_MIN(n, b1 * 64);
 }
 
-bool cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes) {
+bool tr_cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes) {
     if (bytes <= *cap) return true;
     /* Grow by half again so that slowly growing contexts do not reallocate
      * on every step. */
@@ -81,7 +81,7 @@ static void rmsnorm_row_portable(float *out, const float *x, const float *w,
     for (int32_t i = 0; i < dim; i++) out[i] = (x[i] * scale) * w[i];
 }
 
-void cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
+void tr_cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
                            const float *cs) {
     int32_t half = head_dim / 2;
     for (int32_t h = 0; h < n_heads; h++) {
@@ -138,7 +138,7 @@ static float scores_one_portable(float *s, const float *q, const void *k,
     return mx;
 }
 
-void cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
+void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
                               const float *q, int32_t g, const void *k,
                               size_t stride, int32_t n, int32_t hd, bool f16,
                               float scale) {
@@ -158,7 +158,7 @@ static float attn_exp_sum_portable(float *s, int32_t n, float max) {
     return sum;
 }
 
-void cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
+void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
                              size_t p_stride, int32_t g, const void *v,
                              size_t stride, int32_t n, int32_t hd, bool f16) {
     for (int32_t h = 0; h < g; h++) {
@@ -178,16 +178,16 @@ void cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
     }
 }
 
-const cpu_op_kernels cpu_op_kernels_portable = {
+const cpu_op_kernels tr_cpu_op_kernels_portable = {
     .name = "portable",
     .rmsnorm_row = rmsnorm_row_portable,
-    .rope_row = cpu_rope_row_portable,
+    .rope_row = tr_cpu_rope_row_portable,
     .swiglu = swiglu_portable,
     .add = add_portable,
     .store_row = store_row_portable,
-    .attn_scores = cpu_attn_scores_portable,
+    .attn_scores = tr_cpu_attn_scores_portable,
     .attn_exp_sum = attn_exp_sum_portable,
-    .attn_accum = cpu_attn_accum_portable,
+    .attn_accum = tr_cpu_attn_accum_portable,
 };
 
 /* ------------------------------------------------------------------ */
@@ -222,7 +222,7 @@ static void embed_task(void *ctx, int ith, int nth) {
     }
 }
 
-void cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
+void tr_cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
                   const int32_t *ids, int32_t n) {
     cpu_backend *c = cpu_of(be);
     if (n <= 0) return;
@@ -230,7 +230,7 @@ void cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
     bool ok = tr_dtype_row_bytes(table->type, (uint64_t)table->cols, &rb);
     TR_ASSERT(ok && tr_dtype_computable(table->type));
     embed_args a = {c, out, table, ids, n, (size_t)rb};
-    cpu_pool_run(c->pool, op_threads(c, (int64_t)n * table->cols, 16384),
+    tr_cpu_pool_run(c->pool, op_threads(c, (int64_t)n * table->cols, 16384),
                  embed_task, &a);
 }
 
@@ -315,7 +315,7 @@ static void matmul_task(void *ctx, int ith, int nth) {
             a->qk->quantize_act_row(a->fmt_type[f], a->x + t * a->cols,
                                     a->fmt_data[f] + t * a->fmt_row_bytes[f],
                                     a->cols);
-    cpu_pool_barrier(a->pool);
+    tr_cpu_pool_barrier(a->pool);
 
     /* Phase 2: this thread's rows of every matrix, for all tokens. */
     row_pos from = matmul_boundary(a, ith, nth);
@@ -340,7 +340,7 @@ static void matmul_task(void *ctx, int ith, int nth) {
     }
 }
 
-void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
+void tr_cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
                    const tr_weight *const *w, const float *x, int32_t n,
                    bool accumulate) {
     cpu_backend *c = cpu_of(be);
@@ -359,7 +359,7 @@ void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
     for (int32_t i = 0; i < n_mats; i++) {
         uint64_t rb = 0;
         bool ok = w[i]->cols == a.cols && w[i]->rows >= 0 &&
-                  cpu_quant_supported(w[i]->type, a.cols) &&
+                  tr_cpu_quant_supported(w[i]->type, a.cols) &&
                   tr_dtype_row_bytes(w[i]->type, (uint64_t)a.cols, &rb);
         TR_ASSERT(ok); /* shapes are checked when the model loads */
         a.w_row_bytes[i] = (size_t)rb;
@@ -369,7 +369,7 @@ void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
         while (f < a.n_fmt && a.fmt_type[f] != w[i]->type) f++;
         if (f == a.n_fmt) {
             a.fmt_type[f] = w[i]->type;
-            a.fmt_row_bytes[f] = cpu_quant_act_row_bytes(w[i]->type, a.cols);
+            a.fmt_row_bytes[f] = tr_cpu_quant_act_row_bytes(w[i]->type, a.cols);
             act_bytes += a.fmt_row_bytes[f] * (size_t)n;
             a.n_fmt++;
         }
@@ -380,7 +380,7 @@ void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
      * chunks that fit (the results do not depend on the chunking). */
     size_t tok_bytes = act_bytes / (size_t)n;
     int32_t chunk = n;
-    if (!cpu_scratch_reserve(&c->act, &c->act_cap, act_bytes)) {
+    if (!tr_cpu_scratch_reserve(&c->act, &c->act_cap, act_bytes)) {
         chunk = (int32_t)TR_MIN((size_t)n, c->act_cap / tok_bytes);
         TR_ASSERT(chunk >= 1); /* not even one token's worth: out of memory */
     }
@@ -399,7 +399,7 @@ void cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
         int nth = op_threads(c, work, 131072);
         nth = (int)TR_MIN((int64_t)nth,
                           TR_MAX(1, rows_total / (2 * MATMUL_ROW_ALIGN)));
-        cpu_pool_run(c->pool, nth, matmul_task, &a);
+        tr_cpu_pool_run(c->pool, nth, matmul_task, &a);
     }
 }
 
@@ -423,13 +423,13 @@ static void rmsnorm_task(void *ctx, int ith, int nth) {
                           a->dim, a->eps);
 }
 
-void cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
+void tr_cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
                     const float *w, int32_t n, int32_t dim, float eps) {
     cpu_backend *c = cpu_of(be);
     if (n <= 0 || dim <= 0) return;
     rmsnorm_args a = {c->k, out, x, w, n, dim, eps};
     int nth = op_threads(c, (int64_t)n * dim, 8192);
-    cpu_pool_run(c->pool, TR_MIN(nth, n), rmsnorm_task, &a);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n), rmsnorm_task, &a);
 }
 
 /* ------------------------------------------------------------------ */
@@ -501,7 +501,7 @@ static void rope_task(void *ctx, int ith, int nth) {
     }
 }
 
-void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+void tr_cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
                  int32_t head_dim, const int32_t *pos, float freq_base) {
     cpu_backend *c = cpu_of(be);
     if (n <= 0 || n_heads <= 0 || head_dim < 2) return;
@@ -522,8 +522,8 @@ void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
         a.table_valid = true;
     } else {
         rc->n = -1; /* invalid until filled */
-        if (cpu_scratch_reserve(&rc->cs, &rc->cs_cap, cs_bytes) &&
-            cpu_scratch_reserve(&rc->pos, &rc->pos_cap,
+        if (tr_cpu_scratch_reserve(&rc->cs, &rc->cs_cap, cs_bytes) &&
+            tr_cpu_scratch_reserve(&rc->pos, &rc->pos_cap,
                                 (size_t)n * sizeof(int32_t))) {
             a.table = rc->cs;
             memcpy(rc->pos, pos, (size_t)n * sizeof(int32_t));
@@ -534,7 +534,7 @@ void cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
     int64_t work = a.table_valid ? (int64_t)n * n_heads * half / 16
                                  : (int64_t)n * half;
     int nth = op_threads(c, work, 128);
-    cpu_pool_run(c->pool, TR_MIN(nth, n), rope_task, &a);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n), rope_task, &a);
     if (a.table && !a.table_valid) {
         rc->n = n;
         rc->head_dim = head_dim;
@@ -559,12 +559,12 @@ static void swiglu_task(void *ctx, int ith, int nth) {
     if (hi > lo) e->k->swiglu(e->out + lo, e->a + lo, e->b + lo, hi - lo);
 }
 
-void cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
+void tr_cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
                    const float *up, int64_t n) {
     cpu_backend *c = cpu_of(be);
     if (n <= 0) return;
     elem_args e = {c->k, out, gate, up, n};
-    cpu_pool_run(c->pool, op_threads(c, n, 8192), swiglu_task, &e);
+    tr_cpu_pool_run(c->pool, op_threads(c, n, 8192), swiglu_task, &e);
 }
 
 static void add_task(void *ctx, int ith, int nth) {
@@ -574,15 +574,15 @@ static void add_task(void *ctx, int ith, int nth) {
     if (hi > lo) e->k->add(e->out + lo, e->a + lo, hi - lo);
 }
 
-void cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n) {
+void tr_cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n) {
     cpu_backend *c = cpu_of(be);
     if (n <= 0) return;
     elem_args e = {c->k, out, x, NULL, n};
     /* Memory-bound: only worth splitting when large. */
-    cpu_pool_run(c->pool, op_threads(c, n, 65536), add_task, &e);
+    tr_cpu_pool_run(c->pool, op_threads(c, n, 65536), add_task, &e);
 }
 
-void cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
+void tr_cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
                      const int32_t *rows, int32_t n) {
     (void)be;
     for (int32_t i = 0; i < n; i++)
@@ -659,7 +659,7 @@ static void kv_store_task(void *ctx, int ith, int nth) {
     }
 }
 
-void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
+void tr_cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
                      const float *k, const float *v, const tr_batch *b) {
     cpu_backend *c = cpu_of(be);
     if (b->n_tokens <= 0) return;
@@ -668,7 +668,7 @@ void cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
     check_batch_pages(kv, b, false);
     kv_store_args a = {c->k, kv, layer, {k, v}, b};
     int64_t work = (int64_t)b->n_tokens * kv->n_kv_heads * kv->head_dim;
-    cpu_pool_run(c->pool, TR_MIN(op_threads(c, work, 16384), b->n_tokens),
+    tr_cpu_pool_run(c->pool, TR_MIN(op_threads(c, work, 16384), b->n_tokens),
                  kv_store_task, &a);
 }
 
@@ -920,7 +920,7 @@ static void attn_split_task(void *ctx, int ith, int nth) {
                       (size_t)h0) * pstride;
         attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores, NULL);
     }
-    cpu_pool_barrier(a->pool);
+    tr_cpu_pool_barrier(a->pool);
     int64_t n_out = (int64_t)n_tok * a->n_heads;
     float state[CPU_ATTN_MAX_HEAD_DIM + 2];
     for (;;) {
@@ -938,7 +938,7 @@ static void attn_split_task(void *ctx, int ith, int nth) {
     }
 }
 
-void cpu_op_attention(tr_backend *be, float *out, const float *q,
+void tr_cpu_op_attention(tr_backend *be, float *out, const float *q,
                       const tr_kv_layout *kv, int32_t layer,
                       const tr_batch *b, int32_t n_heads, float scale) {
     cpu_backend *c = cpu_of(be);
@@ -998,7 +998,7 @@ void cpu_op_attention(tr_backend *be, float *out, const float *q,
         size_t off_bytes = ((size_t)n_tok + 1) * sizeof(int64_t);
         /* On allocation failure the per-unit schedule gives the same
          * result, just with less parallelism. */
-        if (cpu_scratch_reserve(&c->attn, &c->attn_cap,
+        if (tr_cpu_scratch_reserve(&c->attn, &c->attn_cap,
                                 part_bytes + off_bytes)) {
             int64_t *boff = (int64_t *)((uint8_t *)c->attn + part_bytes);
             boff[0] = 0;
@@ -1006,13 +1006,13 @@ void cpu_op_attention(tr_backend *be, float *out, const float *q,
                 boff[t + 1] = boff[t] + attn_blocks(b->pos[t]);
             a.part = c->attn;
             a.boff = boff;
-            cpu_pool_run(c->pool, nth, attn_split_task, &a);
+            tr_cpu_pool_run(c->pool, nth, attn_split_task, &a);
             return;
         }
     }
     /* Whole tokens per unit once there are 4 per thread at least. */
     a.unit_kv = n_tok >= 4 * nth ? n_kv : 1;
     units = (int64_t)n_tok * (n_kv / a.unit_kv);
-    cpu_pool_run(c->pool, (int)TR_MIN((int64_t)nth, units), attn_unit_task,
+    tr_cpu_pool_run(c->pool, (int)TR_MIN((int64_t)nth, units), attn_unit_task,
                  &a);
 }

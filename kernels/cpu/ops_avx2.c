@@ -1,5 +1,5 @@
 /* ops_avx2.c — AVX2 + FMA + F16C inner loops for the non-matmul ops (the
- * table cpu_op_kernels_avx2). Compiled with -mavx2 -mfma -mf16c; called
+ * table tr_cpu_op_kernels_avx2). Compiled with -mavx2 -mfma -mf16c; called
  * only after cpu_backend.c has checked the CPU at run time.
  *
  * Layering: internal to kernels/cpu; pure functions, thread-safe.
@@ -99,7 +99,7 @@ static void rmsnorm_row_avx2(float *out, const float *x, const float *w,
 static void rope_row_avx2(float *x, int32_t n_heads, int32_t head_dim,
                           const float *cs) {
     if (head_dim % 8 != 0) {
-        cpu_rope_row_portable(x, n_heads, head_dim, cs);
+        tr_cpu_rope_row_portable(x, n_heads, head_dim, cs);
         return;
     }
     for (int32_t h = 0; h < n_heads; h++) {
@@ -315,7 +315,7 @@ static void attn_scores_avx2(float *s, size_t s_stride, float *max,
                              size_t stride, int32_t n, int32_t hd, bool f16,
                              float scale) {
     if (hd % 8 != 0)
-        cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, f16,
+        tr_cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, f16,
                                  scale);
     else if (f16)
         scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, true, scale);
@@ -443,7 +443,7 @@ static void attn_accum_avx2(float *acc, size_t acc_stride, const float *p,
                             size_t p_stride, int32_t g, const void *v,
                             size_t stride, int32_t n, int32_t hd, bool f16) {
     if (hd % 8 != 0)
-        cpu_attn_accum_portable(acc, acc_stride, p, p_stride, g, v, stride, n,
+        tr_cpu_attn_accum_portable(acc, acc_stride, p, p_stride, g, v, stride, n,
                                 hd, f16);
     else if (f16)
         accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, true);
@@ -451,7 +451,7 @@ static void attn_accum_avx2(float *acc, size_t acc_stride, const float *p,
         accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, false);
 }
 
-const cpu_op_kernels cpu_op_kernels_avx2 = {
+const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
     .name = "avx2",
     .rmsnorm_row = rmsnorm_row_avx2,
     .rope_row = rope_row_avx2,

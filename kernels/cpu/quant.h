@@ -6,7 +6,7 @@
  * and the tests/benchmarks call it); depends on kernels/dtype.h only.
  *
  * How a matmul runs. For each weight type there is an activation format
- * (cpu_quant_act_row_bytes / quantize_act_row): the caller quantizes each
+ * (tr_cpu_quant_act_row_bytes / quantize_act_row): the caller quantizes each
  * token row of x once, then calls matmul_tile on disjoint row ranges from
  * any number of threads. Quantized weights are multiplied with integer dot
  * products, never dequantized to floats per call:
@@ -59,7 +59,7 @@
  * blocks (max |x| < 1e-30) quantize to zero.
  *
  * Thread-safety: every function here is pure (no global state after
- * cpu_quant_select's first call, which is itself thread-safe: it only reads
+ * tr_cpu_quant_select's first call, which is itself thread-safe: it only reads
  * CPU features). Concurrent matmul_tile calls may share w and xq and must
  * write disjoint output elements.
  */
@@ -86,9 +86,9 @@ typedef struct cpu_quant_kernels {
 
     /* Quantizes one activation row x[cols] into dst, the format that
      * matmul_tile needs for weights of type wtype (see the table above).
-     * dst must hold cpu_quant_act_row_bytes(wtype, cols) bytes and be
+     * dst must hold tr_cpu_quant_act_row_bytes(wtype, cols) bytes and be
      * 4-byte aligned (64 is fastest); the bytes past the format's end are
-     * left as they were. Precondition: cpu_quant_supported(wtype, cols). */
+     * left as they were. Precondition: tr_cpu_quant_supported(wtype, cols). */
     void (*quantize_act_row)(tr_dtype wtype, const float *x, void *dst,
                              int64_t cols);
 
@@ -99,7 +99,7 @@ typedef struct cpu_quant_kernels {
      * x row t is a quantize_act_row result at (char *)xq + t * xq_stride
      * (xq and xq_stride multiples of 4). W rows may have any alignment.
      * Writes nothing else. out must not overlap w or xq. Preconditions:
-     * cpu_quant_supported(wtype, cols), 0 <= r0 <= r1, n_tok >= 0,
+     * tr_cpu_quant_supported(wtype, cols), 0 <= r0 <= r1, n_tok >= 0,
      * w_row_bytes >= the row's size, xq_stride >= act_row_bytes,
      * out_stride >= r1.
      * Cost model (for splitting work across threads): rows go in tiles of
@@ -127,22 +127,22 @@ typedef struct cpu_quant_kernels {
 /* The kernel set to use: the fastest the CPU supports (AVX-512 VNNI with
  * 256-bit vectors, else AVX2+FMA+F16C, else portable C), or the portable
  * one when force_portable. Never NULL. */
-const cpu_quant_kernels *cpu_quant_select(bool force_portable);
+const cpu_quant_kernels *tr_cpu_quant_select(bool force_portable);
 
 /* A kernel set by name ("portable", "avx2", "avx512vnni"), or NULL if the
  * name is unknown or this CPU cannot run it. For tests and benchmarks. */
-const cpu_quant_kernels *cpu_quant_get(const char *name);
+const cpu_quant_kernels *tr_cpu_quant_get(const char *name);
 
 /* true if matmul_tile / quantize_act_row support weights of type wtype with
  * `cols` columns: wtype is F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
  * Q4_K, Q5_K or Q6_K, and cols is positive, a multiple of the block size
  * (32 or 256) and at most 2^24 (row byte counts stay far from overflow). */
-bool cpu_quant_supported(tr_dtype wtype, int64_t cols);
+bool tr_cpu_quant_supported(tr_dtype wtype, int64_t cols);
 
 /* Bytes of one quantized activation row for weights of type wtype, a
  * multiple of 64 (so consecutive rows of a 64-aligned buffer stay
- * aligned). 0 if !cpu_quant_supported(wtype, cols). */
-size_t cpu_quant_act_row_bytes(tr_dtype wtype, int64_t cols);
+ * aligned). 0 if !tr_cpu_quant_supported(wtype, cols). */
+size_t tr_cpu_quant_act_row_bytes(tr_dtype wtype, int64_t cols);
 
 /* ---- fp16 / bf16 (bit patterns in uint16_t) ----
  * fp16 -> fp32 and bf16 -> fp32 are exact (subnormals, inf, NaN kept).
@@ -213,8 +213,8 @@ static inline uint16_t cpu_fp32_to_bf16(float f) {
 }
 
 /* Row conversions (portable loops; dst and src must not overlap). */
-void cpu_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n);
-void cpu_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n);
-void cpu_bf16_to_fp32_row(const uint16_t *src, float *dst, int64_t n);
+void tr_cpu_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n);
+void tr_cpu_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n);
+void tr_cpu_bf16_to_fp32_row(const uint16_t *src, float *dst, int64_t n);
 
 #endif

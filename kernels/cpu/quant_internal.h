@@ -148,15 +148,15 @@ static inline void cpu_q_store(float *out, float v, bool accumulate) {
     *out = accumulate ? *out + v : v;
 }
 
-extern const cpu_quant_kernels cpu_quant_kernels_portable;
+extern const cpu_quant_kernels tr_cpu_quant_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-extern const cpu_quant_kernels cpu_quant_kernels_avx2;
-extern const cpu_quant_kernels cpu_quant_kernels_vnni;
+extern const cpu_quant_kernels tr_cpu_quant_kernels_avx2;
+extern const cpu_quant_kernels tr_cpu_quant_kernels_vnni;
 #endif
 
 /* Portable entries the SIMD sets reuse (dequantization is exact, so one
  * implementation serves every set). */
-void cpu_q_dequantize_row_portable(tr_dtype type, const void *src,
+void tr_cpu_q_dequantize_row_portable(tr_dtype type, const void *src,
                                    float *dst, int64_t n);
 
 #endif

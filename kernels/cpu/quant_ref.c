@@ -7,7 +7,7 @@
  * favour clarity over speed; they still decode each weight block once per
  * group of up to 64 tokens rather than once per (row, token).
  *
- * Thread-safety: pure functions; cpu_quant_select only reads CPU features.
+ * Thread-safety: pure functions; tr_cpu_quant_select only reads CPU features.
  */
 #include <math.h>
 #include <string.h>
@@ -17,7 +17,7 @@
 
 /* ---- sizes ---- */
 
-bool cpu_quant_supported(tr_dtype wtype, int64_t cols) {
+bool tr_cpu_quant_supported(tr_dtype wtype, int64_t cols) {
     cpu_act_kind k = cpu_q_act_kind(wtype);
     if (k == CPU_ACT_NONE || cols <= 0 || cols > ((int64_t)1 << 24))
         return false;
@@ -25,8 +25,8 @@ bool cpu_quant_supported(tr_dtype wtype, int64_t cols) {
     return bs > 0 && cols % bs == 0;
 }
 
-size_t cpu_quant_act_row_bytes(tr_dtype wtype, int64_t cols) {
-    if (!cpu_quant_supported(wtype, cols)) return 0;
+size_t tr_cpu_quant_act_row_bytes(tr_dtype wtype, int64_t cols) {
+    if (!tr_cpu_quant_supported(wtype, cols)) return 0;
     size_t n;
     switch (cpu_q_act_kind(wtype)) {
     case CPU_ACT_A32:
@@ -44,15 +44,15 @@ size_t cpu_quant_act_row_bytes(tr_dtype wtype, int64_t cols) {
 
 /* ---- fp16 / bf16 rows ---- */
 
-void cpu_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
+void tr_cpu_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_fp16_to_fp32(src[i]);
 }
 
-void cpu_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
+void tr_cpu_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_fp32_to_fp16(src[i]);
 }
 
-void cpu_bf16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
+void tr_cpu_bf16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_fp32(src[i]);
 }
 
@@ -167,7 +167,7 @@ static void deq_256(tr_dtype t, const uint8_t *b, float *y) {
     }
 }
 
-void cpu_q_dequantize_row_portable(tr_dtype type, const void *src,
+void tr_cpu_q_dequantize_row_portable(tr_dtype type, const void *src,
                                    float *dst, int64_t n) {
     const uint8_t *b = (const uint8_t *)src;
     switch (type) {
@@ -461,33 +461,33 @@ static void matmul_tile_portable(tr_dtype wtype, const void *w,
       xq_stride, n_tok, out, out_stride, r0, r1, accumulate);
 }
 
-const cpu_quant_kernels cpu_quant_kernels_portable = {
+const cpu_quant_kernels tr_cpu_quant_kernels_portable = {
     .name = "portable",
     .quantize_act_row = quantize_act_row_portable,
     .matmul_tile = matmul_tile_portable,
-    .dequantize_row = cpu_q_dequantize_row_portable,
+    .dequantize_row = tr_cpu_q_dequantize_row_portable,
 };
 
 /* ---- choice of kernel set ---- */
 
 
-const cpu_quant_kernels *cpu_quant_get(const char *name) {
+const cpu_quant_kernels *tr_cpu_quant_get(const char *name) {
     if (!name) return NULL;
-    if (strcmp(name, "portable") == 0) return &cpu_quant_kernels_portable;
+    if (strcmp(name, "portable") == 0) return &tr_cpu_quant_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-    if (strcmp(name, "avx2") == 0 && cpu_features_avx2())
-        return &cpu_quant_kernels_avx2;
-    if (strcmp(name, "avx512vnni") == 0 && cpu_features_avx512vnni())
-        return &cpu_quant_kernels_vnni;
+    if (strcmp(name, "avx2") == 0 && tr_cpu_features_avx2())
+        return &tr_cpu_quant_kernels_avx2;
+    if (strcmp(name, "avx512vnni") == 0 && tr_cpu_features_avx512vnni())
+        return &tr_cpu_quant_kernels_vnni;
 #endif
     return NULL;
 }
 
-const cpu_quant_kernels *cpu_quant_select(bool force_portable) {
-    if (force_portable) return &cpu_quant_kernels_portable;
+const cpu_quant_kernels *tr_cpu_quant_select(bool force_portable) {
+    if (force_portable) return &tr_cpu_quant_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-    if (cpu_features_avx512vnni()) return &cpu_quant_kernels_vnni;
-    if (cpu_features_avx2()) return &cpu_quant_kernels_avx2;
+    if (tr_cpu_features_avx512vnni()) return &tr_cpu_quant_kernels_vnni;
+    if (tr_cpu_features_avx2()) return &tr_cpu_quant_kernels_avx2;
 #endif
-    return &cpu_quant_kernels_portable;
+    return &tr_cpu_quant_kernels_portable;
 }

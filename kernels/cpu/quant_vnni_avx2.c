@@ -4,7 +4,7 @@
  * vpmaddwd + vpaddd and has no int16 saturation. 512-bit vectors are not
  * used: on 2-port server cores they halve the ports and lower the clock.
  * Results are bitwise those of the other sets (integer dots are exact).
- * Run only after cpu_quant_select saw AVX512VL/BW/VNNI and OS support. */
+ * Run only after tr_cpu_quant_select saw AVX512VL/BW/VNNI and OS support. */
 #if defined(__x86_64__) || defined(__i386__)
 #if defined(__clang__)
 /* clang has no `#pragma GCC target`; it keeps 256-bit vectors by default */

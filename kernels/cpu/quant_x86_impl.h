@@ -4,7 +4,7 @@
  * defining QX_NAME(x) to suffix the function names.
  *
  * Layering: internal to kernels/cpu/quant_*.c. Included only from .c files
- * compiled for (at least) AVX2; called only after cpu_quant_select found
+ * compiled for (at least) AVX2; called only after tr_cpu_quant_select found
  * the CPU able to run them.
  *
  * The idea. ggml multiplies one weight row by one token at a time and
@@ -949,7 +949,7 @@ static void QX_NAME(quantize_act_row)(tr_dtype wtype, const float *x, void *dst,
     }
 }
 
-const cpu_quant_kernels QX_NAME(cpu_quant_kernels) = {
+const cpu_quant_kernels QX_NAME(tr_cpu_quant_kernels) = {
 #ifdef QX_VNNI
     .name = "avx512vnni",
 #else
@@ -957,5 +957,5 @@ const cpu_quant_kernels QX_NAME(cpu_quant_kernels) = {
 #endif
     .quantize_act_row = QX_NAME(quantize_act_row),
     .matmul_tile = QX_NAME(matmul_tile),
-    .dequantize_row = cpu_q_dequantize_row_portable,
+    .dequantize_row = tr_cpu_q_dequantize_row_portable,
 };

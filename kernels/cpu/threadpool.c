@@ -193,7 +193,7 @@ static void wait_workers(cpu_pool *p) {
     }
 }
 
-tr_status cpu_pool_new(int n_threads, cpu_pool **out) {
+tr_status tr_cpu_pool_new(int n_threads, cpu_pool **out) {
     if (!out || n_threads < 1 || n_threads > TR_POOL_MAX_THREADS)
         return TR_ERR_INVALID_ARG;
     cpu_pool *p = tr_aligned_alloc(sizeof *p, 64);
@@ -220,7 +220,7 @@ tr_status cpu_pool_new(int n_threads, cpu_pool **out) {
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) {
-            cpu_pool_free(p);
+            tr_cpu_pool_free(p);
             return TR_ERR_NOMEM;
         }
     }
@@ -229,7 +229,7 @@ tr_status cpu_pool_new(int n_threads, cpu_pool **out) {
         w->pool = p;
         w->ith = i;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            cpu_pool_free(p); /* joins the n_started already running */
+            tr_cpu_pool_free(p); /* joins the n_started already running */
             return TR_ERR_INTERNAL;
         }
         p->n_started++;
@@ -238,7 +238,7 @@ tr_status cpu_pool_new(int n_threads, cpu_pool **out) {
     return TR_OK;
 }
 
-void cpu_pool_free(cpu_pool *p) {
+void tr_cpu_pool_free(cpu_pool *p) {
     if (!p) return;
     if (p->n_started > 0) {
         publish(p, 0);
@@ -253,9 +253,9 @@ void cpu_pool_free(cpu_pool *p) {
     tr_aligned_free(p);
 }
 
-int cpu_pool_size(const cpu_pool *p) { return p->n_threads; }
+int tr_cpu_pool_size(const cpu_pool *p) { return p->n_threads; }
 
-void cpu_pool_run(cpu_pool *p, int nth, cpu_pool_fn fn, void *ctx) {
+void tr_cpu_pool_run(cpu_pool *p, int nth, cpu_pool_fn fn, void *ctx) {
     if (nth > p->n_threads) nth = p->n_threads;
     if (nth <= 1) {
         p->nth = 1;
@@ -270,7 +270,7 @@ void cpu_pool_run(cpu_pool *p, int nth, cpu_pool_fn fn, void *ctx) {
     wait_workers(p);
 }
 
-void cpu_pool_barrier(cpu_pool *p) {
+void tr_cpu_pool_barrier(cpu_pool *p) {
     int nth = p->nth;
     if (nth <= 1) return;
     uint64_t phase =

@@ -6,7 +6,7 @@
  * other module includes it.
  *
  * Model: a pool of n threads where the calling thread is worker 0 and
- * n - 1 threads are owned by the pool. cpu_pool_run(pool, nth, fn, ctx)
+ * n - 1 threads are owned by the pool. tr_cpu_pool_run(pool, nth, fn, ctx)
  * calls fn(ctx, ith, nth) once for every ith in [0, nth), worker 0 on the
  * calling thread, and returns when all calls have returned. A model step on
  * the tiny default model issues ~300 such runs per decoded token, so a run
@@ -33,11 +33,11 @@
  * on, and a notifier reads that count after changing the value (both
  * sequentially consistent), so no wake-up is lost.
  *
- * Invariants: runs never nest (fn must not call cpu_pool_run); nth is in
+ * Invariants: runs never nest (fn must not call tr_cpu_pool_run); nth is in
  * [1, n]; nth == 1 runs fn inline without touching the workers.
  *
- * Thread-safety: one thread (the owner of the backend) calls cpu_pool_run
- * and cpu_pool_free; cpu_pool_barrier is called from inside fn, by all nth
+ * Thread-safety: one thread (the owner of the backend) calls tr_cpu_pool_run
+ * and tr_cpu_pool_free; tr_cpu_pool_barrier is called from inside fn, by all nth
  * participants of the current run.
  */
 #ifndef TR_KERNELS_CPU_THREADPOOL_H
@@ -61,21 +61,21 @@ typedef void (*cpu_pool_fn)(void *ctx, int ith, int nth);
 /* Starts n_threads - 1 threads (n_threads in [1, TR_POOL_MAX_THREADS]).
  * Returns TR_ERR_INVALID_ARG, TR_ERR_NOMEM, or TR_ERR_INTERNAL if a thread
  * cannot be created; *out is untouched on failure. */
-tr_status cpu_pool_new(int n_threads, cpu_pool **out);
+tr_status tr_cpu_pool_new(int n_threads, cpu_pool **out);
 
 /* Stops and joins the threads and frees the pool. NULL is a no-op. */
-void cpu_pool_free(cpu_pool *pool);
+void tr_cpu_pool_free(cpu_pool *pool);
 
-/* n_threads as given to cpu_pool_new. */
-int cpu_pool_size(const cpu_pool *pool);
+/* n_threads as given to tr_cpu_pool_new. */
+int tr_cpu_pool_size(const cpu_pool *pool);
 
 /* Calls fn(ctx, ith, nth) for every ith < nth (clamped to [1, size]);
  * returns when all have returned. */
-void cpu_pool_run(cpu_pool *pool, int nth, cpu_pool_fn fn, void *ctx);
+void tr_cpu_pool_run(cpu_pool *pool, int nth, cpu_pool_fn fn, void *ctx);
 
 /* Inside fn: returns when all nth participants of the current run have
  * called it. Reusable any number of times per run. Everything written
  * before the barrier by any participant is visible to all after it. */
-void cpu_pool_barrier(cpu_pool *pool);
+void tr_cpu_pool_barrier(cpu_pool *pool);
 
 #endif

@@ -17,7 +17,7 @@
 
 /* ------------------------------------------------------------- names */
 
-const char *chat_template_kind_name(chat_template_kind kind) {
+const char *tr_chat_template_kind_name(chat_template_kind kind) {
     switch (kind) {
     case CHAT_TEMPLATE_NONE: return "none";
     case CHAT_TEMPLATE_CHATML: return "chatml";
@@ -29,7 +29,7 @@ const char *chat_template_kind_name(chat_template_kind kind) {
     return "unknown";
 }
 
-const char *chat_template_end_of_turn(chat_template_kind kind) {
+const char *tr_chat_template_end_of_turn(chat_template_kind kind) {
     switch (kind) {
     case CHAT_TEMPLATE_CHATML: return "<|im_end|>";
     case CHAT_TEMPLATE_LLAMA3: return "<|eot_id|>";
@@ -68,7 +68,7 @@ static void excerpt(const char *s, size_t max, char *buf, size_t cap) {
     buf[o] = '\0';
 }
 
-tr_status chat_template_detect(const char *t, chat_template_kind *out,
+tr_status tr_chat_template_detect(const char *t, chat_template_kind *out,
                                tr_diag *d) {
     if (!out) return tr_diag_set(d, TR_ERR_INVALID_ARG, 0, "out is NULL");
     if (!t)
@@ -138,7 +138,7 @@ static bool literal_until_im_end(const char *p, char q, char **out,
     return false;
 }
 
-tr_status chat_template_default_system(const char *t, char **out) {
+tr_status tr_chat_template_default_system(const char *t, char **out) {
     if (!out) return TR_ERR_INVALID_ARG;
     *out = NULL;
     if (!t) return TR_ERR_INVALID_ARG;
@@ -268,13 +268,13 @@ static tr_status validate(chat_template_kind kind, conv *c, tr_diag *d) {
             return tr_diag_set(d, TR_ERR_UNSUPPORTED, i,
                                "message %zu: the %s chat template has no "
                                "tool role",
-                               i, chat_template_kind_name(kind));
+                               i, tr_chat_template_kind_name(kind));
         if (r == ROLE_SYSTEM) {
             if (i == 0 && !has_sys) continue;
             return tr_diag_set(d, TR_ERR_INVALID_ARG, i,
                                "message %zu: the %s chat template accepts a "
                                "system message only as the first message",
-                               i, chat_template_kind_name(kind));
+                               i, tr_chat_template_kind_name(kind));
         }
         role want = turn % 2 == 0 ? ROLE_USER : ROLE_ASSISTANT;
         if (r != want)
@@ -282,7 +282,7 @@ static tr_status validate(chat_template_kind kind, conv *c, tr_diag *d) {
                                "message %zu: the %s chat template needs "
                                "roles alternating user/assistant starting "
                                "with user (got %s where %s is expected)",
-                               i, chat_template_kind_name(kind),
+                               i, tr_chat_template_kind_name(kind),
                                role_names[r], role_names[want]);
         turn++;
     }
@@ -400,7 +400,7 @@ static void render_mistral(sbuf *b, const conv *c) {
     }
 }
 
-tr_status chat_render(chat_template_kind kind, const char *default_system,
+tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
                       const chat_message *msgs, size_t n,
                       bool add_generation_prompt, char **out,
                       size_t *out_len, tr_diag *d) {
@@ -408,7 +408,7 @@ tr_status chat_render(chat_template_kind kind, const char *default_system,
     if (n > 0 && !msgs)
         return tr_diag_set(d, TR_ERR_INVALID_ARG, 0,
                            "msgs is NULL but n is %zu", n);
-    if (!chat_template_end_of_turn(kind))
+    if (!tr_chat_template_end_of_turn(kind))
         return tr_diag_set(d, TR_ERR_INVALID_ARG, 0,
                            "unknown chat template kind %d", (int)kind);
     if (n > SIZE_MAX / sizeof(role))

@@ -1,9 +1,9 @@
 /* chat.h — chat templates: messages -> prompt text.
  *
  * Layering: runtime; depends on base only. It does not evaluate
- * Jinja: chat_template_detect recognises which of a few well-known
+ * Jinja: tr_chat_template_detect recognises which of a few well-known
  * template families a GGUF's tokenizer.chat_template string belongs to,
- * by distinctive markers, and chat_render reproduces that family's output
+ * by distinctive markers, and tr_chat_render reproduces that family's output
  * in C. The result is plain text; encode it with parse_special so the
  * marker strings become their special tokens. Thread-safe: no state.
  *
@@ -20,7 +20,7 @@
  * says otherwise (ASCII whitespace stripped at both ends, as Jinja's
  * |trim / .strip() do for ASCII; other Unicode spaces are kept). The
  * leading BOS token of the conversation is NEVER rendered: the tokenizer
- * adds it (tokenizer_add_bos); BOS/EOS between turns are rendered as text.
+ * adds it (tr_tokenizer_add_bos); BOS/EOS between turns are rendered as text.
  *
  *   CHATML   [S] then per message
  *              "<|im_start|>" role "\n" content "<|im_end|>\n"
@@ -29,7 +29,7 @@
  *            rendered when default_system != NULL, n > 0 and m[0] is not
  *            a system message (SmolLM2's template does exactly this with
  *            "You are a helpful AI assistant named SmolLM, trained by
- *            Hugging Face"; get it with chat_template_default_system).
+ *            Hugging Face"; get it with tr_chat_template_default_system).
  *            Roles: system, user, assistant, tool (rendered as named).
  *
  *   LLAMA3   per message
@@ -66,7 +66,7 @@
  *            folds a first system message into the first user turn as
  *            sys "\n\n" c. G adds nothing.
  *
- * Errors from chat_render (diag->message says which message and why,
+ * Errors from tr_chat_render (diag->message says which message and why,
  * diag->offset is that message's index):
  *   TR_ERR_INVALID_ARG  unknown role (named, with its index), NULL role,
  *                       roles not alternating where the kind needs it,
@@ -99,14 +99,14 @@ typedef struct chat_message {
 } chat_message;
 
 /* "chatml", "llama3", "gemma", "llama2", "mistral"; "none" / "unknown". */
-const char *chat_template_kind_name(chat_template_kind kind);
+const char *tr_chat_template_kind_name(chat_template_kind kind);
 
 /* Recognises the template family of a Jinja chat template (see the table
  * above). *out is set only on success. Errors: TR_ERR_NOT_FOUND (template
  * is NULL: the model has no chat template), TR_ERR_UNSUPPORTED (no known
  * marker; diag quotes the template's start), TR_ERR_INVALID_ARG (out is
  * NULL). */
-tr_status chat_template_detect(const char *jinja_template,
+tr_status tr_chat_template_detect(const char *jinja_template,
                                chat_template_kind *out, tr_diag *diag);
 
 /* The default system prompt a ChatML template injects when the first
@@ -117,18 +117,18 @@ tr_status chat_template_detect(const char *jinja_template,
  * caller's system message has the literal cut by a quote, and does not
  * count). A textual heuristic, not Jinja evaluation: it finds SmolLM2's
  * and Qwen2.5's defaults. Errors: TR_ERR_INVALID_ARG, TR_ERR_NOMEM. */
-tr_status chat_template_default_system(const char *jinja_template,
+tr_status tr_chat_template_default_system(const char *jinja_template,
                                        char **out);
 
 /* The text that ends an assistant turn ("<|im_end|>", "<|eot_id|>",
  * "<end_of_turn>", "</s>"), for stop conditions; NULL for a bad kind. */
-const char *chat_template_end_of_turn(chat_template_kind kind);
+const char *tr_chat_template_end_of_turn(chat_template_kind kind);
 
 /* Renders msgs[0..n) (n may be 0) as described above. default_system may
  * be NULL. On success *out is a malloc'd NUL-terminated string (free())
  * and *out_len (if not NULL) its length; on failure nothing is
  * allocated and *out is untouched. */
-tr_status chat_render(chat_template_kind kind, const char *default_system,
+tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
                       const chat_message *msgs, size_t n,
                       bool add_generation_prompt, char **out,
                       size_t *out_len, tr_diag *diag);

@@ -12,7 +12,7 @@
  *     grammar (empty memo) and a matcher walk of `steps` tokens drawn
  *     uniformly among the allowed ones (EOG only when nothing else is
  *     allowed, then reset); each fill_mask is timed and classed cold (the
- *     state's mask was computed: grammar_matcher_mask_counts went up) or
+ *     state's mask was computed: tr_grammar_matcher_mask_counts went up) or
  *     warm (from the memo); the same walk is replayed (all warm). The
  *     rounds repeat it with fresh grammars (the same calls, cold and warm)
  *     and keep each call's fastest time: a shared machine's preemption
@@ -149,12 +149,12 @@ static int bg_lines(char *text, char **pat, char **second, int max) {
 
 static int32_t bg_pick(uint64_t *r, const uint64_t *mask, size_t nw,
                        const grammar_vocab *v) {
-    size_t n = grammar_mask_count(mask, nw);
+    size_t n = tr_grammar_mask_count(mask, nw);
     if (!n) return -1;
     int32_t eog = -1;
     for (int tries = 0; tries < 16; tries++) {
-        int32_t id = grammar_mask_nth(mask, nw, (size_t)(bg_rng(r) % n));
-        if (!grammar_vocab_is_eog(v, id)) return id;
+        int32_t id = tr_grammar_mask_nth(mask, nw, (size_t)(bg_rng(r) % n));
+        if (!tr_grammar_vocab_is_eog(v, id)) return id;
         eog = id;
     }
     return eog;
@@ -186,14 +186,14 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
     grammar_vocab *v = NULL;
     tr_diag d = {0};
     uint64_t t0 = tr_now_ns();
-    tr_status st = gguf_open(model_path, &f, &d);
-    if (st == TR_OK) st = tokenizer_from_gguf(f, &tok, &d);
-    if (st == TR_OK) st = constraint_vocab_from_tokenizer(tok, &v, &d);
+    tr_status st = tr_gguf_open(model_path, &f, &d);
+    if (st == TR_OK) st = tr_tokenizer_from_gguf(f, &tok, &d);
+    if (st == TR_OK) st = tr_constraint_vocab_from_tokenizer(tok, &v, &d);
     if (st != TR_OK) {
         fprintf(stderr, "trellis bench grammar: %s: %s\n", model_path,
                 d.message[0] ? d.message : tr_status_message(st));
-        tokenizer_free(tok);
-        gguf_close(f);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
         free(pats);
         free(text);
         return 1;
@@ -201,12 +201,12 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
     printf("== (a) compile and masks, single thread: %d-token vocabulary "
            "(built in %.0f ms with the GGUF and tokenizer load), %zu patterns "
            "of %s\n",
-           grammar_vocab_n_vocab(v), (double)(tr_now_ns() - t0) / 1e6, np,
+           tr_grammar_vocab_n_vocab(v), (double)(tr_now_ns() - t0) / 1e6, np,
            o->patterns);
 
     int rc = 1;
     bg_samples comp = {0}, cold = {0}, warm = {0}, first = {0}, replay = {0};
-    size_t nw = grammar_vocab_mask_words(v);
+    size_t nw = tr_grammar_vocab_mask_words(v);
     size_t n_calls = np * (size_t)o->steps;
     uint64_t *mask = malloc(nw * sizeof *mask);
     double *one = malloc((size_t)o->reps * sizeof *one);
@@ -223,9 +223,9 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
             for (int k = 0; k < o->reps; k++) {
                 grammar *g = NULL;
                 uint64_t a = tr_now_ns();
-                st = grammar_compile_regex(pats[p], strlen(pats[p]), NULL, &g, NULL);
+                st = tr_grammar_compile_regex(pats[p], strlen(pats[p]), NULL, &g, NULL);
                 one[k] = (double)(tr_now_ns() - a) / 1e3;
-                grammar_free(g);
+                tr_grammar_free(g);
                 if (st != TR_OK) {
                     fprintf(stderr, "trellis bench grammar: /%s/ does not compile\n",
                             pats[p]);
@@ -237,33 +237,33 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
             /* masks: a fresh grammar, a walk, its replay */
             grammar *g = NULL;
             grammar_matcher *m = NULL;
-            if (grammar_compile_regex(pats[p], strlen(pats[p]), NULL, &g, NULL) ||
-                grammar_matcher_new(g, v, 0, &m)) {
-                grammar_free(g);
+            if (tr_grammar_compile_regex(pats[p], strlen(pats[p]), NULL, &g, NULL) ||
+                tr_grammar_matcher_new(g, v, 0, &m)) {
+                tr_grammar_free(g);
                 goto out;
             }
             for (int pass = 0; pass < 2; pass++) {
                 uint64_t r = 0x1234 + p;
-                grammar_matcher_reset(m);
+                tr_grammar_matcher_reset(m);
                 for (int s = 0; s < o->steps; s++) {
                     size_t call = p * (size_t)o->steps + (size_t)s;
                     uint64_t before, after;
-                    grammar_matcher_mask_counts(m, NULL, &before);
+                    tr_grammar_matcher_mask_counts(m, NULL, &before);
                     uint64_t a = tr_now_ns();
-                    grammar_matcher_fill_mask(m, mask, nw);
+                    tr_grammar_matcher_fill_mask(m, mask, nw);
                     double us = (double)(tr_now_ns() - a) / 1e3;
-                    grammar_matcher_mask_counts(m, NULL, &after);
+                    tr_grammar_matcher_mask_counts(m, NULL, &after);
                     double *slot = pass == 0 ? &t_first[call] : &t_replay[call];
                     if (us < *slot) *slot = us;
                     if (pass == 0 && after > before) is_cold[call] = 1;
                     int32_t id = bg_pick(&r, mask, nw, v);
-                    if (id < 0 || grammar_vocab_is_eog(v, id) ||
-                        grammar_matcher_accept_token(m, id) != TR_OK)
-                        grammar_matcher_reset(m);
+                    if (id < 0 || tr_grammar_vocab_is_eog(v, id) ||
+                        tr_grammar_matcher_accept_token(m, id) != TR_OK)
+                        tr_grammar_matcher_reset(m);
                 }
             }
-            grammar_matcher_free(m);
-            grammar_free(g);
+            tr_grammar_matcher_free(m);
+            tr_grammar_free(g);
         }
     }
     for (size_t p = 0; p < np; p++)
@@ -284,9 +284,9 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
 out:
     free(comp.v), free(cold.v), free(warm.v), free(first.v), free(replay.v);
     free(mask), free(one), free(t_first), free(t_replay), free(is_cold), free(t_comp);
-    grammar_vocab_free(v);
-    tokenizer_free(tok);
-    gguf_close(f);
+    tr_grammar_vocab_free(v);
+    tr_tokenizer_free(tok);
+    tr_gguf_close(f);
     free(pats);
     free(text);
     return rc;

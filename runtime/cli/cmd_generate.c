@@ -55,9 +55,9 @@ typedef struct gen_constraint {
 } gen_constraint;
 
 static void constraint_free(gen_constraint *c) {
-    grammar_matcher_free(c->m);
-    grammar_free(c->g);
-    grammar_vocab_free(c->vocab);
+    tr_grammar_matcher_free(c->m);
+    tr_grammar_free(c->g);
+    tr_grammar_vocab_free(c->vocab);
     free(c->mask);
     memset(c, 0, sizeof *c);
 }
@@ -117,13 +117,13 @@ static bool constraint_build(const gen_opts *o, const tokenizer *tok,
         return false;
     }
     tr_diag d = {0};
-    tr_status s = constraint_vocab_from_tokenizer(tok, &c->vocab, &d);
+    tr_status s = tr_constraint_vocab_from_tokenizer(tok, &c->vocab, &d);
     if (s) {
         cli_report("generate", "cannot build the grammar vocabulary", s, &d);
         free(pattern);
         return false;
     }
-    s = grammar_compile_regex(pattern, plen, NULL, &c->g, &d);
+    s = tr_grammar_compile_regex(pattern, plen, NULL, &c->g, &d);
     if (s) {
         cli_report("generate", o->regex ? "bad --regex" : "bad --choice", s, &d);
         free(pattern);
@@ -131,9 +131,9 @@ static bool constraint_build(const gen_opts *o, const tokenizer *tok,
         return false;
     }
     free(pattern);
-    c->mask_words = grammar_vocab_mask_words(c->vocab);
+    c->mask_words = tr_grammar_vocab_mask_words(c->vocab);
     c->mask = malloc(c->mask_words * sizeof *c->mask);
-    if (!c->mask || grammar_matcher_new(c->g, c->vocab, 0, &c->m)) {
+    if (!c->mask || tr_grammar_matcher_new(c->g, c->vocab, 0, &c->m)) {
         fprintf(stderr, "trellis generate: out of memory\n");
         constraint_free(c);
         return false;
@@ -179,16 +179,16 @@ static tr_status build_prompt(const gen_opts *o, const cli_loaded *L,
     }
     gguf_str tmpl = {0};
     char *tmpl_z = NULL;
-    if (gguf_get_str(L->file, "tokenizer.chat_template", &tmpl) == TR_OK) {
+    if (tr_gguf_get_str(L->file, "tokenizer.chat_template", &tmpl) == TR_OK) {
         tmpl_z = malloc(tmpl.len + 1);
         if (!tmpl_z) return TR_ERR_NOMEM;
         memcpy(tmpl_z, tmpl.ptr, tmpl.len);
         tmpl_z[tmpl.len] = 0;
     }
     chat_template_kind kind;
-    tr_status s = chat_template_detect(tmpl_z, &kind, d);
+    tr_status s = tr_chat_template_detect(tmpl_z, &kind, d);
     char *default_system = NULL;
-    if (s == TR_OK) s = chat_template_default_system(tmpl_z, &default_system);
+    if (s == TR_OK) s = tr_chat_template_default_system(tmpl_z, &default_system);
     free(tmpl_z);
     if (s) return s;
     chat_message msgs[2];
@@ -196,7 +196,7 @@ static tr_status build_prompt(const gen_opts *o, const cli_loaded *L,
     if (o->system) msgs[n++] = (chat_message){"system", o->system};
     msgs[n++] = (chat_message){"user", user};
     *parse_special = true;
-    s = chat_render(kind, default_system, msgs, n, true, out, NULL, d);
+    s = tr_chat_render(kind, default_system, msgs, n, true, out, NULL, d);
     free(default_system);
     return s;
 }
@@ -225,7 +225,7 @@ static void print_json(const gen_opts *o, const gen_result *r, const gen_constra
     if (con && con->m) {
         json_t *c = json_object();
         json_object_set_new(c, "kind", json_string(o->regex ? "regex" : "choice"));
-        json_object_set_new(c, "accepted", json_boolean(grammar_matcher_is_terminated(con->m) || grammar_matcher_is_accepting(con->m)));
+        json_object_set_new(c, "accepted", json_boolean(tr_grammar_matcher_is_terminated(con->m) || tr_grammar_matcher_is_accepting(con->m)));
         json_object_set_new(c, "forced_tokens", json_integer(r->n_forced_tokens));
         json_object_set_new(c, "forward_passes", json_integer(r->n_forward));
         json_object_set_new(root, "constraint", c);
@@ -286,7 +286,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "trellis generate: --system needs --chat\n");
         return 2;
     }
-    sampler_params sp = sampler_params_default();
+    sampler_params sp = tr_sampler_params_default();
     sp.temperature = (float)o.temp;
     sp.top_k = (int32_t)o.top_k;
     sp.top_p = (float)o.top_p;
@@ -296,7 +296,7 @@ int cmd_generate(int argc, char **argv) {
     sp.frequency_penalty = (float)o.frequency;
     sp.seed = (uint64_t)o.seed;
     tr_diag d = {0};
-    tr_status s = sampler_params_validate(&sp, &d);
+    tr_status s = tr_sampler_params_validate(&sp, &d);
     if (s) {
         cli_report("generate", "bad sampling parameters", s, &d);
         return 2;
@@ -332,7 +332,7 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     o.threads = tr_backend_cpu_threads(L.be);
-    const model_hparams *hp = model_get_hparams(L.model);
+    const model_hparams *hp = tr_model_get_hparams(L.model);
     int rc = 1;
     char *text = NULL;
     int32_t *ids = NULL, *page_table = NULL;
@@ -356,18 +356,18 @@ int cmd_generate(int argc, char **argv) {
     }
     int32_t *raw = NULL;
     size_t n_raw = 0;
-    s = tokenizer_encode(L.tok, text, strlen(text), parse_special, &raw, &n_raw);
+    s = tr_tokenizer_encode(L.tok, text, strlen(text), parse_special, &raw, &n_raw);
     if (s) {
         cli_report("generate", "cannot tokenize the prompt", s, NULL);
         goto done;
     }
-    bool bos = tokenizer_add_bos(L.tok) && tokenizer_bos(L.tok) >= 0;
+    bool bos = tr_tokenizer_add_bos(L.tok) && tr_tokenizer_bos(L.tok) >= 0;
     ids = malloc((n_raw + 1) * sizeof *ids);
     if (!ids) {
         free(raw);
         goto done;
     }
-    if (bos) ids[n_ids++] = tokenizer_bos(L.tok);
+    if (bos) ids[n_ids++] = tr_tokenizer_bos(L.tok);
     memcpy(ids + n_ids, raw, n_raw * sizeof *ids);
     n_ids += n_raw;
     free(raw);
@@ -386,7 +386,7 @@ int cmd_generate(int argc, char **argv) {
     int64_t n_predict = TR_MIN(o.n_predict, ctx - (int64_t)n_ids);
     int64_t total = (int64_t)n_ids + n_predict;
     int32_t n_pages = (int32_t)((total + GEN_PAGE_SIZE - 1) / GEN_PAGE_SIZE);
-    s = model_kv_alloc(L.model, n_pages, GEN_PAGE_SIZE, TR_DTYPE_F16, &kv);
+    s = tr_model_kv_alloc(L.model, n_pages, GEN_PAGE_SIZE, TR_DTYPE_F16, &kv);
     page_table = malloc((size_t)n_pages * sizeof *page_table);
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     if (s || !page_table || !logits) {
@@ -394,7 +394,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     for (int32_t i = 0; i < n_pages; i++) page_table[i] = i;
-    s = sampler_new(&sp, hp->n_vocab, &smp, &d);
+    s = tr_sampler_new(&sp, hp->n_vocab, &smp, &d);
     if (s) {
         cli_report("generate", "cannot create the sampler", s, &d);
         goto done;
@@ -418,14 +418,14 @@ int cmd_generate(int argc, char **argv) {
         b.n_tokens = n;
         bool last = at + (size_t)n == n_ids;
         int32_t row = n - 1;
-        s = model_forward(L.model, &kv, &b, ids + at, &row, last ? 1 : 0, logits);
+        s = tr_model_forward(L.model, &kv, &b, ids + at, &row, last ? 1 : 0, logits);
         at += (size_t)n;
     }
     r.prefill_ms = (double)(tr_now_ns() - t0) / 1e6;
-    for (size_t i = 0; i < n_ids && s == TR_OK; i++) sampler_accept(smp, ids[i]);
+    for (size_t i = 0; i < n_ids && s == TR_OK; i++) tr_sampler_accept(smp, ids[i]);
 
     tokenizer_stream ts;
-    tokenizer_stream_init(&ts, false);
+    tr_tokenizer_stream_init(&ts, false);
     r.finish = "length";
     uint64_t t1 = tr_now_ns();
     int32_t p = (int32_t)n_ids;
@@ -433,18 +433,18 @@ int cmd_generate(int argc, char **argv) {
         int32_t tok;
         const uint64_t *mask = NULL;
         if (con.m) {
-            s = grammar_matcher_fill_mask(con.m, con.mask, con.mask_words);
+            s = tr_grammar_matcher_fill_mask(con.m, con.mask, con.mask_words);
             if (s) break;
             mask = con.mask;
         }
-        s = sampler_sample(smp, logits, mask, &tok, NULL);
+        s = tr_sampler_sample(smp, logits, mask, &tok, NULL);
         if (s) {
-            fprintf(stderr, "trellis generate: sampling failed: %s\n", sampler_last_error(smp));
+            fprintf(stderr, "trellis generate: sampling failed: %s\n", tr_sampler_last_error(smp));
             break;
         }
-        if (con.m && (s = grammar_matcher_accept_token(con.m, tok))) break;
-        if ((!o.ignore_eos || con.m) && tokenizer_is_eog(L.tok, tok)) {
-            sampler_accept(smp, tok);
+        if (con.m && (s = tr_grammar_matcher_accept_token(con.m, tok))) break;
+        if ((!o.ignore_eos || con.m) && tr_tokenizer_is_eog(L.tok, tok)) {
+            tr_sampler_accept(smp, tok);
             r.finish = "stop";
             break;
         }
@@ -458,19 +458,19 @@ int cmd_generate(int argc, char **argv) {
         if (con.m) {
             int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk), o.batch);
             room = TR_MIN(room, n_predict - k);
-            s = constraint_jump_forward(L.tok, &constraint_matcher_ops, con.m, tok,
+            s = tr_constraint_jump_forward(L.tok, &tr_constraint_matcher_ops, con.m, tok,
                                         (int32_t)room, chunk, &n_chunk);
             if (s) break;
         }
         for (int32_t i = 0; i < n_chunk && s == TR_OK; i++) {
-            sampler_accept(smp, chunk[i]);
+            tr_sampler_accept(smp, chunk[i]);
             if (!append_id(&r, chunk[i])) {
                 s = TR_ERR_NOMEM;
                 break;
             }
             char piece[512];
             size_t plen = 0;
-            s = tokenizer_stream_push(&ts, L.tok, chunk[i], piece, sizeof piece, &plen);
+            s = tr_tokenizer_stream_push(&ts, L.tok, chunk[i], piece, sizeof piece, &plen);
             if (s) break;
             if (!append_text(&r, piece, plen)) s = TR_ERR_NOMEM;
             if (!o.json && plen) {
@@ -481,7 +481,7 @@ int cmd_generate(int argc, char **argv) {
         r.n_forced_tokens += n_chunk - 1;
         k += n_chunk - 1;
         if (s) break;
-        if (con.m && constraint_matcher_ops.is_done(con.m)) {
+        if (con.m && tr_constraint_matcher_ops.is_done(con.m)) {
             r.finish = "stop"; /* the grammar is complete: only EOS could follow */
             break;
         }
@@ -489,13 +489,13 @@ int cmd_generate(int argc, char **argv) {
         for (int32_t i = 0; i < n_chunk; i++) pos[i] = p++;
         b.n_tokens = n_chunk;
         int32_t row = n_chunk - 1;
-        s = model_forward(L.model, &kv, &b, chunk, &row, 1, logits);
+        s = tr_model_forward(L.model, &kv, &b, chunk, &row, 1, logits);
         r.n_decode_steps += n_chunk;
         r.n_forward++;
     }
     r.decode_ms = (double)(tr_now_ns() - t1) / 1e6;
     char tail[16];
-    size_t tl = tokenizer_stream_flush(&ts, tail, sizeof tail);
+    size_t tl = tr_tokenizer_stream_flush(&ts, tail, sizeof tail);
     append_text(&r, tail, tl);
     if (!o.json) {
         fwrite(tail, 1, tl, stdout);
@@ -508,7 +508,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (o.json) {
-        print_json(&o, &r, &con, n_ids, L.load_ms, gguf_load_name(gguf_load_used(L.file)));
+        print_json(&o, &r, &con, n_ids, L.load_ms, tr_gguf_load_name(tr_gguf_load_used(L.file)));
     } else {
         fprintf(stderr,
                 "\n[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s]\n",
@@ -518,10 +518,10 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     constraint_free(&con);
-    sampler_free(smp);
+    tr_sampler_free(smp);
     free(logits);
     free(page_table);
-    if (kv.base) model_kv_free(L.model, &kv);
+    if (kv.base) tr_model_kv_free(L.model, &kv);
     free(ids);
     free(text);
     free(r.ids);

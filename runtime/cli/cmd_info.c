@@ -12,7 +12,7 @@ static void print_token(const tokenizer *t, const char *label, int32_t id) {
         return;
     }
     size_t len = 0;
-    const uint8_t *b = tokenizer_token_bytes(t, id, &len);
+    const uint8_t *b = tr_tokenizer_token_bytes(t, id, &len);
     printf("  %-14s %d '%.*s'\n", label, id, (int)len, (const char *)b);
 }
 
@@ -36,17 +36,17 @@ int cmd_info(int argc, char **argv) {
     model *m = NULL;
     tr_diag d = {0};
     tr_status s = tr_backend_cpu_new(1, &be);
-    if (s == TR_OK) s = model_load(L.file, be, 1, &m, &d);
+    if (s == TR_OK) s = tr_model_load(L.file, be, 1, &m, &d);
 
     gguf_str name = {0};
-    gguf_get_str(L.file, "general.name", &name);
+    tr_gguf_get_str(L.file, "general.name", &name);
     printf("file:           GGUF v%u, %.1f MiB, %llu tensors, %llu metadata keys\n",
-           gguf_version(L.file), (double)gguf_file_size(L.file) / (1 << 20),
-           (unsigned long long)gguf_tensor_count(L.file),
-           (unsigned long long)gguf_kv_count(L.file));
+           tr_gguf_version(L.file), (double)tr_gguf_file_size(L.file) / (1 << 20),
+           (unsigned long long)tr_gguf_tensor_count(L.file),
+           (unsigned long long)tr_gguf_kv_count(L.file));
     printf("name:           %.*s\n", (int)name.len, name.ptr ? name.ptr : "");
     if (m) {
-        const model_hparams *hp = model_get_hparams(m);
+        const model_hparams *hp = tr_model_get_hparams(m);
         printf("architecture:   %s\n", hp->arch);
         printf("layers:         %d\n", hp->n_layers);
         printf("embedding:      %d\n", hp->dim);
@@ -57,36 +57,36 @@ int cmd_info(int argc, char **argv) {
         printf("rope base:      %g\n", hp->rope_base);
         printf("rms epsilon:    %g\n", hp->rms_eps);
         printf("output:         %s\n", hp->tied_output ? "tied to token embedding" : "separate");
-        printf("weights:        %.1f MiB\n", (double)model_weight_bytes(m) / (1 << 20));
+        printf("weights:        %.1f MiB\n", (double)tr_model_weight_bytes(m) / (1 << 20));
         printf("runnable:       yes\n");
     } else {
         gguf_str arch = {0};
-        gguf_get_str(L.file, "general.architecture", &arch);
+        tr_gguf_get_str(L.file, "general.architecture", &arch);
         printf("architecture:   %.*s\n", (int)arch.len, arch.ptr ? arch.ptr : "?");
         printf("runnable:       no: %s\n", d.message[0] ? d.message : tr_status_message(s));
     }
     unsigned long long hist[TR_DTYPE_COUNT_] = {0};
-    for (uint64_t i = 0; i < gguf_tensor_count(L.file); i++)
-        hist[gguf_tensor_at(L.file, i)->type]++;
+    for (uint64_t i = 0; i < tr_gguf_tensor_count(L.file); i++)
+        hist[tr_gguf_tensor_at(L.file, i)->type]++;
     printf("tensor types:  ");
     for (int t = 0; t < TR_DTYPE_COUNT_; t++)
         if (hist[t]) printf(" %s x%llu", tr_dtype_name((uint32_t)t), hist[t]);
     printf("\n");
     printf("vocabulary:     %d tokens (%s BPE, pre-tokenizer '%s')\n",
-           tokenizer_n_vocab(L.tok), "byte-level", tokenizer_pre_name(L.tok));
+           tr_tokenizer_n_vocab(L.tok), "byte-level", tr_tokenizer_pre_name(L.tok));
     printf("special tokens:\n");
-    print_token(L.tok, "bos", tokenizer_bos(L.tok));
-    print_token(L.tok, "eos", tokenizer_eos(L.tok));
+    print_token(L.tok, "bos", tr_tokenizer_bos(L.tok));
+    print_token(L.tok, "eos", tr_tokenizer_eos(L.tok));
     printf("  %-14s", "end of turn");
-    for (int32_t i = 0; i < tokenizer_n_vocab(L.tok); i++)
-        if (tokenizer_is_eog(L.tok, i)) {
+    for (int32_t i = 0; i < tr_tokenizer_n_vocab(L.tok); i++)
+        if (tr_tokenizer_is_eog(L.tok, i)) {
             size_t len;
-            const uint8_t *b = tokenizer_token_bytes(L.tok, i, &len);
+            const uint8_t *b = tr_tokenizer_token_bytes(L.tok, i, &len);
             printf(" %d '%.*s'", i, (int)len, (const char *)b);
         }
-    printf("\n  %-14s %s\n", "add bos", tokenizer_add_bos(L.tok) ? "yes" : "no");
+    printf("\n  %-14s %s\n", "add bos", tr_tokenizer_add_bos(L.tok) ? "yes" : "no");
     gguf_str tmpl = {0};
-    if (gguf_get_str(L.file, "tokenizer.chat_template", &tmpl) == TR_OK) {
+    if (tr_gguf_get_str(L.file, "tokenizer.chat_template", &tmpl) == TR_OK) {
         printf("chat template:  %llu bytes:\n", (unsigned long long)tmpl.len);
         printf("%.*s\n", (int)tmpl.len, tmpl.ptr);
     } else {
@@ -95,13 +95,13 @@ int cmd_info(int argc, char **argv) {
     if (all_kv) {
         printf("metadata:\n");
         char buf[512];
-        for (uint64_t i = 0; i < gguf_kv_count(L.file); i++) {
-            gguf_str k = gguf_kv_key(L.file, i);
+        for (uint64_t i = 0; i < tr_gguf_kv_count(L.file); i++) {
+            gguf_str k = tr_gguf_kv_key(L.file, i);
             printf("  %.*s = %s\n", (int)k.len, k.ptr,
-                   gguf_kv_format(L.file, i, buf, sizeof buf));
+                   tr_gguf_kv_format(L.file, i, buf, sizeof buf));
         }
     }
-    model_free(m);
+    tr_model_free(m);
     tr_backend_free(be);
     cli_loaded_free(&L);
     return 0;

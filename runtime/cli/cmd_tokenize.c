@@ -45,7 +45,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    tr_status s = tokenizer_encode(L.tok, text, len, special, &ids, &n);
+    tr_status s = tr_tokenizer_encode(L.tok, text, len, special, &ids, &n);
     int rc = 0;
     if (s) {
         cli_report("tokenize", "cannot tokenize", s, NULL);
@@ -54,7 +54,7 @@ int cmd_tokenize(int argc, char **argv) {
         json_t *o = json_object(), *arr = json_array(), *pieces = json_array();
         for (size_t i = 0; i < n; i++) {
             size_t bl;
-            const uint8_t *b = tokenizer_token_bytes(L.tok, ids[i], &bl);
+            const uint8_t *b = tr_tokenizer_token_bytes(L.tok, ids[i], &bl);
             json_array_append_new(arr, json_integer(ids[i]));
             json_array_append_new(pieces, json_stringn_nocheck((const char *)b, bl));
         }
@@ -68,7 +68,7 @@ int cmd_tokenize(int argc, char **argv) {
     } else {
         for (size_t i = 0; i < n; i++) {
             size_t bl;
-            const uint8_t *b = tokenizer_token_bytes(L.tok, ids[i], &bl);
+            const uint8_t *b = tr_tokenizer_token_bytes(L.tok, ids[i], &bl);
             printf("%6d  '", ids[i]);
             for (size_t k = 0; k < bl; k++) {
                 unsigned char c = b[k];

@@ -33,7 +33,7 @@ bool cli_parse_load(const char *cmd, const char *value, gguf_load *out) {
         *out = GGUF_LOAD_AUTO;
         return true;
     }
-    if (gguf_load_parse(value, out)) return true;
+    if (tr_gguf_load_parse(value, out)) return true;
     fprintf(stderr, "trellis %s: --load: unknown mode '%s' (auto, mmap or read)\n", cmd,
             value);
     return false;
@@ -63,17 +63,17 @@ bool cli_load(const char *cmd, const char *path, gguf_load load, bool with_model
     char what[4200];
     snprintf(what, sizeof what, "cannot load model '%s'", path);
     progress(tty, "reading GGUF");
-    tr_status s = gguf_open_ex(path, load, &out->file, &d);
+    tr_status s = tr_gguf_open_ex(path, load, &out->file, &d);
     if (s) goto fail;
     progress(tty, "building tokenizer");
-    s = tokenizer_from_gguf(out->file, &out->tok, &d);
+    s = tr_tokenizer_from_gguf(out->file, &out->tok, &d);
     if (s) goto fail;
     if (with_model) {
         progress(tty, "starting CPU workers");
         s = tr_backend_cpu_new(threads, &out->be);
         if (s) goto fail;
         progress(tty, "binding weights");
-        s = model_load(out->file, out->be, max_batch, &out->model, &d);
+        s = tr_model_load(out->file, out->be, max_batch, &out->model, &d);
         if (s) goto fail;
     }
     if (tty) fprintf(stderr, "\r\033[K");
@@ -87,10 +87,10 @@ fail:
 }
 
 void cli_loaded_free(cli_loaded *l) {
-    model_free(l->model);
+    tr_model_free(l->model);
     tr_backend_free(l->be);
-    tokenizer_free(l->tok);
-    gguf_close(l->file);
+    tr_tokenizer_free(l->tok);
+    tr_gguf_close(l->file);
     memset(l, 0, sizeof *l);
 }
 

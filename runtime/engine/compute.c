@@ -5,10 +5,10 @@
  * Layering: runtime/engine -> runtime/model, kernels (backend).
  *
  * The compute thread is a plain hand-off: the engine thread posts one
- * batch, the compute thread runs compute.forward (model_forward, whose
+ * batch, the compute thread runs compute.forward (tr_model_forward, whose
  * kernels run on the backend's worker pool with this thread as worker 0)
  * and signals completion. The same hand-off runs a sampling job
- * (engine_sample_rows over a range of rows, each with its own sampler)
+ * (tr_engine_sample_rows over a range of rows, each with its own sampler)
  * after the forward pass. Only one job is ever in flight, so the batch
  * arrays, page tables and logits buffer belong to the compute thread from
  * post to wait and to the engine thread otherwise. After start, only the
@@ -33,15 +33,15 @@ typedef struct model_compute {
 static tr_status mc_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
                             const int32_t *rows, int32_t n_rows, float *logits) {
     model_compute *mc = ctx;
-    return model_forward(mc->m, &mc->kv, b, tokens, rows, n_rows, logits);
+    return tr_model_forward(mc->m, &mc->kv, b, tokens, rows, n_rows, logits);
 }
 
 static void mc_destroy(void *ctx) {
     model_compute *mc = ctx;
     if (!mc) return;
-    model_kv_free(mc->m, &mc->kv);
+    tr_model_kv_free(mc->m, &mc->kv);
     if (mc->own) {
-        model_free(mc->m);
+        tr_model_free(mc->m);
         tr_backend_free(mc->be);
     }
     free(mc);
@@ -49,13 +49,13 @@ static void mc_destroy(void *ctx) {
 
 static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy};
 
-tr_status engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
+tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                    int32_t page_size, bool own, engine_compute *out) {
     if (!m || !be || !out || n_pages <= 0 || page_size <= 0)
         return TR_ERR_INVALID_ARG;
     model_compute *mc = calloc(1, sizeof *mc);
     if (!mc) return TR_ERR_NOMEM;
-    tr_status s = model_kv_alloc(m, n_pages, page_size, TR_DTYPE_F16, &mc->kv);
+    tr_status s = tr_model_kv_alloc(m, n_pages, page_size, TR_DTYPE_F16, &mc->kv);
     if (s != TR_OK) {
         free(mc);
         return s;
@@ -63,13 +63,13 @@ tr_status engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
     mc->m = m;
     mc->be = be;
     mc->own = own;
-    const model_hparams *hp = model_get_hparams(m);
+    const model_hparams *hp = tr_model_get_hparams(m);
     *out = (engine_compute){
         .ops = &k_model_ops,
         .ctx = mc,
         .n_vocab = hp->n_vocab,
         .n_ctx = hp->n_ctx_train,
-        .max_batch = model_max_batch_tokens(m),
+        .max_batch = tr_model_max_batch_tokens(m),
         .n_pages = n_pages,
         .page_size = page_size,
         .threads = tr_backend_cpu_threads(be),
@@ -95,7 +95,7 @@ static void *worker_main(void *arg) {
             s = e->compute.ops->forward(e->compute.ctx, w->b, w->tokens,
                                         w->rows, w->n_rows, w->logits);
         else
-            engine_sample_rows(e, w->r0, w->r1);
+            tr_engine_sample_rows(e, w->r0, w->r1);
         pthread_mutex_lock(&w->mu);
         w->result = s;
         w->state = W_DONE;
@@ -105,7 +105,7 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-tr_status worker_start(trellis_engine *e) {
+tr_status tr_worker_start(trellis_engine *e) {
     engine_worker *w = &e->worker;
     w->state = W_IDLE;
     if (pthread_create(&w->thread, NULL, worker_main, e) != 0)
@@ -114,7 +114,7 @@ tr_status worker_start(trellis_engine *e) {
     return TR_OK;
 }
 
-void worker_stop(trellis_engine *e) {
+void tr_worker_stop(trellis_engine *e) {
     engine_worker *w = &e->worker;
     if (!w->started) return;
     pthread_mutex_lock(&w->mu);
@@ -125,7 +125,7 @@ void worker_stop(trellis_engine *e) {
     w->started = false;
 }
 
-void worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
+void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits) {
     engine_worker *w = &e->worker;
     pthread_mutex_lock(&w->mu);
@@ -141,7 +141,7 @@ void worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
     pthread_mutex_unlock(&w->mu);
 }
 
-void worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {
+void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {
     engine_worker *w = &e->worker;
     pthread_mutex_lock(&w->mu);
     TR_ASSERT(w->state == W_IDLE);
@@ -153,7 +153,7 @@ void worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {
     pthread_mutex_unlock(&w->mu);
 }
 
-tr_status worker_wait(trellis_engine *e) {
+tr_status tr_worker_wait(trellis_engine *e) {
     engine_worker *w = &e->worker;
     pthread_mutex_lock(&w->mu);
     while (w->state != W_DONE) pthread_cond_wait(&w->cond, &w->mu);

@@ -11,9 +11,9 @@
 
 #include "base/util.h"
 
-tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
+tr_status tr_constraint_vocab_from_tokenizer(const tokenizer *tok,
                                           grammar_vocab **out, tr_diag *diag) {
-    int32_t n = tokenizer_n_vocab(tok);
+    int32_t n = tr_tokenizer_n_vocab(tok);
     const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
     uint32_t *lens = calloc((size_t)n, sizeof *lens);
     uint8_t *special = calloc((size_t)n, 1);
@@ -23,16 +23,16 @@ tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
     if (bytes && lens && special && eog) {
         for (int32_t i = 0; i < n; i++) {
             size_t len = 0;
-            bytes[i] = tokenizer_token_bytes(tok, i, &len);
-            /* a longer token is rejected by grammar_vocab_new (LIMIT) */
+            bytes[i] = tr_tokenizer_token_bytes(tok, i, &len);
+            /* a longer token is rejected by tr_grammar_vocab_new (LIMIT) */
             lens[i] = (uint32_t)TR_MIN(len, 65536u);
-            special[i] = tokenizer_is_special(tok, i);
-            if (tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
+            special[i] = tr_tokenizer_is_special(tok, i);
+            if (tr_tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
         }
         grammar_vocab_desc d = {.n_vocab = n, .token_bytes = bytes,
                                 .token_lens = lens, .is_special = special,
                                 .eog_ids = eog, .n_eog = n_eog};
-        s = grammar_vocab_new(&d, out, diag);
+        s = tr_grammar_vocab_new(&d, out, diag);
     }
     free(bytes);
     free(lens);
@@ -44,25 +44,25 @@ tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
 /* ---- ops over a bare grammar_matcher ---- */
 
 static int gm_fill(void *m, uint64_t *mask, size_t n_words) {
-    return grammar_matcher_fill_mask(m, mask, n_words);
+    return tr_grammar_matcher_fill_mask(m, mask, n_words);
 }
 static int gm_accept(void *m, int32_t tok) {
-    return grammar_matcher_accept_token(m, tok);
+    return tr_grammar_matcher_accept_token(m, tok);
 }
 static bool gm_done(void *m) {
-    return grammar_matcher_is_terminated(m) ||
-           (grammar_matcher_is_accepting(m) && !grammar_matcher_can_continue(m));
+    return tr_grammar_matcher_is_terminated(m) ||
+           (tr_grammar_matcher_is_accepting(m) && !tr_grammar_matcher_can_continue(m));
 }
 static void gm_free(void *m) { (void)m; /* borrowed */ }
 static int gm_forced(void *m, uint8_t *buf, size_t cap, size_t *len) {
-    return grammar_matcher_forced_bytes(m, buf, cap, len);
+    return tr_grammar_matcher_forced_bytes(m, buf, cap, len);
 }
 static int gm_rollback(void *m, int32_t n) {
     if (n < 0) return TR_ERR_INVALID_ARG;
-    return grammar_matcher_rollback(m, (uint32_t)n);
+    return tr_grammar_matcher_rollback(m, (uint32_t)n);
 }
 
-const trellis_constraint_ops constraint_matcher_ops = {
+const trellis_constraint_ops tr_constraint_matcher_ops = {
     .fill_mask = gm_fill,
     .accept = gm_accept,
     .is_done = gm_done,
@@ -74,7 +74,7 @@ const trellis_constraint_ops constraint_matcher_ops = {
 
 /* ---- jump-forward ---- */
 
-tr_status constraint_jump_forward(const tokenizer *tok,
+tr_status tr_constraint_jump_forward(const tokenizer *tok,
                                   const trellis_constraint_ops *ops,
                                   void *state, int32_t sampled, int32_t room,
                                   int32_t *out, int32_t *n_out) {
@@ -82,9 +82,9 @@ tr_status constraint_jump_forward(const tokenizer *tok,
     *n_out = 1;
     if (room < 1) return TR_ERR_INVALID_ARG;
     if (!ops->forced_bytes || !ops->rollback) return TR_OK;
-    if (tokenizer_is_special(tok, sampled)) return TR_OK;
+    if (tr_tokenizer_is_special(tok, sampled)) return TR_OK;
     size_t tl = 0;
-    const uint8_t *tb = tokenizer_token_bytes(tok, sampled, &tl);
+    const uint8_t *tb = tr_tokenizer_token_bytes(tok, sampled, &tl);
     if (!tb || tl == 0 || tl > 64) return TR_OK;
     uint8_t text[64 + CONSTRAINT_JF_MAX_BYTES];
     size_t fl = 0;
@@ -94,7 +94,7 @@ tr_status constraint_jump_forward(const tokenizer *tok,
     memcpy(text, tb, tl);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (tokenizer_encode(tok, (const char *)text, tl + fl, false, &ids, &n) !=
+    if (tr_tokenizer_encode(tok, (const char *)text, tl + fl, false, &ids, &n) !=
             TR_OK ||
         n == 0) {
         free(ids);
@@ -109,7 +109,7 @@ tr_status constraint_jump_forward(const tokenizer *tok,
     size_t covered = 0;
     while ((size_t)got < n && got < max && ops->accept(state, ids[got]) == 0) {
         size_t l = 0;
-        tokenizer_token_bytes(tok, ids[got], &l);
+        tr_tokenizer_token_bytes(tok, ids[got], &l);
         covered += l;
         out[got] = ids[got];
         got++;

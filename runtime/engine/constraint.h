@@ -29,7 +29,7 @@
  * (control tokens are never allowed in constrained text) and the
  * end-of-generation ids. *out untouched on failure; diag (may be NULL)
  * says why. ~50 ms for SmolLM2's 49,152 tokens. */
-tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
+tr_status tr_constraint_vocab_from_tokenizer(const tokenizer *tok,
                                           grammar_vocab **out, tr_diag *diag);
 
 /* trellis_constraint_ops whose state is a grammar_matcher * (borrowed: the
@@ -38,7 +38,7 @@ tr_status constraint_vocab_from_tokenizer(const tokenizer *tok,
  * text is a complete match that no byte can extend (only EOG could follow,
  * so generation can stop without spending a forward pass to sample it).
  * rollback(n) undoes n accepted tokens. */
-extern const trellis_constraint_ops constraint_matcher_ops;
+extern const trellis_constraint_ops tr_constraint_matcher_ops;
 
 /* Most tokens one jump-forward produces, and most forced bytes it reads
  * (a longer forced run is taken over several jumps). */
@@ -64,7 +64,7 @@ extern const trellis_constraint_ops constraint_matcher_ops;
  * when it refuses to re-accept the sampled token after the rollback
  * (a constraint that is not deterministic): the state is then undefined
  * and the caller should end the sequence. */
-tr_status constraint_jump_forward(const tokenizer *tok,
+tr_status tr_constraint_jump_forward(const tokenizer *tok,
                                   const trellis_constraint_ops *ops,
                                   void *state, int32_t sampled, int32_t room,
                                   int32_t *out, int32_t *n_out);

@@ -119,7 +119,7 @@ static engine_req *hash_find(const trellis_engine *e, uint64_t id) {
     return NULL;
 }
 
-void engine_hash_remove(trellis_engine *e, engine_req *r) {
+void tr_engine_hash_remove(trellis_engine *e, engine_req *r) {
     engine_req **p = &e->hash[hash_slot(e, r->id)];
     while (*p && *p != r) p = &(*p)->hnext;
     if (*p) {
@@ -128,7 +128,7 @@ void engine_hash_remove(trellis_engine *e, engine_req *r) {
     }
 }
 
-void engine_req_free(engine_req *r) {
+void tr_engine_req_free(engine_req *r) {
     if (!r) return;
     for (int32_t i = 0; i < r->n; i++) {
         engine_seq *s = &r->seqs[i];
@@ -139,7 +139,7 @@ void engine_req_free(engine_req *r) {
         free(s->out_text);
         free(s->out_tokens);
         free(s->out_lp);
-        sampler_free(s->smp);
+        tr_sampler_free(s->smp);
         if (s->cstate && r->cops) r->cops->free(s->cstate);
     }
     if (r->cstate0 && r->cops) r->cops->free(r->cstate0);
@@ -160,7 +160,7 @@ static void intake(trellis_engine *e, engine_req *r) {
          * DONE events come from the spare boxes if need be) */
         for (int32_t i = 0, n = r->n; i < n; i++) {
             bool last = r->n_done == n - 1;
-            out_finish(e, &r->seqs[i], TRELLIS_FINISH_ERROR, TR_ERR_NOMEM,
+            tr_out_finish(e, &r->seqs[i], TRELLIS_FINISH_ERROR, TR_ERR_NOMEM,
                        "out of memory");
             if (last) return;
         }
@@ -171,7 +171,7 @@ static void intake(trellis_engine *e, engine_req *r) {
         s->stop_index = -1;
         s->stop_token = -1;
         s->logit_row = -1;
-        tokenizer_stream_init(&s->ts, false);
+        tr_tokenizer_stream_init(&s->ts, false);
         if (r->cops) {
             /* clones are made before sample 0 accepts anything */
             s->cstate = i == 0 ? r->cstate0 : r->cops->clone(r->seqs[0].cstate);
@@ -183,12 +183,12 @@ static void intake(trellis_engine *e, engine_req *r) {
         engine_seq *s = &r->seqs[i];
         bool last = r->n_done == n - 1;
         if (r->cops && !s->cstate) {
-            engine_end_seq(e, s, TRELLIS_FINISH_ERROR, TR_ERR_NOMEM,
+            tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, TR_ERR_NOMEM,
                            "cannot copy the constraint state for this sample");
             if (last) return;
             continue;
         }
-        sched_waiting_push_back(e, s);
+        tr_sched_waiting_push_back(e, s);
     }
 }
 
@@ -201,14 +201,14 @@ static void cancel(trellis_engine *e, uint64_t id) {
         engine_seq *s = &r->seqs[i];
         if (s->state == SEQ_DONE) continue;
         bool last = r->n_done == n - 1;
-        engine_end_seq(e, s, TRELLIS_FINISH_CANCELLED, TR_ERR_CANCELLED, NULL);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_CANCELLED, TR_ERR_CANCELLED, NULL);
         if (last) return; /* r is freed */
     }
 }
 
 /* Page accounting every sequence must satisfy; TR_ERR_INTERNAL if not. */
 static tr_status check_all(trellis_engine *e) {
-    tr_status s = radix_tree_check(e->tree);
+    tr_status s = tr_radix_tree_check(e->tree);
     if (s != TR_OK) return s;
     int64_t private_pages = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
@@ -223,8 +223,8 @@ static tr_status check_all(trellis_engine *e) {
             return TR_ERR_INTERNAL;
         }
         for (int32_t p = 0; p < q->n_pages; p++) {
-            kv_page_state ps = kv_pool_page_state(e->pool, q->pages[p]);
-            bool in_tree = kv_pool_page_in_tree(e->pool, q->pages[p]);
+            kv_page_state ps = tr_kv_pool_page_state(e->pool, q->pages[p]);
+            bool in_tree = tr_kv_pool_page_in_tree(e->pool, q->pages[p]);
             if (ps != KV_PAGE_LOCKED || in_tree != (p < q->n_locked)) {
                 fprintf(stderr, "engine_check: sequence %llu/%d page %d (id %d) "
                                 "state %d in_tree %d, locked prefix %d\n",
@@ -250,8 +250,8 @@ static tr_status check_all(trellis_engine *e) {
     /* private pages are exactly the locked pages outside the tree */
     int64_t locked_outside = 0;
     for (int32_t p = 0; p < e->n_pages; p++)
-        if (kv_pool_page_state(e->pool, p) == KV_PAGE_LOCKED &&
-            !kv_pool_page_in_tree(e->pool, p))
+        if (tr_kv_pool_page_state(e->pool, p) == KV_PAGE_LOCKED &&
+            !tr_kv_pool_page_in_tree(e->pool, p))
             locked_outside++;
     if (locked_outside != private_pages) {
         fprintf(stderr, "engine_check: %lld private pages in the pool, "
@@ -261,7 +261,7 @@ static tr_status check_all(trellis_engine *e) {
     }
     if (e->n_running == 0) {
         kv_pool_stats ps;
-        kv_pool_stats_get(e->pool, &ps);
+        tr_kv_pool_stats_get(e->pool, &ps);
         if (ps.n_locked != 0) {
             fprintf(stderr, "engine_check: idle but %d pages locked\n",
                     ps.n_locked);
@@ -288,7 +288,7 @@ static void process(trellis_engine *e, engine_msg *m) {
         cancel(e, m->id);
         break;
     case MSG_FLUSH:
-        radix_tree_flush(e->tree);
+        tr_radix_tree_flush(e->tree);
         sync_done(e, m->sync, TR_OK);
         break;
     case MSG_CHECK:
@@ -298,7 +298,7 @@ static void process(trellis_engine *e, engine_msg *m) {
     free(m);
 }
 
-bool engine_take_messages(trellis_engine *e, bool block, bool submits_only) {
+bool tr_engine_take_messages(trellis_engine *e, bool block, bool submits_only) {
     pthread_mutex_lock(&e->in_mu);
     if (block)
         while (!e->in_head && !e->quit) pthread_cond_wait(&e->in_cond, &e->in_mu);
@@ -328,7 +328,7 @@ bool engine_take_messages(trellis_engine *e, bool block, bool submits_only) {
     return quit;
 }
 
-void engine_publish_stats(trellis_engine *e) {
+void tr_engine_publish_stats(trellis_engine *e) {
     trellis_stats *st = &e->st;
     uint64_t now = tr_now_ns();
     if (e->tps_t0 == 0) {
@@ -341,7 +341,7 @@ void engine_publish_stats(trellis_engine *e) {
         e->tps_gen0 = st->generated_tokens;
     }
     kv_pool_stats ps;
-    kv_pool_stats_get(e->pool, &ps);
+    tr_kv_pool_stats_get(e->pool, &ps);
     st->running = e->n_running;
     st->waiting = e->n_waiting;
     st->pages_total = ps.n_pages;
@@ -361,29 +361,29 @@ static void *engine_main(void *arg) {
     trellis_engine *e = arg;
     for (;;) {
         bool idle = e->n_running == 0 && e->n_waiting == 0 && !e->deferred;
-        if (engine_take_messages(e, idle, false)) break;
+        if (tr_engine_take_messages(e, idle, false)) break;
         if (e->n_running || e->n_waiting) {
-            engine_step(e); /* publishes stats and events */
+            tr_engine_step(e); /* publishes stats and events */
         } else {
-            engine_publish_stats(e);
-            out_publish(e);
+            tr_engine_publish_stats(e);
+            tr_out_publish(e);
         }
     }
     /* shutdown: end everything; nobody reads the events any more */
     while (e->n_running) {
         engine_seq *s = e->running[e->n_running - 1];
-        engine_end_seq(e, s, TRELLIS_FINISH_CANCELLED, TR_ERR_CANCELLED, NULL);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_CANCELLED, TR_ERR_CANCELLED, NULL);
     }
     while (e->wait_head)
-        engine_end_seq(e, e->wait_head, TRELLIS_FINISH_CANCELLED,
+        tr_engine_end_seq(e, e->wait_head, TRELLIS_FINISH_CANCELLED,
                        TR_ERR_CANCELLED, NULL);
     for (engine_msg *d = e->deferred, *nx; d; d = nx) {
         nx = d->next;
         process(e, d);
     }
     e->deferred = e->deferred_tail = NULL;
-    engine_publish_stats(e);
-    out_publish(e);
+    tr_engine_publish_stats(e);
+    tr_out_publish(e);
     return NULL;
 }
 
@@ -391,7 +391,7 @@ static void *engine_main(void *arg) {
 
 static tr_status build_vocab(trellis_engine *e) {
     tr_diag dg = {0};
-    tr_status s = constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
+    tr_status s = tr_constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
     if (s != TR_OK)
         tr_log(TR_LOG_WARN, "engine: no vocabulary for constraints: %s",
                dg.message[0] ? dg.message : tr_status_message(s));
@@ -410,24 +410,24 @@ static void engine_destroy(trellis_engine *e) {
     }
     for (engine_msg *m = e->in_head, *nx; m; m = nx) {
         nx = m->next;
-        if (m->kind == MSG_SUBMIT) engine_req_free(m->req);
+        if (m->kind == MSG_SUBMIT) tr_engine_req_free(m->req);
         else if (m->sync) sync_done(e, m->sync, TR_ERR_CANCELLED);
         free(m);
     }
     for (size_t i = 0; e->hash && i < e->hash_cap; i++) {
         for (engine_req *q = e->hash[i], *nx; q; q = nx) {
             nx = q->hnext;
-            engine_req_free(q);
+            tr_engine_req_free(q);
         }
     }
     free(e->hash);
-    radix_tree_free(e->tree);
-    kv_pool_free(e->pool);
+    tr_radix_tree_free(e->tree);
+    tr_kv_pool_free(e->pool);
     if (e->compute.ops && e->compute.ops->destroy)
         e->compute.ops->destroy(e->compute.ctx);
-    grammar_vocab_free(e->gvocab);
-    tokenizer_free(e->tok);
-    gguf_close(e->file);
+    tr_grammar_vocab_free(e->gvocab);
+    tr_tokenizer_free(e->tok);
+    tr_gguf_close(e->file);
     free(e->chat_system);
     free(e->is_eog);
     free(e->piece);
@@ -460,7 +460,7 @@ static void engine_destroy(trellis_engine *e) {
 static void load_chat_template(trellis_engine *e) {
     char *tmpl = NULL;
     gguf_str g = {0};
-    if (e->file && gguf_get_str(e->file, "tokenizer.chat_template", &g) == TR_OK) {
+    if (e->file && tr_gguf_get_str(e->file, "tokenizer.chat_template", &g) == TR_OK) {
         tmpl = malloc(g.len + 1);
         if (!tmpl) return;
         memcpy(tmpl, g.ptr, g.len);
@@ -468,9 +468,9 @@ static void load_chat_template(trellis_engine *e) {
     }
     chat_template_kind kind = CHAT_TEMPLATE_NONE;
     tr_diag d = {0};
-    if (chat_template_detect(tmpl, &kind, &d) == TR_OK) {
+    if (tr_chat_template_detect(tmpl, &kind, &d) == TR_OK) {
         e->chat_kind = (int)kind;
-        if (chat_template_default_system(tmpl, &e->chat_system) != TR_OK)
+        if (tr_chat_template_default_system(tmpl, &e->chat_system) != TR_OK)
             e->chat_system = NULL;
     } else {
         tr_log(TR_LOG_INFO, "engine: no chat template (%s)", d.message);
@@ -478,7 +478,7 @@ static void load_chat_template(trellis_engine *e) {
     free(tmpl);
 }
 
-tr_status engine_new_custom(const trellis_engine_options *options,
+tr_status tr_engine_new_custom(const trellis_engine_options *options,
                             gguf_file *file, tokenizer *tok,
                             const engine_compute *compute, trellis_engine **out,
                             char *err, size_t err_cap) {
@@ -486,8 +486,8 @@ tr_status engine_new_custom(const trellis_engine_options *options,
     if (!e) {
         if (compute && compute->ops && compute->ops->destroy)
             compute->ops->destroy(compute->ctx);
-        tokenizer_free(tok);
-        gguf_close(file);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(file);
         return seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
     }
     e->file = file;
@@ -536,18 +536,18 @@ tr_status engine_new_custom(const trellis_engine_options *options,
     e->page_size = compute->page_size;
     e->n_pages = compute->n_pages;
     e->n_words = ((size_t)e->n_vocab + 63) / 64;
-    if (tokenizer_n_vocab(tok) != e->n_vocab) {
+    if (tr_tokenizer_n_vocab(tok) != e->n_vocab) {
         s = seterr(err, err_cap, TR_ERR_FORMAT,
                    "the tokenizer has %d tokens but the model %d",
-                   tokenizer_n_vocab(tok), e->n_vocab);
+                   tr_tokenizer_n_vocab(tok), e->n_vocab);
         goto fail;
     }
-    e->eos = tokenizer_eos(tok);
-    e->add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    e->max_piece = 3 * (tokenizer_max_token_len(tok) + 1);
+    e->eos = tr_tokenizer_eos(tok);
+    e->add_bos = tr_tokenizer_add_bos(tok) && tr_tokenizer_bos(tok) >= 0;
+    e->max_piece = 3 * (tr_tokenizer_max_token_len(tok) + 1);
 
-    s = kv_pool_new(e->n_pages, e->page_size, NULL, &e->pool);
-    if (s == TR_OK) s = radix_tree_new(e->pool, NULL, &e->tree);
+    s = tr_kv_pool_new(e->n_pages, e->page_size, NULL, &e->pool);
+    if (s == TR_OK) s = tr_radix_tree_new(e->pool, NULL, &e->tree);
     if (s != TR_OK) {
         s = seterr(err, err_cap, s, "cannot create the KV page pool (%d pages)",
                    e->n_pages);
@@ -582,11 +582,11 @@ tr_status engine_new_custom(const trellis_engine_options *options,
         goto fail;
     }
     for (int32_t i = 0; i < e->n_vocab; i++)
-        e->is_eog[i] = tokenizer_is_eog(tok, i);
+        e->is_eog[i] = tr_tokenizer_is_eog(tok, i);
     build_vocab(e); /* failure only disables regex constraints */
     load_chat_template(e);
 
-    if (!o.no_overlap && (s = worker_start(e)) != TR_OK) {
+    if (!o.no_overlap && (s = tr_worker_start(e)) != TR_OK) {
         s = seterr(err, err_cap, s, "cannot start the compute thread");
         goto fail;
     }
@@ -597,7 +597,7 @@ tr_status engine_new_custom(const trellis_engine_options *options,
         e->snap = st;
     }
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
-        worker_stop(e);
+        tr_worker_stop(e);
         s = seterr(err, err_cap, TR_ERR_INTERNAL,
                    "cannot start the engine thread");
         goto fail;
@@ -643,44 +643,44 @@ int trellis_engine_new(const char *model_path,
     if (o.load < TRELLIS_LOAD_AUTO || o.load > TRELLIS_LOAD_READ)
         return seterr(err, err_cap, TR_ERR_INVALID_ARG,
                       "options.load %d is not a TRELLIS_LOAD_* mode", o.load);
-    tr_status s = gguf_open_ex(path, (gguf_load)o.load, &f, &d);
+    tr_status s = tr_gguf_open_ex(path, (gguf_load)o.load, &f, &d);
     if (s != TR_OK)
         return seterr(err, err_cap, s, "cannot open model '%s': %s", path,
                       d.message[0] ? d.message : tr_status_message(s));
-    s = tokenizer_from_gguf(f, &tok, &d);
+    s = tr_tokenizer_from_gguf(f, &tok, &d);
     if (s != TR_OK) {
-        gguf_close(f);
+        tr_gguf_close(f);
         return seterr(err, err_cap, s, "cannot build the tokenizer of '%s': %s",
                       path, d.message[0] ? d.message : tr_status_message(s));
     }
     s = tr_backend_cpu_new(o.threads, &be);
-    if (s == TR_OK) s = model_load(f, be, o.max_batch_tokens, &m, &d);
+    if (s == TR_OK) s = tr_model_load(f, be, o.max_batch_tokens, &m, &d);
     if (s != TR_OK) {
         tr_backend_free(be);
-        tokenizer_free(tok);
-        gguf_close(f);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
         return seterr(err, err_cap, s, "cannot load model '%s': %s", path,
                       d.message[0] ? d.message : tr_status_message(s));
     }
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
-        uint64_t pb = model_kv_page_bytes(m, o.page_size, TR_DTYPE_F16);
+        uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, TR_DTYPE_F16);
         uint64_t n = (uint64_t)o.kv_mb * 1024u * 1024u / (pb ? pb : 1);
         n_pages = (int32_t)TR_MIN(n, (uint64_t)INT32_MAX / 2);
         if (n_pages < 1) n_pages = 1;
     }
     engine_compute c;
-    s = engine_compute_model_new(m, be, n_pages, o.page_size, true, &c);
+    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, true, &c);
     if (s != TR_OK) {
-        model_free(m);
+        tr_model_free(m);
         tr_backend_free(be);
-        tokenizer_free(tok);
-        gguf_close(f);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
         return seterr(err, err_cap, s,
                       "cannot allocate the KV cache (%d pages of %d tokens)",
                       n_pages, o.page_size);
     }
-    return engine_new_custom(&o, f, tok, &c, out, err, err_cap);
+    return tr_engine_new_custom(&o, f, tok, &c, out, err, err_cap);
 }
 
 void trellis_engine_free(trellis_engine *e) {
@@ -692,7 +692,7 @@ void trellis_engine_free(trellis_engine *e) {
         pthread_mutex_unlock(&e->in_mu);
         pthread_join(e->thread, NULL);
     }
-    worker_stop(e);
+    tr_worker_stop(e);
     engine_destroy(e);
 }
 
@@ -710,13 +710,13 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->add_bos = e->add_bos;
     o->no_radix = e->opt.no_radix;
     o->overlap = !e->opt.no_overlap;
-    o->load = e->file && gguf_load_used(e->file) == GGUF_LOAD_READ ? TRELLIS_LOAD_READ
+    o->load = e->file && tr_gguf_load_used(e->file) == GGUF_LOAD_READ ? TRELLIS_LOAD_READ
                                                                    : TRELLIS_LOAD_MMAP;
 }
 
 /* ---- queues (any thread) ---- */
 
-tr_status engine_send(trellis_engine *e, engine_msg *m) {
+tr_status tr_engine_send(trellis_engine *e, engine_msg *m) {
     m->next = NULL;
     pthread_mutex_lock(&e->in_mu);
     if (e->in_tail) e->in_tail->next = m;
@@ -733,7 +733,7 @@ int trellis_cancel(trellis_engine *e, uint64_t id) {
     if (!m) return TR_ERR_NOMEM;
     m->kind = MSG_CANCEL;
     m->id = id;
-    return engine_send(e, m);
+    return tr_engine_send(e, m);
 }
 
 static tr_status control(trellis_engine *e, engine_msg_kind kind) {
@@ -742,7 +742,7 @@ static tr_status control(trellis_engine *e, engine_msg_kind kind) {
     engine_sync sy = {0};
     m->kind = kind;
     m->sync = &sy;
-    engine_send(e, m);
+    tr_engine_send(e, m);
     pthread_mutex_lock(&e->in_mu);
     while (!sy.done) pthread_cond_wait(&e->ctl_cond, &e->in_mu);
     pthread_mutex_unlock(&e->in_mu);
@@ -753,7 +753,7 @@ int trellis_flush_cache(trellis_engine *e) {
     return e ? control(e, MSG_FLUSH) : TR_ERR_INVALID_ARG;
 }
 
-tr_status engine_debug_check(trellis_engine *e) {
+tr_status tr_engine_debug_check(trellis_engine *e) {
     return e ? control(e, MSG_CHECK) : TR_ERR_INVALID_ARG;
 }
 
@@ -817,14 +817,14 @@ void trellis_get_stats(trellis_engine *e, trellis_stats *out) {
 int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
                      bool parse_special, int32_t **ids, size_t *n_ids) {
     if (!e || (!text && len) || !ids || !n_ids) return TR_ERR_INVALID_ARG;
-    return tokenizer_encode(e->tok, text ? text : "", len, parse_special, ids,
+    return tr_tokenizer_encode(e->tok, text ? text : "", len, parse_special, ids,
                             n_ids);
 }
 
 const char *trellis_token_text(const trellis_engine *e, int32_t id,
                                size_t *len) {
     size_t l = 0;
-    const uint8_t *p = e ? tokenizer_token_bytes(e->tok, id, &l) : NULL;
+    const uint8_t *p = e ? tr_tokenizer_token_bytes(e->tok, id, &l) : NULL;
     if (len) *len = l;
     return (const char *)p;
 }

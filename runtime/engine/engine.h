@@ -27,7 +27,7 @@
  * which can check every page it is given); trellis_engine_new plugs in the
  * real model (compute.c).
  *
- * Threads: engine_new_custom starts the engine thread (and a compute
+ * Threads: tr_engine_new_custom starts the engine thread (and a compute
  * thread unless options.no_overlap); the compute object is then used from
  * one of those threads only, one call at a time.
  */
@@ -69,21 +69,21 @@ typedef struct engine_compute {
  * engine) on success AND on failure. options->page_size and the pool size
  * are taken from compute (n_pages, page_size). err (may be NULL) says what
  * went wrong. */
-tr_status engine_new_custom(const trellis_engine_options *options,
+tr_status tr_engine_new_custom(const trellis_engine_options *options,
                             gguf_file *file, tokenizer *tok,
                             const engine_compute *compute,
                             trellis_engine **out, char *err, size_t err_cap);
 
 /* Runs, on the engine thread between two steps, every invariant check:
- * radix_tree_check (which runs kv_pool_check), that the pool's locked
+ * tr_radix_tree_check (which runs tr_kv_pool_check), that the pool's locked
  * pages are exactly those the sequences hold, and each sequence's page
  * accounting. Returns TR_OK or TR_ERR_INTERNAL (details on stderr). */
-tr_status engine_debug_check(trellis_engine *e);
+tr_status tr_engine_debug_check(trellis_engine *e);
 
 /* The real model as an engine_compute: loads nothing itself; m and be stay
  * owned by the caller until the compute object is destroyed, which frees
  * the KV memory it allocated (n_pages pages of page_size tokens, F16). */
-tr_status engine_compute_model_new(model *m, tr_backend *be,
+tr_status tr_engine_compute_model_new(model *m, tr_backend *be,
                                    int32_t n_pages, int32_t page_size,
                                    bool own_model_and_backend,
                                    engine_compute *out);

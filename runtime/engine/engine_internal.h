@@ -196,7 +196,7 @@ struct trellis_engine {
     int32_t eos;
     bool add_bos;
     uint8_t *is_eog;         /* [n_vocab] */
-    size_t max_piece;        /* bytes one tokenizer_stream_push may write */
+    size_t max_piece;        /* bytes one tr_tokenizer_stream_push may write */
     char *piece;             /* [max_piece] engine thread's scratch */
 
     /* ---- threads and queues ---- */
@@ -248,15 +248,15 @@ struct trellis_engine {
 };
 
 /* ---- engine.c ---- */
-void engine_req_free(engine_req *r);
-void engine_hash_remove(trellis_engine *e, engine_req *r);
+void tr_engine_req_free(engine_req *r);
+void tr_engine_hash_remove(trellis_engine *e, engine_req *r);
 /* Takes the input queue's messages (waiting for one when block) and
  * processes them; with submits_only (during a forward pass) only new
  * requests, the rest is deferred to the next call. Returns true once the
  * engine is asked to quit. */
-bool engine_take_messages(trellis_engine *e, bool block, bool submits_only);
-tr_status engine_send(trellis_engine *e, engine_msg *m);
-void engine_publish_stats(trellis_engine *e);
+bool tr_engine_take_messages(trellis_engine *e, bool block, bool submits_only);
+tr_status tr_engine_send(trellis_engine *e, engine_msg *m);
+void tr_engine_publish_stats(trellis_engine *e);
 static inline uint64_t engine_ns_private(uint64_t id) {
     /* no_radix: a namespace of the request's own (top bit set; user
      * namespaces use 63 bits) so forks share and nothing else does */
@@ -267,12 +267,12 @@ static inline uint64_t engine_ns_private(uint64_t id) {
 }
 
 /* ---- sched.c ---- */
-void sched_waiting_push_back(trellis_engine *e, engine_seq *s);
-void sched_waiting_push_front(trellis_engine *e, engine_seq *s);
-void sched_waiting_remove(trellis_engine *e, engine_seq *s);
+void tr_sched_waiting_push_back(trellis_engine *e, engine_seq *s);
+void tr_sched_waiting_push_front(trellis_engine *e, engine_seq *s);
+void tr_sched_waiting_remove(trellis_engine *e, engine_seq *s);
 /* Fills each running sequence's plan for this step (admitting and
  * preempting as needed); returns the number of tokens planned. */
-int32_t sched_plan(trellis_engine *e);
+int32_t tr_sched_plan(trellis_engine *e);
 /* Admits waiting sequences for the NEXT step while this step's forward
  * pass computes (step.c calls it in the overlap window, and at the same
  * point when nothing overlaps, so both modes schedule alike). Its budget
@@ -282,50 +282,50 @@ int32_t sched_plan(trellis_engine *e);
  * is unlocked) and takes free pages for the new sequences; it appends to
  * `running` but never touches the step's batch or its sequences' page
  * tables. The admitted sequences' first chunks are fed next step
- * (sched_plan pass 2). Returns the tokens they will feed. */
-int32_t sched_admit_ahead(trellis_engine *e);
+ * (tr_sched_plan pass 2). Returns the tokens they will feed. */
+int32_t tr_sched_admit_ahead(trellis_engine *e);
 /* After a forward: n_kv advanced by plan; caches completed prompt pages. */
-void sched_after_forward(trellis_engine *e, engine_seq *s);
+void tr_sched_after_forward(trellis_engine *e, engine_seq *s);
 /* Gives back every page of s (to the tree if it caches), and removes it
  * from the running array or waiting list. */
-void sched_release(trellis_engine *e, engine_seq *s, bool cache);
-int32_t sched_pages_for(const trellis_engine *e, int64_t tokens);
+void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache);
+int32_t tr_sched_pages_for(const trellis_engine *e, int64_t tokens);
 
 /* ---- output.c ---- */
 /* Appends a sampled token to s's output (detokenize, stop strings).
  * Returns true when a stop string ended the sample. */
-bool out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
+bool tr_out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
                     const sampler_logprobs *lp, bool emit_text);
 /* Emits the held text at the end of a sample (flush the detokenizer). */
-void out_flush(trellis_engine *e, engine_seq *s);
+void tr_out_flush(trellis_engine *e, engine_seq *s);
 /* Queues a DELTA event with s's pending output (if any). */
-void out_emit_delta(trellis_engine *e, engine_seq *s);
+void tr_out_emit_delta(trellis_engine *e, engine_seq *s);
 /* Marks s finished, queues its DONE event and frees its per-sample state
- * (not its pages: sched_release does that first). */
-void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
+ * (not its pages: tr_sched_release does that first). */
+void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
                 int status, const char *error);
 /* Moves this step's events to the output queue and wakes the embedder. */
-void out_publish(trellis_engine *e);
+void tr_out_publish(trellis_engine *e);
 
 /* ---- step.c ---- */
-void engine_step(trellis_engine *e);
+void tr_engine_step(trellis_engine *e);
 /* The vocabulary-wide part of sampling for logits rows [r0, r1) (each row
  * with its own sampler, so two threads may take disjoint ranges). */
-void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1);
+void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1);
 /* Finishes sample s now (cancel, error): releases pages, queues DONE. */
-void engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
+void tr_engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
                     int status, const char *error);
 
 /* ---- compute.c ---- */
-tr_status worker_start(trellis_engine *e);
-void worker_stop(trellis_engine *e);
-void worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
+tr_status tr_worker_start(trellis_engine *e);
+void tr_worker_stop(trellis_engine *e);
+void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits);
-void worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
-tr_status worker_wait(trellis_engine *e);
+void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
+tr_status tr_worker_wait(trellis_engine *e);
 
 /* ---- submit.c: the built-in regex constraint ---- */
-extern const trellis_constraint_ops engine_regex_ops;
-void *engine_regex_state_new(grammar *g, grammar_vocab *v);
+extern const trellis_constraint_ops tr_engine_regex_ops;
+void *tr_engine_regex_state_new(grammar *g, grammar_vocab *v);
 
 #endif

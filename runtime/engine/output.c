@@ -111,12 +111,12 @@ static bool scan_stops(engine_seq *s) {
     return false;
 }
 
-bool out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
+bool tr_out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
                     const sampler_logprobs *lp, bool emit_text) {
     char *piece = e->piece;
     size_t n = 0;
     if (emit_text &&
-        tokenizer_stream_push(&s->ts, e->tok, tok, piece, e->max_piece, &n) !=
+        tr_tokenizer_stream_push(&s->ts, e->tok, tok, piece, e->max_piece, &n) !=
             TR_OK)
         n = 0; /* cannot happen: max_piece is the documented bound */
     if (!push_out_token(s, tok, lp)) return false;
@@ -129,10 +129,10 @@ bool out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
     return scan_stops(s);
 }
 
-void out_flush(trellis_engine *e, engine_seq *s) {
+void tr_out_flush(trellis_engine *e, engine_seq *s) {
     (void)e;
     char tail[16];
-    size_t n = tokenizer_stream_flush(&s->ts, tail, sizeof tail);
+    size_t n = tr_tokenizer_stream_flush(&s->ts, tail, sizeof tail);
     append(&s->held, &s->held_len, &s->held_cap, tail, n);
     if (s->req->n_stop > 0 && scan_stops(s)) return;
     append(&s->out_text, &s->out_len, &s->out_cap, s->held, s->held_len);
@@ -193,7 +193,7 @@ static void queue_event(trellis_engine *e, engine_event_box *b) {
     e->ev_n++;
 }
 
-void out_emit_delta(trellis_engine *e, engine_seq *s) {
+void tr_out_emit_delta(trellis_engine *e, engine_seq *s) {
     if (!s->req->stream || (s->out_len == 0 && s->out_n == 0)) return;
     engine_event_box *b = make_event(s, TRELLIS_EVENT_DELTA, NULL);
     if (b) queue_event(e, b); /* out of memory: the text goes in DONE */
@@ -203,7 +203,7 @@ static double ms_between(uint64_t a, uint64_t b) {
     return a && b >= a ? (double)(b - a) / 1e6 : 0.0;
 }
 
-void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
+void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
                 int status, const char *error) {
     engine_req *r = s->req;
     uint64_t now = tr_now_ns();
@@ -257,7 +257,7 @@ void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     /* per-sample state */
     free(s->spare);
     s->spare = NULL;
-    sampler_free(s->smp);
+    tr_sampler_free(s->smp);
     s->smp = NULL;
     if (s->cstate && r->cops) r->cops->free(s->cstate);
     s->cstate = NULL;
@@ -275,12 +275,12 @@ void out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     if (f == TRELLIS_FINISH_CANCELLED) e->st.requests_cancelled += last;
     if (last) {
         e->st.requests_finished++;
-        engine_hash_remove(e, r);
-        engine_req_free(r);
+        tr_engine_hash_remove(e, r);
+        tr_engine_req_free(r);
     }
 }
 
-void out_publish(trellis_engine *e) {
+void tr_out_publish(trellis_engine *e) {
     if (!e->ev_head) return;
     pthread_mutex_lock(&e->out_mu);
     if (e->out_tail) e->out_tail->next = e->ev_head;

@@ -4,7 +4,7 @@
  * Layering: runtime/engine, engine thread only. Uses the page pool and the
  * radix tree (radix/), nothing else.
  *
- * Each step, sched_plan fills seq->plan (tokens to feed) for the running
+ * Each step, tr_sched_plan fills seq->plan (tokens to feed) for the running
  * sequences, in three passes over a token budget of max_batch_tokens:
  *
  *   1. decodes: every running sequence that has only its last sampled
@@ -22,7 +22,7 @@
  *      step.c) is fed them here too, as one chunk.
  *   3. admission of waiting sequences while the budget lasts and fewer than
  *      max_running run. Most admission happens a step early, in
- *      sched_admit_ahead, while the previous step's forward pass computes
+ *      tr_sched_admit_ahead, while the previous step's forward pass computes
  *      (the overlap): its budget is what the running sequences will leave
  *      if they all go on; pass 3 admits with whatever budget is left after
  *      passes 1-2 (first steps, finished sequences, a preemption). Order:
@@ -55,13 +55,13 @@
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 
-int32_t sched_pages_for(const trellis_engine *e, int64_t tokens) {
+int32_t tr_sched_pages_for(const trellis_engine *e, int64_t tokens) {
     return (int32_t)((tokens + e->page_size - 1) / e->page_size);
 }
 
 /* ---- the waiting list ---- */
 
-void sched_waiting_push_back(trellis_engine *e, engine_seq *s) {
+void tr_sched_waiting_push_back(trellis_engine *e, engine_seq *s) {
     s->prev = e->wait_tail;
     s->next = NULL;
     if (e->wait_tail) e->wait_tail->next = s;
@@ -71,7 +71,7 @@ void sched_waiting_push_back(trellis_engine *e, engine_seq *s) {
     s->state = SEQ_WAITING;
 }
 
-void sched_waiting_push_front(trellis_engine *e, engine_seq *s) {
+void tr_sched_waiting_push_front(trellis_engine *e, engine_seq *s) {
     s->next = e->wait_head;
     s->prev = NULL;
     if (e->wait_head) e->wait_head->prev = s;
@@ -81,7 +81,7 @@ void sched_waiting_push_front(trellis_engine *e, engine_seq *s) {
     s->state = SEQ_WAITING;
 }
 
-void sched_waiting_remove(trellis_engine *e, engine_seq *s) {
+void tr_sched_waiting_remove(trellis_engine *e, engine_seq *s) {
     if (s->prev) s->prev->next = s->next;
     else e->wait_head = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -106,13 +106,13 @@ static void running_remove(trellis_engine *e, engine_seq *s) {
 /* Makes s's page table cover positions [0, upto), evicting cached pages
  * when the pool is short. All or nothing. */
 static bool reserve(trellis_engine *e, engine_seq *s, int32_t upto) {
-    int32_t want = sched_pages_for(e, upto);
+    int32_t want = tr_sched_pages_for(e, upto);
     int32_t need = want - s->n_pages;
     if (need <= 0) return true;
     TR_ASSERT(want <= s->pages_cap);
-    int32_t nfree = kv_pool_n_free(e->pool);
-    if (nfree < need) radix_tree_evict(e->tree, need - nfree);
-    if (kv_pool_alloc(e->pool, need, s->pages + s->n_pages) != TR_OK)
+    int32_t nfree = tr_kv_pool_n_free(e->pool);
+    if (nfree < need) tr_radix_tree_evict(e->tree, need - nfree);
+    if (tr_kv_pool_alloc(e->pool, need, s->pages + s->n_pages) != TR_OK)
         return false;
     s->n_pages = want;
     return true;
@@ -121,19 +121,19 @@ static bool reserve(trellis_engine *e, engine_seq *s, int32_t upto) {
 /* Free plus cached (evictable) pages. */
 static int32_t pages_available(const trellis_engine *e) {
     kv_pool_stats ps;
-    kv_pool_stats_get(e->pool, &ps);
+    tr_kv_pool_stats_get(e->pool, &ps);
     return ps.n_free + ps.n_cached;
 }
 
 /* Drops the lock and private pages of s without caching anything. */
 static void drop_pages(trellis_engine *e, engine_seq *s) {
     if (s->n_pages > s->n_locked) {
-        tr_status st = kv_pool_unref_n(e->pool, s->pages + s->n_locked,
+        tr_status st = tr_kv_pool_unref_n(e->pool, s->pages + s->n_locked,
                                        s->n_pages - s->n_locked);
         TR_ASSERT(st == TR_OK);
     }
     if (s->node) {
-        tr_status st = radix_tree_unlock(e->tree, s->node);
+        tr_status st = tr_radix_tree_unlock(e->tree, s->node);
         TR_ASSERT(st == TR_OK);
     }
     s->node = NULL;
@@ -149,7 +149,7 @@ static bool cache_prefix(trellis_engine *e, engine_seq *s, radix_node **x) {
     *x = NULL;
     int32_t full = s->n_kv / e->page_size;
     if (full <= s->n_locked) return false;
-    tr_status st = radix_tree_insert(e->tree, s->req->ns, s->tokens,
+    tr_status st = tr_radix_tree_insert(e->tree, s->req->ns, s->tokens,
                                      s->pages, s->n_kv, x);
     if (st != TR_OK) {
         /* out of bookkeeping memory: nothing changed; keep the pages
@@ -162,7 +162,7 @@ static bool cache_prefix(trellis_engine *e, engine_seq *s, radix_node **x) {
     return true;
 }
 
-void sched_release(trellis_engine *e, engine_seq *s, bool cache) {
+void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache) {
     radix_node *x;
     if (cache && cache_prefix(e, s, &x)) {
         int32_t full = s->n_kv / e->page_size;
@@ -171,22 +171,22 @@ void sched_release(trellis_engine *e, engine_seq *s, bool cache) {
     }
     drop_pages(e, s);
     if (s->state == SEQ_RUNNING) running_remove(e, s);
-    else if (s->state == SEQ_WAITING) sched_waiting_remove(e, s);
+    else if (s->state == SEQ_WAITING) tr_sched_waiting_remove(e, s);
     s->plan = 0;
     s->logit_row = -1;
 }
 
 static void preempt(trellis_engine *e, engine_seq *v) {
     TR_ASSERT(v->state == SEQ_RUNNING);
-    sched_release(e, v, true);
+    tr_sched_release(e, v, true);
     v->preemptions++;
     e->st.preemptions++;
-    sched_waiting_push_front(e, v);
+    tr_sched_waiting_push_front(e, v);
     tr_log(TR_LOG_DEBUG, "engine: preempted request %llu/%d at %d tokens",
            (unsigned long long)v->req->id, v->index, v->len);
 }
 
-void sched_after_forward(trellis_engine *e, engine_seq *s) {
+void tr_sched_after_forward(trellis_engine *e, engine_seq *s) {
     int32_t before = s->n_kv;
     s->n_kv += s->plan;
     /* share completed prompt pages right away (not decode pages: those
@@ -194,9 +194,9 @@ void sched_after_forward(trellis_engine *e, engine_seq *s) {
     if (before >= s->prefill_to) return;
     radix_node *x;
     if (!cache_prefix(e, s, &x)) return;
-    tr_status st = radix_tree_lock(e->tree, x);
+    tr_status st = tr_radix_tree_lock(e->tree, x);
     TR_ASSERT(st == TR_OK); /* counts are bounded by the sequences */
-    if (s->node) radix_tree_unlock(e->tree, s->node);
+    if (s->node) tr_radix_tree_unlock(e->tree, s->node);
     s->node = x;
     s->n_locked = s->n_kv / e->page_size;
 }
@@ -231,14 +231,14 @@ static bool first_admission(trellis_engine *e, engine_seq *s, int32_t cached) {
     sampler_params sp = r->sp;
     sp.seed = r->sp.seed + (uint64_t)s->index;
     tr_diag d = {0};
-    tr_status st = sampler_new(&sp, e->n_vocab, &s->smp, &d);
+    tr_status st = tr_sampler_new(&sp, e->n_vocab, &s->smp, &d);
     if (st != TR_OK) {
-        engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st,
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st,
                        d.message[0] ? d.message : "cannot create the sampler");
         return false;
     }
     /* the penalty window starts with the prompt (as cmd_generate does) */
-    for (int32_t i = 0; i < s->len; i++) sampler_accept(s->smp, s->tokens[i]);
+    for (int32_t i = 0; i < s->len; i++) tr_sampler_accept(s->smp, s->tokens[i]);
     s->admitted_once = true;
     s->cached_tokens = cached;
     s->t_first_sched = tr_now_ns();
@@ -260,19 +260,19 @@ static int cand_cmp(const void *a, const void *b) {
 static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
                          int32_t n_decoding, bool *stop) {
     radix_match m;
-    tr_status st = radix_tree_match(e->tree, s->req->ns, s->tokens, s->len - 1,
+    tr_status st = tr_radix_tree_match(e->tree, s->req->ns, s->tokens, s->len - 1,
                                     s->pages, &m);
     if (st != TR_OK) m = (radix_match){0};
     if (defer_for_inflight(e, s, m.n_tokens)) return 0;
     if (m.node) {
-        st = radix_tree_lock(e->tree, m.node);
+        st = tr_radix_tree_lock(e->tree, m.node);
         TR_ASSERT(st == TR_OK);
     }
     s->node = m.node;
     s->n_locked = s->n_pages = m.n_pages;
     s->n_kv = m.n_tokens;
     int32_t c = TR_MIN(TR_MIN(e->opt.chunk_size, s->len - s->n_kv), budget);
-    int32_t need = sched_pages_for(e, s->n_kv + c) - s->n_pages;
+    int32_t need = tr_sched_pages_for(e, s->n_kv + c) - s->n_pages;
     if (need + n_decoding > pages_available(e) || !reserve(e, s, s->n_kv + c)) {
         drop_pages(e, s);
         *stop = true;
@@ -281,7 +281,7 @@ static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
     if (!s->admitted_once && !first_admission(e, s, m.n_tokens)) {
         return 0; /* s was ended (and released) */
     }
-    sched_waiting_remove(e, s);
+    tr_sched_waiting_remove(e, s);
     s->state = SEQ_RUNNING;
     s->admit_order = ++e->admit_counter;
     s->prefill_to = s->len;
@@ -305,7 +305,7 @@ static int32_t admit(trellis_engine *e, int32_t budget) {
         for (int32_t i = 0; i < n; i++) {
             radix_match m;
             engine_seq *s = cs[i].s;
-            if (radix_tree_match(e->tree, s->req->ns, s->tokens, s->len - 1,
+            if (tr_radix_tree_match(e->tree, s->req->ns, s->tokens, s->len - 1,
                                  NULL, &m) == TR_OK)
                 cs[i].match = m.n_tokens;
         }
@@ -324,7 +324,7 @@ static int32_t admit(trellis_engine *e, int32_t budget) {
     return planned;
 }
 
-int32_t sched_admit_ahead(trellis_engine *e) {
+int32_t tr_sched_admit_ahead(trellis_engine *e) {
     /* what the running sequences will feed next step if they all go on:
      * one decode token for each that samples now (or waits to decode),
      * the next chunk for each that is still prefilling */
@@ -342,7 +342,7 @@ int32_t sched_admit_ahead(trellis_engine *e) {
     return planned;
 }
 
-int32_t sched_plan(trellis_engine *e) {
+int32_t tr_sched_plan(trellis_engine *e) {
     for (;;) {
         int32_t budget = e->opt.max_batch_tokens, planned = 0;
         int32_t waiting_before = e->n_waiting;
@@ -398,7 +398,7 @@ int32_t sched_plan(trellis_engine *e) {
         /* nothing runs and the first waiting sequence cannot start: cannot
          * happen for requests trellis_submit accepted (each fits the empty
          * pool), but never spin on it */
-        engine_end_seq(e, e->wait_head, TRELLIS_FINISH_ERROR, TR_ERR_FULL,
+        tr_engine_end_seq(e, e->wait_head, TRELLIS_FINISH_ERROR, TR_ERR_FULL,
                        "the request does not fit the KV pool");
     }
 }

@@ -11,7 +11,7 @@
  *   - takes newly submitted requests off the input queue into the waiting
  *     list (cancellations and control messages wait for the step's end:
  *     they may free memory the forward pass is reading),
- *   - admits waiting sequences for the next step (sched_admit_ahead: the
+ *   - admits waiting sequences for the next step (tr_sched_admit_ahead: the
  *     queue's longest-prefix order, radix matches, first-chunk pages),
  * then waits for the forward pass. On the CPU backend the compute thread
  * is worker 0 of the backend's pool, so the engine thread's overlapped
@@ -43,13 +43,13 @@
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 
-void engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
+void tr_engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
                     int status, const char *error) {
     if (s->state == SEQ_DONE) return;
     bool cache = !e->opt.no_radix;
     if (s->state == SEQ_RUNNING || s->state == SEQ_WAITING)
-        sched_release(e, s, cache);
-    out_finish(e, s, f, status, error);
+        tr_sched_release(e, s, cache);
+    tr_out_finish(e, s, f, status, error);
 }
 
 static bool is_stop_token(const engine_req *r, int32_t tok) {
@@ -58,14 +58,14 @@ static bool is_stop_token(const engine_req *r, int32_t tok) {
     return false;
 }
 
-void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
+void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
     for (int32_t r = r0; r < r1; r++) {
         engine_seq *s = e->row_seqs[r];
         if (s->status != 0) { /* no mask: ended by the caller */
             e->row_st[r] = s->status;
             continue;
         }
-        e->row_st[r] = sampler_sample(
+        e->row_st[r] = tr_sampler_sample(
             s->smp, e->logits + (size_t)r * (size_t)e->n_vocab, s->mask,
             &e->row_tok[r], s->req->logprobs ? &e->row_lp[r] : NULL);
     }
@@ -74,12 +74,12 @@ void engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
 /* s generated stop token tok (EOS or a stop id): counted, never shown,
  * and the sample ends with finish STOP. */
 static void end_at_stop_token(trellis_engine *e, engine_seq *s, int32_t tok) {
-    sampler_accept(s->smp, tok);
+    tr_sampler_accept(s->smp, tok);
     s->n_gen++;
     e->st.generated_tokens++;
     s->stop_token = tok;
-    out_flush(e, s);
-    engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+    tr_out_flush(e, s);
+    tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
 }
 
 /* Takes row r's sampled token for s, jumps forward over the bytes the
@@ -92,7 +92,7 @@ static void end_at_stop_token(trellis_engine *e, engine_seq *s, int32_t tok) {
  * with the logits row on the last one. Each placed token is a generated
  * token: it counts toward max_tokens (the jump gets room for at most
  * max_tokens - n_gen tokens, and for what the context has left), goes
- * through out_push_token (detokenization, stop strings: a stop string
+ * through tr_out_push_token (detokenization, stop strings: a stop string
  * inside the chunk ends the sample there, the later tokens are dropped),
  * and enters the sampler's penalty window. The radix insert at the end
  * caches tokens[0..n_kv), computed ones only, so a sample that ends with
@@ -104,18 +104,18 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     int32_t tok = e->row_tok[row];
     tr_status st = (tr_status)e->row_st[row];
     if (s->status != 0) {
-        engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
                        "the constraint could not compute a token mask");
         return;
     }
     if (st != TR_OK) {
-        engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, sampler_last_error(s->smp));
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, tr_sampler_last_error(s->smp));
         return;
     }
     if (s->cstate) {
         int cs = r->cops->accept(s->cstate, tok);
         if (cs != 0) {
-            engine_end_seq(e, s, TRELLIS_FINISH_ERROR, cs,
+            tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, cs,
                            "the constraint rejected the sampled token");
             return;
         }
@@ -138,10 +138,10 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     if (r->jump_forward && s->cstate) {
         int32_t room = TR_MIN(r->max_tokens - s->n_gen, e->n_ctx - s->len);
         room = TR_MIN(room, s->cap - s->len);
-        tr_status js = constraint_jump_forward(e->tok, r->cops, s->cstate, tok,
+        tr_status js = tr_constraint_jump_forward(e->tok, r->cops, s->cstate, tok,
                                                room, chunk, &n_chunk);
         if (js != TR_OK) {
-            engine_end_seq(e, s, TRELLIS_FINISH_ERROR, js,
+            tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, js,
                            "the constraint refused its own token again after "
                            "a jump-forward rollback");
             return;
@@ -159,27 +159,27 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
             end_at_stop_token(e, s, t);
             return;
         }
-        sampler_accept(s->smp, t);
+        tr_sampler_accept(s->smp, t);
         s->len++;
         s->n_gen++;
         e->st.generated_tokens++;
         /* forced tokens report logprob 0 (probability 1), no alternatives */
-        if (out_push_token(e, s, t, jumped ? NULL : lp, true)) {
-            engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        if (tr_out_push_token(e, s, t, jumped ? NULL : lp, true)) {
+            tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
             return;
         }
     }
     if (s->cstate && r->cops->is_done && r->cops->is_done(s->cstate)) {
-        out_flush(e, s);
-        engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        tr_out_flush(e, s);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
         return;
     }
     if (s->n_gen >= r->max_tokens || s->len >= e->n_ctx) {
-        out_flush(e, s);
-        engine_end_seq(e, s, TRELLIS_FINISH_LENGTH, TR_OK, NULL);
+        tr_out_flush(e, s);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_LENGTH, TR_OK, NULL);
         return;
     }
-    out_emit_delta(e, s);
+    tr_out_emit_delta(e, s);
 }
 
 /* Fills the masks of the constrained rows (overlapped with the forward). */
@@ -198,11 +198,11 @@ static void fill_masks(trellis_engine *e, int32_t n_rows) {
     }
 }
 
-void engine_step(trellis_engine *e) {
+void tr_engine_step(trellis_engine *e) {
     uint64_t t0 = tr_now_ns();
-    int32_t n_tok = sched_plan(e);
+    int32_t n_tok = tr_sched_plan(e);
     if (n_tok == 0) {
-        out_publish(e);
+        tr_out_publish(e);
         return;
     }
     /* the batch: each running sequence's planned tokens, in running order */
@@ -236,17 +236,17 @@ void engine_step(trellis_engine *e) {
     tr_status fst;
     uint64_t ov = 0;
     if (e->worker.started) {
-        worker_post(e, &b, e->b_tokens, e->b_rows, nrows, e->logits);
+        tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows, e->logits);
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
-        engine_take_messages(e, false, true);
-        sched_admit_ahead(e);
+        tr_engine_take_messages(e, false, true);
+        tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
-        fst = worker_wait(e);
+        fst = tr_worker_wait(e);
     } else {
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
-        sched_admit_ahead(e);
+        tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
                                       e->b_rows, nrows, e->logits);
@@ -266,22 +266,22 @@ void engine_step(trellis_engine *e) {
         tr_log(TR_LOG_ERROR, "engine: forward pass failed (%s)",
                tr_status_name(fst));
         for (int32_t i = 0; i < nseq; i++)
-            engine_end_seq(e, e->b_seqs[i], TRELLIS_FINISH_ERROR, fst,
+            tr_engine_end_seq(e, e->b_seqs[i], TRELLIS_FINISH_ERROR, fst,
                            "the forward pass failed");
-        out_publish(e);
+        tr_out_publish(e);
         return;
     }
-    for (int32_t i = 0; i < nseq; i++) sched_after_forward(e, e->b_seqs[i]);
+    for (int32_t i = 0; i < nseq; i++) tr_sched_after_forward(e, e->b_seqs[i]);
     uint64_t t3 = tr_now_ns();
     /* the vocabulary-wide sampling work: half on the (now idle) compute
      * thread when there are enough rows to pay for the hand-off */
     if (e->worker.started && nrows >= 8) {
         int32_t h = nrows / 2;
-        worker_post_sample(e, h, nrows);
-        engine_sample_rows(e, 0, h);
-        worker_wait(e);
+        tr_worker_post_sample(e, h, nrows);
+        tr_engine_sample_rows(e, 0, h);
+        tr_worker_wait(e);
     } else {
-        engine_sample_rows(e, 0, nrows);
+        tr_engine_sample_rows(e, 0, nrows);
     }
     for (int32_t r = 0; r < nrows; r++) finish_row(e, e->row_seqs[r], r);
     uint64_t t4 = tr_now_ns();
@@ -298,6 +298,6 @@ void engine_step(trellis_engine *e) {
     /* stats first, so that an embedder reading them after this step's
      * events sees the step; publishing the events (a list splice and a
      * wake-up) is then the last, uncounted, microsecond of the step */
-    engine_publish_stats(e);
-    out_publish(e);
+    tr_engine_publish_stats(e);
+    tr_out_publish(e);
 }

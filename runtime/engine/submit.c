@@ -26,7 +26,7 @@
 void trellis_request_default(trellis_request *r) {
     memset(r, 0, sizeof *r);
     /* the sampling defaults are the sampler's own (one place) */
-    sampler_params sp = sampler_params_default();
+    sampler_params sp = tr_sampler_params_default();
     r->temperature = sp.temperature;
     r->top_k = sp.top_k;
     r->top_p = sp.top_p;
@@ -91,49 +91,49 @@ typedef struct regex_state {
     grammar_vocab *v;    /* one reference */
 } regex_state;
 
-/* the matcher's part is constraint_matcher_ops (constraint.c); this
+/* the matcher's part is tr_constraint_matcher_ops (constraint.c); this
  * state adds the references clone needs */
 #define RX_M(st) (((regex_state *)(st))->m)
 static int rx_fill(void *st, uint64_t *mask, size_t n_words) {
-    return constraint_matcher_ops.fill_mask(RX_M(st), mask, n_words);
+    return tr_constraint_matcher_ops.fill_mask(RX_M(st), mask, n_words);
 }
 static int rx_accept(void *st, int32_t tok) {
-    return constraint_matcher_ops.accept(RX_M(st), tok);
+    return tr_constraint_matcher_ops.accept(RX_M(st), tok);
 }
 static bool rx_done(void *st) {
-    return constraint_matcher_ops.is_done(RX_M(st));
+    return tr_constraint_matcher_ops.is_done(RX_M(st));
 }
 static int rx_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
-    return constraint_matcher_ops.forced_bytes(RX_M(st), buf, cap, len);
+    return tr_constraint_matcher_ops.forced_bytes(RX_M(st), buf, cap, len);
 }
 static int rx_rollback(void *st, int32_t n) {
-    return constraint_matcher_ops.rollback(RX_M(st), n);
+    return tr_constraint_matcher_ops.rollback(RX_M(st), n);
 }
 static void rx_free(void *p) {
     regex_state *st = p;
     if (!st) return;
-    grammar_matcher_free(st->m);
-    grammar_free(st->g);
-    grammar_vocab_free(st->v);
+    tr_grammar_matcher_free(st->m);
+    tr_grammar_free(st->g);
+    tr_grammar_vocab_free(st->v);
     free(st);
 }
-void *engine_regex_state_new(grammar *g, grammar_vocab *v) {
+void *tr_engine_regex_state_new(grammar *g, grammar_vocab *v) {
     regex_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
-    if (grammar_matcher_new(g, v, 0, &st->m) != TR_OK) {
+    if (tr_grammar_matcher_new(g, v, 0, &st->m) != TR_OK) {
         free(st);
         return NULL;
     }
-    st->g = grammar_ref(g);
-    st->v = grammar_vocab_ref(v);
+    st->g = tr_grammar_ref(g);
+    st->v = tr_grammar_vocab_ref(v);
     return st;
 }
 static void *rx_clone(void *p) {
     regex_state *st = p;
-    return engine_regex_state_new(st->g, st->v);
+    return tr_engine_regex_state_new(st->g, st->v);
 }
 
-const trellis_constraint_ops engine_regex_ops = {
+const trellis_constraint_ops tr_engine_regex_ops = {
     .fill_mask = rx_fill,
     .accept = rx_accept,
     .is_done = rx_done,
@@ -162,13 +162,13 @@ static int encode_text(const trellis_engine *e, const char *text, size_t len,
     if (!utf8_valid(text, len))
         return fail(err, cap, TR_ERR_INVALID_ARG, "the prompt is not valid UTF-8");
     if (e->add_bos) {
-        int32_t bos = tokenizer_bos(e->tok);
+        int32_t bos = tr_tokenizer_bos(e->tok);
         int s = append_ids(ids, n, &bos, 1);
         if (s) return fail(err, cap, s, "out of memory");
     }
     int32_t *enc = NULL;
     size_t n_enc = 0;
-    tr_status s = tokenizer_encode(e->tok, text, len, parse_special, &enc, &n_enc);
+    tr_status s = tr_tokenizer_encode(e->tok, text, len, parse_special, &enc, &n_enc);
     if (s != TR_OK)
         return fail(err, cap, s, "cannot tokenize the prompt: %s",
                     tr_status_message(s));
@@ -221,7 +221,7 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
     char *text = NULL;
     size_t text_len = 0;
     tr_diag d = {0};
-    tr_status s = chat_render((chat_template_kind)e->chat_kind, e->chat_system,
+    tr_status s = tr_chat_render((chat_template_kind)e->chat_kind, e->chat_system,
                               msgs, (size_t)r->n_messages,
                               !r->no_generation_prompt, &text, &text_len, &d);
     free(msgs);
@@ -314,7 +314,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     int rc = check_params(e, r, err, cap);
     if (rc) return rc;
 
-    sampler_params sp = sampler_params_default();
+    sampler_params sp = tr_sampler_params_default();
     sp.temperature = r->temperature;
     sp.top_k = r->top_k;
     sp.top_p = r->top_p;
@@ -326,7 +326,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     sp.seed = r->seed;
     sp.n_logprobs = r->logprobs ? r->top_logprobs : 0;
     tr_diag d = {0};
-    tr_status s = sampler_params_validate(&sp, &d);
+    tr_status s = tr_sampler_params_validate(&sp, &d);
     if (s != TR_OK)
         return fail(err, cap, s, "bad sampling parameters: %s", d.message);
 
@@ -361,7 +361,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                     "context of %d tokens",
                     n_prompt, (long long)max_tokens, (long long)total, e->n_ctx);
     }
-    int32_t need_pages = sched_pages_for(e, total);
+    int32_t need_pages = tr_sched_pages_for(e, total);
     if (need_pages > e->n_pages) {
         free(prompt);
         return fail(err, cap, TR_ERR_LIMIT,
@@ -381,19 +381,19 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
             return fail(err, cap, TR_ERR_UNSUPPORTED,
                         "constraints are unavailable (no vocabulary)");
         }
-        s = grammar_compile_regex(r->regex, strlen(r->regex), NULL, &g, &d);
+        s = tr_grammar_compile_regex(r->regex, strlen(r->regex), NULL, &g, &d);
         if (s != TR_OK) {
             free(prompt);
             return fail(err, cap, s, "bad regex: %s (at byte %llu)", d.message,
                         (unsigned long long)d.offset);
         }
-        cstate = engine_regex_state_new(g, e->gvocab);
-        grammar_free(g); /* the state holds its own reference */
+        cstate = tr_engine_regex_state_new(g, e->gvocab);
+        tr_grammar_free(g); /* the state holds its own reference */
         if (!cstate) {
             free(prompt);
             return fail(err, cap, TR_ERR_NOMEM, "out of memory");
         }
-        cops = &engine_regex_ops;
+        cops = &tr_engine_regex_ops;
     }
 
     engine_req *q = calloc(1, sizeof *q + (size_t)r->n * sizeof(engine_seq));
@@ -466,14 +466,14 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     m->req = q;
     atomic_fetch_add(&e->n_submitted, 1);
     if (id_out) *id_out = q->id;
-    engine_send(e, m);
+    tr_engine_send(e, m);
     return TR_OK;
 
 nomem:
     if (q) {
         /* the caller keeps its constraint state on failure */
         if (!r->regex) q->cstate0 = NULL;
-        engine_req_free(q);
+        tr_engine_req_free(q);
     } else if (r->regex) {
         rx_free(cstate);
     }

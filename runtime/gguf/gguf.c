@@ -27,7 +27,7 @@
  *
  * After parsing, keys and tensor names are indexed by open-addressing hash
  * tables (which also detect duplicates in O(n)); string arrays get a table
- * of element offsets so that gguf_get_arr_str is O(1) (the tokenizer reads
+ * of element offsets so that tr_gguf_get_arr_str is O(1) (the tokenizer reads
  * 49152 tokens by index). Nothing is mutated after open: thread-safe reads.
  */
 #include "runtime/gguf/gguf.h"
@@ -90,8 +90,8 @@ struct gguf_file {
     uint64_t size;
     void *map;           /* non-NULL if we own an mmap of map_size bytes */
     size_t map_size;
-    gguf_load load;      /* how gguf_open_ex brought the bytes in (MMAP for
-                            gguf_open_memory: borrowed bytes, not copied) */
+    gguf_load load;      /* how tr_gguf_open_ex brought the bytes in (MMAP for
+                            tr_gguf_open_memory: borrowed bytes, not copied) */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -145,7 +145,7 @@ static bool type_is_float(uint32_t t) {
     return t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64;
 }
 
-const char *gguf_type_name(gguf_type t) {
+const char *tr_gguf_type_name(gguf_type t) {
     switch (t) {
     case GGUF_TYPE_UINT8: return "uint8";
     case GGUF_TYPE_INT8: return "int8";
@@ -346,7 +346,7 @@ static tr_status parse_array(rd *r, int depth, gguf_kv *kv) {
         return rd_fail(r, TR_ERR_FORMAT, n_off,
                        "array length %" PRIu64 " past end of file (%s elements "
                        "take >= %" PRIu64 " bytes each, %" PRIu64 " left)",
-                       n, gguf_type_name((gguf_type)et), min, rd_left(r));
+                       n, tr_gguf_type_name((gguf_type)et), min, rd_left(r));
     if (kv) {
         kv->elem_type = (gguf_type)et;
         kv->n = n;
@@ -466,7 +466,7 @@ static bool grow(void **arr, uint64_t *cap, uint64_t need, size_t elem) {
     return true;
 }
 
-void gguf_close(gguf_file *f) {
+void tr_gguf_close(gguf_file *f) {
     if (!f) return;
     for (uint64_t i = 0; i < f->n_kv; i++) free(f->kvs[i].str_off);
     free(f->kvs);
@@ -532,7 +532,7 @@ static tr_status parse_kvs(rd *r, gguf_file *f, uint64_t n_kv) {
         if (!grow((void **)&f->kvs, &cap, i + 1, sizeof *f->kvs))
             return rd_fail(r, TR_ERR_NOMEM, r->pos, "kvs: out of memory");
         gguf_kv *kv = &f->kvs[i];
-        f->n_kv = i + 1; /* so that gguf_close frees kv->str_off */
+        f->n_kv = i + 1; /* so that tr_gguf_close frees kv->str_off */
         snprintf(r->ctx, sizeof r->ctx, "kv #%" PRIu64, i);
         kv->key_off = r->pos;
         tr_status s = rd_str(r, "key", &kv->key);
@@ -573,7 +573,7 @@ static tr_status parse_alignment(rd *r, gguf_file *f) {
     if (!type_is_int(kv->type))
         return rd_fail(r, TR_ERR_FORMAT, kv->val_off,
                        "has type %s, expected uint32",
-                       gguf_type_name(kv->type));
+                       tr_gguf_type_name(kv->type));
     int_val v = decode_int(kv->type, f->base + kv->val_off);
     if (v.neg)
         return rd_fail(r, TR_ERR_FORMAT, kv->val_off,
@@ -718,14 +718,14 @@ static tr_status open_bytes(const void *data, uint64_t size, void *map,
     f->load = GGUF_LOAD_MMAP;
     tr_status s = parse(f, diag);
     if (s) {
-        gguf_close(f);
+        tr_gguf_close(f);
         return s;
     }
     *out = f;
     return TR_OK;
 }
 
-tr_status gguf_open_memory(const void *data, size_t size, gguf_file **out,
+tr_status tr_gguf_open_memory(const void *data, size_t size, gguf_file **out,
                            tr_diag *diag) {
     if (!out || (!data && size))
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
@@ -780,7 +780,7 @@ static void *read_resident(int fd, size_t size, void **raw, size_t *raw_size,
     return base;
 }
 
-bool gguf_huge_pages_available(void) {
+bool tr_gguf_huge_pages_available(void) {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     if (!f) return false;
     char line[128] = {0};
@@ -795,13 +795,13 @@ bool gguf_huge_pages_available(void) {
  * bigger one is mapped so that it can be paged, as llama.cpp does by
  * default). */
 static bool auto_reads(size_t size) {
-    if (!gguf_huge_pages_available()) return false;
+    if (!tr_gguf_huge_pages_available()) return false;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return false;
     return (double)size <= 0.25 * (double)pages * (double)page;
 }
 
-const char *gguf_load_name(gguf_load load) {
+const char *tr_gguf_load_name(gguf_load load) {
     switch (load) {
     case GGUF_LOAD_AUTO: return "auto";
     case GGUF_LOAD_MMAP: return "mmap";
@@ -810,21 +810,21 @@ const char *gguf_load_name(gguf_load load) {
     return "?";
 }
 
-bool gguf_load_parse(const char *s, gguf_load *out) {
+bool tr_gguf_load_parse(const char *s, gguf_load *out) {
     static const gguf_load all[] = {GGUF_LOAD_AUTO, GGUF_LOAD_MMAP, GGUF_LOAD_READ};
     for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, gguf_load_name(all[i])) == 0) {
+        if (strcmp(s, tr_gguf_load_name(all[i])) == 0) {
             *out = all[i];
             return true;
         }
     return false;
 }
 
-tr_status gguf_open(const char *path, gguf_file **out, tr_diag *diag) {
-    return gguf_open_ex(path, GGUF_LOAD_MMAP, out, diag);
+tr_status tr_gguf_open(const char *path, gguf_file **out, tr_diag *diag) {
+    return tr_gguf_open_ex(path, GGUF_LOAD_MMAP, out, diag);
 }
 
-tr_status gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
+tr_status tr_gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
                        tr_diag *diag) {
     if (!path || !out)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
@@ -888,34 +888,34 @@ tr_status gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
     return s;
 }
 
-gguf_load gguf_load_used(const gguf_file *f) { return f->load; }
+gguf_load tr_gguf_load_used(const gguf_file *f) { return f->load; }
 
 /* ---- file-level queries ---- */
 
-uint32_t gguf_version(const gguf_file *f) { return f->version; }
-uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
-uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
-uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
+uint32_t tr_gguf_version(const gguf_file *f) { return f->version; }
+uint64_t tr_gguf_file_size(const gguf_file *f) { return f->size; }
+uint32_t tr_gguf_alignment(const gguf_file *f) { return f->alignment; }
+uint64_t tr_gguf_data_offset(const gguf_file *f) { return f->data_offset; }
 
 /* ---- key/value queries ---- */
 
-uint64_t gguf_kv_count(const gguf_file *f) { return f->n_kv; }
+uint64_t tr_gguf_kv_count(const gguf_file *f) { return f->n_kv; }
 
-int64_t gguf_kv_find(const gguf_file *f, const char *key) {
+int64_t tr_gguf_kv_find(const gguf_file *f, const char *key) {
     return index_find(&f->kv_index, KV_INDEX_ARGS(f), key);
 }
 
-gguf_str gguf_kv_key(const gguf_file *f, uint64_t i) {
+gguf_str tr_gguf_kv_key(const gguf_file *f, uint64_t i) {
     gguf_str none = {NULL, 0};
     return i < f->n_kv ? f->kvs[i].key : none;
 }
 
-gguf_type gguf_kv_type(const gguf_file *f, uint64_t i) {
+gguf_type tr_gguf_kv_type(const gguf_file *f, uint64_t i) {
     return i < f->n_kv ? f->kvs[i].type : (gguf_type)-1;
 }
 
 static const gguf_kv *kv_get(const gguf_file *f, const char *key) {
-    int64_t i = gguf_kv_find(f, key);
+    int64_t i = tr_gguf_kv_find(f, key);
     return i < 0 ? NULL : &f->kvs[i];
 }
 
@@ -928,7 +928,7 @@ static tr_status get_int(const gguf_file *f, const char *key, int_val *v) {
     return TR_OK;
 }
 
-tr_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
+tr_status tr_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
     int_val v;
     tr_status s = get_int(f, key, &v);
     if (s) return s;
@@ -937,7 +937,7 @@ tr_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
     return TR_OK;
 }
 
-tr_status gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
+tr_status tr_gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
     int_val v;
     tr_status s = get_int(f, key, &v);
     if (s) return s;
@@ -946,7 +946,7 @@ tr_status gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
     return TR_OK;
 }
 
-tr_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+tr_status tr_gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
     int_val v;
     tr_status s = get_int(f, key, &v);
     if (s) return s;
@@ -959,7 +959,7 @@ tr_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
     return TR_OK;
 }
 
-tr_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
+tr_status tr_gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv) return TR_ERR_NOT_FOUND;
     if (!type_is_float(kv->type)) return TR_ERR_FORMAT;
@@ -970,7 +970,7 @@ tr_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     return TR_OK;
 }
 
-tr_status gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
+tr_status tr_gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv) return TR_ERR_NOT_FOUND;
     if (kv->type != GGUF_TYPE_BOOL) return TR_ERR_FORMAT;
@@ -984,7 +984,7 @@ static gguf_str str_at(const gguf_file *f, uint64_t len_off) {
     return s;
 }
 
-tr_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
+tr_status tr_gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv) return TR_ERR_NOT_FOUND;
     if (kv->type != GGUF_TYPE_STRING) return TR_ERR_FORMAT;
@@ -992,7 +992,7 @@ tr_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
     return TR_OK;
 }
 
-tr_status gguf_get_arr(const gguf_file *f, const char *key,
+tr_status tr_gguf_get_arr(const gguf_file *f, const char *key,
                        gguf_type *elem_type, uint64_t *n) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv) return TR_ERR_NOT_FOUND;
@@ -1014,7 +1014,7 @@ static tr_status get_scalar_arr(const gguf_file *f, const char *key,
     return TR_OK;
 }
 
-tr_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
                            gguf_str *out) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv) return TR_ERR_NOT_FOUND;
@@ -1025,7 +1025,7 @@ tr_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
     return TR_OK;
 }
 
-tr_status gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
                            double *out) {
     const gguf_kv *kv;
     tr_status s = get_scalar_arr(f, key, i, &kv);
@@ -1040,7 +1040,7 @@ tr_status gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
     return TR_OK;
 }
 
-tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
                            int64_t *out) {
     const gguf_kv *kv;
     tr_status s = get_scalar_arr(f, key, i, &kv);
@@ -1053,7 +1053,7 @@ tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
     return TR_OK;
 }
 
-const void *gguf_get_arr_data(const gguf_file *f, const char *key) {
+const void *tr_gguf_get_arr_data(const gguf_file *f, const char *key) {
     const gguf_kv *kv = kv_get(f, key);
     if (!kv || kv->type != GGUF_TYPE_ARRAY || !scalar_size(kv->elem_type))
         return NULL;
@@ -1131,7 +1131,7 @@ static void format_value(appender *a, const gguf_file *f, uint32_t t,
             format_value(a, f, et, off, depth + 1);
         }
         ap_printf(a, "%s] (%" PRIu64 " x %s)", shown < n ? ", ..." : "", n,
-                  gguf_type_name((gguf_type)et));
+                  tr_gguf_type_name((gguf_type)et));
         *off = end;
         return;
     }
@@ -1147,7 +1147,7 @@ static void format_value(appender *a, const gguf_file *f, uint32_t t,
     *off += scalar_size(t);
 }
 
-const char *gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
+const char *tr_gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
                            size_t buf_size) {
     if (!buf || buf_size == 0) return buf;
     buf[0] = '\0';
@@ -1160,7 +1160,7 @@ const char *gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
     return buf;
 }
 
-void gguf_dump(const gguf_file *f, FILE *out) {
+void tr_gguf_dump(const gguf_file *f, FILE *out) {
     fprintf(out, "GGUF v%" PRIu32 ", %" PRIu64 " bytes, %" PRIu64 " kvs, %"
             PRIu64 " tensors, alignment %" PRIu32 ", data at byte %" PRIu64 "\n",
             f->version, f->size, f->n_kv, f->n_tensors, f->alignment,
@@ -1170,7 +1170,7 @@ void gguf_dump(const gguf_file *f, FILE *out) {
         const gguf_kv *kv = &f->kvs[i];
         fprintf(out, "  kv %" PRIu64 " %.*s : %s = %s\n", i,
                 (int)TR_MIN(kv->key.len, 200u), kv->key.ptr,
-                gguf_type_name(kv->type), gguf_kv_format(f, i, buf, sizeof buf));
+                tr_gguf_type_name(kv->type), tr_gguf_kv_format(f, i, buf, sizeof buf));
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i].t;
@@ -1183,7 +1183,7 @@ void gguf_dump(const gguf_file *f, FILE *out) {
     }
 }
 
-tr_status gguf_check(const gguf_file *f) {
+tr_status tr_gguf_check(const gguf_file *f) {
     if (!f || !f->base) return TR_ERR_INVALID_ARG;
     if (f->version != 2 && f->version != 3) return TR_ERR_INTERNAL;
     if (!f->alignment || (f->alignment & (f->alignment - 1)))
@@ -1219,18 +1219,18 @@ tr_status gguf_check(const gguf_file *f) {
 
 /* ---- tensors ---- */
 
-uint64_t gguf_tensor_count(const gguf_file *f) { return f->n_tensors; }
+uint64_t tr_gguf_tensor_count(const gguf_file *f) { return f->n_tensors; }
 
-const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i) {
+const gguf_tensor *tr_gguf_tensor_at(const gguf_file *f, uint64_t i) {
     return i < f->n_tensors ? &f->tensors[i].t : NULL;
 }
 
-const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name) {
+const gguf_tensor *tr_gguf_tensor_find(const gguf_file *f, const char *name) {
     int64_t i = index_find(&f->tensor_index, TENSOR_INDEX_ARGS(f), name);
     return i < 0 ? NULL : &f->tensors[i].t;
 }
 
-bool gguf_str_eq(gguf_str s, const char *c) {
+bool tr_gguf_str_eq(gguf_str s, const char *c) {
     size_t n = strlen(c);
     return s.len == n && (n == 0 || memcmp(s.ptr, c, n) == 0);
 }

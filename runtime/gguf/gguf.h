@@ -4,13 +4,13 @@
  * third-party library). The model loader, the tokenizer builder and
  * `trellis info` read files through it.
  *
- * The file is mmapped (or read into huge-page memory: gguf_open_ex); every
+ * The file is mmapped (or read into huge-page memory: tr_gguf_open_ex); every
  * count, offset and size read from it is checked for overflow and bounds
  * before use, so any byte string yields either a valid gguf_file or an
  * error whose tr_diag names the field and its byte offset (never a crash,
  * never a read outside the mapping). Strings and
  * tensor data point into the mapping: they are borrowed and live until
- * gguf_close. A gguf_file is immutable after open: any number of threads may
+ * tr_gguf_close. A gguf_file is immutable after open: any number of threads may
  * read it at once.
  *
  * Checks made at open: magic "GGUF", version 2 or 3, key/value and tensor
@@ -23,7 +23,7 @@
  * A tensor type that is known but not computable is NOT an error here
  * (`trellis info` describes such files); the model loader rejects it.
  *
- * Error codes of gguf_open / gguf_open_memory: TR_ERR_IO (cannot open, stat
+ * Error codes of tr_gguf_open / tr_gguf_open_memory: TR_ERR_IO (cannot open, stat
  * or map the file), TR_ERR_FORMAT (malformed: truncated, out of bounds,
  * overflowing, unknown value type, duplicate, bad alignment, ...),
  * TR_ERR_UNSUPPORTED (version other than 2 or 3, big-endian file, tensor
@@ -61,7 +61,7 @@ typedef enum gguf_type {
 } gguf_type;
 
 /* "uint32", "string", ...; "unknown" otherwise. */
-const char *gguf_type_name(gguf_type t);
+const char *tr_gguf_type_name(gguf_type t);
 
 /* A string inside the file: NOT NUL-terminated, may contain any bytes. */
 typedef struct gguf_str {
@@ -77,13 +77,13 @@ typedef struct gguf_tensor {
     uint64_t n_elements;
     uint64_t offset;  /* absolute byte offset in the file */
     uint64_t size;    /* bytes */
-    const void *data; /* points into the mapping (borrowed); for gguf_open
+    const void *data; /* points into the mapping (borrowed); for tr_gguf_open
                          aligned to the file's alignment up to the page size */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
 
-/* How gguf_open_ex brings the file's bytes in.
+/* How tr_gguf_open_ex brings the file's bytes in.
  *   MMAP  a read-only file mapping: nothing is read up front and the pages
  *         are shared with the page cache (and other processes).
  *   READ  the whole file read into anonymous memory advised for transparent
@@ -91,18 +91,18 @@ typedef struct gguf_file gguf_file;
  *         to read it, and makes every pass over the weights cheaper (no TLB
  *         miss per 4 KiB; measured in README, "Weights in huge pages").
  *   AUTO  READ if transparent huge pages are enabled (see
- *         gguf_huge_pages_available), the file takes at most a quarter of
+ *         tr_gguf_huge_pages_available), the file takes at most a quarter of
  *         the machine's RAM and the memory can be had, else MMAP. */
 typedef enum gguf_load { GGUF_LOAD_AUTO = 0, GGUF_LOAD_MMAP, GGUF_LOAD_READ } gguf_load;
 
 /* Whether the kernel hands out transparent huge pages to memory that asks
  * for them (/sys/kernel/mm/transparent_hugepage/enabled is "always" or
  * "madvise"). */
-bool gguf_huge_pages_available(void);
+bool tr_gguf_huge_pages_available(void);
 
-/* "auto", "mmap", "read"; gguf_load_parse: false for anything else. */
-const char *gguf_load_name(gguf_load load);
-bool gguf_load_parse(const char *s, gguf_load *out);
+/* "auto", "mmap", "read"; tr_gguf_load_parse: false for anything else. */
+const char *tr_gguf_load_name(gguf_load load);
+bool tr_gguf_load_parse(const char *s, gguf_load *out);
 
 /* Opens and validates path, bringing the bytes in as `load` says. On
  * failure *out is untouched and diag (if not NULL) says what, where (byte
@@ -111,85 +111,85 @@ bool gguf_load_parse(const char *s, gguf_load *out);
  * TR_ERR_FORMAT for malformed content, TR_ERR_UNSUPPORTED for a version
  * other than 2 or 3, TR_ERR_INVALID_ARG for an unknown load mode. Whatever
  * the mode, the same bytes are validated the same way. */
-tr_status gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
+tr_status tr_gguf_open_ex(const char *path, gguf_load load, gguf_file **out,
                        tr_diag *diag);
-/* gguf_open_ex with GGUF_LOAD_MMAP. */
-tr_status gguf_open(const char *path, gguf_file **out, tr_diag *diag);
-/* MMAP or READ: what gguf_open_ex did (AUTO resolved); MMAP for
- * gguf_open_memory. */
-gguf_load gguf_load_used(const gguf_file *f);
+/* tr_gguf_open_ex with GGUF_LOAD_MMAP. */
+tr_status tr_gguf_open(const char *path, gguf_file **out, tr_diag *diag);
+/* MMAP or READ: what tr_gguf_open_ex did (AUTO resolved); MMAP for
+ * tr_gguf_open_memory. */
+gguf_load tr_gguf_load_used(const gguf_file *f);
 /* Same over a caller's buffer (borrowed; must outlive the gguf_file). Used
  * by tests and the fuzz target. */
-tr_status gguf_open_memory(const void *data, size_t size, gguf_file **out,
+tr_status tr_gguf_open_memory(const void *data, size_t size, gguf_file **out,
                            tr_diag *diag);
 /* f may be NULL. */
-void gguf_close(gguf_file *f);
+void tr_gguf_close(gguf_file *f);
 
 /* Re-validates the invariants open established (tensors inside the file,
  * sizes consistent with types, indexes complete). TR_OK or
  * TR_ERR_INTERNAL. For tests. */
-tr_status gguf_check(const gguf_file *f);
-/* Prints the header, every kv (gguf_kv_format) and every tensor. */
-void gguf_dump(const gguf_file *f, FILE *out);
+tr_status tr_gguf_check(const gguf_file *f);
+/* Prints the header, every kv (tr_gguf_kv_format) and every tensor. */
+void tr_gguf_dump(const gguf_file *f, FILE *out);
 
-uint32_t gguf_version(const gguf_file *f);
-uint64_t gguf_file_size(const gguf_file *f);
-uint32_t gguf_alignment(const gguf_file *f);
+uint32_t tr_gguf_version(const gguf_file *f);
+uint64_t tr_gguf_file_size(const gguf_file *f);
+uint32_t tr_gguf_alignment(const gguf_file *f);
 /* Byte offset where tensor data starts. */
-uint64_t gguf_data_offset(const gguf_file *f);
+uint64_t tr_gguf_data_offset(const gguf_file *f);
 
 /* ---- key/value metadata ---- */
-uint64_t gguf_kv_count(const gguf_file *f);
+uint64_t tr_gguf_kv_count(const gguf_file *f);
 /* Index of key (NUL-terminated) or -1. */
-int64_t gguf_kv_find(const gguf_file *f, const char *key);
-/* For i >= gguf_kv_count: {NULL, 0}, and (gguf_type)-1 ("unknown"). */
-gguf_str gguf_kv_key(const gguf_file *f, uint64_t i);
-gguf_type gguf_kv_type(const gguf_file *f, uint64_t i);
+int64_t tr_gguf_kv_find(const gguf_file *f, const char *key);
+/* For i >= tr_gguf_kv_count: {NULL, 0}, and (gguf_type)-1 ("unknown"). */
+gguf_str tr_gguf_kv_key(const gguf_file *f, uint64_t i);
+gguf_type tr_gguf_kv_type(const gguf_file *f, uint64_t i);
 
 /* Typed getters by key. Return TR_ERR_NOT_FOUND if the key is absent and
  * TR_ERR_FORMAT if its type does not fit (integers convert between widths
  * and signedness when the value fits; floats accept float32 and float64).
  * *out is untouched on failure. */
-tr_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
-tr_status gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
-tr_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
-tr_status gguf_get_f32(const gguf_file *f, const char *key, float *out);
-tr_status gguf_get_bool(const gguf_file *f, const char *key, bool *out);
-tr_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+tr_status tr_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+tr_status tr_gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+tr_status tr_gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+tr_status tr_gguf_get_f32(const gguf_file *f, const char *key, float *out);
+tr_status tr_gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+tr_status tr_gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 
 /* Arrays: element type and length. TR_ERR_FORMAT if key is not an array. */
-tr_status gguf_get_arr(const gguf_file *f, const char *key,
+tr_status tr_gguf_get_arr(const gguf_file *f, const char *key,
                        gguf_type *elem_type, uint64_t *n);
 /* Element i of a string array (bounds-checked: TR_ERR_INVALID_ARG). */
-tr_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i,
                            gguf_str *out);
 /* Element i of a numeric or bool array converted to double / int64
- * (TR_ERR_INVALID_ARG for i >= n; gguf_get_arr_i64 gives TR_ERR_FORMAT for
+ * (TR_ERR_INVALID_ARG for i >= n; tr_gguf_get_arr_i64 gives TR_ERR_FORMAT for
  * float arrays and uint64 values above INT64_MAX). */
-tr_status gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i,
                            double *out);
-tr_status gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
+tr_status tr_gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i,
                            int64_t *out);
 /* Raw packed little-endian data of a numeric array (may be unaligned:
  * memcpy from it). NULL for string arrays, nested arrays or missing keys. */
-const void *gguf_get_arr_data(const gguf_file *f, const char *key);
+const void *tr_gguf_get_arr_data(const gguf_file *f, const char *key);
 
 /* Writes a one-line human-readable rendering of value i into buf (always
  * NUL-terminated, truncated to buf_size; "" for i out of range) and returns
  * buf. Numbers as decimals, bools as true/false, strings quoted with \" \\
  * \n \xNN escapes (first 120 bytes), arrays as their first 8 elements then
  * the count and element type: `["a", "b", ...] (49152 x string)`. */
-const char *gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
+const char *tr_gguf_kv_format(const gguf_file *f, uint64_t i, char *buf,
                            size_t buf_size);
 
 /* ---- tensors ---- */
-uint64_t gguf_tensor_count(const gguf_file *f);
-/* NULL for i >= gguf_tensor_count. */
-const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
+uint64_t tr_gguf_tensor_count(const gguf_file *f);
+/* NULL for i >= tr_gguf_tensor_count. */
+const gguf_tensor *tr_gguf_tensor_at(const gguf_file *f, uint64_t i);
 /* By name (NUL-terminated); NULL if absent. */
-const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);
+const gguf_tensor *tr_gguf_tensor_find(const gguf_file *f, const char *name);
 
 /* true if s equals the NUL-terminated c. */
-bool gguf_str_eq(gguf_str s, const char *c);
+bool tr_gguf_str_eq(gguf_str s, const char *c);
 
 #endif

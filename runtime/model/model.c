@@ -61,7 +61,7 @@ static tr_status read_u32(const gguf_file *f, const char *arch,
                           tr_diag *diag) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    tr_status s = gguf_get_u32(f, key, out);
+    tr_status s = tr_gguf_get_u32(f, key, out);
     if (s == TR_ERR_NOT_FOUND && !required) return TR_OK;
     if (s != TR_OK)
         return tr_diag_set(diag, s == TR_ERR_NOT_FOUND ? TR_ERR_NOT_FOUND
@@ -76,7 +76,7 @@ static tr_status read_f32(const gguf_file *f, const char *arch,
                           const char *suffix, float *out, tr_diag *diag) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    tr_status s = gguf_get_f32(f, key, out);
+    tr_status s = tr_gguf_get_f32(f, key, out);
     if (s == TR_ERR_NOT_FOUND) return TR_OK; /* keep the default */
     if (s != TR_OK)
         return tr_diag_set(diag, TR_ERR_FORMAT, 0,
@@ -88,7 +88,7 @@ static tr_status read_hparams(const gguf_file *f, model_hparams *hp,
                               tr_diag *diag) {
     memset(hp, 0, sizeof *hp);
     gguf_str arch;
-    if (gguf_get_str(f, "general.architecture", &arch) != TR_OK)
+    if (tr_gguf_get_str(f, "general.architecture", &arch) != TR_OK)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0,
                            "model metadata 'general.architecture' missing");
     if (arch.len >= sizeof hp->arch) arch.len = sizeof hp->arch - 1;
@@ -152,7 +152,7 @@ static tr_status read_hparams(const gguf_file *f, model_hparams *hp,
 /* Binds tensor `name` of shape [rows, cols] (ne = {cols, rows}). */
 static tr_status bind(model *m, const char *name, int64_t rows, int64_t cols,
                       bool matrix, tr_weight *w, tr_diag *diag) {
-    const gguf_tensor *t = gguf_tensor_find(m->file, name);
+    const gguf_tensor *t = tr_gguf_tensor_find(m->file, name);
     if (!t)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "tensor '%s' missing",
                            name);
@@ -215,7 +215,7 @@ static tr_status alloc_scratch(model *m, float **p, int64_t rows,
     return m->be->ops->alloc(m->be, (size_t)bytes, (void **)p);
 }
 
-tr_status model_load(const gguf_file *f, tr_backend *be,
+tr_status tr_model_load(const gguf_file *f, tr_backend *be,
                      int32_t max_batch_tokens, model **out, tr_diag *diag) {
     if (!f || !be || !out || max_batch_tokens <= 0)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
@@ -230,7 +230,7 @@ tr_status model_load(const gguf_file *f, tr_backend *be,
     model_hparams *hp = &m->hp;
     const int64_t dim = hp->dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
 
-    const gguf_tensor *te = gguf_tensor_find(f, "token_embd.weight");
+    const gguf_tensor *te = tr_gguf_tensor_find(f, "token_embd.weight");
     if (!te) {
         s = tr_diag_set(diag, TR_ERR_NOT_FOUND, 0,
                         "tensor 'token_embd.weight' missing");
@@ -249,7 +249,7 @@ tr_status model_load(const gguf_file *f, tr_backend *be,
         goto fail;
     if ((s = bind_norm(m, "output_norm.weight", dim, &m->out_norm, diag)))
         goto fail;
-    if (gguf_tensor_find(f, "output.weight")) {
+    if (tr_gguf_tensor_find(f, "output.weight")) {
         if ((s = bind(m, "output.weight", hp->n_vocab, dim, true, &m->output,
                       diag)))
             goto fail;
@@ -302,11 +302,11 @@ tr_status model_load(const gguf_file *f, tr_backend *be,
     *out = m;
     return TR_OK;
 fail:
-    model_free(m);
+    tr_model_free(m);
     return s;
 }
 
-void model_free(model *m) {
+void tr_model_free(model *m) {
     if (!m) return;
     tr_backend *be = m->be;
     float *bufs[] = {m->x,  m->xb, m->q,  m->k,    m->v,
@@ -320,24 +320,24 @@ void model_free(model *m) {
     free(m);
 }
 
-const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
-uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
-int32_t model_max_batch_tokens(const model *m) { return m->max_batch; }
+const model_hparams *tr_model_get_hparams(const model *m) { return &m->hp; }
+uint64_t tr_model_weight_bytes(const model *m) { return m->weight_bytes; }
+int32_t tr_model_max_batch_tokens(const model *m) { return m->max_batch; }
 
-uint64_t model_kv_page_bytes(const model *m, int32_t page_size,
+uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size,
                              tr_dtype type) {
     uint64_t esize = type == TR_DTYPE_F16 ? 2 : 4;
     return (uint64_t)m->hp.n_layers * 2u * (uint64_t)page_size *
            (uint64_t)m->hp.n_kv_heads * (uint64_t)m->hp.head_dim * esize;
 }
 
-tr_status model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
+tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
                          tr_dtype type, tr_kv_layout *kv) {
     if (n_pages <= 0 || page_size <= 0 ||
         (type != TR_DTYPE_F16 && type != TR_DTYPE_F32))
         return TR_ERR_INVALID_ARG;
     uint64_t bytes;
-    if (tr_mul_overflow_u64(model_kv_page_bytes(m, page_size, type),
+    if (tr_mul_overflow_u64(tr_model_kv_page_bytes(m, page_size, type),
                             (uint64_t)n_pages, &bytes) ||
         bytes > SIZE_MAX)
         return TR_ERR_OVERFLOW;
@@ -354,7 +354,7 @@ tr_status model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
     return TR_OK;
 }
 
-void model_kv_free(model *m, tr_kv_layout *kv) {
+void tr_model_kv_free(model *m, tr_kv_layout *kv) {
     if (kv && kv->base) m->be->ops->free(m->be, kv->base);
     if (kv) kv->base = NULL;
 }
@@ -386,7 +386,7 @@ static tr_status check_batch(const model *m, const tr_kv_layout *kv,
     return TR_OK;
 }
 
-tr_status model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
+tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
                         const int32_t *tokens, const int32_t *logit_rows,
                         int32_t n_logits, float *logits) {
     tr_status s = check_batch(m, kv, b, tokens, logit_rows, n_logits);

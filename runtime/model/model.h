@@ -47,23 +47,23 @@ typedef struct model model;
  * architecture other than llama is TR_ERR_UNSUPPORTED naming it).
  * max_batch_tokens bounds the rows of one forward call (scratch is sized
  * for it). On failure nothing is allocated. */
-tr_status model_load(const gguf_file *f, tr_backend *be,
+tr_status tr_model_load(const gguf_file *f, tr_backend *be,
                      int32_t max_batch_tokens, model **out, tr_diag *diag);
-void model_free(model *m);
+void tr_model_free(model *m);
 
-const model_hparams *model_get_hparams(const model *m);
+const model_hparams *tr_model_get_hparams(const model *m);
 /* Bytes of weights the model reads per forward (for reports). */
-uint64_t model_weight_bytes(const model *m);
-int32_t model_max_batch_tokens(const model *m);
+uint64_t tr_model_weight_bytes(const model *m);
+int32_t tr_model_max_batch_tokens(const model *m);
 
 /* Allocates KV memory for n_pages pages of page_size tokens on the
  * model's backend (type TR_DTYPE_F16 or TR_DTYPE_F32) and describes it in
- * *kv. Free with model_kv_free. */
-tr_status model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
+ * *kv. Free with tr_model_kv_free. */
+tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
                          tr_dtype type, tr_kv_layout *kv);
-void model_kv_free(model *m, tr_kv_layout *kv);
+void tr_model_kv_free(model *m, tr_kv_layout *kv);
 /* Bytes of one KV page. */
-uint64_t model_kv_page_bytes(const model *m, int32_t page_size, tr_dtype type);
+uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_dtype type);
 
 /* Runs the batch: tokens[b->n_tokens] at the positions/sequences of b
  * (1 <= n_tokens <= max_batch_tokens; every page a token writes or reads
@@ -71,7 +71,7 @@ uint64_t model_kv_page_bytes(const model *m, int32_t page_size, tr_dtype type);
  * stores into logits (host memory, [n_logits, n_vocab] floats) the logits
  * of the batch rows logit_rows[0..n_logits). Errors: TR_ERR_INVALID_ARG
  * for a malformed batch (the diag-free message goes to the log). */
-tr_status model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
+tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
                         const int32_t *tokens, const int32_t *logit_rows,
                         int32_t n_logits, float *logits);
 

@@ -4,7 +4,7 @@
  * Layering: runtime; libc + libm + base. Called from the engine
  * thread (one sampler per sequence, one thread at a time).
  *
- * Memory: everything O(vocab) is allocated by sampler_new:
+ * Memory: everything O(vocab) is allocated by tr_sampler_new:
  *   cand  [vocab] {logit, id}   top_k heap, candidate lists, top_p boundary
  *   w     [vocab] float         sampling weights of the current candidates
  *   bsum  [vocab/256 + 1] double block sums of w (the walk skips blocks)
@@ -12,7 +12,7 @@
  * The vector loops live in sampler_kernels_internal.h (one template,
  * instantiated for 16-byte vectors and for AVX2, chosen per CPU).
  *
- * Penalty window invariants (sampler_check):
+ * Penalty window invariants (tr_sampler_check):
  *   counts[t] = occurrences of t in the window;
  *   set[0..n_set) = the distinct t with counts[t] > 0, set_pos[t] = index
  *   of t in set (-1 when absent); with penalty_last_n > 0 the window is
@@ -101,7 +101,7 @@ static double rng_uniform(uint64_t st[4]) {
 
 /* ----------------------------------------------------------- params */
 
-sampler_params sampler_params_default(void) {
+sampler_params tr_sampler_params_default(void) {
     sampler_params p;
     memset(&p, 0, sizeof p);
     p.temperature = 1.0f;
@@ -119,7 +119,7 @@ sampler_params sampler_params_default(void) {
     return p;
 }
 
-tr_status sampler_params_validate(const sampler_params *p, tr_diag *d) {
+tr_status tr_sampler_params_validate(const sampler_params *p, tr_diag *d) {
     if (!p) return tr_diag_set(d, TR_ERR_INVALID_ARG, 0, "params is NULL");
     if (!(p->temperature >= 0.0f) || isinf(p->temperature))
         return tr_diag_set(d, TR_ERR_INVALID_ARG, 0,
@@ -190,7 +190,7 @@ static bool penalties_on(const sampler_params *p) {
             p->frequency_penalty != 0.0f);
 }
 
-void sampler_free(sampler *s) {
+void tr_sampler_free(sampler *s) {
     if (!s) return;
     free(s->bias);
     free(s->counts);
@@ -203,10 +203,10 @@ void sampler_free(sampler *s) {
     free(s);
 }
 
-tr_status sampler_new(const sampler_params *params, int32_t vocab_size,
+tr_status tr_sampler_new(const sampler_params *params, int32_t vocab_size,
                       sampler **out, tr_diag *d) {
     if (!out) return tr_diag_set(d, TR_ERR_INVALID_ARG, 0, "out is NULL");
-    tr_status st = sampler_params_validate(params, d);
+    tr_status st = tr_sampler_params_validate(params, d);
     if (st != TR_OK) return st;
     if (vocab_size <= 0)
         return tr_diag_set(d, TR_ERR_INVALID_ARG, 0,
@@ -256,15 +256,15 @@ tr_status sampler_new(const sampler_params *params, int32_t vocab_size,
         }
     }
     if (!ok) {
-        sampler_free(s);
+        tr_sampler_free(s);
         return tr_diag_set(d, TR_ERR_NOMEM, 0,
                            "out of memory (vocabulary of %d tokens)",
                            (int)vocab_size);
     }
-    s->k = &sampler_kernels_generic;
+    s->k = &tr_sampler_kernels_generic;
 #ifdef SAMPLER_HAVE_AVX2_KERNELS
     if (__builtin_cpu_supports("avx2"))
-        s->k = &sampler_kernels_avx2;
+        s->k = &tr_sampler_kernels_avx2;
 #endif
     s->seed0 = params->seed;
     rng_seed(s->rng, params->seed);
@@ -272,7 +272,7 @@ tr_status sampler_new(const sampler_params *params, int32_t vocab_size,
     return TR_OK;
 }
 
-void sampler_reset(sampler *s) {
+void tr_sampler_reset(sampler *s) {
     if (!s) return;
     if (s->pen_on) {
         for (int32_t i = 0; i < s->n_set; i++) {
@@ -287,17 +287,17 @@ void sampler_reset(sampler *s) {
     s->err[0] = '\0';
 }
 
-void sampler_reseed(sampler *s, uint64_t seed) {
+void tr_sampler_reseed(sampler *s, uint64_t seed) {
     if (!s) return;
     s->seed0 = seed;
     rng_seed(s->rng, seed);
 }
 
-const char *sampler_last_error(const sampler *s) { return s ? s->err : ""; }
+const char *tr_sampler_last_error(const sampler *s) { return s ? s->err : ""; }
 
-int32_t sampler_vocab_size(const sampler *s) { return s ? s->vocab : 0; }
+int32_t tr_sampler_vocab_size(const sampler *s) { return s ? s->vocab : 0; }
 
-int32_t sampler_history_len(const sampler *s) {
+int32_t tr_sampler_history_len(const sampler *s) {
     if (!s) return 0;
     return s->n_hist > INT32_MAX ? INT32_MAX : (int32_t)s->n_hist;
 }
@@ -334,7 +334,7 @@ static void window_remove(sampler *s, int32_t t) {
     }
 }
 
-tr_status sampler_accept(sampler *s, int32_t token) {
+tr_status tr_sampler_accept(sampler *s, int32_t token) {
     if (!s) return TR_ERR_INVALID_ARG;
     if (token < 0 || token >= s->vocab)
         return fail(s, "accepted token %d is outside the vocabulary (size %d)",
@@ -382,7 +382,7 @@ static void apply_penalties(const sampler *s, float *l) {
     }
 }
 
-tr_status sampler_check(const sampler *s) {
+tr_status tr_sampler_check(const sampler *s) {
     if (!s) return TR_ERR_INVALID_ARG;
     if (!s->pen_on) return s->n_set == 0 && s->n_hist == 0 ? TR_OK
                                                              : TR_ERR_INTERNAL;
@@ -660,7 +660,7 @@ static tr_status process(sampler *s, float *l, const uint64_t *mask,
     return TR_OK;
 }
 
-tr_status sampler_sample(sampler *s, float *logits, const uint64_t *mask,
+tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
                          int32_t *token_out, sampler_logprobs *lp_out) {
     if (!s) return TR_ERR_INVALID_ARG;
     s->err[0] = '\0';
@@ -719,7 +719,7 @@ static int id_cmp(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
-tr_status sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
+tr_status tr_sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
                              int32_t *ids_out, int32_t *n_out) {
     if (!s) return TR_ERR_INVALID_ARG;
     s->err[0] = '\0';
@@ -742,6 +742,6 @@ tr_status sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
     return TR_OK;
 }
 
-const char *sampler_kernels_name(const sampler *s) {
+const char *tr_sampler_kernels_name(const sampler *s) {
     return s ? s->k->name : "";
 }

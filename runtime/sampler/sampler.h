@@ -24,7 +24,7 @@
  *   4. sanitize  NaN -> -inf, +inf -> FLT_MAX. If no token is left with a
  *                finite logit, sampling fails (TR_ERR_INVALID_ARG).
  *      The logits after steps 1-4 are "the processed logits"; the logits
- *      buffer holds exactly them when sampler_sample returns, and log-probs
+ *      buffer holds exactly them when tr_sampler_sample returns, and log-probs
  *      (below) refer to their softmax at temperature 1.
  *   5. greedy    temperature == 0: the argmax of the processed logits,
  *                ties broken by the lowest token id. Steps 6-9 are skipped
@@ -95,7 +95,7 @@
 typedef struct sampler sampler;
 
 typedef struct sampler_logit_bias {
-    int32_t token; /* 0 <= token < vocab_size (checked by sampler_new) */
+    int32_t token; /* 0 <= token < vocab_size (checked by tr_sampler_new) */
     float bias;    /* finite, or -INFINITY to ban the token */
 } sampler_logit_bias;
 
@@ -111,7 +111,7 @@ typedef struct sampler_params {
                                  accepted tokens; -1 = all; 0 = no penalties */
     uint64_t seed;
     const sampler_logit_bias *logit_bias; /* [n_logit_bias]; borrowed,
-                                             copied by sampler_new */
+                                             copied by tr_sampler_new */
     int32_t n_logit_bias;
     int32_t n_logprobs;       /* 0..SAMPLER_MAX_LOGPROBS alternatives */
 } sampler_params;
@@ -131,23 +131,23 @@ typedef struct sampler_logprobs {
 /* temperature 1, top_k 0, top_p 1, min_p 0, penalties off (repetition 1,
  * presence 0, frequency 0, penalty_last_n 64), seed 0, no bias, no
  * logprobs. */
-sampler_params sampler_params_default(void);
+sampler_params tr_sampler_params_default(void);
 
 /* Checks every field that can be checked without the vocabulary size.
  * Returns TR_OK or TR_ERR_INVALID_ARG with diag->message naming the field
  * and the bad value (diag may be NULL). */
-tr_status sampler_params_validate(const sampler_params *p, tr_diag *diag);
+tr_status tr_sampler_params_validate(const sampler_params *p, tr_diag *diag);
 
 /* Creates a sampler for a vocabulary of vocab_size (> 0) tokens. Validates
  * params (as above) and the logit_bias tokens against vocab_size; copies
  * everything it needs from params. Errors: TR_ERR_INVALID_ARG (diag says
  * why), TR_ERR_NOMEM. *out is untouched on failure. Free with
- * sampler_free. Allocates O(vocab_size) scratch once (~8 bytes/token, plus
+ * tr_sampler_free. Allocates O(vocab_size) scratch once (~8 bytes/token, plus
  * 8 bytes/token when penalties are on); sampling never allocates. */
-tr_status sampler_new(const sampler_params *params, int32_t vocab_size,
+tr_status tr_sampler_new(const sampler_params *params, int32_t vocab_size,
                       sampler **out, tr_diag *diag);
 
-void sampler_free(sampler *s);
+void tr_sampler_free(sampler *s);
 
 /* Samples one token.
  *   logits    [vocab_size], modified in place: on success it holds the
@@ -157,49 +157,49 @@ void sampler_free(sampler *s);
  *             word i / 64 set = token i allowed. Borrowed.
  *   token_out receives the token.
  *   lp_out    NULL or receives log-probs (see header comment).
- * Does NOT record the token for penalties: call sampler_accept with the
+ * Does NOT record the token for penalties: call tr_sampler_accept with the
  * token actually used (the engine may substitute a forced token).
  * Errors: TR_ERR_INVALID_ARG for NULL arguments, a mask that allows no
  * token ("mask allows no token"), or no allowed token with a finite
- * processed logit; sampler_last_error() says which. The PRNG state and
+ * processed logit; tr_sampler_last_error() says which. The PRNG state and
  * history are unchanged on failure. */
-tr_status sampler_sample(sampler *s, float *logits, const uint64_t *mask,
+tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
                          int32_t *token_out, sampler_logprobs *lp_out);
 
 /* Steps 1-8 without drawing: writes the ids that survive them (the set
  * step 9 samples from; for greedy, the argmax alone), in increasing id
  * order, to ids_out [vocab_size] and their count to *n_out. Tokens of
  * weight 0 (-inf) are left out when no truncation applies. logits are
- * processed in place as by sampler_sample; the PRNG is not touched. For
+ * processed in place as by tr_sampler_sample; the PRNG is not touched. For
  * tests and debugging ("why was this token possible?"). Same errors as
- * sampler_sample. */
-tr_status sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
+ * tr_sampler_sample. */
+tr_status tr_sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
                              int32_t *ids_out, int32_t *n_out);
 
 /* Records token for the penalties (the window slides). TR_ERR_INVALID_ARG
  * if token is outside [0, vocab_size) (state unchanged). Cheap (O(1)). */
-tr_status sampler_accept(sampler *s, int32_t token);
+tr_status tr_sampler_accept(sampler *s, int32_t token);
 
 /* Forgets the history and restarts the PRNG from the seed given at
  * creation, so a reset sampler repeats its sequence. */
-void sampler_reset(sampler *s);
+void tr_sampler_reset(sampler *s);
 
 /* Restarts the PRNG from a new seed (history kept). */
-void sampler_reseed(sampler *s, uint64_t seed);
+void tr_sampler_reseed(sampler *s, uint64_t seed);
 
-/* Message describing the last sampler_sample / sampler_accept failure
+/* Message describing the last tr_sampler_sample / tr_sampler_accept failure
  * ("" if none). Borrowed, valid until the next call on s. */
-const char *sampler_last_error(const sampler *s);
+const char *tr_sampler_last_error(const sampler *s);
 
-int32_t sampler_vocab_size(const sampler *s);
+int32_t tr_sampler_vocab_size(const sampler *s);
 /* "avx2" or "generic": the vector kernels chosen for this CPU (they give
  * bit-identical results; for benchmarks and logs). */
-const char *sampler_kernels_name(const sampler *s);
+const char *tr_sampler_kernels_name(const sampler *s);
 /* Number of tokens in the penalty window now (tests and debugging). */
-int32_t sampler_history_len(const sampler *s);
+int32_t tr_sampler_history_len(const sampler *s);
 
 /* Validates internal invariants (window counts match the history, the set
  * of distinct tokens matches the counts). TR_OK or TR_ERR_INTERNAL. */
-tr_status sampler_check(const sampler *s);
+tr_status tr_sampler_check(const sampler *s);
 
 #endif

@@ -75,10 +75,10 @@ typedef struct sampler_kernels {
                             int32_t *n_back);
 } sampler_kernels;
 
-extern const sampler_kernels sampler_kernels_generic;
+extern const sampler_kernels tr_sampler_kernels_generic;
 #if defined(__x86_64__) || defined(__i386__)
 #define SAMPLER_HAVE_AVX2_KERNELS 1
-extern const sampler_kernels sampler_kernels_avx2;
+extern const sampler_kernels tr_sampler_kernels_avx2;
 #endif
 
 /* exp(x) for x <= ~88, written without libm or branches so that it

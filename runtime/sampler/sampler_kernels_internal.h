@@ -438,7 +438,7 @@ static int32_t SK(gather_range)(const float *restrict l, int32_t n, float hi,
     return nn;
 }
 
-const sampler_kernels SK(sampler_kernels) = {
+const sampler_kernels SK(tr_sampler_kernels) = {
     .name = SK_NAME,
     .scan = SK(scan),
     .exp_all = SK(exp_all),

@@ -115,7 +115,7 @@ static bool byte_is_self(unsigned b) {
            (b >= 0xAE && b <= 0xFF);
 }
 
-uint32_t tokenizer_byte_to_cp(uint8_t b) {
+uint32_t tr_tokenizer_byte_to_cp(uint8_t b) {
     if (byte_is_self(b)) return b;
     /* the 68 others, in order: 0x00..0x20 (33), 0x7F..0xA0 (34), 0xAD */
     if (b <= 0x20) return 256u + b;
@@ -125,7 +125,7 @@ uint32_t tokenizer_byte_to_cp(uint8_t b) {
 
 /* ---- string-keyed tables ---- */
 
-tr_status tokenizer_strmap_init(tokenizer_strmap *m, uint64_t n_keys) {
+tr_status tr_tokenizer_strmap_init(tokenizer_strmap *m, uint64_t n_keys) {
     uint64_t cap = pow2_at_least(2 * n_keys);
     m->slot = malloc(cap * sizeof *m->slot);
     if (!m->slot) return TR_ERR_NOMEM;
@@ -147,7 +147,7 @@ static int32_t strmap_find(const tokenizer_strmap *m, const char *blob,
     }
 }
 
-int32_t tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
+int32_t tr_tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
                                 const size_t *off, int32_t id) {
     const char *s = blob + off[id];
     size_t n = off[id + 1] - off[id];
@@ -165,17 +165,17 @@ int32_t tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
     }
 }
 
-int32_t tokenizer_text_find(const tokenizer *t, const char *s, size_t n) {
+int32_t tr_tokenizer_text_find(const tokenizer *t, const char *s, size_t n) {
     return strmap_find(&t->tmap, t->text_blob, t->text_off, s, n);
 }
 
-int32_t tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n) {
+int32_t tr_tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n) {
     return strmap_find(&t->wmap, (const char *)t->bytes_blob, t->bytes_off, s, n);
 }
 
 /* ---- the merge table ---- */
 
-bool tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
+bool tr_tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
                           uint32_t *rank, int32_t *result) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint64_t i = hash_u64(key) & t->mmap_mask;
@@ -213,7 +213,7 @@ static void mmap_insert(tokenizer *t, int32_t a, int32_t b, uint32_t rank,
 
 /* ---- building ---- */
 
-static bool str_is(gguf_str s, const char *c) { return gguf_str_eq(s, c); }
+static bool str_is(gguf_str s, const char *c) { return tr_gguf_str_eq(s, c); }
 
 static void str_copy(char *dst, size_t cap, gguf_str s) {
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
@@ -232,7 +232,7 @@ static tr_status load_texts(tokenizer *t, const gguf_file *f, uint64_t n,
     if (!t->text_blob || !t->text_off) return TR_ERR_NOMEM;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s;
-        if (gguf_get_arr_str(f, key, i, &s))
+        if (tr_gguf_get_arr_str(f, key, i, &s))
             return tr_diag_set(diag, TR_ERR_FORMAT, 0, "%s[%" PRIu64 "] unreadable",
                                key, i);
         char empty[32];
@@ -270,7 +270,7 @@ static tr_status load_types(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     if (!t->type || !t->flags) return TR_ERR_NOMEM;
     gguf_type et;
     uint64_t cnt;
-    tr_status s = gguf_get_arr(f, key, &et, &cnt);
+    tr_status s = tr_gguf_get_arr(f, key, &et, &cnt);
     if (s == TR_ERR_NOT_FOUND) {
         memset(t->type, TOKENIZER_TYPE_NORMAL, (size_t)n);
         return TR_OK;
@@ -281,14 +281,14 @@ static tr_status load_types(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     if (cnt < (uint64_t)n)
         return tr_diag_set(diag, TR_ERR_FORMAT, 0,
                            "%s has %" PRIu64 " entries for %d tokens", key, cnt, n);
-    const void *raw = et == GGUF_TYPE_INT32 ? gguf_get_arr_data(f, key) : NULL;
+    const void *raw = et == GGUF_TYPE_INT32 ? tr_gguf_get_arr_data(f, key) : NULL;
     for (int32_t i = 0; i < n; i++) {
         int64_t v;
         if (raw) { /* the usual case: packed int32, read without a key lookup */
             int32_t v32;
             memcpy(&v32, (const char *)raw + (size_t)i * 4, 4);
             v = v32;
-        } else if (gguf_get_arr_i64(f, key, (uint64_t)i, &v))
+        } else if (tr_gguf_get_arr_i64(f, key, (uint64_t)i, &v))
             return tr_diag_set(diag, TR_ERR_FORMAT, 0, "%s[%d] unreadable", key, i);
         /* unknown values are "undefined", as llama.cpp reads them */
         t->type[i] = (v >= 0 && v <= TOKENIZER_TYPE_BYTE) ? (uint8_t)v
@@ -312,7 +312,7 @@ static tr_status build_bytes(tokenizer *t) {
     int32_t n = t->n_vocab;
     int16_t cp_to_byte[324];
     for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) cp_to_byte[tokenizer_byte_to_cp((uint8_t)b)] = (int16_t)b;
+    for (int b = 0; b < 256; b++) cp_to_byte[tr_tokenizer_byte_to_cp((uint8_t)b)] = (int16_t)b;
 
     /* decoded bytes never outnumber the text's bytes */
     t->bytes_blob = malloc(t->text_off[n] ? t->text_off[n] : 1);
@@ -356,9 +356,9 @@ static tr_status build_bytes(tokenizer *t) {
 }
 
 static tr_status build_tmap(tokenizer *t, tr_diag *diag) {
-    if (tokenizer_strmap_init(&t->tmap, (uint64_t)t->n_vocab)) return TR_ERR_NOMEM;
+    if (tr_tokenizer_strmap_init(&t->tmap, (uint64_t)t->n_vocab)) return TR_ERR_NOMEM;
     for (int32_t id = 0; id < t->n_vocab; id++) {
-        int32_t o = tokenizer_strmap_insert(&t->tmap, t->text_blob, t->text_off, id);
+        int32_t o = tr_tokenizer_strmap_insert(&t->tmap, t->text_blob, t->text_off, id);
         if (o >= 0) {
             size_t a = t->text_off[id];
             int len = (int)TR_MIN(t->text_off[id + 1] - a, 64);
@@ -369,8 +369,8 @@ static tr_status build_tmap(tokenizer *t, tr_diag *diag) {
     }
     for (int b = 0; b < 256; b++) {
         uint8_t u[4];
-        size_t k = utf8_encode(tokenizer_byte_to_cp((uint8_t)b), u);
-        t->byte_tok[b] = tokenizer_text_find(t, (const char *)u, k);
+        size_t k = utf8_encode(tr_tokenizer_byte_to_cp((uint8_t)b), u);
+        t->byte_tok[b] = tr_tokenizer_text_find(t, (const char *)u, k);
     }
     return TR_OK;
 }
@@ -379,7 +379,7 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     const char *key = "tokenizer.ggml.merges";
     gguf_type et;
     uint64_t n;
-    tr_status s = gguf_get_arr(f, key, &et, &n);
+    tr_status s = tr_gguf_get_arr(f, key, &et, &n);
     if (s == TR_ERR_NOT_FOUND)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "%s missing", key);
     if (s || et != GGUF_TYPE_STRING)
@@ -396,7 +396,7 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     size_t buf_cap = 0;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str m;
-        if (gguf_get_arr_str(f, key, i, &m)) {
+        if (tr_gguf_get_arr_str(f, key, i, &m)) {
             free(buf);
             return tr_diag_set(diag, TR_ERR_FORMAT, 0, "%s[%" PRIu64 "] unreadable", key, i);
         }
@@ -409,8 +409,8 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
                                (int)TR_MIN(m.len, 64), m.ptr);
         }
         size_t la = (size_t)(sp - m.ptr), lb = (size_t)m.len - la - 1;
-        int32_t a = tokenizer_text_find(t, m.ptr, la);
-        int32_t b = tokenizer_text_find(t, sp + 1, lb);
+        int32_t a = tr_tokenizer_text_find(t, m.ptr, la);
+        int32_t b = tr_tokenizer_text_find(t, sp + 1, lb);
         if (la + lb > buf_cap) {
             size_t nc = (la + lb) * 2;
             char *nb = realloc(buf, nc);
@@ -423,7 +423,7 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
         }
         memcpy(buf, m.ptr, la);
         memcpy(buf + la, sp + 1, lb);
-        int32_t r = tokenizer_text_find(t, buf, la + lb);
+        int32_t r = tr_tokenizer_text_find(t, buf, la + lb);
         if (a < 0 || b < 0 || r < 0) {
             t->n_merges_skipped++;
             continue;
@@ -440,7 +440,7 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
 /* Optional id key: -1 when absent or outside the vocabulary. */
 static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab) {
     uint32_t v;
-    if (gguf_get_u32(f, key, &v)) return -1;
+    if (tr_gguf_get_u32(f, key, &v)) return -1;
     if (v >= (uint32_t)n_vocab) {
         tr_log(TR_LOG_WARN, "tokenizer: %s = %u is outside the vocabulary; ignored", key, v);
         return -1;
@@ -480,7 +480,7 @@ static void build_eog(tokenizer *t, const gguf_file *f) {
     const char *const *lists[] = {eog_texts, fim_eog_texts, fim_texts};
     for (int l = 0; l < 3; l++) {
         for (const char *const *p = lists[l]; *p; p++) {
-            int32_t id = tokenizer_text_find(t, *p, strlen(*p));
+            int32_t id = tr_tokenizer_text_find(t, *p, strlen(*p));
             if (id < 0) continue;
             t->type[id] = TOKENIZER_TYPE_CONTROL;
             if (l < 2) t->flags[id] |= TOKENIZER_FLAG_EOG;
@@ -589,11 +589,11 @@ static tr_status compile_regexes(tokenizer *t, tr_diag *diag) {
     return TR_OK;
 }
 
-tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
+tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
                                   tokenizer **out, tr_diag *diag) {
     if (!f || !out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     gguf_str model;
-    tr_status s = gguf_get_str(f, "tokenizer.ggml.model", &model);
+    tr_status s = tr_gguf_get_str(f, "tokenizer.ggml.model", &model);
     if (s == TR_ERR_NOT_FOUND)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "tokenizer.ggml.model missing");
     if (s) return tr_diag_set(diag, TR_ERR_FORMAT, 0, "tokenizer.ggml.model is not a string");
@@ -612,7 +612,7 @@ tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
                                "unknown pre-tokenizer type '%.60s...'", pre_override);
     } else {
         gguf_str pre;
-        s = gguf_get_str(f, "tokenizer.ggml.pre", &pre);
+        s = tr_gguf_get_str(f, "tokenizer.ggml.pre", &pre);
         if (s == TR_ERR_NOT_FOUND || (s == TR_OK && pre.len == 0)) {
             /* as llama.cpp: old conversions have no pre name */
             tr_log(TR_LOG_WARN, "tokenizer: tokenizer.ggml.pre missing, using 'default'");
@@ -626,14 +626,14 @@ tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
                                    "unknown pre-tokenizer type '%s...'", pre_name);
         }
     }
-    const tokenizer_pre_def *pre = tokenizer_pre_lookup(pre_name);
+    const tokenizer_pre_def *pre = tr_tokenizer_pre_lookup(pre_name);
     if (!pre)
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
                            "unknown pre-tokenizer type '%s'", pre_name);
 
     gguf_type et;
     uint64_t n;
-    s = gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n);
+    s = tr_gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n);
     if (s == TR_ERR_NOT_FOUND)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "tokenizer.ggml.tokens missing");
     if (s || et != GGUF_TYPE_STRING)
@@ -652,7 +652,7 @@ tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
         (s = build_tmap(t, diag)) || (s = load_merges(t, f, diag)))
         goto fail;
     build_eog(t, f); /* may retype tokens: before token bytes and specials */
-    if ((s = build_bytes(t)) || (s = tokenizer_build_whole(t)) ||
+    if ((s = build_bytes(t)) || (s = tr_tokenizer_build_whole(t)) ||
         (s = build_specials(t)) || (s = compile_regexes(t, diag)))
         goto fail;
 
@@ -660,7 +660,7 @@ tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
     t->eos = get_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab);
     t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab);
     bool ab;
-    t->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &ab) == TR_OK
+    t->add_bos = tr_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &ab) == TR_OK
                      ? ab
                      : pre->add_bos;
     if (t->add_bos && t->bos < 0) {
@@ -679,15 +679,15 @@ tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_override,
 
 fail:
     if (s == TR_ERR_NOMEM) tr_diag_set(diag, s, 0, "out of memory building the tokenizer");
-    tokenizer_free(t);
+    tr_tokenizer_free(t);
     return s;
 }
 
-tr_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, tr_diag *diag) {
-    return tokenizer_from_gguf_pre(f, NULL, out, diag);
+tr_status tr_tokenizer_from_gguf(const gguf_file *f, tokenizer **out, tr_diag *diag) {
+    return tr_tokenizer_from_gguf_pre(f, NULL, out, diag);
 }
 
-void tokenizer_free(tokenizer *t) {
+void tr_tokenizer_free(tokenizer *t) {
     if (!t) return;
     for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     free(t->text_blob);
@@ -710,33 +710,33 @@ static bool id_ok(const tokenizer *t, int32_t id) {
     return t && id >= 0 && id < t->n_vocab;
 }
 
-int32_t tokenizer_n_vocab(const tokenizer *t) { return t ? t->n_vocab : 0; }
-int32_t tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
-int32_t tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
-bool tokenizer_add_bos(const tokenizer *t) { return t && t->add_bos; }
-size_t tokenizer_max_token_len(const tokenizer *t) { return t ? t->max_token_len : 0; }
+int32_t tr_tokenizer_n_vocab(const tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t tr_tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
+int32_t tr_tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
+bool tr_tokenizer_add_bos(const tokenizer *t) { return t && t->add_bos; }
+size_t tr_tokenizer_max_token_len(const tokenizer *t) { return t ? t->max_token_len : 0; }
 
-bool tokenizer_is_eog(const tokenizer *t, int32_t id) {
+bool tr_tokenizer_is_eog(const tokenizer *t, int32_t id) {
     return id_ok(t, id) && (t->flags[id] & TOKENIZER_FLAG_EOG);
 }
 
-bool tokenizer_is_special(const tokenizer *t, int32_t id) {
+bool tr_tokenizer_is_special(const tokenizer *t, int32_t id) {
     return id_ok(t, id) && (t->type[id] == TOKENIZER_TYPE_CONTROL ||
                             t->type[id] == TOKENIZER_TYPE_USER_DEFINED);
 }
 
-tokenizer_token_type tokenizer_type(const tokenizer *t, int32_t id) {
+tokenizer_token_type tr_tokenizer_type(const tokenizer *t, int32_t id) {
     return id_ok(t, id) ? (tokenizer_token_type)t->type[id] : TOKENIZER_TYPE_UNDEFINED;
 }
 
-int32_t tokenizer_find(const tokenizer *t, const char *s) {
+int32_t tr_tokenizer_find(const tokenizer *t, const char *s) {
     if (!t || !s) return -1;
-    return tokenizer_text_find(t, s, strlen(s));
+    return tr_tokenizer_text_find(t, s, strlen(s));
 }
 
-const char *tokenizer_pre_name(const tokenizer *t) { return t ? t->pre_name : ""; }
+const char *tr_tokenizer_pre_name(const tokenizer *t) { return t ? t->pre_name : ""; }
 
-const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len) {
+const uint8_t *tr_tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len) {
     if (!id_ok(t, id)) {
         if (len) *len = 0;
         return NULL;
@@ -768,7 +768,7 @@ static const uint8_t *render_bytes(const tokenizer *t, int32_t id,
 
 /* ---- decode ---- */
 
-tr_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids,
+tr_status tr_tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids,
                            bool render_special, char **out, size_t *len) {
     if (!t || !out || (!ids && n_ids)) return TR_ERR_INVALID_ARG;
     size_t total = 0;
@@ -796,7 +796,7 @@ tr_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids,
 
 /* ---- incremental decode ---- */
 
-void tokenizer_stream_init(tokenizer_stream *s, bool render_special) {
+void tr_tokenizer_stream_init(tokenizer_stream *s, bool render_special) {
     memset(s, 0, sizeof *s);
     s->render_special = render_special;
 }
@@ -871,7 +871,7 @@ static size_t utf8_stream(const uint8_t *a, size_t na, const uint8_t *b, size_t 
     return o;
 }
 
-tr_status tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
+tr_status tr_tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
                                 int32_t id, char *out, size_t out_cap,
                                 size_t *out_len) {
     if (!s || !id_ok(t, id) || (!out && out_cap) || s->n_pending > 3)
@@ -894,7 +894,7 @@ tr_status tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
     return TR_OK;
 }
 
-size_t tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap) {
+size_t tr_tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap) {
     if (!s || s->n_pending == 0) return 0;
     if (!out || out_cap < 3) return 0;
     memcpy(out, "\xEF\xBF\xBD", 3);
@@ -904,7 +904,7 @@ size_t tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap) {
 
 /* ---- _check / _dump ---- */
 
-tr_status tokenizer_check(const tokenizer *t) {
+tr_status tr_tokenizer_check(const tokenizer *t) {
     if (!t || t->n_vocab <= 0) return TR_ERR_INVALID_ARG;
 #define CHECK_(c)                                                            \
     do {                                                                     \
@@ -920,7 +920,7 @@ tr_status tokenizer_check(const tokenizer *t) {
         CHECK_(t->bytes_off[id + 1] - t->bytes_off[id] <= t->max_token_len);
         CHECK_(t->type[id] <= TOKENIZER_TYPE_BYTE);
         const char *s = t->text_blob + t->text_off[id];
-        CHECK_(tokenizer_text_find(t, s, t->text_off[id + 1] - t->text_off[id]) == id);
+        CHECK_(tr_tokenizer_text_find(t, s, t->text_off[id + 1] - t->text_off[id]) == id);
     }
     size_t used = 0;
     for (uint64_t i = 0; i <= t->tmap.mask; i++) used += t->tmap.slot[i].id >= 0;
@@ -931,10 +931,10 @@ tr_status tokenizer_check(const tokenizer *t) {
         int32_t id = t->wmap.slot[i].id;
         if (id < 0 || id % 7) continue;
         size_t l;
-        const uint8_t *b = tokenizer_token_bytes(t, id, &l);
-        CHECK_(tokenizer_whole_find(t, b, l) == id);
+        const uint8_t *b = tr_tokenizer_token_bytes(t, id, &l);
+        CHECK_(tr_tokenizer_whole_find(t, b, l) == id);
         tokenizer_ids ids = {0};
-        CHECK_(tokenizer_bpe_word(t, b, l, 2, &ids) == TR_OK);
+        CHECK_(tr_tokenizer_bpe_word(t, b, l, 2, &ids) == TR_OK);
         bool self = ids.n == 1 && ids.v[0] == id;
         free(ids.v);
         CHECK_(self);
@@ -957,13 +957,13 @@ tr_status tokenizer_check(const tokenizer *t) {
                       t->text_blob + t->text_off[m->result] + la, lb) == 0);
         uint32_t r;
         int32_t res;
-        CHECK_(tokenizer_merge_find(t, a, b, &r, &res) && r == m->rank);
+        CHECK_(tr_tokenizer_merge_find(t, a, b, &r, &res) && r == m->rank);
     }
     CHECK_(merges == t->n_merges);
     for (int b = 0; b < 256; b++) {
         if (t->byte_tok[b] < 0) continue;
         size_t l;
-        const uint8_t *p = tokenizer_token_bytes(t, t->byte_tok[b], &l);
+        const uint8_t *p = tr_tokenizer_token_bytes(t, t->byte_tok[b], &l);
         CHECK_(l == 1 && p[0] == b);
     }
     for (int32_t i = 0; i < t->n_specials; i++) {
@@ -984,7 +984,7 @@ tr_status tokenizer_check(const tokenizer *t) {
     return TR_OK;
 }
 
-void tokenizer_dump(const tokenizer *t, FILE *fp) {
+void tr_tokenizer_dump(const tokenizer *t, FILE *fp) {
     if (!t || !fp) return;
     fprintf(fp, "tokenizer: gpt2 byte-level BPE, pre '%s' (%s%s), %d tokens, "
                 "%u merges (%u skipped), longest token %zu bytes\n",

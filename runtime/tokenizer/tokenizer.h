@@ -36,7 +36,7 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Token types, as tokenizer.ggml.token_type stores them (tokenizer_type
+/* Token types, as tokenizer.ggml.token_type stores them (tr_tokenizer_type
  * reports them after llama.cpp's fix-up: a token whose text is a known
  * end-of-turn or FIM marker, e.g. "<|im_end|>", is made CONTROL). */
 typedef enum tokenizer_token_type {
@@ -53,42 +53,42 @@ typedef enum tokenizer_token_type {
  * TR_ERR_NOT_FOUND (metadata missing), TR_ERR_UNSUPPORTED (tokenizer model
  * or pre-tokenizer type not known: the diag names it), TR_ERR_FORMAT
  * (inconsistent arrays, bad merges), TR_ERR_NOMEM. */
-tr_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out,
+tr_status tr_tokenizer_from_gguf(const gguf_file *f, tokenizer **out,
                               tr_diag *diag);
 /* Same, with the pre-tokenizer named by pre instead of tokenizer.ggml.pre
  * (NULL: from the file). For files with a wrong or missing pre name, and for
  * tests that run one vocabulary under several pre-tokenizers. */
-tr_status tokenizer_from_gguf_pre(const gguf_file *f, const char *pre,
+tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre,
                                   tokenizer **out, tr_diag *diag);
-void tokenizer_free(tokenizer *t);
+void tr_tokenizer_free(tokenizer *t);
 
-int32_t tokenizer_n_vocab(const tokenizer *t);
-int32_t tokenizer_bos(const tokenizer *t);  /* -1 if none */
-int32_t tokenizer_eos(const tokenizer *t);  /* -1 if none */
+int32_t tr_tokenizer_n_vocab(const tokenizer *t);
+int32_t tr_tokenizer_bos(const tokenizer *t);  /* -1 if none */
+int32_t tr_tokenizer_eos(const tokenizer *t);  /* -1 if none */
 /* Whether the model expects BOS prepended (tokenizer.ggml.add_bos_token). */
-bool tokenizer_add_bos(const tokenizer *t);
+bool tr_tokenizer_add_bos(const tokenizer *t);
 /* true for tokens that end generation, as llama.cpp decides: EOS, the
  * EOT/EOM and FIM pad/repo/separator ids the file names, and tokens whose
  * text is a known end marker (<|im_end|>, <|endoftext|>, <|eot_id|>,
  * <end_of_turn>, <|end|>, <|eom_id|>, </s>, the FIM repo/pad/sep texts,
  * ...). SmolLM2: 0 <|endoftext|>, 2 <|im_end|>, 4 <reponame>. */
-bool tokenizer_is_eog(const tokenizer *t, int32_t id);
+bool tr_tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Control and user-defined tokens (control tokens never come out of plain
  * text unless special parsing is on; user-defined ones always may). */
-bool tokenizer_is_special(const tokenizer *t, int32_t id);
-tokenizer_token_type tokenizer_type(const tokenizer *t, int32_t id);
+bool tr_tokenizer_is_special(const tokenizer *t, int32_t id);
+tokenizer_token_type tr_tokenizer_type(const tokenizer *t, int32_t id);
 /* Id of a token whose text is exactly s (e.g. "<|im_end|>"), or -1. */
-int32_t tokenizer_find(const tokenizer *t, const char *s);
+int32_t tr_tokenizer_find(const tokenizer *t, const char *s);
 /* Name of the pre-tokenizer in use ("smollm", "gpt2", "llama3", ...), as
- * the file (or tokenizer_from_gguf_pre) spelled it. */
-const char *tokenizer_pre_name(const tokenizer *t);
-/* Length of the longest tokenizer_token_bytes (81 for SmolLM2). */
-size_t tokenizer_max_token_len(const tokenizer *t);
+ * the file (or tr_tokenizer_from_gguf_pre) spelled it. */
+const char *tr_tokenizer_pre_name(const tokenizer *t);
+/* Length of the longest tr_tokenizer_token_bytes (81 for SmolLM2). */
+size_t tr_tokenizer_max_token_len(const tokenizer *t);
 
 /* The raw bytes a token stands for (byte-level BPE symbols mapped back to
  * bytes; special tokens: their text). Borrowed, valid while t lives.
  * NULL (and *len = 0) for ids outside the vocabulary. */
-const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id,
+const uint8_t *tr_tokenizer_token_bytes(const tokenizer *t, int32_t id,
                                      size_t *len);
 
 /* Encodes text[0..len) (any bytes: invalid UTF-8 is encoded byte-wise, so
@@ -99,10 +99,10 @@ const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id,
  * control token texts in the input become those tokens (matched first,
  * longest first, as llama.cpp does); without, they are plain text.
  * User-defined tokens are split out in both modes (llama.cpp and HF
- * tokenizers do the same). BOS is NOT added here (see tokenizer_add_bos).
+ * tokenizers do the same). BOS is NOT added here (see tr_tokenizer_add_bos).
  * *ids is a malloc'd array (never NULL on success, even for 0 ids) the
  * caller frees; on error nothing is allocated. Thread-safe. */
-tr_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
+tr_status tr_tokenizer_encode(const tokenizer *t, const char *text, size_t len,
                            bool parse_special, int32_t **ids, size_t *n_ids);
 
 /* Concatenated token bytes of ids into a malloc'd NUL-terminated buffer
@@ -111,7 +111,7 @@ tr_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
  * render_special, else skipped; user-defined tokens always render; unused
  * and undefined ones never (as in llama.cpp). TR_ERR_INVALID_ARG for an id
  * outside the vocabulary (nothing allocated). */
-tr_status tokenizer_decode(const tokenizer *t, const int32_t *ids,
+tr_status tr_tokenizer_decode(const tokenizer *t, const int32_t *ids,
                            size_t n_ids, bool render_special, char **out,
                            size_t *len);
 
@@ -125,26 +125,26 @@ typedef struct tokenizer_stream {
     bool render_special;
 } tokenizer_stream;
 
-void tokenizer_stream_init(tokenizer_stream *s, bool render_special);
+void tr_tokenizer_stream_init(tokenizer_stream *s, bool render_special);
 /* Writes the newly complete text to out (capacity out_cap). At most
  * 3 * (token length + 1) bytes are written: complete characters are copied,
  * and each invalid byte sequence (a byte-level token may hold a lone
  * continuation byte) becomes a 3-byte U+FFFD, so
- * 3 * (tokenizer_max_token_len(t) + 1) is always enough. TR_ERR_FULL if
+ * 3 * (tr_tokenizer_max_token_len(t) + 1) is always enough. TR_ERR_FULL if
  * out_cap is too small for this push (state unchanged, nothing written).
  * *out_len receives the count of bytes written. */
-tr_status tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
+tr_status tr_tokenizer_stream_push(tokenizer_stream *s, const tokenizer *t,
                                 int32_t id, char *out, size_t out_cap,
                                 size_t *out_len);
 /* Flushes held bytes at end of generation (an incomplete character becomes
  * U+FFFD, 3 bytes; with out_cap < 3 nothing is written and the bytes stay
  * held). Returns the bytes written. */
-size_t tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap);
+size_t tr_tokenizer_stream_flush(tokenizer_stream *s, char *out, size_t out_cap);
 
 /* Validates the internal invariants (tables, merges, byte alphabet, special
  * list): TR_OK or TR_ERR_INTERNAL (logged). For tests. */
-tr_status tokenizer_check(const tokenizer *t);
+tr_status tr_tokenizer_check(const tokenizer *t);
 /* One-paragraph summary (pre-tokenizer, sizes, special tokens) to fp. */
-void tokenizer_dump(const tokenizer *t, FILE *fp);
+void tr_tokenizer_dump(const tokenizer *t, FILE *fp);
 
 #endif

@@ -38,7 +38,7 @@
 
 #define NO_RANK UINT32_MAX
 
-tr_status tokenizer_ids_push(tokenizer_ids *a, int32_t id) {
+tr_status tr_tokenizer_ids_push(tokenizer_ids *a, int32_t id) {
     if (a->n == a->cap) {
         size_t nc = a->cap ? a->cap * 2 : 64;
         size_t bytes;
@@ -109,14 +109,14 @@ static tr_status bpe_reserve(bpe_scratch *s, size_t n) {
 static inline uint32_t pair_rank(const tokenizer *t, int32_t a, int32_t b,
                                  int32_t *res) {
     uint32_t r;
-    if (a < 0 || b < 0 || !tokenizer_merge_find(t, a, b, &r, res)) return NO_RANK;
+    if (a < 0 || b < 0 || !tr_tokenizer_merge_find(t, a, b, &r, res)) return NO_RANK;
     return r;
 }
 
 static tr_status emit(tokenizer_ids *out, int32_t id) {
     /* a byte whose symbol the vocabulary lacks is dropped (llama.cpp does
      * the same); well-formed byte-level vocabularies have all 256 */
-    return id >= 0 ? tokenizer_ids_push(out, id) : TR_OK;
+    return id >= 0 ? tr_tokenizer_ids_push(out, id) : TR_OK;
 }
 
 static tr_status bpe_scan(const tokenizer *t, bpe_scratch *sc, const uint8_t *s,
@@ -248,7 +248,7 @@ static tr_status bpe_word(const tokenizer *t, bpe_scratch *sc, const uint8_t *s,
     return scan ? bpe_scan(t, sc, s, n, out) : bpe_heap(t, sc, s, n, out);
 }
 
-tr_status tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
+tr_status tr_tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
                              int mode, tokenizer_ids *out) {
     bpe_scratch sc = {0};
     tr_status st = bpe_word(t, &sc, s, n, mode, out);
@@ -256,11 +256,11 @@ tr_status tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
     return st;
 }
 
-tr_status tokenizer_build_whole(tokenizer *t) {
+tr_status tr_tokenizer_build_whole(tokenizer *t) {
     size_t n_normal = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
         n_normal += t->type[id] == TOKENIZER_TYPE_NORMAL;
-    tr_status st = tokenizer_strmap_init(&t->wmap, n_normal);
+    tr_status st = tr_tokenizer_strmap_init(&t->wmap, n_normal);
     if (st) return st;
     bpe_scratch sc = {0};
     tokenizer_ids ids = {0};
@@ -272,7 +272,7 @@ tr_status tokenizer_build_whole(tokenizer *t) {
         /* only tokens BPE reaches from their own bytes; if two normal tokens
          * had equal bytes (malformed vocabulary) the first one stays */
         if (!st && ids.n == 1 && ids.v[0] == id)
-            tokenizer_strmap_insert(&t->wmap, (const char *)t->bytes_blob, t->bytes_off, id);
+            tr_tokenizer_strmap_insert(&t->wmap, (const char *)t->bytes_blob, t->bytes_off, id);
     }
     bpe_scratch_free(&sc);
     free(ids.v);
@@ -357,7 +357,7 @@ static tr_status piece(enc_ctx *c, const char *s, size_t n) {
         }
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-            uint32_t cp = tokenizer_byte_to_cp((uint8_t)s[i]);
+            uint32_t cp = tr_tokenizer_byte_to_cp((uint8_t)s[i]);
             if (cp < 0x80) {
                 c->enc[k++] = (uint8_t)cp;
             } else {
@@ -365,12 +365,12 @@ static tr_status piece(enc_ctx *c, const char *s, size_t n) {
                 c->enc[k++] = (uint8_t)(0x80 | (cp & 0x3F));
             }
         }
-        int32_t id = tokenizer_text_find(t, (const char *)c->enc, k);
-        if (id >= 0) return tokenizer_ids_push(c->out, id);
+        int32_t id = tr_tokenizer_text_find(t, (const char *)c->enc, k);
+        if (id >= 0) return tr_tokenizer_ids_push(c->out, id);
     }
     if (n >= 2 && n <= t->max_token_len) {
-        int32_t id = tokenizer_whole_find(t, (const uint8_t *)s, n);
-        if (id >= 0) return tokenizer_ids_push(c->out, id);
+        int32_t id = tr_tokenizer_whole_find(t, (const uint8_t *)s, n);
+        if (id >= 0) return tr_tokenizer_ids_push(c->out, id);
     }
     return bpe_word(t, &c->bpe, (const uint8_t *)s, n, 0, c->out);
 }
@@ -395,7 +395,7 @@ static tr_status split(enc_ctx *c, int level, const char *s, size_t n) {
     return start < n ? split(c, level + 1, s + start, n - start) : TR_OK;
 }
 
-tr_status tokenizer_pretokenize(const tokenizer *t, const char *text, size_t len,
+tr_status tr_tokenizer_pretokenize(const tokenizer *t, const char *text, size_t len,
                                 tokenizer_piece_fn fn, void *ud) {
     if (!t || !fn || (!text && len)) return TR_ERR_INVALID_ARG;
     enc_ctx c;
@@ -450,7 +450,7 @@ static size_t find_present(const tokenizer *t, const char *text, size_t len,
         for (int32_t k = 0; k < t->n_special_lens; k++) {
             size_t l = t->special_lens[k];
             if (l > len - p) continue;
-            int32_t id = tokenizer_text_find(t, text + p, l);
+            int32_t id = tr_tokenizer_text_find(t, text + p, l);
             if (id < 0 || !eligible(t, id, parse_special)) continue;
             if (!(present[id >> 3] & (1u << (id & 7)))) {
                 present[id >> 3] |= (uint8_t)(1u << (id & 7));
@@ -491,7 +491,7 @@ static tr_status partition_one(const tokenizer *t, const char *text, int32_t id,
     return TR_OK;
 }
 
-tr_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
+tr_status tr_tokenizer_encode(const tokenizer *t, const char *text, size_t len,
                            bool parse_special, int32_t **ids, size_t *n_ids) {
     if (!t || !ids || !n_ids || (!text && len)) return TR_ERR_INVALID_ARG;
     tokenizer_ids out = {0};
@@ -525,7 +525,7 @@ tr_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
     }
     for (size_t i = 0; i < cur.n; i++) {
         frag f = cur.v[i];
-        st = f.id >= 0 ? tokenizer_ids_push(&out, f.id) : split(&c, 0, text + f.off, f.len);
+        st = f.id >= 0 ? tr_tokenizer_ids_push(&out, f.id) : split(&c, 0, text + f.off, f.len);
         if (st) goto done;
     }
 done:

@@ -2,7 +2,7 @@
  * and by tests/unit/test_tokenizer.c (differential tests of the two BPE
  * loops, pre-tokenizer splits). Not part of the public contract.
  *
- * Layout of one tokenizer (all immutable after tokenizer_from_gguf):
+ * Layout of one tokenizer (all immutable after tr_tokenizer_from_gguf):
  *
  *   id ──► text_off[id]..text_off[id+1]  in text_blob   raw GGUF token text
  *      ──► bytes_off[id]..bytes_off[id+1] in bytes_blob  bytes it stands for
@@ -69,7 +69,7 @@ typedef struct tokenizer_pre_def {
 } tokenizer_pre_def;
 
 /* NULL if name is not known. */
-const tokenizer_pre_def *tokenizer_pre_lookup(const char *name);
+const tokenizer_pre_def *tr_tokenizer_pre_lookup(const char *name);
 
 struct tokenizer {
     int32_t n_vocab;
@@ -113,39 +113,39 @@ typedef struct tokenizer_ids {
     size_t n, cap;
 } tokenizer_ids;
 
-tr_status tokenizer_ids_push(tokenizer_ids *a, int32_t id);
+tr_status tr_tokenizer_ids_push(tokenizer_ids *a, int32_t id);
 
 /* Raw text -> id (-1 if absent). */
-int32_t tokenizer_text_find(const tokenizer *t, const char *s, size_t n);
+int32_t tr_tokenizer_text_find(const tokenizer *t, const char *s, size_t n);
 /* Bytes -> id of the whole token with exactly those bytes, or -1. */
-int32_t tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n);
+int32_t tr_tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n);
 
 /* String-table primitives (keys live in blob[off[id]..off[id+1])). */
-tr_status tokenizer_strmap_init(tokenizer_strmap *m, uint64_t n_keys);
+tr_status tr_tokenizer_strmap_init(tokenizer_strmap *m, uint64_t n_keys);
 /* Inserts id; returns the id already holding an equal key, or -1. */
-int32_t tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
+int32_t tr_tokenizer_strmap_insert(tokenizer_strmap *m, const char *blob,
                                 const size_t *off, int32_t id);
 
 /* Fills t->wmap (needs merges, byte_tok and token bytes). */
-tr_status tokenizer_build_whole(tokenizer *t);
+tr_status tr_tokenizer_build_whole(tokenizer *t);
 
 /* Merge of the pair (a, b): its rank and result, or false. */
-bool tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
+bool tr_tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
                           uint32_t *rank, int32_t *result);
 
 /* BPE of one pre-token (raw bytes) appended to out. mode: 0 = automatic,
  * 1 = force the quadratic scan loop, 2 = force the priority-queue loop (the
  * two must agree; the unit test checks it). */
-tr_status tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
+tr_status tr_tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
                              int mode, tokenizer_ids *out);
 
 /* Runs the pre-tokenizer over text (no special-token handling) and calls
  * fn for every piece, in order; the pieces tile the text. */
 typedef tr_status (*tokenizer_piece_fn)(void *ud, const char *s, size_t n);
-tr_status tokenizer_pretokenize(const tokenizer *t, const char *text,
+tr_status tr_tokenizer_pretokenize(const tokenizer *t, const char *text,
                                 size_t len, tokenizer_piece_fn fn, void *ud);
 
 /* GPT-2 byte-level alphabet: the code point standing for byte b. */
-uint32_t tokenizer_byte_to_cp(uint8_t b);
+uint32_t tr_tokenizer_byte_to_cp(uint8_t b);
 
 #endif

@@ -99,7 +99,7 @@ static const struct {
     {"hunyuan", &pre_qwen2},
 };
 
-const tokenizer_pre_def *tokenizer_pre_lookup(const char *name) {
+const tokenizer_pre_def *tr_tokenizer_pre_lookup(const char *name) {
     for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
         if (strcmp(pre_names[i].name, name) == 0) return pre_names[i].def;
     return NULL;

@@ -92,7 +92,7 @@ static const shape k_shapes[] = {
 /* Quantized activations of n_tok random rows. */
 static uint8_t *make_act(const cpu_quant_kernels *k, tr_dtype t, int64_t cols, int n_tok,
                          size_t *xs) {
-    *xs = cpu_quant_act_row_bytes(t, cols);
+    *xs = tr_cpu_quant_act_row_bytes(t, cols);
     uint8_t *xq = tr_aligned_alloc(*xs * (size_t)n_tok, 64);
     float *x = malloc((size_t)cols * sizeof(float));
     if (!xq || !x) abort();
@@ -178,7 +178,7 @@ static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
     gguf_file *f = NULL;
     if (tr_default_model_path(path, sizeof path) && access(path, R_OK) == 0) {
         tr_diag d;
-        if (gguf_open_ex(path, load, &f, &d) != TR_OK) f = NULL;
+        if (tr_gguf_open_ex(path, load, &f, &d) != TR_OK) f = NULL;
     }
     if (!f && load == GGUF_LOAD_READ) return; /* random weights: measured once */
     enum { NL = 30 };
@@ -202,7 +202,7 @@ static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
             if (f) {
                 char name[64];
                 snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[j]);
-                const gguf_tensor *t = gguf_tensor_find(f, name);
+                const gguf_tensor *t = tr_gguf_tensor_find(f, name);
                 if (t && (int64_t)t->ne[0] == x->cols && (int64_t)t->ne[1] == x->rows) {
                     x->t = (tr_dtype)t->type;
                     x->w = t->data;
@@ -224,7 +224,7 @@ static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
     o->last_only = true;
     o->w = NULL;
     if (f) {
-        const gguf_tensor *t = gguf_tensor_find(f, "token_embd.weight");
+        const gguf_tensor *t = tr_gguf_tensor_find(f, "token_embd.weight");
         if (t && t->type == TR_DTYPE_Q8_0) o->w = t->data;
     }
     if (!o->w) {
@@ -291,7 +291,7 @@ static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
         printf("  %-10s forward matmuls (%s weights%s) n_tok=%-3d %9.2f ms  = %8.1f tok/s"
                "  %6.2f GFLOP/s  %6.2f GB/s of weights  (act quant %.1f%%)\n",
                k->name, f ? "model" : "random",
-               !f ? "" : gguf_load_used(f) == GGUF_LOAD_READ ? ", read" : ", mmap", n_tok,
+               !f ? "" : tr_gguf_load_used(f) == GGUF_LOAD_READ ? ", read" : ", mmap", n_tok,
                sec * 1e3, n_tok / sec, flop / sec * 1e-9, wbytes / sec * 1e-9, 100.0 * (double)tq * 1e-9 / passes / sec);
         fflush(stdout);
         tr_aligned_free(xa);
@@ -301,7 +301,7 @@ static void bench_forward(const cpu_quant_kernels *k, gguf_load load) {
         free(xf);
     }
     for (int i = 0; i < nowned; i++) tr_aligned_free(owned[i]);
-    if (f) gguf_close(f);
+    if (f) tr_gguf_close(f);
 }
 
 int main(int argc, char **argv) {
@@ -325,10 +325,10 @@ int main(int argc, char **argv) {
     }
     static const char *sets[] = {"portable", "avx2", "avx512vnni"};
     printf("bench_matmul: single thread, %s time; selected set: %s\n",
-           g_wall ? "wall" : "thread CPU", cpu_quant_select(false)->name);
+           g_wall ? "wall" : "thread CPU", tr_cpu_quant_select(false)->name);
     for (int i = 0; i < 3; i++) {
         if (only && strcmp(only, sets[i]) != 0) continue;
-        const cpu_quant_kernels *k = cpu_quant_get(sets[i]);
+        const cpu_quant_kernels *k = tr_cpu_quant_get(sets[i]);
         if (!k) {
             printf("  %s: not supported by this CPU\n", sets[i]);
             continue;

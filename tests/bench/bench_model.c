@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-n")) n_decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-l")) {
-            if (!gguf_load_parse(argv[i + 1], &load)) {
+            if (!tr_gguf_load_parse(argv[i + 1], &load)) {
                 fprintf(stderr, "bench_model: -l wants auto, mmap or read\n");
                 return 2;
             }
@@ -52,16 +52,16 @@ int main(int argc, char **argv) {
     tr_backend *be;
     model *m;
     tr_diag d = {0};
-    if (gguf_open_ex(path, load, &f, &d) || tr_backend_cpu_new(threads, &be) ||
-        model_load(f, be, n_prompt, &m, &d)) {
+    if (tr_gguf_open_ex(path, load, &f, &d) || tr_backend_cpu_new(threads, &be) ||
+        tr_model_load(f, be, n_prompt, &m, &d)) {
         fprintf(stderr, "bench_model: %s\n", d.message);
         return 1;
     }
-    const model_hparams *hp = model_get_hparams(m);
+    const model_hparams *hp = tr_model_get_hparams(m);
     int32_t total = n_prompt + n_decode, page = 16;
     int32_t n_pages = (total + page - 1) / page;
     tr_kv_layout kv;
-    if (model_kv_alloc(m, n_pages, page, TR_DTYPE_F16, &kv)) return 1;
+    if (tr_model_kv_alloc(m, n_pages, page, TR_DTYPE_F16, &kv)) return 1;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_pages);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt);
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
                       .page_table = tables, .n_pages = &n_pages};
         int32_t row = n_prompt - 1;
         uint64_t t0 = tr_now_ns();
-        if (model_forward(m, &kv, &b, ids, &row, 1, logits)) return 1;
+        if (tr_model_forward(m, &kv, &b, ids, &row, 1, logits)) return 1;
         uint64_t t1 = tr_now_ns();
         for (int k = 0; k < n_decode; k++) {
             int32_t tok = 0;
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
             tr_batch bd = {.n_tokens = 1, .pos = &p, .seq = seq, .n_seqs = 1,
                            .page_table = tables, .n_pages = &n_pages};
             int32_t r0 = 0;
-            if (model_forward(m, &kv, &bd, &tok, &r0, 1, logits)) return 1;
+            if (tr_model_forward(m, &kv, &bd, &tok, &r0, 1, logits)) return 1;
         }
         uint64_t t2 = tr_now_ns();
         pre[r] = (double)(t1 - t0) / 1e9;
@@ -103,10 +103,10 @@ int main(int argc, char **argv) {
            "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
            tr_backend_cpu_kernels(be), tr_backend_cpu_threads(be), n_prompt, n_decode,
            n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
-    model_kv_free(m, &kv);
-    model_free(m);
+    tr_model_kv_free(m, &kv);
+    tr_model_free(m);
     tr_backend_free(be);
-    gguf_close(f);
+    tr_gguf_close(f);
     free(table); free(ids); free(pos); free(seq); free(logits); free(pre); free(dec);
     return 0;
 }

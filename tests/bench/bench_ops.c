@@ -65,24 +65,24 @@ static void empty_task(void *ctx, int ith, int nth) {
 static void barrier_task(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
-    cpu_pool_barrier(((pool_bench *)ctx)->pool);
+    tr_cpu_pool_barrier(((pool_bench *)ctx)->pool);
 }
 
 static void run_empty(void *ctx) {
     pool_bench *b = ctx;
-    cpu_pool_run(b->pool, b->nth, empty_task, b);
+    tr_cpu_pool_run(b->pool, b->nth, empty_task, b);
 }
 
 static void run_barrier(void *ctx) {
     pool_bench *b = ctx;
-    cpu_pool_run(b->pool, b->nth, barrier_task, b);
+    tr_cpu_pool_run(b->pool, b->nth, barrier_task, b);
 }
 
 static void bench_dispatch(int max_threads) {
     printf("== dispatch (ns per empty run) ==\n");
     for (int n = 1; n <= max_threads; n++) {
         pool_bench b = {.nth = n};
-        if (cpu_pool_new(n, &b.pool) != TR_OK) {
+        if (tr_cpu_pool_new(n, &b.pool) != TR_OK) {
             fprintf(stderr, "pool creation failed\n");
             exit(1);
         }
@@ -101,7 +101,7 @@ static void bench_dispatch(int max_threads) {
         printf("threads %d: empty run %.0f ns, run with one barrier %.0f ns, "
                "run after 2 ms idle %.0f ns\n",
                n, e, bar, (double)total / reps);
-        cpu_pool_free(b.pool);
+        tr_cpu_pool_free(b.pool);
     }
 }
 

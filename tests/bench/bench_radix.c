@@ -118,8 +118,8 @@ int main(int argc, char **argv) {
     kv_pool *pool;
     radix_tree *t;
     tr_status st;
-    if ((st = kv_pool_new(pool_pages, PS, NULL, &pool))) die("kv_pool_new", st);
-    if ((st = radix_tree_new(pool, NULL, &t))) die("radix_tree_new", st);
+    if ((st = tr_kv_pool_new(pool_pages, PS, NULL, &pool))) die("kv_pool_new", st);
+    if ((st = tr_radix_tree_new(pool, NULL, &t))) die("radix_tree_new", st);
 
     int32_t *tokens = malloc(sizeof(int32_t) * MAX_LEN);
     int32_t *pages = malloc(sizeof(int32_t) * (MAX_LEN / PS + 1));
@@ -135,35 +135,35 @@ int main(int argc, char **argv) {
         int32_t n = make_seq(seed, i, tokens);
         radix_match m;
         timer_start(&tm, &w0, &c0);
-        st = radix_tree_match(t, ns, tokens, n, pages, &m);
+        st = tr_radix_tree_match(t, ns, tokens, n, pages, &m);
         timer_stop(&tm, w0, c0);
         if (st) die("match", st);
         match_tok += (uint64_t)n;
-        if ((st = radix_tree_lock(t, m.node))) die("lock", st);
+        if ((st = tr_radix_tree_lock(t, m.node))) die("lock", st);
 
         int32_t total = (n + PS - 1) / PS, need = total - m.n_pages;
-        st = kv_pool_alloc(pool, need, pages + m.n_pages);
+        st = tr_kv_pool_alloc(pool, need, pages + m.n_pages);
         if (st == TR_ERR_FULL) {
             timer_start(&te, &w0, &c0);
-            evicted_pages += (uint64_t)radix_tree_evict(t, need - kv_pool_n_free(pool));
+            evicted_pages += (uint64_t)tr_radix_tree_evict(t, need - tr_kv_pool_n_free(pool));
             timer_stop(&te, w0, c0);
-            st = kv_pool_alloc(pool, need, pages + m.n_pages);
+            st = tr_kv_pool_alloc(pool, need, pages + m.n_pages);
         }
         if (st) die("kv_pool_alloc", st);
 
         radix_node *x;
         timer_start(&ti, &w0, &c0);
-        st = radix_tree_insert(t, ns, tokens, pages, n, &x);
+        st = tr_radix_tree_insert(t, ns, tokens, pages, n, &x);
         timer_stop(&ti, w0, c0);
         if (st) die("insert", st);
         insert_tok += (uint64_t)n;
 
-        if ((st = radix_tree_unlock(t, m.node))) die("unlock", st);
-        if (n % PS && (st = kv_pool_unref(pool, pages[total - 1]))) die("unref", st);
+        if ((st = tr_radix_tree_unlock(t, m.node))) die("unlock", st);
+        if (n % PS && (st = tr_kv_pool_unref(pool, pages[total - 1]))) die("unref", st);
 
         if ((i & 1023) == 0) {
             radix_tree_stats s;
-            radix_tree_stats_get(t, &s);
+            tr_radix_tree_stats_get(t, &s);
             if (s.bytes > peak_bytes) {
                 peak_bytes = s.bytes;
                 peak_tokens = (uint64_t)s.n_tree_tokens;
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     }
     uint64_t wall = tr_now_ns() - wall0;
     radix_tree_stats s;
-    radix_tree_stats_get(t, &s);
+    tr_radix_tree_stats_get(t, &s);
 
     /* Hit-only phase: the most recent sequences are still cached whole
      * (all but their partial last page). */
@@ -182,14 +182,14 @@ int main(int argc, char **argv) {
         int32_t n = make_seq(seed, i, tokens);
         radix_match m;
         timer_start(&th, &w0, &c0);
-        st = radix_tree_match(t, ns, tokens, n, pages, &m);
+        st = tr_radix_tree_match(t, ns, tokens, n, pages, &m);
         timer_stop(&th, w0, c0);
         if (st) die("match", st);
         hit_tok += (uint64_t)n;
         hit_matched += (uint64_t)m.n_tokens;
     }
 
-    if ((st = radix_tree_check(t))) die("radix_tree_check", st);
+    if ((st = tr_radix_tree_check(t))) die("radix_tree_check", st);
 
     printf("bench_radix: %" PRId64 " sequences of %d..%d tokens over %d prefixes%s, "
            "page size %d, pool %d pages (%d tokens)\n",
@@ -221,8 +221,8 @@ int main(int argc, char **argv) {
            s.pages_cached);
     printf("  wall %.2f s\n", (double)wall * 1e-9);
 
-    radix_tree_free(t);
-    kv_pool_free(pool);
+    tr_radix_tree_free(t);
+    tr_kv_pool_free(pool);
     for (int p = 0; p < N_PREFIX; p++) free(prefix_tok[p]);
     free(tokens);
     free(pages);

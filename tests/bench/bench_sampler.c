@@ -1,4 +1,4 @@
-/* bench_sampler.c — microseconds per sampler_sample call for the 49,152
+/* bench_sampler.c — microseconds per tr_sampler_sample call for the 49,152
  * (SmolLM2) and 262,144 (Gemma 3) vocabularies under common settings.
  *
  * Logits are synthetic but LLM-shaped: a Gaussian bulk (sd 2.5) plus a few
@@ -59,7 +59,7 @@ static int32_t n_real_rows;
 
 static double run_case(const bcase *bc, int32_t n, double secs,
                        double *copy_us) {
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = bc->temperature;
     p.top_k = bc->top_k;
     p.top_p = bc->top_p;
@@ -74,7 +74,7 @@ static double run_case(const bcase *bc, int32_t n, double secs,
     if (bc->logprobs) p.n_logprobs = 5;
     sampler *s;
     tr_diag d;
-    if (sampler_new(&p, n, &s, &d) != TR_OK) {
+    if (tr_sampler_new(&p, n, &s, &d) != TR_OK) {
         fprintf(stderr, "sampler_new: %s\n", d.message);
         exit(1);
     }
@@ -91,7 +91,7 @@ static double run_case(const bcase *bc, int32_t n, double secs,
         mask[i] = (uint64_t)(urand() * 18446744073709551615.0) |
                   (i == 0 ? 1u : 0u);
     if (bc->penalties)
-        for (int i = 0; i < 64; i++) sampler_accept(s, (int32_t)(urand() * n));
+        for (int i = 0; i < 64; i++) tr_sampler_accept(s, (int32_t)(urand() * n));
 
     bool copy = bc->mask || bc->penalties;
     sampler_logprobs lp;
@@ -106,10 +106,10 @@ static double run_case(const bcase *bc, int32_t n, double secs,
                     memcpy(row, orig + (size_t)(k % nrows) * (size_t)n,
                            (size_t)n * sizeof *work);
                 int32_t tok;
-                if (sampler_sample(s, row, bc->mask ? mask : NULL, &tok,
+                if (tr_sampler_sample(s, row, bc->mask ? mask : NULL, &tok,
                                    bc->logprobs ? &lp : NULL) != TR_OK) {
                     fprintf(stderr, "sample failed: %s\n",
-                            sampler_last_error(s));
+                            tr_sampler_last_error(s));
                     exit(1);
                 }
             }
@@ -136,7 +136,7 @@ static double run_case(const bcase *bc, int32_t n, double secs,
     free(orig);
     free(work);
     free(mask);
-    sampler_free(s);
+    tr_sampler_free(s);
     return best;
 }
 
@@ -168,11 +168,11 @@ int main(int argc, char **argv) {
     };
     static const int32_t vocabs[] = {49152, 262144};
     {
-        sampler_params p = sampler_params_default();
+        sampler_params p = tr_sampler_params_default();
         sampler *s;
-        if (sampler_new(&p, 8, &s, NULL) == TR_OK) {
-            printf("kernels: %s\n", sampler_kernels_name(s));
-            sampler_free(s);
+        if (tr_sampler_new(&p, 8, &s, NULL) == TR_OK) {
+            printf("kernels: %s\n", tr_sampler_kernels_name(s));
+            tr_sampler_free(s);
         }
     }
     printf("%-36s %12s %12s\n", "case (us per sample)", "vocab 49152",

@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     gguf_file *f;
     tokenizer *t;
     tr_diag d = {0};
-    if (!model || gguf_open(model, &f, &d) || tokenizer_from_gguf(f, &t, &d)) {
+    if (!model || tr_gguf_open(model, &f, &d) || tr_tokenizer_from_gguf(f, &t, &d)) {
         fprintf(stderr, "bench_tokenizer: cannot load %s: %s\n", model ? model : "?", d.message);
         return 1;
     }
@@ -116,11 +116,11 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 5; r++) {
         int32_t *ids;
         uint64_t w0 = tr_now_ns(), t0 = cpu_ns();
-        if (tokenizer_encode(t, text.p, text.n, false, &ids, &n_ids)) return 1;
+        if (tr_tokenizer_encode(t, text.p, text.n, false, &ids, &n_ids)) return 1;
         uint64_t t1 = cpu_ns(), w1 = tr_now_ns();
         char *out;
         size_t out_len;
-        if (tokenizer_decode(t, ids, n_ids, true, &out, &out_len)) return 1;
+        if (tr_tokenizer_decode(t, ids, n_ids, true, &out, &out_len)) return 1;
         uint64_t t2 = cpu_ns();
         enc[r] = (double)(t1 - t0) / 1e9;
         encw[r] = (double)(w1 - w0) / 1e9;
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
            enc[2] * 1e3, mb / enc[2], (double)n_ids / enc[2] / 1e6, encw[2] * 1e3);
     printf("decode: %.2f ms CPU  %.0f MB/s\n", dec[2] * 1e3, mb / dec[2]);
     free(text.p);
-    tokenizer_free(t);
-    gguf_close(f);
+    tr_tokenizer_free(t);
+    tr_gguf_close(f);
     return 0;
 }

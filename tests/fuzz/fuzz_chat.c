@@ -1,7 +1,7 @@
 /* fuzz_chat.c — libFuzzer target for runtime/chat.
  *
  * The whole input (NUL-terminated copy) is a candidate Jinja template for
- * chat_template_detect and chat_template_default_system. The same bytes
+ * tr_chat_template_detect and tr_chat_template_default_system. The same bytes
  * also drive a conversation: byte 0 picks the kind (including invalid
  * ones), byte 1 the flags (generation prompt, default system), and the
  * rest, split at 0x00 bytes, gives (role selector, content) pairs.
@@ -30,11 +30,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     chat_template_kind k = CHAT_TEMPLATE_NONE;
     tr_diag d;
-    tr_status st = chat_template_detect(text, &k, &d);
-    if (st == TR_OK && chat_template_end_of_turn(k) == NULL) abort();
+    tr_status st = tr_chat_template_detect(text, &k, &d);
+    if (st == TR_OK && tr_chat_template_end_of_turn(k) == NULL) abort();
     if (st != TR_OK && st != TR_ERR_UNSUPPORTED) abort();
     char *sys = NULL;
-    if (chat_template_default_system(text, &sys) != TR_OK) abort();
+    if (tr_chat_template_default_system(text, &sys) != TR_OK) abort();
     if (sys && strlen(sys) > size) abort();
 
     /* the conversation */
@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dsys = (flags & 2) ? (sys ? sys : "Default system.") : NULL;
     char *out = (char *)0x1;
     size_t len = 0;
-    st = chat_render(kind, dsys, msgs, n, flags & 1, &out, &len, &d);
+    st = tr_chat_render(kind, dsys, msgs, n, flags & 1, &out, &len, &d);
     if (st == TR_OK) {
         if (!out || out == (char *)0x1 || strlen(out) != len) abort();
         if (kind == CHAT_TEMPLATE_CHATML) {

@@ -7,7 +7,7 @@
  * sequences run at once, using the engine's protocol (match, lock, alloc
  * with eviction on shortage, insert + relock, finish, abort).
  *
- * Checked after every op: radix_tree_check and kv_pool_check; after an
+ * Checked after every op: tr_radix_tree_check and tr_kv_pool_check; after an
  * insert, matching the inserted key returns at least its full pages, with
  * the ids the caller now holds; a failed insert (an injected allocation
  * failure) leaves tree, pool, stats and the caller's page table unchanged.
@@ -79,10 +79,10 @@ static char *snapshot(const fz *z) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     FZ_CHECK(f);
-    radix_tree_dump(z->t, f);
-    kv_pool_dump(z->pool, f);
+    tr_radix_tree_dump(z->t, f);
+    tr_kv_pool_dump(z->pool, f);
     radix_tree_stats s;
-    radix_tree_stats_get(z->t, &s);
+    tr_radix_tree_stats_get(z->t, &s);
     fprintf(f, "%llu %llu %llu %llu %llu %llu %llu\n",
             (unsigned long long)s.hit_tokens, (unsigned long long)s.miss_tokens,
             (unsigned long long)s.inserts, (unsigned long long)s.inserted_pages,
@@ -93,10 +93,10 @@ static char *snapshot(const fz *z) {
 }
 
 static bool alloc_pages(fz *z, int32_t n, int32_t *out) {
-    tr_status st = kv_pool_alloc(z->pool, n, out);
+    tr_status st = tr_kv_pool_alloc(z->pool, n, out);
     if (st == TR_ERR_FULL) {
-        radix_tree_evict(z->t, n - kv_pool_n_free(z->pool));
-        st = kv_pool_alloc(z->pool, n, out);
+        tr_radix_tree_evict(z->t, n - tr_kv_pool_n_free(z->pool));
+        st = tr_kv_pool_alloc(z->pool, n, out);
     }
     FZ_CHECK(st == TR_OK || st == TR_ERR_FULL);
     return st == TR_OK;
@@ -105,7 +105,7 @@ static bool alloc_pages(fz *z, int32_t n, int32_t *out) {
 static void release_private(fz *z, fz_seq *q) {
     for (int32_t j = 0; j < n_pages_for(z, q->n); j++)
         if (q->priv[j]) {
-            FZ_CHECK(kv_pool_unref(z->pool, q->pages[j]) == TR_OK);
+            FZ_CHECK(tr_kv_pool_unref(z->pool, q->pages[j]) == TR_OK);
             q->priv[j] = false;
         }
 }
@@ -118,16 +118,16 @@ static void insert_seq(fz *z, fz_seq *q, int32_t k, bool keep_lock) {
     int32_t saved[FZ_MAX_LEN];
     memcpy(saved, q->pages, sizeof saved);
     radix_node *node = NULL;
-    tr_status st = radix_tree_insert(z->t, q->ns, q->tokens, q->pages, k, &node);
+    tr_status st = tr_radix_tree_insert(z->t, q->ns, q->tokens, q->pages, k, &node);
     if (st == TR_ERR_NOMEM) {
         FZ_CHECK(before);
         char *after = snapshot(z);
         FZ_CHECK(strcmp(before, after) == 0);
         free(after);
         FZ_CHECK(memcmp(saved, q->pages, sizeof saved) == 0);
-        FZ_CHECK(radix_tree_check(z->t) == TR_OK);
+        FZ_CHECK(tr_radix_tree_check(z->t) == TR_OK);
         z->alloc.fail_at = -1;
-        st = radix_tree_insert(z->t, q->ns, q->tokens, q->pages, k, &node);
+        st = tr_radix_tree_insert(z->t, q->ns, q->tokens, q->pages, k, &node);
     }
     free(before);
     z->alloc.fail_at = -1; /* an unused injection expires */
@@ -137,21 +137,21 @@ static void insert_seq(fz *z, fz_seq *q, int32_t k, bool keep_lock) {
     for (int32_t i = 0; i < F; i++) {
         if (q->pages[i] != saved[i]) FZ_CHECK(q->priv[i]);
         q->priv[i] = false;
-        FZ_CHECK(kv_pool_page_in_tree(z->pool, q->pages[i]));
+        FZ_CHECK(tr_kv_pool_page_in_tree(z->pool, q->pages[i]));
     }
     /* The key is now cached, with exactly the caller's (rewritten) ids. */
     int32_t got[FZ_MAX_LEN];
     radix_match m;
-    FZ_CHECK(radix_tree_match(z->t, q->ns, q->tokens, k, got, &m) == TR_OK);
+    FZ_CHECK(tr_radix_tree_match(z->t, q->ns, q->tokens, k, got, &m) == TR_OK);
     FZ_CHECK(m.n_pages == F);
     FZ_CHECK(memcmp(got, q->pages, sizeof(int32_t) * (size_t)F) == 0);
     if (keep_lock) {
-        FZ_CHECK(radix_tree_lock(z->t, node) == TR_OK);
-        FZ_CHECK(radix_tree_unlock(z->t, q->handle) == TR_OK);
+        FZ_CHECK(tr_radix_tree_lock(z->t, node) == TR_OK);
+        FZ_CHECK(tr_radix_tree_unlock(z->t, q->handle) == TR_OK);
         q->handle = node;
         q->locked_pages = F;
     } else {
-        FZ_CHECK(radix_tree_unlock(z->t, q->handle) == TR_OK);
+        FZ_CHECK(tr_radix_tree_unlock(z->t, q->handle) == TR_OK);
         q->handle = NULL;
         q->locked_pages = 0;
     }
@@ -169,12 +169,12 @@ static void op_start(fz *z, fz_seq *q) {
     q->ns = next(z) & 1;
     q->n = read_tokens(z, q->tokens, FZ_MAX_LEN / 2);
     radix_match m;
-    FZ_CHECK(radix_tree_match(z->t, q->ns, q->tokens, q->n, q->pages, &m) == TR_OK);
+    FZ_CHECK(tr_radix_tree_match(z->t, q->ns, q->tokens, q->n, q->pages, &m) == TR_OK);
     FZ_CHECK(m.n_tokens % z->ps == 0 && m.n_tokens <= q->n);
-    FZ_CHECK(radix_tree_lock(z->t, m.node) == TR_OK);
+    FZ_CHECK(tr_radix_tree_lock(z->t, m.node) == TR_OK);
     int32_t total = n_pages_for(z, q->n);
     if (!alloc_pages(z, total - m.n_pages, q->pages + m.n_pages)) {
-        FZ_CHECK(radix_tree_unlock(z->t, m.node) == TR_OK);
+        FZ_CHECK(tr_radix_tree_unlock(z->t, m.node) == TR_OK);
         return;
     }
     for (int32_t j = m.n_pages; j < total; j++) q->priv[j] = true;
@@ -207,8 +207,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t n_pages = 4 + next(z) % 64;
     z->alloc.fail_at = -1;
     radix_allocator a = {fz_malloc, fz_free, &z->alloc};
-    FZ_CHECK(kv_pool_new(n_pages, z->ps, &a, &z->pool) == TR_OK);
-    FZ_CHECK(radix_tree_new(z->pool, &a, &z->t) == TR_OK);
+    FZ_CHECK(tr_kv_pool_new(n_pages, z->ps, &a, &z->pool) == TR_OK);
+    FZ_CHECK(tr_radix_tree_new(z->pool, &a, &z->t) == TR_OK);
 
     for (int steps = 0; more(z) && steps < 4096; steps++) {
         uint8_t op = next(z) % 10;
@@ -235,7 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         case 4: /* abort */
             if (q->live) {
-                FZ_CHECK(radix_tree_unlock(z->t, q->handle) == TR_OK);
+                FZ_CHECK(tr_radix_tree_unlock(z->t, q->handle) == TR_OK);
                 release_private(z, q);
                 q->live = false;
             }
@@ -244,39 +244,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int32_t tok[FZ_MAX_LEN], got[FZ_MAX_LEN];
             int32_t n = read_tokens(z, tok, FZ_MAX_LEN);
             radix_match m;
-            FZ_CHECK(radix_tree_match(z->t, next(z) & 1, tok, n, got, &m) == TR_OK);
+            FZ_CHECK(tr_radix_tree_match(z->t, next(z) & 1, tok, n, got, &m) == TR_OK);
             FZ_CHECK(m.n_tokens % z->ps == 0 && m.n_tokens <= n);
             break;
         }
         case 6: {
-            int32_t before = kv_pool_n_free(z->pool);
-            int32_t got = radix_tree_evict(z->t, next(z) % 16);
-            FZ_CHECK(kv_pool_n_free(z->pool) == before + got);
+            int32_t before = tr_kv_pool_n_free(z->pool);
+            int32_t got = tr_radix_tree_evict(z->t, next(z) % 16);
+            FZ_CHECK(tr_kv_pool_n_free(z->pool) == before + got);
             break;
         }
         case 7:
-            radix_tree_flush(z->t);
+            tr_radix_tree_flush(z->t);
             break;
         case 8: /* fail one of the next few allocations */
             z->alloc.fail_at = z->alloc.calls + next(z) % 4;
             break;
         default: /* an extra lock held and released around an eviction */
             if (q->live && q->handle) {
-                FZ_CHECK(radix_tree_lock(z->t, q->handle) == TR_OK);
-                radix_tree_evict(z->t, n_pages);
-                FZ_CHECK(radix_node_lock_count(q->handle) >= 2);
-                FZ_CHECK(radix_tree_unlock(z->t, q->handle) == TR_OK);
+                FZ_CHECK(tr_radix_tree_lock(z->t, q->handle) == TR_OK);
+                tr_radix_tree_evict(z->t, n_pages);
+                FZ_CHECK(tr_radix_node_lock_count(q->handle) >= 2);
+                FZ_CHECK(tr_radix_tree_unlock(z->t, q->handle) == TR_OK);
             }
             break;
         }
-        FZ_CHECK(radix_tree_check(z->t) == TR_OK);
-        FZ_CHECK(kv_pool_check(z->pool) == TR_OK);
+        FZ_CHECK(tr_radix_tree_check(z->t) == TR_OK);
+        FZ_CHECK(tr_kv_pool_check(z->pool) == TR_OK);
         /* Locked prefixes are still cached. */
         for (int i = 0; i < FZ_SEQS; i++) {
             fz_seq *s = &z->seqs[i];
             if (!s->live || !s->locked_pages) continue;
             for (int32_t j = 0; j < s->locked_pages; j++)
-                FZ_CHECK(kv_pool_page_in_tree(z->pool, s->pages[j]));
+                FZ_CHECK(tr_kv_pool_page_in_tree(z->pool, s->pages[j]));
         }
     }
 
@@ -287,14 +287,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         insert_seq(z, q, q->n, false);
         release_private(z, q);
     }
-    radix_tree_flush(z->t);
-    FZ_CHECK(radix_tree_check(z->t) == TR_OK);
-    FZ_CHECK(kv_pool_n_free(z->pool) == n_pages);
+    tr_radix_tree_flush(z->t);
+    FZ_CHECK(tr_radix_tree_check(z->t) == TR_OK);
+    FZ_CHECK(tr_kv_pool_n_free(z->pool) == n_pages);
     radix_tree_stats st;
-    radix_tree_stats_get(z->t, &st);
+    tr_radix_tree_stats_get(z->t, &st);
     FZ_CHECK(st.n_nodes == 0 && st.bytes == 0 && st.n_tree_pages == 0);
-    radix_tree_free(z->t);
-    kv_pool_free(z->pool);
+    tr_radix_tree_free(z->t);
+    tr_kv_pool_free(z->pool);
     FZ_CHECK(z->alloc.live == 0);
     free(z);
     return 0;

@@ -3,11 +3,11 @@
  * Input: <pattern> [ '\0' <subject> ]. The pattern is compiled under
  * small budgets (so the fuzzer explores syntax, not patience); it must
  * either compile or fail with a diagnostic (code set, message non-empty).
- * A compiled grammar must pass grammar_check, and a matcher over a small
+ * A compiled grammar must pass tr_grammar_check, and a matcher over a small
  * fixed vocabulary (every single byte plus some multi-byte tokens) is
  * driven over the subject byte by byte: each byte's token must be in the
  * mask iff accepting it succeeds, forced bytes must be accepted, rollback
- * must restore, and the walk must agree with grammar_matches. Any broken
+ * must restore, and the walk must agree with tr_grammar_matches. Any broken
  * invariant aborts (that is how a fuzzer reports). Replayed over
  * tests/fuzz/corpus/regex/ by ctest (replay_regex).
  */
@@ -44,7 +44,7 @@ static grammar_vocab *vocab(void) {
     int32_t eog = N - 2;
     grammar_vocab_desc d = {.n_vocab = N, .token_bytes = tb, .token_lens = tl,
                             .is_special = sp, .eog_ids = &eog, .n_eog = 1};
-    if (grammar_vocab_new(&d, &g_vocab, NULL) != TR_OK) abort();
+    if (tr_grammar_vocab_new(&d, &g_vocab, NULL) != TR_OK) abort();
     return g_vocab;
 }
 
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t slen = nul ? size - plen - 1 : 0;
 
     grammar_limits lim;
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_nfa_states = 20000;
     lim.max_dfa_states = 2000;
     lim.max_repeat = 200;
@@ -66,46 +66,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     grammar *g = NULL;
     tr_diag diag;
-    tr_status st = grammar_compile_regex((const char *)data, plen, &lim, &g, &diag);
+    tr_status st = tr_grammar_compile_regex((const char *)data, plen, &lim, &g, &diag);
     if (st != TR_OK) {
         if (g || diag.code != st || diag.message[0] == 0) abort();
         return 0;
     }
-    if (grammar_check(g) != TR_OK) abort();
+    if (tr_grammar_check(g) != TR_OK) abort();
 
     grammar_vocab *v = vocab();
     grammar_matcher *m;
-    if (grammar_matcher_new(g, v, 8, &m) != TR_OK) abort();
+    if (tr_grammar_matcher_new(g, v, 8, &m) != TR_OK) abort();
     uint64_t mask[8];
-    size_t nw = grammar_vocab_mask_words(v);
+    size_t nw = tr_grammar_vocab_mask_words(v);
     if (nw > 8) abort();
     bool alive = true;
     for (size_t i = 0; i < slen && alive; i++) {
-        if (grammar_matcher_fill_mask(m, mask, nw) != TR_OK) abort();
+        if (tr_grammar_matcher_fill_mask(m, mask, nw) != TR_OK) abort();
         int32_t id = subj[i];
         bool in = (mask[id >> 6] >> (id & 63)) & 1;
-        tr_status a = grammar_matcher_accept_token(m, id);
+        tr_status a = tr_grammar_matcher_accept_token(m, id);
         if (in != (a == TR_OK)) abort();
         alive = a == TR_OK;
         if (alive && (i % 7) == 3) { /* rollback and redo */
-            if (grammar_matcher_rollback(m, 1) != TR_OK) abort();
-            if (grammar_matcher_accept_bytes(m, &subj[i], 1) != TR_OK) abort();
+            if (tr_grammar_matcher_rollback(m, 1) != TR_OK) abort();
+            if (tr_grammar_matcher_accept_bytes(m, &subj[i], 1) != TR_OK) abort();
         }
     }
     if (alive) {
-        bool acc = grammar_matcher_is_accepting(m);
-        if (acc != grammar_matches(g, subj, slen)) abort();
-        int32_t eog = grammar_vocab_n_vocab(v) - 2;
-        if (grammar_matcher_token_allowed(m, eog) != acc) abort();
+        bool acc = tr_grammar_matcher_is_accepting(m);
+        if (acc != tr_grammar_matches(g, subj, slen)) abort();
+        int32_t eog = tr_grammar_vocab_n_vocab(v) - 2;
+        if (tr_grammar_matcher_token_allowed(m, eog) != acc) abort();
         uint8_t fb[64];
         size_t fl;
-        if (grammar_matcher_forced_bytes(m, fb, sizeof fb, &fl) != TR_OK) abort();
-        if (fl && grammar_matcher_accept_bytes(m, fb, fl) != TR_OK) abort();
-        if (fl && grammar_matcher_rollback(m, 1) != TR_OK) abort();
-    } else if (grammar_matches(g, subj, slen)) {
+        if (tr_grammar_matcher_forced_bytes(m, fb, sizeof fb, &fl) != TR_OK) abort();
+        if (fl && tr_grammar_matcher_accept_bytes(m, fb, fl) != TR_OK) abort();
+        if (fl && tr_grammar_matcher_rollback(m, 1) != TR_OK) abort();
+    } else if (tr_grammar_matches(g, subj, slen)) {
         abort(); /* died on a prefix of a matching string */
     }
-    grammar_matcher_free(m);
-    grammar_free(g);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
     return 0;
 }

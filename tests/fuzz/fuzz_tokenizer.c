@@ -77,7 +77,7 @@ static uint8_t *toy_gguf(size_t *len) {
     put_u32(&kv, GGUF_TYPE_STRING);
     put_u64(&kv, 256 + N_EXTRA);
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = tokenizer_byte_to_cp((uint8_t)b);
+        uint32_t cp = tr_tokenizer_byte_to_cp((uint8_t)b);
         if (cp < 0x80) {
             sym[b][0] = (char)cp;
         } else {
@@ -118,19 +118,19 @@ static void setup(void) {
     char path[4096];
     tr_diag d = {0};
     if (tr_default_model_path(path, sizeof path) && access(path, R_OK) == 0 &&
-        gguf_open(path, &g_file, &d) == TR_OK) {
-        CHECK(tokenizer_from_gguf(g_file, &g_tok, &d) == TR_OK);
+        tr_gguf_open(path, &g_file, &d) == TR_OK) {
+        CHECK(tr_tokenizer_from_gguf(g_file, &g_tok, &d) == TR_OK);
     } else {
         size_t len;
         g_mem = toy_gguf(&len);
-        CHECK(gguf_open_memory(g_mem, len, &g_file, &d) == TR_OK);
-        CHECK(tokenizer_from_gguf(g_file, &g_tok, &d) == TR_OK);
+        CHECK(tr_gguf_open_memory(g_mem, len, &g_file, &d) == TR_OK);
+        CHECK(tr_tokenizer_from_gguf(g_file, &g_tok, &d) == TR_OK);
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         int32_t *ids;
         size_t n;
-        CHECK(tokenizer_encode(g_tok, &c, 1, false, &ids, &n) == TR_OK);
+        CHECK(tr_tokenizer_encode(g_tok, &c, 1, false, &ids, &n) == TR_OK);
         g_drop[b] = n == 0;
         free(ids);
     }
@@ -183,23 +183,23 @@ static tr_status on_piece(void *ud, const char *s, size_t n) {
 
 static void stream_check(const int32_t *ids, size_t n, bool render_special,
                          const char *plain, size_t plain_len) {
-    size_t cap = 3 * (tokenizer_max_token_len(g_tok) + 1);
+    size_t cap = 3 * (tr_tokenizer_max_token_len(g_tok) + 1);
     char *chunk = malloc(cap);
     char *acc = malloc(3 * plain_len + 8);
     CHECK(chunk && acc);
     size_t acc_len = 0;
     tokenizer_stream st;
-    tokenizer_stream_init(&st, render_special);
+    tr_tokenizer_stream_init(&st, render_special);
     for (size_t i = 0; i < n; i++) {
         size_t ol;
-        CHECK(tokenizer_stream_push(&st, g_tok, ids[i], chunk, cap, &ol) == TR_OK);
+        CHECK(tr_tokenizer_stream_push(&st, g_tok, ids[i], chunk, cap, &ol) == TR_OK);
         CHECK(ol <= cap);
         CHECK(valid_utf8((const uint8_t *)chunk, ol));
         memcpy(acc + acc_len, chunk, ol);
         acc_len += ol;
     }
     char tail[8];
-    size_t tl = tokenizer_stream_flush(&st, tail, sizeof tail);
+    size_t tl = tr_tokenizer_stream_flush(&st, tail, sizeof tail);
     CHECK(st.n_pending == 0 && tl <= 3);
     memcpy(acc + acc_len, tail, tl);
     acc_len += tl;
@@ -222,25 +222,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!g_drop[data[i]]) want[wl++] = text[i];
 
     tile tl = {text, 0};
-    CHECK(tokenizer_pretokenize(g_tok, text, size, on_piece, &tl) == TR_OK);
+    CHECK(tr_tokenizer_pretokenize(g_tok, text, size, on_piece, &tl) == TR_OK);
     CHECK(tl.pos == size);
 
     for (int special = 0; special < 2; special++) {
         int32_t *ids;
         size_t n;
-        CHECK(tokenizer_encode(g_tok, text, size, special, &ids, &n) == TR_OK);
+        CHECK(tr_tokenizer_encode(g_tok, text, size, special, &ids, &n) == TR_OK);
         CHECK(ids != NULL && n <= size);
-        for (size_t i = 0; i < n; i++) CHECK(ids[i] >= 0 && ids[i] < tokenizer_n_vocab(g_tok));
+        for (size_t i = 0; i < n; i++) CHECK(ids[i] >= 0 && ids[i] < tr_tokenizer_n_vocab(g_tok));
         if (!special)
             for (size_t i = 0; i < n; i++)
-                CHECK(tokenizer_type(g_tok, ids[i]) != TOKENIZER_TYPE_CONTROL);
+                CHECK(tr_tokenizer_type(g_tok, ids[i]) != TOKENIZER_TYPE_CONTROL);
         char *out;
         size_t len;
-        CHECK(tokenizer_decode(g_tok, ids, n, true, &out, &len) == TR_OK);
+        CHECK(tr_tokenizer_decode(g_tok, ids, n, true, &out, &len) == TR_OK);
         CHECK(len == wl && memcmp(out, want, wl) == 0);
         stream_check(ids, n, true, out, len);
         free(out);
-        CHECK(tokenizer_decode(g_tok, ids, n, false, &out, &len) == TR_OK);
+        CHECK(tr_tokenizer_decode(g_tok, ids, n, false, &out, &len) == TR_OK);
         stream_check(ids, n, false, out, len);
         free(out);
         free(ids);

@@ -67,7 +67,7 @@ static char *render_ok(chat_template_kind k, const char *sys,
     size_t len = 0;
     tr_diag d;
     memset(&d, 0, sizeof d);
-    tr_status st = chat_render(k, sys, m, n, gen, &out, &len, &d);
+    tr_status st = tr_chat_render(k, sys, m, n, gen, &out, &len, &d);
     if (st != TR_OK) fprintf(stderr, "chat_render: %s\n", d.message);
     assert_int_equal(st, TR_OK);
     assert_non_null(out);
@@ -91,7 +91,7 @@ static void expect_error(chat_template_kind k, const char *sys,
     char *out = (char *)0x1; /* must stay untouched */
     tr_diag d;
     memset(&d, 0, sizeof d);
-    assert_int_equal(chat_render(k, sys, m, n, true, &out, NULL, &d), code);
+    assert_int_equal(tr_chat_render(k, sys, m, n, true, &out, NULL, &d), code);
     assert_ptr_equal(out, (char *)0x1);
     if (needle1 && !strstr(d.message, needle1))
         fprintf(stderr, "message '%s' lacks '%s'\n", d.message, needle1);
@@ -105,39 +105,39 @@ static void test_detect(void **state) {
     (void)state;
     chat_template_kind k = CHAT_TEMPLATE_NONE;
     tr_diag d;
-    assert_int_equal(chat_template_detect(SMOLLM2_TEMPLATE, &k, &d), TR_OK);
+    assert_int_equal(tr_chat_template_detect(SMOLLM2_TEMPLATE, &k, &d), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_CHATML);
-    assert_int_equal(chat_template_detect(LLAMA3_TEMPLATE, &k, &d), TR_OK);
+    assert_int_equal(tr_chat_template_detect(LLAMA3_TEMPLATE, &k, &d), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_LLAMA3);
-    assert_int_equal(chat_template_detect(GEMMA3_TEMPLATE_START, &k, &d), TR_OK);
+    assert_int_equal(tr_chat_template_detect(GEMMA3_TEMPLATE_START, &k, &d), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_GEMMA);
-    assert_int_equal(chat_template_detect(LLAMA2_TEMPLATE_PART, &k, &d), TR_OK);
+    assert_int_equal(tr_chat_template_detect(LLAMA2_TEMPLATE_PART, &k, &d), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_LLAMA2);
-    assert_int_equal(chat_template_detect(MISTRAL_TEMPLATE, &k, &d), TR_OK);
+    assert_int_equal(tr_chat_template_detect(MISTRAL_TEMPLATE, &k, &d), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_MISTRAL);
-    assert_string_equal(chat_template_kind_name(CHAT_TEMPLATE_GEMMA), "gemma");
-    assert_string_equal(chat_template_end_of_turn(CHAT_TEMPLATE_CHATML), "<|im_end|>");
-    assert_string_equal(chat_template_end_of_turn(CHAT_TEMPLATE_LLAMA3), "<|eot_id|>");
-    assert_null(chat_template_end_of_turn((chat_template_kind)42));
+    assert_string_equal(tr_chat_template_kind_name(CHAT_TEMPLATE_GEMMA), "gemma");
+    assert_string_equal(tr_chat_template_end_of_turn(CHAT_TEMPLATE_CHATML), "<|im_end|>");
+    assert_string_equal(tr_chat_template_end_of_turn(CHAT_TEMPLATE_LLAMA3), "<|eot_id|>");
+    assert_null(tr_chat_template_end_of_turn((chat_template_kind)42));
 
     k = CHAT_TEMPLATE_CHATML;
     memset(&d, 0, sizeof d);
-    assert_int_equal(chat_template_detect(NULL, &k, &d), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_chat_template_detect(NULL, &k, &d), TR_ERR_NOT_FOUND);
     assert_non_null(strstr(d.message, "no chat template"));
     const char *alien = "{% for m in messages %}<|user|>\n{{ m.content }}\x01{% endfor %}";
-    assert_int_equal(chat_template_detect(alien, &k, &d), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr_chat_template_detect(alien, &k, &d), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(d.message, "unrecognised chat template"));
     assert_non_null(strstr(d.message, "<|user|>\\n")); /* quoted, escaped */
     assert_non_null(strstr(d.message, "\\x01"));
-    assert_int_equal(chat_template_detect("", &k, &d), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr_chat_template_detect("", &k, &d), TR_ERR_UNSUPPORTED);
     assert_int_equal(k, CHAT_TEMPLATE_CHATML); /* untouched on failure */
-    assert_int_equal(chat_template_detect("x", NULL, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_chat_template_detect("x", NULL, &d), TR_ERR_INVALID_ARG);
 }
 
 static void test_default_system(void **state) {
     (void)state;
     char *s = NULL;
-    assert_int_equal(chat_template_default_system(SMOLLM2_TEMPLATE, &s), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(SMOLLM2_TEMPLATE, &s), TR_OK);
     assert_non_null(s);
     assert_string_equal(s, SMOLLM2_SYSTEM);
     free(s);
@@ -151,7 +151,7 @@ static void test_default_system(void **state) {
         "'<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
         "{%- else %}{{- \"<|im_start|>system\\nYou are Qwen, created by "
         "Alibaba Cloud. You\\'re a \\\"helpful\\\" assistant.<|im_end|>\\n\" }}";
-    assert_int_equal(chat_template_default_system(qwen, &s), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(qwen, &s), TR_OK);
     assert_non_null(s);
     assert_string_equal(s, "You are Qwen, created by Alibaba Cloud. You're a "
                            "\"helpful\" assistant.");
@@ -162,12 +162,12 @@ static void test_default_system(void **state) {
         "m['content'] + '<|im_end|>\n'}}{% endfor %}"
         "{{ '<|im_start|>system\n' + x + '<|im_end|>' }}";
     s = (char *)0x1;
-    assert_int_equal(chat_template_default_system(plain, &s), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(plain, &s), TR_OK);
     assert_null(s);
-    assert_int_equal(chat_template_default_system(LLAMA3_TEMPLATE, &s), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(LLAMA3_TEMPLATE, &s), TR_OK);
     assert_null(s);
-    assert_int_equal(chat_template_default_system(NULL, &s), TR_ERR_INVALID_ARG);
-    assert_int_equal(chat_template_default_system("x", NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_chat_template_default_system(NULL, &s), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_chat_template_default_system("x", NULL), TR_ERR_INVALID_ARG);
 }
 
 /* The real file, when it is on this machine. */
@@ -182,19 +182,19 @@ static void test_model_template(void **state) {
     }
     fclose(f);
     gguf_file *g = NULL;
-    assert_int_equal(gguf_open(path, &g, NULL), TR_OK);
+    assert_int_equal(tr_gguf_open(path, &g, NULL), TR_OK);
     gguf_str gs;
-    assert_int_equal(gguf_get_str(g, "tokenizer.chat_template", &gs), TR_OK);
+    assert_int_equal(tr_gguf_get_str(g, "tokenizer.chat_template", &gs), TR_OK);
     char *t = malloc(gs.len + 1);
     memcpy(t, gs.ptr, gs.len);
     t[gs.len] = '\0';
-    gguf_close(g);
+    tr_gguf_close(g);
     assert_string_equal(t, SMOLLM2_TEMPLATE);
     chat_template_kind k;
-    assert_int_equal(chat_template_detect(t, &k, NULL), TR_OK);
+    assert_int_equal(tr_chat_template_detect(t, &k, NULL), TR_OK);
     assert_int_equal(k, CHAT_TEMPLATE_CHATML);
     char *sys = NULL;
-    assert_int_equal(chat_template_default_system(t, &sys), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(t, &sys), TR_OK);
     assert_string_equal(sys, SMOLLM2_SYSTEM);
     free(sys);
     free(t);
@@ -211,7 +211,7 @@ static void test_chatml(void **state) {
                   "user\nHi<|im_end|>\n<|im_start|>assistant\n");
     /* the default extracted from the template gives the same */
     char *sys = NULL;
-    assert_int_equal(chat_template_default_system(SMOLLM2_TEMPLATE, &sys), TR_OK);
+    assert_int_equal(tr_chat_template_default_system(SMOLLM2_TEMPLATE, &sys), TR_OK);
     expect_render(CHAT_TEMPLATE_CHATML, sys, hi, 1, true,
                   "<|im_start|>system\nYou are a helpful AI assistant named "
                   "SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>"
@@ -359,7 +359,7 @@ static void test_render_errors(void **state) {
     const chat_message upper[] = {M("User", "Hi")};
     expect_error(CHAT_TEMPLATE_CHATML, NULL, upper, 1, TR_ERR_INVALID_ARG,
                  "\"User\"", NULL);
-    assert_int_equal(chat_render(CHAT_TEMPLATE_CHATML, NULL, hi, 1, true,
+    assert_int_equal(tr_chat_render(CHAT_TEMPLATE_CHATML, NULL, hi, 1, true,
                                  NULL, NULL, NULL),
                      TR_ERR_INVALID_ARG);
 }

@@ -35,7 +35,7 @@
  * code and a message; 10,000 requests (500 with TRELLIS_TEST_SCALE=small,
  * for AddressSanitizer runs) with random cancellations under a pool small
  * enough to preempt end with every page free and every invariant
- * (engine_debug_check: tree, pool, per-sequence pages) holding.
+ * (tr_engine_debug_check: tree, pool, per-sequence pages) holding.
  *
  * An event-loop test drains the engine from a libuv loop woken by the
  * engine's wake callback (uv_async_send), with cancellations from a timer.
@@ -166,13 +166,13 @@ static trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     gguf_file *file = NULL;
     tokenizer *tok = NULL;
     tr_diag d = {0};
-    assert_int_equal(gguf_open(path, &file, &d), TR_OK);
-    assert_int_equal(tokenizer_from_gguf(file, &tok, &d), TR_OK);
+    assert_int_equal(tr_gguf_open(path, &file, &d), TR_OK);
+    assert_int_equal(tr_tokenizer_from_gguf(file, &tok, &d), TR_OK);
     fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->n_pages = c->n_pages;
     f->ps = c->page_size;
-    f->n_vocab = tokenizer_n_vocab(tok);
+    f->n_vocab = tr_tokenizer_n_vocab(tok);
     size_t slots = (size_t)c->n_pages * (size_t)c->page_size;
     f->slot_tok = malloc(slots * sizeof(int32_t));
     f->slot_pos = malloc(slots * sizeof(int32_t));
@@ -195,7 +195,7 @@ static trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     o.wake_user = c->wake_user;
     trellis_engine *e = NULL;
     char err[256];
-    tr_status s = engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
+    tr_status s = tr_engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
     if (s != TR_OK) fprintf(stderr, "engine_new_custom: %s\n", err);
     assert_int_equal(s, TR_OK);
     if (fp) *fp = f;
@@ -359,26 +359,26 @@ static bool pcre_live_prefix(const char *rx, const char *s, size_t len) {
 /* Stats as of now: the check is a round trip through the engine thread,
  * which publishes its snapshot after every step, before taking messages. */
 static void stats_now(trellis_engine *e, trellis_stats *st) {
-    assert_int_equal(engine_debug_check(e), TR_OK);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
     trellis_get_stats(e, st);
 }
 
 static void expect_clean(trellis_engine *e) {
-    assert_int_equal(engine_debug_check(e), TR_OK);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
     trellis_stats st;
     /* the snapshot lags by a step; the check above ran between steps */
     trellis_get_stats(e, &st);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.waiting, 0);
     assert_int_equal(trellis_flush_cache(e), 0);
-    assert_int_equal(engine_debug_check(e), TR_OK);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
 }
 
 /* Every page free after a flush (stats are published after each step,
  * so take them once the engine went idle after the flush). */
 static void expect_all_free(trellis_engine *e) {
     assert_int_equal(trellis_flush_cache(e), 0);
-    assert_int_equal(engine_debug_check(e), TR_OK);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
     /* a flush is processed between steps; publish happens after; poll */
     for (int i = 0; i < 200; i++) {
         trellis_stats st;
@@ -438,12 +438,12 @@ static void test_basic_and_stream(void **state) {
         tokenizer *tok;
         tr_diag d;
         tr_default_model_path(path, sizeof path);
-        assert_int_equal(gguf_open(path, &gf, &d), TR_OK);
-        assert_int_equal(tokenizer_from_gguf(gf, &tok, &d), TR_OK);
-        assert_int_equal(tokenizer_decode(tok, r.s[0].tokens, (size_t)r.s[0].n_tokens,
+        assert_int_equal(tr_gguf_open(path, &gf, &d), TR_OK);
+        assert_int_equal(tr_tokenizer_from_gguf(gf, &tok, &d), TR_OK);
+        assert_int_equal(tr_tokenizer_decode(tok, r.s[0].tokens, (size_t)r.s[0].n_tokens,
                                           false, &dec, &dlen), TR_OK);
-        tokenizer_free(tok);
-        gguf_close(gf);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(gf);
     }
     /* the stream replaces invalid UTF-8 with U+FFFD where decode keeps raw
      * bytes; compare only when the decode is valid UTF-8 */
@@ -953,12 +953,12 @@ static void test_regex_constraint(void **state) {
     result r;
     run1(e, &q, &r);
     grammar *g;
-    assert_int_equal(grammar_compile_regex(rx, strlen(rx), NULL, &g, NULL), TR_OK);
+    assert_int_equal(tr_grammar_compile_regex(rx, strlen(rx), NULL, &g, NULL), TR_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(r.s[i].finish, TRELLIS_FINISH_STOP);
-        assert_true(grammar_matches(g, r.s[i].text, r.s[i].text_len));
+        assert_true(tr_grammar_matches(g, r.s[i].text, r.s[i].text_len));
     }
-    grammar_free(g);
+    tr_grammar_free(g);
     result_free(&r);
     /* a bad regex is rejected at submit */
     q.regex = "(ab";
@@ -995,7 +995,7 @@ static void test_jump_forward_fake(void **state) {
     const char *rx = "[0-9]: the quick brown fox jumps over the lazy dog, "
                      "and then [a-z]{2,6} again[.!]";
     grammar *g;
-    assert_int_equal(grammar_compile_regex(rx, strlen(rx), NULL, &g, NULL), TR_OK);
+    assert_int_equal(tr_grammar_compile_regex(rx, strlen(rx), NULL, &g, NULL), TR_OK);
     fake *f;
     fake_cfg c = fake_default();
     trellis_engine *e = fake_engine(&c, &f);
@@ -1146,7 +1146,7 @@ static void test_jump_forward_fake(void **state) {
     assert_non_null(strstr(err, "rollback"));
     trellis_engine_free(e);
     result_free(&full);
-    grammar_free(g);
+    tr_grammar_free(g);
 }
 
 static void test_rejections(void **state) {
@@ -1349,7 +1349,7 @@ static void test_cancel_storm(void **state) {
             (unsigned long long)st.steps, (unsigned long long)st.admitted_ahead);
     assert_true(st.preemptions > 0);
     /* with a queue this long, most admissions happen a step early, while
-     * the previous forward pass runs (sched_admit_ahead) */
+     * the previous forward pass runs (tr_sched_admit_ahead) */
     assert_true(st.admitted_ahead > 0);
     expect_clean(e);
     expect_all_free(e);
@@ -1509,7 +1509,7 @@ static void test_cancel_running_and_shutdown(void **state) {
     assert_int_equal(trellis_cancel(e, r.id), 0);
     drain(e, &r, 1);
     assert_int_equal(r.s[0].finish, TRELLIS_FINISH_CANCELLED);
-    assert_int_equal(engine_debug_check(e), TR_OK);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
     result_free(&r);
     /* leave requests running and free the engine: ASan sees no leak */
     for (int i = 0; i < 5; i++) submit_ok(e, &q, &r);

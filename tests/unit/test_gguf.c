@@ -105,7 +105,7 @@ static tr_status open_copy(const void *bytes, size_t len, gguf_file **f,
     *copy = malloc(len ? len : 1);
     assert_non_null(*copy);
     if (len) memcpy(*copy, bytes, len);
-    return gguf_open_memory(*copy, len, f, d);
+    return tr_gguf_open_memory(*copy, len, f, d);
 }
 
 /* Opens w, expecting failure with code at offset, the message containing
@@ -239,116 +239,116 @@ static void test_real_model(void **state) {
     tr_diag d;
     memset(&d, 0, sizeof d);
     uint64_t t0 = tr_now_ns();
-    tr_status s = gguf_open(path, &f, &d);
+    tr_status s = tr_gguf_open(path, &f, &d);
     uint64_t t1 = tr_now_ns();
     if (s) print_error("%s\n", d.message);
     assert_int_equal(s, TR_OK);
     print_message("opened %s in %.2f ms\n", path, (t1 - t0) / 1e6);
-    assert_int_equal(gguf_check(f), TR_OK);
-    assert_int_equal(gguf_version(f), 3);
-    assert_int_equal(gguf_tensor_count(f), 272);
-    assert_int_equal(gguf_kv_count(f), 33);
-    assert_int_equal(gguf_alignment(f), 32);
-    assert_int_equal(gguf_data_offset(f), 1785664);
-    assert_int_equal(gguf_file_size(f), 98362432);
+    assert_int_equal(tr_gguf_check(f), TR_OK);
+    assert_int_equal(tr_gguf_version(f), 3);
+    assert_int_equal(tr_gguf_tensor_count(f), 272);
+    assert_int_equal(tr_gguf_kv_count(f), 33);
+    assert_int_equal(tr_gguf_alignment(f), 32);
+    assert_int_equal(tr_gguf_data_offset(f), 1785664);
+    assert_int_equal(tr_gguf_file_size(f), 98362432);
 
     gguf_str arch;
-    assert_int_equal(gguf_get_str(f, "general.architecture", &arch), TR_OK);
-    assert_true(gguf_str_eq(arch, "llama"));
+    assert_int_equal(tr_gguf_get_str(f, "general.architecture", &arch), TR_OK);
+    assert_true(tr_gguf_str_eq(arch, "llama"));
     uint32_t u;
-    assert_int_equal(gguf_get_u32(f, "llama.block_count", &u), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "llama.block_count", &u), TR_OK);
     assert_int_equal(u, 30);
-    assert_int_equal(gguf_get_u32(f, "llama.embedding_length", &u), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "llama.embedding_length", &u), TR_OK);
     assert_int_equal(u, 576);
-    assert_int_equal(gguf_get_u32(f, "llama.feed_forward_length", &u), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "llama.feed_forward_length", &u), TR_OK);
     assert_int_equal(u, 1536);
-    assert_int_equal(gguf_get_u32(f, "llama.attention.head_count_kv", &u), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "llama.attention.head_count_kv", &u), TR_OK);
     assert_int_equal(u, 3);
     float eps;
     assert_int_equal(
-        gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps), TR_OK);
+        tr_gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps), TR_OK);
     assert_float_equal(eps, 1e-5f, 1e-9f);
     bool b = true;
-    assert_int_equal(gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b), TR_OK);
+    assert_int_equal(tr_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b), TR_OK);
     assert_false(b);
 
     gguf_type et;
     uint64_t n;
-    assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n), TR_OK);
+    assert_int_equal(tr_gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n), TR_OK);
     assert_int_equal(et, GGUF_TYPE_STRING);
     assert_int_equal(n, 49152);
     gguf_str tok;
-    assert_int_equal(gguf_get_arr_str(f, "tokenizer.ggml.tokens", 0, &tok), TR_OK);
-    assert_true(gguf_str_eq(tok, "<|endoftext|>"));
-    assert_int_equal(gguf_get_arr_str(f, "tokenizer.ggml.tokens", 49151, &tok),
+    assert_int_equal(tr_gguf_get_arr_str(f, "tokenizer.ggml.tokens", 0, &tok), TR_OK);
+    assert_true(tr_gguf_str_eq(tok, "<|endoftext|>"));
+    assert_int_equal(tr_gguf_get_arr_str(f, "tokenizer.ggml.tokens", 49151, &tok),
                      TR_OK);
-    assert_true(gguf_str_eq(tok, "ectable"));
-    assert_int_equal(gguf_get_arr_str(f, "tokenizer.ggml.tokens", 49152, &tok),
+    assert_true(tr_gguf_str_eq(tok, "ectable"));
+    assert_int_equal(tr_gguf_get_arr_str(f, "tokenizer.ggml.tokens", 49152, &tok),
                      TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.merges", &et, &n), TR_OK);
+    assert_int_equal(tr_gguf_get_arr(f, "tokenizer.ggml.merges", &et, &n), TR_OK);
     assert_int_equal(et, GGUF_TYPE_STRING);
     assert_int_equal(n, 48900);
-    assert_int_equal(gguf_get_arr_str(f, "tokenizer.ggml.merges", 0, &tok), TR_OK);
-    assert_true(gguf_str_eq(tok, "\xc4\xa0 t"));
-    assert_int_equal(gguf_get_arr_str(f, "tokenizer.ggml.merges", 48899, &tok),
+    assert_int_equal(tr_gguf_get_arr_str(f, "tokenizer.ggml.merges", 0, &tok), TR_OK);
+    assert_true(tr_gguf_str_eq(tok, "\xc4\xa0 t"));
+    assert_int_equal(tr_gguf_get_arr_str(f, "tokenizer.ggml.merges", 48899, &tok),
                      TR_OK);
-    assert_true(gguf_str_eq(tok, "ect able"));
+    assert_true(tr_gguf_str_eq(tok, "ect able"));
     int64_t tt;
-    assert_int_equal(gguf_get_arr_i64(f, "tokenizer.ggml.token_type", 0, &tt),
+    assert_int_equal(tr_gguf_get_arr_i64(f, "tokenizer.ggml.token_type", 0, &tt),
                      TR_OK);
     assert_int_equal(tt, 3);
-    assert_int_equal(gguf_get_arr_i64(f, "tokenizer.ggml.token_type", 100, &tt),
+    assert_int_equal(tr_gguf_get_arr_i64(f, "tokenizer.ggml.token_type", 100, &tt),
                      TR_OK);
     assert_int_equal(tt, 1);
 
-    const gguf_tensor *emb = gguf_tensor_find(f, "token_embd.weight");
+    const gguf_tensor *emb = tr_gguf_tensor_find(f, "token_embd.weight");
     assert_non_null(emb);
     assert_int_equal(emb->type, TR_DTYPE_Q8_0);
     assert_int_equal(emb->n_dims, 2);
     assert_int_equal(emb->ne[0], 576);
     assert_int_equal(emb->ne[1], 49152);
     assert_int_equal(emb->ne[2], 1);
-    const gguf_tensor *fd = gguf_tensor_find(f, "blk.0.ffn_down.weight");
+    const gguf_tensor *fd = tr_gguf_tensor_find(f, "blk.0.ffn_down.weight");
     assert_non_null(fd);
     assert_int_equal(fd->type, TR_DTYPE_Q4_1);
     assert_int_equal(fd->ne[0], 1536);
     assert_int_equal(fd->ne[1], 576);
     assert_int_equal(fd->size, 552960);
-    const gguf_tensor *on = gguf_tensor_find(f, "output_norm.weight");
+    const gguf_tensor *on = tr_gguf_tensor_find(f, "output_norm.weight");
     assert_non_null(on);
     assert_int_equal(on->type, TR_DTYPE_F32);
-    assert_null(gguf_tensor_find(f, "output.weight")); /* tied embeddings */
+    assert_null(tr_gguf_tensor_find(f, "output.weight")); /* tied embeddings */
 
     /* Every tensor: inside the mapping, size = rows x row bytes. */
     const uint8_t *base = (const uint8_t *)emb->data - emb->offset;
-    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+    for (uint64_t i = 0; i < tr_gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = tr_gguf_tensor_at(f, i);
         uint64_t row;
         assert_true(tr_dtype_row_bytes(t->type, t->ne[0], &row));
         assert_int_equal(t->size, row * t->ne[1] * t->ne[2] * t->ne[3]);
         assert_ptr_equal(t->data, base + t->offset);
-        assert_true(t->offset >= gguf_data_offset(f));
-        assert_true(t->offset + t->size <= gguf_file_size(f));
+        assert_true(t->offset >= tr_gguf_data_offset(f));
+        assert_true(t->offset + t->size <= tr_gguf_file_size(f));
         assert_int_equal(t->offset % 32, 0);
-        assert_ptr_equal(gguf_tensor_find(f, "token_embd.weight"), emb);
+        assert_ptr_equal(tr_gguf_tensor_find(f, "token_embd.weight"), emb);
     }
-    assert_null(gguf_tensor_at(f, 272));
+    assert_null(tr_gguf_tensor_at(f, 272));
     /* The F32 norm weights read as plausible numbers. */
     float w0;
     memcpy(&w0, on->data, 4);
     assert_true(w0 > -100.0f && w0 < 100.0f && w0 != 0.0f);
 
     char buf[256];
-    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
-        gguf_kv_format(f, i, buf, sizeof buf);
+    for (uint64_t i = 0; i < tr_gguf_kv_count(f); i++) {
+        tr_gguf_kv_format(f, i, buf, sizeof buf);
         assert_true(strlen(buf) > 0);
     }
-    int64_t ti = gguf_kv_find(f, "tokenizer.ggml.tokens");
+    int64_t ti = tr_gguf_kv_find(f, "tokenizer.ggml.tokens");
     assert_true(ti >= 0);
-    gguf_kv_format(f, (uint64_t)ti, buf, sizeof buf);
+    tr_gguf_kv_format(f, (uint64_t)ti, buf, sizeof buf);
     assert_non_null(strstr(buf, "\"<|endoftext|>\""));
     assert_non_null(strstr(buf, "(49152 x string)"));
-    gguf_close(f);
+    tr_gguf_close(f);
 }
 
 /* ---- valid small files ---- */
@@ -363,25 +363,25 @@ static void test_small_valid(void **state) {
     tr_status s = open_copy(sf.w.p, sf.w.len, &f, &d, &copy);
     if (s) print_error("%s\n", d.message);
     assert_int_equal(s, TR_OK);
-    assert_int_equal(gguf_check(f), TR_OK);
-    assert_int_equal(gguf_version(f), 3);
-    assert_int_equal(gguf_alignment(f), 32);
-    assert_int_equal(gguf_data_offset(f), sf.data_start);
-    assert_int_equal(gguf_kv_count(f), 22);
-    assert_int_equal(gguf_tensor_count(f), 2);
-    assert_int_equal(gguf_kv_find(f, "general.architecture"), 0);
-    assert_int_equal(gguf_kv_find(f, "t.str"), 21);
-    assert_int_equal(gguf_kv_find(f, "nope"), -1);
-    assert_true(gguf_str_eq(gguf_kv_key(f, 1), "t.u8"));
-    assert_null(gguf_kv_key(f, 22).ptr);
-    assert_int_equal(gguf_kv_type(f, 1), GGUF_TYPE_UINT8);
-    assert_string_equal(gguf_type_name(gguf_kv_type(f, 99)), "unknown");
+    assert_int_equal(tr_gguf_check(f), TR_OK);
+    assert_int_equal(tr_gguf_version(f), 3);
+    assert_int_equal(tr_gguf_alignment(f), 32);
+    assert_int_equal(tr_gguf_data_offset(f), sf.data_start);
+    assert_int_equal(tr_gguf_kv_count(f), 22);
+    assert_int_equal(tr_gguf_tensor_count(f), 2);
+    assert_int_equal(tr_gguf_kv_find(f, "general.architecture"), 0);
+    assert_int_equal(tr_gguf_kv_find(f, "t.str"), 21);
+    assert_int_equal(tr_gguf_kv_find(f, "nope"), -1);
+    assert_true(tr_gguf_str_eq(tr_gguf_kv_key(f, 1), "t.u8"));
+    assert_null(tr_gguf_kv_key(f, 22).ptr);
+    assert_int_equal(tr_gguf_kv_type(f, 1), GGUF_TYPE_UINT8);
+    assert_string_equal(tr_gguf_type_name(tr_gguf_kv_type(f, 99)), "unknown");
 
-    const gguf_tensor *a = gguf_tensor_find(f, "t.f32");
-    const gguf_tensor *q = gguf_tensor_find(f, "t.q4");
+    const gguf_tensor *a = tr_gguf_tensor_find(f, "t.f32");
+    const gguf_tensor *q = tr_gguf_tensor_find(f, "t.q4");
     assert_non_null(a);
     assert_non_null(q);
-    assert_ptr_equal(gguf_tensor_at(f, 0), a);
+    assert_ptr_equal(tr_gguf_tensor_at(f, 0), a);
     assert_int_equal(a->n_elements, 8);
     assert_int_equal(a->size, 32);
     assert_int_equal(a->offset, sf.data_start);
@@ -392,42 +392,42 @@ static void test_small_valid(void **state) {
     assert_int_equal(q->size, 20);
     assert_int_equal(q->offset, sf.data_start + 32);
     assert_int_equal(q->offset + q->size, sf.w.len);
-    assert_null(gguf_tensor_find(f, "t.f3"));
+    assert_null(tr_gguf_tensor_find(f, "t.f3"));
 
     /* Rendering. */
     char buf[256];
-    assert_string_equal(gguf_kv_format(f, 0, buf, sizeof buf), "\"llama\"");
-    assert_string_equal(gguf_kv_format(f, 2, buf, sizeof buf), "-5");
-    assert_string_equal(gguf_kv_format(f, 9, buf, sizeof buf),
+    assert_string_equal(tr_gguf_kv_format(f, 0, buf, sizeof buf), "\"llama\"");
+    assert_string_equal(tr_gguf_kv_format(f, 2, buf, sizeof buf), "-5");
+    assert_string_equal(tr_gguf_kv_format(f, 9, buf, sizeof buf),
                         "18446744073709551615");
-    assert_string_equal(gguf_kv_format(f, 11, buf, sizeof buf), "1.5");
-    assert_string_equal(gguf_kv_format(f, 14, buf, sizeof buf), "true");
-    assert_string_equal(gguf_kv_format(f, 15, buf, sizeof buf),
+    assert_string_equal(tr_gguf_kv_format(f, 11, buf, sizeof buf), "1.5");
+    assert_string_equal(tr_gguf_kv_format(f, 14, buf, sizeof buf), "true");
+    assert_string_equal(tr_gguf_kv_format(f, 15, buf, sizeof buf),
                         "[\"a\", \"bc\", \"\"] (3 x string)");
-    assert_string_equal(gguf_kv_format(f, 16, buf, sizeof buf),
+    assert_string_equal(tr_gguf_kv_format(f, 16, buf, sizeof buf),
                         "[1, -2, 3] (3 x int32)");
-    assert_string_equal(gguf_kv_format(f, 17, buf, sizeof buf),
+    assert_string_equal(tr_gguf_kv_format(f, 17, buf, sizeof buf),
                         "[[1, 2] (2 x uint8), [] (0 x string), [\"x\"] "
                         "(1 x string)] (3 x array)");
-    assert_string_equal(gguf_kv_format(f, 21, buf, sizeof buf),
+    assert_string_equal(tr_gguf_kv_format(f, 21, buf, sizeof buf),
                         "\"he said \\\"hi\\\"\\n\"");
     /* Tiny buffers truncate without overflow. */
     char tiny[6];
     memset(tiny, 'Z', sizeof tiny);
-    gguf_kv_format(f, 17, tiny, 5);
+    tr_gguf_kv_format(f, 17, tiny, 5);
     assert_int_equal(strlen(tiny), 4);
     assert_int_equal(tiny[5], 'Z');
-    gguf_kv_format(f, 17, tiny, 1);
+    tr_gguf_kv_format(f, 17, tiny, 1);
     assert_int_equal(tiny[0], '\0');
-    assert_null(gguf_kv_format(f, 0, NULL, 0));
-    gguf_kv_format(f, 999, buf, sizeof buf);
+    assert_null(tr_gguf_kv_format(f, 0, NULL, 0));
+    tr_gguf_kv_format(f, 999, buf, sizeof buf);
     assert_string_equal(buf, "");
 
     FILE *devnull = fopen("/dev/null", "w");
     assert_non_null(devnull);
-    gguf_dump(f, devnull);
+    tr_gguf_dump(f, devnull);
     fclose(devnull);
-    gguf_close(f);
+    tr_gguf_close(f);
     free(copy);
     w_free(&sf.w);
 }
@@ -447,120 +447,120 @@ static void test_getters(void **state) {
     bool b = false;
     gguf_str str;
     /* u32 from narrower unsigned and non-negative signed. */
-    assert_int_equal(gguf_get_u32(f, "t.u8", &u32), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "t.u8", &u32), TR_OK);
     assert_int_equal(u32, 200);
-    assert_int_equal(gguf_get_u32(f, "t.u16", &u32), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "t.u16", &u32), TR_OK);
     assert_int_equal(u32, 65000);
-    assert_int_equal(gguf_get_u32(f, "t.i32pos", &u32), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "t.i32pos", &u32), TR_OK);
     assert_int_equal(u32, 7);
-    assert_int_equal(gguf_get_u32(f, "t.u32", &u32), TR_OK);
+    assert_int_equal(tr_gguf_get_u32(f, "t.u32", &u32), TR_OK);
     assert_int_equal(u32, 4000000000u);
     /* Negative into unsigned, too large, wrong type: FORMAT, untouched. */
     u32 = 77;
-    assert_int_equal(gguf_get_u32(f, "t.i8", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "t.i32", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "t.u64", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "t.f32", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "t.bool", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "general.architecture", &u32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_u32(f, "t.ints", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.i8", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.i32", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.u64", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.f32", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.bool", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "general.architecture", &u32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_u32(f, "t.ints", &u32), TR_ERR_FORMAT);
     assert_int_equal(u32, 77);
     /* Missing keys. */
-    assert_int_equal(gguf_get_u32(f, "missing", &u32), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_u64(f, "missing", &u64), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_i64(f, "missing", &i64), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_f32(f, "missing", &f32), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_bool(f, "missing", &b), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_str(f, "missing", &str), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_arr(f, "missing", NULL, NULL), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_arr_str(f, "missing", 0, &str), TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_arr_f64(f, "missing", 0, &(double){0}),
+    assert_int_equal(tr_gguf_get_u32(f, "missing", &u32), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_u64(f, "missing", &u64), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_i64(f, "missing", &i64), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_f32(f, "missing", &f32), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_bool(f, "missing", &b), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_str(f, "missing", &str), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_arr(f, "missing", NULL, NULL), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_arr_str(f, "missing", 0, &str), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "missing", 0, &(double){0}),
                      TR_ERR_NOT_FOUND);
-    assert_int_equal(gguf_get_arr_i64(f, "missing", 0, &i64), TR_ERR_NOT_FOUND);
-    assert_null(gguf_get_arr_data(f, "missing"));
+    assert_int_equal(tr_gguf_get_arr_i64(f, "missing", 0, &i64), TR_ERR_NOT_FOUND);
+    assert_null(tr_gguf_get_arr_data(f, "missing"));
     /* u64 / i64. */
-    assert_int_equal(gguf_get_u64(f, "t.u64max", &u64), TR_OK);
+    assert_int_equal(tr_gguf_get_u64(f, "t.u64max", &u64), TR_OK);
     assert_true(u64 == UINT64_MAX);
-    assert_int_equal(gguf_get_u64(f, "t.i64", &u64), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_i64(f, "t.i64", &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_u64(f, "t.i64", &u64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_i64(f, "t.i64", &i64), TR_OK);
     assert_true(i64 == -(1ll << 40));
-    assert_int_equal(gguf_get_i64(f, "t.i16", &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_i64(f, "t.i16", &i64), TR_OK);
     assert_int_equal(i64, -300);
-    assert_int_equal(gguf_get_i64(f, "t.u64", &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_i64(f, "t.u64", &i64), TR_OK);
     assert_true(i64 == (1ll << 40));
     i64 = 77;
-    assert_int_equal(gguf_get_i64(f, "t.u64max", &i64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_i64(f, "t.u64max", &i64), TR_ERR_FORMAT);
     assert_int_equal(i64, 77);
     /* floats: float32 and float64 only; out of float range rejected. */
-    assert_int_equal(gguf_get_f32(f, "t.f32", &f32), TR_OK);
+    assert_int_equal(tr_gguf_get_f32(f, "t.f32", &f32), TR_OK);
     assert_true(f32 == 1.5f);
-    assert_int_equal(gguf_get_f32(f, "t.f64", &f32), TR_OK);
+    assert_int_equal(tr_gguf_get_f32(f, "t.f64", &f32), TR_OK);
     assert_true(f32 == 2.25f);
     f32 = 77;
-    assert_int_equal(gguf_get_f32(f, "t.f64big", &f32), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_f32(f, "t.u8", &f32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_f32(f, "t.f64big", &f32), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_f32(f, "t.u8", &f32), TR_ERR_FORMAT);
     assert_true(f32 == 77);
     /* bool and strings. */
-    assert_int_equal(gguf_get_bool(f, "t.bool", &b), TR_OK);
+    assert_int_equal(tr_gguf_get_bool(f, "t.bool", &b), TR_OK);
     assert_true(b);
-    assert_int_equal(gguf_get_bool(f, "t.u8", &b), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_str(f, "t.str", &str), TR_OK);
-    assert_true(gguf_str_eq(str, "he said \"hi\"\n"));
-    assert_int_equal(gguf_get_str(f, "t.strs", &str), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_bool(f, "t.u8", &b), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_str(f, "t.str", &str), TR_OK);
+    assert_true(tr_gguf_str_eq(str, "he said \"hi\"\n"));
+    assert_int_equal(tr_gguf_get_str(f, "t.strs", &str), TR_ERR_FORMAT);
     /* Arrays. */
     gguf_type et = GGUF_TYPE_UINT8;
     uint64_t n = 0;
-    assert_int_equal(gguf_get_arr(f, "t.strs", &et, &n), TR_OK);
+    assert_int_equal(tr_gguf_get_arr(f, "t.strs", &et, &n), TR_OK);
     assert_int_equal(et, GGUF_TYPE_STRING);
     assert_int_equal(n, 3);
-    assert_int_equal(gguf_get_arr(f, "t.u8", &et, &n), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_str(f, "t.strs", 1, &str), TR_OK);
-    assert_true(gguf_str_eq(str, "bc"));
-    assert_int_equal(gguf_get_arr_str(f, "t.strs", 2, &str), TR_OK);
+    assert_int_equal(tr_gguf_get_arr(f, "t.u8", &et, &n), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.strs", 1, &str), TR_OK);
+    assert_true(tr_gguf_str_eq(str, "bc"));
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.strs", 2, &str), TR_OK);
     assert_int_equal(str.len, 0);
     str.len = 99;
-    assert_int_equal(gguf_get_arr_str(f, "t.strs", 3, &str), TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_get_arr_str(f, "t.strs", UINT64_MAX, &str),
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.strs", 3, &str), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.strs", UINT64_MAX, &str),
                      TR_ERR_INVALID_ARG);
     assert_int_equal(str.len, 99);
-    assert_int_equal(gguf_get_arr_str(f, "t.ints", 0, &str), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_str(f, "t.str", 0, &str), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_i64(f, "t.ints", 1, &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.ints", 0, &str), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_str(f, "t.str", 0, &str), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.ints", 1, &i64), TR_OK);
     assert_int_equal(i64, -2);
-    assert_int_equal(gguf_get_arr_i64(f, "t.ints", 3, &i64), TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_get_arr_i64(f, "t.bools", 0, &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.ints", 3, &i64), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.bools", 0, &i64), TR_OK);
     assert_int_equal(i64, 1);
-    assert_int_equal(gguf_get_arr_i64(f, "t.f32s", 0, &i64), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_i64(f, "t.u64s", 0, &i64), TR_OK);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.f32s", 0, &i64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.u64s", 0, &i64), TR_OK);
     assert_int_equal(i64, 5);
-    assert_int_equal(gguf_get_arr_i64(f, "t.u64s", 1, &i64), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_i64(f, "t.strs", 0, &i64), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_i64(f, "t.nested", 0, &i64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.u64s", 1, &i64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.strs", 0, &i64), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_i64(f, "t.nested", 0, &i64), TR_ERR_FORMAT);
     double dv = 0;
-    assert_int_equal(gguf_get_arr_f64(f, "t.f32s", 1, &dv), TR_OK);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "t.f32s", 1, &dv), TR_OK);
     assert_true(dv == -1.0);
-    assert_int_equal(gguf_get_arr_f64(f, "t.ints", 1, &dv), TR_OK);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "t.ints", 1, &dv), TR_OK);
     assert_true(dv == -2.0);
-    assert_int_equal(gguf_get_arr_f64(f, "t.f32s", 2, &dv), TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_get_arr_f64(f, "t.strs", 0, &dv), TR_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr_f64(f, "t.f32", 0, &dv), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "t.f32s", 2, &dv), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "t.strs", 0, &dv), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_get_arr_f64(f, "t.f32", 0, &dv), TR_ERR_FORMAT);
     /* Raw data. */
-    const uint8_t *raw = gguf_get_arr_data(f, "t.ints");
+    const uint8_t *raw = tr_gguf_get_arr_data(f, "t.ints");
     assert_non_null(raw);
     int32_t v32[3];
     memcpy(v32, raw, sizeof v32);
     assert_int_equal(v32[0], 1);
     assert_int_equal(v32[1], -2);
     assert_int_equal(v32[2], 3);
-    assert_null(gguf_get_arr_data(f, "t.strs"));
-    assert_null(gguf_get_arr_data(f, "t.nested"));
-    assert_null(gguf_get_arr_data(f, "t.u8"));
-    assert_non_null(gguf_get_arr_data(f, "t.bools"));
-    assert_int_equal(gguf_get_arr(f, "t.nested", &et, &n), TR_OK);
+    assert_null(tr_gguf_get_arr_data(f, "t.strs"));
+    assert_null(tr_gguf_get_arr_data(f, "t.nested"));
+    assert_null(tr_gguf_get_arr_data(f, "t.u8"));
+    assert_non_null(tr_gguf_get_arr_data(f, "t.bools"));
+    assert_int_equal(tr_gguf_get_arr(f, "t.nested", &et, &n), TR_OK);
     assert_int_equal(et, GGUF_TYPE_ARRAY);
     assert_int_equal(n, 3);
 
-    gguf_close(f);
+    tr_gguf_close(f);
     free(copy);
     w_free(&sf.w);
 }
@@ -589,42 +589,42 @@ static void test_open_path(void **state) {
     temp_file(path, &sf);
     gguf_file *f = NULL;
     tr_diag d;
-    assert_int_equal(gguf_open(path, &f, &d), TR_OK);
-    assert_int_equal(gguf_check(f), TR_OK);
-    const gguf_tensor *a = gguf_tensor_find(f, "t.f32");
+    assert_int_equal(tr_gguf_open(path, &f, &d), TR_OK);
+    assert_int_equal(tr_gguf_check(f), TR_OK);
+    const gguf_tensor *a = tr_gguf_tensor_find(f, "t.f32");
     assert_non_null(a);
     assert_memory_equal(a->data, k_f32_data, sizeof k_f32_data);
-    gguf_close(f);
+    tr_gguf_close(f);
     /* A corrupt file through the path: the mapping is released. */
     sf.w.p[0] = 'X';
     rewrite_file(path, sf.w.p, sf.w.len);
     f = NULL;
-    assert_int_equal(gguf_open(path, &f, &d), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_open(path, &f, &d), TR_ERR_FORMAT);
     assert_null(f);
     assert_non_null(strstr(d.message, "magic"));
     /* Empty file. */
     rewrite_file(path, NULL, 0);
-    assert_int_equal(gguf_open(path, &f, &d), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_open(path, &f, &d), TR_ERR_FORMAT);
     assert_non_null(strstr(d.message, "empty"));
     unlink(path);
     /* Missing file, directory. */
-    assert_int_equal(gguf_open(path, &f, &d), TR_ERR_IO);
+    assert_int_equal(tr_gguf_open(path, &f, &d), TR_ERR_IO);
     assert_non_null(strstr(d.message, path));
-    assert_int_equal(gguf_open("/tmp", &f, &d), TR_ERR_IO);
+    assert_int_equal(tr_gguf_open("/tmp", &f, &d), TR_ERR_IO);
     assert_null(f);
     /* NULL arguments. */
-    assert_int_equal(gguf_open(NULL, &f, &d), TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_open_memory(NULL, 4, &f, &d), TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_open_memory(sf.w.p, sf.w.len, NULL, &d),
+    assert_int_equal(tr_gguf_open(NULL, &f, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_open_memory(NULL, 4, &f, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_open_memory(sf.w.p, sf.w.len, NULL, &d),
                      TR_ERR_INVALID_ARG);
-    assert_int_equal(gguf_open_memory(NULL, 0, &f, &d), TR_ERR_FORMAT);
-    gguf_close(NULL);
+    assert_int_equal(tr_gguf_open_memory(NULL, 0, &f, &d), TR_ERR_FORMAT);
+    tr_gguf_close(NULL);
     w_free(&sf.w);
 }
 
 /* The load modes: the same bytes and the same validation whichever way the
  * file comes in; READ's copy is its own (not the file mapping) and lives
- * until gguf_close; AUTO resolves to MMAP or READ. */
+ * until tr_gguf_close; AUTO resolves to MMAP or READ. */
 static void test_load_modes(void **state) {
     (void)state;
     small_file sf;
@@ -633,19 +633,19 @@ static void test_load_modes(void **state) {
     temp_file(path, &sf);
     tr_diag d;
     gguf_file *fm = NULL, *fr = NULL, *fa = NULL;
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &fm, &d), TR_OK);
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &fr, &d), TR_OK);
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_AUTO, &fa, &d), TR_OK);
-    assert_int_equal(gguf_load_used(fm), GGUF_LOAD_MMAP);
-    assert_int_equal(gguf_load_used(fr), GGUF_LOAD_READ);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_MMAP, &fm, &d), TR_OK);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_READ, &fr, &d), TR_OK);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_AUTO, &fa, &d), TR_OK);
+    assert_int_equal(tr_gguf_load_used(fm), GGUF_LOAD_MMAP);
+    assert_int_equal(tr_gguf_load_used(fr), GGUF_LOAD_READ);
     /* a file of a few hundred bytes is far below a quarter of any RAM */
-    assert_int_equal(gguf_load_used(fa),
-                     gguf_huge_pages_available() ? GGUF_LOAD_READ : GGUF_LOAD_MMAP);
-    assert_int_equal(gguf_check(fr), TR_OK);
-    assert_int_equal(gguf_kv_count(fr), gguf_kv_count(fm));
-    assert_int_equal(gguf_tensor_count(fr), gguf_tensor_count(fm));
-    for (uint64_t i = 0; i < gguf_tensor_count(fm); i++) {
-        const gguf_tensor *a = gguf_tensor_at(fm, i), *b = gguf_tensor_at(fr, i);
+    assert_int_equal(tr_gguf_load_used(fa),
+                     tr_gguf_huge_pages_available() ? GGUF_LOAD_READ : GGUF_LOAD_MMAP);
+    assert_int_equal(tr_gguf_check(fr), TR_OK);
+    assert_int_equal(tr_gguf_kv_count(fr), tr_gguf_kv_count(fm));
+    assert_int_equal(tr_gguf_tensor_count(fr), tr_gguf_tensor_count(fm));
+    for (uint64_t i = 0; i < tr_gguf_tensor_count(fm); i++) {
+        const gguf_tensor *a = tr_gguf_tensor_at(fm, i), *b = tr_gguf_tensor_at(fr, i);
         assert_int_equal(a->name.len, b->name.len);
         assert_memory_equal(a->name.ptr, b->name.ptr, a->name.len);
         assert_int_equal(a->type, b->type);
@@ -655,51 +655,51 @@ static void test_load_modes(void **state) {
     }
     /* READ's copy does not follow the file: rewrite the file, the open
      * READ copy still holds the old bytes */
-    const gguf_tensor *t = gguf_tensor_find(fr, "t.f32");
+    const gguf_tensor *t = tr_gguf_tensor_find(fr, "t.f32");
     assert_non_null(t);
     assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
     rewrite_file(path, NULL, 0);
     assert_memory_equal(t->data, k_f32_data, sizeof k_f32_data);
-    gguf_close(fm);
-    gguf_close(fr);
-    gguf_close(fa);
+    tr_gguf_close(fm);
+    tr_gguf_close(fr);
+    tr_gguf_close(fa);
     /* A corrupt file read in: the same error as mapped, the copy freed
      * (ASan/valgrind would see a leak otherwise). */
     sf.w.p[0] = 'X';
     rewrite_file(path, sf.w.p, sf.w.len);
     gguf_file *f = NULL;
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_FORMAT);
     assert_null(f);
     assert_non_null(strstr(d.message, "magic"));
     /* Truncated: the tensor data runs past the end, in either mode. */
     sf.w.p[0] = 'G';
     rewrite_file(path, sf.w.p, sf.w.len - 8);
     tr_diag dm, dr;
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_MMAP, &f, &dm), TR_ERR_FORMAT);
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &dr), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_MMAP, &f, &dm), TR_ERR_FORMAT);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_READ, &f, &dr), TR_ERR_FORMAT);
     assert_null(f);
     assert_string_equal(dm.message, dr.message);
     assert_int_equal(dm.offset, dr.offset);
     unlink(path);
     /* Missing file, directory, unknown mode. */
-    assert_int_equal(gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
+    assert_int_equal(tr_gguf_open_ex(path, GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
     assert_non_null(strstr(d.message, path));
-    assert_int_equal(gguf_open_ex("/tmp", GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
-    assert_int_equal(gguf_open_ex("/tmp", (gguf_load)7, &f, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_gguf_open_ex("/tmp", GGUF_LOAD_READ, &f, &d), TR_ERR_IO);
+    assert_int_equal(tr_gguf_open_ex("/tmp", (gguf_load)7, &f, &d), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(d.message, "load mode"));
     assert_null(f);
     /* Names. */
     gguf_load g;
-    assert_true(gguf_load_parse("read", &g));
+    assert_true(tr_gguf_load_parse("read", &g));
     assert_int_equal(g, GGUF_LOAD_READ);
-    assert_true(gguf_load_parse("mmap", &g));
+    assert_true(tr_gguf_load_parse("mmap", &g));
     assert_int_equal(g, GGUF_LOAD_MMAP);
-    assert_true(gguf_load_parse("auto", &g));
+    assert_true(tr_gguf_load_parse("auto", &g));
     assert_int_equal(g, GGUF_LOAD_AUTO);
-    assert_false(gguf_load_parse("Read", &g));
-    assert_false(gguf_load_parse("", &g));
-    assert_false(gguf_load_parse(NULL, &g));
-    assert_string_equal(gguf_load_name(GGUF_LOAD_READ), "read");
+    assert_false(tr_gguf_load_parse("Read", &g));
+    assert_false(tr_gguf_load_parse("", &g));
+    assert_false(tr_gguf_load_parse(NULL, &g));
+    assert_string_equal(tr_gguf_load_name(GGUF_LOAD_READ), "read");
     w_free(&sf.w);
 }
 
@@ -728,11 +728,11 @@ static void test_bad_header(void **state) {
     gguf_file *f = NULL;
     void *copy;
     assert_int_equal(open_copy(w.p, w.len, &f, NULL, &copy), TR_OK);
-    assert_int_equal(gguf_version(f), 2);
-    assert_int_equal(gguf_kv_count(f), 0);
-    assert_int_equal(gguf_tensor_count(f), 0);
-    assert_int_equal(gguf_check(f), TR_OK);
-    gguf_close(f);
+    assert_int_equal(tr_gguf_version(f), 2);
+    assert_int_equal(tr_gguf_kv_count(f), 0);
+    assert_int_equal(tr_gguf_tensor_count(f), 0);
+    assert_int_equal(tr_gguf_check(f), TR_OK);
+    tr_gguf_close(f);
     free(copy);
 
     /* Truncated header: kv_count cut in half; version cut. */
@@ -941,9 +941,9 @@ static void test_nesting_limit(void **state) {
     if (s) print_error("%s\n", d.message);
     assert_int_equal(s, TR_OK);
     char buf[512];
-    gguf_kv_format(f, 0, buf, sizeof buf);
+    tr_gguf_kv_format(f, 0, buf, sizeof buf);
     assert_non_null(strstr(buf, "[42] (1 x uint8)"));
-    gguf_close(f);
+    tr_gguf_close(f);
     free(copy);
     w_free(&w);
     /* One more level: TR_ERR_LIMIT at the offending array header. */
@@ -1001,12 +1001,12 @@ static void test_bad_alignment(void **state) {
     gguf_file *f = NULL;
     void *copy;
     assert_int_equal(open_copy(w.p, w.len, &f, NULL, &copy), TR_OK);
-    assert_int_equal(gguf_alignment(f), 64);
-    assert_int_equal(gguf_data_offset(f), data);
-    assert_int_equal(gguf_data_offset(f) % 64, 0);
-    assert_int_equal(gguf_tensor_at(f, 1)->offset, data + 64);
-    assert_int_equal(gguf_check(f), TR_OK);
-    gguf_close(f);
+    assert_int_equal(tr_gguf_alignment(f), 64);
+    assert_int_equal(tr_gguf_data_offset(f), data);
+    assert_int_equal(tr_gguf_data_offset(f) % 64, 0);
+    assert_int_equal(tr_gguf_tensor_at(f, 1)->offset, data + 64);
+    assert_int_equal(tr_gguf_check(f), TR_OK);
+    tr_gguf_close(f);
     free(copy);
     w_free(&w);
     /* Under alignment 64, an offset of 32 is misaligned. */
@@ -1065,8 +1065,8 @@ static void test_bad_tensor(void **state) {
     gguf_file *f = NULL;
     void *copy;
     assert_int_equal(open_copy(w.p, w.len, &f, NULL, &copy), TR_OK);
-    assert_int_equal(gguf_tensor_at(f, 0)->size, 256);
-    gguf_close(f);
+    assert_int_equal(tr_gguf_tensor_at(f, 0)->size, 256);
+    tr_gguf_close(f);
     free(copy);
     w_free(&w);
 
@@ -1172,8 +1172,8 @@ static void test_truncation(void **state) {
         tr_status s = open_copy(sf.w.p, len, &f, &d, &copy);
         if (len == sf.w.len) {
             assert_int_equal(s, TR_OK);
-            assert_int_equal(gguf_check(f), TR_OK);
-            gguf_close(f);
+            assert_int_equal(tr_gguf_check(f), TR_OK);
+            tr_gguf_close(f);
         } else {
             if (s != TR_ERR_FORMAT)
                 print_error("prefix %zu: %s %s\n", len, tr_status_name(s),
@@ -1206,11 +1206,11 @@ static void test_mutations(void **state) {
             tr_status s = open_copy(sf.w.p, sf.w.len, &f, &d, &copy);
             if (s == TR_OK) {
                 ok++;
-                assert_int_equal(gguf_check(f), TR_OK);
+                assert_int_equal(tr_gguf_check(f), TR_OK);
                 char buf[128];
-                for (uint64_t i = 0; i < gguf_kv_count(f); i++)
-                    gguf_kv_format(f, i, buf, sizeof buf);
-                gguf_close(f);
+                for (uint64_t i = 0; i < tr_gguf_kv_count(f); i++)
+                    tr_gguf_kv_format(f, i, buf, sizeof buf);
+                tr_gguf_close(f);
             } else {
                 failed++;
                 assert_true(s < 0);

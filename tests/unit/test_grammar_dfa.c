@@ -7,7 +7,7 @@
  *   - minimality: a naive Moore refinement of the result finds no two
  *     equivalent states, no two byte classes have equal columns, every
  *     state is reachable, and known minimal sizes come out exactly;
- *   - gdfa_check (trimmed, dead state absorbing, forced/can_cont) on all.
+ *   - tr_dfa_check (trimmed, dead state absorbing, forced/can_cont) on all.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,7 +111,7 @@ static uint32_t moore_classes(const gdfa *d) {
 }
 
 static void check_minimal(const gdfa *d, const char *pat) {
-    assert_int_equal(gdfa_check(d), TR_OK);
+    assert_int_equal(tr_dfa_check(d), TR_OK);
     uint32_t mc = moore_classes(d);
     if (mc != d->n_states)
         fprintf(stderr, "/%s/: %u states but %u classes\n", pat, d->n_states, mc);
@@ -151,18 +151,18 @@ typedef struct built {
 
 static bool build(const char *pat, size_t len, built *b) {
     memset(b, 0, sizeof *b);
-    if (grammar_compile_regex(pat, len, NULL, &b->g, NULL) != TR_OK) return false;
-    gcc_init(&b->cc, NULL, NULL);
+    if (tr_grammar_compile_regex(pat, len, NULL, &b->g, NULL) != TR_OK) return false;
+    tr_gcc_init(&b->cc, NULL, NULL);
     gre_node *ast;
-    assert_int_equal(gre_parse(&b->cc, pat, len, &ast), TR_OK);
-    assert_int_equal(gnfa_build(&b->cc, ast, &b->nfa), TR_OK);
+    assert_int_equal(tr_regex_parse(&b->cc, pat, len, &ast), TR_OK);
+    assert_int_equal(tr_nfa_build(&b->cc, ast, &b->nfa), TR_OK);
     return true;
 }
 
 static void unbuild(built *b) {
-    gnfa_free(&b->cc, &b->nfa);
-    gcc_deinit(&b->cc);
-    grammar_free(b->g);
+    tr_nfa_free(&b->cc, &b->nfa);
+    tr_gcc_deinit(&b->cc);
+    tr_grammar_free(b->g);
 }
 
 static void walk(const gdfa *d, tg_rng *r, tg_str *out) {
@@ -205,7 +205,7 @@ static void compare_with_nfa(const char *pat, size_t len, tg_rng *r) {
             for (uint32_t i = 0; i < n; i++) tg_putc(&str, "ab\n\xc3\xa9x0"[tg_below(r, 7)]);
         }
         bool want = nfa_accepts(&s, (const uint8_t *)str.p, str.len);
-        bool got = grammar_matches(b.g, str.p, str.len);
+        bool got = tr_grammar_matches(b.g, str.p, str.len);
         if (want != got) {
             fprintf(stderr, "/%s/ on %zu bytes: dfa %d nfa %d\n", pat, str.len, got, want);
             fail();
@@ -287,22 +287,22 @@ static void test_known_sizes(void **state) {
     };
     for (size_t i = 0; i < TR_ARRAY_LEN(cases); i++) {
         grammar *g = NULL;
-        assert_int_equal(grammar_compile_regex(cases[i].pat, strlen(cases[i].pat),
+        assert_int_equal(tr_grammar_compile_regex(cases[i].pat, strlen(cases[i].pat),
                                                NULL, &g, NULL), TR_OK);
         if (g->dfa.n_states != cases[i].states)
             fprintf(stderr, "/%s/: %u states, want %u\n", cases[i].pat,
                     g->dfa.n_states, cases[i].states);
         assert_int_equal(g->dfa.n_states, cases[i].states);
         check_minimal(&g->dfa, cases[i].pat);
-        grammar_free(g);
+        tr_grammar_free(g);
     }
     /* minimization does real work: the raw subset DFA of this one is larger */
     grammar *g = NULL;
-    assert_int_equal(grammar_compile_regex("(a|b)*(abb|bbb)", 15, NULL, &g, NULL), TR_OK);
+    assert_int_equal(tr_grammar_compile_regex("(a|b)*(abb|bbb)", 15, NULL, &g, NULL), TR_OK);
     grammar_stats st;
-    grammar_get_stats(g, &st);
+    tr_grammar_get_stats(g, &st);
     assert_true(st.dfa_states_raw > st.dfa_states);
-    grammar_free(g);
+    tr_grammar_free(g);
 }
 
 int main(void) {

@@ -1,7 +1,7 @@
 /* test_grammar_mask.c — vocabularies, token masks and matchers.
  *
- *   - the vocabulary trie (grammar_vocab_check) on hand-made, random and
- *     SmolLM2 vocabularies, and grammar_vocab_new's argument checks;
+ *   - the vocabulary trie (tr_grammar_vocab_check) on hand-made, random and
+ *     SmolLM2 vocabularies, and tr_grammar_vocab_new's argument checks;
  *   - masks against brute force (every token run through the DFA on its
  *     own) for every state of small DFAs on a random vocabulary;
  *   - SmolLM2 (skipped without the model file): for states sampled by
@@ -30,7 +30,7 @@
 static grammar *compile(const char *pat, const grammar_limits *lim) {
     grammar *g = NULL;
     tr_diag d;
-    tr_status st = grammar_compile_regex(pat, strlen(pat), lim, &g, &d);
+    tr_status st = tr_grammar_compile_regex(pat, strlen(pat), lim, &g, &d);
     if (st) fprintf(stderr, "/%s/: %s\n", pat, d.message);
     assert_int_equal(st, TR_OK);
     return g;
@@ -44,9 +44,9 @@ static void test_vocab_small(void **state) {
                                        "",  "x", "<eos>", "<s>"};
     grammar_vocab *v = tg_vocab_from_strings(toks, 10, 2, 8);
     assert_non_null(v);
-    assert_int_equal(grammar_vocab_check(v), TR_OK);
-    assert_int_equal(grammar_vocab_n_vocab(v), 10);
-    assert_int_equal(grammar_vocab_mask_words(v), 1);
+    assert_int_equal(tr_grammar_vocab_check(v), TR_OK);
+    assert_int_equal(tr_grammar_vocab_n_vocab(v), 10);
+    assert_int_equal(tr_grammar_vocab_mask_words(v), 1);
     /* root + a ab abc b bx x = 7 nodes; "ab" twice: one duplicate */
     assert_int_equal(v->trie.n_nodes, 7);
     assert_int_equal(v->n_dups, 1);
@@ -54,31 +54,31 @@ static void test_vocab_small(void **state) {
     assert_int_equal(v->dups[0][1], 5);
     assert_int_equal(v->max_len, 3);
     size_t len;
-    const uint8_t *b = grammar_vocab_token_bytes(v, 2, &len);
+    const uint8_t *b = tr_grammar_vocab_token_bytes(v, 2, &len);
     assert_int_equal(len, 3);
     assert_memory_equal(b, "abc", 3);
-    assert_null(grammar_vocab_token_bytes(v, 10, &len));
+    assert_null(tr_grammar_vocab_token_bytes(v, 10, &len));
     assert_int_equal(len, 0);
-    assert_null(grammar_vocab_token_bytes(v, -1, &len));
-    assert_true(grammar_vocab_is_eog(v, 8));
-    assert_true(grammar_vocab_is_special(v, 9));
-    assert_false(grammar_vocab_is_special(v, 0));
-    assert_false(grammar_vocab_is_eog(v, 99));
+    assert_null(tr_grammar_vocab_token_bytes(v, -1, &len));
+    assert_true(tr_grammar_vocab_is_eog(v, 8));
+    assert_true(tr_grammar_vocab_is_special(v, 9));
+    assert_false(tr_grammar_vocab_is_special(v, 0));
+    assert_false(tr_grammar_vocab_is_eog(v, 99));
 
     grammar *g = compile("ab*", NULL);
     grammar_matcher *m;
-    assert_int_equal(grammar_matcher_new(g, v, 0, &m), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
     uint64_t mask[1];
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     /* a, ab, abc? no (c kills) -> a(0) ab(1) ab-dup(5) */
     assert_int_equal(mask[0], (1u << 0) | (1u << 1) | (1u << 5));
-    assert_int_equal(grammar_matcher_accept_token(m, 0), TR_OK);
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 0), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     /* after "a": accepting, so <eos>(8); b(3) */
     assert_int_equal(mask[0], (1u << 3) | (1u << 8));
-    grammar_matcher_free(m);
-    grammar_free(g);
-    grammar_vocab_free(v);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+    tr_grammar_vocab_free(v);
 }
 
 static void test_vocab_errors(void **state) {
@@ -90,24 +90,24 @@ static void test_vocab_errors(void **state) {
     tr_diag d;
     grammar_vocab_desc desc = {.n_vocab = 2, .token_bytes = b, .token_lens = l};
     /* NULL bytes with a nonzero length */
-    assert_int_equal(grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(d.message, "token 1"));
     assert_null(v);
     l[1] = 0; /* now fine: an empty token */
-    assert_int_equal(grammar_vocab_new(&desc, &v, &d), TR_OK);
-    grammar_vocab_free(v);
+    assert_int_equal(tr_grammar_vocab_new(&desc, &v, &d), TR_OK);
+    tr_grammar_vocab_free(v);
     v = NULL;
     desc.eog_ids = &eog;
     desc.n_eog = 1;
-    assert_int_equal(grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(d.message, "EOG"));
     desc.n_eog = 0;
     desc.n_vocab = 0;
-    assert_int_equal(grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_vocab_new(&desc, &v, &d), TR_ERR_INVALID_ARG);
     desc.n_vocab = 2;
     l[0] = 70000;
-    assert_int_equal(grammar_vocab_new(&desc, &v, &d), TR_ERR_LIMIT);
-    assert_int_equal(grammar_vocab_new(NULL, &v, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_vocab_new(&desc, &v, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_vocab_new(NULL, &v, &d), TR_ERR_INVALID_ARG);
     assert_null(v);
 }
 
@@ -117,9 +117,9 @@ static void test_vocab_random(void **state) {
     for (int k = 0; k < 5; k++) {
         grammar_vocab *v = tg_vocab_random(&r, 600 + 500 * k);
         assert_non_null(v);
-        assert_int_equal(grammar_vocab_check(v), TR_OK);
+        assert_int_equal(tr_grammar_vocab_check(v), TR_OK);
         assert_true(v->n_dups > 0);
-        grammar_vocab_free(v);
+        tr_grammar_vocab_free(v);
     }
 }
 
@@ -140,10 +140,10 @@ static void check_all_states(const grammar *g, grammar_vocab *v,
     for (uint32_t s = 1; s < d->n_states; s++) {
         tg_brute_mask(d, s, v, want);
         m->state = s; /* white-box: visit every state directly */
-        assert_int_equal(grammar_matcher_fill_mask(m, got, nw), TR_OK);
+        assert_int_equal(tr_grammar_matcher_fill_mask(m, got, nw), TR_OK);
         assert_memory_equal(want, got, nw * 8);
         /* again: now from the memo */
-        assert_int_equal(grammar_matcher_fill_mask(m, got, nw), TR_OK);
+        assert_int_equal(tr_grammar_matcher_fill_mask(m, got, nw), TR_OK);
         assert_memory_equal(want, got, nw * 8);
     }
     free(want), free(got);
@@ -157,21 +157,21 @@ static void test_mask_brute_force_random_vocab(void **state) {
     for (size_t i = 0; i < TR_ARRAY_LEN(k_mask_patterns); i++) {
         grammar *g = compile(k_mask_patterns[i], NULL);
         grammar_matcher *m;
-        assert_int_equal(grammar_matcher_new(g, v, 0, &m), TR_OK);
+        assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
         check_all_states(g, v, m);
-        grammar_matcher_free(m);
-        grammar_free(g);
+        tr_grammar_matcher_free(m);
+        tr_grammar_free(g);
     }
     /* vocabularies whose size is a multiple of 64 (no padding bits) */
     grammar_vocab *v2 = tg_vocab_random(&r, 1024);
     grammar *g = compile(".*", NULL);
     grammar_matcher *m;
-    assert_int_equal(grammar_matcher_new(g, v2, 0, &m), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(g, v2, 0, &m), TR_OK);
     check_all_states(g, v2, m);
-    grammar_matcher_free(m);
-    grammar_free(g);
-    grammar_vocab_free(v2);
-    grammar_vocab_free(v);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+    tr_grammar_vocab_free(v2);
+    tr_grammar_vocab_free(v);
 }
 
 /* A vocabulary of every string of up to 4 symbols over {a b " \\ .},
@@ -200,7 +200,7 @@ static void test_mask_ascii_shortcut(void **state) {
     for (size_t i = 0; i < TR_ARRAY_LEN(extra); i++) toks[n++] = extra[i];
     grammar_vocab *v = tg_vocab_from_strings(toks, n, 1, n - 1);
     assert_non_null(v);
-    assert_int_equal(grammar_vocab_check(v), TR_OK);
+    assert_int_equal(tr_grammar_vocab_check(v), TR_OK);
     assert_true(v->trie.n_checks > 20);
     static const char *const pats[] = {
         "[^\"]*\"", "\"([^\"\\\\]|\\\\.)*\"", "[ab.]*", ".*", "(a|b)*\"?",
@@ -211,12 +211,12 @@ static void test_mask_ascii_shortcut(void **state) {
     for (size_t i = 0; i < TR_ARRAY_LEN(pats); i++) {
         grammar *g = compile(pats[i], NULL);
         grammar_matcher *m;
-        assert_int_equal(grammar_matcher_new(g, v, 0, &m), TR_OK);
+        assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
         check_all_states(g, v, m);
-        grammar_matcher_free(m);
-        grammar_free(g);
+        tr_grammar_matcher_free(m);
+        tr_grammar_free(g);
     }
-    grammar_vocab_free(v);
+    tr_grammar_vocab_free(v);
     free(toks);
     free(store);
 }
@@ -237,16 +237,16 @@ static grammar_vocab *smol(void) {
 /* Picks a random allowed token of mask (or -1 if none). */
 static int32_t pick_token(tg_rng *r, const uint64_t *mask, size_t nw,
                           const grammar_vocab *v, bool allow_eog) {
-    size_t n = grammar_mask_count(mask, nw);
+    size_t n = tr_grammar_mask_count(mask, nw);
     if (n == 0) return -1;
     for (int tries = 0; tries < 8; tries++) {
-        int32_t id = grammar_mask_nth(mask, nw, tg_below(r, (uint32_t)n));
-        if (allow_eog || !grammar_vocab_is_eog(v, id)) return id;
+        int32_t id = tr_grammar_mask_nth(mask, nw, tg_below(r, (uint32_t)n));
+        if (allow_eog || !tr_grammar_vocab_is_eog(v, id)) return id;
     }
     return -1;
 }
 
-/* grammar_mask_count / grammar_mask_nth against a bit-by-bit walk, on
+/* tr_grammar_mask_count / tr_grammar_mask_nth against a bit-by-bit walk, on
  * empty, full, sparse and random masks. */
 static void test_mask_count_nth(void **state) {
     (void)state;
@@ -261,12 +261,12 @@ static void test_mask_count_nth(void **state) {
         size_t k = 0;
         for (int32_t id = 0; id < NW * 64; id++) {
             if (!((m[id / 64] >> (id % 64)) & 1)) continue;
-            assert_int_equal(grammar_mask_nth(m, NW, k), id);
+            assert_int_equal(tr_grammar_mask_nth(m, NW, k), id);
             k++;
         }
-        assert_int_equal(grammar_mask_count(m, NW), k);
-        assert_int_equal(grammar_mask_nth(m, NW, k), -1);
-        assert_int_equal(grammar_mask_nth(m, NW, k + 1000), -1);
+        assert_int_equal(tr_grammar_mask_count(m, NW), k);
+        assert_int_equal(tr_grammar_mask_nth(m, NW, k), -1);
+        assert_int_equal(tr_grammar_mask_nth(m, NW, k + 1000), -1);
     }
 }
 
@@ -274,8 +274,8 @@ static void test_mask_smollm2(void **state) {
     (void)state;
     grammar_vocab *v = smol();
     if (!v) skip();
-    assert_int_equal(grammar_vocab_check(v), TR_OK);
-    assert_int_equal(grammar_vocab_n_vocab(v), 49152);
+    assert_int_equal(tr_grammar_vocab_check(v), TR_OK);
+    assert_int_equal(tr_grammar_vocab_n_vocab(v), 49152);
     fprintf(stderr, "SmolLM2 trie: %u nodes, longest token %u bytes, %u duplicates\n",
             v->trie.n_nodes, v->max_len, v->n_dups);
     static const char *const pats[] = {
@@ -296,32 +296,32 @@ static void test_mask_smollm2(void **state) {
     for (size_t p = 0; p < TR_ARRAY_LEN(pats); p++) {
         grammar *g = compile(pats[p], NULL);
         grammar_matcher *m;
-        assert_int_equal(grammar_matcher_new(g, v, 0, &m), TR_OK);
+        assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
         for (int step = 0; step < 8; step++) {
-            assert_int_equal(grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
             /* the trie walk equals running each token on its own */
             tg_brute_mask(&g->dfa, m->state, v, want);
             assert_memory_equal(mask, want, nw * 8);
             /* and the matcher agrees, token by token */
             for (int32_t id = 0; id < v->n_vocab; id++) {
                 bool in = tg_bit(mask, id);
-                tr_status st = grammar_matcher_accept_token(m, id);
+                tr_status st = tr_grammar_matcher_accept_token(m, id);
                 if (in) {
                     assert_int_equal(st, TR_OK);
-                    assert_int_equal(grammar_matcher_rollback(m, 1), TR_OK);
+                    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK);
                 } else {
                     assert_int_equal(st, TR_ERR_STATE);
                 }
-                assert_int_equal(grammar_matcher_token_allowed(m, id), in);
+                assert_int_equal(tr_grammar_matcher_token_allowed(m, id), in);
                 checks++;
             }
             states++;
             int32_t id = pick_token(&r, mask, nw, v, false);
             if (id < 0) break;
-            assert_int_equal(grammar_matcher_accept_token(m, id), TR_OK);
+            assert_int_equal(tr_grammar_matcher_accept_token(m, id), TR_OK);
         }
-        grammar_matcher_free(m);
-        grammar_free(g);
+        tr_grammar_matcher_free(m);
+        tr_grammar_free(g);
     }
     fprintf(stderr, "SmolLM2: %zu states, %zu (state, token) checks\n", states, checks);
     assert_true(states >= 100);
@@ -341,117 +341,117 @@ static void test_matcher_api(void **state) {
     assert_non_null(v);
     grammar *g = compile("\\{\"name\": \"[A-Za-z]+\", \"age\": \\d+\\}", NULL);
     grammar_matcher *m;
-    assert_int_equal(grammar_matcher_new(g, v, 4, &m), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(g, v, 4, &m), TR_OK);
     uint64_t mask[1];
     uint8_t buf[64];
     size_t len;
 
     /* forced text at the start */
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
     assert_int_equal(len, 10);
     assert_memory_equal(buf, "{\"name\": \"", 10);
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, 3, &len), TR_OK);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, 3, &len), TR_OK);
     assert_int_equal(len, 3); /* capped */
-    assert_false(grammar_matcher_is_accepting(m));
-    assert_true(grammar_matcher_can_continue(m));
+    assert_false(tr_grammar_matcher_is_accepting(m));
+    assert_true(tr_grammar_matcher_can_continue(m));
 
     /* mask: "{" and the whole forced prefix token; never special/empty */
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], (1u << 0) | (1u << 18));
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 2), TR_ERR_INVALID_ARG);
-    assert_int_equal(grammar_matcher_fill_mask(m, NULL, 1), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 2), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, NULL, 1), TR_ERR_INVALID_ARG);
 
     /* rejections leave the state alone */
-    assert_int_equal(grammar_matcher_accept_token(m, 13), TR_ERR_STATE);
-    assert_int_equal(grammar_matcher_accept_token(m, 14), TR_ERR_STATE); /* empty */
-    assert_int_equal(grammar_matcher_accept_token(m, 19), TR_ERR_STATE); /* EOG */
-    assert_int_equal(grammar_matcher_accept_token(m, 20), TR_ERR_STATE); /* special */
-    assert_int_equal(grammar_matcher_accept_token(m, n), TR_ERR_INVALID_ARG);
-    assert_int_equal(grammar_matcher_accept_token(m, -1), TR_ERR_INVALID_ARG);
-    assert_false(grammar_matcher_token_allowed(m, n));
-    assert_int_equal(grammar_matcher_history_len(m), 0);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 13), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 14), TR_ERR_STATE); /* empty */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 19), TR_ERR_STATE); /* EOG */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 20), TR_ERR_STATE); /* special */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, n), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, -1), TR_ERR_INVALID_ARG);
+    assert_false(tr_grammar_matcher_token_allowed(m, n));
+    assert_int_equal(tr_grammar_matcher_history_len(m), 0);
 
     /* accept the forced bytes, then tokens */
-    assert_int_equal(grammar_matcher_accept_bytes(m, buf, 0), TR_OK); /* no-op call */
-    assert_int_equal(grammar_matcher_rollback(m, 1), TR_OK);
-    assert_int_equal(grammar_matcher_accept_bytes(m, "{\"name\": \"Bo", 12), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, buf, 0), TR_OK); /* no-op call */
+    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "{\"name\": \"Bo", 12), TR_OK);
     /* all or nothing: a dying byte run changes nothing */
-    assert_int_equal(grammar_matcher_accept_bytes(m, "b1", 2), TR_ERR_STATE);
-    assert_int_equal(grammar_matcher_accept_bytes(m, "b", 1), TR_OK);
-    assert_int_equal(grammar_matcher_accept_token(m, 6), TR_OK);   /* ", */
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "b1", 2), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "b", 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 6), TR_OK);   /* ", */
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
     assert_int_equal(len, 8);
     assert_memory_equal(buf, " \"age\": ", 8);
-    assert_int_equal(grammar_matcher_accept_token(m, 7), TR_OK);   /*  "age */
-    assert_int_equal(grammar_matcher_accept_token(m, 8), TR_OK);   /* ":  */
-    assert_int_equal(grammar_matcher_accept_token(m, 11), TR_OK);  /* 42 */
-    assert_false(grammar_matcher_is_accepting(m));
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 7), TR_OK);   /*  "age */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 8), TR_OK);   /* ":  */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 11), TR_OK);  /* 42 */
+    assert_false(tr_grammar_matcher_is_accepting(m));
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], (1u << 9) | (1u << 10) | (1u << 11) | (1u << 12));
-    assert_int_equal(grammar_matcher_accept_token(m, 12), TR_OK);  /* } */
-    assert_true(grammar_matcher_is_accepting(m));
-    assert_false(grammar_matcher_can_continue(m));
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 12), TR_OK);  /* } */
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_false(tr_grammar_matcher_can_continue(m));
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
     assert_int_equal(len, 0); /* accepting: nothing is forced */
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], 1u << 19); /* only EOG */
-    assert_int_equal(grammar_matcher_accept_token(m, 19), TR_OK);
-    assert_true(grammar_matcher_is_terminated(m));
-    assert_false(grammar_matcher_is_accepting(m));
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 19), TR_OK);
+    assert_true(tr_grammar_matcher_is_terminated(m));
+    assert_false(tr_grammar_matcher_is_accepting(m));
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], 0);
-    assert_int_equal(grammar_matcher_accept_token(m, 19), TR_ERR_STATE);
-    assert_int_equal(grammar_matcher_accept_bytes(m, "", 0), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 19), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "", 0), TR_ERR_STATE);
 
     /* the ring keeps the last 4 accept calls */
-    assert_int_equal(grammar_matcher_history_len(m), 4);
-    assert_int_equal(grammar_matcher_rollback(m, 5), TR_ERR_STATE);
-    assert_true(grammar_matcher_is_terminated(m));
-    assert_int_equal(grammar_matcher_rollback(m, 1), TR_OK); /* undo EOG */
-    assert_false(grammar_matcher_is_terminated(m));
-    assert_true(grammar_matcher_is_accepting(m));
-    assert_int_equal(grammar_matcher_rollback(m, 2), TR_OK); /* undo } 42 */
-    assert_int_equal(grammar_matcher_accept_token(m, 9), TR_OK); /* 4 */
-    assert_int_equal(grammar_matcher_accept_token(m, 10), TR_OK); /* 2 */
-    assert_int_equal(grammar_matcher_accept_token(m, 12), TR_OK);
-    assert_true(grammar_matcher_is_accepting(m));
-    assert_int_equal(grammar_matcher_rollback(m, 0), TR_OK);
+    assert_int_equal(tr_grammar_matcher_history_len(m), 4);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 5), TR_ERR_STATE);
+    assert_true(tr_grammar_matcher_is_terminated(m));
+    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK); /* undo EOG */
+    assert_false(tr_grammar_matcher_is_terminated(m));
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_int_equal(tr_grammar_matcher_rollback(m, 2), TR_OK); /* undo } 42 */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 9), TR_OK); /* 4 */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 10), TR_OK); /* 2 */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 12), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_int_equal(tr_grammar_matcher_rollback(m, 0), TR_OK);
 
-    grammar_matcher_reset(m);
-    assert_int_equal(grammar_matcher_history_len(m), 0);
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
+    tr_grammar_matcher_reset(m);
+    assert_int_equal(tr_grammar_matcher_history_len(m), 0);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
     assert_int_equal(len, 10);
-    assert_int_equal(grammar_matcher_forced_bytes(m, NULL, 5, &len), TR_ERR_INVALID_ARG);
-    grammar_matcher_free(m);
-    grammar_matcher_free(NULL);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, NULL, 5, &len), TR_ERR_INVALID_ARG);
+    tr_grammar_matcher_free(m);
+    tr_grammar_matcher_free(NULL);
 
     /* UTF-8 split across tokens */
     grammar *g2 = compile("é+", NULL);
-    assert_int_equal(grammar_matcher_new(g2, v, 0, &m), TR_OK);
-    assert_int_equal(grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(g2, v, 0, &m), TR_OK);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &len), TR_OK);
     assert_int_equal(len, 2);
     assert_memory_equal(buf, "\xc3\xa9", 2);
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], (1u << 15) | (1u << 16));
-    assert_int_equal(grammar_matcher_accept_token(m, 16), TR_OK); /* \xc3 */
-    assert_int_equal(grammar_matcher_fill_mask(m, mask, 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 16), TR_OK); /* \xc3 */
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, 1), TR_OK);
     assert_int_equal(mask[0], 1u << 17);                         /* \xa9 */
-    assert_int_equal(grammar_matcher_accept_token(m, 17), TR_OK);
-    assert_true(grammar_matcher_is_accepting(m));
-    grammar_matcher_free(m);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, 17), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
 
     /* argument checks */
-    assert_int_equal(grammar_matcher_new(NULL, v, 0, &m), TR_ERR_INVALID_ARG);
-    assert_int_equal(grammar_matcher_new(g2, v, (1u << 20) + 1, &m),
+    assert_int_equal(tr_grammar_matcher_new(NULL, v, 0, &m), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_matcher_new(g2, v, (1u << 20) + 1, &m),
                      TR_ERR_INVALID_ARG);
     /* the matcher holds references: freeing ours first is fine */
-    assert_int_equal(grammar_matcher_new(g2, v, 0, &m), TR_OK);
-    grammar_free(g2);
-    grammar_free(g);
-    grammar_vocab_free(v);
-    assert_int_equal(grammar_matcher_accept_bytes(m, "\xc3\xa9", 2), TR_OK);
-    assert_true(grammar_matcher_is_accepting(m));
-    grammar_matcher_free(m);
+    assert_int_equal(tr_grammar_matcher_new(g2, v, 0, &m), TR_OK);
+    tr_grammar_free(g2);
+    tr_grammar_free(g);
+    tr_grammar_vocab_free(v);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "\xc3\xa9", 2), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
 }
 
 /* Long random sessions: accept, rollback and reset against a model of the
@@ -463,7 +463,7 @@ static void test_matcher_random_rollback(void **state) {
     grammar *g = compile("(\"[a-c\\x{e9}]*\"|\\d+|\\{\\})( (\"[a-c]*\"|\\d+|\\{\\}))*", NULL);
     grammar_matcher *m;
     const uint32_t cap = 16;
-    assert_int_equal(grammar_matcher_new(g, v, cap, &m), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(g, v, cap, &m), TR_OK);
     uint32_t hist[4096];
     uint32_t n = 0;     /* model: hist[0..n) states before each accept */
     uint32_t avail = 0; /* model: how many the ring still remembers */
@@ -472,17 +472,17 @@ static void test_matcher_random_rollback(void **state) {
     for (int step = 0; step < 4000; step++) {
         uint32_t op = tg_below(&r, 10);
         if (op < 6) {
-            assert_int_equal(grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
             int32_t id = pick_token(&r, mask, nw, v, false);
             if (id < 0) continue;
             uint32_t before = m->state;
-            assert_int_equal(grammar_matcher_accept_token(m, id), TR_OK);
+            assert_int_equal(tr_grammar_matcher_accept_token(m, id), TR_OK);
             if (n < 4096) hist[n++] = before;
             if (avail < cap) avail++;
         } else if (op < 9) {
-            assert_int_equal(grammar_matcher_history_len(m), avail);
+            assert_int_equal(tr_grammar_matcher_history_len(m), avail);
             uint32_t k = tg_below(&r, avail + 2);
-            tr_status st = grammar_matcher_rollback(m, k);
+            tr_status st = tr_grammar_matcher_rollback(m, k);
             if (k > avail) {
                 assert_int_equal(st, TR_ERR_STATE);
             } else {
@@ -494,7 +494,7 @@ static void test_matcher_random_rollback(void **state) {
                 }
             }
         } else if (tg_below(&r, 10) == 0) {
-            grammar_matcher_reset(m);
+            tr_grammar_matcher_reset(m);
             n = avail = 0;
             assert_int_equal(m->state, g->dfa.start);
         }
@@ -504,9 +504,9 @@ static void test_matcher_random_rollback(void **state) {
         }
     }
     free(mask);
-    grammar_matcher_free(m);
-    grammar_free(g);
-    grammar_vocab_free(v);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+    tr_grammar_vocab_free(v);
 }
 
 /* ---- the memo ---- */
@@ -519,26 +519,26 @@ static void test_cache_budget(void **state) {
     uint64_t *a = malloc(nw * 8), *b = malloc(nw * 8);
     const char *pat = "[a-c]{0,3}x(\\d|é)+";
     grammar_limits lim;
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     grammar *full = compile(pat, &lim);
     lim.mask_cache_bytes = 0;
     grammar *none = compile(pat, &lim);
     lim.mask_cache_bytes = 2 * nw * 8; /* room for two masks */
     grammar *two = compile(pat, &lim);
     grammar_matcher *mf, *mn, *mt;
-    assert_int_equal(grammar_matcher_new(full, v, 0, &mf), TR_OK);
-    assert_int_equal(grammar_matcher_new(none, v, 0, &mn), TR_OK);
-    assert_int_equal(grammar_matcher_new(two, v, 0, &mt), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(full, v, 0, &mf), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(none, v, 0, &mn), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(two, v, 0, &mt), TR_OK);
     assert_null(mn->cache);
     uint32_t ns = full->dfa.n_states;
     assert_true(ns > 4);
     for (int round = 0; round < 3; round++) {
         for (uint32_t s = 1; s < ns; s++) {
             mf->state = mn->state = mt->state = s;
-            assert_int_equal(grammar_matcher_fill_mask(mf, a, nw), TR_OK);
-            assert_int_equal(grammar_matcher_fill_mask(mn, b, nw), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(mf, a, nw), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(mn, b, nw), TR_OK);
             assert_memory_equal(a, b, nw * 8);
-            assert_int_equal(grammar_matcher_fill_mask(mt, b, nw), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(mt, b, nw), TR_OK);
             assert_memory_equal(a, b, nw * 8);
         }
     }
@@ -550,21 +550,21 @@ static void test_cache_budget(void **state) {
     assert_true(atomic_load(&mt->cache->used) <= 2 * nw * 8);
     /* a second matcher of the same grammar and vocabulary shares the memo */
     grammar_matcher *mf2;
-    assert_int_equal(grammar_matcher_new(full, v, 0, &mf2), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(full, v, 0, &mf2), TR_OK);
     assert_ptr_equal(mf2->cache, mf->cache);
-    assert_int_equal(grammar_matcher_fill_mask(mf2, a, nw), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(mf2, a, nw), TR_OK);
     assert_int_equal(mf2->n_computed, 0);
     /* another vocabulary gets its own memo */
     grammar_vocab *v2 = tg_vocab_random(&r, 500);
     grammar_matcher *mv2;
-    assert_int_equal(grammar_matcher_new(full, v2, 0, &mv2), TR_OK);
+    assert_int_equal(tr_grammar_matcher_new(full, v2, 0, &mv2), TR_OK);
     assert_ptr_not_equal(mv2->cache, mf->cache);
-    grammar_matcher_free(mv2);
-    grammar_vocab_free(v2);
-    grammar_matcher_free(mf2);
-    grammar_matcher_free(mf), grammar_matcher_free(mn), grammar_matcher_free(mt);
-    grammar_free(full), grammar_free(none), grammar_free(two);
-    grammar_vocab_free(v);
+    tr_grammar_matcher_free(mv2);
+    tr_grammar_vocab_free(v2);
+    tr_grammar_matcher_free(mf2);
+    tr_grammar_matcher_free(mf), tr_grammar_matcher_free(mn), tr_grammar_matcher_free(mt);
+    tr_grammar_free(full), tr_grammar_free(none), tr_grammar_free(two);
+    tr_grammar_vocab_free(v);
     free(a), free(b);
 }
 
@@ -583,22 +583,22 @@ static void *thr_main(void *p) {
     size_t nw = a->v->n_words;
     uint64_t *mask = malloc(nw * 8);
     grammar_matcher *m;
-    if (grammar_matcher_new(a->g, a->v, 0, &m) != TR_OK) {
+    if (tr_grammar_matcher_new(a->g, a->v, 0, &m) != TR_OK) {
         a->bad++;
         free(mask);
         return NULL;
     }
     tg_rng r = {a->seed};
     for (int step = 0; step < 3000; step++) {
-        grammar_matcher_fill_mask(m, mask, nw);
+        tr_grammar_matcher_fill_mask(m, mask, nw);
         if (memcmp(mask, a->expect + (size_t)m->state * nw, nw * 8) != 0) a->bad++;
         int32_t id = pick_token(&r, mask, nw, a->v, false);
         if (id < 0 || tg_below(&r, 50) == 0)
-            grammar_matcher_reset(m);
-        else if (grammar_matcher_accept_token(m, id) != TR_OK)
+            tr_grammar_matcher_reset(m);
+        else if (tr_grammar_matcher_accept_token(m, id) != TR_OK)
             a->bad++;
     }
-    grammar_matcher_free(m);
+    tr_grammar_matcher_free(m);
     free(mask);
     return NULL;
 }
@@ -624,8 +624,8 @@ static void test_threads_share_grammar(void **state) {
         assert_int_equal(args[i].bad, 0);
     }
     free(expect);
-    grammar_free(g);
-    grammar_vocab_free(v);
+    tr_grammar_free(g);
+    tr_grammar_vocab_free(v);
 }
 
 int main(void) {
@@ -643,6 +643,6 @@ int main(void) {
         cmocka_unit_test(test_threads_share_grammar),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    grammar_vocab_free(g_smol);
+    tr_grammar_vocab_free(g_smol);
     return rc;
 }

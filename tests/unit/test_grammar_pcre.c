@@ -130,7 +130,7 @@ static void to_pcre(const char *p, size_t n, tg_str *out) {
             tg_putc(out, '\\');
             i++;
             uint32_t cp;
-            int k = gutf8_decode((const uint8_t *)p + i, n - i, &cp);
+            int k = tr_gutf8_decode((const uint8_t *)p + i, n - i, &cp);
             if (k <= 0) k = 1;
             tg_put(out, p + i, (size_t)k);
             i += (size_t)k;
@@ -345,7 +345,7 @@ static void compare_strings(const char *pat, const grammar *g, oracle *o,
             ds->skipped_pairs++;
             continue;
         }
-        bool got = g ? grammar_matches(g, s->p, s->len) : false;
+        bool got = g ? tr_grammar_matches(g, s->p, s->len) : false;
         ds->pairs++;
         ds->positives += (size_t)want;
         if (got != (want == 1)) {
@@ -364,7 +364,7 @@ static bool differential(const char *pat, size_t n, strs *cands, tg_rng *r,
                          dstats *ds, bool expect_ok) {
     grammar *g = NULL;
     tr_diag diag;
-    tr_status st = grammar_compile_regex(pat, n, NULL, &g, &diag);
+    tr_status st = tr_grammar_compile_regex(pat, n, NULL, &g, &diag);
     tg_str pp = {0};
     to_pcre(pat, n, &pp);
     oracle o = {0};
@@ -394,11 +394,11 @@ static bool differential(const char *pat, size_t n, strs *cands, tg_rng *r,
         fprintf(stderr, "PCRE2 rejects /%s/ (as /%s/: %s) but we accept it\n",
                 pat, pp.p, o.err);
         ds->disagreements++;
-        grammar_free(g);
+        tr_grammar_free(g);
         free(pp.p);
         return true;
     }
-    assert_int_equal(grammar_check(g), TR_OK);
+    assert_int_equal(tr_grammar_check(g), TR_OK);
     /* more candidates: walks through the DFA, their mutations, randoms */
     size_t base = cands->n;
     tg_str t = {0}, u = {0};
@@ -420,7 +420,7 @@ static bool differential(const char *pat, size_t n, strs *cands, tg_rng *r,
     compare_strings(pat, g, &o, cands, ds);
     free(t.p), free(u.p);
     oracle_free(&o);
-    grammar_free(g);
+    tr_grammar_free(g);
     free(pp.p);
     return true;
 }
@@ -747,7 +747,7 @@ static void small_pattern(const char *pat, size_t n, const strs *all,
                           dstats *ds, size_t *both_ok, size_t *we_reject) {
     grammar *g = NULL;
     tr_diag diag;
-    tr_status st = grammar_compile_regex(pat, n, NULL, &g, &diag);
+    tr_status st = tr_grammar_compile_regex(pat, n, NULL, &g, &diag);
     oracle o = {0};
     bool pcre_ok = oracle_compile(&o, pat, n);
     ds->regexes++;
@@ -775,7 +775,7 @@ static void small_pattern(const char *pat, size_t n, const strs *all,
         (*both_ok)++;
         compare_strings(pat, g, &o, all, ds);
     }
-    grammar_free(g);
+    tr_grammar_free(g);
     if (pcre_ok) oracle_free(&o);
 }
 
@@ -862,7 +862,7 @@ static void test_unicode_properties(void **state) {
             snprintf(pat, sizeof pat, "\\%c{%s}", neg ? 'P' : 'p', props[i]);
             grammar *g = NULL;
             tr_diag diag;
-            tr_status st = grammar_compile_regex(pat, strlen(pat), NULL, &g, &diag);
+            tr_status st = tr_grammar_compile_regex(pat, strlen(pat), NULL, &g, &diag);
             if (st == TR_ERR_FORMAT && neg && strcmp(props[i], "Any") == 0)
                 continue; /* \P{Any}: the empty language */
             assert_int_equal(st, TR_OK);
@@ -873,31 +873,31 @@ static void test_unicode_properties(void **state) {
                  cp += cp < 0x3400 ? 1 : (cp < 0x20000 ? 13 : 997)) {
                 if (cp >= 0xD800 && cp <= 0xDFFF) continue;
                 uint8_t b[4];
-                int n = gutf8_encode(cp, b);
+                int n = tr_gutf8_encode(cp, b);
                 int want = oracle_match(&o, (const char *)b, (size_t)n);
-                bool got = grammar_matches(g, b, (size_t)n);
+                bool got = tr_grammar_matches(g, b, (size_t)n);
                 checked++;
                 if (got != (want == 1) && bad++ < 20)
                     fprintf(stderr, "%s on U+%04X: dfa %d pcre2 %d\n", pat, cp,
                             got, want);
             }
             oracle_free(&o);
-            grammar_free(g);
+            tr_grammar_free(g);
         }
     }
     fprintf(stderr, "unicode properties: %zu (class, code point) checks, Unicode %s\n",
-            checked, grammar_unicode_version);
+            checked, tr_grammar_unicode_version);
     assert_int_equal(bad, 0);
 }
 
 int main(void) {
     char v[64];
     pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v);
-    if (strcmp(v, grammar_unicode_version) != 0)
+    if (strcmp(v, tr_grammar_unicode_version) != 0)
         fprintf(stderr,
                 "warning: PCRE2 uses Unicode %s, our tables %s: property "
                 "checks may disagree on new code points\n",
-                v, grammar_unicode_version);
+                v, tr_grammar_unicode_version);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_generated),

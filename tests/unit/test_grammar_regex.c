@@ -20,16 +20,16 @@
 static grammar *compile_ok(const char *pat) {
     grammar *g = NULL;
     tr_diag d;
-    tr_status st = grammar_compile_regex(pat, strlen(pat), NULL, &g, &d);
+    tr_status st = tr_grammar_compile_regex(pat, strlen(pat), NULL, &g, &d);
     if (st != TR_OK)
         fprintf(stderr, "/%s/: %s: %s\n", pat, tr_status_name(st), d.message);
     assert_int_equal(st, TR_OK);
-    assert_int_equal(grammar_check(g), TR_OK);
+    assert_int_equal(tr_grammar_check(g), TR_OK);
     return g;
 }
 
 static bool m(const grammar *g, const char *s) {
-    return grammar_matches(g, s, strlen(s));
+    return tr_grammar_matches(g, s, strlen(s));
 }
 
 /* ---- errors ---- */
@@ -138,7 +138,7 @@ static void test_errors(void **state) {
         const err_case *c = &k_errors[i];
         grammar *g = NULL;
         tr_diag d;
-        tr_status st = grammar_compile_regex(c->pat, strlen(c->pat), NULL, &g, &d);
+        tr_status st = tr_grammar_compile_regex(c->pat, strlen(c->pat), NULL, &g, &d);
         if (st != c->code || (c->offset >= 0 && d.offset != (uint64_t)c->offset) ||
             !strstr(d.message, c->needle)) {
             fprintf(stderr, "/%s/: got %s at %llu \"%s\"; want %s at %d \"%s\"\n",
@@ -162,7 +162,7 @@ static void test_errors(void **state) {
 static void test_nesting_limit(void **state) {
     (void)state;
     grammar_limits lim;
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     char pat[1024];
     size_t n = 0;
     for (int i = 0; i < 300; i++) pat[n++] = '(';
@@ -170,7 +170,7 @@ static void test_nesting_limit(void **state) {
     for (int i = 0; i < 300; i++) pat[n++] = ')';
     grammar *g = NULL;
     tr_diag d;
-    assert_int_equal(grammar_compile_regex(pat, n, &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(pat, n, &lim, &g, &d), TR_ERR_LIMIT);
     assert_non_null(strstr(d.message, "max_nesting"));
     assert_int_equal(d.offset, 200); /* the group that went one too deep */
     /* 200 deep is fine */
@@ -178,15 +178,15 @@ static void test_nesting_limit(void **state) {
     for (int i = 0; i < 200; i++) pat[n++] = '(';
     pat[n++] = 'a';
     for (int i = 0; i < 200; i++) pat[n++] = ')';
-    assert_int_equal(grammar_compile_regex(pat, n, &lim, &g, &d), TR_OK);
-    assert_true(grammar_matches(g, "a", 1));
-    grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex(pat, n, &lim, &g, &d), TR_OK);
+    assert_true(tr_grammar_matches(g, "a", 1));
+    tr_grammar_free(g);
     /* a million '(' must not blow the C stack */
     size_t big = 1000000;
     char *p = malloc(big);
     memset(p, '(', big);
     lim.max_pattern_bytes = big;
-    assert_int_equal(grammar_compile_regex(p, big, &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(p, big, &lim, &g, &d), TR_ERR_LIMIT);
     free(p);
 }
 
@@ -196,46 +196,46 @@ static void test_other_limits(void **state) {
     grammar *g = NULL;
     tr_diag d;
     /* pattern size */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_pattern_bytes = 10;
-    assert_int_equal(grammar_compile_regex("0123456789", 10, &lim, &g, &d), TR_OK);
-    grammar_free(g);
-    assert_int_equal(grammar_compile_regex("0123456789a", 11, &lim, &g, &d),
+    assert_int_equal(tr_grammar_compile_regex("0123456789", 10, &lim, &g, &d), TR_OK);
+    tr_grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex("0123456789a", 11, &lim, &g, &d),
                      TR_ERR_LIMIT);
     assert_non_null(strstr(d.message, "max_pattern_bytes"));
     /* repeat bound is configurable */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_repeat = 5;
-    assert_int_equal(grammar_compile_regex("a{5}", 4, &lim, &g, &d), TR_OK);
-    grammar_free(g);
-    assert_int_equal(grammar_compile_regex("a{2,6}", 6, &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex("a{5}", 4, &lim, &g, &d), TR_OK);
+    tr_grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex("a{2,6}", 6, &lim, &g, &d), TR_ERR_LIMIT);
     /* NFA states */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_nfa_states = 50;
     const char *p = "[a-z]{30}";
-    assert_int_equal(grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
     assert_non_null(strstr(d.message, "max_nfa_states"));
     /* DFA states */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_dfa_states = 100;
     p = "(a|b)*a(a|b){6}"; /* 128 raw states */
-    assert_int_equal(grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
     assert_non_null(strstr(d.message, "max_dfa_states"));
     lim.max_dfa_states = 200;
-    assert_int_equal(grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_OK);
-    grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_OK);
+    tr_grammar_free(g);
     /* memory */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_compile_bytes = 200000;
     p = "\\p{L}{1,30}";
-    assert_int_equal(grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
     assert_non_null(strstr(d.message, "memory"));
     /* time: a 16k-state DFA takes far more than 2 ms */
-    grammar_limits_default(&lim);
+    tr_grammar_limits_default(&lim);
     lim.max_compile_us = 2000;
     p = "(a|b)*a(a|b){14}";
     uint64_t t0 = tr_now_ns();
-    assert_int_equal(grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
+    assert_int_equal(tr_grammar_compile_regex(p, strlen(p), &lim, &g, &d), TR_ERR_LIMIT);
     uint64_t dt = tr_now_ns() - t0;
     assert_non_null(strstr(d.message, "time"));
     assert_true(dt < 500u * 1000 * 1000); /* gave up soon after the budget */
@@ -256,18 +256,18 @@ static void test_hostile_patterns_bounded(void **state) {
         grammar *g = NULL;
         tr_diag d;
         uint64_t t0 = tr_now_ns();
-        tr_status st = grammar_compile_regex(pats[i], strlen(pats[i]), NULL, &g, &d);
+        tr_status st = tr_grammar_compile_regex(pats[i], strlen(pats[i]), NULL, &g, &d);
         double ms = (double)(tr_now_ns() - t0) / 1e6;
         grammar_stats s = {0};
-        if (g) grammar_get_stats(g, &s);
+        if (g) tr_grammar_get_stats(g, &s);
         fprintf(stderr, "  %-40s %-14s %8.1f ms  dfa %u\n", pats[i],
                 tr_status_name(st), ms, s.dfa_states);
         assert_true(st == TR_OK || st == TR_ERR_LIMIT);
         /* default max_compile_us is 2 s; allow slack for a loaded machine
          * and sanitizers */
         assert_true(ms < 6000);
-        if (g) assert_int_equal(grammar_check(g), TR_OK);
-        grammar_free(g);
+        if (g) assert_int_equal(tr_grammar_check(g), TR_OK);
+        tr_grammar_free(g);
     }
 }
 
@@ -277,53 +277,53 @@ static void test_basics(void **state) {
     (void)state;
     grammar *g;
     /* the empty pattern matches exactly the empty string */
-    assert_int_equal(grammar_compile_regex("", 0, NULL, &g, NULL), TR_OK);
-    assert_true(grammar_matches(g, "", 0));
-    assert_false(grammar_matches(g, "a", 1));
-    grammar_free(g);
-    assert_int_equal(grammar_compile_regex(NULL, 0, NULL, &g, NULL), TR_OK);
-    grammar_free(g);
-    assert_int_equal(grammar_compile_regex(NULL, 3, NULL, &g, NULL),
+    assert_int_equal(tr_grammar_compile_regex("", 0, NULL, &g, NULL), TR_OK);
+    assert_true(tr_grammar_matches(g, "", 0));
+    assert_false(tr_grammar_matches(g, "a", 1));
+    tr_grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex(NULL, 0, NULL, &g, NULL), TR_OK);
+    tr_grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex(NULL, 3, NULL, &g, NULL),
                      TR_ERR_INVALID_ARG);
-    assert_int_equal(grammar_compile_regex("a", 1, NULL, NULL, NULL),
+    assert_int_equal(tr_grammar_compile_regex("a", 1, NULL, NULL, NULL),
                      TR_ERR_INVALID_ARG);
     /* length, not NUL, ends the pattern: a raw NUL is a literal */
-    assert_int_equal(grammar_compile_regex("a\0b", 3, NULL, &g, NULL), TR_OK);
-    assert_true(grammar_matches(g, "a\0b", 3));
-    assert_false(grammar_matches(g, "a", 1));
-    grammar_free(g);
+    assert_int_equal(tr_grammar_compile_regex("a\0b", 3, NULL, &g, NULL), TR_OK);
+    assert_true(tr_grammar_matches(g, "a\0b", 3));
+    assert_false(tr_grammar_matches(g, "a", 1));
+    tr_grammar_free(g);
     /* a pattern need not be NUL-terminated */
-    assert_int_equal(grammar_compile_regex("abcdef", 3, NULL, &g, NULL), TR_OK);
+    assert_int_equal(tr_grammar_compile_regex("abcdef", 3, NULL, &g, NULL), TR_OK);
     assert_true(m(g, "abc"));
     assert_false(m(g, "abcdef"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("(?<year>\\d{4})-(?P<mo>\\d{2})-(?'d'\\d{2})");
     assert_true(m(g, "2024-01-31"));
     assert_false(m(g, "2024-1-31"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     /* lazy quantifiers: same language */
     g = compile_ok("a+?b??c*?d{1,2}?");
     assert_true(m(g, "ad") && m(g, "aabcccdd") && !m(g, "bd"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     /* escapes */
     g = compile_ok("\\n\\t\\r\\f\\v\\0\\x41\\x{42}\\u0043\\u{44}\\cJ\\.\\-\\/");
-    assert_true(grammar_matches(g, "\n\t\r\f\v\0ABCD\n.-/", 14));
-    grammar_free(g);
+    assert_true(tr_grammar_matches(g, "\n\t\r\f\v\0ABCD\n.-/", 14));
+    tr_grammar_free(g);
     g = compile_ok("\\uD83D\\uDE00|\\u{1F600}x"); /* surrogate pair escape */
     assert_true(m(g, "\xF0\x9F\x98\x80"));
     assert_true(m(g, "\xF0\x9F\x98\x80x"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("\\é\\中"); /* escaped non-ASCII: itself */
     assert_true(m(g, "é中"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     /* literal braces where no quantifier can start */
     g = compile_ok("x{y}{}{");
     assert_true(m(g, "x{y}{}{"));
-    grammar_free(g);
+    tr_grammar_free(g);
 }
 
 static void test_classes_and_dot(void **state) {
@@ -335,51 +335,51 @@ static void test_classes_and_dot(void **state) {
     /* only valid UTF-8 */
     assert_false(m(g, "\xc3") || m(g, "\xff") || m(g, "\xed\xa0\x80") ||
                  m(g, "\xc0\x80") || m(g, "\xf4\x90\x80\x80"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("[^a]");
     assert_true(m(g, "b") && m(g, "\n") && m(g, "\xf4\x8f\xbf\xbf"));
     assert_false(m(g, "a") || m(g, "\xed\xa0\x80"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("[\\d\\s_-]+");
     assert_true(m(g, "0 9\t_-\v\f\r\n"));
     assert_false(m(g, "a"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("\\w+");
     assert_true(m(g, "aZ09_"));
     assert_false(m(g, "\xc3\xa9")); /* ASCII \w */
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("\\S");
     assert_true(m(g, "\xc2\xa0")); /* NBSP is not ASCII space */
     assert_false(m(g, " "));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("[\\b]");
     assert_true(m(g, "\b"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("[\\x{7FF}-\\x{800}\\x{FFFF}-\\x{10000}]");
     assert_true(m(g, "\xdf\xbf") && m(g, "\xe0\xa0\x80") &&
                 m(g, "\xef\xbf\xbf") && m(g, "\xf0\x90\x80\x80"));
     assert_false(m(g, "\xe0\xa0\x81"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     /* surrogates inside a range are skipped, not an error */
     g = compile_ok("[\\x{D000}-\\x{E000}]");
     assert_true(m(g, "\xed\x80\x80") && m(g, "\xee\x80\x80"));
     assert_false(m(g, "\xed\xa0\x80"));
-    grammar_free(g);
+    tr_grammar_free(g);
 
     g = compile_ok("\\p{Lu}\\p{Ll}+\\P{L}");
     assert_true(m(g, "Abc1") && m(g, "\xc3\x89t\xc3\xa9!"));
     assert_false(m(g, "abc1") || m(g, "Abcd"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("\\p{Letter}\\p{gc=Nd}\\p{General_Category=Sc}\\p{^L}\\pN");
     assert_true(m(g, "x1$!2"));
-    grammar_free(g);
+    tr_grammar_free(g);
 }
 
 static void test_anchors(void **state) {
@@ -387,33 +387,33 @@ static void test_anchors(void **state) {
     grammar *g = compile_ok("^abc$");
     assert_true(m(g, "abc"));
     assert_false(m(g, "abcabc"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("a*^b"); /* ^ after a nullable prefix */
     assert_true(m(g, "b"));
     assert_false(m(g, "ab"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("a$|b"); /* $ inside an alternative */
     assert_true(m(g, "a") && m(g, "b"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("a(b$|c)d?");
     assert_true(m(g, "ab") && m(g, "ac") && m(g, "acd"));
     assert_false(m(g, "abd"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("(^a)*b");
     assert_true(m(g, "b") && m(g, "ab"));
     assert_false(m(g, "aab"));
-    grammar_free(g);
+    tr_grammar_free(g);
     g = compile_ok("^$");
     assert_true(m(g, ""));
     assert_false(m(g, "a"));
-    grammar_free(g);
+    tr_grammar_free(g);
 }
 
 static void test_stats_and_dump(void **state) {
     (void)state;
     grammar *g = compile_ok("(a|b)*abb");
     grammar_stats s;
-    grammar_get_stats(g, &s);
+    tr_grammar_get_stats(g, &s);
     assert_true(s.nfa_states > 0);
     assert_true(s.dfa_states_raw >= s.dfa_states);
     assert_int_equal(s.dfa_states, 5); /* 4 live + dead: the textbook DFA */
@@ -422,17 +422,17 @@ static void test_stats_and_dump(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    grammar_dump(g, f);
+    tr_grammar_dump(g, f);
     fclose(f);
     assert_non_null(strstr(buf, "5 states"));
     assert_non_null(strstr(buf, "(accept)"));
     free(buf);
     /* references */
-    assert_ptr_equal(grammar_ref(g), g);
-    grammar_free(g);
+    assert_ptr_equal(tr_grammar_ref(g), g);
+    tr_grammar_free(g);
     assert_true(m(g, "abb"));
-    grammar_free(g);
-    grammar_free(NULL);
+    tr_grammar_free(g);
+    tr_grammar_free(NULL);
 }
 
 int main(void) {

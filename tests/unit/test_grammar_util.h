@@ -60,7 +60,7 @@ static inline void tg_puts(tg_str *s, const char *z) { tg_put(s, z, strlen(z)); 
 static inline void tg_putc(tg_str *s, char c) { tg_put(s, &c, 1); }
 static inline void tg_put_cp(tg_str *s, uint32_t cp) {
     uint8_t b[4];
-    int n = gutf8_encode(cp, b);
+    int n = tr_gutf8_encode(cp, b);
     tg_put(s, b, (size_t)n);
 }
 
@@ -83,7 +83,7 @@ static inline grammar_vocab *tg_vocab_from_strings(const char *const *toks,
                             .is_special = sp, .eog_ids = &eog,
                             .n_eog = eog >= 0 ? 1 : 0};
     grammar_vocab *v = NULL;
-    tr_status st = grammar_vocab_new(&d, &v, NULL);
+    tr_status st = tr_grammar_vocab_new(&d, &v, NULL);
     free(b), free(l), free(sp);
     return st == TR_OK ? v : NULL;
 }
@@ -135,7 +135,7 @@ static inline grammar_vocab *tg_vocab_random(tg_rng *r, int32_t n) {
                             .token_lens = l, .is_special = sp,
                             .eog_ids = &eog, .n_eog = 1};
     grammar_vocab *v = NULL;
-    tr_status st = grammar_vocab_new(&d, &v, NULL);
+    tr_status st = tr_grammar_vocab_new(&d, &v, NULL);
     for (int32_t i = 0; i < n; i++) free(b[i]);
     free(b), free(l), free(sp);
     return st == TR_OK ? v : NULL;
@@ -152,16 +152,16 @@ static inline grammar_vocab *tg_vocab_smollm2(void) {
     gguf_file *f = NULL;
     tokenizer *tok = NULL;
     tr_diag diag;
-    if (gguf_open(path, &f, &diag) != TR_OK) {
+    if (tr_gguf_open(path, &f, &diag) != TR_OK) {
         fprintf(stderr, "gguf_open: %s\n", diag.message);
         return NULL;
     }
-    if (tokenizer_from_gguf(f, &tok, &diag) != TR_OK) {
+    if (tr_tokenizer_from_gguf(f, &tok, &diag) != TR_OK) {
         fprintf(stderr, "tokenizer_from_gguf: %s\n", diag.message);
-        gguf_close(f);
+        tr_gguf_close(f);
         return NULL;
     }
-    int32_t n = tokenizer_n_vocab(tok);
+    int32_t n = tr_tokenizer_n_vocab(tok);
     const uint8_t **b = malloc((size_t)n * sizeof *b);
     uint32_t *l = malloc((size_t)n * sizeof *l);
     uint8_t *sp = calloc((size_t)n, 1);
@@ -169,19 +169,19 @@ static inline grammar_vocab *tg_vocab_smollm2(void) {
     size_t n_eog = 0;
     for (int32_t i = 0; i < n; i++) {
         size_t len = 0;
-        b[i] = tokenizer_token_bytes(tok, i, &len);
+        b[i] = tr_tokenizer_token_bytes(tok, i, &len);
         l[i] = (uint32_t)len;
-        sp[i] = tokenizer_is_special(tok, i);
-        if (tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
+        sp[i] = tr_tokenizer_is_special(tok, i);
+        if (tr_tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
     }
     grammar_vocab_desc d = {.n_vocab = n, .token_bytes = b, .token_lens = l,
                             .is_special = sp, .eog_ids = eog, .n_eog = n_eog};
     grammar_vocab *v = NULL;
-    if (grammar_vocab_new(&d, &v, &diag) != TR_OK)
+    if (tr_grammar_vocab_new(&d, &v, &diag) != TR_OK)
         fprintf(stderr, "grammar_vocab_new: %s\n", diag.message);
     free(b), free(l), free(sp), free(eog);
-    tokenizer_free(tok);
-    gguf_close(f);
+    tr_tokenizer_free(tok);
+    tr_gguf_close(f);
     return v;
 }
 
@@ -193,14 +193,14 @@ static inline void tg_brute_mask(const gdfa *d, uint32_t s,
     memset(mask, 0, v->n_words * sizeof *mask);
     for (int32_t id = 0; id < v->n_vocab; id++) {
         size_t len;
-        const uint8_t *b = grammar_vocab_token_bytes(v, id, &len);
+        const uint8_t *b = tr_grammar_vocab_token_bytes(v, id, &len);
         bool ok;
-        if (grammar_vocab_is_eog(v, id))
+        if (tr_grammar_vocab_is_eog(v, id))
             ok = d->accept[s];
-        else if (grammar_vocab_is_special(v, id) || len == 0)
+        else if (tr_grammar_vocab_is_special(v, id) || len == 0)
             ok = false;
         else
-            ok = gdfa_run(d, s, b, len) != GDFA_DEAD;
+            ok = tr_dfa_run(d, s, b, len) != GDFA_DEAD;
         if (ok) mask[id >> 6] |= 1ull << (id & 63);
     }
 }

@@ -49,7 +49,7 @@ static void fill(float *x, size_t n, float lo, float hi) {
 }
 
 /* Kernel sets to test: 0 = portable, 1 = avx2 (when available). */
-static int n_ksets(void) { return cpu_features_avx2() ? 2 : 1; }
+static int n_ksets(void) { return tr_cpu_features_avx2() ? 2 : 1; }
 
 static tr_backend *make_backend(int kset, int threads) {
     if (kset == 0)
@@ -100,38 +100,38 @@ static void barrier_task(void *ctx, int ith, int nth) {
     pool_ctx *c = ctx;
     for (int r = 0; r < c->rounds; r++) {
         c->slots[ith] = r * 100 + ith;
-        cpu_pool_barrier(c->pool);
+        tr_cpu_pool_barrier(c->pool);
         for (int j = 0; j < nth; j++)
             if (c->slots[j] != r * 100 + j) atomic_fetch_add(&c->errors, 1);
-        cpu_pool_barrier(c->pool);
+        tr_cpu_pool_barrier(c->pool);
     }
 }
 
 static void test_pool(void **state) {
     (void)state;
     cpu_pool *bad = NULL;
-    assert_int_equal(cpu_pool_new(0, &bad), TR_ERR_INVALID_ARG);
-    assert_int_equal(cpu_pool_new(TR_POOL_MAX_THREADS + 1, &bad),
+    assert_int_equal(tr_cpu_pool_new(0, &bad), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_cpu_pool_new(TR_POOL_MAX_THREADS + 1, &bad),
                      TR_ERR_INVALID_ARG);
     assert_null(bad);
     for (int n = 1; n <= 4; n++) {
         pool_ctx c;
         memset(&c, 0, sizeof c);
-        assert_int_equal(cpu_pool_new(n, &c.pool), TR_OK);
-        assert_int_equal(cpu_pool_size(c.pool), n);
+        assert_int_equal(tr_cpu_pool_new(n, &c.pool), TR_OK);
+        assert_int_equal(tr_cpu_pool_size(c.pool), n);
         int expect[8] = {0};
         for (int i = 0; i < 3000; i++) {
             int nth = 1 + i % (n + 1); /* n + 1 is clamped to n */
-            cpu_pool_run(c.pool, nth, count_task, &c);
+            tr_cpu_pool_run(c.pool, nth, count_task, &c);
             for (int j = 0; j < TR_POOL_MAX_THREADS && j < TR_MIN(nth, n); j++)
                 expect[j]++;
         }
         for (int j = 0; j < 8; j++) assert_int_equal(c.calls[j], expect[j]);
         c.rounds = 200;
         for (int nth = 1; nth <= n; nth++)
-            cpu_pool_run(c.pool, nth, barrier_task, &c);
+            tr_cpu_pool_run(c.pool, nth, barrier_task, &c);
         assert_int_equal(c.errors, 0);
-        cpu_pool_free(c.pool);
+        tr_cpu_pool_free(c.pool);
     }
 }
 
@@ -146,17 +146,17 @@ static void test_pool_sleep_wake(void **state) {
     (void)state;
     pool_ctx c;
     memset(&c, 0, sizeof c);
-    assert_int_equal(cpu_pool_new(3, &c.pool), TR_OK);
+    assert_int_equal(tr_cpu_pool_new(3, &c.pool), TR_OK);
     for (int i = 0; i < 5; i++) {
         sleep_ms(3);
-        cpu_pool_run(c.pool, 3, count_task, &c);
+        tr_cpu_pool_run(c.pool, 3, count_task, &c);
         c.rounds = 3;
         sleep_ms(1);
-        cpu_pool_run(c.pool, 3, barrier_task, &c);
+        tr_cpu_pool_run(c.pool, 3, barrier_task, &c);
     }
     for (int j = 0; j < 3; j++) assert_int_equal(c.calls[j], 5);
     assert_int_equal(c.errors, 0);
-    cpu_pool_free(c.pool);
+    tr_cpu_pool_free(c.pool);
 }
 
 /* ---- backend basics ---- */
@@ -477,7 +477,7 @@ static void ref_dequant(tr_dtype t, const uint8_t *row, double *out,
         }
         return;
     default: {
-        const cpu_quant_kernels *q = cpu_quant_get("portable");
+        const cpu_quant_kernels *q = tr_cpu_quant_get("portable");
         assert_non_null(q);
         float *tmp = malloc((size_t)cols * 4);
         q->dequantize_row(t, row, tmp, cols);
@@ -1078,9 +1078,9 @@ static void test_row_determinism(void **state) {
  * and odd head sizes, F16 and F32 rows, any row count. */
 static void test_attention_heads_together(void **state) {
     (void)state;
-    const cpu_op_kernels *sets[2] = {&cpu_op_kernels_portable, NULL};
+    const cpu_op_kernels *sets[2] = {&tr_cpu_op_kernels_portable, NULL};
 #if defined(__x86_64__) || defined(__i386__)
-    if (cpu_features_avx2()) sets[1] = &cpu_op_kernels_avx2;
+    if (tr_cpu_features_avx2()) sets[1] = &tr_cpu_op_kernels_avx2;
 #endif
     enum { MAXG = 7, MAXN = 70, MAXHD = 128, STRIDE = 3 * MAXHD };
     static float q[MAXG * MAXHD], pr[MAXG * MAXN];

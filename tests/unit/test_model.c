@@ -69,8 +69,8 @@ static int setup(void **state) {
     }
     fixture *f = calloc(1, sizeof *f);
     tr_diag d = {0};
-    if (gguf_open(path, &f->file, &d) || tr_backend_cpu_new(2, &f->be) ||
-        model_load(f->file, f->be, 512, &f->m, &d)) {
+    if (tr_gguf_open(path, &f->file, &d) || tr_backend_cpu_new(2, &f->be) ||
+        tr_model_load(f->file, f->be, 512, &f->m, &d)) {
         fprintf(stderr, "load failed: %s\n", d.message);
         return -1;
     }
@@ -87,9 +87,9 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     json_decref(f->ref);
-    model_free(f->m);
+    tr_model_free(f->m);
     tr_backend_free(f->be);
-    gguf_close(f->file);
+    tr_gguf_close(f->file);
     free(f);
     return 0;
 }
@@ -103,14 +103,14 @@ typedef struct seq_kv {
 
 static void seq_kv_init(model *m, seq_kv *s, int32_t max_tokens) {
     s->n_pages = (max_tokens + PAGE - 1) / PAGE;
-    assert_int_equal(model_kv_alloc(m, s->n_pages, PAGE, TR_DTYPE_F16, &s->kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, s->n_pages, PAGE, TR_DTYPE_F16, &s->kv), TR_OK);
     s->table = malloc(sizeof(int32_t) * (size_t)s->n_pages);
     /* a scrambled page order: attention must follow the table */
     for (int32_t i = 0; i < s->n_pages; i++) s->table[i] = s->n_pages - 1 - i;
 }
 
 static void seq_kv_free(model *m, seq_kv *s) {
-    model_kv_free(m, &s->kv);
+    tr_model_kv_free(m, &s->kv);
     free(s->table);
 }
 
@@ -127,7 +127,7 @@ static void run(model *m, seq_kv *s, const int32_t *tokens, int32_t n,
                       .page_table = tables, .n_pages = &s->n_pages};
         int32_t row = c - 1;
         bool last = at + c >= n;
-        assert_int_equal(model_forward(m, &s->kv, &b, tokens + at, &row, last ? 1 : 0, out),
+        assert_int_equal(tr_model_forward(m, &s->kv, &b, tokens + at, &row, last ? 1 : 0, out),
                          TR_OK);
     }
 }
@@ -148,7 +148,7 @@ static int32_t *json_ids(json_t *arr, int32_t *n) {
 
 static void test_parity_with_llama_cpp(void **state) {
     fixture *f = *state;
-    const int32_t vocab = model_get_hparams(f->m)->n_vocab;
+    const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
     json_t *cases = json_object_get(f->ref, "cases");
     size_t n_cases = json_array_size(cases);
     int n_gen = (int)json_integer_value(json_object_get(f->ref, "n_gen"));
@@ -259,7 +259,7 @@ static void test_parity_with_llama_cpp(void **state) {
  * batch: the determinism contract of kernels/backend.h end to end. */
 static void test_chunking_is_bit_identical(void **state) {
     fixture *f = *state;
-    const int32_t vocab = model_get_hparams(f->m)->n_vocab;
+    const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
     json_t *cs = json_array_get(json_object_get(f->ref, "cases"), 0);
     int32_t n;
     int32_t *prompt = json_ids(json_object_get(cs, "prompt_ids"), &n);
@@ -280,12 +280,12 @@ static void test_chunking_is_bit_identical(void **state) {
     tr_backend *be1;
     model *m1;
     assert_int_equal(tr_backend_cpu_new(1, &be1), TR_OK);
-    assert_int_equal(model_load(f->file, be1, 512, &m1, NULL), TR_OK);
+    assert_int_equal(tr_model_load(f->file, be1, 512, &m1, NULL), TR_OK);
     seq_kv_init(m1, &s, n + 1);
     run(m1, &s, prompt, n, 0, 512, b);
     assert_memory_equal(a, b, sizeof(float) * (size_t)vocab);
     seq_kv_free(m1, &s);
-    model_free(m1);
+    tr_model_free(m1);
     tr_backend_free(be1);
     free(a);
     free(b);
@@ -296,7 +296,7 @@ static void test_chunking_is_bit_identical(void **state) {
  * different prompt, its pages interleaved with ours) gives the same bits. */
 static void test_batch_invariance(void **state) {
     fixture *f = *state;
-    const int32_t vocab = model_get_hparams(f->m)->n_vocab;
+    const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
     json_t *cases = json_object_get(f->ref, "cases");
     int32_t na, nb;
     int32_t *pa = json_ids(json_object_get(json_array_get(cases, 6), "prompt_ids"), &na);
@@ -310,7 +310,7 @@ static void test_batch_invariance(void **state) {
 
     int32_t pages_a = (na + PAGE - 1) / PAGE, pages_b = (nb + PAGE - 1) / PAGE;
     tr_kv_layout kv;
-    assert_int_equal(model_kv_alloc(f->m, pages_a + pages_b, PAGE, TR_DTYPE_F16, &kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(f->m, pages_a + pages_b, PAGE, TR_DTYPE_F16, &kv), TR_OK);
     int32_t *ta = malloc(sizeof(int32_t) * (size_t)pages_a);
     int32_t *tb = malloc(sizeof(int32_t) * (size_t)pages_b);
     int32_t next = 0;
@@ -327,9 +327,9 @@ static void test_batch_invariance(void **state) {
     tr_batch b = {.n_tokens = n, .pos = pos, .seq = seq, .n_seqs = 2,
                   .page_table = tables, .n_pages = npages};
     int32_t rows[2] = {na - 1, n - 1};
-    assert_int_equal(model_forward(f->m, &kv, &b, tokens, rows, 2, mixed), TR_OK);
+    assert_int_equal(tr_model_forward(f->m, &kv, &b, tokens, rows, 2, mixed), TR_OK);
     assert_memory_equal(alone, mixed + vocab, sizeof(float) * (size_t)vocab);
-    model_kv_free(f->m, &kv);
+    tr_model_kv_free(f->m, &kv);
     free(ta); free(tb); free(pa); free(pb); free(alone); free(mixed);
 }
 
@@ -340,24 +340,24 @@ static void test_bad_batch_rejected(void **state) {
     seq_kv_init(f->m, &s, 16);
     const int32_t *tables[1] = {s.table};
     int32_t pos[1] = {16}, seq[1] = {0}, tok[1] = {1}, row = 0;
-    float *out = malloc(sizeof(float) * (size_t)model_get_hparams(f->m)->n_vocab);
+    float *out = malloc(sizeof(float) * (size_t)tr_model_get_hparams(f->m)->n_vocab);
     tr_batch b = {.n_tokens = 1, .pos = pos, .seq = seq, .n_seqs = 1,
                   .page_table = tables, .n_pages = &s.n_pages};
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     pos[0] = 0;
     tok[0] = -1;
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     tok[0] = 1 << 30;
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     tok[0] = 1;
     seq[0] = 3;
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     seq[0] = 0;
     row = 5;
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     b.n_tokens = 513;
     row = 0;
-    assert_int_equal(model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_model_forward(f->m, &s.kv, &b, tok, &row, 1, out), TR_ERR_INVALID_ARG);
     free(out);
     seq_kv_free(f->m, &s);
 }

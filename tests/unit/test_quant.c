@@ -56,7 +56,7 @@ static int kernel_sets(const cpu_quant_kernels *out[3]) {
     static const char *names[] = {"portable", "avx2", "avx512vnni"};
     int n = 0;
     for (int i = 0; i < 3; i++) {
-        const cpu_quant_kernels *k = cpu_quant_get(names[i]);
+        const cpu_quant_kernels *k = tr_cpu_quant_get(names[i]);
         if (k) out[n++] = k;
     }
     return n;
@@ -425,10 +425,10 @@ static void test_fp16_all_values(void **state) {
     assert_true(isnan(cpu_bf16_to_fp32(cpu_fp32_to_bf16(NAN))));
     uint16_t src[3] = {0x3c00, 0xc000, 0x0001};
     float dst[3];
-    cpu_fp16_to_fp32_row(src, dst, 3);
+    tr_cpu_fp16_to_fp32_row(src, dst, 3);
     assert_true(dst[0] == 1.0f && dst[1] == -2.0f && dst[2] == 0x1p-24f);
     uint16_t back[3];
-    cpu_fp32_to_fp16_row(dst, back, 3);
+    tr_cpu_fp32_to_fp16_row(dst, back, 3);
     assert_memory_equal(back, src, sizeof src);
 }
 
@@ -439,31 +439,31 @@ static void test_sizes(void **state) {
     for (int i = 0; i < N_TYPES; i++) {
         tr_dtype t = k_types[i];
         int64_t bs = tr_dtype_block_size(t);
-        assert_true(cpu_quant_supported(t, 256));
-        assert_true(cpu_quant_supported(t, 1536));
-        size_t n = cpu_quant_act_row_bytes(t, 1536);
+        assert_true(tr_cpu_quant_supported(t, 256));
+        assert_true(tr_cpu_quant_supported(t, 1536));
+        size_t n = tr_cpu_quant_act_row_bytes(t, 1536);
         assert_true(n > 0 && n % 64 == 0);
         if (bs > 1) {
-            assert_false(cpu_quant_supported(t, bs + 1));
-            assert_int_equal(cpu_quant_act_row_bytes(t, bs / 2), 0);
+            assert_false(tr_cpu_quant_supported(t, bs + 1));
+            assert_int_equal(tr_cpu_quant_act_row_bytes(t, bs / 2), 0);
         }
-        assert_false(cpu_quant_supported(t, 0));
-        assert_false(cpu_quant_supported(t, -256));
-        assert_false(cpu_quant_supported(t, ((int64_t)1 << 24) + 256));
+        assert_false(tr_cpu_quant_supported(t, 0));
+        assert_false(tr_cpu_quant_supported(t, -256));
+        assert_false(tr_cpu_quant_supported(t, ((int64_t)1 << 24) + 256));
     }
-    assert_true(cpu_quant_supported(TR_DTYPE_F32, 7));
-    assert_int_equal(cpu_quant_act_row_bytes(TR_DTYPE_F32, 7), 64);
-    assert_int_equal(cpu_quant_act_row_bytes(TR_DTYPE_Q4_1, 576), 832); /* 18 * 44 -> 64 */
-    assert_int_equal(cpu_quant_act_row_bytes(TR_DTYPE_Q4_K, 512), 640);
-    assert_false(cpu_quant_supported(TR_DTYPE_Q2_K, 256));
-    assert_false(cpu_quant_supported(TR_DTYPE_Q8_1, 256));
-    assert_false(cpu_quant_supported((tr_dtype)4, 256));
-    assert_int_equal(cpu_quant_act_row_bytes(TR_DTYPE_IQ2_XS, 256), 0);
+    assert_true(tr_cpu_quant_supported(TR_DTYPE_F32, 7));
+    assert_int_equal(tr_cpu_quant_act_row_bytes(TR_DTYPE_F32, 7), 64);
+    assert_int_equal(tr_cpu_quant_act_row_bytes(TR_DTYPE_Q4_1, 576), 832); /* 18 * 44 -> 64 */
+    assert_int_equal(tr_cpu_quant_act_row_bytes(TR_DTYPE_Q4_K, 512), 640);
+    assert_false(tr_cpu_quant_supported(TR_DTYPE_Q2_K, 256));
+    assert_false(tr_cpu_quant_supported(TR_DTYPE_Q8_1, 256));
+    assert_false(tr_cpu_quant_supported((tr_dtype)4, 256));
+    assert_int_equal(tr_cpu_quant_act_row_bytes(TR_DTYPE_IQ2_XS, 256), 0);
     /* selection */
-    assert_string_equal(cpu_quant_select(true)->name, "portable");
-    assert_non_null(cpu_quant_select(false));
-    assert_null(cpu_quant_get("nope"));
-    assert_null(cpu_quant_get(NULL));
+    assert_string_equal(tr_cpu_quant_select(true)->name, "portable");
+    assert_non_null(tr_cpu_quant_select(false));
+    assert_null(tr_cpu_quant_get("nope"));
+    assert_null(tr_cpu_quant_get(NULL));
 }
 
 /* ---- dequantization ---- */
@@ -716,7 +716,7 @@ static void test_act_quant(void **state) {
     assert_non_null(x);
     for (int i = 0; i < N_TYPES; i++) {
         tr_dtype t = k_types[i];
-        size_t nbytes = cpu_quant_act_row_bytes(t, cols);
+        size_t nbytes = tr_cpu_quant_act_row_bytes(t, cols);
         uint8_t *mine = calloc(1, nbytes), *got = malloc(nbytes);
         assert_non_null(mine);
         assert_non_null(got);
@@ -771,7 +771,7 @@ static void mm_case_init(mm_case *c, tr_dtype t, int64_t rows, int64_t cols, int
     c->wrb = row_bytes(t, cols) + 6; /* an odd pad: rows start unaligned */
     c->w = calloc((size_t)rows, c->wrb);
     c->x = malloc((size_t)n_tok * cols * sizeof(float));
-    c->xs = cpu_quant_act_row_bytes(t, cols) + 64;
+    c->xs = tr_cpu_quant_act_row_bytes(t, cols) + 64;
     c->xq = tr_aligned_alloc((size_t)n_tok * c->xs, 64);
     c->wd = malloc((size_t)rows * cols * sizeof(double));
     c->wm = malloc((size_t)rows * cols * sizeof(double));
@@ -790,7 +790,7 @@ static void mm_case_init(mm_case *c, tr_dtype t, int64_t rows, int64_t cols, int
     free(tmp);
     for (int64_t i = 0; i < (int64_t)n_tok * cols; i++) c->x[i] = rnd_gauss();
     for (int i = 0; i < n_tok; i++)
-        cpu_quant_select(true)->quantize_act_row(t, c->x + (size_t)i * cols, c->xq + (size_t)i * c->xs,
+        tr_cpu_quant_select(true)->quantize_act_row(t, c->x + (size_t)i * cols, c->xq + (size_t)i * c->xs,
                                                  cols);
 }
 
@@ -1031,12 +1031,12 @@ static void test_real_model(void **state) {
     }
     gguf_file *f = NULL;
     tr_diag diag;
-    assert_int_equal(gguf_open(path, &f, &diag), TR_OK);
+    assert_int_equal(tr_gguf_open(path, &f, &diag), TR_OK);
     const cpu_quant_kernels *ks[3];
     int nk = kernel_sets(ks);
     for (size_t g = 0; g < sizeof k_model_golden / sizeof k_model_golden[0]; g++) {
         const model_golden *e = &k_model_golden[g];
-        const gguf_tensor *t = gguf_tensor_find(f, e->name);
+        const gguf_tensor *t = tr_gguf_tensor_find(f, e->name);
         assert_non_null(t);
         const int64_t cols = (int64_t)t->ne[0];
         const size_t rb = row_bytes((tr_dtype)t->type, cols);
@@ -1062,7 +1062,7 @@ static void test_real_model(void **state) {
     static const char *mats[] = {"blk.0.attn_q.weight", "blk.0.ffn_down.weight",
                                  "blk.3.ffn_gate.weight", "token_embd.weight"};
     for (size_t m = 0; m < sizeof mats / sizeof mats[0]; m++) {
-        const gguf_tensor *t = gguf_tensor_find(f, mats[m]);
+        const gguf_tensor *t = tr_gguf_tensor_find(f, mats[m]);
         assert_non_null(t);
         mm_case c;
         memset(&c, 0, sizeof c);
@@ -1073,7 +1073,7 @@ static void test_real_model(void **state) {
         c.wrb = row_bytes(c.t, c.cols);
         c.w = malloc((size_t)c.rows * c.wrb);
         c.x = malloc((size_t)c.n_tok * c.cols * sizeof(float));
-        c.xs = cpu_quant_act_row_bytes(c.t, c.cols);
+        c.xs = tr_cpu_quant_act_row_bytes(c.t, c.cols);
         c.xq = tr_aligned_alloc((size_t)c.n_tok * c.xs, 64);
         c.wd = malloc((size_t)c.rows * c.cols * sizeof(double));
         c.wm = malloc((size_t)c.rows * c.cols * sizeof(double));
@@ -1099,7 +1099,7 @@ static void test_real_model(void **state) {
         free(first);
         mm_case_free(&c);
     }
-    gguf_close(f);
+    tr_gguf_close(f);
 }
 
 int main(void) {
@@ -1107,7 +1107,7 @@ int main(void) {
     int nk = kernel_sets(ks);
     print_message("kernel sets:");
     for (int k = 0; k < nk; k++) print_message(" %s", ks[k]->name);
-    print_message(" (selected: %s)\n", cpu_quant_select(false)->name);
+    print_message(" (selected: %s)\n", tr_cpu_quant_select(false)->name);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp16_all_values),
         cmocka_unit_test(test_sizes),

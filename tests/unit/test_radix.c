@@ -12,7 +12,7 @@
  *     ids and releases exactly the duplicate pages; after evictions the
  *     reference stays prefix-closed and every locked prefix survives; the
  *     pool's free count equals n_pages - tree pages - private pages; and
- *     radix_tree_check + kv_pool_check pass after every operation. Some
+ *     tr_radix_tree_check + tr_kv_pool_check pass after every operation. Some
  *     inserts first run the allocation-failure loop of check 2.
  *  2. Allocation failure: each allocation inside insert fails once in turn
  *     (k = 0, 1, ... until the insert succeeds), for a new namespace, a
@@ -97,10 +97,10 @@ static char *snapshot(const radix_tree *t) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     assert_non_null(f);
-    radix_tree_dump(t, f);
-    kv_pool_dump(radix_tree_pool(t), f);
+    tr_radix_tree_dump(t, f);
+    tr_kv_pool_dump(tr_radix_tree_pool(t), f);
     radix_tree_stats s;
-    radix_tree_stats_get(t, &s);
+    tr_radix_tree_stats_get(t, &s);
     fprintf(f,
             "stats hit=%llu miss=%llu ins=%llu insp=%llu dup=%llu evn=%llu "
             "evp=%llu nodes=%lld ns=%lld pages=%lld tokens=%lld bytes=%llu "
@@ -118,8 +118,8 @@ static char *snapshot(const radix_tree *t) {
 }
 
 static void check_all(const radix_tree *t) {
-    OK(radix_tree_check(t));
-    OK(kv_pool_check(radix_tree_pool(t)));
+    OK(tr_radix_tree_check(t));
+    OK(tr_kv_pool_check(tr_radix_tree_pool(t)));
 }
 
 /* Inserts through the failure loop: the k-th allocation of the insert
@@ -131,7 +131,7 @@ static tr_status insert_with_failures(radix_tree *t, test_alloc *ta,
                                       int32_t *pages, int32_t n,
                                       radix_node **node, int *n_failures) {
     char *before = snapshot(t);
-    int32_t n_pages = n / radix_tree_page_size(t);
+    int32_t n_pages = n / tr_radix_tree_page_size(t);
     int32_t *pages_before = malloc(sizeof(int32_t) * (size_t)(n_pages + 1));
     assert_non_null(pages_before);
     memcpy(pages_before, pages, sizeof(int32_t) * (size_t)n_pages);
@@ -139,7 +139,7 @@ static tr_status insert_with_failures(radix_tree *t, test_alloc *ta,
     int failures = 0;
     for (int64_t k = 0;; k++) {
         ta->fail_at = ta->calls + k;
-        st = radix_tree_insert(t, ns, tokens, pages, n, node);
+        st = tr_radix_tree_insert(t, ns, tokens, pages, n, node);
         ta->fail_at = -1;
         if (st != TR_ERR_NOMEM) break;
         failures++;
@@ -227,7 +227,7 @@ static void ref_add(ref_model *r, uint64_t ns, const int32_t *tokens, int32_t k,
 static void ref_sync(ref_model *r, const kv_pool *pool) {
     int w = 0;
     for (int i = 0; i < r->n; i++)
-        if (kv_pool_page_in_tree(pool, r->e[i].page)) r->e[w++] = r->e[i];
+        if (tr_kv_pool_page_in_tree(pool, r->e[i].page)) r->e[w++] = r->e[i];
     r->n = w;
     for (int i = 0; i < r->n; i++) {
         const ref_entry *e = &r->e[i];
@@ -289,12 +289,12 @@ static void verify_match(sim *s, uint64_t ns, const int32_t *tokens, int32_t n,
                          bool want_pages, radix_match *m, int32_t *got) {
     int32_t expect[MAX_LEN];
     int32_t k = ref_match(&s->ref, ns, tokens, n, expect);
-    OK(radix_tree_match(s->t, ns, tokens, n, want_pages ? got : NULL, m));
+    OK(tr_radix_tree_match(s->t, ns, tokens, n, want_pages ? got : NULL, m));
     assert_int_equal(m->n_pages, k);
     assert_int_equal(m->n_tokens, k * s->ps);
     assert_true((m->node == NULL) == (k == 0));
     if (want_pages && k) assert_memory_equal(got, expect, sizeof(int32_t) * (size_t)k);
-    if (m->node) assert_true(radix_node_n_pages(m->node) >= 1);
+    if (m->node) assert_true(tr_radix_node_n_pages(m->node) >= 1);
 }
 
 static int32_t count_private(const sim *s) {
@@ -316,18 +316,18 @@ static void verify_locked_prefixes(sim *s) {
         int32_t k = ref_match(&s->ref, q->ns, q->tokens, q->n, expect);
         assert_true(k >= q->locked_pages);
         assert_memory_equal(expect, q->pages, sizeof(int32_t) * (size_t)q->locked_pages);
-        assert_true(radix_node_lock_count(q->handle) >= 1);
+        assert_true(tr_radix_node_lock_count(q->handle) >= 1);
     }
 }
 
 static void do_evict(sim *s, int32_t want) {
-    int32_t free_before = kv_pool_n_free(s->pool);
-    int32_t got = radix_tree_evict(s->t, want);
-    assert_int_equal(kv_pool_n_free(s->pool), free_before + got);
+    int32_t free_before = tr_kv_pool_n_free(s->pool);
+    int32_t got = tr_radix_tree_evict(s->t, want);
+    assert_int_equal(tr_kv_pool_n_free(s->pool), free_before + got);
     if (got < want) {
         /* Stopped early: nothing evictable is left. */
         radix_tree_stats st;
-        radix_tree_stats_get(s->t, &st);
+        tr_radix_tree_stats_get(s->t, &st);
         assert_int_equal(st.pages_cached, 0);
         s->n_evict_short++;
     }
@@ -337,10 +337,10 @@ static void do_evict(sim *s, int32_t want) {
 
 /* Allocates n pages, evicting on shortage. */
 static bool alloc_pages(sim *s, int32_t n, int32_t *out) {
-    tr_status st = kv_pool_alloc(s->pool, n, out);
+    tr_status st = tr_kv_pool_alloc(s->pool, n, out);
     if (st == TR_ERR_FULL) {
-        do_evict(s, n - kv_pool_n_free(s->pool));
-        st = kv_pool_alloc(s->pool, n, out);
+        do_evict(s, n - tr_kv_pool_n_free(s->pool));
+        st = tr_kv_pool_alloc(s->pool, n, out);
     }
     if (st == TR_ERR_FULL) return false;
     OK(st);
@@ -357,10 +357,10 @@ static void op_start(sim *s) {
     q->n = gen_tokens(s, q->tokens);
     radix_match m;
     verify_match(s, q->ns, q->tokens, q->n, true, &m, q->pages);
-    OK(radix_tree_lock(s->t, m.node));
+    OK(tr_radix_tree_lock(s->t, m.node));
     int32_t total = pages_for(s, q->n);
     if (!alloc_pages(s, total - m.n_pages, q->pages + m.n_pages)) {
-        OK(radix_tree_unlock(s->t, m.node));
+        OK(tr_radix_tree_unlock(s->t, m.node));
         return;
     }
     for (int32_t j = m.n_pages; j < total; j++) q->priv[j] = true;
@@ -384,9 +384,9 @@ static void insert_seq(sim *s, seq *q, int32_t k, bool keep_lock) {
             n_dup++;
         }
     }
-    int32_t free_before = kv_pool_n_free(s->pool);
+    int32_t free_before = tr_kv_pool_n_free(s->pool);
     radix_tree_stats st0;
-    radix_tree_stats_get(s->t, &st0);
+    tr_radix_tree_stats_get(s->t, &st0);
     radix_node *node = (radix_node *)0x1;
     if (rng_below(&s->rng, 20) == 0) {
         int fails = 0;
@@ -395,24 +395,24 @@ static void insert_seq(sim *s, seq *q, int32_t k, bool keep_lock) {
         s->n_failure_loops++;
         s->n_failures += fails;
     } else {
-        OK(radix_tree_insert(s->t, q->ns, q->tokens, q->pages, k, &node));
+        OK(tr_radix_tree_insert(s->t, q->ns, q->tokens, q->pages, k, &node));
     }
     assert_memory_equal(q->pages, expect, sizeof(int32_t) * (size_t)F);
-    assert_int_equal(kv_pool_n_free(s->pool), free_before + n_dup);
+    assert_int_equal(tr_kv_pool_n_free(s->pool), free_before + n_dup);
     radix_tree_stats st1;
-    radix_tree_stats_get(s->t, &st1);
+    tr_radix_tree_stats_get(s->t, &st1);
     assert_int_equal(st1.duplicate_pages - st0.duplicate_pages, n_dup);
     assert_int_equal(st1.inserted_pages - st0.inserted_pages, F - k_cached);
     assert_true((node == NULL) == (F == 0));
     for (int32_t i = k_cached; i < F; i++) ref_add(&s->ref, q->ns, q->tokens, i + 1, q->pages[i]);
     for (int32_t i = 0; i < F; i++) q->priv[i] = false;
     if (keep_lock) {
-        OK(radix_tree_lock(s->t, node));
-        OK(radix_tree_unlock(s->t, q->handle));
+        OK(tr_radix_tree_lock(s->t, node));
+        OK(tr_radix_tree_unlock(s->t, q->handle));
         q->handle = node;
         q->locked_pages = F;
     } else {
-        OK(radix_tree_unlock(s->t, q->handle));
+        OK(tr_radix_tree_unlock(s->t, q->handle));
         q->handle = NULL;
         q->locked_pages = 0;
     }
@@ -430,7 +430,7 @@ static seq *pick_live(sim *s) {
 static void release_private(sim *s, seq *q) {
     for (int32_t j = 0; j < pages_for(s, q->n); j++) {
         if (!q->priv[j]) continue;
-        OK(kv_pool_unref(s->pool, q->pages[j]));
+        OK(tr_kv_pool_unref(s->pool, q->pages[j]));
         q->priv[j] = false;
     }
 }
@@ -470,7 +470,7 @@ static void op_finish(sim *s) {
 static void op_abort(sim *s) {
     seq *q = pick_live(s);
     if (!q) return;
-    OK(radix_tree_unlock(s->t, q->handle));
+    OK(tr_radix_tree_unlock(s->t, q->handle));
     release_private(s, q);
     q->live = false;
 }
@@ -484,23 +484,23 @@ static void op_query(sim *s) {
 }
 
 static void op_flush(sim *s) {
-    int32_t free_before = kv_pool_n_free(s->pool);
-    int32_t got = radix_tree_flush(s->t);
-    assert_int_equal(kv_pool_n_free(s->pool), free_before + got);
+    int32_t free_before = tr_kv_pool_n_free(s->pool);
+    int32_t got = tr_radix_tree_flush(s->t);
+    assert_int_equal(tr_kv_pool_n_free(s->pool), free_before + got);
     ref_sync(&s->ref, s->pool);
     verify_locked_prefixes(s);
     radix_tree_stats st;
-    radix_tree_stats_get(s->t, &st);
+    tr_radix_tree_stats_get(s->t, &st);
     assert_int_equal(st.pages_cached, 0); /* what is left is locked */
 }
 
 static void verify_accounting(sim *s) {
     radix_tree_stats st;
-    radix_tree_stats_get(s->t, &st);
+    tr_radix_tree_stats_get(s->t, &st);
     assert_int_equal(st.n_tree_pages, s->ref.n);
     assert_int_equal(st.n_tree_tokens, (int64_t)s->ref.n * s->ps);
     int32_t priv = count_private(s);
-    assert_int_equal(kv_pool_n_free(s->pool), s->n_pages - s->ref.n - priv);
+    assert_int_equal(tr_kv_pool_n_free(s->pool), s->n_pages - s->ref.n - priv);
     assert_int_equal(st.pages_free + st.pages_locked + st.pages_cached, s->n_pages);
     /* Private pages are locked, so at least that many are. */
     assert_true(st.pages_locked >= priv);
@@ -537,8 +537,8 @@ static void run_differential(int32_t ps, int alphabet, int32_t n_pages,
                                        : (int32_t)rng_below(&s->rng, (uint32_t)alphabet);
     }
     radix_allocator a = {ta_alloc, ta_free, &s->ta};
-    OK(kv_pool_new(n_pages, ps, &a, &s->pool));
-    OK(radix_tree_new(s->pool, &a, &s->t));
+    OK(tr_kv_pool_new(n_pages, ps, &a, &s->pool));
+    OK(tr_radix_tree_new(s->pool, &a, &s->t));
 
     int64_t counts[8] = {0}, tree_pages_sum = 0;
     for (int64_t op = 0; op < n_ops; op++) {
@@ -570,8 +570,8 @@ static void run_differential(int32_t ps, int alphabet, int32_t n_pages,
     op_flush(s);
     check_all(s->t);
     radix_tree_stats st;
-    radix_tree_stats_get(s->t, &st);
-    assert_int_equal(kv_pool_n_free(s->pool), n_pages);
+    tr_radix_tree_stats_get(s->t, &st);
+    assert_int_equal(tr_kv_pool_n_free(s->pool), n_pages);
     assert_int_equal(st.pages_free, n_pages);
     assert_int_equal(st.n_nodes, 0);
     assert_int_equal(st.n_namespaces, 0);
@@ -594,8 +594,8 @@ static void run_differential(int32_t ps, int alphabet, int32_t n_pages,
     /* The run must have exercised what it claims to. */
     assert_true(st.hit_tokens > 0 && st.duplicate_pages > 0 && st.evicted_nodes > 0);
     assert_true(s->n_failures > 0);
-    radix_tree_free(s->t);
-    kv_pool_free(s->pool);
+    tr_radix_tree_free(s->t);
+    tr_kv_pool_free(s->pool);
     assert_int_equal(s->ta.live, 0);
     free(s->ref.e);
     free(s);
@@ -632,14 +632,14 @@ static env *env_new(int32_t n_pages, int32_t ps) {
     assert_non_null(e);
     e->ta.fail_at = -1;
     e->a = (radix_allocator){ta_alloc, ta_free, &e->ta};
-    OK(kv_pool_new(n_pages, ps, &e->a, &e->pool));
-    OK(radix_tree_new(e->pool, &e->a, &e->t));
+    OK(tr_kv_pool_new(n_pages, ps, &e->a, &e->pool));
+    OK(tr_radix_tree_new(e->pool, &e->a, &e->t));
     return e;
 }
 
 static void env_free(env *e) {
-    radix_tree_free(e->t);
-    kv_pool_free(e->pool);
+    tr_radix_tree_free(e->t);
+    tr_kv_pool_free(e->pool);
     assert_int_equal(e->ta.live, 0);
     free(e);
 }
@@ -647,10 +647,10 @@ static void env_free(env *e) {
 /* Allocates fresh pages for tokens[0..n) and inserts them; returns node. */
 static radix_node *put(env *e, uint64_t ns, const int32_t *tokens, int32_t n,
                        int32_t *pages) {
-    int32_t ps = kv_pool_page_size(e->pool);
-    OK(kv_pool_alloc(e->pool, n / ps, pages));
+    int32_t ps = tr_kv_pool_page_size(e->pool);
+    OK(tr_kv_pool_alloc(e->pool, n / ps, pages));
     radix_node *x;
-    OK(radix_tree_insert(e->t, ns, tokens, pages, n, &x));
+    OK(tr_radix_tree_insert(e->t, ns, tokens, pages, n, &x));
     check_all(e->t);
     return x;
 }
@@ -658,7 +658,7 @@ static radix_node *put(env *e, uint64_t ns, const int32_t *tokens, int32_t n,
 static int32_t match_n(env *e, uint64_t ns, const int32_t *tokens, int32_t n,
                        int32_t *pages) {
     radix_match m;
-    OK(radix_tree_match(e->t, ns, tokens, n, pages, &m));
+    OK(tr_radix_tree_match(e->t, ns, tokens, n, pages, &m));
     return m.n_tokens;
 }
 
@@ -670,24 +670,24 @@ static void test_split_and_duplicates(void **state) {
     int32_t b[12] = {'T', 'r', 'a', 'n', 's', 'l', 'a', 't', 'i', 'o', 'n', ':'};
     int32_t pa[3], pb[3], got[3];
     put(e, 7, a, 12, pa);
-    assert_int_equal(kv_pool_page_state(e->pool, pa[0]), KV_PAGE_CACHED);
-    OK(kv_pool_alloc(e->pool, 3, pb));
+    assert_int_equal(tr_kv_pool_page_state(e->pool, pa[0]), KV_PAGE_CACHED);
+    OK(tr_kv_pool_alloc(e->pool, 3, pb));
     int32_t pb_orig[3] = {pb[0], pb[1], pb[2]};
     radix_node *x;
-    OK(radix_tree_insert(e->t, 7, b, pb, 12, &x));
+    OK(tr_radix_tree_insert(e->t, 7, b, pb, 12, &x));
     check_all(e->t);
     /* Duplicates released and the table rewritten. */
     assert_int_equal(pb[0], pa[0]);
     assert_int_equal(pb[1], pa[1]);
     assert_int_equal(pb[2], pb_orig[2]);
-    assert_int_equal(kv_pool_page_state(e->pool, pb_orig[0]), KV_PAGE_FREE);
-    assert_int_equal(kv_pool_page_state(e->pool, pb_orig[1]), KV_PAGE_FREE);
+    assert_int_equal(tr_kv_pool_page_state(e->pool, pb_orig[0]), KV_PAGE_FREE);
+    assert_int_equal(tr_kv_pool_page_state(e->pool, pb_orig[1]), KV_PAGE_FREE);
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.n_nodes, 3); /* "Tran|slat", "e:  ", "ion:" */
     assert_int_equal(st.n_tree_pages, 4);
     assert_int_equal(st.duplicate_pages, 2);
-    assert_int_equal(radix_node_n_pages(x), 1);
+    assert_int_equal(tr_radix_node_n_pages(x), 1);
     /* Both still match in full, with their own last page. */
     assert_int_equal(match_n(e, 7, a, 12, got), 12);
     assert_memory_equal(got, pa, sizeof pa);
@@ -702,12 +702,12 @@ static void test_split_and_duplicates(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    radix_tree_dump(e->t, f);
+    tr_radix_tree_dump(e->t, f);
     fclose(f);
     assert_non_null(strstr(buf, "[2 pages] lock=0 tokens: 84 114 97 110 | 115 108 97 116"));
     free(buf);
-    radix_tree_flush(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), 32);
+    tr_radix_tree_flush(e->t);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 32);
     env_free(e);
 }
 
@@ -716,24 +716,24 @@ static void test_partial_pages_not_cached(void **state) {
     env *e = env_new(16, 4);
     int32_t tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     int32_t pages[3], got[3];
-    OK(kv_pool_alloc(e->pool, 3, pages)); /* 2 full pages + 1 partial */
+    OK(tr_kv_pool_alloc(e->pool, 3, pages)); /* 2 full pages + 1 partial */
     radix_node *x;
-    OK(radix_tree_insert(e->t, 0, tok, pages, 10, &x));
+    OK(tr_radix_tree_insert(e->t, 0, tok, pages, 10, &x));
     check_all(e->t);
-    assert_int_equal(radix_node_n_pages(x), 2);
+    assert_int_equal(tr_radix_node_n_pages(x), 2);
     /* The partial page stays the caller's. */
-    assert_false(kv_pool_page_in_tree(e->pool, pages[2]));
-    assert_int_equal(kv_pool_page_state(e->pool, pages[2]), KV_PAGE_LOCKED);
+    assert_false(tr_kv_pool_page_in_tree(e->pool, pages[2]));
+    assert_int_equal(tr_kv_pool_page_state(e->pool, pages[2]), KV_PAGE_LOCKED);
     assert_int_equal(match_n(e, 0, tok, 10, got), 8);
     /* Keys shorter than a page insert nothing. */
-    OK(radix_tree_insert(e->t, 5, tok, pages + 2, 3, &x));
+    OK(tr_radix_tree_insert(e->t, 5, tok, pages + 2, 3, &x));
     assert_null(x);
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.n_namespaces, 1);
-    OK(kv_pool_unref(e->pool, pages[2]));
-    radix_tree_flush(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), 16);
+    OK(tr_kv_pool_unref(e->pool, pages[2]));
+    tr_radix_tree_flush(e->t);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 16);
     env_free(e);
 }
 
@@ -753,11 +753,11 @@ static void test_page_size_one(void **state) {
     int32_t q[4] = {1, 2, 3, 8};
     assert_int_equal(match_n(e, 0, q, 4, got), 3);
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     /* [1] -> {[2] -> {[3 4 5], [9 9 9]}, [7]} */
     assert_int_equal(st.n_nodes, 5);
     assert_int_equal(st.n_tree_pages, 5 + 3 + 1);
-    assert_int_equal(radix_tree_flush(e->t), 9);
+    assert_int_equal(tr_radix_tree_flush(e->t), 9);
     env_free(e);
 }
 
@@ -775,58 +775,58 @@ static void test_sharing_long_prefix(void **state) {
         if (i < 1100) tc[i] = (int32_t)rng_below(&rng, 49152);
     }
     /* C starts before anyone cached the prefix: it computes its own. */
-    OK(kv_pool_alloc(e->pool, 69, pc)); /* ceil(1100 / 16) */
+    OK(tr_kv_pool_alloc(e->pool, 69, pc)); /* ceil(1100 / 16) */
 
     /* A: miss, compute, insert, keep running. */
     radix_match m;
-    OK(radix_tree_match(e->t, 1, ta, 1200, got, &m));
+    OK(tr_radix_tree_match(e->t, 1, ta, 1200, got, &m));
     assert_int_equal(m.n_tokens, 0);
-    OK(kv_pool_alloc(e->pool, 75, pa));
+    OK(tr_kv_pool_alloc(e->pool, 75, pa));
     radix_node *xa;
-    OK(radix_tree_insert(e->t, 1, ta, pa, 1200, &xa));
-    OK(radix_tree_lock(e->t, xa));
+    OK(tr_radix_tree_insert(e->t, 1, ta, pa, 1200, &xa));
+    OK(tr_radix_tree_lock(e->t, xa));
 
     /* B: hits the 62 full pages of the common prefix (992 tokens). */
-    OK(radix_tree_match(e->t, 1, tb, 1300, pb, &m));
+    OK(tr_radix_tree_match(e->t, 1, tb, 1300, pb, &m));
     assert_int_equal(m.n_tokens, 992);
     assert_int_equal(m.n_pages, 62);
     assert_memory_equal(pb, pa, 62 * sizeof(int32_t));
-    OK(radix_tree_lock(e->t, m.node));
-    OK(kv_pool_alloc(e->pool, 82 - 62, pb + 62));
+    OK(tr_radix_tree_lock(e->t, m.node));
+    OK(tr_kv_pool_alloc(e->pool, 82 - 62, pb + 62));
     radix_node *xb;
-    OK(radix_tree_insert(e->t, 1, tb, pb, 1300, &xb));
-    OK(radix_tree_lock(e->t, xb));
-    OK(radix_tree_unlock(e->t, m.node));
+    OK(tr_radix_tree_insert(e->t, 1, tb, pb, 1300, &xb));
+    OK(tr_radix_tree_lock(e->t, xb));
+    OK(tr_radix_tree_unlock(e->t, m.node));
     check_all(e->t);
     for (int i = 0; i < 62; i++) {
         assert_int_equal(pb[i], pa[i]); /* same physical pages */
-        assert_int_equal(kv_pool_page_state(e->pool, pa[i]), KV_PAGE_LOCKED);
+        assert_int_equal(tr_kv_pool_page_state(e->pool, pa[i]), KV_PAGE_LOCKED);
     }
     assert_true(pb[62] != pa[62]);
 
     /* C inserts its own copy: its 62 duplicates go back to the pool. */
-    int32_t free_before = kv_pool_n_free(e->pool);
+    int32_t free_before = tr_kv_pool_n_free(e->pool);
     int32_t pc_orig[62];
     memcpy(pc_orig, pc, sizeof pc_orig);
     radix_node *xc;
-    OK(radix_tree_insert(e->t, 1, tc, pc, 1100, &xc));
+    OK(tr_radix_tree_insert(e->t, 1, tc, pc, 1100, &xc));
     check_all(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), free_before + 62);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), free_before + 62);
     assert_memory_equal(pc, pa, 62 * sizeof(int32_t));
     for (int i = 0; i < 62; i++)
-        assert_int_equal(kv_pool_page_state(e->pool, pc_orig[i]), KV_PAGE_FREE);
+        assert_int_equal(tr_kv_pool_page_state(e->pool, pc_orig[i]), KV_PAGE_FREE);
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.duplicate_pages, 62); /* B's matched pages are not */
 
     /* Every sequence ends: no page may stay allocated. */
-    OK(radix_tree_unlock(e->t, xa));
-    OK(radix_tree_unlock(e->t, xb));
-    OK(kv_pool_unref(e->pool, pb[81])); /* B's partial page: 1300 % 16 */
-    OK(kv_pool_unref(e->pool, pc[68]));
-    radix_tree_flush(e->t);
+    OK(tr_radix_tree_unlock(e->t, xa));
+    OK(tr_radix_tree_unlock(e->t, xb));
+    OK(tr_kv_pool_unref(e->pool, pb[81])); /* B's partial page: 1300 % 16 */
+    OK(tr_kv_pool_unref(e->pool, pc[68]));
+    tr_radix_tree_flush(e->t);
     check_all(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), NP);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), NP);
     env_free(e);
 }
 
@@ -838,10 +838,10 @@ static void test_namespaces_isolate(void **state) {
     put(e, 1, tok, 8, p1);
     assert_int_equal(match_n(e, 2, tok, 8, got), 0);
     assert_int_equal(match_n(e, 1, tok, 8, got), 8);
-    OK(kv_pool_alloc(e->pool, 4, p2));
+    OK(tr_kv_pool_alloc(e->pool, 4, p2));
     int32_t p2_orig[4];
     memcpy(p2_orig, p2, sizeof p2);
-    OK(radix_tree_insert(e->t, 2, tok, p2, 8, NULL));
+    OK(tr_radix_tree_insert(e->t, 2, tok, p2, 8, NULL));
     check_all(e->t);
     /* Namespace 2 took its own pages, nothing was deduplicated. */
     assert_memory_equal(p2, p2_orig, sizeof p2);
@@ -856,14 +856,14 @@ static void test_namespaces_isolate(void **state) {
         put(e, ns * 0x9e3779b97f4a7c15ull, tok, 2, p);
     }
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.n_namespaces, 42);
     assert_int_equal(match_n(e, 3, tok, 8, got), 0);
     assert_int_equal(match_n(e, 120 * 0x9e3779b97f4a7c15ull, tok, 8, got), 2);
-    radix_tree_flush(e->t);
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_flush(e->t);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.n_namespaces, 0);
-    assert_int_equal(kv_pool_n_free(e->pool), 64);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 64);
     env_free(e);
 }
 
@@ -877,15 +877,15 @@ static void test_lru_order(void **state) {
     put(e, 0, c, 3, pc);
     assert_int_equal(match_n(e, 0, a, 3, got), 3); /* A is now the newest */
     /* One page needed: the least recently used leaf, B, goes whole. */
-    assert_int_equal(radix_tree_evict(e->t, 1), 3);
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 3);
     check_all(e->t);
     assert_int_equal(match_n(e, 0, b, 3, got), 0);
     assert_int_equal(match_n(e, 0, a, 3, got), 3);
     assert_int_equal(match_n(e, 0, c, 3, got), 3); /* C newest, A next */
-    assert_int_equal(radix_tree_evict(e->t, 2), 3);
+    assert_int_equal(tr_radix_tree_evict(e->t, 2), 3);
     assert_int_equal(match_n(e, 0, a, 3, got), 0);
     assert_int_equal(match_n(e, 0, c, 3, got), 3);
-    radix_tree_flush(e->t);
+    tr_radix_tree_flush(e->t);
 
     /* A parent whose children went becomes a leaf and waits its turn. */
     int32_t x[4] = {5, 5, 6, 6}, y[4] = {5, 5, 7, 7}, z[2] = {8, 8};
@@ -894,21 +894,21 @@ static void test_lru_order(void **state) {
     put(e, 0, y, 4, py); /* splits into [5 5] -> {[6 6], [7 7]} */
     put(e, 0, z, 2, pz);
     assert_int_equal(match_n(e, 0, z, 2, got), 2);
-    assert_int_equal(radix_tree_evict(e->t, 1), 2); /* [6 6] */
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 2); /* [6 6] */
     assert_int_equal(match_n(e, 0, x, 4, got), 2);
     assert_int_equal(match_n(e, 0, z, 2, got), 2);  /* z newest again */
-    assert_int_equal(radix_tree_evict(e->t, 1), 2); /* [7 7] */
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 2); /* [7 7] */
     assert_int_equal(match_n(e, 0, y, 4, got), 2);
     /* [5 5] was touched by that match: now z is the oldest. */
-    assert_int_equal(radix_tree_evict(e->t, 1), 2);
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 2);
     assert_int_equal(match_n(e, 0, z, 2, got), 0);
     assert_int_equal(match_n(e, 0, x, 2, got), 2);
-    assert_int_equal(radix_tree_evict(e->t, 1), 2); /* [5 5] itself */
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 2); /* [5 5] itself */
     assert_int_equal(match_n(e, 0, x, 2, got), 0);
     check_all(e->t);
-    assert_int_equal(radix_tree_evict(e->t, 1), 0); /* nothing left */
+    assert_int_equal(tr_radix_tree_evict(e->t, 1), 0); /* nothing left */
     radix_tree_stats st;
-    radix_tree_stats_get(e->t, &st);
+    tr_radix_tree_stats_get(e->t, &st);
     assert_int_equal(st.n_namespaces, 0);
     env_free(e);
 }
@@ -921,40 +921,40 @@ static void test_locks_protect(void **state) {
     put(e, 0, x, 6, px);
     radix_node *ny = put(e, 0, y, 6, py); /* [1 1 2 2] -> {[3 3], [4 4]} */
     radix_match m;
-    OK(radix_tree_match(e->t, 0, x, 5, got, &m)); /* 5 tokens: 2 full pages */
+    OK(tr_radix_tree_match(e->t, 0, x, 5, got, &m)); /* 5 tokens: 2 full pages */
     assert_int_equal(m.n_pages, 2);
-    OK(radix_tree_lock(e->t, ny));
-    OK(radix_tree_lock(e->t, ny)); /* twice */
-    assert_int_equal(radix_node_lock_count(ny), 2);
+    OK(tr_radix_tree_lock(e->t, ny));
+    OK(tr_radix_tree_lock(e->t, ny)); /* twice */
+    assert_int_equal(tr_radix_node_lock_count(ny), 2);
     kv_pool_stats ps;
-    kv_pool_stats_get(e->pool, &ps);
+    tr_kv_pool_stats_get(e->pool, &ps);
     assert_int_equal(ps.n_locked, 3); /* [1 1 2 2] and [4 4] pinned */
     assert_int_equal(ps.n_cached, 1); /* [3 3] */
-    assert_int_equal(radix_tree_flush(e->t), 1);
+    assert_int_equal(tr_radix_tree_flush(e->t), 1);
     check_all(e->t);
     assert_int_equal(match_n(e, 0, y, 6, got), 6);
-    assert_int_equal(radix_tree_evict(e->t, 100), 0);
-    OK(radix_tree_unlock(e->t, ny));
-    assert_int_equal(radix_tree_flush(e->t), 0); /* still one lock */
-    OK(radix_tree_unlock(e->t, ny));
-    assert_int_equal(radix_tree_unlock(e->t, ny), TR_ERR_STATE);
+    assert_int_equal(tr_radix_tree_evict(e->t, 100), 0);
+    OK(tr_radix_tree_unlock(e->t, ny));
+    assert_int_equal(tr_radix_tree_flush(e->t), 0); /* still one lock */
+    OK(tr_radix_tree_unlock(e->t, ny));
+    assert_int_equal(tr_radix_tree_unlock(e->t, ny), TR_ERR_STATE);
     check_all(e->t);
-    kv_pool_stats_get(e->pool, &ps);
+    tr_kv_pool_stats_get(e->pool, &ps);
     assert_int_equal(ps.n_cached, 3);
     assert_int_equal(ps.n_locked, 0);
     /* The pool refuses to drop the tree's own reference. */
-    assert_int_equal(kv_pool_unref(e->pool, py[0]), TR_ERR_STATE);
+    assert_int_equal(tr_kv_pool_unref(e->pool, py[0]), TR_ERR_STATE);
     /* An extra reference outlives eviction. */
-    OK(kv_pool_ref(e->pool, py[2]));
-    assert_int_equal(kv_pool_page_state(e->pool, py[2]), KV_PAGE_LOCKED);
-    assert_int_equal(radix_tree_flush(e->t), 2);
-    assert_int_equal(kv_pool_page_state(e->pool, py[2]), KV_PAGE_LOCKED);
-    assert_false(kv_pool_page_in_tree(e->pool, py[2]));
-    OK(kv_pool_unref(e->pool, py[2]));
-    assert_int_equal(kv_pool_n_free(e->pool), 32);
+    OK(tr_kv_pool_ref(e->pool, py[2]));
+    assert_int_equal(tr_kv_pool_page_state(e->pool, py[2]), KV_PAGE_LOCKED);
+    assert_int_equal(tr_radix_tree_flush(e->t), 2);
+    assert_int_equal(tr_kv_pool_page_state(e->pool, py[2]), KV_PAGE_LOCKED);
+    assert_false(tr_kv_pool_page_in_tree(e->pool, py[2]));
+    OK(tr_kv_pool_unref(e->pool, py[2]));
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 32);
     /* Lock/unlock of NULL are no-ops. */
-    OK(radix_tree_lock(e->t, NULL));
-    OK(radix_tree_unlock(e->t, NULL));
+    OK(tr_radix_tree_lock(e->t, NULL));
+    OK(tr_radix_tree_unlock(e->t, NULL));
     env_free(e);
 }
 
@@ -965,7 +965,7 @@ static void test_bad_arguments_change_nothing(void **state) {
     int32_t p[3];
     put(e, 0, tok, 4, p); /* pages p[0], p[1] in the tree */
     int32_t priv[2];
-    OK(kv_pool_alloc(e->pool, 2, priv));
+    OK(tr_kv_pool_alloc(e->pool, 2, priv));
     char *before = snapshot(e->t);
     struct {
         int32_t pages[3];
@@ -980,7 +980,7 @@ static void test_bad_arguments_change_nothing(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int32_t pages[3];
         memcpy(pages, cases[i].pages, sizeof pages);
-        assert_int_equal(radix_tree_insert(e->t, 0, tok, pages, 6, NULL),
+        assert_int_equal(tr_radix_tree_insert(e->t, 0, tok, pages, 6, NULL),
                          TR_ERR_INVALID_ARG);
         assert_memory_equal(pages, cases[i].pages, sizeof pages);
         char *after = snapshot(e->t);
@@ -990,18 +990,18 @@ static void test_bad_arguments_change_nothing(void **state) {
     }
     free(before);
     radix_match m;
-    assert_int_equal(radix_tree_match(e->t, 0, tok, -1, NULL, &m), TR_ERR_INVALID_ARG);
-    assert_int_equal(radix_tree_match(e->t, 0, NULL, 4, NULL, &m), TR_ERR_INVALID_ARG);
-    assert_int_equal(radix_tree_insert(e->t, 0, tok, NULL, 4, NULL), TR_ERR_INVALID_ARG);
-    assert_int_equal(radix_tree_insert(e->t, 0, tok, p, -2, NULL), TR_ERR_INVALID_ARG);
-    assert_int_equal(radix_tree_new(NULL, NULL, &e->t), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_radix_tree_match(e->t, 0, tok, -1, NULL, &m), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_radix_tree_match(e->t, 0, NULL, 4, NULL, &m), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_radix_tree_insert(e->t, 0, tok, NULL, 4, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_radix_tree_insert(e->t, 0, tok, p, -2, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_radix_tree_new(NULL, NULL, &e->t), TR_ERR_INVALID_ARG);
     /* A valid insert with a private third page still works. */
     int32_t good[3] = {p[0], p[1], priv[0]};
-    OK(radix_tree_insert(e->t, 0, tok, good, 6, NULL));
+    OK(tr_radix_tree_insert(e->t, 0, tok, good, 6, NULL));
     check_all(e->t);
-    OK(kv_pool_unref(e->pool, priv[1]));
-    radix_tree_flush(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), 16);
+    OK(tr_kv_pool_unref(e->pool, priv[1]));
+    tr_radix_tree_flush(e->t);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 16);
     env_free(e);
 }
 
@@ -1015,13 +1015,13 @@ static void test_allocation_failure_injection(void **state) {
     for (int i = 0; i < 64; i++) tok[i] = i;
 
     /* New namespace: root, ns table, leaf. */
-    OK(kv_pool_alloc(e->pool, 3, pages));
+    OK(tr_kv_pool_alloc(e->pool, 3, pages));
     OK(insert_with_failures(e->t, &e->ta, 9, tok, pages, 6, &x, &fails));
     assert_int_equal(fails, 3);
 
     /* Split: upper half and leaf. */
     int32_t t2[6] = {0, 1, 2, 3, 99, 99};
-    OK(kv_pool_alloc(e->pool, 3, pages));
+    OK(tr_kv_pool_alloc(e->pool, 3, pages));
     OK(insert_with_failures(e->t, &e->ta, 9, t2, pages, 6, &x, &fails));
     assert_int_equal(fails, 2);
 
@@ -1034,7 +1034,7 @@ static void test_allocation_failure_injection(void **state) {
     for (int c = 2; c <= 12; c++) {
         int32_t tc[2] = {1000 + c, 7};
         int32_t pc[1];
-        OK(kv_pool_alloc(e->pool, 1, pc));
+        OK(tr_kv_pool_alloc(e->pool, 1, pc));
         OK(insert_with_failures(e->t, &e->ta, 9, tc, pc, 2, &x, &fails));
         assert_int_equal(fails, (c == 5 || c == 9) ? 2 : 1);
         check_all(e->t);
@@ -1043,14 +1043,14 @@ static void test_allocation_failure_injection(void **state) {
     /* Namespace table growth at the 5th namespace (8 slots, load 1/2). */
     for (uint64_t ns = 20; ns < 24; ns++) {
         int32_t pn[1];
-        OK(kv_pool_alloc(e->pool, 1, pn));
+        OK(tr_kv_pool_alloc(e->pool, 1, pn));
         OK(insert_with_failures(e->t, &e->ta, ns, tok, pn, 2, &x, &fails));
         assert_int_equal(fails, ns == 23 ? 3 : 2);
     }
 
     /* And in a random tree with locks held: see the differential test. */
-    radix_tree_flush(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), 256);
+    tr_radix_tree_flush(e->t);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 256);
     env_free(e);
 }
 
@@ -1066,8 +1066,8 @@ static void test_high_fanout_removals(void **state) {
         put(e, 0, t1, 2, pages);
         int32_t t2[3] = {5000, 5000, i};
         int32_t pp[3];
-        OK(kv_pool_alloc(e->pool, 3, pp));
-        OK(radix_tree_insert(e->t, 0, t2, pp, 3, NULL));
+        OK(tr_kv_pool_alloc(e->pool, 3, pp));
+        OK(tr_radix_tree_insert(e->t, 0, t2, pp, 3, NULL));
     }
     check_all(e->t);
     /* Touch in random order, then evict one leaf at a time. */
@@ -1079,7 +1079,7 @@ static void test_high_fanout_removals(void **state) {
     }
     int left = 2 * N;
     while (left > 0) {
-        int32_t got_pages = radix_tree_evict(e->t, 1);
+        int32_t got_pages = tr_radix_tree_evict(e->t, 1);
         assert_true(got_pages >= 1);
         check_all(e->t);
         left--;
@@ -1095,9 +1095,9 @@ static void test_high_fanout_removals(void **state) {
             assert_true(found >= left && found <= left + 1);
         }
     }
-    radix_tree_flush(e->t);
+    tr_radix_tree_flush(e->t);
     check_all(e->t);
-    assert_int_equal(kv_pool_n_free(e->pool), 4 * N);
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 4 * N);
     env_free(e);
 }
 
@@ -1107,11 +1107,11 @@ static void test_free_with_locks_held(void **state) {
     env *e = env_new(16, 2);
     int32_t tok[6] = {1, 2, 3, 4, 5, 6}, p[3];
     radix_node *x = put(e, 3, tok, 6, p);
-    OK(radix_tree_lock(e->t, x));
-    radix_tree_free(e->t);
-    OK(kv_pool_check(e->pool));
-    assert_int_equal(kv_pool_n_free(e->pool), 16);
-    OK(radix_tree_new(e->pool, &e->a, &e->t));
+    OK(tr_radix_tree_lock(e->t, x));
+    tr_radix_tree_free(e->t);
+    OK(tr_kv_pool_check(e->pool));
+    assert_int_equal(tr_kv_pool_n_free(e->pool), 16);
+    OK(tr_radix_tree_new(e->pool, &e->a, &e->t));
     env_free(e);
 }
 

@@ -48,7 +48,7 @@ static sampler *mk(const sampler_params *p, int32_t vocab) {
     sampler *s = NULL;
     tr_diag d;
     memset(&d, 0, sizeof d);
-    tr_status st = sampler_new(p, vocab, &s, &d);
+    tr_status st = tr_sampler_new(p, vocab, &s, &d);
     if (st != TR_OK) fprintf(stderr, "sampler_new: %s\n", d.message);
     assert_int_equal(st, TR_OK);
     assert_non_null(s);
@@ -81,31 +81,31 @@ static void random_row(float *l, int32_t n, int shape) {
 
 static void test_greedy_ties(void **state) {
     (void)state;
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = 0;
     sampler *s = mk(&p, 10);
     float l[10] = {1, 5, 2, 5, 0, 5, -1, 3, 4, 5};
     int32_t tok = -1;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 1);
     /* all equal: id 0 */
     float e[10];
     for (int i = 0; i < 10; i++) e[i] = 0.25f;
-    assert_int_equal(sampler_sample(s, e, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, e, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 0);
     /* max only in the scalar tail and tied with a vector lane */
     float t[10] = {0, 0, 0, 0, 0, 0, 0, 0, 7, 7};
-    assert_int_equal(sampler_sample(s, t, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, t, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 8);
     float u[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 7};
-    assert_int_equal(sampler_sample(s, u, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, u, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 9);
-    sampler_free(s);
+    tr_sampler_free(s);
 }
 
 static void test_greedy_random(void **state) {
     (void)state;
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = 0;
     static const int32_t sizes[] = {1, 7, 8, 9, 63, 64, 65, 257, 1000, 4099};
     trng_seed(11);
@@ -117,11 +117,11 @@ static void test_greedy_random(void **state) {
             random_row(l, n, rep % 4);
             if (rep % 5 == 0 && n > 2) l[n - 1] = -INFINITY;
             int32_t want = naive_argmax(l, n), tok = -1;
-            assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+            assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
             assert_int_equal(tok, want);
         }
         free(l);
-        sampler_free(s);
+        tr_sampler_free(s);
     }
 }
 
@@ -131,7 +131,7 @@ static void test_top_k1_is_greedy(void **state) {
     int32_t n = 3001;
     float *l = malloc((size_t)n * sizeof *l);
     for (uint64_t seed = 0; seed < 30; seed++) {
-        sampler_params p = sampler_params_default();
+        sampler_params p = tr_sampler_params_default();
         p.top_k = 1;
         p.temperature = 1.5f;
         p.top_p = seed % 2 ? 0.5f : 1.0f;
@@ -139,9 +139,9 @@ static void test_top_k1_is_greedy(void **state) {
         sampler *s = mk(&p, n);
         random_row(l, n, (int)(seed % 4));
         int32_t want = naive_argmax(l, n), tok = -1;
-        assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+        assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
         assert_int_equal(tok, want);
-        sampler_free(s);
+        tr_sampler_free(s);
     }
     free(l);
 }
@@ -150,7 +150,7 @@ static void test_top_k1_is_greedy(void **state) {
 
 static void run_seq(uint64_t seed, int32_t *out, int steps, int32_t n,
                     sampler **keep) {
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.seed = seed;
     p.top_k = 50;
     p.top_p = 0.95f;
@@ -160,12 +160,12 @@ static void run_seq(uint64_t seed, int32_t *out, int steps, int32_t n,
     trng_seed(77); /* same logits for every run */
     for (int i = 0; i < steps; i++) {
         random_row(row, n, 2);
-        assert_int_equal(sampler_sample(s, row, NULL, &out[i], NULL), TR_OK);
-        assert_int_equal(sampler_accept(s, out[i]), TR_OK);
+        assert_int_equal(tr_sampler_sample(s, row, NULL, &out[i], NULL), TR_OK);
+        assert_int_equal(tr_sampler_accept(s, out[i]), TR_OK);
     }
     free(row);
     if (keep) *keep = s;
-    else sampler_free(s);
+    else tr_sampler_free(s);
 }
 
 static void test_seed_reproducible(void **state) {
@@ -182,10 +182,10 @@ static void test_seed_reproducible(void **state) {
     /* reset repeats the sequence */
     sampler *s = NULL;
     run_seq(1234, c, STEPS, 5000, &s);
-    sampler_reset(s);
+    tr_sampler_reset(s);
     run_seq(1234, d, STEPS, 5000, &s);
     assert_memory_equal(a, d, sizeof a);
-    sampler_free(s);
+    tr_sampler_free(s);
 }
 
 /* -------------------------------------------------------- distribution */
@@ -217,7 +217,7 @@ static double chi_square(const long *cnt, const double *prob, int k,
 
 static void check_distribution(int32_t n, const float *logits, float temp,
                                long draws, uint64_t seed) {
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = temp;
     p.seed = seed;
     sampler *s = mk(&p, n);
@@ -231,7 +231,7 @@ static void check_distribution(int32_t n, const float *logits, float temp,
     for (long t = 0; t < draws; t++) {
         memcpy(row, logits, (size_t)n * sizeof *row);
         int32_t tok;
-        assert_int_equal(sampler_sample(s, row, NULL, &tok, NULL), TR_OK);
+        assert_int_equal(tr_sampler_sample(s, row, NULL, &tok, NULL), TR_OK);
         assert_true(tok >= 0 && tok < n);
         cnt[tok]++;
     }
@@ -247,7 +247,7 @@ static void check_distribution(int32_t n, const float *logits, float temp,
     free(cnt);
     free(prob);
     free(row);
-    sampler_free(s);
+    tr_sampler_free(s);
 }
 
 static void test_distribution_small(void **state) {
@@ -313,7 +313,7 @@ static int32_t ref_candidates(const float *l, int32_t n, const sampler_params *p
     }
     for (int32_t i = 0; i < nc; i++) ids[i] = c[i].id;
     free(c);
-    /* increasing id order, as sampler_candidates reports */
+    /* increasing id order, as tr_sampler_candidates reports */
     for (int32_t i = 1; i < nc; i++) {
         int32_t x = ids[i], j = i;
         while (j > 0 && ids[j - 1] > x) {
@@ -332,7 +332,7 @@ static void expect_set(const float *row, int32_t n, const sampler_params *p,
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     memcpy(l, row, (size_t)n * sizeof *l);
     int32_t k = -1;
-    assert_int_equal(sampler_candidates(s, l, NULL, ids, &k), TR_OK);
+    assert_int_equal(tr_sampler_candidates(s, l, NULL, ids, &k), TR_OK);
     assert_int_equal(k, n_want);
     assert_memory_equal(ids, want, (size_t)k * sizeof *ids);
     /* and sampling only ever yields members (and yields all of them:
@@ -345,7 +345,7 @@ static void expect_set(const float *row, int32_t n, const sampler_params *p,
     for (int t = 0; t < draws; t++) {
         memcpy(l, row, (size_t)n * sizeof *l);
         int32_t tok;
-        assert_int_equal(sampler_sample(s2, l, NULL, &tok, NULL), TR_OK);
+        assert_int_equal(tr_sampler_sample(s2, l, NULL, &tok, NULL), TR_OK);
         bool member = false;
         for (int32_t i = 0; i < n_want; i++) member |= want[i] == tok;
         assert_true(member);
@@ -356,8 +356,8 @@ static void expect_set(const float *row, int32_t n, const sampler_params *p,
     free(seen);
     free(ids);
     free(l);
-    sampler_free(s);
-    sampler_free(s2);
+    tr_sampler_free(s);
+    tr_sampler_free(s2);
 }
 
 static void test_top_p_known(void **state) {
@@ -366,7 +366,7 @@ static void test_top_p_known(void **state) {
     static const double pr[5] = {0.1, 0.5, 0.05, 0.2, 0.15};
     float l[5];
     for (int i = 0; i < 5; i++) l[i] = (float)log(pr[i]);
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.top_p = 0.8f; /* 0.5 + 0.2 = 0.7 < 0.8 <= 0.85 */
     int32_t w1[] = {1, 3, 4};
     expect_set(l, 5, &p, w1, 3);
@@ -390,7 +390,7 @@ static void test_top_p_known(void **state) {
 static void test_top_k_min_p_known(void **state) {
     (void)state;
     float l[12] = {0, -1, -2, -3, -4, -5, 3, -2.5f, 1, 1, -0.5f, -9};
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.top_k = 3; /* 3, 1 (id 8), 1 (id 9) */
     int32_t w1[] = {6, 8, 9};
     expect_set(l, 12, &p, w1, 3);
@@ -428,7 +428,7 @@ static void test_candidates_vs_reference(void **state) {
             if (rep % 3 == 0)
                 for (int32_t i = 0; i < n / 10; i++)
                     row[trng_next() % (uint64_t)n] = -INFINITY;
-            sampler_params p = sampler_params_default();
+            sampler_params p = tr_sampler_params_default();
             p.temperature = rep % 7 == 0 ? 0.0f : 0.7f;
             p.top_k = rep % 2 ? (int32_t)(trng_next() % 200) : 0;
             p.top_p = rep % 4 == 1 ? 1.0f : (float)(0.05 + 0.9 * trng_unif());
@@ -440,7 +440,7 @@ static void test_candidates_vs_reference(void **state) {
             sampler *s = mk(&p, n);
             memcpy(l, row, (size_t)n * sizeof *l);
             int32_t k = -1;
-            assert_int_equal(sampler_candidates(s, l, NULL, ids, &k), TR_OK);
+            assert_int_equal(tr_sampler_candidates(s, l, NULL, ids, &k), TR_OK);
             if (k != nw)
                 fprintf(stderr, "n=%d rep=%d top_k=%d top_p=%g min_p=%g: "
                                 "%d candidates, want %d\n",
@@ -448,7 +448,7 @@ static void test_candidates_vs_reference(void **state) {
                         (double)p.min_p, (int)k, (int)nw);
             assert_int_equal(k, nw);
             assert_memory_equal(ids, want, (size_t)k * sizeof *ids);
-            sampler_free(s);
+            tr_sampler_free(s);
             checked++;
         }
         free(row);
@@ -466,7 +466,7 @@ static void test_top_p_large_nucleus(void **state) {
     int32_t n = 50000;
     float *row = malloc((size_t)n * sizeof *row);
     for (int32_t i = 0; i < n; i++) row[i] = -(float)i * 2e-5f;
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.top_p = 0.6f;
     int32_t *want = malloc((size_t)n * sizeof *want);
     bool amb;
@@ -488,7 +488,7 @@ static void test_top_p_large_nucleus(void **state) {
 
 static void test_penalties_exact(void **state) {
     (void)state;
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = 0;
     p.repetition_penalty = 1.25f;
     p.frequency_penalty = 0.5f;
@@ -497,12 +497,12 @@ static void test_penalties_exact(void **state) {
     sampler *s = mk(&p, 8);
     /* window: 1 2 2 5 (then 6 pushes the first 1 out) */
     int32_t hist[] = {1, 1, 2, 2, 5};
-    for (size_t i = 0; i < 5; i++) assert_int_equal(sampler_accept(s, hist[i]), TR_OK);
-    assert_int_equal(sampler_history_len(s), 4);
-    assert_int_equal(sampler_check(s), TR_OK);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(tr_sampler_accept(s, hist[i]), TR_OK);
+    assert_int_equal(tr_sampler_history_len(s), 4);
+    assert_int_equal(tr_sampler_check(s), TR_OK);
     float l[8] = {1, 2, -2, 3, 4, 0.5f, 6, 7};
     int32_t tok;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     float want[8] = {1, 2.0f / 1.25f - 0.5f * 1 - 0.3f,
                      -2.0f * 1.25f - 0.5f * 2 - 0.3f, 3, 4,
                      0.5f / 1.25f - 0.5f - 0.3f, 6, 7};
@@ -510,45 +510,45 @@ static void test_penalties_exact(void **state) {
     assert_int_equal(tok, 7);
 
     /* the window slides: accept 7 three more times, the 2s fall out */
-    for (int i = 0; i < 3; i++) assert_int_equal(sampler_accept(s, 7), TR_OK);
-    assert_int_equal(sampler_check(s), TR_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(tr_sampler_accept(s, 7), TR_OK);
+    assert_int_equal(tr_sampler_check(s), TR_OK);
     float l2[8] = {1, 2, -2, 3, 4, 0.5f, 6, 7};
-    assert_int_equal(sampler_sample(s, l2, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l2, NULL, &tok, NULL), TR_OK);
     assert_true(l2[2] == -2.0f);
     assert_true(l2[1] == 2.0f);
     assert_true(l2[5] == 0.5f / 1.25f - 0.5f - 0.3f);
     assert_true(l2[7] == 7.0f / 1.25f - 0.5f * 3 - 0.3f);
     assert_int_equal(tok, 6);
 
-    sampler_reset(s);
-    assert_int_equal(sampler_history_len(s), 0);
-    assert_int_equal(sampler_check(s), TR_OK);
+    tr_sampler_reset(s);
+    assert_int_equal(tr_sampler_history_len(s), 0);
+    assert_int_equal(tr_sampler_check(s), TR_OK);
     float l3[8] = {1, 2, -2, 3, 4, 0.5f, 6, 7};
-    assert_int_equal(sampler_sample(s, l3, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l3, NULL, &tok, NULL), TR_OK);
     assert_true(l3[7] == 7.0f && l3[2] == -2.0f);
-    assert_int_equal(sampler_accept(s, 8), TR_ERR_INVALID_ARG);
-    assert_int_equal(sampler_accept(s, -1), TR_ERR_INVALID_ARG);
-    assert_true(strstr(sampler_last_error(s), "outside") != NULL);
-    sampler_free(s);
+    assert_int_equal(tr_sampler_accept(s, 8), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_accept(s, -1), TR_ERR_INVALID_ARG);
+    assert_true(strstr(tr_sampler_last_error(s), "outside") != NULL);
+    tr_sampler_free(s);
 
     /* -1: the whole history; 0: off */
     p.penalty_last_n = -1;
     p.repetition_penalty = 1.0f;
     s = mk(&p, 4);
-    for (int i = 0; i < 1000; i++) assert_int_equal(sampler_accept(s, i % 2), TR_OK);
-    assert_int_equal(sampler_check(s), TR_OK);
+    for (int i = 0; i < 1000; i++) assert_int_equal(tr_sampler_accept(s, i % 2), TR_OK);
+    assert_int_equal(tr_sampler_check(s), TR_OK);
     float l4[4] = {1, 1, 1, 1};
-    assert_int_equal(sampler_sample(s, l4, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l4, NULL, &tok, NULL), TR_OK);
     assert_true(l4[0] == 1.0f - 500 * 0.5f - 0.3f);
     assert_true(l4[2] == 1.0f);
-    sampler_free(s);
+    tr_sampler_free(s);
     p.penalty_last_n = 0;
     s = mk(&p, 4);
-    for (int i = 0; i < 10; i++) assert_int_equal(sampler_accept(s, 0), TR_OK);
+    for (int i = 0; i < 10; i++) assert_int_equal(tr_sampler_accept(s, 0), TR_OK);
     float l5[4] = {1, 1, 1, 1};
-    assert_int_equal(sampler_sample(s, l5, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l5, NULL, &tok, NULL), TR_OK);
     assert_true(l5[0] == 1.0f);
-    sampler_free(s);
+    tr_sampler_free(s);
 }
 
 static void test_window_random(void **state) {
@@ -558,7 +558,7 @@ static void test_window_random(void **state) {
      * one far larger than the history (the ring grows on demand) */
     static const int32_t windows[] = {17, 64, 100, 300, 1 << 30};
     for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++) {
-        sampler_params p = sampler_params_default();
+        sampler_params p = tr_sampler_params_default();
         p.presence_penalty = 1.0f;
         p.penalty_last_n = windows[wi];
         sampler *s = mk(&p, 50);
@@ -566,28 +566,28 @@ static void test_window_random(void **state) {
         int32_t hist[3000];
         for (int i = 0; i < 3000; i++) {
             hist[i] = (int32_t)(trng_next() % 50);
-            assert_int_equal(sampler_accept(s, hist[i]), TR_OK);
-            if (i % 97 == 0) assert_int_equal(sampler_check(s), TR_OK);
+            assert_int_equal(tr_sampler_accept(s, hist[i]), TR_OK);
+            if (i % 97 == 0) assert_int_equal(tr_sampler_check(s), TR_OK);
         }
         int32_t w = windows[wi] < 3000 ? windows[wi] : 3000;
-        assert_int_equal(sampler_history_len(s), w);
-        assert_int_equal(sampler_check(s), TR_OK);
+        assert_int_equal(tr_sampler_history_len(s), w);
+        assert_int_equal(tr_sampler_check(s), TR_OK);
         /* the penalty lands exactly on the tokens of the last w */
         bool in[50] = {false};
         for (int i = 3000 - w; i < 3000; i++) in[hist[i]] = true;
         float l[50];
         for (int i = 0; i < 50; i++) l[i] = 2.0f;
         int32_t tok;
-        assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+        assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
         for (int i = 0; i < 50; i++) assert_true(l[i] == (in[i] ? 1.0f : 2.0f));
-        sampler_free(s);
+        tr_sampler_free(s);
     }
 }
 
 static void test_bias(void **state) {
     (void)state;
     sampler_logit_bias b[] = {{2, 10.0f}, {0, -INFINITY}, {2, 0.5f}};
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.temperature = 0;
     p.logit_bias = b;
     p.n_logit_bias = 3;
@@ -595,11 +595,11 @@ static void test_bias(void **state) {
     b[0].bias = 0; /* copied at creation: later edits do not matter */
     float l[4] = {100, 1, 2, 3};
     int32_t tok;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     assert_true(l[0] == -INFINITY);
     assert_true(l[2] == 12.5f);
     assert_int_equal(tok, 2);
-    sampler_free(s);
+    tr_sampler_free(s);
 }
 
 /* ------------------------------------------------------------- masks */
@@ -618,7 +618,7 @@ static void test_mask_never_sampled(void **state) {
         row[i] = allowed ? (float)trng_normal() : 20.0f + (float)trng_normal();
     }
     for (uint64_t seed = 0; seed < 200; seed++) {
-        sampler_params p = sampler_params_default();
+        sampler_params p = tr_sampler_params_default();
         p.seed = seed;
         p.temperature = 0.5f + (float)(seed % 4);
         p.top_k = seed % 3 ? 0 : 20;
@@ -626,17 +626,17 @@ static void test_mask_never_sampled(void **state) {
         p.min_p = seed % 7 ? 0.0f : 0.05f;
         p.repetition_penalty = seed % 2 ? 1.3f : 1.0f;
         sampler *s = mk(&p, n);
-        for (int i = 0; i < 10; i++) sampler_accept(s, (int32_t)(trng_next() % (uint64_t)n));
+        for (int i = 0; i < 10; i++) tr_sampler_accept(s, (int32_t)(trng_next() % (uint64_t)n));
         for (int t = 0; t < 10; t++) {
             memcpy(l, row, (size_t)n * sizeof *l);
             int32_t tok;
             sampler_logprobs lp;
-            assert_int_equal(sampler_sample(s, l, mask, &tok, t % 2 ? &lp : NULL), TR_OK);
+            assert_int_equal(tr_sampler_sample(s, l, mask, &tok, t % 2 ? &lp : NULL), TR_OK);
             assert_true((mask[tok / 64] >> (tok % 64)) & 1);
             for (int32_t i = 0; i < n; i++)
                 if (!((mask[i / 64] >> (i % 64)) & 1)) assert_true(l[i] == -INFINITY);
         }
-        sampler_free(s);
+        tr_sampler_free(s);
     }
     free(mask);
     free(row);
@@ -646,52 +646,52 @@ static void test_mask_never_sampled(void **state) {
 static void test_mask_errors(void **state) {
     (void)state;
     int32_t n = 70; /* two words, the last one ragged */
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     sampler *s = mk(&p, n);
     float l[70];
     for (int i = 0; i < n; i++) l[i] = 1;
     uint64_t none[2] = {0, 0};
     int32_t tok = 12345;
-    assert_int_equal(sampler_sample(s, l, none, &tok, NULL), TR_ERR_INVALID_ARG);
-    assert_string_equal(sampler_last_error(s), "mask allows no token");
+    assert_int_equal(tr_sampler_sample(s, l, none, &tok, NULL), TR_ERR_INVALID_ARG);
+    assert_string_equal(tr_sampler_last_error(s), "mask allows no token");
     assert_int_equal(tok, 12345);
     /* bits past the vocabulary do not count */
     uint64_t past[2] = {0, ~0ull << 6};
     for (int i = 0; i < n; i++) l[i] = 1;
-    assert_int_equal(sampler_sample(s, l, past, &tok, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_sample(s, l, past, &tok, NULL), TR_ERR_INVALID_ARG);
     /* the one allowed token has -inf: also an error */
     uint64_t one[2] = {0, 1ull << 5};
     for (int i = 0; i < n; i++) l[i] = 1;
     l[69] = -INFINITY;
-    assert_int_equal(sampler_sample(s, l, one, &tok, NULL), TR_ERR_INVALID_ARG);
-    assert_true(strstr(sampler_last_error(s), "finite") != NULL);
+    assert_int_equal(tr_sampler_sample(s, l, one, &tok, NULL), TR_ERR_INVALID_ARG);
+    assert_true(strstr(tr_sampler_last_error(s), "finite") != NULL);
     /* and with a finite logit it is the only choice */
     for (int i = 0; i < n; i++) l[i] = 1;
-    assert_int_equal(sampler_sample(s, l, one, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, one, &tok, NULL), TR_OK);
     assert_int_equal(tok, 69);
     /* NaN everywhere: error; NaN never sampled */
     for (int i = 0; i < n; i++) l[i] = NAN;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_ERR_INVALID_ARG);
     for (int i = 0; i < n; i++) l[i] = i == 33 ? 0.0f : NAN;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 33);
     assert_true(l[0] == -INFINITY);
     /* +inf wins */
     for (int i = 0; i < n; i++) l[i] = 50;
     l[40] = INFINITY;
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     assert_int_equal(tok, 40);
     assert_true(l[40] == FLT_MAX);
-    assert_int_equal(sampler_sample(s, NULL, NULL, &tok, NULL), TR_ERR_INVALID_ARG);
-    sampler_free(s);
+    assert_int_equal(tr_sampler_sample(s, NULL, NULL, &tok, NULL), TR_ERR_INVALID_ARG);
+    tr_sampler_free(s);
     /* a tiny (denormal) temperature behaves like greedy */
     p.temperature = 1e-40f;
     s = mk(&p, n);
     for (int i = 0; i < n; i++) l[i] = (float)(i % 5);
-    assert_int_equal(sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, NULL), TR_OK);
     assert_int_equal(l[tok], 4.0f);
-    assert_int_equal(sampler_sample(s, l, NULL, NULL, NULL), TR_ERR_INVALID_ARG);
-    sampler_free(s);
+    assert_int_equal(tr_sampler_sample(s, l, NULL, NULL, NULL), TR_ERR_INVALID_ARG);
+    tr_sampler_free(s);
 }
 
 /* ----------------------------------------------------------- logprobs */
@@ -704,7 +704,7 @@ static void test_logprobs(void **state) {
     trng_seed(4);
     for (int i = 0; i < 13; i++) mask[i] = trng_next() | trng_next();
     random_row(row, n, 0);
-    sampler_params p = sampler_params_default();
+    sampler_params p = tr_sampler_params_default();
     p.n_logprobs = 20;
     p.top_k = 5;
     p.temperature = 0.7f;
@@ -712,11 +712,11 @@ static void test_logprobs(void **state) {
     for (uint64_t seed = 0; seed < 20; seed++) {
         p.seed = seed;
         sampler *s = mk(&p, n);
-        sampler_accept(s, naive_argmax(row, n));
+        tr_sampler_accept(s, naive_argmax(row, n));
         memcpy(l, row, (size_t)n * sizeof *l);
         int32_t tok;
         sampler_logprobs lp;
-        assert_int_equal(sampler_sample(s, l, seed % 2 ? mask : NULL, &tok, &lp),
+        assert_int_equal(tr_sampler_sample(s, l, seed % 2 ? mask : NULL, &tok, &lp),
                          TR_OK);
         /* reference log-softmax of the processed logits (left in l) */
         double mx = -INFINITY, z = 0;
@@ -736,24 +736,24 @@ static void test_logprobs(void **state) {
         for (int32_t i = 0; i < n; i++) above += l[i] > l[lp.top[19].token];
         assert_true(above <= 19);
         assert_int_equal(lp.top[0].token, naive_argmax(l, n));
-        sampler_free(s);
+        tr_sampler_free(s);
     }
     /* fewer finite tokens than asked */
-    sampler_params q = sampler_params_default();
+    sampler_params q = tr_sampler_params_default();
     q.n_logprobs = 10;
     q.temperature = 0;
     sampler *s = mk(&q, 4);
     float l4[4] = {-INFINITY, 0, -INFINITY, (float)log(3.0)};
     int32_t tok;
     sampler_logprobs lp;
-    assert_int_equal(sampler_sample(s, l4, NULL, &tok, &lp), TR_OK);
+    assert_int_equal(tr_sampler_sample(s, l4, NULL, &tok, &lp), TR_OK);
     assert_int_equal(tok, 3);
     assert_int_equal(lp.n_top, 2);
     assert_int_equal(lp.top[0].token, 3);
     assert_int_equal(lp.top[1].token, 1);
     assert_true(fabs(lp.logprob - log(0.75)) < 1e-6);
     assert_true(fabs(lp.top[1].logprob - log(0.25)) < 1e-6);
-    sampler_free(s);
+    tr_sampler_free(s);
     free(row);
     free(l);
 }
@@ -763,20 +763,20 @@ static void test_logprobs(void **state) {
 static void expect_invalid(const sampler_params *p, const char *needle) {
     tr_diag d;
     memset(&d, 0, sizeof d);
-    assert_int_equal(sampler_params_validate(p, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_params_validate(p, &d), TR_ERR_INVALID_ARG);
     if (!strstr(d.message, needle))
         fprintf(stderr, "message '%s' lacks '%s'\n", d.message, needle);
     assert_non_null(strstr(d.message, needle));
     sampler *s = NULL;
-    assert_int_equal(sampler_new(p, 10, &s, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_new(p, 10, &s, NULL), TR_ERR_INVALID_ARG);
     assert_null(s);
 }
 
 static void test_validation(void **state) {
     (void)state;
-    sampler_params d = sampler_params_default();
-    assert_int_equal(sampler_params_validate(&d, NULL), TR_OK);
-    assert_int_equal(sampler_params_validate(NULL, NULL), TR_ERR_INVALID_ARG);
+    sampler_params d = tr_sampler_params_default();
+    assert_int_equal(tr_sampler_params_validate(&d, NULL), TR_OK);
+    assert_int_equal(tr_sampler_params_validate(NULL, NULL), TR_ERR_INVALID_ARG);
     sampler_params p;
     p = d; p.temperature = -0.1f; expect_invalid(&p, "temperature");
     p = d; p.temperature = NAN; expect_invalid(&p, "temperature");
@@ -800,17 +800,17 @@ static void test_validation(void **state) {
     p = d; p.logit_bias = neg; p.n_logit_bias = 1; expect_invalid(&p, "logit_bias[0]");
     /* limits that are fine */
     p = d; p.temperature = 0; p.top_p = 1; p.min_p = 1; p.n_logprobs = 20;
-    assert_int_equal(sampler_params_validate(&p, NULL), TR_OK);
+    assert_int_equal(tr_sampler_params_validate(&p, NULL), TR_OK);
     /* needs the vocabulary */
     tr_diag dg;
     sampler *s = NULL;
     sampler_logit_bias far[] = {{10, 1}};
     p = d; p.logit_bias = far; p.n_logit_bias = 1;
-    assert_int_equal(sampler_new(&p, 10, &s, &dg), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_new(&p, 10, &s, &dg), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(dg.message, "outside the vocabulary"));
-    assert_int_equal(sampler_new(&d, 0, &s, &dg), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_new(&d, 0, &s, &dg), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(dg.message, "vocab_size"));
-    assert_int_equal(sampler_new(&d, 10, NULL, &dg), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_new(&d, 10, NULL, &dg), TR_ERR_INVALID_ARG);
     assert_null(s);
 }
 
@@ -844,7 +844,7 @@ static void test_kernels_identical(void **state) {
         fprintf(stderr, "no AVX2 on this CPU: generic kernels only\n");
         return;
     }
-    const sampler_kernels *g = &sampler_kernels_generic, *a = &sampler_kernels_avx2;
+    const sampler_kernels *g = &tr_sampler_kernels_generic, *a = &tr_sampler_kernels_avx2;
     static const int32_t sizes[] = {1, 15, 16, 17, 255, 256, 257, 1000, 4101};
     trng_seed(31);
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
@@ -951,7 +951,7 @@ static void test_large_vocab(void **state) {
     float temps[] = {0.0f, 1.0f};
     for (int ti = 0; ti < 2; ti++) {
         for (int cfg = 0; cfg < 4; cfg++) {
-            sampler_params p = sampler_params_default();
+            sampler_params p = tr_sampler_params_default();
             p.temperature = temps[ti];
             p.top_k = cfg == 1 ? 40 : 0;
             p.top_p = cfg >= 1 ? 0.9f : 1.0f;
@@ -961,11 +961,11 @@ static void test_large_vocab(void **state) {
             memcpy(l, row, (size_t)n * sizeof *l);
             int32_t tok;
             sampler_logprobs lp;
-            assert_int_equal(sampler_sample(s, l, NULL, &tok, &lp), TR_OK);
+            assert_int_equal(tr_sampler_sample(s, l, NULL, &tok, &lp), TR_OK);
             if (p.temperature == 0) assert_int_equal(tok, want);
             assert_int_equal(lp.top[0].token, want);
             assert_true(lp.logprob <= 0);
-            sampler_free(s);
+            tr_sampler_free(s);
         }
     }
     free(row);

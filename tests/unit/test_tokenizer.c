@@ -41,8 +41,8 @@ static tokenizer *model_tok(void) {
             return NULL;
         }
         tr_diag d = {0};
-        assert_int_equal(gguf_open(path, &g_file, &d), TR_OK);
-        tr_status s = tokenizer_from_gguf(g_file, &g_tok, &d);
+        assert_int_equal(tr_gguf_open(path, &g_file, &d), TR_OK);
+        tr_status s = tr_tokenizer_from_gguf(g_file, &g_tok, &d);
         if (s) fprintf(stderr, "tokenizer_from_gguf: %s: %s\n", tr_status_name(s), d.message);
         assert_int_equal(s, TR_OK);
     }
@@ -122,7 +122,7 @@ static size_t check_parity(const tokenizer *t, const char *file, size_t *total) 
     for (size_t i = 0; i < n; i++) {
         int32_t *ids;
         size_t n_ids;
-        assert_int_equal(tokenizer_encode(t, ref[i].text, ref[i].len, ref[i].special,
+        assert_int_equal(tr_tokenizer_encode(t, ref[i].text, ref[i].len, ref[i].special,
                                           &ids, &n_ids),
                          TR_OK);
         bool same = n_ids == ref[i].n_ids &&
@@ -164,13 +164,13 @@ static void test_parity_other_pre(void **state) {
     for (size_t p = 0; p < TR_ARRAY_LEN(pres); p++) {
         tokenizer *tp;
         tr_diag d = {0};
-        assert_int_equal(tokenizer_from_gguf_pre(g_file, pres[p][0], &tp, &d), TR_OK);
-        assert_string_equal(tokenizer_pre_name(tp), pres[p][0]);
+        assert_int_equal(tr_tokenizer_from_gguf_pre(g_file, pres[p][0], &tp, &d), TR_OK);
+        assert_string_equal(tr_tokenizer_pre_name(tp), pres[p][0]);
         size_t total, bad = check_parity(tp, pres[p][1], &total);
         printf("parity pre=%s: %zu/%zu lines identical to llama.cpp\n", pres[p][0],
                total - bad, total);
         all_bad += bad;
-        tokenizer_free(tp);
+        tr_tokenizer_free(tp);
     }
     assert_int_equal(all_bad, 0);
 }
@@ -187,7 +187,7 @@ static bool dropped_byte(const tokenizer *t, uint8_t b) {
             char c = (char)i;
             int32_t *ids;
             size_t n;
-            assert_int_equal(tokenizer_encode(t, &c, 1, false, &ids, &n), TR_OK);
+            assert_int_equal(tr_tokenizer_encode(t, &c, 1, false, &ids, &n), TR_OK);
             drop[i] = n == 0;
             free(ids);
         }
@@ -199,11 +199,11 @@ static bool dropped_byte(const tokenizer *t, uint8_t b) {
 static void roundtrip(const tokenizer *t, const char *s, size_t len, bool special) {
     int32_t *ids;
     size_t n;
-    assert_int_equal(tokenizer_encode(t, s, len, special, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, s, len, special, &ids, &n), TR_OK);
     assert_non_null(ids);
     char *out;
     size_t out_len;
-    assert_int_equal(tokenizer_decode(t, ids, n, true, &out, &out_len), TR_OK);
+    assert_int_equal(tr_tokenizer_decode(t, ids, n, true, &out, &out_len), TR_OK);
     char *want = malloc(len + 1);
     size_t wl = 0;
     for (size_t i = 0; i < len; i++)
@@ -268,22 +268,22 @@ static void test_roundtrip_bytes(void **state) {
 static void test_vocab_facts(void **state) {
     (void)state;
     NEED_MODEL(t);
-    assert_int_equal(tokenizer_check(t), TR_OK);
-    assert_int_equal(tokenizer_n_vocab(t), 49152);
-    assert_int_equal(tokenizer_bos(t), 1);
-    assert_int_equal(tokenizer_eos(t), 2);
-    assert_false(tokenizer_add_bos(t));
-    assert_string_equal(tokenizer_pre_name(t), "smollm");
-    assert_int_equal(tokenizer_find(t, "<|im_end|>"), 2);
-    assert_int_equal(tokenizer_find(t, "<|im_start|>"), 1);
-    assert_int_equal(tokenizer_find(t, "<|endoftext|>"), 0);
-    assert_int_equal(tokenizer_find(t, "no such token at all"), -1);
-    assert_true(tokenizer_is_special(t, 2));
-    assert_false(tokenizer_is_special(t, 17));
-    assert_int_equal(tokenizer_type(t, 2), TOKENIZER_TYPE_CONTROL);
-    assert_int_equal(tokenizer_type(t, 100), TOKENIZER_TYPE_NORMAL);
-    assert_int_equal(tokenizer_type(t, -1), TOKENIZER_TYPE_UNDEFINED);
-    assert_int_equal(tokenizer_max_token_len(t), 81);
+    assert_int_equal(tr_tokenizer_check(t), TR_OK);
+    assert_int_equal(tr_tokenizer_n_vocab(t), 49152);
+    assert_int_equal(tr_tokenizer_bos(t), 1);
+    assert_int_equal(tr_tokenizer_eos(t), 2);
+    assert_false(tr_tokenizer_add_bos(t));
+    assert_string_equal(tr_tokenizer_pre_name(t), "smollm");
+    assert_int_equal(tr_tokenizer_find(t, "<|im_end|>"), 2);
+    assert_int_equal(tr_tokenizer_find(t, "<|im_start|>"), 1);
+    assert_int_equal(tr_tokenizer_find(t, "<|endoftext|>"), 0);
+    assert_int_equal(tr_tokenizer_find(t, "no such token at all"), -1);
+    assert_true(tr_tokenizer_is_special(t, 2));
+    assert_false(tr_tokenizer_is_special(t, 17));
+    assert_int_equal(tr_tokenizer_type(t, 2), TOKENIZER_TYPE_CONTROL);
+    assert_int_equal(tr_tokenizer_type(t, 100), TOKENIZER_TYPE_NORMAL);
+    assert_int_equal(tr_tokenizer_type(t, -1), TOKENIZER_TYPE_UNDEFINED);
+    assert_int_equal(tr_tokenizer_max_token_len(t), 81);
 
     /* every byte has a one-byte token, except 21 the vocabulary lacks (some
      * C0 controls, and bytes valid UTF-8 never or almost never holds) */
@@ -292,7 +292,7 @@ static void test_vocab_facts(void **state) {
         char c = (char)b;
         int32_t *ids;
         size_t n;
-        assert_int_equal(tokenizer_encode(t, &c, 1, false, &ids, &n), TR_OK);
+        assert_int_equal(tr_tokenizer_encode(t, &c, 1, false, &ids, &n), TR_OK);
         if (n == 0) {
             n_dropped++;
             assert_true(b < 0x20 || b == 0xC0 || b == 0xC1 || b >= 0xF1);
@@ -301,25 +301,25 @@ static void test_vocab_facts(void **state) {
         }
         assert_int_equal(n, 1);
         size_t l;
-        const uint8_t *p = tokenizer_token_bytes(t, ids[0], &l);
+        const uint8_t *p = tr_tokenizer_token_bytes(t, ids[0], &l);
         assert_int_equal(l, 1);
         assert_int_equal(p[0], b);
         free(ids);
     }
     size_t l;
-    const uint8_t *p = tokenizer_token_bytes(t, 2, &l);
+    const uint8_t *p = tr_tokenizer_token_bytes(t, 2, &l);
     assert_int_equal(l, 10);
     assert_int_equal(n_dropped, 21);
     assert_memory_equal(p, "<|im_end|>", 10);
     /* " the" is stored as "Ġthe" */
-    int32_t the = tokenizer_find(t, "\xC4\xA0the");
+    int32_t the = tr_tokenizer_find(t, "\xC4\xA0the");
     assert_true(the > 0);
-    p = tokenizer_token_bytes(t, the, &l);
+    p = tr_tokenizer_token_bytes(t, the, &l);
     assert_int_equal(l, 4);
     assert_memory_equal(p, " the", 4);
-    assert_null(tokenizer_token_bytes(t, 49152, &l));
+    assert_null(tr_tokenizer_token_bytes(t, 49152, &l));
     assert_int_equal(l, 0);
-    assert_null(tokenizer_token_bytes(t, -5, &l));
+    assert_null(tr_tokenizer_token_bytes(t, -5, &l));
 }
 
 static void test_eog(void **state) {
@@ -332,26 +332,26 @@ static void test_eog(void **state) {
     json_t *j = json_loads(buf, 0, &err);
     free(buf);
     assert_non_null(j);
-    assert_int_equal(json_integer_value(json_object_get(j, "n_vocab")), tokenizer_n_vocab(t));
-    assert_int_equal(json_integer_value(json_object_get(j, "bos")), tokenizer_bos(t));
-    assert_int_equal(json_integer_value(json_object_get(j, "eos")), tokenizer_eos(t));
+    assert_int_equal(json_integer_value(json_object_get(j, "n_vocab")), tr_tokenizer_n_vocab(t));
+    assert_int_equal(json_integer_value(json_object_get(j, "bos")), tr_tokenizer_bos(t));
+    assert_int_equal(json_integer_value(json_object_get(j, "eos")), tr_tokenizer_eos(t));
     json_t *eog = json_object_get(j, "eog");
     size_t n_eog = 0;
-    for (int32_t id = 0; id < tokenizer_n_vocab(t); id++) {
+    for (int32_t id = 0; id < tr_tokenizer_n_vocab(t); id++) {
         bool want = false;
         for (size_t k = 0; k < json_array_size(eog); k++)
             if (json_integer_value(json_array_get(eog, k)) == id) want = true;
-        if (want != tokenizer_is_eog(t, id))
+        if (want != tr_tokenizer_is_eog(t, id))
             fprintf(stderr, "  EOG mismatch at id %d: llama.cpp %d\n", id, want);
-        assert_int_equal(want, tokenizer_is_eog(t, id));
+        assert_int_equal(want, tr_tokenizer_is_eog(t, id));
         n_eog += want;
     }
     assert_int_equal(n_eog, 3); /* <|endoftext|>, <|im_end|>, <reponame> */
-    assert_true(tokenizer_is_eog(t, 2));
-    assert_true(tokenizer_is_eog(t, 0));
-    assert_false(tokenizer_is_eog(t, 1));
-    assert_false(tokenizer_is_eog(t, -1));
-    assert_false(tokenizer_is_eog(t, 1 << 20));
+    assert_true(tr_tokenizer_is_eog(t, 2));
+    assert_true(tr_tokenizer_is_eog(t, 0));
+    assert_false(tr_tokenizer_is_eog(t, 1));
+    assert_false(tr_tokenizer_is_eog(t, -1));
+    assert_false(tr_tokenizer_is_eog(t, 1 << 20));
     json_decref(j);
 }
 
@@ -363,28 +363,28 @@ static void test_decode_special(void **state) {
     const char *s = "<|im_start|>user\nhi<|im_end|>";
     int32_t *ids;
     size_t n;
-    assert_int_equal(tokenizer_encode(t, s, strlen(s), true, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, s, strlen(s), true, &ids, &n), TR_OK);
     assert_int_equal(ids[0], 1);
     assert_int_equal(ids[n - 1], 2);
     char *out;
     size_t len;
-    assert_int_equal(tokenizer_decode(t, ids, n, false, &out, &len), TR_OK);
+    assert_int_equal(tr_tokenizer_decode(t, ids, n, false, &out, &len), TR_OK);
     assert_string_equal(out, "user\nhi");
     free(out);
-    assert_int_equal(tokenizer_decode(t, ids, n, true, &out, &len), TR_OK);
+    assert_int_equal(tr_tokenizer_decode(t, ids, n, true, &out, &len), TR_OK);
     assert_string_equal(out, s);
     free(out);
     free(ids);
     /* without special parsing, the markers are ordinary text */
-    assert_int_equal(tokenizer_encode(t, s, strlen(s), false, &ids, &n), TR_OK);
-    for (size_t i = 0; i < n; i++) assert_false(tokenizer_is_special(t, ids[i]));
+    assert_int_equal(tr_tokenizer_encode(t, s, strlen(s), false, &ids, &n), TR_OK);
+    for (size_t i = 0; i < n; i++) assert_false(tr_tokenizer_is_special(t, ids[i]));
     free(ids);
     /* empty input: a valid array, no ids */
-    assert_int_equal(tokenizer_encode(t, "", 0, true, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, "", 0, true, &ids, &n), TR_OK);
     assert_non_null(ids);
     assert_int_equal(n, 0);
     free(ids);
-    assert_int_equal(tokenizer_decode(t, NULL, 0, true, &out, &len), TR_OK);
+    assert_int_equal(tr_tokenizer_decode(t, NULL, 0, true, &out, &len), TR_OK);
     assert_int_equal(len, 0);
     assert_string_equal(out, "");
     free(out);
@@ -430,25 +430,25 @@ static void test_stream(void **state) {
     const char *s = "Hi 👨‍👩‍👧‍👦 and 🇫🇷, 你好 — naïve 😀!";
     int32_t *ids;
     size_t n;
-    assert_int_equal(tokenizer_encode(t, s, strlen(s), false, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, s, strlen(s), false, &ids, &n), TR_OK);
     tokenizer_stream st;
-    tokenizer_stream_init(&st, false);
+    tr_tokenizer_stream_init(&st, false);
     char acc[512];
     size_t acc_len = 0, held_pushes = 0;
     for (size_t i = 0; i < n; i++) {
         char out[256 + 16];
         size_t ol = 99;
-        assert_int_equal(tokenizer_stream_push(&st, t, ids[i], out, sizeof out, &ol), TR_OK);
+        assert_int_equal(tr_tokenizer_stream_push(&st, t, ids[i], out, sizeof out, &ol), TR_OK);
         /* every chunk is whole characters */
         assert_true(valid_utf8((const uint8_t *)out, ol));
         size_t tl;
-        tokenizer_token_bytes(t, ids[i], &tl);
+        tr_tokenizer_token_bytes(t, ids[i], &tl);
         if (ol < tl) held_pushes++;
         memcpy(acc + acc_len, out, ol);
         acc_len += ol;
     }
     char out[8];
-    assert_int_equal(tokenizer_stream_flush(&st, out, sizeof out), 0);
+    assert_int_equal(tr_tokenizer_stream_flush(&st, out, sizeof out), 0);
     assert_int_equal(acc_len, strlen(s));
     assert_memory_equal(acc, s, acc_len);
     /* the emoji are split across byte-level tokens: some pushes held bytes */
@@ -460,51 +460,51 @@ static void test_stream(void **state) {
     char c80 = (char)0x80, cf0 = (char)0xF0;
     int32_t *i80, *if0;
     size_t n1;
-    assert_int_equal(tokenizer_encode(t, &c80, 1, false, &i80, &n1), TR_OK);
-    assert_int_equal(tokenizer_encode(t, &cf0, 1, false, &if0, &n1), TR_OK);
-    int32_t ia = tokenizer_find(t, "a");
-    tokenizer_stream_init(&st, true);
+    assert_int_equal(tr_tokenizer_encode(t, &c80, 1, false, &i80, &n1), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, &cf0, 1, false, &if0, &n1), TR_OK);
+    int32_t ia = tr_tokenizer_find(t, "a");
+    tr_tokenizer_stream_init(&st, true);
     char o[64];
     size_t ol;
-    assert_int_equal(tokenizer_stream_push(&st, t, i80[0], o, sizeof o, &ol), TR_OK);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, i80[0], o, sizeof o, &ol), TR_OK);
     assert_int_equal(ol, 3);
     assert_memory_equal(o, "\xEF\xBF\xBD", 3);
-    assert_int_equal(tokenizer_stream_push(&st, t, if0[0], o, sizeof o, &ol), TR_OK);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, if0[0], o, sizeof o, &ol), TR_OK);
     assert_int_equal(ol, 0);
     assert_int_equal(st.n_pending, 1);
     /* too small a buffer: TR_ERR_FULL, state unchanged */
-    assert_int_equal(tokenizer_stream_push(&st, t, ia, o, 2, &ol), TR_ERR_FULL);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, ia, o, 2, &ol), TR_ERR_FULL);
     assert_int_equal(st.n_pending, 1);
-    assert_int_equal(tokenizer_stream_push(&st, t, ia, o, sizeof o, &ol), TR_OK);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, ia, o, sizeof o, &ol), TR_OK);
     assert_int_equal(ol, 4);
     assert_memory_equal(o, "\xEF\xBF\xBD" "a", 4);
-    assert_int_equal(tokenizer_stream_push(&st, t, if0[0], o, sizeof o, &ol), TR_OK);
-    assert_int_equal(tokenizer_stream_flush(&st, o, 2), 0); /* too small: kept */
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, if0[0], o, sizeof o, &ol), TR_OK);
+    assert_int_equal(tr_tokenizer_stream_flush(&st, o, 2), 0); /* too small: kept */
     assert_int_equal(st.n_pending, 1);
-    assert_int_equal(tokenizer_stream_flush(&st, o, sizeof o), 3);
+    assert_int_equal(tr_tokenizer_stream_flush(&st, o, sizeof o), 3);
     assert_memory_equal(o, "\xEF\xBF\xBD", 3);
     assert_int_equal(st.n_pending, 0);
     /* control tokens: rendered only when asked */
-    assert_int_equal(tokenizer_stream_push(&st, t, 2, o, sizeof o, &ol), TR_OK);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, 2, o, sizeof o, &ol), TR_OK);
     assert_int_equal(ol, 10);
-    tokenizer_stream_init(&st, false);
-    assert_int_equal(tokenizer_stream_push(&st, t, 2, o, sizeof o, &ol), TR_OK);
+    tr_tokenizer_stream_init(&st, false);
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, 2, o, sizeof o, &ol), TR_OK);
     assert_int_equal(ol, 0);
-    assert_int_equal(tokenizer_stream_push(&st, t, 49152, o, sizeof o, &ol),
+    assert_int_equal(tr_tokenizer_stream_push(&st, t, 49152, o, sizeof o, &ol),
                      TR_ERR_INVALID_ARG);
     free(i80);
     free(if0);
 
     /* the documented bound holds for every token after every pending state */
     static const char *const pend[] = {"", "\xF0", "\xF0\x9F", "\xF0\x9F\x98", "\xE4", "\xC3"};
-    size_t bound = 3 * (tokenizer_max_token_len(t) + 1), worst = 0;
+    size_t bound = 3 * (tr_tokenizer_max_token_len(t) + 1), worst = 0;
     char *big = malloc(bound);
     for (size_t p = 0; p < TR_ARRAY_LEN(pend); p++) {
-        for (int32_t id = 0; id < tokenizer_n_vocab(t); id++) {
-            tokenizer_stream_init(&st, true);
+        for (int32_t id = 0; id < tr_tokenizer_n_vocab(t); id++) {
+            tr_tokenizer_stream_init(&st, true);
             memcpy(st.pending, pend[p], strlen(pend[p]));
             st.n_pending = (uint32_t)strlen(pend[p]);
-            assert_int_equal(tokenizer_stream_push(&st, t, id, big, bound, &ol), TR_OK);
+            assert_int_equal(tr_tokenizer_stream_push(&st, t, id, big, bound, &ol), TR_OK);
             assert_true(valid_utf8((const uint8_t *)big, ol));
             if (ol > worst) worst = ol;
         }
@@ -528,15 +528,15 @@ static void test_bpe_modes(void **state) {
             w[i] = bytes ? (uint8_t)rng_next(&rng)
                          : (uint8_t)alpha[rng_next(&rng) % (sizeof alpha - 1)];
         tokenizer_ids a = {0}, b = {0};
-        assert_int_equal(tokenizer_bpe_word(t, w, n, 1, &a), TR_OK);
-        assert_int_equal(tokenizer_bpe_word(t, w, n, 2, &b), TR_OK);
+        assert_int_equal(tr_tokenizer_bpe_word(t, w, n, 1, &a), TR_OK);
+        assert_int_equal(tr_tokenizer_bpe_word(t, w, n, 2, &b), TR_OK);
         assert_int_equal(a.n, b.n);
         assert_memory_equal(a.v, b.v, a.n * sizeof *a.v);
         /* the pieces cover the word */
         size_t total = 0, kept = 0;
         for (size_t i = 0; i < a.n; i++) {
             size_t l;
-            tokenizer_token_bytes(t, a.v[i], &l);
+            tr_tokenizer_token_bytes(t, a.v[i], &l);
             total += l;
         }
         for (size_t i = 0; i < n; i++) kept += !dropped_byte(t, w[i]);
@@ -563,7 +563,7 @@ static tr_status collect(void *ud, const char *s, size_t n) {
 
 static void expect_split(const tokenizer *t, const char *s, const char *want) {
     pieces p = {.n = 0};
-    assert_int_equal(tokenizer_pretokenize(t, s, strlen(s), collect, &p), TR_OK);
+    assert_int_equal(tr_tokenizer_pretokenize(t, s, strlen(s), collect, &p), TR_OK);
     p.buf[p.n] = 0;
     if (strcmp(p.buf, want) != 0)
         fprintf(stderr, "  split of '%s': got '%s' want '%s'\n", s, p.buf, want);
@@ -597,7 +597,7 @@ static void *thr_main(void *p) {
         for (size_t i = 0; i < a->n; i++) {
             int32_t *ids;
             size_t n;
-            if (tokenizer_encode(a->t, a->ref[i].text, a->ref[i].len, a->ref[i].special,
+            if (tr_tokenizer_encode(a->t, a->ref[i].text, a->ref[i].len, a->ref[i].special,
                                  &ids, &n) != TR_OK ||
                 n != a->ref[i].n_ids || (n && memcmp(ids, a->ref[i].ids, n * 4) != 0))
                 a->bad++;
@@ -722,7 +722,7 @@ static uint8_t *toy_gguf(toy_opts o, size_t *len) {
     int32_t types[TOY_N];
     char sym[256][4];
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = tokenizer_byte_to_cp((uint8_t)b);
+        uint32_t cp = tr_tokenizer_byte_to_cp((uint8_t)b);
         if (cp < 0x80) {
             sym[b][0] = (char)cp;
             sym[b][1] = 0;
@@ -761,15 +761,15 @@ static tr_status toy_open(toy_opts o, tokenizer **t, tr_diag *d, uint8_t **mem,
                           gguf_file **f) {
     size_t len;
     *mem = toy_gguf(o, &len);
-    assert_int_equal(gguf_open_memory(*mem, len, f, d), TR_OK);
-    return tokenizer_from_gguf(*f, t, d);
+    assert_int_equal(tr_gguf_open_memory(*mem, len, f, d), TR_OK);
+    return tr_tokenizer_from_gguf(*f, t, d);
 }
 
 static void expect_ids(const tokenizer *t, const char *s, bool special, const int32_t *want,
                        size_t n_want) {
     int32_t *ids;
     size_t n;
-    assert_int_equal(tokenizer_encode(t, s, strlen(s), special, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, s, strlen(s), special, &ids, &n), TR_OK);
     if (n != n_want || memcmp(ids, want, n * 4) != 0) {
         fprintf(stderr, "  encode '%s' special=%d\n", s, special);
         print_ids("want", want, n_want);
@@ -784,19 +784,19 @@ static void test_byte_alphabet(void **state) {
     (void)state;
     /* GPT-2's bytes_to_unicode(): printable Latin-1 maps to itself, the
      * other 68 bytes to U+0100.. in byte order */
-    assert_int_equal(tokenizer_byte_to_cp('!'), '!');
-    assert_int_equal(tokenizer_byte_to_cp('~'), '~');
-    assert_int_equal(tokenizer_byte_to_cp(0xA1), 0xA1);
-    assert_int_equal(tokenizer_byte_to_cp(0xFF), 0xFF);
-    assert_int_equal(tokenizer_byte_to_cp(0x00), 0x100);
-    assert_int_equal(tokenizer_byte_to_cp('\n'), 0x10A);
-    assert_int_equal(tokenizer_byte_to_cp(' '), 0x120); /* "Ġ" */
-    assert_int_equal(tokenizer_byte_to_cp(0x7F), 0x121);
-    assert_int_equal(tokenizer_byte_to_cp(0xA0), 0x142);
-    assert_int_equal(tokenizer_byte_to_cp(0xAD), 0x143);
+    assert_int_equal(tr_tokenizer_byte_to_cp('!'), '!');
+    assert_int_equal(tr_tokenizer_byte_to_cp('~'), '~');
+    assert_int_equal(tr_tokenizer_byte_to_cp(0xA1), 0xA1);
+    assert_int_equal(tr_tokenizer_byte_to_cp(0xFF), 0xFF);
+    assert_int_equal(tr_tokenizer_byte_to_cp(0x00), 0x100);
+    assert_int_equal(tr_tokenizer_byte_to_cp('\n'), 0x10A);
+    assert_int_equal(tr_tokenizer_byte_to_cp(' '), 0x120); /* "Ġ" */
+    assert_int_equal(tr_tokenizer_byte_to_cp(0x7F), 0x121);
+    assert_int_equal(tr_tokenizer_byte_to_cp(0xA0), 0x142);
+    assert_int_equal(tr_tokenizer_byte_to_cp(0xAD), 0x143);
     bool seen[324] = {false};
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = tokenizer_byte_to_cp((uint8_t)b);
+        uint32_t cp = tr_tokenizer_byte_to_cp((uint8_t)b);
         assert_true(cp < 324 && !seen[cp]);
         seen[cp] = true;
     }
@@ -810,8 +810,8 @@ static void test_toy_vocab(void **state) {
     gguf_file *f;
     assert_int_equal(toy_open((toy_opts){.model = "gpt2", .pre = "gpt2"}, &t, &d, &mem, &f),
                      TR_OK);
-    assert_int_equal(tokenizer_check(t), TR_OK);
-    tokenizer_dump(t, stdout);
+    assert_int_equal(tr_tokenizer_check(t), TR_OK);
+    tr_tokenizer_dump(t, stdout);
     expect_ids(t, "abc", false, (int32_t[]){TOY_ABC}, 1);
     expect_ids(t, "ab", false, (int32_t[]){TOY_AB}, 1);
     expect_ids(t, "abd", false, (int32_t[]){TOY_AB, 'd'}, 2);
@@ -823,24 +823,24 @@ static void test_toy_vocab(void **state) {
     expect_ids(t, "a<|im_end|>", true, (int32_t[]){'a', TOY_IMEND}, 2);
     int32_t *ids;
     size_t n;
-    assert_int_equal(tokenizer_encode(t, "<|ctl|>", 7, false, &ids, &n), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(t, "<|ctl|>", 7, false, &ids, &n), TR_OK);
     assert_int_equal(n, 7); /* "<|", "ctl", "|>": no merges, one id per byte */
     free(ids);
-    assert_true(tokenizer_is_eog(t, TOY_CTL));   /* eos */
-    assert_true(tokenizer_is_eog(t, TOY_IMEND)); /* by text */
-    assert_int_equal(tokenizer_type(t, TOY_IMEND), TOKENIZER_TYPE_CONTROL);
-    assert_false(tokenizer_is_eog(t, TOY_UD));
-    assert_false(tokenizer_add_bos(t));
-    assert_int_equal(tokenizer_bos(t), TOY_UD);
-    tokenizer_free(t);
+    assert_true(tr_tokenizer_is_eog(t, TOY_CTL));   /* eos */
+    assert_true(tr_tokenizer_is_eog(t, TOY_IMEND)); /* by text */
+    assert_int_equal(tr_tokenizer_type(t, TOY_IMEND), TOKENIZER_TYPE_CONTROL);
+    assert_false(tr_tokenizer_is_eog(t, TOY_UD));
+    assert_false(tr_tokenizer_add_bos(t));
+    assert_int_equal(tr_tokenizer_bos(t), TOY_UD);
+    tr_tokenizer_free(t);
 
     /* llama3: a piece that is a token as a whole skips the merges */
     tokenizer *t3;
-    assert_int_equal(tokenizer_from_gguf_pre(f, "llama3", &t3, &d), TR_OK);
+    assert_int_equal(tr_tokenizer_from_gguf_pre(f, "llama3", &t3, &d), TR_OK);
     expect_ids(t3, "abd", false, (int32_t[]){TOY_ABD}, 1);
-    assert_true(tokenizer_add_bos(t3)); /* llama3's default */
-    tokenizer_free(t3);
-    gguf_close(f);
+    assert_true(tr_tokenizer_add_bos(t3)); /* llama3's default */
+    tr_tokenizer_free(t3);
+    tr_gguf_close(f);
     free(mem);
 }
 
@@ -856,7 +856,7 @@ static void expect_build_error(toy_opts o, tr_status want, const char *needle) {
     assert_int_equal(s, want);
     assert_null(t);
     if (needle) assert_non_null(strstr(d.message, needle));
-    gguf_close(f);
+    tr_gguf_close(f);
     free(mem);
 }
 
@@ -881,9 +881,9 @@ static void test_errors(void **state) {
     uint8_t *mem;
     gguf_file *f;
     assert_int_equal(toy_open((toy_opts){.model = "gpt2"}, &t, &d, &mem, &f), TR_OK);
-    assert_string_equal(tokenizer_pre_name(t), "default");
-    tokenizer_free(t);
-    tr_status s = tokenizer_from_gguf_pre(f, "unknown-thing", &t, &d);
+    assert_string_equal(tr_tokenizer_pre_name(t), "default");
+    tr_tokenizer_free(t);
+    tr_status s = tr_tokenizer_from_gguf_pre(f, "unknown-thing", &t, &d);
     assert_int_equal(s, TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(d.message, "unknown-thing"));
 
@@ -892,21 +892,21 @@ static void test_errors(void **state) {
     size_t n;
     char *out;
     size_t len;
-    assert_int_equal(tokenizer_from_gguf(NULL, &t, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_from_gguf(NULL, &t, &d), TR_ERR_INVALID_ARG);
     tokenizer *tt;
-    assert_int_equal(tokenizer_from_gguf(f, &tt, NULL), TR_OK);
-    assert_int_equal(tokenizer_encode(NULL, "a", 1, false, &ids, &n), TR_ERR_INVALID_ARG);
-    assert_int_equal(tokenizer_encode(tt, NULL, 1, false, &ids, &n), TR_ERR_INVALID_ARG);
-    assert_int_equal(tokenizer_encode(tt, "a", 1, false, NULL, &n), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_from_gguf(f, &tt, NULL), TR_OK);
+    assert_int_equal(tr_tokenizer_encode(NULL, "a", 1, false, &ids, &n), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_encode(tt, NULL, 1, false, &ids, &n), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_encode(tt, "a", 1, false, NULL, &n), TR_ERR_INVALID_ARG);
     int32_t bad[] = {1, TOY_N};
-    assert_int_equal(tokenizer_decode(tt, bad, 2, true, &out, &len), TR_ERR_INVALID_ARG);
-    assert_int_equal(tokenizer_decode(tt, NULL, 1, true, &out, &len), TR_ERR_INVALID_ARG);
-    assert_int_equal(tokenizer_n_vocab(NULL), 0);
-    assert_int_equal(tokenizer_find(NULL, "a"), -1);
-    assert_false(tokenizer_is_eog(NULL, 0));
-    tokenizer_free(NULL);
-    tokenizer_free(tt);
-    gguf_close(f);
+    assert_int_equal(tr_tokenizer_decode(tt, bad, 2, true, &out, &len), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_decode(tt, NULL, 1, true, &out, &len), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_tokenizer_n_vocab(NULL), 0);
+    assert_int_equal(tr_tokenizer_find(NULL, "a"), -1);
+    assert_false(tr_tokenizer_is_eog(NULL, 0));
+    tr_tokenizer_free(NULL);
+    tr_tokenizer_free(tt);
+    tr_gguf_close(f);
     free(mem);
 }
 
@@ -929,7 +929,7 @@ int main(void) {
         cmocka_unit_test(test_long_inputs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    tokenizer_free(g_tok);
-    gguf_close(g_file);
+    tr_tokenizer_free(g_tok);
+    tr_gguf_close(g_file);
     return rc;
 }
