@@ -51,6 +51,14 @@
 extern "C" {
 #endif
 
+/* The functions of this header are the only symbols libtrellis.so exports
+ * (the library is built with hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define TRELLIS_API __attribute__((visibility("default")))
+#else
+#define TRELLIS_API
+#endif
+
 /* ---- status codes (equal to the core's tr_status values) ---- */
 #define TRELLIS_OK 0
 #define TRELLIS_ERR_NOMEM (-1)
@@ -69,8 +77,8 @@ extern "C" {
 
 /* The code's name as the core spells it ("TR_ERR_NOMEM") and a message;
  * never NULL. */
-const char *trellis_status_name(int status);
-const char *trellis_status_message(int status);
+TRELLIS_API const char *trellis_status_name(int status);
+TRELLIS_API const char *trellis_status_message(int status);
 
 #define TRELLIS_MAX_TOP_LOGPROBS 20
 #define TRELLIS_MAX_STOP 16     /* stop strings per request */
@@ -124,12 +132,12 @@ typedef struct trellis_engine_options {
     void *wake_user;
 } trellis_engine_options;
 
-void trellis_engine_options_default(trellis_engine_options *o);
+TRELLIS_API void trellis_engine_options_default(trellis_engine_options *o);
 
 /* Loads the GGUF model at model_path (NULL: the default model path, see
  * base/paths.h), allocates the KV pool and starts the engine.
  * On failure *out is untouched and err (may be NULL) says why. */
-int trellis_engine_new(const char *model_path,
+TRELLIS_API int trellis_engine_new(const char *model_path,
                        const trellis_engine_options *options,
                        trellis_engine **out, char *err, size_t err_cap);
 
@@ -137,7 +145,7 @@ int trellis_engine_new(const char *model_path,
  * (no more events), unread events are freed. NULL is a no-op. No other call
  * on e may be in progress or follow (in particular not a trellis_wait on
  * another thread), and it must not be called from `wake`. */
-void trellis_engine_free(trellis_engine *e);
+TRELLIS_API void trellis_engine_free(trellis_engine *e);
 
 typedef struct trellis_engine_info {
     int32_t n_vocab;
@@ -152,7 +160,7 @@ typedef struct trellis_engine_info {
     int32_t load;        /* TRELLIS_LOAD_MMAP or _READ: what AUTO chose */
 } trellis_engine_info;
 
-void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+TRELLIS_API void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
 
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
@@ -255,7 +263,7 @@ typedef struct trellis_request {
 
 /* temperature 1, top_p 1, repetition 1, penalty_last_n 64, max_tokens 128,
  * n 1, everything else 0 / NULL / false. */
-void trellis_request_default(trellis_request *r);
+TRELLIS_API void trellis_request_default(trellis_request *r);
 
 /* Validates and copies the request, tokenizes the prompt (on the calling
  * thread), compiles its regex, and queues it. Requests that can never run
@@ -264,13 +272,13 @@ void trellis_request_default(trellis_request *r);
  * the whole KV pool (TRELLIS_ERR_LIMIT), bad sampling parameters, a bad
  * regex, etc. On success *id_out (may be NULL) receives the request id
  * (never 0). */
-int trellis_submit(trellis_engine *e, const trellis_request *r,
+TRELLIS_API int trellis_submit(trellis_engine *e, const trellis_request *r,
                    uint64_t *id_out, char *err, size_t err_cap);
 
 /* Asks the engine to stop request id: its pages are freed at the next
  * step and its unfinished samples end with finish CANCELLED. Unknown or
  * finished ids are ignored. Asynchronous; returns 0 or TRELLIS_ERR_NOMEM. */
-int trellis_cancel(trellis_engine *e, uint64_t id);
+TRELLIS_API int trellis_cancel(trellis_engine *e, uint64_t id);
 
 /* ------------------------------------------------------------------ */
 /* Events                                                              */
@@ -291,7 +299,7 @@ typedef enum trellis_finish {
 } trellis_finish;
 
 /* "stop", "length", "cancelled", "error", "" */
-const char *trellis_finish_name(trellis_finish f);
+TRELLIS_API const char *trellis_finish_name(trellis_finish f);
 
 typedef struct trellis_top_logprob {
     int32_t token;
@@ -354,13 +362,13 @@ typedef struct trellis_event {
 
 /* Takes the next event: 1 and *out set (free it with trellis_event_free),
  * or 0 when the queue is empty. */
-int trellis_poll(trellis_engine *e, trellis_event **out);
+TRELLIS_API int trellis_poll(trellis_engine *e, trellis_event **out);
 
 /* Waits up to timeout_ms (-1: forever) for an event: 1 and *out set, or 0
  * on time-out. */
-int trellis_wait(trellis_engine *e, int timeout_ms, trellis_event **out);
+TRELLIS_API int trellis_wait(trellis_engine *e, int timeout_ms, trellis_event **out);
 
-void trellis_event_free(trellis_event *ev);
+TRELLIS_API void trellis_event_free(trellis_event *ev);
 
 /* ------------------------------------------------------------------ */
 /* Statistics and utilities                                            */
@@ -404,16 +412,16 @@ typedef struct trellis_stats {
 } trellis_stats;
 
 /* A snapshot taken at the end of the latest engine step. */
-void trellis_get_stats(trellis_engine *e, trellis_stats *out);
+TRELLIS_API void trellis_get_stats(trellis_engine *e, trellis_stats *out);
 
 /* Drops every unlocked prefix-cache entry (waits for the engine). */
-int trellis_flush_cache(trellis_engine *e);
+TRELLIS_API int trellis_flush_cache(trellis_engine *e);
 
 /* Tokenizes text (no BOS added) into a malloc'd array (free with free()). */
-int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
+TRELLIS_API int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
                      bool parse_special, int32_t **ids, size_t *n_ids);
 /* The bytes of one token (borrowed; NULL for bad ids). */
-const char *trellis_token_text(const trellis_engine *e, int32_t id,
+TRELLIS_API const char *trellis_token_text(const trellis_engine *e, int32_t id,
                                size_t *len);
 
 #ifdef __cplusplus
