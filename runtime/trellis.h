@@ -126,6 +126,8 @@ typedef struct trellis_engine_options {
                                  of one request still share their prompt) */
     bool no_overlap;          /* run forward passes on the engine thread
                                  instead of a compute thread */
+    int32_t grammar_cache_mb; /* compiled grammars kept for reuse,
+                                 memos included (default 256) */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */
@@ -161,6 +163,121 @@ typedef struct trellis_engine_info {
 } trellis_engine_info;
 
 TRELLIS_API void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Grammars: compiled constraints, shared by handle                    */
+/* ------------------------------------------------------------------ */
+
+/* A constraint (regex, choice list, JSON Schema, any JSON object, EBNF)
+ * compiled against an engine's vocabulary into an immutable,
+ * reference-counted handle. Requests refer to a handle
+ * (trellis_request.grammar); the engine constrains each of their samples
+ * with a fresh matcher over it.
+ *
+ * Compile cache. trellis_grammar_compile first looks the constraint up in
+ * the engine's grammar cache, keyed by (kind, text, options): a hit
+ * returns the cached handle (a new reference) without compiling. The
+ * cache holds at most trellis_engine_options.grammar_cache_mb of compiled
+ * grammars (their automata and their mask memos) and evicts the least
+ * recently used entries beyond that; an evicted grammar lives on in the
+ * requests and handles that still hold it. Concurrent compiles of the
+ * same key compile once (the others wait for it). Failed compiles are not
+ * cached.
+ *
+ * Shared masks. Each compiled grammar memoizes the token mask of every
+ * automaton state it has met; the memo belongs to the grammar, so every
+ * request using the same handle finds warm masks.
+ *
+ * Threads. trellis_grammar_compile blocks its caller for the compile (from
+ * microseconds for a cached or small grammar to the compile-time budget)
+ * and may be called from any thread, concurrently; an event loop calls it
+ * on a worker pool (libuv's uv_queue_work), never on its loop thread. The
+ * engine thread never compiles. _ref/_release and the accessors are
+ * thread-safe. The concurrency design of the cache and the memo is
+ * documented in runtime/engine (grammar_cache.h).
+ *
+ * Errors. A bad constraint is TRELLIS_ERR_FORMAT (syntax; err says what
+ * and where: byte offset, line:column, or JSON pointer for schemas),
+ * TRELLIS_ERR_UNSUPPORTED (a construct or schema keyword that cannot be
+ * enforced: named), or TRELLIS_ERR_LIMIT (a compile budget: states, bytes
+ * or time; named). A kind this build cannot compile yet is
+ * TRELLIS_ERR_UNSUPPORTED. */
+typedef struct trellis_grammar trellis_grammar;
+
+typedef enum trellis_grammar_kind {
+    TRELLIS_GRAMMAR_REGEX = 1,       /* text: a regex (grammar/grammar.h
+                                        dialect), matched as a whole */
+    TRELLIS_GRAMMAR_CHOICE = 2,      /* text: a JSON array of strings; the
+                                        output is exactly one of them */
+    TRELLIS_GRAMMAR_JSON_SCHEMA = 3, /* text: a JSON Schema document */
+    TRELLIS_GRAMMAR_JSON_OBJECT = 4, /* any JSON object; text ignored (NULL
+                                        allowed) */
+    TRELLIS_GRAMMAR_EBNF = 5,        /* text: GBNF / EBNF with regex
+                                        terminals, start rule `root` */
+} trellis_grammar_kind;
+
+/* trellis_grammar_options.whitespace (JSON kinds) */
+enum {
+    TRELLIS_WS_FLEXIBLE = 0, /* JSON whitespace between tokens, each run at
+                                most max_ws_run bytes */
+    TRELLIS_WS_COMPACT = 1,  /* none */
+    TRELLIS_WS_PRETTY = 2,   /* newlines and `indent` spaces per level */
+};
+
+typedef struct trellis_grammar_options {
+    bool lenient;       /* JSON Schema: ignore keywords that cannot be
+                           enforced (with a warning) instead of refusing
+                           the schema */
+    int32_t whitespace; /* TRELLIS_WS_*; default FLEXIBLE */
+    int32_t max_ws_run; /* FLEXIBLE: most whitespace bytes in a row
+                           (default 16; bounds loops on spaces) */
+    int32_t indent;     /* PRETTY: spaces per level (default 2) */
+} trellis_grammar_options;
+
+TRELLIS_API void trellis_grammar_options_default(trellis_grammar_options *o);
+
+/* Compiles text[0..len) (len 0: strlen; text may be NULL for
+ * JSON_OBJECT) as `kind`, or finds it in the cache. options may be NULL
+ * (defaults). On success *out holds a new reference (release it with
+ * trellis_grammar_release). On failure *out is untouched and err (may be
+ * NULL) says why. */
+TRELLIS_API int trellis_grammar_compile(trellis_engine *e, trellis_grammar_kind kind,
+                                        const char *text, size_t len,
+                                        const trellis_grammar_options *options,
+                                        trellis_grammar **out, char *err, size_t err_cap);
+/* The same as kind CHOICE with the JSON array of choices[0..n). */
+TRELLIS_API int trellis_grammar_compile_choices(trellis_engine *e,
+                                                const char *const *choices, int32_t n,
+                                                trellis_grammar **out, char *err,
+                                                size_t err_cap);
+/* Adds a reference; returns g. */
+TRELLIS_API trellis_grammar *trellis_grammar_ref(trellis_grammar *g);
+/* Drops a reference (frees at zero); NULL is a no-op. A grammar may
+ * outlive its engine's cache but not its engine: release every handle
+ * before trellis_engine_free. */
+TRELLIS_API void trellis_grammar_release(trellis_grammar *g);
+TRELLIS_API trellis_grammar_kind trellis_grammar_get_kind(const trellis_grammar *g);
+/* Warnings of a lenient compile (keywords ignored, one per line, each with
+ * its JSON pointer); "" when none. Borrowed, valid while g lives. */
+TRELLIS_API const char *trellis_grammar_warnings(const trellis_grammar *g);
+
+typedef struct trellis_grammar_cache_stats {
+    uint64_t hits, misses;   /* lookups by trellis_grammar_compile and by
+                                requests' `regex` */
+    uint64_t compiles;       /* successful compiles (== misses that
+                                compiled) */
+    uint64_t failures;       /* compiles that returned an error */
+    uint64_t evictions;
+    int32_t entries;
+    uint64_t bytes;          /* held by cached grammars, memos included */
+    uint64_t budget_bytes;
+    uint64_t masks_computed; /* masks computed by walking the vocabulary,
+                                over all grammars */
+    uint64_t masks_reused;   /* masks taken from a grammar's memo */
+} trellis_grammar_cache_stats;
+
+TRELLIS_API void trellis_grammar_cache_get_stats(trellis_engine *e,
+                                                 trellis_grammar_cache_stats *out);
 
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
@@ -242,12 +359,16 @@ typedef struct trellis_request {
     const int32_t *stop_tokens; /* stop token ids (not emitted) */
     int32_t n_stop_tokens;
 
-    /* Constraint: a regex the whole completion must match, or a custom
-     * constraint (at most one). The engine takes over constraint_state on
-     * success (it calls ops->free); on failure the caller keeps it.
-     * A regex constraint is done (finish "stop", stop_token -1) as soon as
-     * the text is a complete match no byte can extend, without sampling
-     * the end-of-generation token that is then the only one allowed. */
+    /* Constraint (at most one of grammar, regex, constraint): a compiled
+     * grammar (borrowed: trellis_submit takes its own reference), a regex
+     * the whole completion must match (compiled through the engine's
+     * grammar cache, as trellis_grammar_compile with kind REGEX), or a
+     * custom constraint. The engine takes over constraint_state on success
+     * (it calls ops->free); on failure the caller keeps it. A grammar or
+     * regex constraint is done (finish "stop", stop_token -1) as soon as
+     * the text is complete and no byte can extend it, without sampling the
+     * end-of-generation token that is then the only one allowed. */
+    const trellis_grammar *grammar;
     const char *regex;
     const trellis_constraint_ops *constraint;
     void *constraint_state;
