@@ -6,6 +6,8 @@
  *   step.c     one step: batch, forward (overlapped), sampling, stops
  *   output.c   detokenization, stop strings, events
  *   compute.c  the real model behind engine_compute, the compute thread
+ *   options.c  the table of option defaults and bounds
+ *   grammar_*.c grammar handles and their compile cache (grammar_cache.h)
  *
  * Ownership and threads. A request (engine_req) is allocated and filled by
  * trellis_submit on the caller's thread, then handed to the engine thread
@@ -250,6 +252,13 @@ struct trellis_engine {
     trellis_stats st;        /* running counters (snapshotted) */
     uint64_t tps_t0, tps_gen0;
 };
+
+/* ---- options.c ---- */
+/* Defaults for unset options, bounds checked (err names the option);
+ * in NULL: the defaults. */
+tr_status tr_engine_options_resolve(const trellis_engine_options *in,
+                                    trellis_engine_options *out, char *err,
+                                    size_t cap);
 
 /* ---- engine.c ---- */
 void tr_engine_req_free(engine_req *r);
