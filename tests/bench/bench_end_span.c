@@ -62,9 +62,9 @@ int main(int argc, char **argv) {
         }
         i++;
     }
-    if (seeds < 1 || seeds > ES_MAX_SEEDS || max_tokens < 1 || limit < 1 ||
+    if (seeds < 0 || seeds > ES_MAX_SEEDS || max_tokens < 1 || limit < 1 ||
         limit > ES_MAX_CASES) {
-        fprintf(stderr, "bench_end_span: --seeds 1..%d, --max-tokens >= 1, "
+        fprintf(stderr, "bench_end_span: --seeds 0..%d, --max-tokens >= 1, "
                         "--limit 1..%d\n", ES_MAX_SEEDS, ES_MAX_CASES);
         return 2;
     }

@@ -133,7 +133,8 @@ static inline double es_now(void) {
 }
 
 /* Runs every case greedy and with seeds seed0 .. seed0 + n_seeds - 1 at
- * temperature 1 (one request with n = n_seeds), end_span as given. */
+ * temperature 1 (one request with n = n_seeds; none when 0), end_span as
+ * given. */
 static inline bool es_run(trellis_engine *e, es_case *cs, int n_cases, int n_seeds,
                           uint64_t seed0, int32_t max_tokens, int32_t end_span,
                           es_result *out) {
@@ -148,7 +149,7 @@ static inline bool es_run(trellis_engine *e, es_case *cs, int n_cases, int n_see
     }
     double t0 = es_now();
     for (int i = 0; i < n_cases; i++) {
-        for (int g = 0; g < 2; g++) { /* 0: greedy, 1: seeds */
+        for (int g = 0; g < (n_seeds > 0 ? 2 : 1); g++) { /* 0: greedy, 1: seeds */
             trellis_message m = {"user", cs[i].prompt};
             trellis_request q;
             trellis_request_default(&q);

@@ -9,7 +9,10 @@
  * should), so a page shared by mistake, a wrong page table after
  * preemption, or a cached prefix whose pages hold other tokens changes
  * the output. Each row has 8 likely tokens (ids >= 100, no specials)
- * picked by a hash of the history. The tokenizer is the default model's.
+ * picked by a hash of the history. The tokenizer is tiny_vocab.h's
+ * synthetic one (49,152 tokens, SmolLM2's control ids), so the fake-model
+ * tests need no model file. The request helpers serve the real-model
+ * tests too (test_engine_model.c).
  *
  * Everything is static inline: each test file uses what it needs.
  */
@@ -31,12 +34,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "base/paths.h"
 #include "base/util.h"
 #include "runtime/engine/engine.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/trellis.h"
+#include "tests/unit/tiny_vocab.h"
 
 /* ------------------------------------------------------------------ */
 /* The fake model                                                      */
@@ -130,13 +133,12 @@ static inline fake_cfg fake_default(void) {
 
 /* Builds an engine on the fake; *fp gets the fake (owned by the engine). */
 static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
-    char path[4096];
-    tr_default_model_path(path, sizeof path);
-    gguf_file *file = NULL;
-    tokenizer *tok = NULL;
-    tr_diag d = {0};
-    assert_int_equal(tr_gguf_open(path, &file, &d), TR_OK);
-    assert_int_equal(tr_tokenizer_from_gguf(file, &tok, &d), TR_OK);
+    /* the synthetic vocabulary's GGUF (metadata only) stands in for the
+     * model file: the engine reads the chat template from it */
+    gguf_file *file = tv_open();
+    tokenizer *tok = tv_tokenizer();
+    assert_non_null(file);
+    assert_non_null(tok);
     fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->n_pages = c->n_pages;

@@ -1,7 +1,8 @@
 /* test_end_span.c — the end-of-span rule (runtime/trellis.h,
  * trellis_request.end_span).
  *
- * On test_engine's fake model (engine_fake.h), whose logits are a known
+ * On test_engine's fake model (engine_fake.h, synthetic vocabulary: no
+ * model file needed), whose logits are a known
  * function of the history (8 likely ids, the 8th the argmax), greedy
  * outputs are replayed step by step against a matcher: where the mask
  * allows end-of-generation, the sample must end (finish stop, stop_token
@@ -19,7 +20,7 @@
  * full-matches (PCRE2), every cut one is a prefix of a match, and the rule
  * finishes strictly more generations (the figures are printed;
  * tests/bench/bench_end_span.c runs the same with more seeds).
- * TRELLIS_TEST_SCALE=small: 10 regexes, 1 seed.
+ * TRELLIS_TEST_SCALE=small: 8 regexes, greedy only, max_tokens 32.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,17 +48,13 @@ static void fake_likely(const int32_t *toks, int n, int32_t n_vocab, int32_t ids
 
 static bool allowed(const uint64_t *m, int32_t t) { return m[t >> 6] >> (t & 63) & 1; }
 
-static grammar_vocab *model_vocab(void) {
-    char path[4096];
-    gguf_file *gf;
-    tokenizer *tok;
+/* The fake engine's vocabulary (tiny_vocab.h), for replaying. */
+static grammar_vocab *fake_vocab(void) {
+    tokenizer *tok = tv_tokenizer();
     grammar_vocab *v;
-    tr_default_model_path(path, sizeof path);
-    assert_int_equal(tr_gguf_open(path, &gf, NULL), TR_OK);
-    assert_int_equal(tr_tokenizer_from_gguf(gf, &tok, NULL), TR_OK);
+    assert_non_null(tok);
     assert_int_equal(tr_constraint_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
     tr_tokenizer_free(tok);
-    tr_gguf_close(gf);
     return v;
 }
 
@@ -131,8 +128,7 @@ enum { N_RX = sizeof k_rx / sizeof *k_rx };
 
 static void test_greedy_replay_fake(void **state) {
     (void)state;
-    assert_true(model_present());
-    grammar_vocab *v = model_vocab();
+    grammar_vocab *v = fake_vocab();
     fake_cfg c = fake_default();
     trellis_engine *e = fake_engine(&c, NULL);
     int rule_steps = 0, rule_ends = 0, off_lengths = 0;
@@ -179,8 +175,7 @@ static void test_greedy_replay_fake(void **state) {
  * AUTO leaves the rule off for it, ON turns it on. */
 static void test_custom_constraint_fake(void **state) {
     (void)state;
-    assert_true(model_present());
-    grammar_vocab *v = model_vocab();
+    grammar_vocab *v = fake_vocab();
     fake_cfg c = fake_default();
     trellis_engine *e = fake_engine(&c, NULL);
     const char *rx = k_rx[0];
@@ -238,8 +233,7 @@ static void test_custom_constraint_fake(void **state) {
  * none. */
 static void test_sampled_logprobs_fake(void **state) {
     (void)state;
-    assert_true(model_present());
-    grammar_vocab *v = model_vocab();
+    grammar_vocab *v = fake_vocab();
     fake_cfg c = fake_default();
     trellis_engine *e = fake_engine(&c, NULL);
     size_t nw = tr_grammar_vocab_mask_words(v);
@@ -306,22 +300,23 @@ static void test_sampled_logprobs_fake(void **state) {
 }
 
 /* The measurement on the real model (see the top of the file). */
-static void test_real_model(void **state) {
+static void test_measure_real(void **state) {
     (void)state;
     assert_true(model_present());
     static es_case cs[ES_MAX_CASES];
     int n = es_load(TRELLIS_SOURCE_DIR "/tests/data/grammar/end_span_regexes.txt", cs,
                     ES_MAX_CASES);
     assert_int_equal(n, 40);
-    int use = n, seeds = 2;
-    if (small_scale()) { /* every 4th regex, one seed */
-        for (int i = 0; i < n / 4; i++) {
+    int use = n, seeds = 2, max_tokens = 64;
+    if (small_scale()) { /* sanitizer builds: every 5th regex, greedy, 32 */
+        for (int i = 0; i < n / 5; i++) {
             es_case t = cs[i];
-            cs[i] = cs[4 * i];
-            cs[4 * i] = t;
+            cs[i] = cs[5 * i];
+            cs[5 * i] = t;
         }
-        use = n / 4;
-        seeds = 1;
+        use = n / 5;
+        seeds = 0;
+        max_tokens = 32;
     }
     trellis_engine_options o;
     trellis_engine_options_default(&o);
@@ -331,8 +326,8 @@ static void test_real_model(void **state) {
     char err[512];
     assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), 0);
     es_result on, off;
-    assert_true(es_run(e, cs, use, seeds, 1, 64, TRELLIS_END_SPAN_ON, &on));
-    assert_true(es_run(e, cs, use, seeds, 1, 64, TRELLIS_END_SPAN_OFF, &off));
+    assert_true(es_run(e, cs, use, seeds, 1, max_tokens, TRELLIS_END_SPAN_ON, &on));
+    assert_true(es_run(e, cs, use, seeds, 1, max_tokens, TRELLIS_END_SPAN_OFF, &off));
     for (int i = 0; i < use; i++) {
         for (int j = 0; j < on.n_per_case; j++) {
             es_sample *a = &on.s[i][j], *b = &off.s[i][j];
@@ -343,10 +338,10 @@ static void test_real_model(void **state) {
                         b->text);
         }
     }
-    fprintf(stderr, "end-of-span rule, %d regexes x (greedy + %d seeds), max_tokens 64:\n"
+    fprintf(stderr, "end-of-span rule, %d regexes x (greedy + %d seeds), max_tokens %d:\n"
                     "  on:  %d of %d finished (%.1f%%), mean %.1f tokens, %d broke the regex\n"
                     "  off: %d of %d finished (%.1f%%), mean %.1f tokens, %d broke the regex\n",
-            use, seeds, on.finished, on.total, 100.0 * on.finished / on.total,
+            use, seeds, max_tokens, on.finished, on.total, 100.0 * on.finished / on.total,
             on.mean_tokens, on.bad, off.finished, off.total,
             100.0 * off.finished / off.total, off.mean_tokens, off.bad);
     assert_int_equal(on.bad, 0);
@@ -363,7 +358,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_replay_fake),
         cmocka_unit_test(test_custom_constraint_fake),
         cmocka_unit_test(test_sampled_logprobs_fake),
-        cmocka_unit_test(test_real_model),
+        cmocka_unit_test(test_measure_real),
     };
     const char *filter = getenv("TRELLIS_TEST_FILTER");
     if (filter) cmocka_set_test_filter(filter);

@@ -18,7 +18,8 @@
  *     a budget that keeps evicting (run under ThreadSanitizer by
  *     scripts/test.sh's tsan stage).
  *
- * Through the engine, on test_engine's fake model (engine_fake.h):
+ * Through the engine, on test_engine's fake model (engine_fake.h, with the
+ * synthetic vocabulary of tiny_vocab.h: no model file either):
  *   - 1,000 requests over 20 distinct regexes, half by `regex` and half by
  *     handle, submitted from 4 threads, compile exactly 20 times; masks
  *     are computed once per grammar state across all requests (computed
@@ -645,7 +646,6 @@ static void drain_by_id(trellis_engine *e, result *rs, int n, int expected_done)
 
 static void test_engine_1000_requests(void **state) {
     (void)state;
-    assert_true(model_present());
     req_spec *sp = calloc(NREQ, sizeof *sp);
     result *got = calloc(NREQ, sizeof *got), *ref = calloc(NREQ, sizeof *ref);
     make_specs(sp, NREQ);
@@ -699,15 +699,10 @@ static void test_engine_1000_requests(void **state) {
     e = fake_engine(&cfg, &f);
     grammar_vocab *v = NULL;
     {
-        char path[4096];
-        gguf_file *gf;
-        tokenizer *tok;
-        tr_default_model_path(path, sizeof path);
-        assert_int_equal(tr_gguf_open(path, &gf, NULL), TR_OK);
-        assert_int_equal(tr_tokenizer_from_gguf(gf, &tok, NULL), TR_OK);
+        tokenizer *tok = tv_tokenizer();
+        assert_non_null(tok);
         assert_int_equal(tr_constraint_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
         tr_tokenizer_free(tok);
-        tr_gguf_close(gf);
     }
     for (int i = 0; i < NREQ; i++) {
         trellis_request q = sp[i].q;
@@ -783,7 +778,6 @@ static void run_patterns(trellis_engine *e, char (*rx)[32], int n, int first,
  * new requests, and every output stays valid. */
 static void test_engine_eviction(void **state) {
     (void)state;
-    assert_true(model_present());
     fake_cfg cfg = fake_default();
     cfg.grammar_cache_mb = 1;
     fake *f;
@@ -832,7 +826,6 @@ static void test_engine_eviction(void **state) {
 
 static void test_engine_request_errors(void **state) {
     (void)state;
-    assert_true(model_present());
     fake_cfg cfg = fake_default();
     trellis_engine *e1 = fake_engine(&cfg, NULL), *e2 = fake_engine(&cfg, NULL);
     trellis_grammar *h = NULL;

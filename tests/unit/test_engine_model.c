@@ -1,0 +1,296 @@
+/* test_engine_model.c — the async engine on the real default model, for
+ * the properties that need its kernels (the scheduler's logic is
+ * test_engine.c's, on a fake model): batch invariance (a request's tokens
+ * with a fixed seed are identical alone and among 31 others), preemption
+ * under a tiny pool with the same tokens as alone, n > 1 sharing its
+ * prompt pages, the model file mapped or read in giving the same tokens,
+ * and jump-forward with a JSON-shaped regex (valid output in fewer steps
+ * than with no_jump_forward; n = 3).
+ *
+ * Needs the default model: without it every test fails (ctest label
+ * `model`). TRELLIS_TEST_SCALE=small (sanitizer builds, where the model
+ * runs ~100x slower) runs fewer and shorter requests;
+ * TRELLIS_TEST_FILTER=<glob> runs only the matching tests.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/unit/engine_fake.h"
+#include "tests/unit/test_env.h"
+
+/* ------------------------------------------------------------------ */
+/* Real-model tests                                                    */
+/* ------------------------------------------------------------------ */
+
+static trellis_engine *real_engine(int32_t kv_pages, int32_t max_running) {
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 2;
+    o.max_batch_tokens = 256;
+    o.chunk_size = 128;
+    o.max_running = max_running;
+    o.kv_pages = kv_pages;
+    trellis_engine *e = NULL;
+    char err[512];
+    int s = trellis_engine_new(NULL, &o, &e, err, sizeof err);
+    if (s) fprintf(stderr, "trellis_engine_new: %s\n", err);
+    assert_int_equal(s, 0);
+    return e;
+}
+
+static const char *k_prompts[] = {
+    "The capital of France is",
+    "Write a haiku about the sea.",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "Explain why the sky is blue in one sentence.",
+    "1, 2, 3, 5, 8, 13,",
+    "A radix tree is a data structure that",
+};
+
+/* The model file mapped or read into huge pages: the same bytes, so the
+ * same tokens; info says which; a mode outside TRELLIS_LOAD_* is refused
+ * with a message naming the option. */
+static void test_load_modes_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 2;
+    o.load = 3;
+    trellis_engine *e = NULL;
+    char err[512];
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), TRELLIS_ERR_INVALID_ARG);
+    assert_null(e);
+    assert_non_null(strstr(err, "options.load"));
+    result r[2];
+    const int32_t modes[2] = {TRELLIS_LOAD_MMAP, TRELLIS_LOAD_READ};
+    for (int i = 0; i < 2; i++) {
+        o.load = modes[i];
+        assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), 0);
+        trellis_engine_info info;
+        trellis_engine_get_info(e, &info);
+        assert_int_equal(info.load, modes[i]);
+        trellis_request q;
+        trellis_request_default(&q);
+        q.prompt = k_prompts[0];
+        q.max_tokens = 6;
+        q.ignore_eos = true;
+        run1(e, &q, &r[i]);
+        assert_int_equal(r[i].s[0].n_tokens, 6);
+        expect_all_free(e);
+        trellis_engine_free(e);
+    }
+    same_tokens(&r[0], &r[1], 0);
+    result_free(&r[0]);
+    result_free(&r[1]);
+}
+
+static void test_batch_invariance_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    const int others = small_scale() ? 3 : 31;
+    const int ntok = small_scale() ? 3 : 16;
+    trellis_engine *e = real_engine(0, 64);
+    trellis_request probe;
+    trellis_request_default(&probe);
+    probe.prompt = "In a distant galaxy, the crew of the starship";
+    probe.max_tokens = ntok;
+    probe.temperature = 0.8f;
+    probe.top_k = 40;
+    probe.seed = 4242;
+    probe.ignore_eos = true;
+    result alone;
+    run1(e, &probe, &alone);
+    assert_int_equal(alone.s[0].n_tokens, ntok);
+    assert_int_equal(trellis_flush_cache(e), 0); /* no cache help either */
+    trellis_stats st0;
+    stats_now(e, &st0);
+    result *rs = calloc((size_t)others + 1, sizeof *rs);
+    for (int i = 0; i <= others; i++) {
+        if (i == others / 2) {
+            submit_ok(e, &probe, &rs[i]); /* in the middle of the crowd */
+            continue;
+        }
+        trellis_request q;
+        trellis_request_default(&q);
+        q.prompt = k_prompts[i % 8];
+        q.max_tokens = ntok + (i % 5);
+        q.temperature = 0.7f;
+        q.seed = (uint64_t)i;
+        q.ignore_eos = true;
+        submit_ok(e, &q, &rs[i]);
+    }
+    drain(e, rs, others + 1);
+    same_tokens(&alone, &rs[others / 2], 0);
+    assert_string_equal(alone.s[0].text, rs[others / 2].s[0].text);
+    trellis_stats st;
+    stats_now(e, &st);
+    /* they really ran together: mean batch well above one row */
+    double per_step = (double)(st.batch_tokens - st0.batch_tokens) /
+                      (double)(st.steps - st0.steps);
+    assert_true(per_step > (others + 1) / 4.0);
+    fprintf(stderr, "invariance: \"%s\" (%llu steps, %.1f tokens/step)\n",
+            alone.s[0].text, (unsigned long long)(st.steps - st0.steps), per_step);
+    for (int i = 0; i <= others; i++) result_free(&rs[i]);
+    free(rs);
+    result_free(&alone);
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
+static void test_preemption_and_fork_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    /* small scale (sanitizer builds, where the model runs ~100x slower):
+     * the fake-model tests cover preemption; only the fork part runs */
+    const bool small = small_scale();
+    const int n = 6, ntok = 24;
+    trellis_request qs[6];
+    for (int i = 0; i < n; i++) {
+        trellis_request_default(&qs[i]);
+        qs[i].prompt = k_prompts[i];
+        qs[i].max_tokens = ntok;
+        qs[i].seed = (uint64_t)(10 + i);
+        qs[i].temperature = 0.6f;
+        qs[i].ignore_eos = true;
+    }
+    result ref[6], got[6];
+    trellis_engine *e;
+    if (small) goto fork;
+    e = real_engine(0, 64);
+    for (int i = 0; i < n; i++) run1(e, &qs[i], &ref[i]);
+    trellis_engine_free(e);
+    /* a pool of 3 pages of 16 tokens: one or two sequences at a time */
+    e = real_engine(3, 64);
+    for (int i = 0; i < n; i++) submit_ok(e, &qs[i], &got[i]);
+    drain(e, got, n);
+    trellis_stats st;
+    stats_now(e, &st);
+    fprintf(stderr, "real preemption: %llu preemptions\n",
+            (unsigned long long)st.preemptions);
+    assert_true(st.preemptions > 0);
+    for (int i = 0; i < n; i++) {
+        same_tokens(&ref[i], &got[i], 0);
+        result_free(&ref[i]);
+        result_free(&got[i]);
+    }
+    expect_all_free(e);
+    trellis_engine_free(e);
+
+fork:
+    /* n > 1 forks share the prompt's pages */
+    e = real_engine(0, 64);
+    trellis_request q;
+    trellis_request_default(&q);
+    q.prompt = "Here is a list of ten fruits, one per line, starting with apples "
+               "and ending with the most exotic fruit you know:";
+    q.n = 4;
+    q.max_tokens = small ? 2 : 10;
+    q.seed = 1;
+    result r;
+    run1(e, &q, &r);
+    trellis_stats fs;
+    stats_now(e, &fs);
+    int32_t np = r.s[0].m.prompt_tokens, full = np / 16 * 16;
+    assert_true(full >= 16);
+    assert_int_equal(fs.prefill_tokens, (uint64_t)(np + 3 * (np - full)));
+    for (int i = 1; i < 4; i++) assert_int_equal(r.s[i].m.cached_tokens, full);
+    result_free(&r);
+    trellis_engine_free(e);
+}
+
+/* Jump-forward on the real model with a JSON-shaped regex: the output
+ * full-matches the regex (PCRE2), with fewer engine steps (forward passes)
+ * than the same request with no_jump_forward. Both greedy outputs must be
+ * valid, but they need not be equal: jump-forward feeds the model the
+ * forced text's canonical tokens (`"` + `name` re-encoded as one token
+ * `"name`, say), where token-by-token sampling may have spelt it with
+ * other tokens, so the model conditions on different ids afterwards.
+ * Then n = 3 samples at temperature 1 from one request. */
+static void test_jump_forward_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    const char *rx = "\\{\"name\": \"[A-Z][a-z]{1,12}\", \"age\": [1-9][0-9]?, "
+                     "\"city\": \"[A-Z][a-z]{2,15}\", \"likes\": \\[\"[a-z]{2,12}\"(, "
+                     "\"[a-z]{2,12}\"){0,2}\\]\\}";
+    trellis_engine *e = real_engine(0, 64);
+    trellis_message msg = {"user", "Describe a fictional person as a JSON object "
+                                   "with their name, age, city and likes."};
+    trellis_request q;
+    trellis_request_default(&q);
+    q.messages = &msg;
+    q.n_messages = 1;
+    q.regex = rx;
+    q.temperature = 0;
+    q.max_tokens = 96;
+    trellis_stats s0, s1, s2;
+    result jf, nojf;
+    stats_now(e, &s0);
+    run1(e, &q, &jf);
+    stats_now(e, &s1);
+    q.no_jump_forward = true;
+    run1(e, &q, &nojf);
+    stats_now(e, &s2);
+    uint64_t steps_jf = s1.steps - s0.steps, steps_nojf = s2.steps - s1.steps;
+    fprintf(stderr, "jump-forward: %s\n  %d tokens (%d forced) in %llu steps\n"
+                    "no jump-forward: %s\n  %d tokens in %llu steps\n",
+            jf.s[0].text, jf.s[0].n_tokens, jf.s[0].m.forced_tokens,
+            (unsigned long long)steps_jf, nojf.s[0].text, nojf.s[0].n_tokens,
+            (unsigned long long)steps_nojf);
+    assert_int_equal(jf.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(nojf.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_true(pcre_full_match(rx, jf.s[0].text, jf.s[0].text_len));
+    assert_true(pcre_full_match(rx, nojf.s[0].text, nojf.s[0].text_len));
+    assert_true(jf.s[0].m.forced_tokens > 0);
+    assert_int_equal(nojf.s[0].m.forced_tokens, 0);
+    assert_int_equal(s1.forced_tokens - s0.forced_tokens,
+                     (uint64_t)jf.s[0].m.forced_tokens);
+    assert_true(s1.forward_passes_saved > s0.forward_passes_saved);
+    assert_int_equal(s2.forward_passes_saved, s1.forward_passes_saved);
+    /* the skeleton alone (`{"name": "`, `", "age": `, ...) is ~20 tokens */
+    assert_true(steps_jf + 8 <= steps_nojf);
+    result_free(&jf);
+    result_free(&nojf);
+    if (!small_scale()) {
+        q.no_jump_forward = false;
+        q.temperature = 1.0f;
+        q.n = 3;
+        q.seed = 5;
+        result r;
+        run1(e, &q, &r);
+        for (int i = 0; i < 3; i++) {
+            fprintf(stderr, "n=3 sample %d (%s): %s\n", i,
+                    trellis_finish_name(r.s[i].finish), r.s[i].text);
+            if (r.s[i].finish == TRELLIS_FINISH_LENGTH)
+                assert_true(pcre_live_prefix(rx, r.s[i].text, r.s[i].text_len));
+            else
+                assert_true(pcre_full_match(rx, r.s[i].text, r.s[i].text_len));
+        }
+        result_free(&r);
+    }
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_modes_real),
+        cmocka_unit_test(test_batch_invariance_real),
+        cmocka_unit_test(test_preemption_and_fork_real),
+        cmocka_unit_test(test_jump_forward_real),
+    };
+    const char *filter = getenv("TRELLIS_TEST_FILTER");
+    if (filter) cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
