@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
