@@ -29,7 +29,6 @@
  * TRELLIS_TEST_SCALE=small (the sanitizer run) takes fewer shapes.
  */
 #include <math.h>
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "base/util.h"
 #include "kernels/backend.h"
@@ -1093,7 +1092,7 @@ int main(void) {
     static struct CMUnitTest tests[1 + 3 * MAX_V];
     static char names[3 * MAX_V][200];
     int nv = 0, nt = 0;
-    tests[nt++] = (struct CMUnitTest){"registry", test_registry, NULL, NULL, NULL};
+    tests[nt++] = (struct CMUnitTest){.name = "registry", .test_func = test_registry};
     for (int i = 0; i < tr_backend_reg_count(); i++) {
         const tr_backend_reg *r = tr_backend_reg_get(i);
         for (int k = 0; r->kernel_sets[k] && nv < MAX_V; k++) {
@@ -1103,16 +1102,17 @@ int main(void) {
             snprintf(v->name, sizeof v->name, "%s/%s", r->name, v->kernels);
             const struct {
                 const char *what;
-                CMUnitTestFunction fn;
+                void (*fn)(void **state);
             } kinds[3] = {{"memory", test_memory},
                           {"ops vs reference", test_ops_vs_reference},
                           {"determinism", test_determinism}};
             for (int j = 0; j < 3; j++) {
                 snprintf(names[nt - 1], sizeof names[0], "%s: %s", v->name, kinds[j].what);
-                tests[nt] = (struct CMUnitTest){names[nt - 1], kinds[j].fn, NULL, NULL, v};
+                tests[nt] = (struct CMUnitTest){
+                    .name = names[nt - 1], .test_func = kinds[j].fn, .initial_state = v};
                 nt++;
             }
         }
     }
-    return _cmocka_run_group_tests("backend_ops", tests, (size_t)nt, NULL, NULL);
+    return tr_test_run_tests("backend_ops", tests, (size_t)nt);
 }

@@ -14,7 +14,6 @@
  * The real weights are test_model.c's job.
  */
 #include <math.h>
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "base/util.h"
 #include "kernels/backend.h"
