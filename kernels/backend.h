@@ -95,7 +95,33 @@
  *
  *   Every member of tr_backend_ops is required unless marked OPTIONAL:
  *   then it may be NULL and the caller falls back on required members (the
- *   model does; each optional member says how).
+ *   model does; each optional member says how). A backend still being
+ *   written may leave required ops NULL (never claim what it does not
+ *   do): tr_backend_missing_op names the first, and the model refuses
+ *   to load on it, naming the op.
+ *
+ * ---- How a CUDA backend fills this ----
+ *
+ *   stream_new          cudaStreamCreateWithFlags(cudaStreamNonBlocking),
+ *                       with the stream's cuBLAS handle and workspace
+ *   event_record / stream_wait / event_synchronize
+ *                       cudaEventRecord / cudaStreamWaitEvent /
+ *                       cudaEventSynchronize (events made with
+ *                       cudaEventDisableTiming)
+ *   alloc / host_alloc  cudaMalloc / cudaMallocHost
+ *   import_weights      cudaMalloc + cudaMemcpy (owned: the copy)
+ *   upload / download / copy
+ *                       cudaMemcpyAsync on the stream; pinned host memory
+ *                       keeps them asynchronous (rule 1 says when the
+ *                       host may touch it again)
+ *   index arrays        staged through pinned memory on the op's stream
+ *                       (rule 3), or cached by content as the CPU caches
+ *                       rope angles
+ *   ops                 kernels and cuBLAS GEMMs enqueued on the stream;
+ *                       a fault surfaces at the next synchronize (Errors)
+ *   prefill / decode    two streams; a sequence's first decode step
+ *                       waits (stream_wait) for an event recorded after
+ *                       the prefill chunk that wrote its pages (rule 2)
  */
 #ifndef TR_KERNELS_BACKEND_H
 #define TR_KERNELS_BACKEND_H
@@ -315,6 +341,12 @@ static inline tr_backend_info tr_backend_get_info(const tr_backend *be) {
     be->ops->get_info(be, &i);
     return i;
 }
+
+/* The first required member of be's table that is NULL, by name
+ * ("matmul"), or NULL when every one is there. A backend still being
+ * written may leave ops out; whoever runs a model on it asks first (the
+ * model's load does, and names the op). */
+const char *tr_backend_missing_op(const tr_backend *be);
 
 /* ---- the registry ----
  * Every backend compiled in (cpu always; cuda when built with it) has an

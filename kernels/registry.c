@@ -1,5 +1,6 @@
 /* registry.c — the backend registry of backend.h: the compiled-in
- * backends by name, and tr_backend_new choosing among them.
+ * backends by name, tr_backend_new choosing among them, and the check of
+ * what a backend's table provides.
  *
  * Layering: kernels/ (the one file that knows every backend's entry).
  * Thread-safe: a constant table; `available` calls only ask the system.
@@ -69,4 +70,21 @@ tr_status tr_backend_new(const char *name, const tr_backend_config *cfg,
                            "%s)",
                            r->name, why, list(names, sizeof names, true));
     return r->create(cfg, out, diag);
+}
+
+const char *tr_backend_missing_op(const tr_backend *be) {
+    const tr_backend_ops *o = be->ops;
+    /* every member but the OPTIONAL ones (get_rows) */
+#define REQUIRE(member) \
+    if (!o->member) return #member;
+    REQUIRE(destroy) REQUIRE(get_info) REQUIRE(supports)
+    REQUIRE(stream_new) REQUIRE(stream_free) REQUIRE(stream_synchronize)
+    REQUIRE(event_new) REQUIRE(event_free) REQUIRE(event_record)
+    REQUIRE(stream_wait) REQUIRE(event_synchronize) REQUIRE(synchronize)
+    REQUIRE(alloc) REQUIRE(free) REQUIRE(host_alloc) REQUIRE(host_free)
+    REQUIRE(import_weights) REQUIRE(upload) REQUIRE(download) REQUIRE(copy)
+    REQUIRE(embed) REQUIRE(rmsnorm) REQUIRE(matmul) REQUIRE(rope)
+    REQUIRE(kv_store) REQUIRE(attention) REQUIRE(swiglu) REQUIRE(add)
+#undef REQUIRE
+    return NULL;
 }

@@ -86,6 +86,13 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
     if (!f || !be || !out || max_batch_tokens <= 0)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "model_load: bad arguments");
+    const char *missing = tr_backend_missing_op(be);
+    if (missing)
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
+                           "the %s backend lacks the '%s' op",
+                           be->ops->get_info ? tr_backend_get_info(be).name
+                                             : "compute",
+                           missing);
     model *m = calloc(1, sizeof *m);
     if (!m) return TR_ERR_NOMEM;
     m->be = be;

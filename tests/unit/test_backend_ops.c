@@ -990,13 +990,24 @@ static void require(const variant *v) {
     }
 }
 
+/* A backend still being written may lack ops (backend.h): its op tests
+ * are SKIPPED naming the op, not run on what is there. */
+static void require_ops(tb *t) {
+    const char *missing = tr_backend_missing_op(t->be);
+    if (!missing) return;
+    print_message("%s: skipped: the '%s' op is not implemented\n", t->label, missing);
+    tb_close(t);
+    skip();
+}
+
 static void test_ops_vs_reference(void **state) {
     const variant *v = *state;
     require(v);
     g_rng = 0x243f6a8885a308d3ull;
     tb ref, t;
-    tb_open(&ref, "cpu", "portable", 1);
     tb_open(&t, v->reg->name, v->kernels, 2);
+    require_ops(&t);
+    tb_open(&ref, "cpu", "portable", 1);
     worst w;
     memset(&w, 0, sizeof w);
     pair p = {&t, &ref, &w};
@@ -1018,6 +1029,7 @@ static void test_determinism(void **state) {
     g_rng = 0x13198a2e03707344ull;
     tb a, b;
     tb_open(&a, v->reg->name, v->kernels, 1);
+    require_ops(&a);
     tb_open(&b, v->reg->name, v->kernels, 3);
     determinism_matmul(&a, &b);
     determinism_rows(&a, &b);

@@ -251,7 +251,8 @@ static void test_llama_matches_float64(void **state) {
 }
 
 /* A backend without the optional get_rows op: the model gathers the
- * logit rows with one copy each, and the logits keep their bits. */
+ * logit rows with one copy each, and the logits keep their bits. Without
+ * a required op it does not load. */
 static void test_optional_get_rows_fallback(void **state) {
     (void)state;
     tg_builder *b = calloc(1, sizeof *b);
@@ -280,6 +281,13 @@ static void test_optional_get_rows_fallback(void **state) {
     masked.get_rows = NULL;
     be->ops = &masked;
     assert_int_equal(tr_model_forward(m, &c.kv, &bt, tok, rows, 3, without), TR_OK);
+    /* a required op missing: the model refuses to load, naming it */
+    masked.matmul = NULL;
+    model *m2 = NULL;
+    tr_diag d = {0};
+    assert_int_equal(tr_model_load(f, be, MAXT, &m2, &d), TR_ERR_UNSUPPORTED);
+    assert_null(m2);
+    assert_non_null(strstr(d.message, "lacks the 'matmul' op"));
     be->ops = orig;
     assert_memory_equal(with, without, sizeof with);
     /* and the rows are the asked ones (row 0 differs from row MAXT - 1) */
