@@ -98,7 +98,11 @@
  *   model does; each optional member says how). A backend still being
  *   written may leave required ops NULL (never claim what it does not
  *   do): tr_backend_missing_op names the first, and the model refuses
- *   to load on it, naming the op.
+ *   to load on it, naming the op. Adding an op (a family needs GELU, say):
+ *   the member here with its contract, the CPU's portable loop (the
+ *   reference) and SIMD loop in kernels/cpu, a check and a grid in
+ *   tests/unit/test_backend_ops.c with an error bound argued beside it,
+ *   and the name in tr_backend_missing_op unless the op is OPTIONAL.
  *
  * ---- How a CUDA backend fills this ----
  *
