@@ -367,6 +367,18 @@ static void test_load_errors(void **state) {
 
     build_llama(b, &w, false);
     tg_drop_kv(b, "llama.attention.head_count");
+    tg_u32(b, "llama.attention.head_count", 0);
+    expect_load_fail(b, TR_ERR_FORMAT, "implausible", "heads 0/", NULL);
+    tg_free(b);
+
+    build_llama(b, &w, false);
+    tg_drop_kv(b, "llama.attention.head_count");
+    tg_u32(b, "llama.attention.head_count", 5); /* 64 = 5 x 12.8 */
+    expect_load_fail(b, TR_ERR_FORMAT, "dim 64 is not a multiple of 5 heads", NULL);
+    tg_free(b);
+
+    build_llama(b, &w, false);
+    tg_drop_kv(b, "llama.attention.head_count");
     tg_u32(b, "llama.attention.head_count", 1); /* head_dim 64, rope 64 */
     tg_drop_kv(b, "llama.attention.head_count_kv");
     tg_u32(b, "llama.attention.head_count_kv", 1);
