@@ -137,6 +137,11 @@
 #include "base/status.h"
 #include "kernels/dtype.h"
 
+/* C linkage for the CUDA backend's .cu files (compiled as C++). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct tr_backend tr_backend;
 typedef struct tr_stream tr_stream;
 typedef struct tr_event tr_event;
@@ -397,5 +402,9 @@ const tr_backend_reg *tr_backend_reg_find(const char *name);
  * untouched on failure. */
 tr_status tr_backend_new(const char *name, const tr_backend_config *cfg,
                          tr_backend **out, tr_diag *diag);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
