@@ -4,7 +4,7 @@
  * with a fixed seed are identical alone and among 31 others), preemption
  * under a tiny pool with the same tokens as alone, n > 1 sharing its
  * prompt pages, the model file mapped or read in giving the same tokens,
- * and jump-forward with a JSON-shaped regex (valid output in fewer steps
+ * the backend chosen by name (options.device), and jump-forward with a JSON-shaped regex (valid output in fewer steps
  * than with no_jump_forward; n = 3).
  *
  * Needs the default model: without it every test fails (ctest label
@@ -94,6 +94,30 @@ static void test_load_modes_real(void **state) {
     same_tokens(&r[0], &r[1], 0);
     result_free(&r[0]);
     result_free(&r[1]);
+}
+
+/* options.device picks the backend through the registry: "cpu" (and
+ * NULL) run, an unknown name fails listing the backends built in. */
+static void test_device_option(void **state) {
+    (void)state;
+    assert_true(model_present());
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 1;
+    o.device = "tpu";
+    trellis_engine *e = NULL;
+    char err[512];
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), TRELLIS_ERR_NOT_FOUND);
+    assert_null(e);
+    assert_non_null(strstr(err, "unknown backend 'tpu'"));
+    assert_non_null(strstr(err, "cpu"));
+    o.device = "cpu";
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), 0);
+    trellis_engine_info info;
+    trellis_engine_get_info(e, &info);
+    assert_string_equal(info.device, "cpu");
+    assert_int_equal(info.threads, 1);
+    trellis_engine_free(e);
 }
 
 static void test_batch_invariance_real(void **state) {
@@ -286,6 +310,7 @@ static void test_jump_forward_real(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_modes_real),
+        cmocka_unit_test(test_device_option),
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),

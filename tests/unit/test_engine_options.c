@@ -31,6 +31,7 @@ static void same_opts(const trellis_engine_options *a, const trellis_engine_opti
     assert_int_equal(a->no_overlap, b->no_overlap);
     assert_int_equal(a->grammar_cache_mb, b->grammar_cache_mb);
     assert_int_equal(a->load, b->load);
+    assert_ptr_equal(a->device, b->device);
     assert_ptr_equal(a->wake, b->wake);
     assert_ptr_equal(a->wake_user, b->wake_user);
 }
@@ -53,6 +54,7 @@ static void test_defaults(void **state) {
     assert_false(o.no_radix);
     assert_false(o.no_overlap);
     assert_null(o.wake);
+    assert_null(o.device); /* the default backend */
     /* resolving the defaults, or NULL, changes nothing */
     assert_int_equal(tr_engine_options_resolve(&o, &r, NULL, 0), TR_OK);
     same_opts(&o, &r);
