@@ -87,11 +87,11 @@ void trellis_grammar_release(trellis_grammar *h) {
 }
 
 trellis_grammar_kind trellis_grammar_get_kind(const trellis_grammar *h) {
-    return h->kind;
+    return h ? h->kind : (trellis_grammar_kind)0;
 }
 
 const char *trellis_grammar_warnings(const trellis_grammar *h) {
-    return h->warnings;
+    return h ? h->warnings : "";
 }
 
 void trellis_grammar_options_default(trellis_grammar_options *o) {
