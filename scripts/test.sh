@@ -69,8 +69,9 @@ stage_tsan() {
     # test_measure_real) are left out: the same engine threads and queues
     # plus the CPU backend's worker pool, ~65x slower under TSan
     # (test_batch_invariance_real at small scale: 1.9 s in Release, 126 s
-    # here; the four of test_engine_model at small scale: 19 min, clean).
-    # Run them by hand.
+    # here; the four of test_engine_model at small scale: 19 min, clean;
+    # test_measure_real at small scale: a few minutes, clean). Run them by
+    # hand. The stage took ~10 min on the shared 2-core machine.
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&

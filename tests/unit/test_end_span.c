@@ -362,5 +362,7 @@ int main(void) {
     };
     const char *filter = getenv("TRELLIS_TEST_FILTER");
     if (filter) cmocka_set_test_filter(filter);
+    const char *skipf = getenv("TRELLIS_TEST_SKIP");
+    if (skipf) cmocka_set_skip_filter(skipf);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
