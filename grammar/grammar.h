@@ -145,6 +145,11 @@ typedef struct grammar_limits {
     uint64_t max_compile_us;    /* wall clock; default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
                                    default 64 MiB; 0 disables the memo */
+    size_t max_grammar_bytes;   /* EBNF text; default 4 MiB (each regex
+                                   terminal in it: max_pattern_bytes) */
+    uint32_t max_stacks;        /* EBNF: parse stacks one matcher may
+                                   follow at once (ambiguous grammars);
+                                   default 1024 */
 } grammar_limits;
 
 void tr_grammar_limits_default(grammar_limits *l);
@@ -159,6 +164,16 @@ void tr_grammar_limits_default(grammar_limits *l);
 tr_status tr_grammar_compile_regex(const char *pattern, size_t len,
                                 const grammar_limits *limits, grammar **out,
                                 tr_diag *diag);
+/* Compiles grammar text (the EBNF format above) into a grammar that the
+ * same matcher API runs. limits may be NULL (defaults). Errors:
+ * TR_ERR_FORMAT (syntax, undefined rule, no root, a root that matches no
+ * string; diag gives offset, line, column and what), TR_ERR_UNSUPPORTED
+ * (left recursion other than a rule's own leading self-reference, token
+ * references, regex constructs outside the dialect), TR_ERR_LIMIT (a
+ * budget; diag names it), TR_ERR_NOMEM. *out untouched on failure. */
+tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
+                                  const grammar_limits *limits, grammar **out,
+                                  tr_diag *diag);
 grammar *tr_grammar_ref(grammar *g);
 void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
@@ -173,6 +188,12 @@ typedef struct grammar_stats {
     size_t bytes;            /* memory held by the compiled grammar,
                                 mask memo excluded */
     uint64_t compile_ns;
+    /* EBNF grammars (0 for a regex): rules in the text, rules left as
+     * calls after inlining (1: the whole grammar became one DFA), call
+     * edges of the automaton */
+    uint32_t rules;
+    uint32_t rules_kept;
+    uint32_t call_edges;
 } grammar_stats;
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 
