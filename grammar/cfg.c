@@ -22,10 +22,11 @@
 
 #include "grammar/cfg_internal.h"
 
-void tr_cfg_ctx_init(gcfg_ctx *x, const grammar *g, const gfstore *per) {
+void tr_cfg_ctx_init(gcfg_ctx *x, const gdfa *d, const gcfg *cfg,
+                     const gfstore *per) {
     memset(x, 0, sizeof *x);
-    x->d = &g->dfa;
-    x->cfg = g->cfg;
+    x->d = d;
+    x->cfg = cfg;
     x->per = per;
 }
 
@@ -150,11 +151,41 @@ static bool work_push(gcfg_ctx *x, uint32_t state, uint32_t frame) {
     return true;
 }
 
+/* The closure when no call is on the way: each configuration only
+ * returns, popping its stack, which ends (no cycle is possible and no
+ * frame is made). False (out restored) when a call shows up. */
+static bool closure_returns(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
+                            gcset *out, bool *escaped) {
+    const uint8_t *flags = x->cfg->flags;
+    uint32_t out0 = out->n;
+    *escaped = false;
+    for (uint32_t i = 0; i < n_in; i++) {
+        uint32_t s = in[i].state, f = in[i].frame;
+        for (;;) {
+            uint8_t fl = flags[s];
+            if (fl & GCFG_CALLS) {
+                out->n = out0;
+                return false;
+            }
+            if ((fl & GCFG_BYTES) && !tr_cset_add(x, out, s, f)) return true;
+            if (!(fl & GCFG_ACCEPT)) break;
+            if (f == 0) {
+                *escaped = true;
+                break;
+            }
+            s = gf_ret(x, f);
+            f = gf_parent(x, f);
+        }
+    }
+    return true;
+}
+
 bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
                     gcset *out) {
     const gdfa *d = x->d;
     const gcfg *g = x->cfg;
     bool escaped = false;
+    if (closure_returns(x, in, n_in, out, &escaped)) return escaped;
     x->work.n = 0;
     x->seen.n = 0;
     for (uint32_t i = n_in; i-- > 0;)
@@ -201,4 +232,34 @@ void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n, uint8_t b,
         uint32_t t = gdfa_step(d, closed[i].state, b);
         if (t != GDFA_DEAD && !tr_cset_add(x, out, t, closed[i].frame)) return;
     }
+}
+
+tr_status tr_cfg_follow(const gdfa *d, gcfg *cfg) {
+    uint32_t zero = 0;
+    gfstore none = {.ret = &zero, .parent = &zero, .n = 1, .cap = 1};
+    gcfg_ctx x;
+    tr_cfg_ctx_init(&x, d, cfg, &none);
+    gcset out = {0};
+    uint8_t *done = calloc(d->n_states, 1);
+    memset(cfg->follow, 0, sizeof cfg->follow);
+    for (uint32_t j = 0; done && j < d->call_off[d->n_states] && !x.err; j++) {
+        uint32_t r = d->calls[j][1];
+        if (done[r]) continue;
+        done[r] = 1;
+        gcfg_config c = {r, 0};
+        out.n = 0;
+        tr_cfg_ctx_reset(&x);
+        /* returning from r too would add the other return states' bytes:
+         * those are in the union anyway */
+        tr_cfg_closure(&x, &c, 1, &out);
+        for (uint32_t i = 0; i < out.n; i++)
+            for (int b = 0; b < 256; b++)
+                if (gdfa_step(d, out.c[i].state, (uint8_t)b) != GDFA_DEAD)
+                    cfg->follow[b >> 6] |= 1ull << (b & 63);
+    }
+    tr_status st = done ? x.err : TR_ERR_NOMEM;
+    free(done);
+    tr_cset_free(&out);
+    tr_cfg_ctx_deinit(&x);
+    return st;
 }

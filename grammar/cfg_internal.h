@@ -118,6 +118,13 @@ typedef struct gcfg {
      * recursive lists at a constant stack depth) */
     uint8_t *tail;        /* [n_states] */
     uint32_t max_stacks;  /* live configurations a matcher may track */
+    /* The bytes that can come right after a rule returns, in any context
+     * (what the return states of all calls, closed, can consume). A mask
+     * walk only records a return inside a token where the next byte of
+     * some longer token is one of these: in an expression grammar an
+     * identifier could end after each of its letters, but only ')' may
+     * follow, so the letters' subtrees need no run-time check. */
+    uint64_t follow[4];
 } gcfg;
 
 void tr_cfg_free(gcfg *c);
@@ -174,7 +181,8 @@ typedef struct gcfg_ctx {
     tr_status err;      /* first failure: TR_ERR_NOMEM or TR_ERR_LIMIT */
 } gcfg_ctx;
 
-void tr_cfg_ctx_init(gcfg_ctx *x, const grammar *g, const gfstore *per);
+void tr_cfg_ctx_init(gcfg_ctx *x, const gdfa *d, const gcfg *cfg,
+                     const gfstore *per);
 void tr_cfg_ctx_deinit(gcfg_ctx *x);
 /* Drops every scratch frame and clears the error (start of an operation). */
 void tr_cfg_ctx_reset(gcfg_ctx *x);
@@ -203,6 +211,8 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
 /* out = configurations of closed[] after byte b (deduplicated). */
 void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n,
                  uint8_t b, gcset *out);
+/* Fills cfg->follow (compile time). */
+tr_status tr_cfg_follow(const gdfa *d, gcfg *cfg);
 
 /* ---------------------------------------------------------------------
  * Matcher over configurations (cfg_matcher.c) and its masks (cfg_mask.c)

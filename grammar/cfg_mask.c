@@ -153,7 +153,7 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     }
     w->none.ret = w->none.parent = &w->zero;
     w->none.n = w->none.cap = 1;
-    tr_cfg_ctx_init(&w->x, g, &w->none);
+    tr_cfg_ctx_init(&w->x, &g->dfa, g->cfg, &w->none);
     return w;
 }
 
@@ -213,12 +213,90 @@ static bool subtree_loops(const gdfa *d, const gtrie *tr, uint32_t ck,
     return false;
 }
 
+/* Whether some child of trie node i has a byte that may follow a return
+ * (gcfg.follow): only then can a token below continue after it. */
+static bool follows(const gcfg *g, const gtrie *tr, uint32_t i) {
+    for (uint32_t j = i + 1; j < tr->next[i]; j = tr->next[j])
+        if (g->follow[tr->byte[j] >> 6] >> (tr->byte[j] & 63) & 1) return true;
+    return false;
+}
+
+static bool in_follow(const gcfg *g, uint8_t b) {
+    return g->follow[b >> 6] >> (b & 63) & 1;
+}
+
+/* Returns from frame f (the state before it may return and has no call):
+ * whether they reach frame 0 (*calls: a return state with calls is on the
+ * way, so the question needs a real closure). */
+static bool returns_escape(const gcfg_ctx *x, uint32_t f, bool *calls) {
+    *calls = false;
+    for (;;) {
+        uint32_t r = gf_ret(x, f), p = gf_parent(x, f);
+        uint8_t fl = x->cfg->flags[r];
+        if (fl & GCFG_CALLS) {
+            *calls = true;
+            return false;
+        }
+        if (!(fl & GCFG_ACCEPT)) return false;
+        if (p == 0) return true;
+        f = p;
+    }
+}
+
+/* Clears the tokens of trie nodes [a, b) (a subtree, or one without its
+ * root) from mask. */
+static void clear_nodes(const gtrie *tr, uint32_t a, uint32_t b, uint64_t *mask) {
+    for (uint32_t k = tr->pfirst[a]; k < tr->pfirst[b]; k++) {
+        uint32_t id = tr->ptoks[k];
+        mask[id >> 6] &= ~(1ull << (id & 63));
+    }
+}
+
+/* Whether a whole-trie walk from the set w->tmp should start from every
+ * token and clear the dead ones (comp) rather than set the live ones:
+ * true when most tokens are allowed. A permissive state (inside a JSON
+ * string) allows ~48,800 of SmolLM2's 49,152 tokens; setting them one by
+ * one from the check nodes' slices was half of its walk, while only 3,330
+ * of the 100,298 trie nodes lie outside the ASCII check subtrees. Decided
+ * on every 128th token in trie order (384 for SmolLM2), run through the
+ * set's states as plain DFA paths (returns and calls ignored: an
+ * estimate), when the first bytes alone do not already say no; whether a
+ * token's first byte survives was not enough (in an identifier most
+ * subtrees survive it, most of their tokens die later). */
+static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
+    const gtrie *tr = &v->trie;
+    uint32_t n = tr->pfirst[tr->n_nodes], live = 0, seen = 0;
+    /* first the first bytes alone (235 steps for SmolLM2): an upper bound
+     * that rules out the restrictive states cheaply */
+    uint64_t first = 0;
+    for (uint32_t j = 1; j < tr->n_nodes; j = tr->next[j]) {
+        bool alive = false;
+        for (uint32_t k = 0; k < w->tmp.n && !alive; k++)
+            alive = gdfa_step(w->x.d, w->tmp.c[k].state, tr->byte[j]) != GDFA_DEAD;
+        if (alive) first += tr->pfirst[tr->next[j]] - tr->pfirst[j];
+    }
+    if (2 * first <= n) return false;
+    for (uint32_t k = 0; k < n; k += 128, seen++) {
+        uint32_t id = tr->ptoks[k];
+        const uint8_t *p = v->bytes + v->offs[id];
+        size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
+        for (uint32_t c = 0; c < w->tmp.n; c++)
+            if (tr_dfa_run(w->x.d, w->tmp.c[c].state, p, len) != GDFA_DEAD) {
+                live++;
+                break;
+            }
+    }
+    return 2 * live > seen;
+}
+
 /* Walks the trie nodes [i0, i1) (all deeper than d0) from the closed set
  * w->tmp placed at depth d0, OR-ing allowed tokens into mask (n_words + 1
- * words; bit n_vocab is scratch). In a stack-independent walk (w->ci),
- * returns from frame 0 after a byte are recorded as escape points. */
+ * words; bit n_vocab is scratch), or, with comp, clearing the tokens that
+ * die from a mask that starts with them all. In a stack-independent walk
+ * (w->ci), returns from frame 0 after a byte are recorded as escape
+ * points. */
 static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
-                 uint32_t i0, uint32_t i1, uint64_t *mask) {
+                 uint32_t i0, uint32_t i1, uint64_t *mask, bool comp) {
     gcfg_ctx *x = &w->x;
     const gdfa *d = x->d;
     const uint8_t *flags = x->cfg->flags;
@@ -248,7 +326,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                 ck++;
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
                 if (all) {
-                    for (uint32_t k = lo; k < hi; k++) {
+                    for (uint32_t k = lo; k < hi && !comp; k++) {
                         uint32_t id = tr->ptoks[k];
                         mask[id >> 6] |= 1ull << (id & 63);
                     }
@@ -260,23 +338,59 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         uint8_t b = byte[i];
         bool leaf = next[i] == i + 1;
         x->scr.n = w->ftop[dp - 1];
-        if (pe - ps == 1) { /* one configuration: the common case */
-            gcfg_config c = w->pool[ps];
-            uint32_t t = gdfa_step(d, c.state, b);
-            if (t == GDFA_DEAD) {
-                i = next[i];
-                continue;
+        gcfg_config c = w->pool[ps];
+        const gcfg_config *src = w->pool + ps;
+        uint32_t n_src = pe - ps;
+        if (n_src == 1 && (flags[c.state] & GCFG_ACCEPT) && c.frame != 0 &&
+            in_follow(x->cfg, b)) {
+            /* a deferred return (below) may consume this byte: close */
+            w->tmp.n = 0;
+            tr_cfg_closure(x, &c, 1, &w->tmp);
+            if (x->err) return;
+            src = w->tmp.c;
+            n_src = w->tmp.n;
+        }
+        gcfg_config k1; /* the kernel when it is one configuration */
+        uint32_t nk;
+        if (n_src == 1) { /* one configuration: the common case */
+            k1.state = gdfa_step(d, src[0].state, b);
+            k1.frame = src[0].frame;
+            nk = k1.state != GDFA_DEAD;
+        } else {
+            w->kern.n = 0;
+            tr_cfg_step(x, src, n_src, b, &w->kern);
+            if (x->err) return;
+            nk = w->kern.n;
+            if (nk == 1) k1 = w->kern.c[0];
+        }
+        if (nk == 0) {
+            if (comp) clear_nodes(tr, i, next[i], mask);
+            i = next[i];
+            continue;
+        }
+        uint32_t id = tok[i];
+        if (!comp) mask[id >> 6] |= 1ull << (id & 63);
+        if (leaf) {
+            i++;
+            continue;
+        }
+        if (nk == 1) {
+            /* No call: the configuration stands for its closure. Its
+             * returns are deferred until a byte that may follow a return
+             * (above): inside an identifier that could end after each
+             * letter, the set stays one configuration instead of two.
+             * Whether they reach frame 0 (an escape point) is known now. */
+            uint8_t ft = flags[k1.state];
+            bool lone = ft == GCFG_BYTES, esc = false;
+            if (ft == (GCFG_BYTES | GCFG_ACCEPT)) {
+                bool calls = false;
+                esc = k1.frame == 0 || returns_escape(x, k1.frame, &calls);
+                lone = !calls;
             }
-            uint32_t id = tok[i];
-            mask[id >> 6] |= 1ull << (id & 63);
-            if (leaf) {
-                i++;
-                continue;
-            }
-            if (flags[t] == GCFG_BYTES) { /* no call, no return: no closure */
+            if (lone) {
+                if (esc && w->ci && follows(x->cfg, tr, i)) add_escape(w, i, dp);
                 if (!pool_reserve(w, pe + 1)) return;
-                w->pool[pe].state = t;
-                w->pool[pe].frame = c.frame;
+                w->pool[pe] = k1;
                 w->pstart[dp] = pe;
                 w->pend[dp] = pe + 1;
                 w->ftop[dp] = x->scr.n;
@@ -284,27 +398,14 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                 continue;
             }
             w->kern.n = 0;
-            if (!tr_cset_add(x, &w->kern, t, c.frame)) return;
-        } else {
-            w->kern.n = 0;
-            tr_cfg_step(x, w->pool + ps, pe - ps, b, &w->kern);
-            if (x->err) return;
-            if (w->kern.n == 0) {
-                i = next[i];
-                continue;
-            }
-            uint32_t id = tok[i];
-            mask[id >> 6] |= 1ull << (id & 63);
-            if (leaf) {
-                i++;
-                continue;
-            }
+            if (!tr_cset_add(x, &w->kern, k1.state, k1.frame)) return;
         }
         w->tmp.n = 0;
         bool esc = tr_cfg_closure(x, w->kern.c, w->kern.n, &w->tmp);
         if (x->err) return;
-        if (esc && w->ci) add_escape(w, i, dp);
-        if (w->tmp.n == 0) {
+        if (esc && w->ci && follows(x->cfg, tr, i)) add_escape(w, i, dp);
+        if (w->tmp.n == 0) { /* nothing can consume another byte */
+            if (comp) clear_nodes(tr, i + 1, next[i], mask);
             i = next[i];
             continue;
         }
@@ -327,11 +428,15 @@ static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
     w->ci = true;
     w->n_esc = 0;
     size_t nw = v->n_words;
-    memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
     gcfg_config start = {s, 0};
     w->tmp.n = 0;
     bool esc0 = tr_cfg_closure(x, &start, 1, &w->tmp);
-    if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits);
+    bool comp = !x->err && prefer_complement(w, v);
+    if (comp)
+        memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
+    else
+        memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
+    if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
     bool overflow = x->err == TR_ERR_LIMIT;
     if (x->err && !overflow) return NULL;
     uint32_t n_esc = overflow ? 0 : w->n_esc;
@@ -417,7 +522,7 @@ static bool walk_real(gcfg_walker *w, const grammar_vocab *v,
     gcfg_config start = {s, f};
     w->tmp.n = 0;
     bool end = tr_cfg_closure(x, &start, 1, &w->tmp);
-    if (!x->err && w->tmp.n) walk(w, v, d0, i0, i1, mask);
+    if (!x->err && w->tmp.n) walk(w, v, d0, i0, i1, mask, false);
     return end;
 }
 

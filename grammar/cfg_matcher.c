@@ -132,7 +132,7 @@ tr_status tr_cfgm_new(grammar_matcher *m) {
     c->per.parent = malloc(c->per.cap * sizeof *c->per.parent);
     c->hist = calloc(m->hist_cap, sizeof *c->hist);
     m->cfg = c;
-    tr_cfg_ctx_init(&c->x, m->g, &c->per);
+    tr_cfg_ctx_init(&c->x, &m->g->dfa, m->g->cfg, &c->per);
     if (!c->per.ret || !c->per.parent || !c->hist || !fh_rebuild(c, 128) ||
         !tr_cset_reserve(&c->cur, 4)) {
         tr_cfgm_free(m);
@@ -336,7 +336,7 @@ bool tr_cfg_matches(const grammar *g, const uint8_t *bytes, size_t len) {
     none.ret = none.parent = &zero;
     none.n = none.cap = 1;
     gcfg_ctx x;
-    tr_cfg_ctx_init(&x, g, &none);
+    tr_cfg_ctx_init(&x, &g->dfa, g->cfg, &none);
     gcset a = {0}, b = {0};
     bool ok = tr_cset_add(&x, &a, g->dfa.start, 0);
     for (size_t i = 0; i < len && ok; i++) {

@@ -74,6 +74,10 @@ static gcfg *cfg_tables(gdfa *d, const gebnf *e, const gebnf_plan *plan,
                                 (only != -2 ? GCFG_BYTES : 0));
         c->tail[s] = d->accept[s] && only == -2 && !calls;
     }
+    if (tr_cfg_follow(d, c)) {
+        tr_cfg_free(c);
+        return NULL;
+    }
     return c;
 }
 

@@ -326,6 +326,8 @@ typedef struct gtrie {
                               bytes, the check node's own byte included */
     uint32_t *ptoks;       /* trie tokens in preorder */
     uint16_t *plen;        /* their byte lengths */
+    uint32_t *pfirst;      /* [n_nodes + 1] the tokens of node i's subtree
+                              are ptoks[pfirst[i] .. pfirst[next[i]]) */
 } gtrie;
 
 /* Subtrees smaller than this are walked, not checked: a check costs about
@@ -349,6 +351,7 @@ struct grammar_vocab {
     int32_t (*dups)[2];
     uint32_t n_dups;
     uint32_t max_len; /* longest token in the trie */
+    uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
 };
 
 /* ---------------------------------------------------------------------
