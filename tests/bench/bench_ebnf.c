@@ -104,7 +104,13 @@ static void build_workload(grammar *g, const char *txt_path, int walk, workload 
         int32_t *ids;
         size_t n;
         if (tr_tokenizer_encode(g_tok, doc, dl, false, &ids, &n) == TR_OK) {
-            /* keep the document only if the grammar accepts it */
+            /* keep the document only if the grammar accepts it (with
+             * its final newline, or else without) */
+            if (!tr_grammar_matches(g, doc, dl) && dl > 0 && doc[dl - 1] == '\n') {
+                free(ids);
+                dl--;
+                if (tr_tokenizer_encode(g_tok, doc, dl, false, &ids, &n) != TR_OK) break;
+            }
             if (tr_grammar_matches(g, doc, dl)) {
                 while (w->n + n + 1 > cap) cap *= 2, w->toks = realloc(w->toks, cap * 4);
                 memcpy(w->toks + w->n, ids, n * sizeof *ids);

@@ -757,6 +757,482 @@ static void test_random_grammars(void **state) {
     tr_grammar_vocab_free(v);
 }
 
+/* ---- the real vocabulary ---- */
+
+static char *read_data(const char *name, size_t *len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/grammar/ebnf/%s", TRELLIS_SOURCE_DIR, name);
+    char *t = tg_read_file(path, len);
+    if (!t) fail_msg("cannot read %s", path);
+    return t;
+}
+
+/* Drives m through text with the longest allowed token that is a prefix
+ * of what remains (a stand-in for tokenizing), calling check before each
+ * token with the text consumed so far in *done; returns its length. */
+typedef void (*step_check)(grammar_matcher *m, grammar_vocab *v, const uint64_t *mask,
+                           const tg_str *done, void *ctx);
+
+static size_t drive(grammar_matcher *m, grammar_vocab *v, const char *text, size_t len,
+                    step_check check, void *ctx) {
+    tg_str done = {0};
+    tg_put(&done, "", 0);
+    size_t nw = tr_grammar_vocab_mask_words(v), pos = 0;
+    uint64_t *mask = malloc(nw * sizeof *mask);
+    int32_t nv = tr_grammar_vocab_n_vocab(v);
+    while (pos < len) {
+        assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+        if (check) check(m, v, mask, &done, ctx);
+        int32_t best = -1;
+        size_t best_len = 0;
+        for (int32_t id = 0; id < nv; id++) {
+            size_t tl;
+            const uint8_t *tb = tr_grammar_vocab_token_bytes(v, id, &tl);
+            if (tl > best_len && tl <= len - pos && memcmp(tb, text + pos, tl) == 0 &&
+                tg_bit(mask, id))
+                best = id, best_len = tl;
+        }
+        if (best < 0) break;
+        assert_int_equal(tr_grammar_matcher_accept_token(m, best), TR_OK);
+        tg_put(&done, text + pos, best_len);
+        pos += best_len;
+    }
+    free(mask);
+    free(done.p);
+    return pos;
+}
+
+/* Every token of the mask against token_allowed (a separate path: the
+ * token's bytes simulated on its own), and against Earley on a sample. */
+typedef struct vocab_check {
+    rf_chart *c;
+    tg_rng r;
+    int steps, earley_every;
+} vocab_check;
+
+static void check_all_tokens(grammar_matcher *m, grammar_vocab *v, const uint64_t *mask,
+                             const tg_str *text, void *ctx) {
+    vocab_check *vc = ctx;
+    int32_t nv = tr_grammar_vocab_n_vocab(v);
+    for (int32_t id = 0; id < nv; id++)
+        if (tg_bit(mask, id) != tr_grammar_matcher_token_allowed(m, id)) {
+            size_t tl;
+            const uint8_t *tb = tr_grammar_vocab_token_bytes(v, id, &tl);
+            fail_msg("after \"%s\": token %d \"%.*s\": mask %d, token_allowed %d",
+                     text->p, id, (int)tl, (const char *)tb,
+                     tg_bit(mask, id), !tg_bit(mask, id));
+        }
+    if (vc->c && vc->steps++ % vc->earley_every == 0) {
+        size_t done;
+        int base = chart_prefix(vc->c, (const uint8_t *)text->p, text->len, &done);
+        for (int k = 0; k < 400; k++) {
+            int32_t id = (int32_t)tg_below(&vc->r, (uint32_t)nv);
+            size_t tl;
+            const uint8_t *tb = tr_grammar_vocab_token_bytes(v, id, &tl);
+            if (tr_grammar_vocab_is_special(v, id) || tl == 0 || tl > 200) continue;
+            uint8_t buf[512];
+            size_t pl = text->len - done;
+            memcpy(buf, text->p + done, pl);
+            memcpy(buf + pl, tb, tl);
+            bool viable, acc;
+            rf_check_tail(vc->c, base, buf, pl + tl, &viable, &acc);
+            if (viable != tg_bit(mask, id))
+                fail_msg("after \"%s\": token %d \"%.*s\": mask %d, Earley %d", text->p,
+                         id, (int)tl, (const char *)tb, !viable, viable);
+        }
+    }
+}
+
+/* Random tokens (uniform among the allowed ones, no EOG), each mask
+ * checked as above. */
+static void check_walk_vocab(grammar_matcher *m, grammar_vocab *v, vocab_check *vc,
+                             int steps) {
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t *mask = malloc(nw * sizeof *mask);
+    tg_str text = {0};
+    tg_put(&text, "", 0);
+    for (int i = 0; i < steps; i++) {
+        assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+        check_all_tokens(m, v, mask, &text, vc);
+        for (int32_t id = 0; id < tr_grammar_vocab_n_vocab(v); id++)
+            if (tr_grammar_vocab_is_eog(v, id)) mask[id >> 6] &= ~(1ull << (id & 63));
+        size_t cnt = tr_grammar_mask_count(mask, nw);
+        if (cnt == 0) break;
+        int32_t id = tr_grammar_mask_nth(mask, nw, tg_below(&vc->r, (uint32_t)cnt));
+        assert_int_equal(tr_grammar_matcher_accept_token(m, id), TR_OK);
+        size_t tl;
+        const uint8_t *tb = tr_grammar_vocab_token_bytes(v, id, &tl);
+        tg_put(&text, tb, tl);
+    }
+    free(text.p);
+    free(mask);
+}
+
+static void test_smollm2(void **state) {
+    (void)state;
+    if (!model_present())
+        fail_msg("the default model is needed for its vocabulary (scripts/setup.sh "
+                 "fetches it)");
+    grammar_vocab *v = tg_vocab_smollm2();
+    assert_non_null(v);
+    static const char *const names[] = {"json", "schema_tree", "arithmetic", "list"};
+    for (size_t gi = 0; gi < TR_ARRAY_LEN(names); gi++) {
+        char fn[64];
+        size_t len, dl;
+        snprintf(fn, sizeof fn, "%s.gbnf", names[gi]);
+        char *text = read_data(fn, &len);
+        snprintf(fn, sizeof fn, "%s.txt", names[gi]);
+        char *docs = read_data(fn, &dl);
+        g_text = text;
+        grammar *g = compile(text);
+        rf_gram rg;
+        rf_parse(&rg, text, len);
+        rf_chart c;
+        rf_chart_init(&c, &rg);
+        grammar_matcher *m;
+        assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+        /* the first document of the samples, driven token by token */
+        char *sep = strstr(docs, "\n%%\n");
+        size_t n = sep ? (size_t)(sep - docs) + 1 : strlen(docs);
+        if (small_scale() && n > 60) n = 60;
+        vocab_check vc = {.c = &c, .r = {0xABCDEF + gi}, .earley_every = 8};
+        size_t pos = drive(m, v, docs, n, check_all_tokens, &vc);
+        if (pos + 1 < n) /* all of it (its final newline aside) */
+            fail_msg("%s: stuck after %zu of %zu bytes", names[gi], pos, n);
+        /* and a random walk */
+        tr_grammar_matcher_reset(m);
+        check_walk_vocab(m, v, &vc, small_scale() ? 8 : 40);
+        tr_grammar_matcher_free(m);
+        rf_chart_free(&c);
+        rf_free(&rg);
+        tr_grammar_free(g);
+        free(text);
+        free(docs);
+    }
+    tr_grammar_vocab_free(v);
+}
+
+/* ---- the matcher API on stacks ---- */
+
+static grammar_vocab *byte_vocab(void) {
+    /* every byte, a few longer tokens, EOG and a special token */
+    static char store[256][2];
+    const char *toks[256 + 8];
+    int n = 0;
+    for (int b = 1; b < 256; b++) {
+        store[b][0] = (char)b;
+        toks[n++] = store[b];
+    }
+    toks[n++] = "{\"k\":";
+    toks[n++] = ",\"t\":true}";
+    toks[n++] = "}]";
+    toks[n++] = "1,";
+    toks[n++] = "</s>";
+    toks[n++] = "<pad>";
+    grammar_vocab *v = tg_vocab_from_strings(toks, n, 1, n - 2);
+    assert_non_null(v);
+    return v;
+}
+
+static void mask_of(grammar_matcher *m, uint64_t *mask, size_t nw) {
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+}
+
+static void test_api_stacks(void **state) {
+    (void)state;
+    grammar_vocab *v = byte_vocab();
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    int32_t eog = tr_grammar_vocab_n_vocab(v) - 2;
+    uint64_t *a = malloc(nw * 8), *b = malloc(nw * 8);
+    /* forced bytes through rule boundaries: keys, closing brackets */
+    grammar *g = compile("root ::= obj\nobj ::= \"{\\\"k\\\":\" (obj | \"1\" | \"[\" obj \"]\") "
+                         "\",\\\"t\\\":true}\"\n");
+    assert_int_equal(g->kind, GRAMMAR_KIND_CFG);
+    grammar_matcher *m;
+    assert_int_equal(tr_grammar_matcher_new(g, v, 4, &m), TR_OK);
+    uint8_t buf[64];
+    size_t n;
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
+    assert_int_equal(n, 5);
+    assert_memory_equal(buf, "{\"k\":", 5);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "{\"k\":[{\"k\":1", 12), TR_OK);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
+    /* the inner object's end, the array's, then the outer object's */
+    assert_int_equal(n, 21);
+    assert_memory_equal(buf, ",\"t\":true}],\"t\":true}", 21);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, 3, &n), TR_OK);
+    assert_int_equal(n, 3); /* bounded by cap */
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, ",\"t\":true}],\"t\":true}", 21), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_false(tr_grammar_matcher_can_continue(m));
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
+    assert_int_equal(n, 0); /* accepting: nothing is forced */
+    /* EOG only when accepting; then terminated */
+    mask_of(m, a, nw);
+    assert_true(tg_bit(a, eog));
+    assert_int_equal(tr_grammar_matcher_accept_token(m, eog), TR_OK);
+    assert_true(tr_grammar_matcher_is_terminated(m));
+    mask_of(m, a, nw);
+    assert_int_equal(tr_grammar_mask_count(a, nw), 0);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "x", 1), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK);
+    assert_false(tr_grammar_matcher_is_terminated(m));
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    /* the ring holds 4 entries */
+    assert_int_equal(tr_grammar_matcher_history_len(m), 2);
+    tr_grammar_matcher_reset(m);
+    assert_int_equal(tr_grammar_matcher_history_len(m), 0);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, eog), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, -1), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, eog + 1), TR_ERR_STATE); /* special */
+    /* all or nothing: a valid prefix then a bad byte leaves it unchanged */
+    mask_of(m, a, nw);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "{\"k\":[{\"k\":1,x", 14),
+                     TR_ERR_STATE);
+    mask_of(m, b, nw);
+    assert_memory_equal(a, b, nw * 8);
+    assert_int_equal(tr_grammar_matcher_history_len(m), 0);
+    /* rollback against a fresh matcher fed the same prefix */
+    static const char *const steps[] = {"{\"k\":", "[", "{\"k\":", "1", ",\"t\":true}",
+                                        "]", ",\"t\":true}"};
+    for (size_t i = 0; i < TR_ARRAY_LEN(steps); i++)
+        assert_int_equal(tr_grammar_matcher_accept_bytes(m, steps[i], strlen(steps[i])), TR_OK);
+    assert_int_equal(tr_grammar_matcher_history_len(m), 4);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 5), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 3), TR_OK);
+    grammar_matcher *f;
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &f), TR_OK);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(tr_grammar_matcher_accept_bytes(f, steps[i], strlen(steps[i])), TR_OK);
+    mask_of(m, a, nw);
+    mask_of(f, b, nw);
+    assert_memory_equal(a, b, nw * 8);
+    tr_grammar_matcher_free(f);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+
+    /* deep nesting: 20,000 open brackets, then the way out; the frame
+     * collector runs meanwhile (rollback history of 256 sets) */
+    g = compile("root ::= \"[\" root \"]\" | \"x\"\n");
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    int depth = small_scale() ? 3000 : 20000;
+    for (int i = 0; i < depth; i++) assert_int_equal(tr_grammar_matcher_accept_bytes(m, "[", 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "x", 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 200), TR_OK);
+    for (int i = 0; i < 199; i++) assert_int_equal(tr_grammar_matcher_accept_bytes(m, "[", 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "x", 1), TR_OK);
+    for (int i = 0; i < depth; i++) {
+        assert_false(tr_grammar_matcher_is_accepting(m));
+        assert_int_equal(tr_grammar_matcher_accept_bytes(m, "]", 1), TR_OK);
+    }
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "]", 1), TR_ERR_STATE);
+    assert_true(m->cfg->per.n < (uint32_t)depth + 1000); /* collected */
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+
+    /* right recursion is a tail call: no frame per item */
+    g = compile("root ::= item root | \"\"\nitem ::= \"(\" root \")\" | \"x\"\n");
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    for (int i = 0; i < 50000; i++)
+        assert_int_equal(tr_grammar_matcher_accept_bytes(m, "x", 1), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    assert_true(m->cfg->per.n < 16);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+    free(a), free(b);
+    tr_grammar_vocab_free(v);
+}
+
+/* An exponentially ambiguous grammar: each 'a' may open either rule, so
+ * the stacks double; the budget stops it cleanly. */
+static void test_stacks_budget(void **state) {
+    (void)state;
+    grammar_vocab *v = byte_vocab();
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_stacks = 64;
+    const char *t = "root ::= s1\ns1 ::= \"a\" s1 \"x\" | \"a\" s2 \"x\" | \"\"\n"
+                    "s2 ::= \"a\" s1 \"y\" | \"a\" s2 \"y\" | \"\"\n";
+    grammar *g = NULL;
+    tr_diag d;
+    if (tr_grammar_compile_ebnf(t, strlen(t), &lim, &g, &d)) fail_msg("%s", d.message);
+    grammar_matcher *m;
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    uint64_t *a = malloc(nw * 8), *b = malloc(nw * 8);
+    tr_status st = TR_OK;
+    int i;
+    for (i = 0; i < 40 && st == TR_OK; i++) {
+        mask_of(m, a, nw);
+        st = tr_grammar_matcher_accept_bytes(m, "a", 1);
+    }
+    assert_int_equal(st, TR_ERR_LIMIT);
+    assert_true(i > 4 && i < 12); /* 2^i stacks pass 64 between 6 and 7 */
+    assert_int_equal(tr_grammar_matcher_history_len(m), (uint32_t)i - 1);
+    mask_of(m, b, nw); /* unchanged */
+    assert_memory_equal(a, b, nw * 8);
+    assert_int_equal(tr_grammar_matcher_rollback(m, (uint32_t)i - 1), TR_OK);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "aax", 3), TR_OK);
+    tr_grammar_matcher_free(m);
+    tr_grammar_free(g);
+    free(a), free(b);
+    tr_grammar_vocab_free(v);
+}
+
+typedef struct budget_case {
+    const char *what; /* in the message */
+    void (*set)(grammar_limits *);
+    const char *text;
+} budget_case;
+
+static void set_text(grammar_limits *l) { l->max_grammar_bytes = 16; }
+static void set_nfa(grammar_limits *l) { l->max_nfa_states = 50; }
+static void set_dfa(grammar_limits *l) { l->max_dfa_states = 20; }
+static void set_repeat(grammar_limits *l) { l->max_repeat = 10; }
+static void set_nesting(grammar_limits *l) { l->max_nesting = 3; }
+static void set_bytes(grammar_limits *l) { l->max_compile_bytes = 20000; }
+static void set_time(grammar_limits *l) { l->max_compile_us = 1; }
+
+static void test_budgets(void **state) {
+    (void)state;
+    /* a grammar whose DFA blows up: the n-th character from the end */
+    const char *big = "root ::= [ab]* \"a\" [ab]{12} x\nx ::= \"(\" x \")\" | \"\"\n";
+    const budget_case cases[] = {
+        {"max_grammar_bytes", set_text, "root ::= \"a long enough grammar\"\n"},
+        {"max_nfa_states", set_nfa, "root ::= \"abcdefghijklmnopqrstuvwxyz\"{3}\n"},
+        {"max_dfa_states", set_dfa, big},
+        {"max_repeat", set_repeat, "root ::= \"a\"{11}\n"},
+        {"max_nesting", set_nesting, "root ::= ((((\"a\"))))\n"},
+        {"max_compile_bytes", set_bytes, big},
+        {"max_compile_us", set_time, big},
+    };
+    for (size_t i = 0; i < TR_ARRAY_LEN(cases); i++) {
+        grammar_limits lim;
+        tr_grammar_limits_default(&lim);
+        cases[i].set(&lim);
+        grammar *g = NULL;
+        tr_diag d;
+        tr_status st = tr_grammar_compile_ebnf(cases[i].text, strlen(cases[i].text), &lim, &g, &d);
+        if (st != TR_ERR_LIMIT || !strstr(d.message, cases[i].what))
+            fail_msg("%s: %s \"%s\"", cases[i].what, tr_status_name(st), d.message);
+        assert_null(g);
+    }
+    /* within the default budgets the same blow-up compiles */
+    grammar *g = compile(big);
+    tr_grammar_free(g);
+}
+
+/* Masks along random walks on a JSON grammar: with the memo off, tiny
+ * (past the budget entries are recomputed) and default, single-thread
+ * and from 4 threads sharing one grammar, all identical. */
+typedef struct walk_job {
+    grammar *g;
+    grammar_vocab *v;
+    uint64_t seed;
+    int steps;
+    uint64_t hash; /* of every mask */
+} walk_job;
+
+static uint64_t hash_words(uint64_t h, const uint64_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static void *run_walk(void *arg) {
+    walk_job *j = arg;
+    size_t nw = tr_grammar_vocab_mask_words(j->v);
+    uint64_t *mask = malloc(nw * 8);
+    grammar_matcher *m;
+    if (tr_grammar_matcher_new(j->g, j->v, 0, &m) != TR_OK) abort();
+    tg_rng r = {j->seed};
+    j->hash = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < j->steps; i++) {
+        if (tr_grammar_matcher_fill_mask(m, mask, nw) != TR_OK) abort();
+        j->hash = hash_words(j->hash, mask, nw);
+        size_t cnt = tr_grammar_mask_count(mask, nw);
+        int32_t id = tr_grammar_mask_nth(mask, nw, tg_below(&r, (uint32_t)cnt));
+        if (tr_grammar_vocab_is_eog(j->v, id)) {
+            tr_grammar_matcher_reset(m);
+            continue;
+        }
+        if (tr_grammar_matcher_accept_token(m, id) != TR_OK) abort();
+    }
+    tr_grammar_matcher_free(m);
+    free(mask);
+    return NULL;
+}
+
+static void test_memo_threads(void **state) {
+    (void)state;
+    tg_rng r = {77};
+    grammar_vocab *v = char_vocab(&r, k_chars, (int)TR_ARRAY_LEN(k_chars), 2000);
+    size_t len;
+    char *text = read_data("json.gbnf", &len);
+    uint64_t budgets[] = {0, 20000, 64u << 20};
+    uint64_t want = 0;
+    int steps = small_scale() ? 200 : 2000;
+    for (size_t bi = 0; bi < TR_ARRAY_LEN(budgets); bi++) {
+        grammar_limits lim;
+        tr_grammar_limits_default(&lim);
+        lim.mask_cache_bytes = budgets[bi];
+        grammar *g = NULL;
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, &lim, &g, NULL), TR_OK);
+        walk_job j = {g, v, 99, steps, 0};
+        run_walk(&j);
+        if (bi == 0) want = j.hash;
+        assert_true(j.hash == want);
+        if (budgets[bi] == 20000) {
+            /* a second walk on the same grammar sees the same masks */
+            run_walk(&j);
+            assert_true(j.hash == want);
+        }
+        tr_grammar_free(g);
+    }
+    /* 4 threads on one grammar with a cold memo */
+    grammar *g = NULL;
+    assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &g, NULL), TR_OK);
+    pthread_t th[4];
+    walk_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (walk_job){g, v, 99, steps, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, run_walk, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(jobs[i].hash == want);
+    }
+    tr_grammar_free(g);
+    free(text);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_stats_dump(void **state) {
+    (void)state;
+    size_t len;
+    char *text = read_data("json.gbnf", &len);
+    grammar *g = compile(text);
+    grammar_stats st;
+    tr_grammar_get_stats(g, &st);
+    assert_int_equal(st.rules, 7);
+    assert_int_equal(st.rules_kept, 3);
+    assert_true(st.call_edges > 0 && st.dfa_states > 10 && st.nfa_states > st.dfa_states);
+    assert_true(st.bytes > 0 && st.compile_ns > 0);
+    assert_true(tr_grammar_matches(g, "{\"a\": [1, {}]}", 14));
+    assert_false(tr_grammar_matches(g, "{\"a\": [1, {}]", 13));
+    FILE *f = tmpfile();
+    tr_grammar_dump(g, f);
+    rewind(f);
+    char buf[4096] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(buf, "rule object: start"));
+    assert_non_null(strstr(buf, "call"));
+    tr_grammar_free(g);
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
@@ -764,6 +1240,12 @@ int main(void) {
         cmocka_unit_test(test_left_recursion),
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_random_grammars),
+        cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_api_stacks),
+        cmocka_unit_test(test_stacks_budget),
+        cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_memo_threads),
+        cmocka_unit_test(test_stats_dump),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
