@@ -22,10 +22,8 @@
 
 #include "grammar/cfg_internal.h"
 
-void tr_cfg_ctx_init(gcfg_ctx *x, const gdfa *d, const gcfg *cfg,
-                     const gfstore *per) {
+void tr_cfg_ctx_init(gcfg_ctx *x, gcfg *cfg, const gfstore *per) {
     memset(x, 0, sizeof *x);
-    x->d = d;
     x->cfg = cfg;
     x->per = per;
 }
@@ -156,13 +154,12 @@ static bool work_push(gcfg_ctx *x, uint32_t state, uint32_t frame) {
  * frame is made). False (out restored) when a call shows up. */
 static bool closure_returns(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
                             gcset *out, bool *escaped) {
-    const uint8_t *flags = x->cfg->flags;
     uint32_t out0 = out->n;
     *escaped = false;
     for (uint32_t i = 0; i < n_in; i++) {
         uint32_t s = in[i].state, f = in[i].frame;
         for (;;) {
-            uint8_t fl = flags[s];
+            uint8_t fl = gl_flags(x->cfg, s);
             if (fl & GCFG_CALLS) {
                 out->n = out0;
                 return false;
@@ -182,8 +179,7 @@ static bool closure_returns(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
 
 bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
                     gcset *out) {
-    const gdfa *d = x->d;
-    const gcfg *g = x->cfg;
+    gcfg *g = x->cfg;
     bool escaped = false;
     if (closure_returns(x, in, n_in, out, &escaped)) return escaped;
     x->work.n = 0;
@@ -197,7 +193,7 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
     uint64_t seen_max = (uint64_t)g->max_stacks * 4;
     while (x->work.n) {
         gcfg_config c = x->work.c[--x->work.n];
-        uint8_t f = g->flags[c.state];
+        uint8_t f = gl_flags(g, c.state);
         if (f != GCFG_BYTES) { /* calls or returns: may come back here */
             bool dup = false;
             for (uint32_t i = 0; i < x->seen.n && !dup; i++)
@@ -209,9 +205,11 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
         }
         if ((f & GCFG_BYTES) && !tr_cset_add(x, out, c.state, c.frame)) return false;
         if (f & GCFG_CALLS) {
-            for (uint32_t j = d->call_off[c.state]; j < d->call_off[c.state + 1]; j++) {
-                uint32_t start = d->calls[j][0], ret = d->calls[j][1];
-                uint32_t nf = g->tail[ret] ? c.frame : scr_push(x, ret, c.frame);
+            uint32_t nc;
+            const gl_call *calls = gl_calls(g, c.state, &nc);
+            for (uint32_t j = 0; j < nc; j++) {
+                uint32_t start = calls[j].start, ret = calls[j].ret;
+                uint32_t nf = gl_tail(g, ret) ? c.frame : scr_push(x, ret, c.frame);
                 if (nf == UINT32_MAX || !work_push(x, start, nf)) return false;
             }
         }
@@ -227,39 +225,9 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
 
 void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n, uint8_t b,
                  gcset *out) {
-    const gdfa *d = x->d;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t t = gdfa_step(d, closed[i].state, b);
+        uint32_t t = gl_step(x->cfg, closed[i].state, b);
         if (t != GDFA_DEAD && !tr_cset_add(x, out, t, closed[i].frame)) return;
     }
 }
 
-tr_status tr_cfg_follow(const gdfa *d, gcfg *cfg) {
-    uint32_t zero = 0;
-    gfstore none = {.ret = &zero, .parent = &zero, .n = 1, .cap = 1};
-    gcfg_ctx x;
-    tr_cfg_ctx_init(&x, d, cfg, &none);
-    gcset out = {0};
-    uint8_t *done = calloc(d->n_states, 1);
-    memset(cfg->follow, 0, sizeof cfg->follow);
-    for (uint32_t j = 0; done && j < d->call_off[d->n_states] && !x.err; j++) {
-        uint32_t r = d->calls[j][1];
-        if (done[r]) continue;
-        done[r] = 1;
-        gcfg_config c = {r, 0};
-        out.n = 0;
-        tr_cfg_ctx_reset(&x);
-        /* returning from r too would add the other return states' bytes:
-         * those are in the union anyway */
-        tr_cfg_closure(&x, &c, 1, &out);
-        for (uint32_t i = 0; i < out.n; i++)
-            for (int b = 0; b < 256; b++)
-                if (gdfa_step(d, out.c[i].state, (uint8_t)b) != GDFA_DEAD)
-                    cfg->follow[b >> 6] |= 1ull << (b & 63);
-    }
-    tr_status st = done ? x.err : TR_ERR_NOMEM;
-    free(done);
-    tr_cset_free(&out);
-    tr_cfg_ctx_deinit(&x);
-    return st;
-}

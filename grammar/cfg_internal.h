@@ -12,9 +12,9 @@
  *                          other left recursion refused, rules inlined until
  *                          only a few recursive ones remain ("kept")
  *        --ebnf_compile.c-> the kept bodies as one NFA whose rule references
- *                          are CALL edges; one subset construction and one
- *                          minimization (dfa.c) give a single byte DFA with
- *                          call edges: the grammar's automaton
+ *                          are CALL edges (nfa.c)
+ *   cfg_dfa.c: its DFA, states made on demand (subset construction with a
+ *              column per call symbol), shared lock-free by all threads
  *   cfg.c: configurations (DFA state + stack), closures, byte steps
  *   cfg_mask.c: token masks (memoized stack-independent part + residue)
  *   cfg_matcher.c: the matcher API over a set of configurations
@@ -39,9 +39,11 @@
 #ifndef TR_GRAMMAR_CFG_INTERNAL_H
 #define TR_GRAMMAR_CFG_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "grammar/grammar_internal.h"
 
@@ -98,7 +100,7 @@ typedef struct gebnf_plan {
 tr_status tr_ebnf_analyze(gcc *cc, gebnf *e, gebnf_plan *plan);
 
 /* ---------------------------------------------------------------------
- * The compiled grammar's context-free part (ebnf_compile.c)
+ * The grammar's automaton, built lazily (cfg_dfa.c)
  * ------------------------------------------------------------------- */
 
 /* per-state flags */
@@ -106,28 +108,133 @@ tr_status tr_ebnf_analyze(gcc *cc, gebnf *e, gebnf_plan *plan);
 #define GCFG_ACCEPT 2u /* may return (pop) */
 #define GCFG_BYTES 4u  /* has a live byte transition */
 
+#define GL_CH 256u /* DFA states per chunk */
+
+typedef struct gl_call {
+    uint32_t start; /* the callee's start state */
+    uint32_t ret;   /* where to continue when it returns */
+} gl_call;
+
+/* A consuming NFA edge as a range of columns: byte classes [0, n_cls),
+ * then call symbol y at column n_cls + y. */
+typedef struct gl_edge {
+    uint32_t to, c0, c1;
+} gl_edge;
+
+/* GL_CH DFA states; never moved once published. A state's row and info
+ * are valid once ready[i] reads 1 (acquire). */
+typedef struct gl_chunk {
+    _Atomic uint8_t ready[GL_CH];
+    uint8_t accept[GL_CH];
+    uint8_t flags[GL_CH]; /* GCFG_* */
+    uint8_t tail[GL_CH];  /* see tr_cfg_tail */
+    int16_t only[GL_CH];  /* the one live byte, -1 several, -2 none */
+    uint32_t ncall[GL_CH];
+    gl_call *calls[GL_CH];
+    uint64_t aloop[GL_CH][2]; /* ASCII bytes leading back to the state */
+    uint32_t rows[];          /* [GL_CH * n_cls] next state per class */
+} gl_chunk;
+
+/* The automaton of a grammar: the kept rules' NFA (immutable), and its
+ * DFA made state by state the first time a matcher needs one (subset
+ * construction on demand: compiling costs the NFA only, and a grammar
+ * pays for the states its outputs visit; the JSON any-value grammar
+ * reaches a few dozen of its ~740 states in a typical document). Not
+ * minimized: trimming comes from the NFA (its dead states never enter a
+ * subset), so every state but 0 can still complete. Shared by every
+ * thread using the grammar: states are created and expanded under
+ * `lock`; readers find them through atomic chunk pointers and ready
+ * flags (release/acquire), never locking on the hot path. Past
+ * max_states, expansion fails: the state gets no transition and
+ * `failed` is set, which every matcher call checks (TR_ERR_LIMIT). */
 typedef struct gcfg {
+    /* the NFA, immutable after compile */
+    uint32_t n_nfa, nfa_final;
+    uint32_t *c_off; /* [n_nfa + 1] consuming edges of live states */
+    gl_edge *c_edge;
+    uint32_t *e_off; /* [n_nfa + 1] epsilon edges to live states */
+    uint32_t *e_to;
+    uint8_t cls[256];
+    uint16_t cls_size[256]; /* bytes per class */
+    uint8_t cls_byte[256];  /* a byte of each class */
+    uint32_t n_cls, n_sym, k; /* k = n_cls + n_sym columns */
+    /* the kept rules: their start states; root is rule 0 */
     uint32_t n_kept;
-    uint32_t *rule_start; /* [n_kept] DFA start state of each kept rule */
-    char **rule_name;     /* [n_kept] NUL-terminated (dump, diagnostics) */
-    uint8_t *flags;       /* [n_states] GCFG_* */
-    int16_t *only_byte;   /* [n_states] the one live byte, -1 several, -2 none */
-    /* 1 for states where a call may return directly without pushing a
-     * frame: the return state accepts and has no transition at all, so
-     * returning there would only pop again (a tail call; keeps right-
-     * recursive lists at a constant stack depth) */
-    uint8_t *tail;        /* [n_states] */
+    uint32_t *rule_start;
+    char **rule_name;
     uint32_t max_stacks;  /* live configurations a matcher may track */
+    uint32_t max_states;
     /* The bytes that can come right after a rule returns, in any context
-     * (what the return states of all calls, closed, can consume). A mask
-     * walk only records a return inside a token where the next byte of
-     * some longer token is one of these: in an expression grammar an
+     * (what every call's return point can consume first). A mask walk
+     * only records a return inside a token where the next byte of some
+     * longer token is one of these: in an expression grammar an
      * identifier could end after each of its letters, but only ')' may
      * follow, so the letters' subtrees need no run-time check. */
     uint64_t follow[4];
+    /* DFA states */
+    _Atomic(gl_chunk *) *chunks; /* [n_slots] */
+    uint32_t n_slots;
+    _Atomic uint32_t n_states;
+    _Atomic int failed; /* 0, or TR_ERR_LIMIT / TR_ERR_NOMEM */
+    pthread_mutex_t lock;
+    /* under lock: subset keys [accept, sorted consuming NFA states] and
+     * the expansion's scratch */
+    uint32_t *pool, *koff, *klen, *ht;
+    size_t pool_n, pool_cap;
+    uint32_t kcap, ht_cap;
+    uint32_t *stack, *mark, *out, *bo, *bucket, *memo_t, *memo_used;
+    uint64_t *memo_h;
+    uint32_t *memo_off, *memo_len;
+    uint32_t gen, bucket_cap, memo_cap;
+    _Atomic uint64_t bytes; /* held by the DFA so far (stats) */
 } gcfg;
 
+/* Compile time: the automaton of the kept rules (starts[i] is rule i's
+ * NFA start; names borrowed and copied). Takes nothing from nfa (it is
+ * copied in compact form). Errors set cc's diag. */
+tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
+                     const char *const *names, const uint32_t *name_lens,
+                     uint32_t n_kept, gcfg **out);
 void tr_cfg_free(gcfg *c);
+/* Makes state s's row and info (slow path, takes the lock). */
+void tr_cfg_expand(gcfg *c, uint32_t s);
+/* Invariants of the NFA tables and of every state made so far (each
+ * expanded row recomputed from its subset); tests. */
+tr_status tr_cfg_check(gcfg *c);
+void tr_cfg_dump(gcfg *c, FILE *f);
+/* States made so far. */
+static inline uint32_t tr_cfg_n_states(const gcfg *c) {
+    return atomic_load_explicit(&((gcfg *)c)->n_states, memory_order_acquire);
+}
+
+static inline gl_chunk *gl_ready(gcfg *c, uint32_t s) {
+    gl_chunk *ch = atomic_load_explicit(&c->chunks[s / GL_CH], memory_order_acquire);
+    if (!atomic_load_explicit(&ch->ready[s % GL_CH], memory_order_acquire))
+        tr_cfg_expand(c, s);
+    return ch;
+}
+static inline uint32_t gl_step(gcfg *c, uint32_t s, uint8_t b) {
+    return gl_ready(c, s)->rows[(s % GL_CH) * c->n_cls + c->cls[b]];
+}
+static inline uint8_t gl_flags(gcfg *c, uint32_t s) {
+    return gl_ready(c, s)->flags[s % GL_CH];
+}
+/* A call returning to s would only return again (s accepts and has no
+ * transition): the caller's frame is not pushed (a tail call; keeps
+ * right-recursive lists at a constant stack depth). */
+static inline bool gl_tail(gcfg *c, uint32_t s) { return gl_ready(c, s)->tail[s % GL_CH]; }
+static inline int16_t gl_only(gcfg *c, uint32_t s) { return gl_ready(c, s)->only[s % GL_CH]; }
+static inline const uint64_t *gl_aloop(gcfg *c, uint32_t s) {
+    return gl_ready(c, s)->aloop[s % GL_CH];
+}
+static inline const gl_call *gl_calls(gcfg *c, uint32_t s, uint32_t *n) {
+    gl_chunk *ch = gl_ready(c, s);
+    *n = ch->ncall[s % GL_CH];
+    return ch->calls[s % GL_CH];
+}
+static inline tr_status gl_failed(const gcfg *c) {
+    return (tr_status)atomic_load_explicit(&((gcfg *)c)->failed, memory_order_acquire);
+}
 
 /* ---------------------------------------------------------------------
  * Configurations and frames (cfg.c)
@@ -169,8 +276,7 @@ static inline uint32_t gf_slot(uint32_t ret, uint32_t parent, uint32_t cap) {
  * + 1, entries checked against the store, since walks drop scratch
  * frames by truncating scr.n and leave stale slots behind). */
 typedef struct gcfg_ctx {
-    const gdfa *d;
-    const gcfg *cfg;
+    gcfg *cfg;          /* grows as states are needed */
     const gfstore *per; /* persistent frames (read only here) */
     const uint32_t *per_fh; /* their hash table (ids, 0 empty) or NULL */
     uint32_t per_fh_cap;
@@ -181,8 +287,7 @@ typedef struct gcfg_ctx {
     tr_status err;      /* first failure: TR_ERR_NOMEM or TR_ERR_LIMIT */
 } gcfg_ctx;
 
-void tr_cfg_ctx_init(gcfg_ctx *x, const gdfa *d, const gcfg *cfg,
-                     const gfstore *per);
+void tr_cfg_ctx_init(gcfg_ctx *x, gcfg *cfg, const gfstore *per);
 void tr_cfg_ctx_deinit(gcfg_ctx *x);
 /* Drops every scratch frame and clears the error (start of an operation). */
 void tr_cfg_ctx_reset(gcfg_ctx *x);
@@ -211,8 +316,7 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
 /* out = configurations of closed[] after byte b (deduplicated). */
 void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n,
                  uint8_t b, gcset *out);
-/* Fills cfg->follow (compile time). */
-tr_status tr_cfg_follow(const gdfa *d, gcfg *cfg);
+
 
 /* ---------------------------------------------------------------------
  * Matcher over configurations (cfg_matcher.c) and its masks (cfg_mask.c)

@@ -84,13 +84,13 @@ typedef struct gcfg_walker {
 static struct gcfg_memo *memo_new(const grammar *g, const grammar_vocab *v) {
     struct gcfg_memo *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->slots = calloc(g->dfa.n_states, sizeof *c->slots);
+    c->slots = calloc(g->cfg->max_states, sizeof *c->slots);
     if (!c->slots) {
         free(c);
         return NULL;
     }
     c->vocab_uid = v->uid;
-    c->n_states = g->dfa.n_states;
+    c->n_states = g->cfg->max_states;
     c->budget = g->mask_budget;
     atomic_init(&c->used, 0);
     for (uint32_t s = 0; s < c->n_states; s++) atomic_init(&c->slots[s], NULL);
@@ -153,7 +153,7 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     }
     w->none.ret = w->none.parent = &w->zero;
     w->none.n = w->none.cap = 1;
-    tr_cfg_ctx_init(&w->x, &g->dfa, g->cfg, &w->none);
+    tr_cfg_ctx_init(&w->x, g->cfg, &w->none);
     return w;
 }
 
@@ -203,11 +203,11 @@ static uint32_t first_check(const gtrie *tr, uint32_t i) {
 /* Whether some configuration of pool[a..b) stays in its state on every
  * byte the check node ck's subtree uses (then every token below is
  * allowed). */
-static bool subtree_loops(const gdfa *d, const gtrie *tr, uint32_t ck,
+static bool subtree_loops(gcfg *g, const gtrie *tr, uint32_t ck,
                           const gcfg_config *set, uint32_t n) {
     const uint64_t *need = tr->cbits[ck];
     for (uint32_t k = 0; k < n; k++) {
-        const uint64_t *lp = d->aloop[set[k].state];
+        const uint64_t *lp = gl_aloop(g, set[k].state);
         if (!(need[0] & ~lp[0]) && !(need[1] & ~lp[1])) return true;
     }
     return false;
@@ -232,7 +232,7 @@ static bool returns_escape(const gcfg_ctx *x, uint32_t f, bool *calls) {
     *calls = false;
     for (;;) {
         uint32_t r = gf_ret(x, f), p = gf_parent(x, f);
-        uint8_t fl = x->cfg->flags[r];
+        uint8_t fl = gl_flags(x->cfg, r);
         if (fl & GCFG_CALLS) {
             *calls = true;
             return false;
@@ -272,7 +272,7 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     for (uint32_t j = 1; j < tr->n_nodes; j = tr->next[j]) {
         bool alive = false;
         for (uint32_t k = 0; k < w->tmp.n && !alive; k++)
-            alive = gdfa_step(w->x.d, w->tmp.c[k].state, tr->byte[j]) != GDFA_DEAD;
+            alive = gl_step(w->x.cfg, w->tmp.c[k].state, tr->byte[j]) != GDFA_DEAD;
         if (alive) first += tr->pfirst[tr->next[j]] - tr->pfirst[j];
     }
     if (2 * first <= n) return false;
@@ -280,11 +280,14 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
         uint32_t id = tr->ptoks[k];
         const uint8_t *p = v->bytes + v->offs[id];
         size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
-        for (uint32_t c = 0; c < w->tmp.n; c++)
-            if (tr_dfa_run(w->x.d, w->tmp.c[c].state, p, len) != GDFA_DEAD) {
+        for (uint32_t c = 0; c < w->tmp.n; c++) {
+            uint32_t q = w->tmp.c[c].state;
+            for (size_t b = 0; b < len && q != GDFA_DEAD; b++) q = gl_step(w->x.cfg, q, p[b]);
+            if (q != GDFA_DEAD) {
                 live++;
                 break;
             }
+        }
     }
     return 2 * live > seen;
 }
@@ -298,8 +301,7 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
 static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                  uint32_t i0, uint32_t i1, uint64_t *mask, bool comp) {
     gcfg_ctx *x = &w->x;
-    const gdfa *d = x->d;
-    const uint8_t *flags = x->cfg->flags;
+    gcfg *g = x->cfg;
     const gtrie *tr = &v->trie;
     const uint8_t *byte = tr->byte;
     const uint16_t *depth = tr->depth;
@@ -321,7 +323,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
             }
             if (i == next_check) {
-                bool all = subtree_loops(d, tr, ck, w->pool + ps, pe - ps);
+                bool all = subtree_loops(g, tr, ck, w->pool + ps, pe - ps);
                 uint32_t lo = tr->ctok_lo[ck], hi = tr->ctok_hi[ck];
                 ck++;
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
@@ -341,7 +343,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         gcfg_config c = w->pool[ps];
         const gcfg_config *src = w->pool + ps;
         uint32_t n_src = pe - ps;
-        if (n_src == 1 && (flags[c.state] & GCFG_ACCEPT) && c.frame != 0 &&
+        if (n_src == 1 && (gl_flags(g, c.state) & GCFG_ACCEPT) && c.frame != 0 &&
             in_follow(x->cfg, b)) {
             /* a deferred return (below) may consume this byte: close */
             w->tmp.n = 0;
@@ -353,7 +355,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         gcfg_config k1; /* the kernel when it is one configuration */
         uint32_t nk;
         if (n_src == 1) { /* one configuration: the common case */
-            k1.state = gdfa_step(d, src[0].state, b);
+            k1.state = gl_step(g, src[0].state, b);
             k1.frame = src[0].frame;
             nk = k1.state != GDFA_DEAD;
         } else {
@@ -380,7 +382,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
              * (above): inside an identifier that could end after each
              * letter, the set stays one configuration instead of two.
              * Whether they reach frame 0 (an escape point) is known now. */
-            uint8_t ft = flags[k1.state];
+            uint8_t ft = gl_flags(g, k1.state);
             bool lone = ft == GCFG_BYTES, esc = false;
             if (ft == (GCFG_BYTES | GCFG_ACCEPT)) {
                 bool calls = false;
@@ -438,7 +440,7 @@ static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
         memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
     if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
     bool overflow = x->err == TR_ERR_LIMIT;
-    if (x->err && !overflow) return NULL;
+    if ((x->err && !overflow) || gl_failed(x->cfg)) return NULL; /* never memoized */
     uint32_t n_esc = overflow ? 0 : w->n_esc;
     size_t size = sizeof(gcfg_entry) + nw * sizeof(uint64_t) +
                   (size_t)n_esc * sizeof *w->esc;
@@ -537,8 +539,9 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
     w->work.n = 0;
     w->n_done = 0;
     w->x.err = TR_OK;
-    tr_status st = TR_OK;
+    tr_status st = gl_failed(m->g->cfg);
     bool eog = false, computed = false;
+    if (st) return st;
     for (uint32_t k = 0; k < c->cur.n; k++)
         if (!tr_cset_add(&w->x, &w->work, c->cur.c[k].state, c->cur.c[k].frame))
             return w->x.err;
@@ -548,7 +551,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         gcfg_entry *owned = NULL;
         const gcfg_entry *e = entry_of(c, v, cf.state, &computed, &owned);
         if (!e) {
-            st = TR_ERR_NOMEM;
+            st = gl_failed(m->g->cfg) ? gl_failed(m->g->cfg) : TR_ERR_NOMEM;
             break;
         }
         w->x.err = TR_OK;
@@ -571,6 +574,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         st = w->x.err;
         free(owned);
     }
+    if (!st) st = gl_failed(m->g->cfg); /* a state could not be made */
     if (st) return st;
     /* the "no token" bit, duplicates of allowed tokens, end of generation */
     uint32_t none = (uint32_t)v->n_vocab;

@@ -132,7 +132,7 @@ tr_status tr_cfgm_new(grammar_matcher *m) {
     c->per.parent = malloc(c->per.cap * sizeof *c->per.parent);
     c->hist = calloc(m->hist_cap, sizeof *c->hist);
     m->cfg = c;
-    tr_cfg_ctx_init(&c->x, &m->g->dfa, m->g->cfg, &c->per);
+    tr_cfg_ctx_init(&c->x, m->g->cfg, &c->per);
     if (!c->per.ret || !c->per.parent || !c->hist || !fh_rebuild(c, 128) ||
         !tr_cset_reserve(&c->cur, 4)) {
         tr_cfgm_free(m);
@@ -170,7 +170,7 @@ void tr_cfgm_reset(grammar_matcher *m) {
     memset(c->fh, 0, c->fh_cap * sizeof *c->fh);
     c->gc_at = 4096;
     c->cur.n = 1;
-    c->cur.c[0].state = m->g->dfa.start;
+    c->cur.c[0].state = m->g->cfg->rule_start[0];
     c->cur.c[0].frame = 0;
     m->terminated = false;
     m->hist_head = 0;
@@ -188,9 +188,12 @@ static bool run_bytes(gcfg_matcher *c, const uint8_t *p, size_t n) {
         if (c->x.err) return false;
         c->a.n = 0;
         tr_cfg_step(&c->x, c->b.c, c->b.n, p[i], &c->a);
-        if (c->x.err || c->a.n == 0) return false;
+        if (c->x.err || c->a.n == 0) break;
     }
-    return true;
+    /* an automaton that could not make a state answers nothing */
+    tr_status f = gl_failed(c->x.cfg);
+    if (f && !c->x.err) c->x.err = f;
+    return !c->x.err && c->a.n > 0;
 }
 
 static bool load_cur(gcfg_matcher *c) {
@@ -205,7 +208,10 @@ static bool load_cur(gcfg_matcher *c) {
 static bool close_cur(gcfg_matcher *c) {
     tr_cfg_ctx_reset(&c->x);
     c->b.n = 0;
-    return tr_cfg_closure(&c->x, c->cur.c, c->cur.n, &c->b);
+    bool end = tr_cfg_closure(&c->x, c->cur.c, c->cur.n, &c->b);
+    tr_status f = gl_failed(c->x.cfg);
+    if (f && !c->x.err) c->x.err = f;
+    return end;
 }
 
 bool tr_cfgm_is_accepting(const grammar_matcher *m) {
@@ -217,7 +223,7 @@ bool tr_cfgm_is_accepting(const grammar_matcher *m) {
 bool tr_cfgm_can_continue(const grammar_matcher *m) {
     if (m->terminated) return false;
     close_cur(m->cfg);
-    return m->cfg->b.n > 0;
+    return m->cfg->b.n > 0 && !m->cfg->x.err;
 }
 
 bool tr_cfgm_token_allowed(const grammar_matcher *m, int32_t id) {
@@ -311,20 +317,21 @@ tr_status tr_cfgm_forced_bytes(const grammar_matcher *m, uint8_t *buf,
     gcfg_matcher *c = m->cfg;
     size_t n = 0;
     if (!m->terminated && load_cur(c)) {
-        const int16_t *only = m->g->cfg->only_byte;
+        gcfg *g = m->g->cfg;
         while (n < cap) {
             c->b.n = 0;
             bool end = tr_cfg_closure(&c->x, c->a.c, c->a.n, &c->b);
             if (end || c->x.err || c->b.n == 0) break;
-            int b = only[c->b.c[0].state];
+            int b = gl_only(g, c->b.c[0].state);
             for (uint32_t i = 1; i < c->b.n && b >= 0; i++)
-                if (only[c->b.c[i].state] != b) b = -1;
+                if (gl_only(g, c->b.c[i].state) != b) b = -1;
             if (b < 0) break;
             c->a.n = 0;
             tr_cfg_step(&c->x, c->b.c, c->b.n, (uint8_t)b, &c->a);
             if (c->x.err || c->a.n == 0) break;
             buf[n++] = (uint8_t)b;
         }
+        if (gl_failed(m->g->cfg)) n = 0; /* nothing is forced by a broken automaton */
     }
     *len = n;
     return TR_OK;
@@ -336,9 +343,9 @@ bool tr_cfg_matches(const grammar *g, const uint8_t *bytes, size_t len) {
     none.ret = none.parent = &zero;
     none.n = none.cap = 1;
     gcfg_ctx x;
-    tr_cfg_ctx_init(&x, &g->dfa, g->cfg, &none);
+    tr_cfg_ctx_init(&x, g->cfg, &none);
     gcset a = {0}, b = {0};
-    bool ok = tr_cset_add(&x, &a, g->dfa.start, 0);
+    bool ok = tr_cset_add(&x, &a, g->cfg->rule_start[0], 0);
     for (size_t i = 0; i < len && ok; i++) {
         b.n = 0;
         tr_cfg_closure(&x, a.c, a.n, &b);
@@ -350,6 +357,7 @@ bool tr_cfg_matches(const grammar *g, const uint8_t *bytes, size_t len) {
         b.n = 0;
         ok = tr_cfg_closure(&x, a.c, a.n, &b) && !x.err;
     }
+    ok = ok && !gl_failed(g->cfg);
     tr_cset_free(&a);
     tr_cset_free(&b);
     tr_cfg_ctx_deinit(&x);

@@ -104,58 +104,20 @@ bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len) {
 
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
 
-/* The context-free tables agree with the DFA (cfg_internal.h). */
-static tr_status cfg_check(const grammar *g) {
-    const gdfa *d = &g->dfa;
-    const gcfg *c = g->cfg;
-    if (!d->call_off || !c || c->n_kept == 0 || c->rule_start[0] != d->start ||
-        c->max_stacks == 0)
-        return TR_ERR_INTERNAL;
-    for (uint32_t i = 0; i < c->n_kept; i++)
-        if (c->rule_start[i] == GDFA_DEAD || c->rule_start[i] >= d->n_states ||
-            !c->rule_name[i])
-            return TR_ERR_INTERNAL;
-    for (uint32_t j = 0; j < d->call_off[d->n_states]; j++) {
-        bool is_start = false;
-        for (uint32_t i = 0; i < c->n_kept && !is_start; i++)
-            is_start = d->calls[j][0] == c->rule_start[i];
-        if (!is_start) return TR_ERR_INTERNAL;
-    }
-    for (uint32_t s = 0; s < d->n_states; s++) {
-        int only = -2;
-        for (int b = 0; b < 256 && only != -1; b++)
-            if (gdfa_step(d, s, (uint8_t)b) != GDFA_DEAD) only = only == -2 ? b : -1;
-        bool calls = gdfa_call_hi(d, s) > gdfa_call_lo(d, s);
-        uint8_t want = (uint8_t)((calls ? GCFG_CALLS : 0) |
-                                 (d->accept[s] ? GCFG_ACCEPT : 0) |
-                                 (only != -2 ? GCFG_BYTES : 0));
-        if (c->flags[s] != want || c->only_byte[s] != only ||
-            c->tail[s] != (d->accept[s] && only == -2 && !calls))
-            return TR_ERR_INTERNAL;
-    }
-    return TR_OK;
-}
-
 tr_status tr_grammar_check(const grammar *g) {
     if (!g) return TR_ERR_INTERNAL;
+    if (g->kind == GRAMMAR_KIND_CFG) return g->cfg ? tr_cfg_check(g->cfg) : TR_ERR_INTERNAL;
+    if (g->kind != GRAMMAR_KIND_REGEX || g->cfg) return TR_ERR_INTERNAL;
     tr_status st = tr_dfa_check(&g->dfa);
     if (st) return st;
-    if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
-    if (g->kind == GRAMMAR_KIND_REGEX)
-        return g->dfa.call_off || g->cfg ? TR_ERR_INTERNAL : TR_OK;
-    if (g->kind == GRAMMAR_KIND_CFG) return cfg_check(g);
-    return TR_ERR_INTERNAL;
+    return g->dfa.start == GDFA_DEAD ? TR_ERR_INTERNAL : TR_OK;
 }
 
 void tr_grammar_dump(const grammar *g, FILE *f) {
-    if (g->cfg) {
-        fprintf(f, "grammar: %u rules kept as calls (call edges name the "
-                   "callee's start state)\n", g->cfg->n_kept);
-        for (uint32_t i = 0; i < g->cfg->n_kept; i++)
-            fprintf(f, "  rule %s: start %u\n", g->cfg->rule_name[i],
-                    g->cfg->rule_start[i]);
-    }
-    tr_dfa_dump(&g->dfa, f);
+    if (g->cfg)
+        tr_cfg_dump(g->cfg, f);
+    else
+        tr_dfa_dump(&g->dfa, f);
 }
 
 gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v) {
