@@ -232,43 +232,11 @@ typedef struct gdfa {
     uint64_t (*dbits)[2]; /* [n_states] ASCII bytes that kill s */
     uint32_t *usucc;      /* [n_states] */
     uint64_t row_magic;
-    /* Grammars only (NULL and 0 for a regex): the call edges, per state s
-     * calls[call_off[s] .. call_off[s + 1]) as {symbol, target}. A call edge consumes a whole rule (run on the matcher's
-     * stack) and then continues at target; the compiler rewrites the
-     * symbol into the callee's start state (gcfg). "Accepting" in a
-     * grammar's DFA means "the rule running here may return". forced is
-     * -1 and can_cont 1 in states with calls (a call may begin with any
-     * byte). */
-    uint32_t n_syms;
-    uint32_t *call_off;   /* [n_states + 1] */
-    uint32_t (*calls)[2]; /* [call_off[n_states]] */
 } gdfa;
-
-static inline uint32_t gdfa_call_lo(const gdfa *d, uint32_t s) {
-    return d->call_off ? d->call_off[s] : 0;
-}
-static inline uint32_t gdfa_call_hi(const gdfa *d, uint32_t s) {
-    return d->call_off ? d->call_off[s + 1] : 0;
-}
 
 /* Subset construction from nfa, then trimming and minimization. */
 tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out);
 
-/* The general form: several start states (one per rule of a grammar)
- * and n_syms call symbols, each an extra column of the subset
- * construction and of the minimization (two states are equivalent only
- * if their calls agree too). out_starts (may be NULL) receives the DFA
- * state of each NFA start, 0 when its language is empty; out->start is
- * the first's. States are numbered breadth-first from the starts in
- * order. */
-typedef struct gdfa_build_opts {
-    const uint32_t *starts; /* [n_starts] NFA states, n_starts >= 1 */
-    uint32_t n_starts;
-    uint32_t n_syms;        /* <= GNFA_MAX_SYMS */
-    uint32_t *out_starts;   /* [n_starts] or NULL */
-} gdfa_build_opts;
-tr_status tr_dfa_build_ex(gcc *cc, const gnfa *nfa, const gdfa_build_opts *o,
-                          gdfa *out);
 void tr_dfa_free(gdfa *d);
 size_t tr_dfa_bytes(const gdfa *d);
 tr_status tr_dfa_check(const gdfa *d);
