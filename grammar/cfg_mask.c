@@ -67,6 +67,8 @@ typedef struct gcfg_walker {
     gfstore none;     /* the persistent store of a stack-independent walk */
     uint32_t zero;
     gcfg_config *pool; /* sets per depth, contiguous */
+    const uint32_t **prow; /* [pool_cap] each pooled state's DFA row */
+    uint8_t *pflags;       /* [pool_cap] and its flags */
     uint32_t pool_cap;
     uint32_t *pstart, *pend, *ftop; /* [max_len + 2] per depth */
     gcset kern, tmp;
@@ -127,6 +129,8 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     if (!w) return;
     tr_cfg_ctx_deinit(&w->x);
     free(w->pool);
+    free(w->prow);
+    free(w->pflags);
     free(w->pstart);
     free(w->pend);
     free(w->ftop);
@@ -162,13 +166,26 @@ static bool pool_reserve(gcfg_walker *w, uint32_t need) {
     uint32_t nc = w->pool_cap ? w->pool_cap * 2 : 256;
     while (nc < need) nc *= 2;
     gcfg_config *p = realloc(w->pool, (size_t)nc * sizeof *p);
-    if (!p) {
+    if (p) w->pool = p;
+    const uint32_t **r = p ? realloc(w->prow, (size_t)nc * sizeof *r) : NULL;
+    if (r) w->prow = r;
+    uint8_t *f = r ? realloc(w->pflags, nc) : NULL;
+    if (!f) {
         if (!w->x.err) w->x.err = TR_ERR_NOMEM;
         return false;
     }
-    w->pool = p;
+    w->pflags = f;
     w->pool_cap = nc;
     return true;
+}
+
+/* Pools configuration c at index i with its row and flags. */
+static void pool_put(gcfg_walker *w, uint32_t i, gcfg_config c) {
+    gcfg *g = w->x.cfg;
+    gl_chunk *ch = gl_ready(g, c.state);
+    w->pool[i] = c;
+    w->prow[i] = ch->rows + (size_t)(c.state % GL_CH) * g->n_cls;
+    w->pflags[i] = ch->flags[c.state % GL_CH];
 }
 
 static void add_escape(gcfg_walker *w, uint32_t node, uint32_t depth) {
@@ -258,7 +275,7 @@ static void clear_nodes(const gtrie *tr, uint32_t a, uint32_t b, uint64_t *mask)
  * string) allows ~48,800 of SmolLM2's 49,152 tokens; setting them one by
  * one from the check nodes' slices was half of its walk, while only 3,330
  * of the 100,298 trie nodes lie outside the ASCII check subtrees. Decided
- * on every 128th token in trie order (384 for SmolLM2), run through the
+ * on every 256th token in trie order (192 for SmolLM2), run through the
  * set's states as plain DFA paths (returns and calls ignored: an
  * estimate), when the first bytes alone do not already say no; whether a
  * token's first byte survives was not enough (in an identifier most
@@ -266,6 +283,7 @@ static void clear_nodes(const gtrie *tr, uint32_t a, uint32_t b, uint64_t *mask)
 static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     const gtrie *tr = &v->trie;
     uint32_t n = tr->pfirst[tr->n_nodes], live = 0, seen = 0;
+    gcfg *g = w->x.cfg;
     /* first the first bytes alone (235 steps for SmolLM2): an upper bound
      * that rules out the restrictive states cheaply */
     uint64_t first = 0;
@@ -276,13 +294,13 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
         if (alive) first += tr->pfirst[tr->next[j]] - tr->pfirst[j];
     }
     if (2 * first <= n) return false;
-    for (uint32_t k = 0; k < n; k += 128, seen++) {
+    for (uint32_t k = 0; k < n; k += 256, seen++) {
         uint32_t id = tr->ptoks[k];
         const uint8_t *p = v->bytes + v->offs[id];
         size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
         for (uint32_t c = 0; c < w->tmp.n; c++) {
             uint32_t q = w->tmp.c[c].state;
-            for (size_t b = 0; b < len && q != GDFA_DEAD; b++) q = gl_step(w->x.cfg, q, p[b]);
+            for (size_t b = 0; b < len && q != GDFA_DEAD; b++) q = gl_step(g, q, p[b]);
             if (q != GDFA_DEAD) {
                 live++;
                 break;
@@ -307,7 +325,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
     const uint16_t *depth = tr->depth;
     const uint32_t *tok = tr->tok, *next = tr->next;
     if (!pool_reserve(w, w->tmp.n + 64)) return;
-    memcpy(w->pool, w->tmp.c, w->tmp.n * sizeof *w->pool);
+    for (uint32_t j = 0; j < w->tmp.n; j++) pool_put(w, j, w->tmp.c[j]);
     w->pstart[d0] = 0;
     w->pend[d0] = w->tmp.n;
     w->ftop[d0] = x->scr.n;
@@ -324,14 +342,10 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             }
             if (i == next_check) {
                 bool all = subtree_loops(g, tr, ck, w->pool + ps, pe - ps);
-                uint32_t lo = tr->ctok_lo[ck], hi = tr->ctok_hi[ck];
+                if (all && !comp) gtrie_take_check(tr, ck, v->n_words, mask);
                 ck++;
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
                 if (all) {
-                    for (uint32_t k = lo; k < hi && !comp; k++) {
-                        uint32_t id = tr->ptoks[k];
-                        mask[id >> 6] |= 1ull << (id & 63);
-                    }
                     i = next[i];
                     continue;
                 }
@@ -343,7 +357,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         gcfg_config c = w->pool[ps];
         const gcfg_config *src = w->pool + ps;
         uint32_t n_src = pe - ps;
-        if (n_src == 1 && (gl_flags(g, c.state) & GCFG_ACCEPT) && c.frame != 0 &&
+        if (n_src == 1 && (w->pflags[ps] & GCFG_ACCEPT) && c.frame != 0 &&
             in_follow(x->cfg, b)) {
             /* a deferred return (below) may consume this byte: close */
             w->tmp.n = 0;
@@ -355,7 +369,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         gcfg_config k1; /* the kernel when it is one configuration */
         uint32_t nk;
         if (n_src == 1) { /* one configuration: the common case */
-            k1.state = gl_step(g, src[0].state, b);
+            k1.state = src == w->pool + ps ? w->prow[ps][g->cls[b]] : gl_step(g, src[0].state, b);
             k1.frame = src[0].frame;
             nk = k1.state != GDFA_DEAD;
         } else {
@@ -382,7 +396,8 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
              * (above): inside an identifier that could end after each
              * letter, the set stays one configuration instead of two.
              * Whether they reach frame 0 (an escape point) is known now. */
-            uint8_t ft = gl_flags(g, k1.state);
+            gl_chunk *kch = gl_ready(g, k1.state);
+            uint8_t ft = kch->flags[k1.state % GL_CH];
             bool lone = ft == GCFG_BYTES, esc = false;
             if (ft == (GCFG_BYTES | GCFG_ACCEPT)) {
                 bool calls = false;
@@ -393,6 +408,8 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                 if (esc && w->ci && follows(x->cfg, tr, i)) add_escape(w, i, dp);
                 if (!pool_reserve(w, pe + 1)) return;
                 w->pool[pe] = k1;
+                w->prow[pe] = kch->rows + (size_t)(k1.state % GL_CH) * g->n_cls;
+                w->pflags[pe] = ft;
                 w->pstart[dp] = pe;
                 w->pend[dp] = pe + 1;
                 w->ftop[dp] = x->scr.n;
@@ -412,7 +429,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             continue;
         }
         if (!pool_reserve(w, pe + w->tmp.n)) return;
-        memcpy(w->pool + pe, w->tmp.c, w->tmp.n * sizeof *w->pool);
+        for (uint32_t j = 0; j < w->tmp.n; j++) pool_put(w, pe + j, w->tmp.c[j]);
         w->pstart[dp] = pe;
         w->pend[dp] = pe + w->tmp.n;
         w->ftop[dp] = x->scr.n;
