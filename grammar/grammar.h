@@ -86,10 +86,11 @@
  *   of the fault, also at the start of the message ("3:14: ..."); an error
  *   inside a regex terminal gives the text's position of the fault.
  * Compilation: rules that are not recursive are inlined into their
- *   callers (so most JSON Schemas become a single DFA and run as a regex);
- *   the rest become call edges of one DFA, run on stacks. Which rules stay
- *   calls is an implementation choice (stats report it); it never changes
- *   the language.
+ *   callers; the rest become call edges of one automaton, run on stacks.
+ *   Which rules stay calls is an implementation choice (stats report it);
+ *   it never changes the language. Compiling stops at the NFA: DFA states
+ *   are made the first time a matcher reaches them (stats.dfa_states
+ *   counts those made at compile time), shared by every thread.
  *
  * Budgets
  *   grammar_limits bounds the pattern size, nesting, counted repetitions,
@@ -97,7 +98,10 @@
  *   one is TR_ERR_LIMIT with a diag naming the budget. Whatever the input,
  *   compiling neither exhausts memory nor hangs. For EBNF: max_grammar_bytes
  *   bounds the text, max_nesting the parentheses, max_nfa_states also the
- *   IR, and max_stacks the configurations (parse stacks) one matcher
+ *   IR, max_dfa_states the DFA states made over the grammar's life (past
+ *   it, every matcher call on the grammar returns TR_ERR_LIMIT, the
+ *   boolean queries false), and max_stacks the configurations (parse
+ *   stacks) one matcher
  *   follows at once: an ambiguous grammar can make them multiply (each
  *   is a different parse of the text so far; equal stacks are merged); a
  *   call that would exceed it fails with TR_ERR_LIMIT (accept: matcher
@@ -205,7 +209,8 @@ typedef struct grammar_limits {
     uint32_t max_nesting;       /* groups/quantifiers deep; default 200 */
     uint32_t max_repeat;        /* largest m, n in {m,n}; default 1000 */
     uint32_t max_nfa_states;    /* default 500000 */
-    uint32_t max_dfa_states;    /* before minimization; default 50000 */
+    uint32_t max_dfa_states;    /* before minimization; EBNF: states made
+                                   over the grammar's life; default 50000 */
     uint64_t max_compile_bytes; /* scratch + result; default 512 MiB */
     uint64_t max_compile_us;    /* wall clock; default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
@@ -242,13 +247,17 @@ tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
 grammar *tr_grammar_ref(grammar *g);
 void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
-/* Whether the whole of bytes[0..len) is in the grammar's language. */
+/* Whether the whole of bytes[0..len) is in the grammar's language (false
+ * also when an EBNF grammar's max_stacks or max_dfa_states is exceeded).
+ * Thread-safe like every use of a grammar. */
 bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len);
 
 typedef struct grammar_stats {
     uint32_t nfa_states;     /* NFA built from the pattern */
     uint32_t dfa_states_raw; /* after subset construction */
-    uint32_t dfa_states;     /* after minimization, dead state included */
+    uint32_t dfa_states;     /* after minimization, dead state included
+                                (EBNF: made at compile time, the rest
+                                come lazily) */
     uint32_t byte_classes;   /* columns of the transition table */
     size_t bytes;            /* memory held by the compiled grammar,
                                 mask memo excluded */

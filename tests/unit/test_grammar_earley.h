@@ -8,8 +8,7 @@
  * are nonterminals, literals are sequences of one-code-point terminals),
  * and Earley (with Aycock and Horspool's fix for nullable nonterminals)
  * handles any context-free grammar, left recursion and ambiguity
- * included. It shares no code with grammar/ beyond the UTF-8 decoder of
- * the test utilities. The parser assumes well-formed input (the tests
+ * included. It shares no code with grammar/ beyond base's UTF-8 decoder. The parser assumes well-formed input (the tests
  * only give it texts the compiler accepted) and treats newlines as
  * blanks, ending a rule where the next `name ::=` begins.
  *
@@ -25,6 +24,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/utf8.h"
 
 #define RF_MAXCP 0x10FFFFu
 
@@ -195,7 +196,7 @@ static int rf_hex(int c) {
 
 static uint32_t rf_utf8(rf_gram *g) {
     uint32_t cp;
-    int n = tr_gutf8_decode((const uint8_t *)g->s + g->pos, g->len - g->pos, &cp);
+    int n = tr_utf8_decode((const uint8_t *)g->s + g->pos, g->len - g->pos, &cp);
     if (n <= 0) abort();
     g->pos += (size_t)n;
     return cp;
@@ -598,7 +599,7 @@ static void rf_check_tail(rf_chart *c, int base, const uint8_t *s, size_t len,
     size_t i = 0;
     while (i < len) {
         uint32_t cp;
-        int n = tr_gutf8_decode(s + i, len - i, &cp);
+        int n = tr_utf8_decode(s + i, len - i, &cp);
         if (n == 0) break;
         if (!rf_push(c, cp)) {
             *viable = false;
