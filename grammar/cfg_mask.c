@@ -77,6 +77,11 @@ typedef struct gcfg_walker {
     bool ci;          /* stack-independent walk (escape points recorded) */
     uint64_t *bits;   /* [n_words + 1] an entry's bits while computing */
     gcset work;       /* fill: configurations whose masks are pending */
+    /* states' rows and flags, direct-mapped (a walk steps into the same
+     * few states again and again; a ready row never changes) */
+    uint32_t rc_state[64];
+    const uint32_t *rc_row[64];
+    uint8_t rc_flags[64];
     uint32_t *done;   /* fill: states whose bits are in the mask */
     uint32_t n_done, cap_done;
 } gcfg_walker;
@@ -157,6 +162,7 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     }
     w->none.ret = w->none.parent = &w->zero;
     w->none.n = w->none.cap = 1;
+    for (int i = 0; i < 64; i++) w->rc_state[i] = UINT32_MAX;
     tr_cfg_ctx_init(&w->x, g->cfg, &w->none);
     return w;
 }
@@ -179,13 +185,24 @@ static bool pool_reserve(gcfg_walker *w, uint32_t need) {
     return true;
 }
 
+/* State s's row (made if needed) and flags, through the walker's cache. */
+static inline const uint32_t *row_of(gcfg_walker *w, uint32_t s, uint8_t *flags) {
+    uint32_t j = s & 63;
+    if (w->rc_state[j] != s) {
+        gcfg *g = w->x.cfg;
+        gl_chunk *ch = gl_ready(g, s);
+        w->rc_state[j] = s;
+        w->rc_row[j] = ch->rows + (size_t)(s % GL_CH) * g->n_cls;
+        w->rc_flags[j] = ch->flags[s % GL_CH];
+    }
+    *flags = w->rc_flags[j];
+    return w->rc_row[j];
+}
+
 /* Pools configuration c at index i with its row and flags. */
 static void pool_put(gcfg_walker *w, uint32_t i, gcfg_config c) {
-    gcfg *g = w->x.cfg;
-    gl_chunk *ch = gl_ready(g, c.state);
     w->pool[i] = c;
-    w->prow[i] = ch->rows + (size_t)(c.state % GL_CH) * g->n_cls;
-    w->pflags[i] = ch->flags[c.state % GL_CH];
+    w->prow[i] = row_of(w, c.state, &w->pflags[i]);
 }
 
 static void add_escape(gcfg_walker *w, uint32_t node, uint32_t depth) {
@@ -396,8 +413,8 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
              * (above): inside an identifier that could end after each
              * letter, the set stays one configuration instead of two.
              * Whether they reach frame 0 (an escape point) is known now. */
-            gl_chunk *kch = gl_ready(g, k1.state);
-            uint8_t ft = kch->flags[k1.state % GL_CH];
+            uint8_t ft;
+            const uint32_t *krow = row_of(w, k1.state, &ft);
             bool lone = ft == GCFG_BYTES, esc = false;
             if (ft == (GCFG_BYTES | GCFG_ACCEPT)) {
                 bool calls = false;
@@ -408,7 +425,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
                 if (esc && w->ci && follows(x->cfg, tr, i)) add_escape(w, i, dp);
                 if (!pool_reserve(w, pe + 1)) return;
                 w->pool[pe] = k1;
-                w->prow[pe] = kch->rows + (size_t)(k1.state % GL_CH) * g->n_cls;
+                w->prow[pe] = krow;
                 w->pflags[pe] = ft;
                 w->pstart[dp] = pe;
                 w->pend[dp] = pe + 1;
