@@ -32,6 +32,30 @@ static inline void tr_test_skip_all(const char *why) {
     exit(TR_TEST_EXIT_SKIP);
 }
 
+/* Kernel-set variants. ctest runs each test binary whose subject depends
+ * on the CPU's kernel sets once per set, with TRELLIS_TEST_KERNELS=<set>
+ * (tests/CMakeLists.txt); the binary then tests that set (against the
+ * portable reference) and exits SKIPPED when this CPU lacks it, so a
+ * missing AVX-512 shows as a skipped test, never as a pass. Without the
+ * variable (a developer's run) it tests every set the CPU has. */
+static inline const char *tr_test_kernels(void) {
+    const char *s = getenv("TRELLIS_TEST_KERNELS");
+    return s && *s ? s : NULL;
+}
+static inline int tr_test_kernels_wanted(const char *set) {
+    const char *s = tr_test_kernels();
+    return !s || strcmp(s, set) == 0;
+}
+/* From main: SKIPPED unless the requested set (if any) runs here. */
+static inline void tr_test_kernels_require(int (*runs_here)(const char *set)) {
+    const char *s = tr_test_kernels();
+    if (s && !runs_here(s)) {
+        char why[160];
+        snprintf(why, sizeof why, "kernel set '%s' does not run on this CPU", s);
+        tr_test_skip_all(why);
+    }
+}
+
 #ifdef TRELLIS_HAVE_CMOCKA
 #include <cmocka.h>
 /* n tests built at run time (.name, .test_func, .initial_state set). */

@@ -49,11 +49,21 @@ static void fill(float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = rnd(lo, hi);
 }
 
-/* Kernel sets to test: 0 = portable, 1 = avx2 (when available). */
-static int n_ksets(void) { return tr_cpu_features_avx2() ? 2 : 1; }
+/* Kernel sets: 0 = portable, 1 = avx2. The loops run ks over
+ * [kset_first(), kset_end()): the set TRELLIS_TEST_KERNELS names, or every
+ * set this CPU runs (harness.h, "Kernel-set variants"). */
+static const char *const k_kset_names[] = {"portable", "avx2"};
+static int kset_runs(int ks) { return ks == 0 || tr_cpu_features_avx2(); }
+static int kset_first(void) { return tr_test_kernels_wanted("portable") ? 0 : 1; }
+static int kset_end(void) { return tr_test_kernels_wanted("avx2") && kset_runs(1) ? 2 : 1; }
+static int kset_runs_here(const char *set) {
+    for (int ks = 0; ks < 2; ks++)
+        if (strcmp(set, k_kset_names[ks]) == 0) return kset_runs(ks);
+    return 0;
+}
 
 static tr_backend *make_backend(int kset, int threads) {
-    const char *set = kset == 0 ? "portable" : "avx2";
+    const char *set = k_kset_names[kset];
     tr_backend *be = NULL;
     tr_backend_config cfg = {.threads = threads, .kernels = set};
     assert_int_equal(tr_backend_cpu_new(&cfg, &be, NULL), TR_OK);
@@ -285,7 +295,7 @@ static void test_rmsnorm(void **state) {
     (void)state;
     const int dims[] = {576, 13, 64};
     const int ns[] = {1, 5, 40};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (int di = 0; di < 3; di++)
@@ -333,7 +343,8 @@ static void ref_rope(double *out, const float *x, int n, int n_heads, int hd,
 /* The AVX2 rotation does the portable loop's arithmetic: same bits. */
 static void test_rope_kernel_sets_agree(void **state) {
     (void)state;
-    if (n_ksets() < 2) skip();
+    /* AVX2 against the portable reference: part of the avx2 variant */
+    if (kset_end() < 2) skip();
     const int n = 9, nh = 3, hd = 64;
     float x0[n * nh * hd], x1[n * nh * hd];
     int32_t pos[n];
@@ -355,7 +366,7 @@ static void test_rope(void **state) {
         float base;
     } cases[] = {{1, 9, 64, 100000.0f}, {7, 3, 64, 10000.0f},
                  {40, 2, 6, 10000.0f}, {3, 1, 1100, 500000.0f}};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
@@ -405,7 +416,7 @@ static void test_rope(void **state) {
 static void test_swiglu_add_get_rows(void **state) {
     (void)state;
     const int64_t ns[] = {1, 7, 8, 9, 1536, 20001};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ni = 0; ni < TR_ARRAY_LEN(ns); ni++) {
@@ -567,7 +578,7 @@ static void test_embed(void **state) {
     const tr_dtype types[] = {TR_DTYPE_F32, TR_DTYPE_F16, TR_DTYPE_Q8_0,
                               TR_DTYPE_Q4_1, TR_DTYPE_Q4_K};
     const int64_t vocab = 50, dim = 256;
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th += 2) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ti = 0; ti < TR_ARRAY_LEN(types); ti++) {
@@ -618,7 +629,7 @@ static void test_matmul(void **state) {
         {{TR_DTYPE_Q4_K, TR_DTYPE_Q6_K, TR_DTYPE_F16}, {16, 9, 24}, 256},
     };
     const int ntoks[] = {1, 5, 70};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
@@ -885,7 +896,7 @@ static void ref_attention(const attn_world *w, double *out, float scale) {
 
 static void test_kv_store(void **state) {
     (void)state;
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int ti = 0; ti < 2; ti++)
             for (int psi = 0; psi < 2; psi++) {
                 tr_backend *be = make_backend(ks, 2);
@@ -950,7 +961,7 @@ static void test_kv_store_f16_rounding(void **state) {
     const int32_t *pts[1] = {page};
     int32_t np[1] = {1};
     tr_batch b = {PS, pos, seq, 1, pts, np};
-    for (int ks = 0; ks < n_ksets(); ks++) {
+    for (int ks = kset_first(); ks < kset_end(); ks++) {
         tr_backend *be = make_backend(ks, 1);
         uint16_t mem[2 * PS * HD];
         tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16};
@@ -1003,7 +1014,7 @@ static void test_attention(void **state) {
                     for (size_t i = 0; i < (size_t)w.n_tok * row; i++) w.q[i] *= 4;
                 ref_attention(&w, ref, scale);
                 float *first = NULL;
-                for (int ks = 0; ks < n_ksets(); ks++)
+                for (int ks = kset_first(); ks < kset_end(); ks++)
                     for (int th = 1; th <= 3; th++) {
                         tr_backend *be = make_backend(ks, th);
                         world_store(&w, be);
@@ -1033,7 +1044,7 @@ static void test_attention(void **state) {
  * page ids (a cached prefix vs a recomputed one) or another page size. */
 static void test_attention_determinism(void **state) {
     (void)state;
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int ti = 0; ti < 2; ti++) {
             float *base = NULL; /* batch result, 1 thread, page size 16 */
             int n_tok = 0;
@@ -1098,7 +1109,7 @@ static void test_row_determinism(void **state) {
     fill(g, (size_t)n * 1536, -8, 8);
     fill(u, (size_t)n * 1536, -2, 2);
     for (int i = 0; i < n; i++) pos[i] = rnd_int(3000);
-    for (int ks = 0; ks < n_ksets(); ks++) {
+    for (int ks = kset_first(); ks < kset_end(); ks++) {
         float *norm0 = NULL, *rope0 = NULL, *swi0 = NULL;
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
@@ -1153,9 +1164,10 @@ static void test_row_determinism(void **state) {
  * and odd head sizes, F16 and F32 rows, any row count. */
 static void test_attention_heads_together(void **state) {
     (void)state;
-    const cpu_op_kernels *sets[2] = {&tr_cpu_op_kernels_portable, NULL};
+    const cpu_op_kernels *sets[2] = {NULL, NULL};
+    if (kset_first() == 0) sets[0] = &tr_cpu_op_kernels_portable;
 #if defined(__x86_64__) || defined(__i386__)
-    if (tr_cpu_features_avx2()) sets[1] = &tr_cpu_op_kernels_avx2;
+    if (kset_end() == 2) sets[1] = &tr_cpu_op_kernels_avx2;
 #endif
     enum { MAXG = 7, MAXN = 70, MAXHD = 128, STRIDE = 3 * MAXHD };
     static float q[MAXG * MAXHD], pr[MAXG * MAXN];
@@ -1199,6 +1211,7 @@ static void test_attention_heads_together(void **state) {
 }
 
 int main(void) {
+    tr_test_kernels_require(kset_runs_here);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_sleep_wake),
