@@ -1,0 +1,553 @@
+/* json_gen_obj.c — object schemas to grammar expressions.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * rule builder (json_gen.c). Single-threaded per compile.
+ *
+ * Members. The listed properties come in the order of `properties`
+ * (members of the conjunction in order), then the required names not
+ * listed there. A listed name's value must satisfy, for every member of
+ * the conjunction, that member's `properties` schema for it, plus its
+ * patternProperties whose pattern the name matches, or, if neither,
+ * its additionalProperties. Required names cannot be skipped; a name
+ * whose schema accepts nothing (or that propertyNames / `not required`
+ * rule out) cannot appear.
+ *
+ * Additional properties follow the listed ones. Their keys are split
+ * into regions by which patterns they match (every subset of the
+ * patterns, empty regions dropped), each region's key language is
+ * exact — the patterns of the subset, minus the other patterns, minus
+ * the listed names (so a listed name is never taken twice), within
+ * propertyNames — and each region gets the value schema every member
+ * gives such keys. Regions whose value schema is `false` vanish, so the
+ * usual additionalProperties: false costs nothing.
+ *
+ * Commas: a member is preceded by SEP unless it is the first present.
+ *   R_i  = [SEP m_i] R_i+1          (brackets: optional member i)
+ *   S_i  = m_i R_i+1 | S_i+1         (nonempty, nothing emitted yet)
+ *   R_n  = (SEP A)*,  S_n = A (SEP A)*,  object = { PRE (S_0 POST)? }
+ * Before the first required member S branches; after it only R runs.
+ * Short chains are written out flat (regular, one terminal when the
+ * values are); long ones share the R_i as rules. minProperties /
+ * maxProperties add a count to the state: R(i, c).
+ */
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+#define JS_MAX_PATTERNS_SPLIT 6u
+#define JS_FLAT_CHAIN 64u
+
+typedef struct member {
+    const char *name;
+    size_t len;
+    bool required;
+    gx *g; /* KEY COLON VALUE */
+} member;
+
+typedef struct objc {
+    js_ctx *x;
+    const js_norm *n;
+    uint32_t depth;
+    js_ws ws;
+    member *m;
+    uint32_t nm, cap;
+    const char **all_names; /* every listed name, kept or dropped: never
+                               an additional key */
+    size_t *all_lens;
+    uint32_t n_all;
+    gx *add; /* one additional member (alternatives), NULL if none */
+    uint64_t min, max; /* properties count; max UINT64_MAX: none */
+    const char **pats; /* distinct patternProperties patterns */
+    const json_t **pat_node; /* a node that has it (messages) */
+    uint32_t n_pats;
+} objc;
+
+static bool has_obj_kw(const json_t *node) {
+    return json_object_get(node, "properties") || json_object_get(node, "patternProperties") ||
+           json_object_get(node, "additionalProperties");
+}
+
+static bool listed(const objc *o, const char *name, size_t len) {
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (o->m[i].len == len && !memcmp(o->m[i].name, name, len)) return true;
+    return false;
+}
+
+static tr_status add_name(objc *o, const char *name, size_t len) {
+    if (listed(o, name, len)) return TR_OK;
+    if (o->nm == o->cap) {
+        uint32_t nc = o->cap ? o->cap * 2 : 16;
+        if (nc > 100000)
+            return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
+        member *v = tr_gcc_alloc(o->x->cc, (size_t)nc * sizeof *v);
+        if (!v) return o->x->cc->err;
+        if (o->nm) memcpy(v, o->m, o->nm * sizeof *v);
+        o->m = v;
+        o->cap = nc;
+    }
+    o->m[o->nm++] = (member){name, len, false, NULL};
+    return TR_OK;
+}
+
+static bool is_forbidden(const js_norm *n, const char *name) {
+    for (uint32_t i = 0; i < n->n_forbid; i++)
+        if (!strcmp(n->forbid[i], name)) return true;
+    return false;
+}
+
+/* Whether key matches the pattern (a pattern ignored in lenient mode
+ * matches nothing). */
+static tr_status key_matches(js_ctx *x, const json_t *node, const char *pat, const char *key,
+                             size_t len, bool *yes) {
+    cpdfa *d;
+    *yes = false;
+    tr_status st = tr_js_pattern_cpdfa(x, node, pat, &d);
+    if (st || !d) return st;
+    *yes = tr_cpdfa_matches(d, key, len);
+    return TR_OK;
+}
+
+static tr_status push_item(gcc *cc, js_item **v, uint32_t *n, uint32_t *cap, const json_t *s) {
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 8;
+        js_item *w = tr_gcc_alloc(cc, (size_t)nc * sizeof *w);
+        if (!w) return cc->err;
+        if (*n) memcpy(w, *v, *n * sizeof *w);
+        *v = w;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (js_item){s, 0};
+    return TR_OK;
+}
+
+/* The conjunction a key's value must satisfy. pset: for additional keys,
+ * the subset of o->pats the key matches; name: for a listed key. */
+static tr_status value_conj(objc *o, const char *name, size_t len, uint32_t pset,
+                            js_conj *out) {
+    js_ctx *x = o->x;
+    js_item *v = NULL;
+    uint32_t n = 0, cap = 0;
+    tr_status st;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        if (!has_obj_kw(node)) continue;
+        const json_t *props = json_object_get(node, "properties");
+        const json_t *pp = json_object_get(node, "patternProperties");
+        const json_t *ap = json_object_get(node, "additionalProperties");
+        bool covered = false;
+        if (name && json_is_object(props)) {
+            const json_t *s = json_object_getn(props, name, len);
+            if (s) {
+                covered = true;
+                if ((st = push_item(x->cc, &v, &n, &cap, s))) return st;
+            }
+        }
+        if (json_is_object(pp)) {
+            const char *k;
+            json_t *s;
+            json_object_foreach((json_t *)pp, k, s) {
+                bool m = false;
+                if (name) {
+                    if ((st = key_matches(x, node, k, name, len, &m))) return st;
+                } else
+                    for (uint32_t p = 0; p < o->n_pats; p++)
+                        if ((pset >> p & 1) && !strcmp(o->pats[p], k)) m = true;
+                if (m) {
+                    covered = true;
+                    if ((st = push_item(x->cc, &v, &n, &cap, s))) return st;
+                }
+            }
+        }
+        if (!covered && ap && (st = push_item(x->cc, &v, &n, &cap, ap))) return st;
+    }
+    out->v = v;
+    out->n = n;
+    return TR_OK;
+}
+
+static bool conj_false(const js_conj *c) {
+    for (uint32_t i = 0; i < c->n; i++)
+        if (json_is_false(c->v[i].node)) return true;
+    return false;
+}
+
+static tr_status value_ref(objc *o, const js_conj *c, const char *hint, gx **out) {
+    uint32_t r;
+    tr_status st = c->n ? tr_js_rule_for(o->x, c, o->depth + 1, hint, &r)
+                        : tr_js_any_value(o->x, o->depth + 1, &r);
+    if (st) return st;
+    *out = tr_gx_ref(o->x->cc, r);
+    return *out ? TR_OK : o->x->cc->err;
+}
+
+/* propertyNames of every member, as one conjunction (n == 0: none). */
+static tr_status names_conj(objc *o, js_conj *out) {
+    js_item *v = NULL;
+    uint32_t n = 0, cap = 0;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *pn = json_object_get(o->n->nodes[i].node, "propertyNames");
+        if (pn) {
+            tr_status st = push_item(o->x->cc, &v, &n, &cap, pn);
+            if (st) return st;
+        }
+    }
+    out->v = v;
+    out->n = n;
+    return TR_OK;
+}
+
+/* ---- listed members ---- */
+
+static tr_status listed_members(objc *o, const js_conj *pn) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    tr_status st;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *props = json_object_get(o->n->nodes[i].node, "properties");
+        if (props && !json_is_object(props))
+            return tr_js_fail(x, TR_ERR_FORMAT, o->n->nodes[i].node, "properties must be an object");
+        const char *k;
+        size_t kl;
+        json_t *s;
+        json_object_keylen_foreach((json_t *)props, k, kl, s) {
+            if ((st = add_name(o, k, kl))) return st;
+        }
+    }
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        const json_t *req = json_object_get(node, "required");
+        if (!req) continue;
+        if (!json_is_array(req))
+            return json_is_boolean(req)
+                       ? TR_OK /* draft 3 `required: true` inside a property: see gen_object */
+                       : tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
+        for (size_t j = 0; j < json_array_size(req); j++) {
+            const json_t *r = json_array_get(req, j);
+            if (!json_is_string(r))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
+            if ((st = add_name(o, json_string_value(r), json_string_length(r)))) return st;
+            for (uint32_t m = 0; m < o->nm; m++)
+                if (o->m[m].len == json_string_length(r) &&
+                    !memcmp(o->m[m].name, json_string_value(r), o->m[m].len))
+                    o->m[m].required = true;
+        }
+    }
+    o->all_names = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_names);
+    o->all_lens = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_lens);
+    if (!o->all_names || !o->all_lens) return cc->err;
+    for (uint32_t i = 0; i < o->nm; i++) o->all_names[i] = o->m[i].name, o->all_lens[i] = o->m[i].len;
+    o->n_all = o->nm;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        member *m = &o->m[i];
+        bool ok = !memchr(m->name, 0, m->len) ? !is_forbidden(o->n, m->name) : true;
+        if (ok && pn->n) {
+            json_t *name = json_stringn(m->name, m->len);
+            if (!name) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
+            st = tr_js_validate(x, pn, name, 0, &ok);
+            json_decref(name);
+            if (st) return st;
+        }
+        js_conj c = {0};
+        if (ok && (st = value_conj(o, m->name, m->len, 0, &c))) return st;
+        if (ok && conj_false(&c)) ok = false;
+        if (!ok) {
+            if (m->required) return (o->nm = 0), TR_ERR_FULL; /* the object cannot exist */
+            continue;
+        }
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        st = tr_js_key_regex(x, m->name, m->len, &b);
+        gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+        tr_js_buf_free(&b);
+        gx *val;
+        if (st || (st = value_ref(o, &c, NULL, &val))) return st;
+        m->g = tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val);
+        if (!m->g) return cc->err;
+        o->m[keep++] = *m;
+    }
+    o->nm = keep;
+    return TR_OK;
+}
+
+/* ---- additional members ---- */
+
+static tr_status collect_patterns(objc *o) {
+    gcc *cc = o->x->cc;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        const json_t *pp = json_object_get(node, "patternProperties");
+        if (!pp) continue;
+        if (!json_is_object(pp))
+            return tr_js_fail(o->x, TR_ERR_FORMAT, node, "patternProperties must be an object");
+        const char *k;
+        json_t *s;
+        json_object_foreach((json_t *)pp, k, s) {
+            bool seen = false;
+            for (uint32_t p = 0; p < o->n_pats && !seen; p++) seen = !strcmp(o->pats[p], k);
+            if (seen) continue;
+            if (o->n_pats == JS_MAX_PATTERNS_SPLIT)
+                return tr_js_unsupported(o->x, node, "patternProperties",
+                                         "more than 6 distinct patterns on one object");
+            const char **v = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *v);
+            const json_t **w = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *w);
+            if (!v || !w) return cc->err;
+            if (o->n_pats) {
+                memcpy(v, o->pats, o->n_pats * sizeof *v);
+                memcpy(w, o->pat_node, o->n_pats * sizeof *w);
+            }
+            v[o->n_pats] = k; /* a key of the document: lives as long as it */
+            w[o->n_pats++] = node;
+            o->pats = v;
+            o->pat_node = w;
+        }
+    }
+    return TR_OK;
+}
+
+static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
+                             gre_node **ast, bool *any) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    cpdfa acc;
+    bool have = !pn_any;
+    if (have) acc = *pn;
+    tr_status st;
+    for (uint32_t p = 0; p < o->n_pats; p++) {
+        cpdfa *d;
+        if ((st = tr_js_pattern_cpdfa(x, o->pat_node[p], o->pats[p], &d))) return st;
+        if (!d) {
+            if (pset >> p & 1) return (*ast = NULL), (*any = false), TR_OK; /* ignored pattern */
+            continue;
+        }
+        if (!have) {
+            if ((st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
+            have = true;
+        }
+        cpdfa r;
+        if ((st = tr_cpdfa_product(cc, &acc, d, (pset >> p & 1) ? CPD_AND : CPD_MINUS, &r)))
+            return st;
+        acc = r;
+    }
+    uint32_t nx = o->n_all + o->n->n_forbid;
+    if (nx) {
+        const char **vs = tr_gcc_alloc(cc, nx * sizeof *vs);
+        size_t *vl = tr_gcc_alloc(cc, nx * sizeof *vl);
+        if (!vs || !vl) return cc->err;
+        for (uint32_t i = 0; i < o->n_all; i++) vs[i] = o->all_names[i], vl[i] = o->all_lens[i];
+        for (uint32_t i = 0; i < o->n->n_forbid; i++)
+            vs[o->n_all + i] = o->n->forbid[i], vl[o->n_all + i] = strlen(o->n->forbid[i]);
+        cpdfa names, r;
+        if (!have) {
+            if ((st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
+            have = true;
+        }
+        if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
+            (st = tr_cpdfa_product(cc, &acc, &names, CPD_MINUS, &r)))
+            return st;
+        acc = r;
+    }
+    *any = !have;
+    *ast = NULL;
+    if (!have) return TR_OK;
+    return tr_js_ast_of_cpdfa(x, &acc, o->n->nodes[0].node, "patternProperties", ast);
+}
+
+static tr_status additional(objc *o, const js_conj *pnc) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    tr_status st = collect_patterns(o);
+    if (st) return st;
+    cpdfa pn = {0};
+    bool pn_any = true;
+    if (pnc->n && (st = tr_js_string_lang(x, pnc, &pn, &pn_any))) return st;
+    if (!pn_any && tr_cpdfa_is_empty(&pn)) return TR_OK; /* no key is a valid name */
+    gx_list alts = {0};
+    for (uint32_t pset = 0; pset < (1u << o->n_pats); pset++) {
+        js_conj c;
+        if ((st = value_conj(o, NULL, 0, pset, &c))) return st;
+        if (conj_false(&c)) continue;
+        gre_node *ast;
+        bool any;
+        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any))) return st;
+        if (!any && !ast) continue;
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        if (any)
+            tr_js_str_any_regex(0, GRE_INF, &b);
+        else
+            st = tr_js_str_regex(cc, ast, &b);
+        gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+        tr_js_buf_free(&b);
+        gx *val;
+        if (st || (st = value_ref(o, &c, NULL, &val))) return st;
+        if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))
+            return st;
+    }
+    if (alts.n) o->add = tr_gx_alt(cc, alts.v, alts.n);
+    return alts.n && !o->add ? cc->err : TR_OK;
+}
+
+/* ---- the member chain ---- */
+
+static gx *sep_m(objc *o, uint32_t i) {
+    return tr_gx_seq2(o->x->cc, tr_gx_rxz(o->x->cc, o->ws.sep), o->m[i].g);
+}
+
+static gx *add_loop(objc *o, uint64_t lo, uint64_t hi) {
+    gcc *cc = o->x->cc;
+    if (!o->add) return lo == 0 ? tr_gx_empty(cc) : tr_gx_never(cc);
+    return tr_gx_rep(cc, tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add), (uint32_t)lo,
+                     hi == UINT64_MAX ? GX_INF : (uint32_t)hi);
+}
+
+/* Without property counts: R_i flat (short) or as rules (long). */
+static tr_status chain_plain(objc *o, gx **out) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    uint32_t n = o->nm, first_req = n;
+    for (uint32_t i = 0; i < n; i++)
+        if (o->m[i].required) {
+            first_req = i;
+            break;
+        }
+    gx **R = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *R);
+    if (!R) return cc->err;
+    bool flat = (uint64_t)(first_req + 1) * (n + 1) <= JS_FLAT_CHAIN;
+    R[n] = add_loop(o, 0, UINT64_MAX);
+    for (uint32_t i = n; i-- > 0;) {
+        gx *step = sep_m(o, i);
+        if (!o->m[i].required) step = tr_gx_opt(cc, step);
+        R[i] = tr_gx_seq2(cc, step, R[i + 1]);
+        if (!flat && i > first_req && i + 1 < n) { /* share long tails as rules */
+            uint32_t id;
+            tr_status st = tr_gx_rule_add(cc, &x->g, "props", &id);
+            if (st) return st;
+            x->g.rules[id].body = R[i];
+            R[i] = tr_gx_ref(cc, id);
+        }
+        if (!R[i]) return cc->err;
+    }
+    /* S_0: the first member present is i (optional ones before first_req) */
+    gx_list alts = {0};
+    for (uint32_t i = 0; i <= first_req && i < n; i++)
+        if (tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, o->m[i].g, R[i + 1]))) return cc->err;
+    if (first_req == n && o->add &&
+        tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, o->add, add_loop(o, 0, UINT64_MAX))))
+        return cc->err;
+    *out = tr_gx_alt(cc, alts.v, alts.n);
+    return *out ? TR_OK : cc->err;
+}
+
+/* With minProperties / maxProperties: R(i, c), c members emitted so far
+ * (saturating at min when there is no max), as memoized rules. */
+typedef struct counted {
+    objc *o;
+    uint32_t cap;  /* counts 0..cap tracked */
+    uint32_t *ids; /* [(nm + 1) * (cap + 1)] rule ids, UINT32_MAX unset */
+} counted;
+
+static uint32_t sat(const counted *k, uint64_t c) { return (uint32_t)TR_MIN(c, (uint64_t)k->cap); }
+
+static gx *R_count(counted *k, uint32_t i, uint32_t c, bool first);
+
+static gx *R_body(counted *k, uint32_t i, uint32_t c, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    if (o->max != UINT64_MAX && c > o->max) return tr_gx_never(cc);
+    if (i == o->nm) {
+        uint64_t lo = o->min > c ? o->min - c : 0;
+        uint64_t hi = o->max == UINT64_MAX ? UINT64_MAX : o->max - c;
+        if (!first) return add_loop(o, lo, hi);
+        /* nothing emitted yet: A (SEP A){lo-1, hi-1}, nonempty */
+        if (!o->add || hi == 0) return tr_gx_never(cc);
+        return tr_gx_seq2(cc, o->add, add_loop(o, lo ? lo - 1 : 0, hi == UINT64_MAX ? hi : hi - 1));
+    }
+    gx *take = tr_gx_seq2(cc, first ? o->m[i].g : sep_m(o, i), R_count(k, i + 1, sat(k, c + 1), false));
+    if (o->m[i].required) return take;
+    return tr_gx_alt2(cc, take, R_count(k, i + 1, c, first));
+}
+
+static gx *R_count(counted *k, uint32_t i, uint32_t c, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    size_t slot = ((size_t)i * (k->cap + 1) + c) * 2 + first;
+    if (k->ids[slot] == UINT32_MAX) {
+        uint32_t id;
+        if (tr_gx_rule_add(cc, &o->x->g, "props", &id)) return NULL;
+        k->ids[slot] = id;
+        gx *b = R_body(k, i, c, first);
+        if (!b) return NULL;
+        o->x->g.rules[id].body = b;
+    }
+    return tr_gx_ref(cc, k->ids[slot]);
+}
+
+static tr_status chain_counted(objc *o, gx **out) {
+    gcc *cc = o->x->cc;
+    /* c <= nm while listed members are read; past max everything dies,
+     * and without a max every count >= min behaves alike */
+    uint64_t cap = o->max != UINT64_MAX ? TR_MIN(o->max + 1, (uint64_t)o->nm + 1)
+                                        : TR_MIN(o->min, (uint64_t)o->nm + 1);
+    if ((uint64_t)(o->nm + 1) * (cap + 1) > 200000 || o->nm > 2000)
+        return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
+                          "too many properties combined with minProperties/maxProperties");
+    counted k = {o, (uint32_t)cap, NULL};
+    size_t slots = (size_t)(o->nm + 1) * (k.cap + 1) * 2;
+    k.ids = tr_gcc_alloc(cc, slots * sizeof *k.ids);
+    if (!k.ids) return cc->err;
+    memset(k.ids, 0xff, slots * sizeof *k.ids);
+    *out = R_count(&k, 0, 0, true);
+    return *out ? TR_OK : cc->err;
+}
+
+tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
+    objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX};
+    tr_js_ws(x, depth, &o.ws);
+    tr_status st;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        static const char *const kw[] = {"dependentSchemas", "dependentRequired",
+                                         "dependencies"};
+        for (size_t k = 0; k < TR_ARRAY_LEN(kw); k++) {
+            const json_t *d = json_object_get(node, kw[k]);
+            if (d && !(json_is_object(d) && json_object_size(d) == 0) &&
+                (st = tr_js_unsupported(x, node, kw[k], "property dependencies are not enforced")))
+                return st;
+        }
+        const json_t *u = json_object_get(node, "unevaluatedProperties");
+        if (u && !json_is_true(u) &&
+            (st = tr_js_unsupported(x, node, "unevaluatedProperties", "not enforced")))
+            return st;
+        for (int k = 0; k < 2; k++) {
+            const char *name = k ? "maxProperties" : "minProperties";
+            const json_t *v = json_object_get(node, name);
+            if (!v) continue;
+            js_dec d;
+            if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+                (d.neg && d.n))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", name);
+            uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);
+            if (k)
+                o.max = TR_MIN(o.max, c);
+            else
+                o.min = TR_MAX(o.min, c);
+        }
+    }
+    if (o.min > o.max) return (*out = tr_gx_never(x->cc)), TR_OK;
+    js_conj pn;
+    if ((st = names_conj(&o, &pn))) return st;
+    st = listed_members(&o, &pn);
+    if (st == TR_ERR_FULL) return (*out = tr_gx_never(x->cc)), TR_OK;
+    if (st || (st = additional(&o, &pn))) return st;
+    bool any_required = false;
+    for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
+    gx *items;
+    if (o.min > 1 || o.max != UINT64_MAX)
+        st = chain_counted(&o, &items);
+    else
+        st = chain_plain(&o, &items);
+    if (st) return st;
+    *out = tr_js_container(x, '{', items, !any_required && o.min == 0, depth);
+    return *out ? TR_OK : x->cc->err;
+}
