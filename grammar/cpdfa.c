@@ -754,6 +754,16 @@ tr_status tr_cpdfa_to_ast(gcc *cc, const cpdfa *a, uint32_t max_nodes, gre_node 
     if (st) return st;
     sedge *e = find(&el.out[S], F);
     if (!e) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "string constraint matches nothing");
-    *out = e->re;
+    gre_node *r = tr_js_ast_compress(cc, e->re);
+    if (!r) return cc->err;
+    /* the regex compiler nests groups at most max_nesting (200) deep */
+    uint32_t depth = tr_js_ast_depth(cc, r);
+    uint64_t size = tr_js_ast_tree_size(cc, r);
+    if (depth > 150 || size > max_nodes)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
+                           "string constraint too complex to express as a regex (%llu nodes "
+                           "nested %u deep)",
+                           (unsigned long long)size, depth);
+    *out = r;
     return TR_OK;
 }

@@ -527,6 +527,32 @@ static uint64_t rx_size(gx *x) {
     return s;
 }
 
+/* States a DFA of x would roughly need: regex text is ~8 bytes per
+ * state, and a counted repetition copies its operand. */
+static uint64_t weight(gx *x) {
+    if (x->weight) return x->weight;
+    uint64_t w = 1;
+    switch (x->kind) {
+    case GX_NEVER:
+    case GX_EMPTY: w = 1; break;
+    case GX_RX: w = x->rx_len / 8 + 1; break;
+    case GX_REF: w = UINT64_MAX; break;
+    case GX_SEQ:
+    case GX_ALT:
+        w = 0;
+        for (uint32_t i = 0; i < x->n; i++) w = sat_add(w, weight(x->kids[i]));
+        break;
+    case GX_REP: {
+        uint64_t k = weight(x->kids[0]);
+        uint64_t c = x->max == GX_INF ? TR_MAX(x->min, 1u) : x->max;
+        w = k > UINT64_MAX / c ? UINT64_MAX : k * c;
+        break;
+    }
+    }
+    x->weight = w ? w : 1;
+    return x->weight;
+}
+
 enum { P_ALT = 0, P_SEQ = 1, P_ATOM = 2 };
 
 static void put_quant(js_buf *b, uint32_t min, uint32_t max) {
@@ -585,7 +611,7 @@ static void to_rx(gx *x, int prec, js_buf *b) {
 
 char *tr_gx_to_regex(gcc *cc, const gx *x, size_t max, size_t *len) {
     gx *y = (gx *)x; /* the memo fields are filled in */
-    if (!regular(y) || rx_size(y) > max) return NULL;
+    if (!regular(y) || rx_size(y) > max || weight(y) > 200000) return NULL;
     js_buf b;
     tr_js_buf_init(&b, cc);
     to_rx(y, P_ALT, &b);
@@ -645,7 +671,7 @@ static void put_terminal(js_buf *b, gx *x) {
 }
 
 static bool fits(const em *e, gx *x) {
-    return regular(x) && rx_size(x) <= e->o.max_regex_bytes;
+    return regular(x) && rx_size(x) <= e->o.max_regex_bytes && weight(x) <= e->o.max_weight;
 }
 
 static void gbnf(em *e, gx *x, int prec, js_buf *b);
@@ -679,10 +705,13 @@ static void gbnf_list(em *e, gx *x, int prec, js_buf *b) {
             continue;
         }
         uint32_t j = i + 1;
-        uint64_t size = rx_size(x->kids[i]);
+        uint64_t size = rx_size(x->kids[i]), w = weight(x->kids[i]);
         while (j < x->n && fits(e, x->kids[j]) &&
-               size + rx_size(x->kids[j]) <= e->o.max_regex_bytes)
+               size + rx_size(x->kids[j]) <= e->o.max_regex_bytes &&
+               w + weight(x->kids[j]) <= e->o.max_weight) {
+            w += weight(x->kids[j]);
             size += rx_size(x->kids[j++]);
+        }
         put_run(e, x->kids, i, j, alt, b);
         i = j;
     }
@@ -742,6 +771,7 @@ tr_status tr_gx_emit(gcc *cc, gx_grammar *g, const gx_emit_opts *o, js_buf *out)
     em e = {.cc = cc, .g = g};
     e.o.max_regex_bytes = o && o->max_regex_bytes ? o->max_regex_bytes : 16384;
     e.o.inline_bytes = o && o->inline_bytes ? o->inline_bytes : 256;
+    e.o.max_weight = o && o->max_weight ? o->max_weight : 2048;
     uint32_t n = g->n;
     if (n == 0) return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "grammar without rules");
     for (uint32_t r = 0; r < n; r++)

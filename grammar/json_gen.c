@@ -321,109 +321,6 @@ gx *tr_js_value_gx(js_ctx *x, const json_t *v, uint32_t depth) {
     return tr_gx_never(cc);
 }
 
-/* ---- oneOf: disjointness ---- */
-
-/* Values a property must take, if its schema pins them (enum/const). */
-static tr_status prop_values(js_ctx *x, const js_norm *n, const char *name, js_norm *pv,
-                             bool *pinned) {
-    *pinned = false;
-    js_item *items = tr_gcc_alloc(x->cc, (size_t)(n->n ? n->n : 1) * sizeof *items);
-    if (!items) return x->cc->err;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n->n; i++) {
-        const json_t *props = json_object_get(n->nodes[i].node, "properties");
-        const json_t *s = json_is_object(props) ? json_object_get(props, name) : NULL;
-        if (s) items[k++] = (js_item){s, 0};
-    }
-    if (!k) return TR_OK;
-    js_conj c = {items, k};
-    tr_status st = tr_js_flatten(x, &c, pv);
-    if (st) return st;
-    *pinned = pv->has_values || pv->never;
-    return TR_OK;
-}
-
-static bool required_in(const js_norm *n, const char *name) {
-    for (uint32_t i = 0; i < n->n; i++) {
-        const json_t *r = json_object_get(n->nodes[i].node, "required");
-        for (size_t j = 0; json_is_array(r) && j < json_array_size(r); j++)
-            if (json_is_string(json_array_get(r, j)) &&
-                !strcmp(json_string_value(json_array_get(r, j)), name))
-                return true;
-    }
-    return false;
-}
-
-/* Objects of a and b cannot coincide: some property required by both
- * has disjoint pinned values. */
-static tr_status objects_disjoint(js_ctx *x, const js_norm *a, const js_norm *b, bool *dis) {
-    *dis = false;
-    for (uint32_t i = 0; i < a->n && !*dis; i++) {
-        const json_t *props = json_object_get(a->nodes[i].node, "properties");
-        const char *name;
-        json_t *v;
-        if (!json_is_object(props)) continue;
-        json_object_foreach((json_t *)props, name, v) {
-            if (!required_in(a, name) || !required_in(b, name)) continue;
-            js_norm pa, pb;
-            bool ka, kb;
-            tr_status st = prop_values(x, a, name, &pa, &ka);
-            if (!st) st = prop_values(x, b, name, &pb, &kb);
-            if (st) return st;
-            if (!ka || !kb) continue;
-            bool meet = false;
-            for (uint32_t p = 0; p < pa.n_vals && !meet && !pa.never; p++)
-                for (uint32_t q = 0; q < pb.n_vals && !meet && !pb.never; q++)
-                    meet = tr_js_json_equal(x->cc, pa.vals[p], pb.vals[q]);
-            if (!meet) {
-                *dis = true;
-                break;
-            }
-        }
-    }
-    return TR_OK;
-}
-
-static uint32_t eff_types(js_ctx *x, const js_norm *n) {
-    if (n->never) return 0;
-    if (!n->has_values) return n->types;
-    uint32_t t = 0;
-    for (uint32_t i = 0; i < n->n_vals; i++) t |= tr_js_value_type(x->cc, n->vals[i]);
-    return t & n->types;
-}
-
-/* Every value of a (finite) fails b. */
-static tr_status values_excluded(js_ctx *x, const js_norm *a, const json_t *b, bool *yes) {
-    *yes = false;
-    if (!a->has_values) return TR_OK;
-    js_item it = {b, 0};
-    js_conj c = {&it, 1};
-    for (uint32_t i = 0; i < a->n_vals; i++) {
-        bool ok;
-        tr_status st = tr_js_validate(x, &c, a->vals[i], 0, &ok);
-        if (st) return st;
-        if (ok) return TR_OK;
-    }
-    *yes = true;
-    return TR_OK;
-}
-
-static tr_status branches_disjoint(js_ctx *x, const json_t *ba, const json_t *bb, bool *dis) {
-    js_item ia = {ba, 0}, ib = {bb, 0};
-    js_conj ca = {&ia, 1}, cb = {&ib, 1};
-    js_norm a, b;
-    tr_status st = tr_js_flatten(x, &ca, &a);
-    if (!st) st = tr_js_flatten(x, &cb, &b);
-    if (st) return st;
-    uint32_t common = eff_types(x, &a) & eff_types(x, &b);
-    if (!common) return (*dis = true), TR_OK;
-    if ((st = values_excluded(x, &a, bb, dis)) || *dis) return st;
-    if ((st = values_excluded(x, &b, ba, dis)) || *dis) return st;
-    if (common == JT_OBJ) return objects_disjoint(x, &a, &b, dis);
-    *dis = false;
-    return TR_OK;
-}
-
 /* ---- rule bodies ---- */
 
 static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
@@ -435,15 +332,15 @@ static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
         return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-empty array of schemas",
                           n->split_kw);
     size_t k = json_array_size(list);
+    js_item **extra = tr_gcc_alloc(cc, k * sizeof *extra);
+    uint32_t *n_extra = tr_gcc_alloc(cc, k * sizeof *n_extra);
+    if (!extra || !n_extra) return cc->err;
     if (one) {
-        bool ok = true;
-        for (size_t a = 0; a < k && ok; a++)
-            for (size_t b = a + 1; b < k && ok; b++) {
-                tr_status st = branches_disjoint(x, json_array_get(list, a),
-                                                 json_array_get(list, b), &ok);
-                if (st) return st;
-            }
+        bool ok;
+        tr_status st = tr_js_oneof_plan(x, node, list, extra, n_extra, &ok);
+        if (st) return st;
         if (!ok) {
+            memset(n_extra, 0, k * sizeof *n_extra);
             tr_status st = tr_js_unsupported(
                 x, node, "oneOf",
                 "its branches may overlap (no type, enum/const or discriminator property "
@@ -456,7 +353,8 @@ static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
      * this disjunction decided, plus the branch */
     gx_list alts = {0};
     for (size_t b = 0; b < k; b++) {
-        js_conj c = {tr_gcc_alloc(cc, (size_t)(n->n + 1) * sizeof *c.v), n->n + 1};
+        uint32_t ne = one ? n_extra[b] : 0;
+        js_conj c = {tr_gcc_alloc(cc, (size_t)(n->n + 1 + ne) * sizeof *c.v), n->n + 1 + ne};
         if (!c.v) return cc->err;
         for (uint32_t i = 0; i < n->n; i++) {
             c.v[i] = n->nodes[i];
@@ -464,6 +362,7 @@ static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
         }
         c.v[n->split].done |= one ? JS_DONE_ONEOF : JS_DONE_ANYOF;
         c.v[n->n] = (js_item){json_array_get(list, b), 0};
+        for (uint32_t e = 0; e < ne; e++) c.v[n->n + 1 + e] = extra[b][e];
         uint32_t r;
         tr_status st = tr_js_rule_for(x, &c, j->depth, tr_js_ptr(x, json_array_get(list, b)), &r);
         if (st || (st = tr_gx_list_push(cc, &alts, tr_gx_ref(cc, r)))) return st;

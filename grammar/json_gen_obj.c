@@ -305,6 +305,55 @@ static tr_status collect_patterns(objc *o) {
     return TR_OK;
 }
 
+/* Strings longer than L NOT in p, structurally when p is s{lo,hi} (one
+ * set repeated: ^[a-z0-9_-]{1,255}$): a code point outside s somewhere
+ * (a small automaton, cut to lengths > L), or only s but more than hi of
+ * them. *fits false for other shapes. */
+static tr_status complement_long(js_ctx *x, const gre_node *p, uint32_t L, gre_node **out,
+                                 bool *fits) {
+    gcc *cc = x->cc;
+    *fits = false;
+    if (p->kind != GRE_REPEAT || p->kids[0]->kind != GRE_SET) return TR_OK;
+    gre_node *other = tr_js_ast_set(cc, 0, 0);
+    if (!other) return cc->err;
+    other->set.n = 0;
+    if (tr_cpset_complement(cc, &p->kids[0]->set, &other->set)) return cc->err;
+    gre_node *a = NULL;
+    if (other->set.n) {
+        gre_node *has = tr_js_ast_cat(cc, tr_js_ast_cat(cc, tr_js_rep_any(cc), other),
+                                      tr_js_rep_any(cc));
+        cpdfa d, len, r;
+        tr_status st;
+        if (!has || (st = tr_cpdfa_from_ast(cc, has, &d)) ||
+            (st = tr_cpdfa_length(cc, L + 1, UINT32_MAX, &len)) ||
+            (st = tr_cpdfa_product(cc, &d, &len, CPD_AND, &r)) ||
+            (st = tr_js_ast_of_cpdfa(x, &r, NULL, "patternProperties", &a)))
+            return cc->err ? cc->err : TR_ERR_NOMEM;
+    }
+    if (p->max != GRE_INF) {
+        uint32_t from = TR_MAX(p->max + 1, L + 1);
+        gre_node *more = tr_js_ast_rep(cc, p->kids[0], from, GRE_INF);
+        a = a ? tr_js_ast_alt(cc, a, more) : more;
+    }
+    *out = a;
+    *fits = true;
+    return cc->err;
+}
+
+static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint32_t hi,
+                         cpdfa *out) {
+    cpdfa len;
+    tr_status st = tr_cpdfa_length(cc, lo, hi, &len);
+    if (st || a_any) return st ? st : (*out = len, TR_OK);
+    return tr_cpdfa_product(cc, a, &len, CPD_AND, out);
+}
+
+/* The keys of one region: in the subset pset of the patterns, not in
+ * the others, valid names (propertyNames), not a listed name. Listed
+ * names are excluded where they live: keys no longer than the longest
+ * name go through the automaton, longer ones keep the patterns' own
+ * shape (so ^[a-z]{1,255}$ minus a few names stays a counted repetition
+ * instead of a 255-state chain turned inside out). */
 static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
                              gre_node **ast, bool *any) {
     js_ctx *x = o->x;
@@ -313,6 +362,7 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
     bool have = !pn_any;
     if (have) acc = *pn;
     tr_status st;
+    uint32_t used = 0, single = UINT32_MAX;
     for (uint32_t p = 0; p < o->n_pats; p++) {
         cpdfa *d;
         if ((st = tr_js_pattern_cpdfa(x, o->pat_node[p], o->pats[p], &d))) return st;
@@ -320,6 +370,8 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
             if (pset >> p & 1) return (*ast = NULL), (*any = false), TR_OK; /* ignored pattern */
             continue;
         }
+        used++;
+        if (pset >> p & 1) single = p;
         if (!have) {
             if ((st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
             have = true;
@@ -329,28 +381,62 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
             return st;
         acc = r;
     }
-    uint32_t nx = o->n_all + o->n->n_forbid;
-    if (nx) {
-        const char **vs = tr_gcc_alloc(cc, nx * sizeof *vs);
-        size_t *vl = tr_gcc_alloc(cc, nx * sizeof *vl);
-        if (!vs || !vl) return cc->err;
-        for (uint32_t i = 0; i < o->n_all; i++) vs[i] = o->all_names[i], vl[i] = o->all_lens[i];
-        for (uint32_t i = 0; i < o->n->n_forbid; i++)
-            vs[o->n_all + i] = o->n->forbid[i], vl[o->n_all + i] = strlen(o->n->forbid[i]);
-        cpdfa names, r;
-        if (!have) {
-            if ((st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
-            have = true;
-        }
-        if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
-            (st = tr_cpdfa_product(cc, &acc, &names, CPD_MINUS, &r)))
-            return st;
-        acc = r;
-    }
-    *any = !have;
     *ast = NULL;
-    if (!have) return TR_OK;
-    return tr_js_ast_of_cpdfa(x, &acc, o->n->nodes[0].node, "patternProperties", ast);
+    uint32_t nx = o->n_all + o->n->n_forbid;
+    if (!nx) {
+        *any = !have;
+        if (!have) return TR_OK;
+        return tr_js_ast_of_cpdfa(x, &acc, o->n->nodes[0].node, "patternProperties", ast);
+    }
+    *any = false;
+    const char **vs = tr_gcc_alloc(cc, nx * sizeof *vs);
+    size_t *vl = tr_gcc_alloc(cc, nx * sizeof *vl);
+    if (!vs || !vl) return cc->err;
+    uint32_t L = 0;
+    for (uint32_t i = 0; i < nx; i++) {
+        bool listed_name = i < o->n_all;
+        vs[i] = listed_name ? o->all_names[i] : o->n->forbid[i - o->n_all];
+        vl[i] = listed_name ? o->all_lens[i] : strlen(vs[i]);
+        uint32_t cps = 0;
+        for (size_t k = 0; k < vl[i]; k++) cps += ((unsigned char)vs[i][k] & 0xC0) != 0x80;
+        L = TR_MAX(L, cps);
+    }
+    /* short keys: the automaton, names removed */
+    cpdfa names, sh, r;
+    if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
+        (st = and_len(cc, &acc, !have, 0, L, &sh)) ||
+        (st = tr_cpdfa_product(cc, &sh, &names, CPD_MINUS, &r)))
+        return st;
+    gre_node *short_ast = NULL, *long_ast = NULL;
+    if ((st = tr_js_ast_of_cpdfa(x, &r, o->n->nodes[0].node, "patternProperties", &short_ast)))
+        return st;
+    /* long keys: the region's own shape, longer than every name */
+    if (!have)
+        long_ast = tr_js_ast_rep(cc, tr_js_ast_any(cc), L + 1, GRE_INF);
+    else {
+        bool fits = false;
+        if (used == 1 && pn_any) {
+            uint32_t p = single;
+            for (uint32_t k = 0; p == UINT32_MAX && k < o->n_pats; k++) p = k;
+            gre_node *pa;
+            if ((st = tr_js_pattern_ast(x, o->pat_node[p], o->pats[p], &pa))) return st;
+            if (pa && single != UINT32_MAX)
+                long_ast = tr_js_with_length(cc, pa, L + 1, GRE_INF, &fits);
+            else if (pa && (st = complement_long(x, pa, L, &long_ast, &fits)))
+                return st;
+        }
+        if (!fits) {
+            cpdfa lg;
+            if ((st = and_len(cc, &acc, false, L + 1, UINT32_MAX, &lg)) ||
+                (st = tr_js_ast_of_cpdfa(x, &lg, o->n->nodes[0].node, "patternProperties",
+                                         &long_ast)))
+                return st;
+        }
+    }
+    if (cc->err) return cc->err;
+    *ast = short_ast && long_ast ? tr_js_ast_alt(cc, short_ast, long_ast)
+                                 : short_ast ? short_ast : long_ast;
+    return TR_OK;
 }
 
 static tr_status additional(objc *o, const js_conj *pnc) {

@@ -24,7 +24,6 @@
 
 #include "grammar/json_schema_internal.h"
 
-#define JS_STR_RX_MAX_COUNT 64u
 #define JS_AST_MAX_NODES 20000u
 #define JS_LEN_AUTOMATON_MAX 2048u
 
@@ -75,7 +74,8 @@ static bool recoverable(tr_status st) {
 
 /* The decoded AST of a pattern (cached); *ast NULL with TR_OK when the
  * pattern is ignored (lenient mode, it did not parse). */
-static tr_status pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast) {
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast);
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast) {
     *ast = NULL;
     js_pat *p = pat_slot(x, text);
     if (!p) return x->cc->err;
@@ -97,7 +97,7 @@ static tr_status pattern_ast(js_ctx *x, const json_t *node, const char *text, gr
 tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *node, const char *text, cpdfa **out) {
     *out = NULL;
     gre_node *ast;
-    tr_status st = pattern_ast(x, node, text, &ast);
+    tr_status st = tr_js_pattern_ast(x, node, text, &ast);
     if (st || !ast) return st;
     js_pat *p = pat_slot(x, text);
     if (!p) return x->cc->err;
@@ -136,7 +136,7 @@ tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b) {
  * part of the AST varies in length and that part repeats one code point;
  * *fits false otherwise (the automaton route takes over). *out NULL
  * with *fits true: the intersection is empty. */
-static gre_node *with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, bool *fits) {
+gre_node *tr_js_with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, bool *fits) {
     uint64_t lo, hi;
     tr_js_ast_len(a, &lo, &hi);
     *fits = true;
@@ -145,7 +145,7 @@ static gre_node *with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, b
         gre_node *r = NULL;
         for (uint32_t i = 0; i < a->n_kids; i++) {
             bool f;
-            gre_node *k = with_length(cc, a->kids[i], min, max, &f);
+            gre_node *k = tr_js_with_length(cc, a->kids[i], min, max, &f);
             if (!f) return (*fits = false), NULL;
             if (k) r = r ? tr_js_ast_alt(cc, r, k) : k;
         }
@@ -225,7 +225,7 @@ static tr_status collect_str(js_ctx *x, const js_norm *n, str_c *c) {
         if (p && !json_is_string(p))
             return tr_js_fail(x, TR_ERR_FORMAT, node, "pattern must be a string");
         gre_node *a = NULL;
-        if (p && (st = pattern_ast(x, node, json_string_value(p), &a))) return st;
+        if (p && (st = tr_js_pattern_ast(x, node, json_string_value(p), &a))) return st;
         const json_t *f = json_object_get(node, "format");
         if (json_is_string(f)) {
             gre_node *fa;
@@ -383,36 +383,21 @@ tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, cons
     return cpdfa_ast(x, d, node, kw, out);
 }
 
-static gx *ast_gx(js_ctx *x, const gre_node *a) {
-    js_buf b;
-    tr_js_buf_init(&b, x->cc);
-    tr_status st = tr_js_str_regex(x->cc, a, &b);
-    gx *r = !st && js_buf_ok(&b) ? tr_gx_rx_ne(x->cc, b.p, b.n) : NULL;
-    tr_js_buf_free(&b);
-    return r;
-}
+static gx *ast_gx(js_ctx *x, const gre_node *a) { return tr_js_str_gx(x->cc, a); }
 
+/* "\"" unit{min,max} "\"": the printer keeps short counts inside one
+ * regex terminal and leaves long ones to the grammar's own counting. */
 static gx *any_string(js_ctx *x, uint64_t min, uint64_t max) {
     gcc *cc = x->cc;
     js_buf b;
     tr_js_buf_init(&b, cc);
-    gx *r = NULL;
-    if (max <= JS_STR_RX_MAX_COUNT || (max >= GRE_INF && min <= JS_STR_RX_MAX_COUNT)) {
-        tr_js_str_any_regex((uint32_t)min, max >= GRE_INF ? GRE_INF : (uint32_t)max, &b);
-        if (js_buf_ok(&b)) r = tr_gx_rx_ne(cc, b.p, b.n);
-    } else {
-        /* "\"" unit{min,max} "\"": the grammar counts, not the DFA */
-        tr_js_str_any_regex(1, 1, &b);
-        if (js_buf_ok(&b) && b.n >= 2) {
-            gx *unit = tr_gx_rx_ne(cc, b.p + 1, b.n - 2);
-            r = tr_gx_seq3(cc, tr_gx_lit(cc, "\"", 1),
-                           tr_gx_rep(cc, unit, (uint32_t)min,
-                                     max >= GRE_INF ? GX_INF : (uint32_t)max),
-                           tr_gx_lit(cc, "\"", 1));
-        }
-    }
+    tr_js_str_any_unit(&b);
+    gx *unit = js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
     tr_js_buf_free(&b);
-    return r;
+    if (min >= GRE_INF) min = GRE_INF - 1;
+    return tr_gx_seq3(cc, tr_gx_lit(cc, "\"", 1),
+                      tr_gx_rep(cc, unit, (uint32_t)min, max >= GRE_INF ? GX_INF : (uint32_t)max),
+                      tr_gx_lit(cc, "\"", 1));
 }
 
 tr_status tr_js_gen_string(js_ctx *x, const js_norm *n, gx **out) {
@@ -429,7 +414,7 @@ tr_status tr_js_gen_string(js_ctx *x, const js_norm *n, gx **out) {
     gre_node *a = NULL;
     if (c.n_ast == 1 && !excl) {
         bool fits = true;
-        a = c.min > 0 || c.max < GRE_INF ? with_length(x->cc, c.ast[0], c.min, c.max, &fits)
+        a = c.min > 0 || c.max < GRE_INF ? tr_js_with_length(x->cc, c.ast[0], c.min, c.max, &fits)
                                          : c.ast[0];
         if (!fits && (st = str_by_automaton(x, n, &c, &a))) return st;
     } else if ((st = str_by_automaton(x, n, &c, &a)))
@@ -465,7 +450,7 @@ static void tighten(js_range *r, bool lower, const js_dec *d, bool excl) {
         *cx = *cx || excl;
 }
 
-static tr_status collect_range(js_ctx *x, const js_norm *n, js_range *r) {
+tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r) {
     memset(r, 0, sizeof *r);
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
@@ -533,11 +518,13 @@ static uint64_t gcd(uint64_t a, uint64_t b) {
     return a;
 }
 
-/* multipleOf as an integer step (for integer values), or 0 with *dec_q set
- * to q when the step is 10^-q (number values); else an error. */
+/* multipleOf: *step > 0 when values must be integral multiples of it
+ * (an integral step, or any step on integer values), 0 when there is no
+ * such step; *frac_digits = q >= 0 when values need at most q fraction
+ * digits (steps 10^-q on numbers); other steps are refused. */
 static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_t *step,
                               int32_t *frac_digits) {
-    *step = 1;
+    *step = 0;
     *frac_digits = -1;
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
@@ -566,6 +553,7 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
             continue;
         }
         uint64_t k = q > 0 ? p / gcd(p, ten) : p; /* integer multiples of p/10^q */
+        if (*step == 0) *step = 1;
         uint64_t g = gcd(*step, k);
         if (*step / g > UINT64_MAX / k)
             return tr_js_unsupported(x, node, "multipleOf", "combined steps overflow");
@@ -577,13 +565,13 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
 tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     gcc *cc = x->cc;
     js_range r;
-    tr_status st = collect_range(x, n, &r);
+    tr_status st = tr_js_num_range(x, n, &r);
     if (st) return st;
     bool integer = !(n->types & JT_FRAC);
     uint64_t step;
     int32_t q;
     if ((st = collect_step(x, n, integer, &step, &q))) return st;
-    if (step > 1) integer = true; /* integer steps: only integral values */
+    if (step) integer = true; /* integral steps: only integral values */
     /* values excluded by `not`: split the range around each */
     for (uint32_t i = 0; i < n->n_not_vals; i++)
         if (json_is_number(n->not_vals[i]))
@@ -592,14 +580,14 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     js_buf b;
     tr_js_buf_init(&b, cc);
     bool some;
-    if (!r.has_lo && !r.has_hi && step == 1 && q < 0) {
+    if (!r.has_lo && !r.has_hi && step <= 1 && q < 0) {
         tr_js_buf_puts(&b, integer ? "-?(?:0|[1-9][0-9]*)(?:\\.0+)?(?:[eE]\\+?[0-9]+)?"
                                    : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?");
         some = true;
     } else
         some = tr_js_num_regex(cc, &r, integer, &b);
     bool frac_only = !(n->types & JT_INT);
-    if (frac_only && (step > 1 || integer)) some = false; /* integral steps, no integers */
+    if (frac_only && integer) some = false; /* integral steps, no integers */
     if (some && frac_only) {
         /* non-integral values only: a nonzero fraction digit, no exponent */
         gre_node *ast, *res = NULL;
@@ -619,11 +607,11 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
         some = res != NULL;
         if (some) tr_js_ast_regex(res, &b);
     }
-    if (some && (step > 1 || q >= 0)) {
+    if (some && (step > 1 || (q >= 0 && !integer))) {
         /* intersect with the step's automaton */
         gre_node *ast = NULL, *res = NULL;
         cpdfa a, m, p;
-        if (q >= 0) {
+        if (step <= 1) {
             js_buf f;
             tr_js_buf_init(&f, cc);
             tr_js_buf_printf(&f, "-?[0-9]+(?:\\.[0-9]{0,%d}0*)?", q);

@@ -82,6 +82,22 @@ tr_status tr_js_unsupported(js_ctx *x, const json_t *node, const char *keyword, 
     return TR_OK;
 }
 
+tr_status tr_js_keep(js_ctx *x, json_t *v) {
+    if (x->n_owned == x->cap_owned) {
+        uint32_t nc = x->cap_owned ? x->cap_owned * 2 : 16;
+        json_t **o = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *o);
+        if (!o) {
+            json_decref(v);
+            return x->cc->err;
+        }
+        if (x->n_owned) memcpy(o, x->owned, x->n_owned * sizeof *o);
+        x->owned = o;
+        x->cap_owned = nc;
+    }
+    x->owned[x->n_owned++] = v;
+    return TR_OK;
+}
+
 /* ---- the compile ---- */
 
 static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
@@ -117,9 +133,10 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
         st = tr_js_build(&x, &j);
         if (!st) st = tr_gcc_poll_time(cc);
     }
-    if (st) return cc->err ? cc->err : st;
     gx_emit_opts eo = {0};
-    if ((st = tr_gx_emit(cc, &x.g, &eo, out))) return st;
+    if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);
+    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    if (st) return cc->err ? cc->err : st;
     *regex = NULL;
     /* one rule left after inlining: the line "root ::= /.../" */
     if (regex && out->n > 12 && !memchr(out->p, '\n', out->n - 1)) {

@@ -68,6 +68,15 @@ void tr_js_buf_printf(js_buf *b, const char *fmt, ...)
 char *tr_js_buf_dup(js_buf *b);
 static inline bool js_buf_ok(const js_buf *b) { return !b->failed; }
 
+/* Pointer -> value map in the arena (memo of DAG traversals). */
+typedef struct js_ptrmap {
+    const void **keys;
+    uint64_t *vals;
+    uint32_t n, cap;
+} js_ptrmap;
+bool tr_js_ptrmap_get(const js_ptrmap *m, const void *key, uint64_t *val);
+tr_status tr_js_ptrmap_put(gcc *cc, js_ptrmap *m, const void *key, uint64_t val);
+
 /* Arena copy of s[0..n) plus a NUL. */
 char *tr_js_strndup(gcc *cc, const char *s, size_t n);
 
@@ -103,6 +112,8 @@ typedef struct gx {
     int8_t reg;        /* 1: no REF inside and every count <= 1000 */
     uint32_t depth;    /* tree depth */
     uint64_t rx_size;  /* bytes of its regex text (saturating) */
+    uint64_t weight;   /* rough DFA size if made one terminal (counted
+                          repetitions multiply); 0 unknown */
 } gx;
 
 gx *tr_gx_never(gcc *cc);
@@ -155,6 +166,10 @@ typedef struct gx_emit_opts {
                                  split; default 16384 */
     uint32_t inline_bytes;    /* rules whose regex is at most this long are
                                  inlined at every use; default 256 */
+    uint32_t max_weight;      /* a regular piece whose estimated DFA size
+                                 is larger stays split, its counted
+                                 repetitions left to the grammar; default
+                                 2048 (a string of ~100 code points) */
 } gx_emit_opts;
 
 /* Simplifies g in place (NEVER propagation and unproductive rules, rules
@@ -302,11 +317,23 @@ bool tr_js_format_is_asserted(const char *fmt);
  * point also take any \uXXXX and surrogate pairs. Anchors must have been
  * removed. */
 tr_status tr_js_str_regex(gcc *cc, const gre_node *ast, js_buf *b);
+/* The same as a grammar expression (counted repetitions stay GX_REP, so
+ * the printer can keep large counts out of a DFA). */
+gx *tr_js_str_gx(gcc *cc, const gre_node *ast);
+/* Structural equality; in-place simplification of state-elimination
+ * output (x(x(x)?)? -> x{1,3}); nesting depth. */
+bool tr_js_ast_eq(const gre_node *a, const gre_node *b);
+gre_node *tr_js_ast_compress(gcc *cc, gre_node *a);
+/* Nesting depth and tree size (saturating), memoized over the DAG. */
+uint32_t tr_js_ast_depth(gcc *cc, const gre_node *a);
+uint64_t tr_js_ast_tree_size(gcc *cc, const gre_node *a);
 /* Regex of one encoded code point of the set (no quotes). */
 void tr_js_str_unit_regex(const gcpset *set, js_buf *b);
 /* Regex of any JSON string, with count code points in [min, max]
  * (max GRE_INF: unbounded). */
 void tr_js_str_any_regex(uint32_t min, uint32_t max, js_buf *b);
+/* Regex of one encoded code point, any. */
+void tr_js_str_any_unit(js_buf *b);
 
 /* Prints a decoded-string AST as a plain regex of the dialect (numbers'
  * digit languages; anchors must have been removed). */
@@ -387,7 +414,13 @@ typedef struct js_ctx {
     uint32_t n_warn;
     void *warned; /* (node, keyword) pairs already reported */
     uint32_t n_warned, cap_warned;
+    json_t **owned; /* synthetic schema nodes, released with the compile */
+    uint32_t n_owned, cap_owned;
 } js_ctx;
+
+/* Takes a reference to a synthetic node for the compile's lifetime
+ * (json_schema.c); TR_ERR_NOMEM (v released) on failure. */
+tr_status tr_js_keep(js_ctx *x, json_t *v);
 
 /* json_ref.c */
 tr_status tr_js_index_build(js_ctx *x);
@@ -486,8 +519,22 @@ tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, cons
                              gre_node **out);
 /* [any code point]* */
 gre_node *tr_js_rep_any(gcc *cc);
+/* A pattern's search language (cached; NULL when lenient mode ignores
+ * a pattern that does not parse). */
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast);
+/* a restricted to lengths [min, max] when that is structural (one part
+ * of varying length, repeating one code point); *fits false otherwise;
+ * NULL with *fits: empty. */
+gre_node *tr_js_with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, bool *fits);
 /* Regex of the JSON encodings of a key (an exact string). */
 tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b);
+
+/* The numeric range every member of n allows (json_gen_str.c). */
+tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r);
+/* oneOf (json_oneof.c): per branch, the extra conjunction items that make
+ * every other branch fail; *ok false when that cannot be shown. */
+tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
+                           uint32_t *n_extra, bool *ok);
 
 /* Validator (json_valid.c): whether value v satisfies the conjunction.
  * *ok gets the answer; errors for keywords it cannot decide. */

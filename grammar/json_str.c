@@ -452,9 +452,13 @@ tr_status tr_js_str_regex(gcc *cc, const gre_node *ast, js_buf *b) {
     "(?:[^\"\\\\\\x00-\\x1F]|\\\\(?:[\"\\\\\\/bfnrt]|u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|" \
     "[dD][0-7][0-9a-fA-F]{2}|[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2})))"
 
+void tr_js_str_any_unit(js_buf *b) { tr_js_buf_puts(b, ANY_UNIT); }
+
 void tr_js_str_any_regex(uint32_t min, uint32_t max, js_buf *b) {
     tr_js_buf_puts(b, "\"" ANY_UNIT);
-    if (min == 0 && max == GRE_INF)
+    if (min == 1 && max == 1)
+        ;
+    else if (min == 0 && max == GRE_INF)
         tr_js_buf_putc(b, '*');
     else if (min == 1 && max == GRE_INF)
         tr_js_buf_putc(b, '+');
@@ -523,4 +527,139 @@ void tr_js_ast_regex(const gre_node *a, js_buf *b) {
             tr_js_buf_printf(b, "{%u,%u}", a->min, a->max);
         return;
     }
+}
+
+/* ---- simplifying ASTs that state elimination produced ---- */
+
+static bool set_eq(const gcpset *a, const gcpset *b) {
+    return a->n == b->n && !memcmp(a->r, b->r, a->n * sizeof *a->r);
+}
+
+bool tr_js_ast_eq(const gre_node *a, const gre_node *b) {
+    if (a == b) return true;
+    if (a->kind != b->kind || a->n_kids != b->n_kids) return false;
+    if (a->kind == GRE_SET) return set_eq(&a->set, &b->set);
+    if (a->kind == GRE_REPEAT && (a->min != b->min || a->max != b->max)) return false;
+    for (uint32_t i = 0; i < a->n_kids; i++)
+        if (!tr_js_ast_eq(a->kids[i], b->kids[i])) return false;
+    return true;
+}
+
+static uint32_t add_count(uint32_t a, uint32_t b) {
+    return a == GRE_INF || b == GRE_INF || a + b >= GRE_INF ? GRE_INF : a + b;
+}
+
+/* A concatenation's parts as (base, lo, hi), adjacent equal bases merged:
+ * x{a,b} x{c,d} = x{a+c,b+d}. Turns the x(x(x)?)? chains that state
+ * elimination makes of counted repetitions back into x{1,3}. */
+static gre_node *merge_concat(gcc *cc, gre_node *a) {
+    gre_node **out = tr_gcc_alloc(cc, (size_t)a->n_kids * sizeof *out);
+    if (!out) return NULL;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < a->n_kids; i++) {
+        gre_node *k = a->kids[i];
+        gre_node *base = k->kind == GRE_REPEAT ? k->kids[0] : k;
+        uint32_t lo = k->kind == GRE_REPEAT ? k->min : 1, hi = k->kind == GRE_REPEAT ? k->max : 1;
+        if (n) {
+            gre_node *p = out[n - 1];
+            gre_node *pb = p->kind == GRE_REPEAT ? p->kids[0] : p;
+            if (tr_js_ast_eq(pb, base)) {
+                uint32_t plo = p->kind == GRE_REPEAT ? p->min : 1, phi = p->kind == GRE_REPEAT ? p->max : 1;
+                out[n - 1] = tr_js_ast_rep(cc, pb, add_count(plo, lo), add_count(phi, hi));
+                if (!out[n - 1]) return NULL;
+                continue;
+            }
+        }
+        out[n++] = k;
+    }
+    if (n == 1) return out[0];
+    a->kids = out;
+    a->n_kids = n;
+    return a;
+}
+
+static gre_node *compress(gcc *cc, gre_node *a, js_ptrmap *done) {
+    uint64_t v;
+    if (tr_js_ptrmap_get(done, a, &v)) return (gre_node *)(uintptr_t)v;
+    for (uint32_t i = 0; i < a->n_kids; i++) {
+        a->kids[i] = compress(cc, a->kids[i], done);
+        if (!a->kids[i]) return NULL;
+    }
+    gre_node *r = a;
+    if (a->kind == GRE_CONCAT)
+        r = merge_concat(cc, a);
+    else if (a->kind == GRE_REPEAT && a->min == 0 && a->max == 1) {
+        gre_node *k = a->kids[0];
+        if (k->kind == GRE_REPEAT && k->min <= 1) r = tr_js_ast_rep(cc, k->kids[0], 0, k->max);
+    }
+    if (r && tr_js_ptrmap_put(cc, done, a, (uint64_t)(uintptr_t)r)) return NULL;
+    return r;
+}
+
+gre_node *tr_js_ast_compress(gcc *cc, gre_node *a) {
+    js_ptrmap done = {0};
+    return compress(cc, a, &done);
+}
+
+static uint64_t measure(gcc *cc, const gre_node *a, js_ptrmap *m, bool size) {
+    uint64_t v;
+    if (tr_js_ptrmap_get(m, a, &v)) return v;
+    uint64_t r = 0;
+    for (uint32_t i = 0; i < a->n_kids; i++) {
+        uint64_t k = measure(cc, a->kids[i], m, size);
+        r = size ? (r + k < r ? UINT64_MAX : r + k) : TR_MAX(r, k);
+    }
+    r = size ? (r == UINT64_MAX ? r : r + 1)
+             : r + (a->kind == GRE_SET || a->kind == GRE_EMPTY ? 0 : 1);
+    if (tr_js_ptrmap_put(cc, m, a, r)) return UINT64_MAX;
+    return r;
+}
+
+uint32_t tr_js_ast_depth(gcc *cc, const gre_node *a) {
+    js_ptrmap m = {0};
+    uint64_t d = measure(cc, a, &m, false);
+    return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
+
+uint64_t tr_js_ast_tree_size(gcc *cc, const gre_node *a) {
+    js_ptrmap m = {0};
+    return measure(cc, a, &m, true);
+}
+
+/* ---- a decoded AST as a grammar expression of its JSON encodings ---- */
+
+static gx *ast_gx_rec(gcc *cc, const gre_node *a) {
+    switch (a->kind) {
+    case GRE_SET: {
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        tr_js_str_unit_regex(&a->set, &b);
+        gx *r = js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+        tr_js_buf_free(&b);
+        return r;
+    }
+    case GRE_EMPTY:
+    case GRE_BOL:
+    case GRE_EOL: return tr_gx_empty(cc);
+    case GRE_CONCAT:
+    case GRE_ALT: {
+        gx **k = tr_gcc_alloc(cc, (size_t)a->n_kids * sizeof *k);
+        if (!k) return NULL;
+        for (uint32_t i = 0; i < a->n_kids; i++)
+            if (!(k[i] = ast_gx_rec(cc, a->kids[i]))) return NULL;
+        return a->kind == GRE_CONCAT ? tr_gx_seq(cc, k, a->n_kids) : tr_gx_alt(cc, k, a->n_kids);
+    }
+    case GRE_REPEAT:
+        return tr_gx_rep(cc, ast_gx_rec(cc, a->kids[0]), a->min,
+                         a->max == GRE_INF ? GX_INF : a->max);
+    }
+    return NULL;
+}
+
+gx *tr_js_str_gx(gcc *cc, const gre_node *ast) {
+    if (tr_js_ast_has_anchor(ast)) {
+        tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "anchor left in a string AST");
+        return NULL;
+    }
+    return tr_gx_seq3(cc, tr_gx_lit(cc, "\"", 1), ast_gx_rec(cc, ast), tr_gx_lit(cc, "\"", 1));
 }

@@ -119,3 +119,49 @@ void tr_js_rx_escape(js_buf *b, const char *s, size_t n) {
             tr_js_buf_add(b, &s[i], 1);
     }
 }
+
+/* ---- pointer -> value map ---- */
+
+static uint64_t mix_ptr(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+bool tr_js_ptrmap_get(const js_ptrmap *m, const void *key, uint64_t *val) {
+    if (!m->cap) return false;
+    for (uint32_t i = (uint32_t)mix_ptr(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->keys[i]) return false;
+        if (m->keys[i] == key) {
+            *val = m->vals[i];
+            return true;
+        }
+    }
+}
+
+tr_status tr_js_ptrmap_put(gcc *cc, js_ptrmap *m, const void *key, uint64_t val) {
+    if ((uint64_t)(m->n + 1) * 2 > m->cap) {
+        uint32_t nc = m->cap ? m->cap * 2 : 64;
+        const void **k = tr_gcc_alloc(cc, (size_t)nc * sizeof *k);
+        uint64_t *v = tr_gcc_alloc(cc, (size_t)nc * sizeof *v);
+        if (!k || !v) return cc->err;
+        for (uint32_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i]) continue;
+            uint32_t j = (uint32_t)mix_ptr(m->keys[i]) & (nc - 1);
+            while (k[j]) j = (j + 1) & (nc - 1);
+            k[j] = m->keys[i];
+            v[j] = m->vals[i];
+        }
+        m->keys = k;
+        m->vals = v;
+        m->cap = nc;
+    }
+    uint32_t i = (uint32_t)mix_ptr(key) & (m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i]) m->n++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return TR_OK;
+}

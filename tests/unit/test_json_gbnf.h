@@ -217,8 +217,9 @@ static bool tg_has(const uint64_t *s, size_t j) { return s[j >> 6] >> (j & 63) &
 static void tg_ends(tg_run *r, tg_node *x, size_t i, uint64_t *out);
 
 static void tg_ends_set(tg_run *r, tg_node *x, const uint64_t *from, uint64_t *out) {
-    for (size_t i = 0; i <= r->n; i++)
-        if (tg_has(from, i)) tg_ends(r, x, i, out);
+    for (size_t w = 0; w < r->words; w++)
+        for (uint64_t bits = from[w]; bits; bits &= bits - 1)
+            tg_ends(r, x, w * 64 + (size_t)__builtin_ctzll(bits), out);
 }
 
 static void tg_ends(tg_run *r, tg_node *x, size_t i, uint64_t *out) {
