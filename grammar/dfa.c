@@ -41,16 +41,21 @@ typedef struct sc {
     gnfa_edge *bedges;
     uint32_t *eps_off; /* [n_nfa + 1] into eedges */
     gnfa_edge *eedges;
-    /* byte classes */
+    /* byte classes, then one column per call symbol: k = n_cls + n_sym */
     uint8_t cls[256];
     uint32_t n_cls;
+    uint32_t n_sym, k;
+    const uint32_t *starts; /* NFA start states */
+    uint32_t n_starts;
+    uint32_t *raw_starts;   /* [n_starts] their raw DFA states */
+    uint32_t *out_starts;   /* [n_starts] their final states, or NULL */
     /* DFA states: key = [accept, sorted consuming NFA states...] */
     uint32_t *pool;
     uint32_t pool_n, pool_cap;
     uint32_t *koff, *klen; /* [n_d] */
     uint32_t koff_cap, klen_cap;
     uint32_t n_d;
-    uint32_t *trans; /* [n_d * n_cls] */
+    uint32_t *trans; /* [n_d * k] */
     uint32_t trans_cap;
     /* hash of keys -> DFA id */
     uint32_t *ht;
@@ -59,6 +64,13 @@ typedef struct sc {
     uint32_t *stack, *mark, *out, *bucket_off, *bucket;
     uint32_t gen;
     uint32_t bucket_cap;
+    /* per-state memo of closures by target list (subset()) */
+    struct sc_memo {
+        uint64_t h;
+        uint32_t off, len, t;
+    } *memo;                /* [memo_cap], len 0: empty slot */
+    uint32_t *memo_used;    /* [k] */
+    uint32_t memo_cap;
 } sc;
 
 static void *charged_calloc(gcc *cc, size_t n, size_t es) {
@@ -98,6 +110,9 @@ static tr_status build_csr(sc *s) {
                 s->byte_off[q + 1]++;
                 bnd[n->edges[e].lo] = true;
                 bnd[n->edges[e].hi + 1] = true;
+            } else if (n->edges[e].kind == GNFA_CALL) {
+                /* consumes a call symbol: a column of its own */
+                s->byte_off[q + 1]++;
             } else {
                 s->eps_off[q + 1]++;
             }
@@ -110,7 +125,7 @@ static tr_status build_csr(sc *s) {
     for (uint32_t q = 0; q < N; q++) {
         uint32_t bi = s->byte_off[q], ei = s->eps_off[q];
         for (uint32_t e = n->head[q]; e != UINT32_MAX; e = n->edges[e].next) {
-            if (n->edges[e].kind == GNFA_BYTE)
+            if (n->edges[e].kind == GNFA_BYTE || n->edges[e].kind == GNFA_CALL)
                 s->bedges[bi++] = n->edges[e];
             else
                 s->eedges[ei++] = n->edges[e];
@@ -122,7 +137,19 @@ static tr_status build_csr(sc *s) {
         s->cls[b] = (uint8_t)c;
     }
     s->n_cls = c + 1;
+    s->k = s->n_cls + s->n_sym;
     return TR_OK;
+}
+
+/* The columns [*c0, *c1] a consuming edge covers. */
+static void edge_cols(const sc *s, const gnfa_edge *e, uint32_t *c0,
+                      uint32_t *c1) {
+    if (e->kind == GNFA_CALL) {
+        *c0 = *c1 = s->n_cls + gnfa_edge_sym(e);
+    } else {
+        *c0 = s->cls[e->lo];
+        *c1 = s->cls[e->hi];
+    }
 }
 
 static uint64_t hash_key(const uint32_t *k, uint32_t n) {
@@ -233,7 +260,7 @@ static tr_status intern(sc *s, uint32_t n, uint32_t *id) {
     if (!st) st = tr_gcc_grow(s->cc, (void **)&s->klen, &s->klen_cap,
                            sizeof *s->klen, (uint64_t)d + 1);
     if (!st) st = tr_gcc_grow(s->cc, (void **)&s->trans, &s->trans_cap,
-                           sizeof *s->trans, ((uint64_t)d + 1) * s->n_cls);
+                           sizeof *s->trans, ((uint64_t)d + 1) * s->k);
     if (st) return st;
     memcpy(s->pool + s->pool_n, k, n * sizeof *k);
     s->koff[d] = s->pool_n;
@@ -250,12 +277,19 @@ static tr_status intern(sc *s, uint32_t n, uint32_t *id) {
 }
 
 static tr_status subset(sc *s) {
-    uint32_t N = s->n_nfa;
+    uint32_t N = s->n_nfa, k = s->k;
     s->stack = charged_calloc(s->cc, (size_t)2 * N + 1, sizeof(uint32_t));
     s->mark = charged_calloc(s->cc, (size_t)2 * N + 1, sizeof(uint32_t));
     s->out = charged_calloc(s->cc, (size_t)N + 2, sizeof(uint32_t));
-    s->bucket_off = charged_calloc(s->cc, s->n_cls + 1, sizeof(uint32_t));
-    if (!s->stack || !s->mark || !s->out || !s->bucket_off) return s->cc->err;
+    s->bucket_off = charged_calloc(s->cc, (size_t)k + 1, sizeof(uint32_t));
+    s->memo_cap = 512;
+    while (s->memo_cap < 2 * k) s->memo_cap *= 2;
+    s->memo = charged_calloc(s->cc, s->memo_cap, sizeof *s->memo);
+    s->memo_used = charged_calloc(s->cc, k, sizeof(uint32_t));
+    s->raw_starts = charged_calloc(s->cc, s->n_starts, sizeof(uint32_t));
+    if (!s->stack || !s->mark || !s->out || !s->bucket_off || !s->memo ||
+        !s->memo_used || !s->raw_starts)
+        return s->cc->err;
     tr_status st = ht_rehash(s, 1024);
     if (st) return st;
     uint32_t id;
@@ -263,29 +297,28 @@ static tr_status subset(sc *s) {
     s->out[0] = 0;
     st = intern(s, 1, &id);
     if (st) return st;
-    s->stack[0] = s->nfa->start;
-    uint32_t n = closure(s, 1, true);
-    st = intern(s, n, &id); /* the start state: id 1 (or 0 if empty) */
-    if (st) return st;
-    struct {
-        uint64_t h;
-        uint32_t off, len, t;
-    } memo[512]; /* len 0: empty slot */
-    uint16_t memo_used[256];
-    memset(memo, 0, sizeof memo);
+    /* the first start becomes raw state 1 (or 0 if its language is empty) */
+    for (uint32_t i = 0; i < s->n_starts; i++) {
+        s->stack[0] = s->starts[i];
+        uint32_t n = closure(s, 1, true);
+        st = intern(s, n, &s->raw_starts[i]);
+        if (st) return st;
+    }
+    struct sc_memo *memo = s->memo;
+    const uint32_t mmask = s->memo_cap - 1;
     for (uint32_t d = 0; d < s->n_d; d++) {
         st = tr_gcc_poll_time(s->cc);
         if (st) return st;
-        /* bucket the targets of the key's byte edges by class */
+        /* bucket the targets of the key's consuming edges by column */
         uint32_t *bo = s->bucket_off;
-        memset(bo, 0, (s->n_cls + 1) * sizeof *bo);
+        memset(bo, 0, ((size_t)k + 1) * sizeof *bo);
         uint32_t klen = s->klen[d];
         uint64_t total = 0;
         for (uint32_t i = 1; i < klen; i++) {
             uint32_t q = s->pool[s->koff[d] + i];
             for (uint32_t e = s->byte_off[q]; e < s->byte_off[q + 1]; e++) {
-                uint32_t c0 = s->cls[s->bedges[e].lo],
-                         c1 = s->cls[s->bedges[e].hi];
+                uint32_t c0, c1;
+                edge_cols(s, &s->bedges[e], &c0, &c1);
                 for (uint32_t c = c0; c <= c1; c++) bo[c + 1]++;
                 total += c1 - c0 + 1;
             }
@@ -297,13 +330,13 @@ static tr_status subset(sc *s) {
             if (st) return st;
             s->bucket_cap = cap;
         }
-        for (uint32_t c = 0; c < s->n_cls; c++) bo[c + 1] += bo[c];
+        for (uint32_t c = 0; c < k; c++) bo[c + 1] += bo[c];
         /* fill (bo[c] advances; restored below by subtracting counts) */
         for (uint32_t i = 1; i < klen; i++) {
             uint32_t q = s->pool[s->koff[d] + i];
             for (uint32_t e = s->byte_off[q]; e < s->byte_off[q + 1]; e++) {
-                uint32_t c0 = s->cls[s->bedges[e].lo],
-                         c1 = s->cls[s->bedges[e].hi];
+                uint32_t c0, c1;
+                edge_cols(s, &s->bedges[e], &c0, &c1);
                 for (uint32_t c = c0; c <= c1; c++)
                     s->bucket[bo[c]++] = s->bedges[e].to;
             }
@@ -314,7 +347,7 @@ static tr_status subset(sc *s) {
          * target list computes each distinct closure once. */
         uint32_t start = 0;
         uint32_t n_memo = 0;
-        for (uint32_t c = 0; c < s->n_cls; c++) {
+        for (uint32_t c = 0; c < k; c++) {
             uint32_t end = bo[c];
             uint32_t t = 0;
             if (end > start) {
@@ -326,7 +359,7 @@ static tr_status subset(sc *s) {
                     if (seg[i] != seg[w - 1]) seg[w++] = seg[i];
                 len = w;
                 uint64_t h = hash_key(seg, len);
-                uint32_t j = (uint32_t)h & 511;
+                uint32_t j = (uint32_t)h & mmask;
                 bool found = false;
                 while (memo[j].len != 0) {
                     if (memo[j].h == h && memo[j].len == len &&
@@ -336,24 +369,24 @@ static tr_status subset(sc *s) {
                         found = true;
                         break;
                     }
-                    j = (j + 1) & 511;
+                    j = (j + 1) & mmask;
                 }
                 if (!found) {
                     memcpy(s->stack, seg, len * sizeof *s->stack);
-                    n = closure(s, len, false);
+                    uint32_t n = closure(s, len, false);
                     st = intern(s, n, &t);
                     if (st) return st;
                     memo[j].h = h;
                     memo[j].off = start;
                     memo[j].len = len;
                     memo[j].t = t;
-                    memo_used[n_memo++] = (uint16_t)j;
+                    s->memo_used[n_memo++] = j;
                 }
             }
-            s->trans[(size_t)d * s->n_cls + c] = t;
+            s->trans[(size_t)d * k + c] = t;
             start = end;
         }
-        for (uint32_t i = 0; i < n_memo; i++) memo[memo_used[i]].len = 0;
+        for (uint32_t i = 0; i < n_memo; i++) memo[s->memo_used[i]].len = 0;
     }
     return TR_OK;
 }
@@ -362,11 +395,16 @@ static tr_status subset(sc *s) {
 
 typedef struct mz {
     gcc *cc;
-    uint32_t n, k;        /* states (0 = dead), classes */
+    uint32_t n, k;        /* states (0 = dead), columns */
     const uint32_t *T;    /* [n * k] */
-    uint32_t *inv_off;    /* [k * (n + 1)]: preds of t on c at
-                             inv[inv_off[c*(n+1)+t] .. +1) */
-    uint32_t *inv;        /* [n * k] */
+    uint32_t *pin_off;    /* [n + 1]: the live transitions into t are
+                             (pin_c, pin_p)[pin_off[t] .. pin_off[t + 1]) */
+    uint32_t *pin_c, *pin_p; /* [n_edges] column, predecessor */
+    uint32_t n_edges;
+    uint32_t *chead;      /* [k] gathered predecessors per column (lists
+                             through gnext), UINT32_MAX: none */
+    uint32_t *gnext, *gp; /* [n_edges] */
+    uint32_t *tcls;       /* [k] columns gathered for the current splitter */
     uint32_t *elems, *loc, *blk;
     uint32_t *bstart, *bend, *bmark;
     uint8_t *inw;
@@ -396,9 +434,17 @@ static void push_work(mz *m, uint32_t b) {
 static tr_status hopcroft(mz *m, const uint8_t *accept) {
     uint32_t n = m->n, k = m->k;
     gcc *cc = m->cc;
-    size_t nk = (size_t)n * k;
-    m->inv_off = charged_calloc(cc, (size_t)k * (n + 1) + 1, sizeof(uint32_t));
-    m->inv = charged_calloc(cc, nk, sizeof(uint32_t));
+    /* Inverse transitions, CSR per target state, leaving out every
+     * transition into the dead state 0: most transitions of a UTF-8
+     * automaton go there, and the dead state is its own block from the
+     * start and never a splitter, so those lists would only be walked for
+     * nothing. (Hopcroft stays correct on the resulting partial DFA
+     * because every initial block is queued.) Per splitter, the
+     * predecessors of its states are gathered once and grouped by column:
+     * the work is the live transitions into the splitter, not columns x
+     * splitter states (a grammar's DFA has thousands of states and a
+     * hundred columns, almost all of them dead into any given block). */
+    m->pin_off = charged_calloc(cc, (size_t)n + 1, sizeof(uint32_t));
     m->elems = charged_calloc(cc, n, sizeof(uint32_t));
     m->loc = charged_calloc(cc, n, sizeof(uint32_t));
     m->blk = charged_calloc(cc, n, sizeof(uint32_t));
@@ -409,32 +455,38 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
     m->work = charged_calloc(cc, n, sizeof(uint32_t));
     m->touched = charged_calloc(cc, n, sizeof(uint32_t));
     m->splitter = charged_calloc(cc, n, sizeof(uint32_t));
-    if (!m->inv_off || !m->inv || !m->elems || !m->loc || !m->blk ||
-        !m->bstart || !m->bend || !m->bmark || !m->inw || !m->work ||
-        !m->touched || !m->splitter)
+    m->chead = charged_calloc(cc, k, sizeof(uint32_t));
+    m->tcls = charged_calloc(cc, k, sizeof(uint32_t));
+    if (!m->pin_off || !m->elems || !m->loc || !m->blk || !m->bstart ||
+        !m->bend || !m->bmark || !m->inw || !m->work || !m->touched ||
+        !m->splitter || !m->chead || !m->tcls)
         return cc->err;
-    /* Inverse transitions, CSR per class, leaving out every transition
-     * into the dead state 0: most transitions of a UTF-8 automaton go
-     * there, and the dead state is its own block from the start and never
-     * a splitter, so those lists would only be walked for nothing.
-     * (Hopcroft stays correct on the resulting partial DFA because every
-     * initial block is queued.) Built as counts at (c, t), inclusive
-     * prefix sums, then a fill from the last state down that leaves each
-     * entry at its start; every pass reads T row by row (a column-order
-     * build, stride k, was the slowest part of compiling \p{L}+). */
-    const size_t nslots = (size_t)k * (n + 1);
-    uint32_t *io = m->inv_off;
+    uint32_t *io = m->pin_off;
     for (uint32_t s = 1; s < n; s++) {
         const uint32_t *row = m->T + (size_t)s * k;
         for (uint32_t c = 0; c < k; c++)
-            if (row[c]) io[(size_t)c * (n + 1) + row[c]]++;
+            if (row[c]) io[row[c] + 1]++;
     }
-    for (size_t i = 1; i <= nslots; i++) io[i] += io[i - 1];
-    for (uint32_t s = n - 1; s >= 1; s--) {
+    for (uint32_t t = 0; t < n; t++) io[t + 1] += io[t];
+    m->n_edges = io[n];
+    m->pin_c = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->pin_p = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->gnext = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->gp = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    if (!m->pin_c || !m->pin_p || !m->gnext || !m->gp) return cc->err;
+    for (uint32_t s = 1; s < n; s++) { /* fill; io[t] walks to io[t + 1] */
         const uint32_t *row = m->T + (size_t)s * k;
-        for (uint32_t c = 0; c < k; c++)
-            if (row[c]) m->inv[--io[(size_t)c * (n + 1) + row[c]]] = s;
+        for (uint32_t c = 0; c < k; c++) {
+            uint32_t t = row[c];
+            if (!t) continue;
+            uint32_t e = io[t]++;
+            m->pin_c[e] = c;
+            m->pin_p[e] = s;
+        }
     }
+    for (uint32_t t = n; t > 0; t--) io[t] = io[t - 1];
+    io[0] = 0;
+    for (uint32_t c = 0; c < k; c++) m->chead[c] = UINT32_MAX;
     /* initial partition: {dead} (never queued), non-accepting, accepting */
     m->elems[0] = 0;
     uint32_t nf = 1;
@@ -470,14 +522,23 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
         m->inw[a] = 0;
         uint32_t na_ = m->bend[a] - m->bstart[a];
         memcpy(m->splitter, m->elems + m->bstart[a], na_ * sizeof(uint32_t));
-        for (uint32_t c = 0; c < k; c++) {
-            const uint32_t *off = m->inv_off + (size_t)c * (n + 1);
-            uint32_t n_touched = 0;
-            for (uint32_t i = 0; i < na_; i++) {
-                uint32_t t = m->splitter[i];
-                for (uint32_t j = off[t]; j < off[t + 1]; j++)
-                    mark_state(m, m->inv[j], &n_touched);
+        uint32_t ng = 0, nt = 0;
+        for (uint32_t i = 0; i < na_; i++) {
+            uint32_t t = m->splitter[i];
+            for (uint32_t e = m->pin_off[t]; e < m->pin_off[t + 1]; e++) {
+                uint32_t c = m->pin_c[e];
+                if (m->chead[c] == UINT32_MAX) m->tcls[nt++] = c;
+                m->gnext[ng] = m->chead[c];
+                m->gp[ng] = m->pin_p[e];
+                m->chead[c] = ng++;
             }
+        }
+        for (uint32_t ci = 0; ci < nt; ci++) {
+            uint32_t c = m->tcls[ci];
+            uint32_t n_touched = 0;
+            for (uint32_t g = m->chead[c]; g != UINT32_MAX; g = m->gnext[g])
+                mark_state(m, m->gp[g], &n_touched);
+            m->chead[c] = UINT32_MAX;
             for (uint32_t i = 0; i < n_touched; i++) {
                 uint32_t b = m->touched[i];
                 uint32_t size = m->bend[b] - m->bstart[b];
@@ -503,8 +564,13 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
 static void mz_free(mz *m) {
     gcc *cc = m->cc;
     size_t n = m->n, k = m->k;
-    charged_free(cc, m->inv_off, k * (n + 1) + 1, sizeof(uint32_t));
-    charged_free(cc, m->inv, n * k, sizeof(uint32_t));
+    charged_free(cc, m->pin_off, n + 1, sizeof(uint32_t));
+    charged_free(cc, m->pin_c, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->pin_p, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->gnext, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->gp, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->chead, k, sizeof(uint32_t));
+    charged_free(cc, m->tcls, k, sizeof(uint32_t));
     charged_free(cc, m->elems, n, sizeof(uint32_t));
     charged_free(cc, m->loc, n, sizeof(uint32_t));
     charged_free(cc, m->blk, n, sizeof(uint32_t));
@@ -517,10 +583,49 @@ static void mz_free(mz *m) {
     charged_free(cc, m->splitter, n, sizeof(uint32_t));
 }
 
+/* The call columns [nc, k) of the minimized table as out's call list:
+ * per state, the (symbol, target) pairs with a live target. */
+static tr_status calls_out(gcc *cc, const mz *m, const uint32_t *T, uint32_t k,
+                           uint32_t nc, const uint32_t *bid, uint32_t ns,
+                           gdfa *out) {
+    out->n_syms = k - nc;
+    out->call_off = calloc((size_t)ns + 1, sizeof *out->call_off);
+    if (!out->call_off)
+        return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+    for (uint32_t b = 0; b < m->n_blocks; b++) {
+        if (bid[b] == UINT32_MAX || bid[b] == GDFA_DEAD) continue;
+        const uint32_t *row = T + (size_t)m->elems[m->bstart[b]] * k;
+        for (uint32_t c = nc; c < k; c++)
+            if (bid[m->blk[row[c]]] != GDFA_DEAD) out->call_off[bid[b] + 1]++;
+    }
+    for (uint32_t i = 0; i < ns; i++) out->call_off[i + 1] += out->call_off[i];
+    uint32_t total = out->call_off[ns];
+    if (tr_gcc_charge(cc, ((size_t)ns + 1) * 4 + (size_t)total * 8))
+        return cc->err;
+    tr_gcc_refund(cc, ((size_t)ns + 1) * 4 + (size_t)total * 8);
+    out->calls = calloc(total ? total : 1, sizeof *out->calls);
+    if (!out->calls)
+        return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+    for (uint32_t b = 0; b < m->n_blocks; b++) {
+        if (bid[b] == UINT32_MAX || bid[b] == GDFA_DEAD) continue;
+        const uint32_t *row = T + (size_t)m->elems[m->bstart[b]] * k;
+        uint32_t w = out->call_off[bid[b]];
+        for (uint32_t c = nc; c < k; c++) {
+            uint32_t t = bid[m->blk[row[c]]];
+            if (t == GDFA_DEAD) continue;
+            out->calls[w][0] = c - nc;
+            out->calls[w][1] = t;
+            w++;
+        }
+    }
+    return TR_OK;
+}
+
 /* Trim + minimize + renumber + merge classes: s->trans (raw) -> out. */
 static tr_status finish(sc *s, gdfa *out) {
     gcc *cc = s->cc;
-    uint32_t n = s->n_d, k = s->n_cls;
+    uint32_t n = s->n_d, k = s->k;
+    const uint32_t nc = s->n_cls; /* byte columns; call columns follow */
     tr_status st = TR_OK;
     /* liveness: reverse reachability from accepting states */
     uint32_t *roff = charged_calloc(cc, (size_t)n + 1, sizeof(uint32_t));
@@ -528,11 +633,12 @@ static tr_status finish(sc *s, gdfa *out) {
     uint8_t *live = charged_calloc(cc, n, 1);
     uint32_t *queue = charged_calloc(cc, n, sizeof(uint32_t));
     uint32_t *newid = charged_calloc(cc, n, sizeof(uint32_t));
+    uint32_t *sblk = charged_calloc(cc, s->n_starts, sizeof(uint32_t));
     uint32_t *T = NULL;
     uint8_t *acc = NULL;
     uint32_t nl = 1;
     mz m = {.cc = cc};
-    if (!roff || !radj || !live || !queue || !newid) {
+    if (!roff || !radj || !live || !queue || !newid || !sblk) {
         st = cc->err;
         goto done;
     }
@@ -579,23 +685,27 @@ static tr_status finish(sc *s, gdfa *out) {
         for (uint32_t c = 0; c < k; c++)
             T[(size_t)i * k + c] = newid[s->trans[(size_t)d * k + c]];
     }
-    uint32_t start = newid[1 < n ? 1 : 0];
     m.n = nl;
     m.k = k;
     m.T = T;
     st = hopcroft(&m, acc);
     if (st) goto done;
-    /* renumber blocks: dead's block -> 0, then BFS from start's block */
+    /* renumber blocks: dead's block -> 0, then BFS from the start blocks
+     * in order (the first start, a regex's only one, becomes state 1) */
+    for (uint32_t i = 0; i < s->n_starts; i++)
+        sblk[i] = m.blk[newid[s->raw_starts[i]]];
     uint32_t nb = m.n_blocks;
     uint32_t *bid = newid; /* reuse: n >= nb */
     for (uint32_t b = 0; b < nb; b++) bid[b] = UINT32_MAX;
     uint32_t next = 0;
     bid[m.blk[0]] = next++;
     qh = qt = 0;
-    uint32_t sb = m.blk[start];
-    if (bid[sb] == UINT32_MAX) {
-        bid[sb] = next++;
-        queue[qt++] = sb;
+    for (uint32_t i = 0; i < s->n_starts; i++) {
+        uint32_t sb = sblk[i];
+        if (bid[sb] == UINT32_MAX) {
+            bid[sb] = next++;
+            queue[qt++] = sb;
+        }
     }
     while (qh < qt) {
         uint32_t b = queue[qh++];
@@ -608,22 +718,22 @@ static tr_status finish(sc *s, gdfa *out) {
             }
         }
     }
-    /* blocks unreachable from start cannot exist (every raw state was
-     * reached from the start), except the dead block */
+    /* blocks unreachable from the starts cannot exist (every raw state was
+     * reached from one), except the dead block */
     uint32_t ns = next;
-    /* merge equal columns into final classes (hash first, so that this
-     * is O(k * blocks), not O(k^2 * blocks)) */
+    /* merge equal byte columns into final classes (hash first, so that
+     * this is O(k * blocks), not O(k^2 * blocks)) */
     uint32_t colmap[256];
     uint32_t n_final = 0;
     uint32_t rep_of[256];
     uint64_t colh[256];
-    for (uint32_t c = 0; c < k; c++) colh[c] = 1469598103934665603ULL;
+    for (uint32_t c = 0; c < nc; c++) colh[c] = 1469598103934665603ULL;
     for (uint32_t b = 0; b < nb; b++) { /* row by row: T is row-major */
         const uint32_t *row = T + (size_t)m.elems[m.bstart[b]] * k;
-        for (uint32_t c = 0; c < k; c++)
+        for (uint32_t c = 0; c < nc; c++)
             colh[c] = (colh[c] ^ m.blk[row[c]]) * 1099511628211ULL;
     }
-    for (uint32_t c = 0; c < k; c++) {
+    for (uint32_t c = 0; c < nc; c++) {
         uint64_t h = colh[c];
         uint32_t found = UINT32_MAX;
         for (uint32_t f = 0; f < n_final && found == UINT32_MAX; f++) {
@@ -648,7 +758,9 @@ static tr_status finish(sc *s, gdfa *out) {
     memset(out, 0, sizeof *out);
     out->n_states = ns;
     out->n_classes = n_final;
-    out->start = bid[sb];
+    out->start = bid[sblk[0]];
+    if (s->out_starts)
+        for (uint32_t i = 0; i < s->n_starts; i++) s->out_starts[i] = bid[sblk[i]];
     out->raw_states = n;
     for (int b = 0; b < 256; b++) out->cls[b] = (uint8_t)colmap[s->cls[b]];
     size_t tb;
@@ -682,6 +794,13 @@ static tr_status finish(sc *s, gdfa *out) {
             out->trans[(size_t)i * n_final + f] =
                 bid[m.blk[T[(size_t)r * k + rep_of[f]]]];
     }
+    if (s->n_sym) {
+        st = calls_out(cc, &m, T, k, nc, bid, ns, out);
+        if (st) {
+            tr_dfa_free(out);
+            goto done;
+        }
+    }
     for (size_t i = 0; i < tb; i++) out->rows[i] = out->trans[i] * n_final;
     /* ASCII self-loops and the row -> state multiplier (mask.c) */
     out->row_magic = ((1ull << 40) + n_final - 1) / n_final;
@@ -696,14 +815,20 @@ static tr_status finish(sc *s, gdfa *out) {
          * \p{L}+: 95 classes x 128 bytes per state). */
         uint32_t best = 0, best_n = 0;
         const uint32_t *row = out->trans + (size_t)i * n_final;
+        /* ASCII bytes per distinct target, targets in first-seen order
+         * (a state has few distinct targets; a count per class pair was
+         * quadratic in the classes and dominated compiling grammars) */
+        uint32_t tg[256], cn[256], n_tg = 0;
         for (uint32_t f = 0; f < n_final; f++) {
             uint32_t t = row[f];
             if (!ccount[f] || t == GDFA_DEAD || t == i) continue;
-            uint32_t cnt = 0; /* all ASCII classes with the same target */
-            for (uint32_t g = 0; g < n_final; g++)
-                if (row[g] == t) cnt += ccount[g];
-            if (cnt > best_n) best_n = cnt, best = t;
+            uint32_t j = 0;
+            while (j < n_tg && tg[j] != t) j++;
+            if (j == n_tg) tg[n_tg] = t, cn[n_tg++] = 0;
+            cn[j] += ccount[f];
         }
+        for (uint32_t j = 0; j < n_tg; j++)
+            if (cn[j] > best_n) best_n = cn[j], best = tg[j];
         out->usucc[i] = best;
         for (int b = 0; b < 128; b++) {
             uint32_t t = out->trans[(size_t)i * n_final + out->cls[b]];
@@ -728,9 +853,12 @@ static tr_status finish(sc *s, gdfa *out) {
                 last = cls_byte[f];
             }
         }
-        out->can_cont[i] = live_bytes > 0;
-        out->forced[i] =
-            (int16_t)((live_bytes == 1 && !out->accept[i]) ? last : -1);
+        /* a call may start with any byte: never forced, may continue */
+        bool calls = out->call_off && out->call_off[i + 1] > out->call_off[i];
+        out->can_cont[i] = live_bytes > 0 || calls;
+        out->forced[i] = (int16_t)((live_bytes == 1 && !out->accept[i] && !calls)
+                                       ? last
+                                       : -1);
     }
     tr_gcc_refund(cc, tb * 8 + (size_t)ns * 56); /* now owned by the grammar */
 done:
@@ -740,13 +868,19 @@ done:
     charged_free(cc, live, n, 1);
     charged_free(cc, queue, n, sizeof(uint32_t));
     charged_free(cc, newid, n, sizeof(uint32_t));
+    charged_free(cc, sblk, s->n_starts, sizeof(uint32_t));
     charged_free(cc, T, (size_t)nl * k, sizeof(uint32_t));
     charged_free(cc, acc, nl, 1);
     return st;
 }
 
-tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
-    sc s = {.cc = cc, .nfa = nfa, .n_nfa = nfa->n_states};
+tr_status tr_dfa_build_ex(gcc *cc, const gnfa *nfa, const gdfa_build_opts *o,
+                          gdfa *out) {
+    if (o->n_starts == 0 || o->n_syms > GNFA_MAX_SYMS)
+        return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "bad DFA build options");
+    sc s = {.cc = cc, .nfa = nfa, .n_nfa = nfa->n_states, .n_sym = o->n_syms,
+            .starts = o->starts, .n_starts = o->n_starts,
+            .out_starts = o->out_starts};
     tr_status st = build_csr(&s);
     if (!st) st = subset(&s);
     if (!st) st = finish(&s, out);
@@ -758,7 +892,10 @@ tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
     charged_free(cc, s.stack, (size_t)2 * N + 1, sizeof(uint32_t));
     charged_free(cc, s.mark, (size_t)2 * N + 1, sizeof(uint32_t));
     charged_free(cc, s.out, (size_t)N + 2, sizeof(uint32_t));
-    charged_free(cc, s.bucket_off, (size_t)s.n_cls + 1, sizeof(uint32_t));
+    charged_free(cc, s.bucket_off, (size_t)s.k + 1, sizeof(uint32_t));
+    charged_free(cc, s.memo, s.memo_cap, sizeof *s.memo);
+    charged_free(cc, s.memo_used, s.k, sizeof(uint32_t));
+    charged_free(cc, s.raw_starts, s.n_starts, sizeof(uint32_t));
     charged_free(cc, s.ht, s.ht_cap, sizeof(uint32_t));
     charged_free(cc, s.pool, s.pool_cap, sizeof(uint32_t));
     charged_free(cc, s.koff, s.koff_cap, sizeof(uint32_t));
@@ -766,6 +903,11 @@ tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
     charged_free(cc, s.trans, s.trans_cap, sizeof(uint32_t));
     charged_free(cc, s.bucket, s.bucket_cap, sizeof(uint32_t));
     return st;
+}
+
+tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out) {
+    gdfa_build_opts o = {.starts = &nfa->start, .n_starts = 1};
+    return tr_dfa_build_ex(cc, nfa, &o, out);
 }
 
 void tr_dfa_free(gdfa *d) {
@@ -778,12 +920,18 @@ void tr_dfa_free(gdfa *d) {
     free(d->ubits);
     free(d->dbits);
     free(d->usucc);
+    free(d->call_off);
+    free(d->calls);
     memset(d, 0, sizeof *d);
 }
 
 size_t tr_dfa_bytes(const gdfa *d) {
+    size_t calls = d->call_off ? ((size_t)d->n_states + 1) * 4 +
+                                     (size_t)d->call_off[d->n_states] * 8
+                               : 0;
     return (size_t)d->n_states * d->n_classes * 2 * sizeof(uint32_t) +
-           (size_t)d->n_states * (1 + sizeof(int16_t) + 1 + 16 + 16 + 16 + 4);
+           (size_t)d->n_states * (1 + sizeof(int16_t) + 1 + 16 + 16 + 16 + 4) +
+           calls;
 }
 
 uint32_t tr_dfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n) {
@@ -816,6 +964,25 @@ tr_status tr_dfa_check(const gdfa *d) {
     if (!live) return TR_ERR_NOMEM;
     bool changed = true;
     for (uint32_t s = 0; s < d->n_states; s++) live[s] = d->accept[s];
+    tr_status st = TR_OK;
+    if (d->call_off) { /* calls: none from the dead state, live targets
+                          (the callee field is a symbol until the grammar
+                          compiler makes it a start state: either way in
+                          range of the larger) */
+        uint32_t callee_max = TR_MAX(d->n_syms, d->n_states);
+        if (d->call_off[0] != 0 || d->call_off[1] != 0) st = TR_ERR_INTERNAL;
+        for (uint32_t s = 0; s < d->n_states && !st; s++) {
+            if (d->call_off[s + 1] < d->call_off[s]) st = TR_ERR_INTERNAL;
+            for (uint32_t j = d->call_off[s]; j < d->call_off[s + 1] && !st; j++)
+                if (d->calls[j][0] >= callee_max || d->calls[j][1] == GDFA_DEAD ||
+                    d->calls[j][1] >= d->n_states)
+                    st = TR_ERR_INTERNAL;
+        }
+    }
+    if (st) {
+        free(live);
+        return st;
+    }
     while (changed) {
         changed = false;
         for (uint32_t s = 1; s < d->n_states; s++) {
@@ -826,17 +993,22 @@ tr_status tr_dfa_check(const gdfa *d) {
                     changed = true;
                     break;
                 }
+            for (uint32_t j = gdfa_call_lo(d, s); j < gdfa_call_hi(d, s); j++)
+                if (!live[s] && live[d->calls[j][1]]) {
+                    live[s] = 1;
+                    changed = true;
+                }
         }
     }
-    tr_status st = TR_OK;
     for (uint32_t s = 1; s < d->n_states; s++) {
         if (!live[s]) st = TR_ERR_INTERNAL;
         /* forced / can_cont agree with the table */
         int n_live = 0, last = -1;
         for (int b = 0; b < 256; b++)
             if (gdfa_step(d, s, (uint8_t)b) != GDFA_DEAD) n_live++, last = b;
-        if (d->can_cont[s] != (n_live > 0)) st = TR_ERR_INTERNAL;
-        int want = (n_live == 1 && !d->accept[s]) ? last : -1;
+        bool calls = gdfa_call_hi(d, s) > gdfa_call_lo(d, s);
+        if (d->can_cont[s] != (n_live > 0 || calls)) st = TR_ERR_INTERNAL;
+        int want = (n_live == 1 && !d->accept[s] && !calls) ? last : -1;
         if (d->forced[s] != want) st = TR_ERR_INTERNAL;
         for (int b = 0; b < 128; b++) {
             uint32_t t = gdfa_step(d, s, (uint8_t)b);
@@ -879,6 +1051,8 @@ void tr_dfa_dump(const gdfa *d, FILE *f) {
             uint32_t t = d->trans[(size_t)s * d->n_classes + c];
             if (t != GDFA_DEAD) fprintf(f, " c%u->%u", c, t);
         }
+        for (uint32_t j = gdfa_call_lo(d, s); j < gdfa_call_hi(d, s); j++)
+            fprintf(f, " call%u->%u", d->calls[j][0], d->calls[j][1]);
         fprintf(f, "\n");
     }
 }

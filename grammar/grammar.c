@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg_internal.h"
 
 void tr_grammar_limits_default(grammar_limits *l) {
     l->max_pattern_bytes = 65536;
@@ -19,6 +19,8 @@ void tr_grammar_limits_default(grammar_limits *l) {
     l->max_compile_bytes = 512ull << 20;
     l->max_compile_us = 2000000;
     l->mask_cache_bytes = 64ull << 20;
+    l->max_grammar_bytes = 4u << 20;
+    l->max_stacks = 1024;
 }
 
 static void grammar_destroy(grammar *g) {
@@ -28,6 +30,8 @@ static void grammar_destroy(grammar *g) {
         tr_mask_cache_free(c);
         c = n;
     }
+    tr_cfg_memo_free(g->cfg_memos);
+    tr_cfg_free(g->cfg);
     pthread_mutex_destroy(&g->lock);
     tr_dfa_free(&g->dfa);
     free(g);
@@ -93,21 +97,66 @@ void tr_grammar_free(grammar *g) {
 }
 
 bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len) {
+    if (g->cfg) return tr_cfg_matches(g, bytes, len);
     uint32_t s = tr_dfa_run(&g->dfa, g->dfa.start, bytes, len);
     return g->dfa.accept[s] != 0;
 }
 
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
 
-tr_status tr_grammar_check(const grammar *g) {
-    if (!g || g->kind != GRAMMAR_KIND_REGEX) return TR_ERR_INTERNAL;
-    tr_status st = tr_dfa_check(&g->dfa);
-    if (st) return st;
-    if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
+/* The context-free tables agree with the DFA (cfg_internal.h). */
+static tr_status cfg_check(const grammar *g) {
+    const gdfa *d = &g->dfa;
+    const gcfg *c = g->cfg;
+    if (!d->call_off || !c || c->n_kept == 0 || c->rule_start[0] != d->start ||
+        c->max_stacks == 0)
+        return TR_ERR_INTERNAL;
+    for (uint32_t i = 0; i < c->n_kept; i++)
+        if (c->rule_start[i] == GDFA_DEAD || c->rule_start[i] >= d->n_states ||
+            !c->rule_name[i])
+            return TR_ERR_INTERNAL;
+    for (uint32_t j = 0; j < d->call_off[d->n_states]; j++) {
+        bool is_start = false;
+        for (uint32_t i = 0; i < c->n_kept && !is_start; i++)
+            is_start = d->calls[j][0] == c->rule_start[i];
+        if (!is_start) return TR_ERR_INTERNAL;
+    }
+    for (uint32_t s = 0; s < d->n_states; s++) {
+        int only = -2;
+        for (int b = 0; b < 256 && only != -1; b++)
+            if (gdfa_step(d, s, (uint8_t)b) != GDFA_DEAD) only = only == -2 ? b : -1;
+        bool calls = gdfa_call_hi(d, s) > gdfa_call_lo(d, s);
+        uint8_t want = (uint8_t)((calls ? GCFG_CALLS : 0) |
+                                 (d->accept[s] ? GCFG_ACCEPT : 0) |
+                                 (only != -2 ? GCFG_BYTES : 0));
+        if (c->flags[s] != want || c->only_byte[s] != only ||
+            c->tail[s] != (d->accept[s] && only == -2 && !calls))
+            return TR_ERR_INTERNAL;
+    }
     return TR_OK;
 }
 
-void tr_grammar_dump(const grammar *g, FILE *f) { tr_dfa_dump(&g->dfa, f); }
+tr_status tr_grammar_check(const grammar *g) {
+    if (!g) return TR_ERR_INTERNAL;
+    tr_status st = tr_dfa_check(&g->dfa);
+    if (st) return st;
+    if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
+    if (g->kind == GRAMMAR_KIND_REGEX)
+        return g->dfa.call_off || g->cfg ? TR_ERR_INTERNAL : TR_OK;
+    if (g->kind == GRAMMAR_KIND_CFG) return cfg_check(g);
+    return TR_ERR_INTERNAL;
+}
+
+void tr_grammar_dump(const grammar *g, FILE *f) {
+    if (g->cfg) {
+        fprintf(f, "grammar: %u rules kept as calls (call edges name the "
+                   "callee's start state)\n", g->cfg->n_kept);
+        for (uint32_t i = 0; i < g->cfg->n_kept; i++)
+            fprintf(f, "  rule %s: start %u\n", g->cfg->rule_name[i],
+                    g->cfg->rule_start[i]);
+    }
+    tr_dfa_dump(&g->dfa, f);
+}
 
 gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v) {
     if (g->mask_budget == 0) return NULL;

@@ -2,9 +2,10 @@
  * per-step token masks that keep generated text inside the constraint.
  *
  * What it does
- *   A constraint (this part: a regular expression; later parts add JSON
- *   Schema and EBNF on top of the same machinery) compiles to a grammar:
- *   a minimized, byte-level DFA (code points expanded to UTF-8). A matcher
+ *   A constraint (a regular expression, or an EBNF grammar, the form
+ *   JSON Schemas are compiled to) compiles to a grammar: a minimized,
+ *   byte-level DFA (code points expanded to UTF-8), whose states may also
+ *   call rules (EBNF with recursion: the matcher keeps stacks). A matcher
  *   follows one sequence through the grammar and, at every step, fills a
  *   token mask: the tokens whose bytes the automaton can consume from the
  *   current state without dying, plus the end-of-generation tokens when
@@ -41,11 +42,67 @@
  *   POSIX classes, Unicode scripts. Syntax errors are TR_ERR_FORMAT.
  *   Patterns that match no string at all are rejected (TR_ERR_FORMAT).
  *
+ * EBNF grammars (tr_grammar_compile_ebnf): llama.cpp's GBNF plus regex
+ * terminals
+ *   grammar := (rule | blank line | comment)*; rule := name '::=' alts
+ *   name     [A-Za-z0-9_-]+ (the contract for generated grammars:
+ *            [A-Za-z][A-Za-z0-9_-]*); the start rule is `root`; rules may
+ *            come in any order, be referenced before their definition, and
+ *            recurse (also mutually). A rule defined twice, an undefined
+ *            rule (anywhere in the text, used or not) and a missing root
+ *            are errors.
+ *   lines    a rule ends at a newline outside parentheses, except right
+ *            after '::=' or '|' and before a line whose first non-blank
+ *            character is '|'; '#' starts a comment to the end of the
+ *            line; \r is a blank.
+ *   items    rule reference; "literal" (UTF-8 text, escapes \n \r \t \\
+ *            \" \xHH \uHHHH \UHHHHHHHH and any escaped ASCII punctuation
+ *            such as \[ \] \- \/; \xHH is the code point U+00HH, not a
+ *            byte; a raw newline inside is an error); [class] and [^class]
+ *            over code points with ranges a-z and the same escapes ([^...]
+ *            is every code point, surrogates excluded, not listed; [] is an
+ *            error); . (any code point, newline included); ( alts ) ;
+ *            /regex/ (the regex dialect above, \/ for a slash, on one line;
+ *            it stands for the strings the regex fully matches, ^ and $
+ *            meaning the terminal's own ends).
+ *   alts     seq ('|' seq)*, a seq possibly empty (matches "").
+ *   quantifiers on any item, stackable (x*? = (x*)?): * + ? {m} {m,}
+ *            {m,n} {,n}; counts up to max_repeat.
+ *   Not supported (TR_ERR_UNSUPPORTED): llama.cpp's token references
+ *   <...> and !<...>.
+ * Semantics: the grammar is a language of UTF-8 byte strings (every
+ *   string of it is valid UTF-8); there is no lexer, so no longest match
+ *   and no priority between terminals: a matcher accepts a byte string iff
+ *   it is a prefix of some string of the language, and is accepting iff
+ *   the string is in the language. Alternatives of a rule that can never
+ *   complete (they need a rule without a finite derivation) are dropped,
+ *   so no prefix that cannot be completed is ever allowed; a root that
+ *   can never complete is TR_ERR_FORMAT ("matches no string").
+ * Left recursion: a rule's own leading self-reference is rewritten into
+ *   the same language (A ::= A x | A y | z | w becomes A ::= (z | w)
+ *   (x | y)*); any other left recursion (through other rules, or after a
+ *   nullable prefix) is TR_ERR_UNSUPPORTED naming the cycle of rules.
+ * Errors carry the byte offset, line and column (1-based, in code points)
+ *   of the fault, also at the start of the message ("3:14: ..."); an error
+ *   inside a regex terminal gives the text's position of the fault.
+ * Compilation: rules that are not recursive are inlined into their
+ *   callers (so most JSON Schemas become a single DFA and run as a regex);
+ *   the rest become call edges of one DFA, run on stacks. Which rules stay
+ *   calls is an implementation choice (stats report it); it never changes
+ *   the language.
+ *
  * Budgets
  *   grammar_limits bounds the pattern size, nesting, counted repetitions,
  *   NFA and DFA state counts, compile memory and compile time; exceeding
  *   one is TR_ERR_LIMIT with a diag naming the budget. Whatever the input,
- *   compiling neither exhausts memory nor hangs.
+ *   compiling neither exhausts memory nor hangs. For EBNF: max_grammar_bytes
+ *   bounds the text, max_nesting the parentheses, max_nfa_states also the
+ *   IR, and max_stacks the configurations (parse stacks) one matcher
+ *   follows at once: an ambiguous grammar can make them multiply (each
+ *   is a different parse of the text so far; equal stacks are merged); a
+ *   call that would exceed it fails with TR_ERR_LIMIT (accept: matcher
+ *   unchanged; fill_mask: no mask), and the boolean queries
+ *   (token_allowed, is_accepting, tr_grammar_matches) answer false.
  *
  * Token masks
  *   A mask is a bitset of tr_grammar_vocab_mask_words() uint64_t words, bit
@@ -59,15 +116,23 @@
  *   DFA state, in a cache owned by the grammar and keyed by vocabulary,
  *   under grammar_limits.mask_cache_bytes; once the budget is spent,
  *   masks of uncached states are recomputed on every request (correct,
- *   only slower).
+ *   only slower). With stacks, what is memoized per DFA state is the part
+ *   that does not depend on the stack (tokens consumed before the running
+ *   rule could return) plus where, inside longer tokens, it could return;
+ *   only those tokens are checked at run time against the real stack.
+ *   Nothing is computed at compile time: a state's entry is made the
+ *   first time a matcher needs it.
  *
  * Thread-safety and ownership
  *   grammar_vocab and grammar are immutable once built and reference
  *   counted: any number of threads may use one at once (the mask cache
- *   inside a grammar is filled with atomic operations). _ref adds a
- *   reference, _free drops one and frees at zero. A matcher holds one
- *   reference on its grammar and its vocabulary; it belongs to one
- *   sequence and must be used by one thread at a time.
+ *   inside a grammar is filled with atomic operations: one pointer per
+ *   DFA state, published by compare-and-swap, never changed afterwards;
+ *   a thread that loses the race frees its copy). _ref adds a reference,
+ *   _free drops one and frees at zero. A matcher holds one reference on
+ *   its grammar and its vocabulary; it belongs to one sequence and must
+ *   be used by one thread at a time, its const queries included (they use
+ *   the matcher's scratch memory).
  */
 #ifndef TR_GRAMMAR_H
 #define TR_GRAMMAR_H
@@ -145,6 +210,11 @@ typedef struct grammar_limits {
     uint64_t max_compile_us;    /* wall clock; default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
                                    default 64 MiB; 0 disables the memo */
+    size_t max_grammar_bytes;   /* EBNF text; default 4 MiB (each regex
+                                   terminal in it: max_pattern_bytes) */
+    uint32_t max_stacks;        /* EBNF: parse stacks one matcher may
+                                   follow at once (ambiguous grammars);
+                                   default 1024 */
 } grammar_limits;
 
 void tr_grammar_limits_default(grammar_limits *l);
@@ -159,6 +229,16 @@ void tr_grammar_limits_default(grammar_limits *l);
 tr_status tr_grammar_compile_regex(const char *pattern, size_t len,
                                 const grammar_limits *limits, grammar **out,
                                 tr_diag *diag);
+/* Compiles grammar text (the EBNF format above) into a grammar that the
+ * same matcher API runs. limits may be NULL (defaults). Errors:
+ * TR_ERR_FORMAT (syntax, undefined rule, no root, a root that matches no
+ * string; diag gives offset, line, column and what), TR_ERR_UNSUPPORTED
+ * (left recursion other than a rule's own leading self-reference, token
+ * references, regex constructs outside the dialect), TR_ERR_LIMIT (a
+ * budget; diag names it), TR_ERR_NOMEM. *out untouched on failure. */
+tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
+                                  const grammar_limits *limits, grammar **out,
+                                  tr_diag *diag);
 grammar *tr_grammar_ref(grammar *g);
 void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
@@ -173,6 +253,12 @@ typedef struct grammar_stats {
     size_t bytes;            /* memory held by the compiled grammar,
                                 mask memo excluded */
     uint64_t compile_ns;
+    /* EBNF grammars (0 for a regex): rules in the text, rules left as
+     * calls after inlining (1: the whole grammar became one DFA), call
+     * edges of the automaton */
+    uint32_t rules;
+    uint32_t rules_kept;
+    uint32_t call_edges;
 } grammar_stats;
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 

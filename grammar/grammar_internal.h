@@ -126,6 +126,9 @@ typedef enum gre_kind {
     GRE_REPEAT, /* kid{min,max} */
     GRE_BOL,    /* ^: holds before the first byte only */
     GRE_EOL,    /* $: holds after the last byte only */
+    /* grammar IR only (ebnf_*.c), never produced by the regex parser: */
+    GRE_REF,    /* the rule `ref` (a call, or inlined before the NFA) */
+    GRE_DFA,    /* a regex terminal compiled on its own (it had anchors) */
 } gre_kind;
 
 #define GRE_INF UINT32_MAX
@@ -137,6 +140,8 @@ typedef struct gre_node {
     struct gre_node **kids;
     uint32_t n_kids; /* CONCAT, ALT; REPEAT has one kid */
     uint32_t min, max;
+    uint32_t ref;          /* GRE_REF: rule index */
+    const struct gdfa *dfa; /* GRE_DFA: borrowed, lives as long as the IR */
 } gre_node;
 
 /* Parses pattern[0..len) into an AST in cc's arena. Errors as for
@@ -152,13 +157,21 @@ typedef enum gnfa_edge_kind {
     GNFA_EPS,  /* free */
     GNFA_BOL,  /* free, only before any byte was consumed */
     GNFA_EOL,  /* free, but nothing may be consumed afterwards */
+    GNFA_CALL, /* consumes call symbol lo | hi << 8 (a whole rule, run on
+                  the matcher's stack; grammars only) */
 } gnfa_edge_kind;
+
+#define GNFA_MAX_SYMS 65536u
 
 typedef struct gnfa_edge {
     uint32_t to;
     uint32_t next; /* next edge of the same state, UINT32_MAX ends */
     uint8_t lo, hi, kind, pad;
 } gnfa_edge;
+
+static inline uint32_t gnfa_edge_sym(const gnfa_edge *e) {
+    return (uint32_t)e->lo | (uint32_t)e->hi << 8;
+}
 
 typedef struct gnfa {
     uint32_t n_states, cap_states;
@@ -171,6 +184,14 @@ typedef struct gnfa {
 /* Builds the NFA of the AST (heap arrays accounted in cc; free with
  * tr_nfa_free). */
 tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out);
+/* The NFA of a grammar: one fragment per body, bodies[i] entered at
+ * starts[i], every fragment ending in the one shared final state
+ * ("the rule may return here"). A GRE_REF node to rule r becomes a CALL
+ * edge on symbol sym_of_rule[r] (every remaining reference is a call:
+ * inlining happened in the IR); GRE_DFA nodes are copied state by state. */
+tr_status tr_nfa_build_rules(gcc *cc, const gre_node *const *bodies, uint32_t n,
+                             const uint32_t *sym_of_rule, gnfa *out,
+                             uint32_t *starts);
 void tr_nfa_free(gcc *cc, gnfa *n);
 
 /* ---------------------------------------------------------------------
@@ -211,10 +232,43 @@ typedef struct gdfa {
     uint64_t (*dbits)[2]; /* [n_states] ASCII bytes that kill s */
     uint32_t *usucc;      /* [n_states] */
     uint64_t row_magic;
+    /* Grammars only (NULL and 0 for a regex): the call edges, per state s
+     * calls[call_off[s] .. call_off[s + 1]) as {symbol, target}. A call edge consumes a whole rule (run on the matcher's
+     * stack) and then continues at target; the compiler rewrites the
+     * symbol into the callee's start state (gcfg). "Accepting" in a
+     * grammar's DFA means "the rule running here may return". forced is
+     * -1 and can_cont 1 in states with calls (a call may begin with any
+     * byte). */
+    uint32_t n_syms;
+    uint32_t *call_off;   /* [n_states + 1] */
+    uint32_t (*calls)[2]; /* [call_off[n_states]] */
 } gdfa;
+
+static inline uint32_t gdfa_call_lo(const gdfa *d, uint32_t s) {
+    return d->call_off ? d->call_off[s] : 0;
+}
+static inline uint32_t gdfa_call_hi(const gdfa *d, uint32_t s) {
+    return d->call_off ? d->call_off[s + 1] : 0;
+}
 
 /* Subset construction from nfa, then trimming and minimization. */
 tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out);
+
+/* The general form: several start states (one per rule of a grammar)
+ * and n_syms call symbols, each an extra column of the subset
+ * construction and of the minimization (two states are equivalent only
+ * if their calls agree too). out_starts (may be NULL) receives the DFA
+ * state of each NFA start, 0 when its language is empty; out->start is
+ * the first's. States are numbered breadth-first from the starts in
+ * order. */
+typedef struct gdfa_build_opts {
+    const uint32_t *starts; /* [n_starts] NFA states, n_starts >= 1 */
+    uint32_t n_starts;
+    uint32_t n_syms;        /* <= GNFA_MAX_SYMS */
+    uint32_t *out_starts;   /* [n_starts] or NULL */
+} gdfa_build_opts;
+tr_status tr_dfa_build_ex(gcc *cc, const gnfa *nfa, const gdfa_build_opts *o,
+                          gdfa *out);
 void tr_dfa_free(gdfa *d);
 size_t tr_dfa_bytes(const gdfa *d);
 tr_status tr_dfa_check(const gdfa *d);
@@ -272,6 +326,8 @@ typedef struct gtrie {
                               bytes, the check node's own byte included */
     uint32_t *ptoks;       /* trie tokens in preorder */
     uint16_t *plen;        /* their byte lengths */
+    uint32_t *pfirst;      /* [n_nodes + 1] the tokens of node i's subtree
+                              are ptoks[pfirst[i] .. pfirst[next[i]]) */
 } gtrie;
 
 /* Subtrees smaller than this are walked, not checked: a check costs about
@@ -295,6 +351,7 @@ struct grammar_vocab {
     int32_t (*dups)[2];
     uint32_t n_dups;
     uint32_t max_len; /* longest token in the trie */
+    uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
 };
 
 /* ---------------------------------------------------------------------
@@ -344,8 +401,12 @@ bool tr_mask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
  * ------------------------------------------------------------------- */
 
 typedef enum grammar_kind {
-    GRAMMAR_KIND_REGEX = 1,
+    GRAMMAR_KIND_REGEX = 1, /* a DFA (regexes, EBNF without recursion) */
+    GRAMMAR_KIND_CFG = 2,   /* a DFA with call edges, run on stacks */
 } grammar_kind;
+
+struct gcfg;
+struct gcfg_memo;
 
 struct grammar {
     atomic_uint refs;
@@ -353,15 +414,20 @@ struct grammar {
     gdfa dfa;
     grammar_stats stats;
     uint64_t mask_budget;
-    pthread_mutex_t lock; /* guards the caches list only */
+    pthread_mutex_t lock; /* guards the caches lists only */
     gmask_cache *caches;
+    struct gcfg *cfg;           /* GRAMMAR_KIND_CFG: cfg_internal.h */
+    struct gcfg_memo *cfg_memos; /* GRAMMAR_KIND_CFG: one per vocabulary */
 };
 
 /* ---------------------------------------------------------------------
  * Matcher (matcher.c)
  * ------------------------------------------------------------------- */
 
+struct gcfg_matcher;
+
 struct grammar_matcher {
+    struct gcfg_matcher *cfg; /* GRAMMAR_KIND_CFG: the stacks (cfg_matcher.c) */
     grammar *g;          /* referenced */
     grammar_vocab *v;    /* referenced */
     gmask_cache *cache;  /* the grammar's memo for v; NULL: none */

@@ -52,6 +52,8 @@ static void vocab_destroy(grammar_vocab *v) {
     free(v->trie.cheight);
     free(v->trie.ptoks);
     free(v->trie.plen);
+    free(v->trie.pfirst);
+    free(v->trie_bits);
     free(v->dups);
     free(v);
 }
@@ -120,7 +122,13 @@ static tr_status build_checks(grammar_vocab *v) {
         c++;
     }
     tr->n_checks = nc;
-    free(asc), free(pcount);
+    free(asc);
+    tr->pfirst = pcount; /* kept: slices of ptoks per node */
+    /* every token the trie holds, as a mask */
+    v->trie_bits = calloc(v->n_words + 1, sizeof *v->trie_bits);
+    if (!v->trie_bits) return TR_ERR_NOMEM;
+    for (uint32_t k = 0; k < np; k++)
+        v->trie_bits[tr->ptoks[k] >> 6] |= 1ull << (tr->ptoks[k] & 63);
     return TR_OK;
 }
 
