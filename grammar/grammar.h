@@ -268,16 +268,8 @@ tr_status tr_grammar_check(const grammar *g);
 void tr_grammar_dump(const grammar *g, FILE *f);
 
 /* ---------------------------------------------------------------------
- * Grammar text (EBNF / GBNF with regex terminals), and JSON Schema
+ * JSON Schema
  * ------------------------------------------------------------------- */
-
-/* Compiles grammar text (llama.cpp's GBNF plus /regex/ terminals; the
- * EBNF compiler documents the format) into a grammar used through the
- * same matcher API. Errors: TR_ERR_FORMAT (syntax, undefined rule: diag
- * gives line:column and offset), TR_ERR_UNSUPPORTED, TR_ERR_LIMIT. */
-tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
-                                  const grammar_limits *limits, grammar **out,
-                                  tr_diag *diag);
 
 /* JSON Schema -> grammar text -> grammar (grammar/json_schema.c; the
  * keyword-by-keyword account is in grammar/README.md).

@@ -110,6 +110,11 @@ tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char
     else
         for (uint32_t i = 0; i < n.n; i++)
             if (!trivial(n.nodes[i].node)) k.v[k.n++] = n.nodes[i];
+    /* the job keeps the members in schema order (property order follows
+     * it); the memo key is the same set sorted */
+    js_conj job = {tr_gcc_alloc(cc, (size_t)(k.n + 1) * sizeof *job.v), k.n};
+    if (!job.v) return cc->err;
+    memcpy(job.v, k.v, k.n * sizeof *k.v);
     if (k.n > 1) qsort(k.v, k.n, sizeof *k.v, item_cmp);
     js_memo *m = &x->memo;
     if ((uint64_t)(m->n + 1) * 2 > m->cap && (st = memo_grow(x))) return st;
@@ -126,7 +131,7 @@ tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char
     if ((st = tr_gx_rule_add(cc, &x->g, hint, rule))) return st;
     m->hash[j] = h, m->rule[j] = *rule, m->key[j] = k, m->depth[j] = depth;
     m->n++;
-    return push_job(x, *rule, &k, depth);
+    return push_job(x, *rule, &job, depth);
 }
 
 tr_status tr_js_rule_for_node(js_ctx *x, const json_t *node, uint32_t depth, uint32_t *rule) {

@@ -142,6 +142,9 @@ void tr_js_ast_len(const gre_node *a, uint64_t *min, uint64_t *max) {
         *max = sat_mul(h, a->max);
         return;
     }
+    default: /* GRE_REF, GRE_DFA: never in a string AST */
+        *min = 0, *max = GRE_INF;
+        return;
     }
 }
 
@@ -419,6 +422,7 @@ static void enc(const gre_node *a, js_buf *b) {
             enc(a->kids[i], b);
         }
         return;
+    default: return; /* GRE_REF, GRE_DFA: never in a string AST */
     case GRE_REPEAT:
         tr_js_buf_puts(b, "(?:");
         enc(a->kids[0], b);
@@ -509,6 +513,7 @@ void tr_js_ast_regex(const gre_node *a, js_buf *b) {
             tr_js_ast_regex(a->kids[i], b);
         }
         return;
+    default: return; /* GRE_REF, GRE_DFA: never in a string AST */
     case GRE_REPEAT:
         tr_js_buf_puts(b, "(?:");
         tr_js_ast_regex(a->kids[0], b);
@@ -652,8 +657,8 @@ static gx *ast_gx_rec(gcc *cc, const gre_node *a) {
     case GRE_REPEAT:
         return tr_gx_rep(cc, ast_gx_rec(cc, a->kids[0]), a->min,
                          a->max == GRE_INF ? GX_INF : a->max);
+    default: return NULL; /* GRE_REF, GRE_DFA: never in a string AST */
     }
-    return NULL;
 }
 
 gx *tr_js_str_gx(gcc *cc, const gre_node *ast) {
