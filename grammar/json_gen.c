@@ -387,7 +387,9 @@ static tr_status values(js_ctx *x, const js_job *j, const js_norm *n, gx **out) 
             excluded = tr_js_json_equal(cc, v, n->not_vals[k]);
         bool ok = !excluded;
         if (ok) {
+            x->valid_skip_values = true; /* v is in every enum/const already */
             tr_status st = tr_js_validate(x, &j->conj, v, 0, &ok);
+            x->valid_skip_values = false;
             if (st) return st;
         }
         if (ok && tr_gx_list_push(cc, &alts, tr_js_value_gx(x, v, j->depth))) return cc->err;

@@ -245,3 +245,33 @@ tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *
     const char *s = object_only ? "{\"type\":\"object\"}" : "true";
     return tr_grammar_compile_json_schema(s, strlen(s), opt, limits, out, diag);
 }
+
+tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst, size_t ilen,
+                               bool *valid, tr_diag *diag) {
+    if (diag) memset(diag, 0, sizeof *diag);
+    json_error_t je;
+    json_t *doc = json_loadb(schema, slen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!doc) return tr_diag_set(diag, TR_ERR_FORMAT, 0, "schema: %s", je.text);
+    json_t *v = json_loadb(inst, ilen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) {
+        json_decref(doc);
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0, "instance: %s", je.text);
+    }
+    gcc cc;
+    tr_diag own = {0};
+    tr_gcc_init(&cc, NULL, &own);
+    js_ctx x = {.cc = &cc, .doc = doc};
+    tr_grammar_json_options_default(&x.opt);
+    tr_status st = tr_js_index_build(&x);
+    if (!st) {
+        js_item it = {doc, 0};
+        js_conj c = {&it, 1};
+        st = tr_js_validate(&x, &c, v, 0, valid);
+    }
+    if (st && diag) *diag = own;
+    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    tr_gcc_deinit(&cc);
+    json_decref(v);
+    json_decref(doc);
+    return st;
+}

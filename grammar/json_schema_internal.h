@@ -416,11 +416,19 @@ typedef struct js_ctx {
     uint32_t n_warned, cap_warned;
     json_t **owned; /* synthetic schema nodes, released with the compile */
     uint32_t n_owned, cap_owned;
+    bool valid_skip_values; /* validator: the top-level enum/const is known
+                               to hold (filtering a schema's own values) */
 } js_ctx;
 
 /* Takes a reference to a synthetic node for the compile's lifetime
  * (json_schema.c); TR_ERR_NOMEM (v released) on failure. */
 tr_status tr_js_keep(js_ctx *x, json_t *v);
+
+/* Whether the JSON text inst is valid under the schema, by the validator
+ * (json_valid.c) alone: the tests' and the fuzzer's oracle for what the
+ * grammar accepts (an accepted instance must be valid). */
+tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst, size_t ilen,
+                               bool *valid, tr_diag *diag);
 
 /* json_ref.c */
 tr_status tr_js_index_build(js_ctx *x);

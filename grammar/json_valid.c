@@ -313,14 +313,17 @@ static tr_status valid_node(js_ctx *x, const json_t *s, const json_t *v, uint32_
             return st;
     }
     if ((st = valid_type(x, s, v, ok)) || !*ok) return st;
-    const json_t *e = json_object_get(s, "enum");
+    if ((st = tr_gcc_poll_time(x->cc))) return st;
+    /* the caller already knows v is one of the top-level enum values */
+    bool skip_values = depth == 0 && x->valid_skip_values;
+    const json_t *e = skip_values ? NULL : json_object_get(s, "enum");
     if (json_is_array(e)) {
         bool in = false;
         for (size_t i = 0; i < json_array_size(e) && !in; i++)
             in = tr_js_json_equal(x->cc, json_array_get(e, i), v);
         if (!in) return (*ok = false), TR_OK;
     }
-    const json_t *c = json_object_get(s, "const");
+    const json_t *c = skip_values ? NULL : json_object_get(s, "const");
     if (c && !tr_js_json_equal(x->cc, c, v)) return (*ok = false), TR_OK;
     if (json_is_number(v))
         st = valid_number(x, s, v, ok);

@@ -15,6 +15,12 @@
 
 #include "grammar/grammar.h"
 
+/* TRELLIS_TEST_SCALE=small (the sanitizer pass): fewer cases. */
+static inline bool small_scale_json(void) {
+    const char *s = getenv("TRELLIS_TEST_SCALE");
+    return s && strcmp(s, "small") == 0;
+}
+
 /* 256 one-byte tokens (0x00..0xFF) and an EOG token (id 256). */
 static inline grammar_vocab *tj_byte_vocab(void) {
     static uint8_t bytes[256];
