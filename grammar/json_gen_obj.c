@@ -36,12 +36,17 @@
 
 #define JS_MAX_PATTERNS_SPLIT 6u
 #define JS_FLAT_CHAIN 64u
+#define JS_MAX_DEPS 16u
+#define JS_MAX_CHAIN_RULES 20000u
 
 typedef struct member {
     const char *name;
     size_t len;
     bool required;
     gx *g; /* KEY COLON VALUE */
+    /* property dependencies (dependentRequired): pair bits this member
+     * raises when taken / skipped, and the bits that force / forbid it */
+    uint64_t set_take, set_skip, need, block;
 } member;
 
 typedef struct objc {
@@ -57,6 +62,7 @@ typedef struct objc {
     uint32_t n_all;
     gx *add; /* one additional member (alternatives), NULL if none */
     uint64_t min, max; /* properties count; max UINT64_MAX: none */
+    uint32_t n_deps;   /* dependency pairs (<= JS_MAX_DEPS) */
     const char **pats; /* distinct patternProperties patterns */
     const json_t **pat_node; /* a node that has it (messages) */
     uint32_t n_pats;
@@ -85,7 +91,7 @@ static tr_status add_name(objc *o, const char *name, size_t len) {
         o->m = v;
         o->cap = nc;
     }
-    o->m[o->nm++] = (member){name, len, false, NULL};
+    o->m[o->nm++] = (member){name, len, false, NULL, 0, 0, 0, 0};
     return TR_OK;
 }
 
@@ -198,9 +204,17 @@ static tr_status names_conj(objc *o, js_conj *out) {
 
 /* ---- listed members ---- */
 
-static tr_status listed_members(objc *o, const js_conj *pn) {
+static tr_status collect_deps(objc *o);
+
+static bool same_name(const member *m, const char *s, size_t n) {
+    return m->len == n && !memcmp(m->name, s, n);
+}
+
+/* Names: `properties` in order, then `required` names not listed there
+ * (and draft 3's `required: true` inside a property schema), then the
+ * names dependencies mention. */
+static tr_status gather_names(objc *o) {
     js_ctx *x = o->x;
-    gcc *cc = x->cc;
     tr_status st;
     for (uint32_t i = 0; i < o->n->n; i++) {
         const json_t *props = json_object_get(o->n->nodes[i].node, "properties");
@@ -211,57 +225,89 @@ static tr_status listed_members(objc *o, const js_conj *pn) {
         json_t *s;
         json_object_keylen_foreach((json_t *)props, k, kl, s) {
             if ((st = add_name(o, k, kl))) return st;
+            if (json_is_object(s) && json_is_true(json_object_get(s, "required")))
+                for (uint32_t m = 0; m < o->nm; m++)
+                    if (same_name(&o->m[m], k, kl)) o->m[m].required = true;
         }
     }
     for (uint32_t i = 0; i < o->n->n; i++) {
         const json_t *node = o->n->nodes[i].node;
         const json_t *req = json_object_get(node, "required");
-        if (!req) continue;
+        if (!req || json_is_boolean(req)) continue; /* boolean: draft 3, above */
         if (!json_is_array(req))
-            return json_is_boolean(req)
-                       ? TR_OK /* draft 3 `required: true` inside a property: see gen_object */
-                       : tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
         for (size_t j = 0; j < json_array_size(req); j++) {
             const json_t *r = json_array_get(req, j);
             if (!json_is_string(r))
                 return tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
             if ((st = add_name(o, json_string_value(r), json_string_length(r)))) return st;
             for (uint32_t m = 0; m < o->nm; m++)
-                if (o->m[m].len == json_string_length(r) &&
-                    !memcmp(o->m[m].name, json_string_value(r), o->m[m].len))
+                if (same_name(&o->m[m], json_string_value(r), json_string_length(r)))
                     o->m[m].required = true;
         }
     }
+    return collect_deps(o);
+}
+
+/* A member that cannot appear (its schema is false, propertyNames or
+ * `not required` rule it out) also takes down every member whose
+ * dependencies need it; to a fixpoint. TR_ERR_FULL: a required member
+ * is among them, the object cannot exist. */
+static tr_status drop_dead(objc *o, bool *ok) {
+    uint64_t dead = 0;
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (!ok[i]) dead |= o->m[i].need | o->m[i].set_skip;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t i = 0; i < o->nm; i++) {
+            if (!ok[i] || !((o->m[i].set_take | o->m[i].block) & dead)) continue;
+            ok[i] = false;
+            dead |= o->m[i].need | o->m[i].set_skip;
+            changed = true;
+        }
+    }
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (!ok[i] && o->m[i].required) return TR_ERR_FULL;
+    return TR_OK;
+}
+
+static tr_status listed_members(objc *o, const js_conj *pn) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    tr_status st = gather_names(o);
+    if (st) return st;
     o->all_names = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_names);
     o->all_lens = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_lens);
-    if (!o->all_names || !o->all_lens) return cc->err;
+    bool *ok = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *ok);
+    js_conj *vc = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *vc);
+    if (!o->all_names || !o->all_lens || !ok || !vc) return cc->err;
     for (uint32_t i = 0; i < o->nm; i++) o->all_names[i] = o->m[i].name, o->all_lens[i] = o->m[i].len;
     o->n_all = o->nm;
-    uint32_t keep = 0;
     for (uint32_t i = 0; i < o->nm; i++) {
         member *m = &o->m[i];
-        bool ok = !memchr(m->name, 0, m->len) ? !is_forbidden(o->n, m->name) : true;
-        if (ok && pn->n) {
+        ok[i] = !memchr(m->name, 0, m->len) ? !is_forbidden(o->n, m->name) : true;
+        if (ok[i] && pn->n) {
             json_t *name = json_stringn(m->name, m->len);
             if (!name) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
-            st = tr_js_validate(x, pn, name, 0, &ok);
+            st = tr_js_validate(x, pn, name, 0, &ok[i]);
             json_decref(name);
             if (st) return st;
         }
-        js_conj c = {0};
-        if (ok && (st = value_conj(o, m->name, m->len, 0, &c))) return st;
-        if (ok && conj_false(&c)) ok = false;
-        if (!ok) {
-            if (m->required) return (o->nm = 0), TR_ERR_FULL; /* the object cannot exist */
-            continue;
-        }
+        if (ok[i] && (st = value_conj(o, m->name, m->len, 0, &vc[i]))) return st;
+        if (ok[i] && conj_false(&vc[i])) ok[i] = false;
+    }
+    if ((st = drop_dead(o, ok))) return (o->nm = 0), st;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        member *m = &o->m[i];
+        if (!ok[i]) continue;
         js_buf b;
         tr_js_buf_init(&b, cc);
         st = tr_js_key_regex(x, m->name, m->len, &b);
         gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
         tr_js_buf_free(&b);
         gx *val;
-        if (st || (st = value_ref(o, &c, NULL, &val))) return st;
+        if (st || (st = value_ref(o, &vc[i], NULL, &val))) return st;
         m->g = tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val);
         if (!m->g) return cc->err;
         o->m[keep++] = *m;
@@ -525,19 +571,22 @@ static tr_status chain_plain(objc *o, gx **out) {
     return *out ? TR_OK : cc->err;
 }
 
-/* With minProperties / maxProperties: R(i, c), c members emitted so far
- * (saturating at min when there is no max), as memoized rules. */
+/* With minProperties / maxProperties or property dependencies: R(i, c,
+ * m, first): member i next, c members emitted so far (saturating at
+ * min when there is no max), m the dependency pairs raised, first:
+ * nothing emitted yet. Memoized rules, built lazily. */
 typedef struct counted {
     objc *o;
     uint32_t cap;  /* counts 0..cap tracked */
-    uint32_t *ids; /* [(nm + 1) * (cap + 1)] rule ids, UINT32_MAX unset */
+    js_ptrmap ids; /* state key -> rule id + 1 */
+    uint32_t made;
 } counted;
 
 static uint32_t sat(const counted *k, uint64_t c) { return (uint32_t)TR_MIN(c, (uint64_t)k->cap); }
 
-static gx *R_count(counted *k, uint32_t i, uint32_t c, bool first);
+static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first);
 
-static gx *R_body(counted *k, uint32_t i, uint32_t c, bool first) {
+static gx *R_body(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     objc *o = k->o;
     gcc *cc = o->x->cc;
     if (o->max != UINT64_MAX && c > o->max) return tr_gx_never(cc);
@@ -549,42 +598,107 @@ static gx *R_body(counted *k, uint32_t i, uint32_t c, bool first) {
         if (!o->add || hi == 0) return tr_gx_never(cc);
         return tr_gx_seq2(cc, o->add, add_loop(o, lo ? lo - 1 : 0, hi == UINT64_MAX ? hi : hi - 1));
     }
-    gx *take = tr_gx_seq2(cc, first ? o->m[i].g : sep_m(o, i), R_count(k, i + 1, sat(k, c + 1), false));
-    if (o->m[i].required) return take;
-    return tr_gx_alt2(cc, take, R_count(k, i + 1, c, first));
+    const member *mi = &o->m[i];
+    bool can_take = !(m & mi->block), must_take = mi->required || (m & mi->need);
+    gx *take = can_take ? tr_gx_seq2(cc, first ? mi->g : sep_m(o, i),
+                                     R_count(k, i + 1, sat(k, c + 1), m | mi->set_take, false))
+                        : tr_gx_never(cc);
+    if (must_take) return take;
+    return tr_gx_alt2(cc, take, R_count(k, i + 1, c, m | mi->set_skip, first));
 }
 
-static gx *R_count(counted *k, uint32_t i, uint32_t c, bool first) {
+static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     objc *o = k->o;
     gcc *cc = o->x->cc;
-    size_t slot = ((size_t)i * (k->cap + 1) + c) * 2 + first;
-    if (k->ids[slot] == UINT32_MAX) {
-        uint32_t id;
-        if (tr_gx_rule_add(cc, &o->x->g, "props", &id)) return NULL;
-        k->ids[slot] = id;
-        gx *b = R_body(k, i, c, first);
+    /* only the pairs that can still matter are part of the state */
+    uint64_t live = 0;
+    for (uint32_t j = i; j < o->nm; j++) live |= o->m[j].need | o->m[j].block;
+    m &= live;
+    uint64_t key = ((((uint64_t)i << 20 | c) << 17 | m) << 1 | first) + 1;
+    uint64_t id;
+    if (!tr_js_ptrmap_get(&k->ids, (const void *)(uintptr_t)key, &id)) {
+        if (++k->made > JS_MAX_CHAIN_RULES) {
+            tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
+                       "too many properties combined with minProperties / maxProperties / "
+                       "dependencies (over %u states)",
+                       JS_MAX_CHAIN_RULES);
+            return NULL;
+        }
+        uint32_t rid;
+        if (tr_gx_rule_add(cc, &o->x->g, "props", &rid) ||
+            tr_js_ptrmap_put(cc, &k->ids, (const void *)(uintptr_t)key, rid))
+            return NULL;
+        gx *b = R_body(k, i, c, m, first);
         if (!b) return NULL;
-        o->x->g.rules[id].body = b;
+        o->x->g.rules[rid].body = b;
+        id = rid;
     }
-    return tr_gx_ref(cc, k->ids[slot]);
+    return tr_gx_ref(cc, (uint32_t)id);
 }
 
 static tr_status chain_counted(objc *o, gx **out) {
-    gcc *cc = o->x->cc;
     /* c <= nm while listed members are read; past max everything dies,
      * and without a max every count >= min behaves alike */
     uint64_t cap = o->max != UINT64_MAX ? TR_MIN(o->max + 1, (uint64_t)o->nm + 1)
                                         : TR_MIN(o->min, (uint64_t)o->nm + 1);
-    if ((uint64_t)(o->nm + 1) * (cap + 1) > 200000 || o->nm > 2000)
-        return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
-                          "too many properties combined with minProperties/maxProperties");
-    counted k = {o, (uint32_t)cap, NULL};
-    size_t slots = (size_t)(o->nm + 1) * (k.cap + 1) * 2;
-    k.ids = tr_gcc_alloc(cc, slots * sizeof *k.ids);
-    if (!k.ids) return cc->err;
-    memset(k.ids, 0xff, slots * sizeof *k.ids);
-    *out = R_count(&k, 0, 0, true);
-    return *out ? TR_OK : cc->err;
+    if (o->nm >= (1u << 19) || cap >= (1u << 19))
+        return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
+    counted k = {o, (uint32_t)cap, {0}, 0};
+    *out = R_count(&k, 0, 0, 0, true);
+    return *out ? TR_OK : o->x->cc->err;
+}
+
+/* dependentRequired / dependencies (array form): "if t is present, so is
+ * d", as pair bits on the members (names not listed become listed). */
+static tr_status collect_deps(objc *o) {
+    js_ctx *x = o->x;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        static const char *const kws[] = {"dependentRequired", "dependencies"};
+        for (int k = 0; k < 2; k++) {
+            const json_t *d = json_object_get(node, kws[k]);
+            if (!d) continue;
+            if (!json_is_object(d))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be an object", kws[k]);
+            const char *t;
+            json_t *v;
+            json_object_foreach((json_t *)d, t, v) {
+                size_t nd = json_is_array(v) ? json_array_size(v) : 1;
+                if (!json_is_array(v) && !json_is_string(v)) {
+                    tr_status st = tr_js_unsupported(x, node, kws[k],
+                                                     "schema dependencies (dependentSchemas) "
+                                                     "are not enforced");
+                    if (st) return st;
+                    continue;
+                }
+                for (size_t j = 0; j < nd; j++) {
+                    const json_t *dn = json_is_array(v) ? json_array_get(v, j) : v;
+                    if (!json_is_string(dn))
+                        return tr_js_fail(x, TR_ERR_FORMAT, node, "%s: names must be strings", kws[k]);
+                    if (o->n_deps == JS_MAX_DEPS)
+                        return tr_js_unsupported(x, node, kws[k],
+                                                 "more than 16 property dependencies on one object");
+                    tr_status st = add_name(o, t, strlen(t));
+                    if (!st) st = add_name(o, json_string_value(dn), json_string_length(dn));
+                    if (st) return st;
+                    uint32_t ti = 0, di = 0;
+                    while (!same_name(&o->m[ti], t, strlen(t))) ti++;
+                    while (!same_name(&o->m[di], json_string_value(dn), json_string_length(dn)))
+                        di++;
+                    if (ti == di) continue; /* "a needs a" */
+                    uint64_t bit = 1ull << o->n_deps++;
+                    if (ti < di) { /* t first: taking t raises "d needed" */
+                        o->m[ti].set_take |= bit;
+                        o->m[di].need |= bit;
+                    } else { /* d first: skipping d raises "t forbidden" */
+                        o->m[di].set_skip |= bit;
+                        o->m[ti].block |= bit;
+                    }
+                }
+            }
+        }
+    }
+    return TR_OK;
 }
 
 tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
@@ -593,14 +707,11 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out
     tr_status st;
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
-        static const char *const kw[] = {"dependentSchemas", "dependentRequired",
-                                         "dependencies"};
-        for (size_t k = 0; k < TR_ARRAY_LEN(kw); k++) {
-            const json_t *d = json_object_get(node, kw[k]);
-            if (d && !(json_is_object(d) && json_object_size(d) == 0) &&
-                (st = tr_js_unsupported(x, node, kw[k], "property dependencies are not enforced")))
-                return st;
-        }
+        const json_t *ds = json_object_get(node, "dependentSchemas");
+        if (ds && !(json_is_object(ds) && json_object_size(ds) == 0) &&
+            (st = tr_js_unsupported(x, node, "dependentSchemas",
+                                    "schema dependencies are not enforced")))
+            return st;
         const json_t *u = json_object_get(node, "unevaluatedProperties");
         if (u && !json_is_true(u) &&
             (st = tr_js_unsupported(x, node, "unevaluatedProperties", "not enforced")))
@@ -629,7 +740,7 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out
     bool any_required = false;
     for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
     gx *items;
-    if (o.min > 1 || o.max != UINT64_MAX)
+    if (o.min > 1 || o.max != UINT64_MAX || o.n_deps)
         st = chain_counted(&o, &items);
     else
         st = chain_plain(&o, &items);

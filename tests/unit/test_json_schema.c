@@ -291,6 +291,13 @@ static void test_objects(void **s) {
           Y("{}", "{\"r\": 2}"));
     check("{\"type\":\"object\",\"not\":{\"required\":[\"x\"]}}", Y("{}", "{\"y\": 1}"),
           Y("{\"x\": 1}"));
+    /* dependencies, both directions of the property order */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},"
+          "\"dependentRequired\":{\"a\":[\"c\"],\"c\":[\"b\"]}}",
+          Y("{}", "{\"a\": 1, \"b\": 2, \"c\": 3}", "{\"b\": 1}", "{\"b\": 1, \"c\": 1}"),
+          Y("{\"a\": 1, \"c\": 3}", "{\"c\": 1}", "{\"a\": 1}"));
+    check("{\"type\":\"object\",\"properties\":{\"b\":false},\"dependencies\":{\"a\":[\"b\"]}}",
+          Y("{}", "{\"c\": 1}"), Y("{\"a\": 1}", "{\"a\": 1, \"b\": 2}"));
     /* keys with escapes */
     check("{\"type\":\"object\",\"properties\":{\"a/\\\"b\":{\"const\":1}},\"required\":[\"a/\\\"b\"]}",
           Y("{\"a/\\\"b\": 1}", "{\"a\\/\\\"b\": 1}"), Y("{\"a/b\": 1}"));
@@ -370,8 +377,8 @@ static void test_errors(void **s) {
          TR_ERR_UNSUPPORTED, {"uniqueItems", "/properties/tags", NULL}},
         {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", TR_ERR_UNSUPPORTED,
          {"if", NULL, NULL}},
-        {"{\"type\":\"object\",\"dependentRequired\":{\"a\":[\"b\"]}}", TR_ERR_UNSUPPORTED,
-         {"dependentRequired", NULL, NULL}},
+        {"{\"type\":\"object\",\"dependentSchemas\":{\"a\":{\"required\":[\"b\"]}}}",
+         TR_ERR_UNSUPPORTED, {"dependentSchemas", NULL, NULL}},
         {"{\"$ref\":\"#/$defs/missing\"}", TR_ERR_NOT_FOUND, {"#/$defs/missing", NULL, NULL}},
         {"{\"$ref\":\"http://example.com/other.json\"}", TR_ERR_NOT_FOUND, {"never fetched", NULL, NULL}},
         {"{\"type\":\"strin\"}", TR_ERR_FORMAT, {"strin", NULL, NULL}},
