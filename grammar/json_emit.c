@@ -602,10 +602,14 @@ static void to_rx(gx *x, int prec, js_buf *b) {
         if (wrap) tr_js_buf_putc(b, ')');
         return;
     }
-    case GX_REP:
+    case GX_REP: {
+        bool wrap = prec == P_ATOM; /* x{2}{3} is not a regex */
+        if (wrap) tr_js_buf_puts(b, "(?:");
         to_rx(x->kids[0], P_ATOM, b);
         put_quant(b, x->min, x->max);
+        if (wrap) tr_js_buf_putc(b, ')');
         return;
+    }
     }
 }
 

@@ -386,6 +386,83 @@ static tr_status complement_long(js_ctx *x, const gre_node *p, uint32_t L, gre_n
     return cc->err;
 }
 
+/* Every string but the names, written from their trie so that "any
+ * string" appears once: E | D ANY*, E the trie prefixes that are not
+ * names (a finite set), D a trie prefix followed by one code point that
+ * leaves the trie. Linear in the names' length; no automaton. */
+typedef struct ntrie {
+    uint32_t cp, first, next;
+    bool term;
+} ntrie;
+
+static gre_node *alt_opt(gcc *cc, gre_node *acc, gre_node *x) {
+    if (!x) return acc;
+    return acc ? tr_js_ast_alt(cc, acc, x) : x;
+}
+
+static gre_node *trie_e(gcc *cc, const ntrie *t, uint32_t at, uint32_t depth) {
+    if (depth > 2000) return NULL;
+    gre_node *r = t[at].term ? NULL : tr_js_ast_empty(cc);
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next) {
+        gre_node *k = trie_e(cc, t, c, depth + 1);
+        if (k) r = alt_opt(cc, r, tr_js_ast_cat(cc, tr_js_ast_set(cc, t[c].cp, t[c].cp), k));
+    }
+    return r;
+}
+
+static gre_node *trie_d(gcc *cc, const ntrie *t, uint32_t at, uint32_t depth) {
+    if (depth > 2000) return NULL;
+    gre_node *kids = tr_js_ast_set(cc, 0, 0);
+    if (!kids) return NULL;
+    kids->set.n = 0;
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next)
+        if (tr_cpset_add(cc, &kids->set, t[c].cp, t[c].cp)) return NULL;
+    tr_cpset_normalize(&kids->set);
+    gre_node *out = tr_js_ast_set(cc, 0, 0);
+    if (!out) return NULL;
+    out->set.n = 0;
+    if (tr_cpset_complement(cc, &kids->set, &out->set)) return NULL;
+    gre_node *r = out->set.n ? out : NULL;
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next) {
+        gre_node *k = trie_d(cc, t, c, depth + 1);
+        if (k) r = alt_opt(cc, r, tr_js_ast_cat(cc, tr_js_ast_set(cc, t[c].cp, t[c].cp), k));
+    }
+    return r;
+}
+
+static tr_status names_complement(gcc *cc, const char *const *vs, const size_t *vl, uint32_t n,
+                                  gre_node **out) {
+    uint64_t cap = 1;
+    for (uint32_t i = 0; i < n; i++) cap += vl[i];
+    ntrie *t = tr_gcc_alloc(cc, (size_t)cap * sizeof *t);
+    if (!t) return cc->err;
+    uint32_t nn = 1;
+    t[0] = (ntrie){0, UINT32_MAX, UINT32_MAX, false};
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t at = 0;
+        for (size_t j = 0; j < vl[i];) {
+            uint32_t cp;
+            int k = tr_gutf8_decode((const uint8_t *)vs[i] + j, vl[i] - j, &cp);
+            if (k <= 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "invalid UTF-8 in a property name");
+            j += (size_t)k;
+            uint32_t c = t[at].first;
+            while (c != UINT32_MAX && t[c].cp != cp) c = t[c].next;
+            if (c == UINT32_MAX) {
+                t[nn] = (ntrie){cp, UINT32_MAX, t[at].first, false};
+                t[at].first = c = nn++;
+            }
+            at = c;
+        }
+        t[at].term = true;
+    }
+    gre_node *e = trie_e(cc, t, 0, 0), *d = trie_d(cc, t, 0, 0);
+    if (cc->err) return cc->err;
+    if (d) d = tr_js_ast_cat(cc, d, tr_js_rep_any(cc));
+    *out = alt_opt(cc, e, d);
+    if (!*out) return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "empty complement of names");
+    return cc->err;
+}
+
 static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint32_t hi,
                          cpdfa *out) {
     cpdfa len;
@@ -447,6 +524,8 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
         for (size_t k = 0; k < vl[i]; k++) cps += ((unsigned char)vs[i][k] & 0xC0) != 0x80;
         L = TR_MAX(L, cps);
     }
+    if (!have) /* any key but the names: straight from their trie */
+        return names_complement(cc, vs, vl, nx, ast);
     /* short keys: the automaton, names removed */
     cpdfa names, sh, r;
     if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
@@ -546,7 +625,7 @@ static tr_status chain_plain(objc *o, gx **out) {
     gx **R = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *R);
     if (!R) return cc->err;
     bool flat = (uint64_t)(first_req + 1) * (n + 1) <= JS_FLAT_CHAIN;
-    R[n] = add_loop(o, 0, UINT64_MAX);
+    R[n] = tr_gx_empty(cc);
     for (uint32_t i = n; i-- > 0;) {
         gx *step = sep_m(o, i);
         if (!o->m[i].required) step = tr_gx_opt(cc, step);
@@ -560,14 +639,23 @@ static tr_status chain_plain(objc *o, gx **out) {
         }
         if (!R[i]) return cc->err;
     }
-    /* S_0: the first member present is i (optional ones before first_req) */
+    /* the listed part, nonempty: the first member present is i (one of
+     * the optional ones before first_req, or first_req itself) */
     gx_list alts = {0};
     for (uint32_t i = 0; i <= first_req && i < n; i++)
         if (tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, o->m[i].g, R[i + 1]))) return cc->err;
-    if (first_req == n && o->add &&
-        tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, o->add, add_loop(o, 0, UINT64_MAX))))
-        return cc->err;
-    *out = tr_gx_alt(cc, alts.v, alts.n);
+    /* additional members follow, once: the additional member (often the
+     * largest piece: its keys exclude every listed name) appears twice in
+     * the whole expression, not once per listed suffix */
+    gx *listed = tr_gx_alt(cc, alts.v, alts.n);
+    if (!o->add) {
+        *out = listed;
+        return *out ? TR_OK : cc->err;
+    }
+    gx *tail = add_loop(o, 0, UINT64_MAX);
+    gx *body = n ? tr_gx_seq2(cc, listed, tail) : tr_gx_never(cc);
+    if (first_req == n) body = tr_gx_alt2(cc, body, tr_gx_seq2(cc, o->add, tail));
+    *out = body;
     return *out ? TR_OK : cc->err;
 }
 

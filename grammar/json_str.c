@@ -378,23 +378,29 @@ void tr_js_str_unit_regex(const gcpset *s, js_buf *b) {
             tr_js_buf_putc(b, ')');
         } else if (ctrl) {
             /* \u00XX for the control characters in the set, per high digit */
-            tr_js_buf_puts(b, inner ? "|u00(?:" : "u00(?:");
-            bool first = true;
-            for (uint32_t hi = 0; hi < 2; hi++) {
-                char cls[64];
-                int k = 0;
-                for (uint32_t lo = 0; lo < 16; lo++) {
-                    if (!tr_cpset_contains(s, hi * 16 + lo)) continue;
-                    const char *hx = "0123456789abcdef";
-                    cls[k++] = hx[lo];
-                    if (lo >= 10) cls[k++] = (char)(hx[lo] - 'a' + 'A');
+            bool all = true;
+            for (uint32_t c = 0; c < 0x20 && all; c++) all = tr_cpset_contains(s, c);
+            if (all) {
+                tr_js_buf_puts(b, inner ? "|u00[01][0-9a-fA-F]" : "u00[01][0-9a-fA-F]");
+            } else {
+                tr_js_buf_puts(b, inner ? "|u00(?:" : "u00(?:");
+                bool first = true;
+                for (uint32_t hi = 0; hi < 2; hi++) {
+                    char cls[64];
+                    int k = 0;
+                    for (uint32_t lo = 0; lo < 16; lo++) {
+                        if (!tr_cpset_contains(s, hi * 16 + lo)) continue;
+                        const char *hx = "0123456789abcdef";
+                        cls[k++] = hx[lo];
+                        if (lo >= 10) cls[k++] = (char)(hx[lo] - 'a' + 'A');
+                    }
+                    if (!k) continue;
+                    cls[k] = 0;
+                    tr_js_buf_printf(b, "%s%u[%s]", first ? "" : "|", hi, cls);
+                    first = false;
                 }
-                if (!k) continue;
-                cls[k] = 0;
-                tr_js_buf_printf(b, "%s%u[%s]", first ? "" : "|", hi, cls);
-                first = false;
+                tr_js_buf_putc(b, ')');
             }
-            tr_js_buf_putc(b, ')');
         }
         tr_js_buf_putc(b, ')');
     }
