@@ -94,6 +94,16 @@ static gx *simp(em *e, gx *x, uint32_t depth) {
     case GX_ALT:
         return simp_list(e, x, depth);
     case GX_REP: {
+        if (x->min > e->o.max_repeat)
+            return tr_gcc_fail(e->cc, TR_ERR_LIMIT, 0,
+                               "a count of at least %u (minLength / minItems...) is above "
+                               "max_repeat = %u",
+                               x->min, e->o.max_repeat),
+                   NULL;
+        if (x->max != GX_INF && x->max > e->o.max_repeat)
+            /* counts past max_repeat are capped: strings / arrays longer
+             * than it are not produced (sound: only fewer texts) */
+            return simp(e, tr_gx_rep(e->cc, x->kids[0], x->min, e->o.max_repeat), depth);
         gx *k = simp(e, x->kids[0], depth + 1);
         if (!k) return NULL;
         if (k->kind == GX_NEVER) return x->min == 0 ? tr_gx_empty(e->cc) : k;
@@ -776,6 +786,7 @@ tr_status tr_gx_emit(gcc *cc, gx_grammar *g, const gx_emit_opts *o, js_buf *out)
     e.o.max_regex_bytes = o && o->max_regex_bytes ? o->max_regex_bytes : 16384;
     e.o.inline_bytes = o && o->inline_bytes ? o->inline_bytes : 256;
     e.o.max_weight = o && o->max_weight ? o->max_weight : 2048;
+    e.o.max_repeat = o && o->max_repeat ? o->max_repeat : EM_REGEX_MAX_REPEAT;
     uint32_t n = g->n;
     if (n == 0) return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "grammar without rules");
     for (uint32_t r = 0; r < n; r++)

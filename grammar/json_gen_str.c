@@ -391,7 +391,10 @@ static gx *any_string(js_ctx *x, uint64_t min, uint64_t max) {
     gcc *cc = x->cc;
     js_buf b;
     tr_js_buf_init(&b, cc);
-    tr_js_str_any_unit(&b);
+    if (max >= GRE_INF)
+        tr_js_str_any_unit(&b);
+    else
+        tr_js_str_counted_unit(&b);
     gx *unit = js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
     tr_js_buf_free(&b);
     if (min >= GRE_INF) min = GRE_INF - 1;

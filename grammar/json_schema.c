@@ -133,7 +133,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
         st = tr_js_build(&x, &j);
         if (!st) st = tr_gcc_poll_time(cc);
     }
-    gx_emit_opts eo = {0};
+    gx_emit_opts eo = {.max_repeat = cc->lim.max_repeat};
     if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);
     for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
     if (st) return cc->err ? cc->err : st;

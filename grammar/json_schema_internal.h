@@ -170,6 +170,10 @@ typedef struct gx_emit_opts {
                                  is larger stays split, its counted
                                  repetitions left to the grammar; default
                                  2048 (a string of ~100 code points) */
+    uint32_t max_repeat;      /* counted repetitions above this are capped
+                                 (maxLength 32767 -> 1000: fewer texts,
+                                 never more); a minimum above it is
+                                 TR_ERR_LIMIT; default 1000 */
 } gx_emit_opts;
 
 /* Simplifies g in place (NEVER propagation and unproductive rules, rules
@@ -332,8 +336,10 @@ void tr_js_str_unit_regex(const gcpset *set, js_buf *b);
 /* Regex of any JSON string, with count code points in [min, max]
  * (max GRE_INF: unbounded). */
 void tr_js_str_any_regex(uint32_t min, uint32_t max, js_buf *b);
-/* Regex of one encoded code point, any. */
+/* Regex of one encoded code point, any; _counted: only the spellings
+ * Python writes (for strings with a maximum length: a smaller DFA). */
 void tr_js_str_any_unit(js_buf *b);
+void tr_js_str_counted_unit(js_buf *b);
 
 /* Prints a decoded-string AST as a plain regex of the dialect (numbers'
  * digit languages; anchors must have been removed). */

@@ -464,6 +464,14 @@ tr_status tr_js_str_regex(gcc *cc, const gre_node *ast, js_buf *b) {
 
 void tr_js_str_any_unit(js_buf *b) { tr_js_buf_puts(b, ANY_UNIT); }
 
+/* One code point in the spellings Python's json.dumps uses (raw, the
+ * two-character escapes, \u00XX for controls): 13 DFA states per counted
+ * position instead of 20 with every \uXXXX and surrogate pair, which
+ * matters when maxLength multiplies them. */
+void tr_js_str_counted_unit(js_buf *b) {
+    tr_js_buf_puts(b, "(?:[^\"\\\\\\x00-\\x1F]|\\\\(?:[\"\\\\\\/bfnrt]|u00[01][0-9a-fA-F]))");
+}
+
 void tr_js_str_any_regex(uint32_t min, uint32_t max, js_buf *b) {
     tr_js_buf_puts(b, "\"" ANY_UNIT);
     if (min == 1 && max == 1)

@@ -185,8 +185,13 @@ static void test_ranges_exhaustive(void **s) {
 static void test_string_lengths(void **s) {
     (void)s;
     check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
-          Y("\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\"", "\"\\ud83d\\ude00x\""),
+          Y("\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\"", "\"\\u0001x\"",
+            "\"\xf0\x9f\x98\x80x\""),
           Y("\"a\"", "\"abcd\"", "\"\xc3\xa9\"", "\"\""));
+    /* counted strings take Python's spellings only (a smaller DFA per
+     * position): \uXXXX of a printable character is not produced */
+    check("{\"type\":\"string\",\"maxLength\":3}", NULL, Y("\"\\u00e9\"", "\"\\ud83d\\ude00\""));
+    check("{\"type\":\"string\"}", Y("\"\\u00e9\"", "\"\\ud83d\\ude00\""), NULL);
     /* large counts stay grammar repetitions, not a DFA of copies */
     check("{\"type\":\"string\",\"maxLength\":300}", Y("\"\"", "\"abc\""), NULL);
     char big[400];
