@@ -27,6 +27,7 @@
  */
 #include <string.h>
 
+#include "base/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 #define CPD_MAX_STATES 200000u
@@ -230,7 +231,7 @@ tr_status tr_cpdfa_from_strings(gcc *cc, const char *const *strs, const size_t *
         uint32_t at = 0;
         for (size_t j = 0; j < lens[i];) {
             uint32_t cp;
-            int k = tr_gutf8_decode((const uint8_t *)strs[i] + j, lens[i] - j, &cp);
+            int k = tr_utf8_decode((const uint8_t *)strs[i] + j, lens[i] - j, &cp);
             if (k <= 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, j, "invalid UTF-8 in a string");
             j += (size_t)k;
             /* children sorted by code point */
@@ -509,7 +510,7 @@ bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n) {
     uint32_t st = a->start;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int k = tr_gutf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int k = tr_utf8_decode((const uint8_t *)s + i, n - i, &cp);
         if (k <= 0) return false;
         i += (size_t)k;
         uint32_t lo = a->off[st], hi = a->off[st + 1];

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "grammar/cfg_internal.h"
 
 typedef struct ep {
@@ -219,7 +220,7 @@ static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
         return fail(p, TR_ERR_FORMAT, off, "unterminated %s (%s)", where,
                     c == -1 ? "the text ends" : "a newline comes first");
     if (c != '\\') {
-        int n = tr_gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
+        int n = tr_utf8_decode(p->s + p->pos, p->len - p->pos, cp);
         if (n == 0) return fail(p, TR_ERR_FORMAT, off, "invalid UTF-8 in %s", where);
         p->pos += (size_t)n;
         return TR_OK;

@@ -32,6 +32,7 @@
  */
 #include <string.h>
 
+#include "base/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 #define JS_MAX_PATTERNS_SPLIT 6u
@@ -442,7 +443,7 @@ static tr_status names_complement(gcc *cc, const char *const *vs, const size_t *
         uint32_t at = 0;
         for (size_t j = 0; j < vl[i];) {
             uint32_t cp;
-            int k = tr_gutf8_decode((const uint8_t *)vs[i] + j, vl[i] - j, &cp);
+            int k = tr_utf8_decode((const uint8_t *)vs[i] + j, vl[i] - j, &cp);
             if (k <= 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "invalid UTF-8 in a property name");
             j += (size_t)k;
             uint32_t c = t[at].first;

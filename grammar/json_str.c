@@ -25,6 +25,7 @@
  */
 #include <string.h>
 
+#include "base/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 /* ---- AST constructors ---- */
@@ -85,7 +86,7 @@ gre_node *tr_js_ast_lit(gcc *cc, const char *s, size_t n) {
     gre_node *r = tr_js_ast_empty(cc);
     for (size_t i = 0; r && i < n;) {
         uint32_t cp;
-        int k = tr_gutf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int k = tr_utf8_decode((const uint8_t *)s + i, n - i, &cp);
         if (k <= 0) {
             tr_gcc_fail(cc, TR_ERR_FORMAT, i, "invalid UTF-8 in a string");
             return NULL;

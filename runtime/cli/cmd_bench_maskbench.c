@@ -10,7 +10,8 @@
  * FILE: one JSON object a line, {"id", "schema", "tests": [{"valid",
  * "data"}]} (../shared/data/maskbench-dev.jsonl.gz). Per schema:
  *   - compile it (strict mode unless --lenient; flexible whitespace, the
- *     peers' setting), TTFM = wall time of tr_grammar_compile_json_schema;
+ *     peers' setting; the compile time budget is --timeout), TTFM = wall
+ *     time of tr_grammar_compile_json_schema;
  *   - per test: text = Python's json.dumps(data) (tr_grammar_json_dumps_py:
  *     ", " and ": ", ensure_ascii=False, repr floats), tokens = the model's
  *     tokenizer (llama.cpp's ids; a test whose tokens do not spell the
@@ -212,9 +213,15 @@ static void mb_child(const mb_ctx *c, json_t *item, int fd) {
     grammar_json_options jo;
     tr_grammar_json_options_default(&jo);
     jo.lenient = o->lenient;
+    /* the per-schema timeout bounds the compile, not the library's 2 s
+     * default (a shared machine's load would turn slow compiles into
+     * refusals) */
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_compile_us = (uint64_t)(o->timeout_s * 1e6);
     tr_diag d = {0};
     uint64_t t0 = tr_now_ns();
-    tr_status st = text ? tr_grammar_compile_json_schema(text, strlen(text), &jo, NULL, &g, &d)
+    tr_status st = text ? tr_grammar_compile_json_schema(text, strlen(text), &jo, &lim, &g, &d)
                         : TR_ERR_FORMAT;
     uint64_t ttfm = tr_now_ns() - t0;
     char line[64];

@@ -195,7 +195,7 @@ static int rf_hex(int c) {
 
 static uint32_t rf_utf8(rf_gram *g) {
     uint32_t cp;
-    int n = tr_gutf8_decode((const uint8_t *)g->s + g->pos, g->len - g->pos, &cp);
+    int n = tr_utf8_decode((const uint8_t *)g->s + g->pos, g->len - g->pos, &cp);
     if (n <= 0) abort();
     g->pos += (size_t)n;
     return cp;
@@ -598,7 +598,7 @@ static void rf_check_tail(rf_chart *c, int base, const uint8_t *s, size_t len,
     size_t i = 0;
     while (i < len) {
         uint32_t cp;
-        int n = tr_gutf8_decode(s + i, len - i, &cp);
+        int n = tr_utf8_decode(s + i, len - i, &cp);
         if (n == 0) break;
         if (!rf_push(c, cp)) {
             *viable = false;

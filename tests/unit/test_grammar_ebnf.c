@@ -370,7 +370,7 @@ static int chart_prefix(rf_chart *c, const uint8_t *s, size_t len, size_t *done)
     *done = 0;
     while (*done < len) {
         uint32_t cp;
-        int n = tr_gutf8_decode(s + *done, len - *done, &cp);
+        int n = tr_utf8_decode(s + *done, len - *done, &cp);
         if (n == 0 || !rf_push(c, cp)) break;
         base++;
         *done += (size_t)n;
@@ -391,7 +391,7 @@ static void check_string(const grammar *g, grammar_vocab *v, rf_chart *c,
         bool viable, accept;
         rf_check_tail(c, base, s + done, i - done, &viable, &accept);
         uint32_t cp;
-        if (viable && i > done && tr_gutf8_decode(s + done, i - done, &cp) == (int)(i - done))
+        if (viable && i > done && tr_utf8_decode(s + done, i - done, &cp) == (int)(i - done))
             base = c->n, done = i; /* keep the code point just completed */
         if (i > 0) {
             tr_status st = tr_grammar_matcher_accept_bytes(m, s + i - 1, 1);
