@@ -676,6 +676,7 @@ int cmd_bench_maskbench(int argc, char **argv) {
     mb_opts o;
     int rc = mb_parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    rc = 0;
     gzFile in = gzopen(o.data, "rb");
     if (!in) {
         fprintf(stderr, "trellis bench maskbench: cannot open %s: %s\n", o.data, strerror(errno));
