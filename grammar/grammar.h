@@ -277,6 +277,86 @@ tr_status tr_grammar_check(const grammar *g);
 void tr_grammar_dump(const grammar *g, FILE *f);
 
 /* ---------------------------------------------------------------------
+ * JSON Schema
+ * ------------------------------------------------------------------- */
+
+/* JSON Schema -> grammar text -> grammar (grammar/json_schema.c; the
+ * keyword-by-keyword account is in grammar/README.md).
+ *
+ * What the grammar accepts: exactly the JSON texts of the values the
+ * schema accepts, as far as this compiler can enforce them, written
+ * with the chosen whitespace, object properties in the order of
+ * `properties` (then the required names not listed there, then any
+ * additional properties), every JSON string escape a JSON parser reads
+ * back as the same string (raw characters, \" \\ \/ \b \f \n \r
+ * \t, \u00XX for control characters, any \uXXXX in unconstrained
+ * strings). A keyword it cannot enforce (uniqueItems, if/then/else,
+ * dependentSchemas, unevaluated*, $dynamicRef, an unenforceable oneOf,
+ * `not` beyond simple forms...) is an error in strict mode (the default:
+ * TR_ERR_UNSUPPORTED, the diag names the keyword and its JSON pointer)
+ * and ignored with a warning in lenient mode. Never the other way
+ * round: without lenient, no text the schema forbids is accepted.
+ * Unknown keywords are annotations (ignored), as validators do.
+ * $ref: JSON pointers (~0 ~1, percent-escapes), $defs / definitions,
+ * $id-relative URIs, $anchor; never fetched from disk or network. */
+typedef enum grammar_json_ws {
+    GRAMMAR_JSON_WS_FLEXIBLE = 0, /* JSON whitespace between tokens, each
+                                     run at most max_ws_run bytes */
+    GRAMMAR_JSON_WS_COMPACT,      /* none: {"a":1,"b":[1,2]} */
+    GRAMMAR_JSON_WS_PRETTY,       /* Python json.dumps(indent=N) layout */
+} grammar_json_ws;
+
+typedef struct grammar_json_options {
+    bool lenient;             /* ignore unenforceable keywords (warn) */
+    grammar_json_ws whitespace;
+    uint32_t max_ws_run;      /* flexible: longest whitespace run (default
+                                 24: deep pretty-printed output fits, and
+                                 generation cannot loop on blanks) */
+    uint32_t indent;          /* pretty: spaces per level (default 2) */
+    uint32_t max_depth;       /* pretty: deepest nesting with its own
+                                 indentation (default 24, at most 63) */
+    /* lenient mode's warnings: one call per ignored keyword, with the
+     * JSON pointer of its schema and a message; NULL: dropped */
+    void (*warn)(void *ctx, const char *pointer, const char *message);
+    void *warn_ctx;
+} grammar_json_options;
+
+void tr_grammar_json_options_default(grammar_json_options *o);
+
+/* The grammar text of a schema (schema_json: UTF-8 JSON, len bytes; opt
+ * and limits may be NULL for the defaults). *text is malloc'd,
+ * NUL-terminated (free() it); *text_len excludes the NUL. Errors:
+ * TR_ERR_FORMAT (the text is not JSON: diag has line, column, offset;
+ * the schema is malformed or accepts nothing: diag names the JSON
+ * pointer), TR_ERR_UNSUPPORTED (strict mode; diag names keyword and
+ * pointer), TR_ERR_NOT_FOUND (a $ref that does not resolve),
+ * TR_ERR_LIMIT (a budget: diag names it), TR_ERR_NOMEM. Nothing is
+ * allocated on failure. */
+tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, char **text,
+                                         size_t *text_len, tr_diag *diag);
+/* Same, compiled (tr_grammar_compile_ebnf). */
+tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, grammar **out,
+                                         tr_diag *diag);
+/* Plain JSON: any JSON value, or (object_only) any JSON object. */
+tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,
+                                  const grammar_limits *limits, grammar **out,
+                                  tr_diag *diag);
+
+/* JSON text exactly as Python's json.dumps(v, ensure_ascii=False) writes
+ * it (separators ", " and ": ", keys in the object's order, floats as
+ * repr(): shortest round trip, "1e-05", "1e+16", "1.0"; non-finite as
+ * NaN / Infinity): MaskBench serializes test instances so. Appends to a
+ * malloc'd buffer: *buf (may be NULL), *len, *cap updated; false on
+ * out-of-memory or nesting beyond 2048. */
+struct json_t; /* jansson's */
+bool tr_grammar_json_dumps_py(const struct json_t *v, char **buf, size_t *len,
+                              size_t *cap);
+
+/* ---------------------------------------------------------------------
  * Matcher: one per sequence
  * ------------------------------------------------------------------- */
 
