@@ -10,4 +10,8 @@ int cmd_bench(int argc, char **argv);
 /* `trellis bench grammar` (cmd_bench_grammar.c); argv[0] is "grammar". */
 int cmd_bench_grammar(int argc, char **argv);
 
+/* `trellis bench maskbench` (cmd_bench_maskbench.c): JSON Schema coverage
+ * and mask speed on MaskBench data; argv[0] is "maskbench". */
+int cmd_bench_maskbench(int argc, char **argv);
+
 #endif

@@ -16,7 +16,8 @@ static void usage(void) {
             "  info       describe a GGUF model\n"
             "  tokenize   show the token ids of a text\n"
             "  bench      benchmarks (`trellis bench serve`: the engine under load;\n"
-            "             `trellis bench grammar`: constrained decoding)\n\n"
+            "             `trellis bench grammar`: constrained decoding;\n"
+            "             `trellis bench maskbench`: JSON Schema on MaskBench data)\n\n"
             "`trellis COMMAND --help` lists a command's options.\n"
             "-m MODEL defaults to the model scripts/setup.sh caches.\n");
 }
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) {
         if (argc >= 3 && strcmp(argv[2], "grammar") == 0)
             return cmd_bench_grammar(argc - 2, argv + 2);
+        if (argc >= 3 && strcmp(argv[2], "maskbench") == 0)
+            return cmd_bench_maskbench(argc - 2, argv + 2);
         return cmd_bench(argc - 2, argv + 2);
     }
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 ||
