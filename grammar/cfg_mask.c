@@ -128,6 +128,15 @@ struct gcfg_memo *tr_cfg_memo_for(grammar *g, const grammar_vocab *v) {
     return c;
 }
 
+void tr_cfg_memo_stats(const struct gcfg_memo *c, uint64_t *bytes, uint64_t *masks) {
+    for (; c; c = c->next) {
+        *bytes += sizeof *c + (uint64_t)c->n_states * sizeof *c->slots +
+                  atomic_load_explicit(&c->used, memory_order_relaxed);
+        for (uint32_t s = 0; s < c->n_states; s++)
+            *masks += atomic_load_explicit(&c->slots[s], memory_order_relaxed) != NULL;
+    }
+}
+
 /* ---- the walker ---- */
 
 void tr_cfg_walker_free(gcfg_walker *w) {

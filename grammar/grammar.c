@@ -114,6 +114,7 @@ void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st) {
         st->bytes += sizeof *c + (uint64_t)c->n_states * sizeof *c->slots + used;
         st->masks += used / (c->n_words * sizeof(uint64_t));
     }
+    tr_cfg_memo_stats(g->cfg_memos, &st->bytes, &st->masks);
     pthread_mutex_unlock(&g->lock);
 }
 

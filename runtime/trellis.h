@@ -223,7 +223,8 @@ typedef enum trellis_grammar_kind {
                                         terminals, start rule `root` */
 } trellis_grammar_kind;
 
-/* trellis_grammar_options.whitespace (JSON kinds) */
+/* trellis_grammar_options.whitespace (JSON kinds; the same values as
+ * grammar/'s grammar_json_ws) */
 enum {
     TRELLIS_WS_FLEXIBLE = 0, /* JSON whitespace between tokens, each run at
                                 most max_ws_run bytes */
@@ -237,8 +238,9 @@ typedef struct trellis_grammar_options {
                            the schema */
     int32_t whitespace; /* TRELLIS_WS_*; default FLEXIBLE */
     int32_t max_ws_run; /* FLEXIBLE: most whitespace bytes in a row
-                           (default 16; bounds loops on spaces) */
-    int32_t indent;     /* PRETTY: spaces per level (default 2) */
+                           (0..1000, default 24: deep pretty-printed
+                           output fits; bounds loops on spaces) */
+    int32_t indent;     /* PRETTY: spaces per level (0..16, default 2) */
 } trellis_grammar_options;
 
 TRELLIS_API void trellis_grammar_options_default(trellis_grammar_options *o);

@@ -95,11 +95,14 @@ const char *trellis_grammar_warnings(const trellis_grammar *h) {
 }
 
 void trellis_grammar_options_default(trellis_grammar_options *o) {
+    /* grammar/'s defaults, so that both layers agree */
+    grammar_json_options j;
+    tr_grammar_json_options_default(&j);
     memset(o, 0, sizeof *o);
-    o->lenient = false;
-    o->whitespace = TRELLIS_WS_FLEXIBLE;
-    o->max_ws_run = 16;
-    o->indent = 2;
+    o->lenient = j.lenient;
+    o->whitespace = (int32_t)j.whitespace;
+    o->max_ws_run = (int32_t)j.max_ws_run;
+    o->indent = (int32_t)j.indent;
 }
 
 /* ---- the cache ---- */

@@ -3,7 +3,9 @@
  * `regex`), the options each kind reads, and the choice-list compiler.
  *
  * Layering: runtime/engine, over grammar/ and jansson. Pure functions:
- * any thread (grammar_cache.c calls them with no lock held).
+ * any thread (grammar_cache.c calls them with no lock held). The JSON
+ * kinds map trellis_grammar_options onto grammar_json_options and collect
+ * lenient mode's warnings, one line each ("pointer: message").
  *
  * Choices. A JSON array of distinct strings compiles to the regex that is
  * the alternation of the strings, each escaped into grammar.h's dialect:
@@ -55,13 +57,14 @@ tr_status tr_grammar_kind_options(trellis_grammar_kind kind,
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "options.whitespace is %d, not a TRELLIS_WS_* value",
                            in->whitespace);
-    if (in->max_ws_run < 0 || in->max_ws_run > 4096)
+    /* grammar/json_schema.c's bounds */
+    if (in->max_ws_run < 0 || in->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
-                           "options.max_ws_run is %d, expected 0..4096",
+                           "options.max_ws_run is %d, expected 0..1000",
                            in->max_ws_run);
-    if (in->indent < 0 || in->indent > 64)
+    if (in->indent < 0 || in->indent > 16)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
-                           "options.indent is %d, expected 0..64", in->indent);
+                           "options.indent is %d, expected 0..16", in->indent);
     out->lenient = in->lenient && kind == TRELLIS_GRAMMAR_JSON_SCHEMA;
     out->whitespace = in->whitespace;
     /* each layout reads only its own knob */
@@ -196,42 +199,94 @@ static tr_status compile_choices(const char *text, size_t len,
     return TR_OK;
 }
 
+/* ---- JSON kinds ---- */
+
+/* Lenient mode's warnings, one line each: "pointer: message". */
+typedef struct warn_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} warn_buf;
+
+static void collect_warning(void *ctx, const char *pointer, const char *message) {
+    warn_buf *w = ctx;
+    size_t add = strlen(pointer) + strlen(message) + 3;
+    if (w->oom) return;
+    if (w->len + add + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 256;
+        while (cap < w->len + add + 1) cap *= 2;
+        char *q = realloc(w->p, cap);
+        if (!q) {
+            w->oom = true;
+            return;
+        }
+        w->p = q;
+        w->cap = cap;
+    }
+    w->len += (size_t)snprintf(w->p + w->len, w->cap - w->len, "%s: %s\n",
+                               pointer[0] ? pointer : "#", message);
+}
+
+_Static_assert(TRELLIS_WS_FLEXIBLE == (int)GRAMMAR_JSON_WS_FLEXIBLE &&
+                   TRELLIS_WS_COMPACT == (int)GRAMMAR_JSON_WS_COMPACT &&
+                   TRELLIS_WS_PRETTY == (int)GRAMMAR_JSON_WS_PRETTY,
+               "trellis.h's whitespace layouts are grammar.h's");
+
+static void json_options(const trellis_grammar_options *o, grammar_json_options *j,
+                         warn_buf *w) {
+    tr_grammar_json_options_default(j);
+    if (o) {
+        j->lenient = o->lenient;
+        j->whitespace = (grammar_json_ws)o->whitespace;
+        j->max_ws_run = (uint32_t)o->max_ws_run;
+        j->indent = (uint32_t)o->indent;
+    }
+    j->warn = collect_warning;
+    j->warn_ctx = w;
+}
+
 /* ---- the switch ---- */
 
 tr_status tr_grammar_compile_kind(trellis_grammar_kind kind, const char *text,
                                   size_t len, const trellis_grammar_options *o,
                                   const grammar_limits *lim, grammar **out,
                                   char **warnings, tr_diag *diag) {
-    (void)o; /* read by the JSON kinds */
-    char *w = strdup("");
-    if (!w) return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
+    warn_buf w = {0};
+    grammar_json_options jo;
+    grammar *g = NULL;
     tr_status st;
     switch (kind) {
     case TRELLIS_GRAMMAR_REGEX:
-        st = tr_grammar_compile_regex(text, len, lim, out, diag);
+        st = tr_grammar_compile_regex(text, len, lim, &g, diag);
         break;
     case TRELLIS_GRAMMAR_CHOICE:
-        st = compile_choices(text, len, lim, out, diag);
+        st = compile_choices(text, len, lim, &g, diag);
         break;
-    /* Kinds whose compilers live on other branches; each becomes one
-     * call here (tr_grammar_compile_json_schema / _ebnf with the options
-     * mapped and lenient warnings collected into w). */
     case TRELLIS_GRAMMAR_JSON_SCHEMA:
+        json_options(o, &jo, &w);
+        st = tr_grammar_compile_json_schema(text, len, &jo, lim, &g, diag);
+        break;
     case TRELLIS_GRAMMAR_JSON_OBJECT:
+        json_options(o, &jo, &w);
+        st = tr_grammar_compile_json(true, &jo, lim, &g, diag);
+        break;
     case TRELLIS_GRAMMAR_EBNF:
-        st = tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
-                         "%s constraints are not built yet",
-                         tr_grammar_kind_name(kind));
+        st = tr_grammar_compile_ebnf(text, len, lim, &g, diag);
         break;
     default:
         st = tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                          "%d is not a TRELLIS_GRAMMAR_* kind", (int)kind);
         break;
     }
+    if (st == TR_OK && (w.oom || (!w.p && !(w.p = strdup(""))))) {
+        tr_grammar_free(g);
+        st = tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
+    }
     if (st) {
-        free(w);
+        free(w.p);
         return st;
     }
-    *warnings = w;
+    *out = g;
+    *warnings = w.p;
     return TR_OK;
 }

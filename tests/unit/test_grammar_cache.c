@@ -6,7 +6,11 @@
  *     does not read; hits return the same handle;
  *   - every compile error with its code and message (bad regex with its
  *     byte offset, unsupported construct, compile budget, every kind of
- *     bad choice list, kinds not built yet), and failures are not cached;
+ *     bad choice list, bad JSON Schemas and EBNF), and failures are not
+ *     cached;
+ *   - the JSON kinds and EBNF through the same call: options in the key
+ *     (only those the layout reads), lenient warnings, JSON_OBJECT
+ *     without text, a CFG grammar's memo measured;
  *   - choices: all printable ASCII, control characters and UTF-8 escape
  *     correctly (the grammar matches exactly the choices);
  *   - LRU eviction under a small budget, with evicted handles still
@@ -166,10 +170,12 @@ static void test_errors(void **state) {
     expect_error(c, TRELLIS_GRAMMAR_CHOICE, "[\"a\",\n \"b\"", TR_ERR_FORMAT,
                  "line 2");
     expect_error(c, TRELLIS_GRAMMAR_CHOICE, "[\"\xff\"]", TR_ERR_FORMAT, "bad choices: not JSON");
-    expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{}", TR_ERR_UNSUPPORTED,
-                 "JSON Schema constraints are not built yet");
-    expect_error(c, TRELLIS_GRAMMAR_EBNF, "root ::= \"a\"", TR_ERR_UNSUPPORTED,
-                 "not built yet");
+    expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{\"type\": ", TR_ERR_FORMAT,
+                 "bad JSON Schema: ");
+    expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}",
+                 TR_ERR_UNSUPPORTED, "uniqueItems");
+    expect_error(c, TRELLIS_GRAMMAR_EBNF, "root ::= \"a\" | nowhere", TR_ERR_FORMAT,
+                 "bad EBNF grammar: ");
     expect_error(c, (trellis_grammar_kind)9, "a", TR_ERR_INVALID_ARG,
                  "not a TRELLIS_GRAMMAR_* kind");
     expect_error(c, TRELLIS_GRAMMAR_REGEX, NULL, TR_ERR_INVALID_ARG, "no regex text");
@@ -209,6 +215,69 @@ static void test_errors(void **state) {
     /* and the cache still works */
     h = compile_ok(c, TRELLIS_GRAMMAR_REGEX, "ab(c)");
     trellis_grammar_release(h);
+    tr_gcache_free(c);
+    tr_grammar_vocab_free(v);
+}
+
+static void walk_masks(trellis_grammar *h, uint64_t seed, int steps);
+
+/* The JSON kinds and EBNF through the same call: options in the key,
+ * lenient warnings, JSON_OBJECT without text. */
+static void test_json_and_ebnf(void **state) {
+    (void)state;
+    grammar_vocab *v = small_vocab();
+    gcache *c;
+    assert_int_equal(tr_gcache_new(v, 64u << 20, &c), TR_OK);
+    const char *schema = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+                         "\"uniqueItems\":true}";
+    trellis_grammar_options o;
+    trellis_grammar_options_default(&o);
+    assert_int_equal(o.max_ws_run, 24); /* grammar/'s defaults */
+    assert_int_equal(o.indent, 2);
+    o.lenient = true;
+    o.whitespace = TRELLIS_WS_COMPACT;
+    trellis_grammar *s1 = NULL, *s2 = NULL, *s3 = NULL;
+    char err[512];
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, schema, 0, &o,
+                                       &s1, err, sizeof err), TR_OK);
+    assert_non_null(strstr(trellis_grammar_warnings(s1), "uniqueItems"));
+    assert_true(tr_grammar_matches(s1->g, "[1,2,3]", 7));
+    assert_false(tr_grammar_matches(s1->g, "[1, 2]", 6)); /* compact */
+    assert_false(tr_grammar_matches(s1->g, "[\"a\"]", 5));
+    /* compact ignores max_ws_run: the same entry */
+    o.max_ws_run = 3;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, schema, 0, &o,
+                                       &s2, err, sizeof err), TR_OK);
+    assert_ptr_equal(s1, s2);
+    /* another layout: another entry */
+    o.whitespace = TRELLIS_WS_FLEXIBLE;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, schema, 0, &o,
+                                       &s3, err, sizeof err), TR_OK);
+    assert_ptr_not_equal(s1, s3);
+    assert_true(tr_grammar_matches(s3->g, "[1,  2]", 7));
+    assert_false(tr_grammar_matches(s3->g, "[1,    2]", 9)); /* 4 > max_ws_run 3 */
+    trellis_grammar *obj = NULL, *obj2 = NULL;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, NULL, &obj,
+                                       err, sizeof err), TR_OK);
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_OBJECT, "ignored", 0, NULL,
+                                       &obj2, err, sizeof err), TR_OK);
+    assert_ptr_equal(obj, obj2);
+    assert_string_equal(trellis_grammar_warnings(obj), "");
+    assert_true(tr_grammar_matches(obj->g, "{\"a\": [1, true]}", 16));
+    assert_false(tr_grammar_matches(obj->g, "[1]", 3));
+    trellis_grammar *eb = compile_ok(c, TRELLIS_GRAMMAR_EBNF,
+                                     "root ::= \"(\" root \")\" | \"x\"");
+    assert_true(tr_grammar_matches(eb->g, "((x))", 5));
+    assert_false(tr_grammar_matches(eb->g, "((x)", 4));
+    /* a CFG grammar's memo counts toward the budget like a regex's */
+    walk_masks(eb, 9, 6);
+    grammar_memo_stats ms;
+    tr_grammar_get_memo_stats(eb->g, &ms);
+    assert_true(ms.masks > 0 && ms.bytes > 0);
+    trellis_grammar_cache_stats st = stats(c);
+    assert_int_equal(st.compiles, 4);
+    trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb};
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) trellis_grammar_release(hs[i]);
     tr_gcache_free(c);
     tr_grammar_vocab_free(v);
 }
@@ -891,17 +960,91 @@ static void test_engine_request_errors(void **state) {
     trellis_grammar_release(c);
 }
 
+/* JSON object and JSON Schema handles constrain requests end to end:
+ * finished outputs parse (jansson) as what the grammar promises. */
+static void test_engine_json(void **state) {
+    (void)state;
+    fake_cfg cfg = fake_default();
+    trellis_engine *e = fake_engine(&cfg, NULL);
+    trellis_grammar *obj = NULL, *sch = NULL;
+    char err[512];
+    assert_int_equal(trellis_grammar_compile(e, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, NULL,
+                                             &obj, err, sizeof err), 0);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":"
+                         "\"integer\",\"minimum\":0,\"maximum\":1000},\"ok\":"
+                         "{\"type\":\"boolean\"}},"
+                         "\"required\":[\"n\",\"ok\"],\"additionalProperties\":false}";
+    trellis_grammar_options o;
+    trellis_grammar_options_default(&o);
+    o.whitespace = TRELLIS_WS_COMPACT;
+    assert_int_equal(trellis_grammar_compile(e, TRELLIS_GRAMMAR_JSON_SCHEMA, schema, 0, &o,
+                                             &sch, err, sizeof err), 0);
+    int parsed = 0;
+    for (int k = 0; k < 2; k++) {
+        int32_t prompt[6];
+        rand_tokens(31 + (uint64_t)k, prompt, 6);
+        trellis_request q;
+        trellis_request_default(&q);
+        q.tokens = prompt;
+        q.n_tokens = 6;
+        q.grammar = k ? sch : obj;
+        q.n = 4;
+        q.seed = 3;
+        q.max_tokens = 200;
+        result r;
+        run1(e, &q, &r);
+        for (int j = 0; j < 4; j++) {
+            if (r.s[j].finish != TRELLIS_FINISH_STOP) {
+                assert_int_equal(r.s[j].finish, TRELLIS_FINISH_LENGTH);
+                continue;
+            }
+            json_error_t je;
+            json_t *v = json_loadb(r.s[j].text, r.s[j].text_len, 0, &je);
+            if (!v) {
+                /* valid JSON numbers jansson cannot hold (1e999999) are
+                 * the only excuse */
+                fprintf(stderr, "jansson: %s: %s\n", je.text, r.s[j].text);
+                assert_non_null(strstr(je.text, "overflow"));
+                continue;
+            }
+            assert_true(json_is_object(v));
+            if (k) {
+                /* JSON Schema integers include 1.0 and 5e2 */
+                json_t *n = json_object_get(v, "n");
+                double x = json_number_value(n);
+                if (!json_is_number(n) || x != (double)(int64_t)x || x < 0 || x > 1000)
+                    fprintf(stderr, "bad n: %s\n", r.s[j].text);
+                assert_true(json_is_number(n));
+                assert_true(x == (double)(int64_t)x && x >= 0 && x <= 1000);
+                assert_true(json_is_boolean(json_object_get(v, "ok")));
+                assert_int_equal(json_object_size(v), 2);
+            }
+            json_decref(v);
+            parsed++;
+        }
+        result_free(&r);
+    }
+    fprintf(stderr, "json: %d of 8 samples finished and parsed\n", parsed);
+    assert_true(parsed >= 2);
+    trellis_grammar_release(obj);
+    trellis_grammar_release(sch);
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_and_hits),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_choices),
+        cmocka_unit_test(test_json_and_ebnf),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_single_flight),
         cmocka_unit_test(test_churn_threads),
         cmocka_unit_test(test_engine_1000_requests),
         cmocka_unit_test(test_engine_eviction),
         cmocka_unit_test(test_engine_request_errors),
+        cmocka_unit_test(test_engine_json),
     };
     const char *filter = getenv("TRELLIS_TEST_FILTER");
     if (filter) cmocka_set_test_filter(filter);
