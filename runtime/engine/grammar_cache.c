@@ -309,6 +309,85 @@ static void format_error(char *buf, size_t cap, trellis_grammar_kind kind,
         snprintf(buf, cap, "bad %s: %s", what, msg);
 }
 
+/* A lookup that found x (mu held): waits for its compile if it is still
+ * running, then shares its handle or its error. Unlocks mu. */
+static tr_status take_found(gcache *c, gentry *x, trellis_grammar **out, char *err,
+                            size_t err_cap) {
+    c->hits++;
+    if (x->state == GE_COMPILING) {
+        x->waiters++;
+        while (x->state == GE_COMPILING) pthread_cond_wait(&c->cond, &c->mu);
+        x->waiters--;
+    }
+    if (x->state == GE_READY) {
+        if (x->prev) { /* not already the most recent */
+            lru_unlink(c, x);
+            lru_push_front(c, x);
+        }
+        *out = trellis_grammar_ref(x->h);
+        pthread_mutex_unlock(&c->mu);
+        return TR_OK;
+    }
+    /* FAILED: out of the table already; the last waiter frees it */
+    tr_status st = x->status;
+    if (err && err_cap) snprintf(err, err_cap, "%s", x->error ? x->error : "");
+    if (x->waiters == 0) entry_free(x);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* A miss (mu held): a COMPILING entry for the key, in the table, so that
+ * lookups of the same key wait for it. NULL when out of memory. */
+static gentry *insert_compiling(gcache *c, uint64_t hash, trellis_grammar_kind kind,
+                                const trellis_grammar_options *o, const char *text,
+                                size_t len) {
+    c->misses++;
+    gentry *x = calloc(1, sizeof *x);
+    char *key_text = x ? malloc(len + 1) : NULL;
+    if (!key_text) {
+        free(x);
+        c->failures++;
+        return NULL;
+    }
+    memcpy(key_text, text, len);
+    key_text[len] = 0;
+    *x = (gentry){.hash = hash, .kind = kind, .opt = *o, .text = key_text,
+                  .len = len, .state = GE_COMPILING};
+    table_grow(c);
+    gentry **b = bucket(c, hash);
+    x->hnext = *b;
+    *b = x;
+    c->n_entries++;
+    return x;
+}
+
+/* The compile of x ended with st (h on success): publishes the entry or
+ * the error to the waiters, and evicts what exceeds the budget. */
+static void finish_compile(gcache *c, gentry *x, tr_status st, trellis_grammar *h,
+                           const char *msg, trellis_grammar **out) {
+    gentry *victims = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (st == TR_OK) {
+        x->h = h;
+        x->state = GE_READY;
+        lru_push_front(c, x);
+        c->n_ready++;
+        c->compiles++;
+        *out = trellis_grammar_ref(h);
+        measure_and_evict(c, &victims);
+    } else {
+        c->failures++;
+        table_remove(c, x);
+        x->state = GE_FAILED;
+        x->status = st;
+        x->error = strdup(msg); /* NULL: the waiters get "" */
+    }
+    pthread_cond_broadcast(&c->cond);
+    if (st && x->waiters == 0) entry_free(x);
+    pthread_mutex_unlock(&c->mu);
+    release_victims(victims);
+}
+
 tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *text,
                             size_t len, const trellis_grammar_options *options,
                             trellis_grammar **out, char *err, size_t err_cap) {
@@ -336,74 +415,17 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
     pthread_mutex_lock(&c->mu);
     gentry *x = *bucket(c, hash);
     while (x && !key_equal(x, hash, kind, &o, text, len)) x = x->hnext;
-    if (x) {
-        c->hits++;
-        if (x->state == GE_COMPILING) {
-            x->waiters++;
-            while (x->state == GE_COMPILING) pthread_cond_wait(&c->cond, &c->mu);
-            x->waiters--;
-        }
-        if (x->state == GE_READY) {
-            if (x->prev) { /* not already the most recent */
-                lru_unlink(c, x);
-                lru_push_front(c, x);
-            }
-            *out = trellis_grammar_ref(x->h);
-            pthread_mutex_unlock(&c->mu);
-            return TR_OK;
-        }
-        /* FAILED: out of the table already; the last waiter frees it */
-        st = x->status;
-        if (err && err_cap) snprintf(err, err_cap, "%s", x->error ? x->error : "");
-        if (x->waiters == 0) entry_free(x);
-        pthread_mutex_unlock(&c->mu);
-        return st;
-    }
-    c->misses++;
-    x = calloc(1, sizeof *x);
-    char *key_text = x ? malloc(len + 1) : NULL;
-    if (!key_text) {
-        free(x);
-        pthread_mutex_unlock(&c->mu);
-        return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
-    }
-    memcpy(key_text, text, len);
-    key_text[len] = 0;
-    *x = (gentry){.hash = hash, .kind = kind, .opt = o, .text = key_text,
-                  .len = len, .state = GE_COMPILING};
-    table_grow(c);
-    gentry **b = bucket(c, hash);
-    x->hnext = *b;
-    *b = x;
-    c->n_entries++;
+    if (x) return take_found(c, x, out, err, err_cap);
+    x = insert_compiling(c, hash, kind, &o, text, len);
     pthread_mutex_unlock(&c->mu);
+    if (!x) return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
 
+    /* no lock held: x stays in the table, COMPILING, until finish_compile */
     trellis_grammar *h = NULL;
     st = compile_handle(c, kind, x->text, len, &o, &h, &d);
-    char msg[512];
+    char msg[512] = "";
     if (st) format_error(msg, sizeof msg, kind, st, &d);
-
-    gentry *victims = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (st == TR_OK) {
-        x->h = h;
-        x->state = GE_READY;
-        lru_push_front(c, x);
-        c->n_ready++;
-        c->compiles++;
-        *out = trellis_grammar_ref(h);
-        measure_and_evict(c, &victims);
-    } else {
-        c->failures++;
-        table_remove(c, x);
-        x->state = GE_FAILED;
-        x->status = st;
-        x->error = strdup(msg); /* NULL: the waiters get "" */
-    }
-    pthread_cond_broadcast(&c->cond);
-    if (st && x->waiters == 0) entry_free(x);
-    pthread_mutex_unlock(&c->mu);
-    release_victims(victims);
+    finish_compile(c, x, st, h, msg, out);
     if (st) return errf(err, err_cap, st, "%s", msg);
     return TR_OK;
 }
