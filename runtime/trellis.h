@@ -84,6 +84,7 @@ TRELLIS_API const char *trellis_status_message(int status);
 #define TRELLIS_MAX_STOP 16     /* stop strings per request */
 #define TRELLIS_MAX_STOP_LEN 256 /* bytes per stop string */
 #define TRELLIS_MAX_N 64        /* samples per request */
+#define TRELLIS_MAX_THREADS 512 /* trellis_engine_options.threads */
 
 typedef struct trellis_engine trellis_engine;
 
@@ -105,7 +106,8 @@ typedef void (*trellis_wake_fn)(void *user);
 enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {
-    int32_t threads;          /* CPU compute threads; 0 = one per core */
+    int32_t threads;          /* CPU compute threads, at most
+                                 TRELLIS_MAX_THREADS; 0 = one per core */
     int32_t max_batch_tokens; /* tokens per step: decode rows + prefill
                                  chunks (default 512) */
     int32_t max_running;      /* sequences running at once (default 64;
