@@ -32,21 +32,49 @@ static const char *meta_of(const cli_opt *o) {
     }
 }
 
+/* Prints text from column `col` on, wrapped at 100 columns. */
+static void print_wrapped(const char *text, int col) {
+    int at = col;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (at > col && at + 1 + (int)w > 100) {
+            printf("\n%*s", col, "");
+            at = col;
+        } else if (at > col) {
+            putchar(' ');
+            at++;
+        }
+        printf("%.*s", (int)w, p);
+        at += (int)w;
+        p += w;
+    }
+    printf("\n");
+}
+
 void cli_print_usage(const char *cmd, const char *usage, const cli_opt *opts,
                      size_t n_opts) {
-    printf("usage: trellis %s %s\n\noptions:\n", cmd, usage);
-    for (size_t i = 0; i < n_opts; i++) {
-        const cli_opt *o = &opts[i];
-        char left[96];
-        snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "",
-                 o->alias ? ", " : "", o->name, o->kind == CLI_FLAG ? "" : " ",
-                 o->kind == CLI_FLAG ? "" : meta_of(o));
-        printf("  %-28s %s", left, o->help);
-        if (o->kind == CLI_STRS) printf(" (repeatable)");
-        if (o->def) printf(" (default: %s)", o->def);
-        printf("\n");
+    int col = printf("usage: trellis %s ", cmd);
+    print_wrapped(usage, col > 40 ? 8 : col);
+    printf("\noptions:\n");
+    for (size_t i = 0; i < n_opts + 1; i++) {
+        const cli_opt *o = i < n_opts ? &opts[i] : NULL;
+        char left[96], help[1024];
+        if (o) {
+            snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "",
+                     o->alias ? ", " : "", o->name, o->kind == CLI_FLAG ? "" : " ",
+                     o->kind == CLI_FLAG ? "" : meta_of(o));
+            snprintf(help, sizeof help, "%s%s%s%s%s", o->help,
+                     o->kind == CLI_STRS ? " (repeatable)" : "", o->def ? " (default: " : "",
+                     o->def ? o->def : "", o->def ? ")" : "");
+        } else {
+            snprintf(left, sizeof left, "-h, --help");
+            snprintf(help, sizeof help, "print this help");
+        }
+        if (strlen(left) > 28) printf("  %s\n%*s", left, 31, "");
+        else printf("  %-28s ", left);
+        print_wrapped(help, 31);
     }
-    printf("  %-28s %s\n", "-h, --help", "print this help");
 }
 
 static const cli_opt *find(const cli_opt *opts, size_t n, const char *a) {

@@ -12,7 +12,7 @@
  * finish "length", as it always did.
  *
  * The --json document: one JSON object per sample, one per line, sample
- * 0 first (see HELP_JSON below).
+ * 0 first; k_json_doc (printed by --help) lists its fields.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,16 +24,30 @@
 #include "runtime/cli/cli.h"
 #include "runtime/cli/gen.h"
 
-#define HELP_JSON                                                                     \
-    "print one JSON object per sample and line: index, text, tokens, logprobs "       \
-    "(with --logprobs: [{id, text, logprob, top: [{id, text, logprob}]}]; a token's " \
-    "text is a string, or an array of byte values when its bytes are not valid "      \
-    "UTF-8), prompt_tokens, cached_tokens, completion_tokens, finish_reason "         \
-    "(stop, length, error), stop (the --stop text that matched), stop_token, "        \
-    "stop_token_text, error, n_samples, timings {load_ms, prefill_ms, "               \
-    "prefill_tok_per_s, decode_ms, decode_tok_per_s, queue_ms, ttft_ms, e2e_ms}, "    \
-    "threads, model_load (mmap or read), constraint {kind, accepted, "                \
-    "forced_tokens, forward_passes, compile_ms}"
+/* After the flags in --help: the --json document. */
+static const char k_json_doc[] =
+    "\n--json prints one JSON object per sample, one per line, in sample order:\n"
+    "  index, n_samples       the sample (0-based) and how many there are\n"
+    "  text, tokens           the completion and its token ids (a stop string is\n"
+    "                         not in the text; the token it was cut from is)\n"
+    "  logprobs               with --logprobs N: per token {id, text, logprob,\n"
+    "                         top: [{id, text, logprob} x N]}; a token's text is a\n"
+    "                         string, or an array of byte values when its bytes are\n"
+    "                         not valid UTF-8 on their own; tokens a constraint\n"
+    "                         forced have logprob 0 and no alternatives\n"
+    "  prompt_tokens, cached_tokens, completion_tokens\n"
+    "  finish_reason          stop (end of generation, --stop, or the constraint\n"
+    "                         completed), length (-n or the context), error\n"
+    "  stop                   the --stop text that ended the sample, if one did\n"
+    "  stop_token, stop_token_text   the end-of-generation token that did\n"
+    "  error                  why, when finish_reason is error\n"
+    "  timings                load_ms, prefill_ms and prefill_tok_per_s (request to\n"
+    "                         first token), decode_ms and decode_tok_per_s (first\n"
+    "                         token to last), queue_ms, ttft_ms, e2e_ms\n"
+    "  threads, model_load    CPU threads; how the model came in: mmap or read\n"
+    "  constraint             with a constraint: kind, accepted (it completed the\n"
+    "                         text), forced_tokens (jump-forward), forward_passes,\n"
+    "                         compile_ms\n";
 
 static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
     const cli_opt opts[] = {
@@ -97,7 +111,8 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
         {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,
          "context length (prompt + completion); 0 = the model's", "0"},
         {"--batch", "-b", CLI_INT, &o->batch, 1, 8192, "prefill chunk in tokens", "512"},
-        {"--json", NULL, CLI_FLAG, &o->json, 1, 0, HELP_JSON, "off: stream the text"},
+        {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
+         "print one JSON object per sample and line (see below)", "off: stream the text"},
     };
     return cli_parse("generate",
                      "[-m MODEL] (-p TEXT | -f FILE) [--chat [--system TEXT]] [-n N] "
@@ -304,7 +319,10 @@ int cmd_generate(int argc, char **argv) {
                   .load = TRELLIS_LOAD_AUTO, .schema_mode = -1, .whitespace = -1};
     bool help = false;
     if (!parse(argc, argv, &o, &help)) return 2;
-    if (help) return 0;
+    if (help) {
+        fputs(k_json_doc, stdout);
+        return 0;
+    }
     if (!check_opts(&o)) return 2;
     gen_constraint c;
     int rc = gen_constraint_prepare(&o, &c);

@@ -382,7 +382,13 @@ def help_lists_defaults():
     for cmd in (["generate"], ["info"], ["tokenize"], ["bench", "serve"], ["bench", "grammar"]):
         rc, out, err = run(*cmd, "--help")
         assert rc == 0 and out.startswith("usage: trellis " + " ".join(cmd)), (cmd, rc, out, err)
-        opts = [l for l in out.splitlines() if l.startswith("  -")]
+        # one entry per flag, its wrapped lines joined
+        opts = []
+        for l in out.split("\n\n")[1].splitlines()[1:]:
+            if l.startswith("  -"):
+                opts.append(l)
+            elif opts and l.startswith(" " * 31):
+                opts[-1] += " " + l.strip()
         assert len(opts) >= 3, out
         for l in opts:
             # every flag that takes a number or one of several values, and
