@@ -258,7 +258,7 @@ static void fill_request(const gen_opts *o, const char *text, size_t len,
 
 /* Submits r; when prompt + -n does not fit the context (or the KV pool),
  * asks for what fits instead. Exit status or 0. */
-static int submit(trellis_engine *e, trellis_request *r, const gen_constraint *c) {
+static int submit(trellis_engine *e, trellis_request *r) {
     char err[1024];
     int rc = trellis_submit(e, r, NULL, err, sizeof err);
     if (rc == TRELLIS_ERR_TOO_LONG || rc == TRELLIS_ERR_LIMIT) {
@@ -271,11 +271,6 @@ static int submit(trellis_engine *e, trellis_request *r, const gen_constraint *c
         }
     }
     if (rc == TRELLIS_OK) return 0;
-    const char *rx = gen_constraint_regex_error(c, err);
-    if (rx) {
-        fprintf(stderr, "trellis generate: bad %s: %s\n", c->flag, rx);
-        return 2;
-    }
     fprintf(stderr, "trellis generate: %s\n", err);
     return 1;
 }
@@ -294,7 +289,7 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
         msgs[n_msgs++] = (trellis_message){"user", text};
         trellis_request r;
         fill_request(o, text, len, msgs, n_msgs, c, &r);
-        rc = submit(e, &r, c);
+        rc = submit(e, &r);
     }
     if (rc == 0) {
         trellis_engine_info info;

@@ -42,7 +42,6 @@ typedef struct gen_constraint {
     char *text;               /* the schema or grammar text (owned) */
     size_t text_len;
     const char *regex;        /* for trellis_request.regex, or NULL */
-    char *owned_regex;        /* --choice as a regex, when built here */
     trellis_grammar *grammar; /* for trellis_request.grammar, or NULL */
     double compile_ms;
 } gen_constraint;
@@ -57,11 +56,6 @@ int gen_constraint_prepare(const gen_opts *o, gen_constraint *c);
  * leaves the regex for the request to carry. Returns 0, or the exit
  * status after printing the error (2: a bad constraint, 1: otherwise). */
 int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint *c);
-
-/* The part of trellis_submit's err that is about the request's regex
- * (after the engine's "bad regex: "), or NULL when err is about
- * something else. */
-const char *gen_constraint_regex_error(const gen_constraint *c, const char *err);
 
 void gen_constraint_free(gen_constraint *c);
 

@@ -2,7 +2,8 @@
  * engine's API (see gen.h):
  *
  *   --regex R            trellis_request.regex (the engine compiles it
- *                        through its grammar cache)
+ *                        through its grammar cache; compiled here first
+ *                        so that its errors name the flag)
  *   --choice A ...       trellis_grammar_compile_choices -> request.grammar
  *   --json-schema S      trellis_grammar_compile(JSON_SCHEMA), with
  *                        --schema-mode and --whitespace as its options
@@ -19,24 +20,6 @@
 #include "base/util.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/gen.h"
-
-/* The grammar-handle functions of trellis.h are implemented on branch
- * grammar-handles; until it is merged libtrellis has no definitions for
- * them, and weak references let the CLI link either way (a missing one is
- * NULL: --choice falls back to an escaped alternation as a regex, the
- * other grammar flags report "not supported by this build"). Remove this
- * block and the NULL checks with that merge. */
-#pragma weak trellis_grammar_compile
-#pragma weak trellis_grammar_compile_choices
-#pragma weak trellis_grammar_release
-#pragma weak trellis_grammar_warnings
-#pragma weak trellis_grammar_options_default
-
-static bool have_handles(void) {
-    return trellis_grammar_compile && trellis_grammar_compile_choices &&
-           trellis_grammar_release && trellis_grammar_warnings &&
-           trellis_grammar_options_default;
-}
 
 static bool check(const gen_opts *o) {
     const char *given[5];
@@ -75,40 +58,6 @@ static bool check(const gen_opts *o) {
         return false;
     }
     return true;
-}
-
-/* Appends s to *buf; with literal, regex metacharacters are escaped. */
-static bool regex_append(char **buf, size_t *len, size_t *cap, const char *s,
-                         bool literal) {
-    for (; *s; s++) {
-        if (*len + 3 > *cap) {
-            size_t nc = (*cap + 16) * 2;
-            char *nb = realloc(*buf, nc);
-            if (!nb) return false;
-            *buf = nb;
-            *cap = nc;
-        }
-        if (literal && strchr("\\^$.|?*+()[]{}/-", *s)) (*buf)[(*len)++] = '\\';
-        (*buf)[(*len)++] = *s;
-    }
-    (*buf)[*len] = 0;
-    return true;
-}
-
-/* --choice without grammar handles: (A|B|...) with A, B escaped. */
-static char *choice_regex(const cli_strs *choices) {
-    char *p = NULL;
-    size_t len = 0, cap = 0;
-    bool ok = regex_append(&p, &len, &cap, "(", false);
-    for (int i = 0; ok && i < choices->n; i++)
-        ok = (i == 0 || regex_append(&p, &len, &cap, "|", false)) &&
-             regex_append(&p, &len, &cap, choices->items[i], true);
-    ok = ok && regex_append(&p, &len, &cap, ")", false);
-    if (!ok) {
-        free(p);
-        return NULL;
-    }
-    return p;
 }
 
 /* The text of --json-schema (inline when it starts with '{', else a
@@ -162,13 +111,12 @@ static int compile_grammar(const gen_opts *o, trellis_engine *e, gen_constraint 
  * then finds it in the cache. */
 static int compile_regex(const gen_opts *o, trellis_engine *e, gen_constraint *c) {
     c->regex = o->regex;
-    if (!have_handles()) return 0;
     trellis_grammar *g = NULL;
     char err[1024];
     int rc = trellis_grammar_compile(e, TRELLIS_GRAMMAR_REGEX, o->regex, 0, NULL, &g, err,
                                      sizeof err);
     if (rc != TRELLIS_OK) {
-        fprintf(stderr, "trellis generate: bad --regex: %s\n", err);
+        fprintf(stderr, "trellis generate: --regex: %s\n", err);
         return rc == TRELLIS_ERR_NOMEM ? 1 : 2;
     }
     trellis_grammar_release(g);
@@ -190,11 +138,6 @@ int gen_constraint_prepare(const gen_opts *o, gen_constraint *c) {
               : o->json_object ? "--json-object"
                                : "--grammar";
     if (!c->kind || o->regex || o->choices.n) return 0;
-    if (!have_handles()) {
-        fprintf(stderr, "trellis generate: %s: not supported by this build (no grammar "
-                        "handles in libtrellis yet)\n", c->flag);
-        return 2;
-    }
     return read_text(o, c) ? 0 : 1;
 }
 
@@ -204,12 +147,6 @@ int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint 
     int rc = 0;
     if (o->regex) {
         rc = compile_regex(o, e, c);
-    } else if (o->choices.n && !have_handles()) {
-        if (!(c->owned_regex = choice_regex(&o->choices))) {
-            fprintf(stderr, "trellis generate: out of memory\n");
-            return 1;
-        }
-        c->regex = c->owned_regex;
     } else if (o->choices.n) {
         char err[1024];
         rc = trellis_grammar_compile_choices(e, o->choices.items, o->choices.n,
@@ -223,15 +160,8 @@ int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint 
     return rc;
 }
 
-const char *gen_constraint_regex_error(const gen_constraint *c, const char *err) {
-    static const char prefix[] = "bad regex: ";
-    if (!c->regex || strncmp(err, prefix, sizeof prefix - 1) != 0) return NULL;
-    return err + sizeof prefix - 1;
-}
-
 void gen_constraint_free(gen_constraint *c) {
-    if (c->grammar && trellis_grammar_release) trellis_grammar_release(c->grammar);
-    free(c->owned_regex);
+    trellis_grammar_release(c->grammar);
     free(c->text);
     memset(c, 0, sizeof *c);
 }
