@@ -422,7 +422,7 @@ static int bg_throughput(const bg_opts *o, trellis_engine *e, char **pat,
     }
     printf("\n== (b) constrained vs unconstrained generation: %d concurrent "
            "requests, jump-forward off, same token counts (method: see "
-           "cmd_bench_grammar.c)\n",
+           "bench_grammar.c)\n",
            n);
     printf("  %-5s %12s %12s %14s %14s %7s %10s\n", "round", "tokens", "con wall s",
            "con tok/s", "uncon tok/s", "ratio", "mask s");

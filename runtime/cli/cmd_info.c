@@ -79,7 +79,7 @@ static void print_hparams(const gguf_file *f, const char *arch) {
             dup |= k.len - al - 1 == strlen(shown[s]) &&
                    memcmp(k.ptr + al + 1, shown[s], k.len - al - 1) == 0;
         if (dup) continue;
-        if (!header) printf("also:\n");
+        if (!header) printf("other %s keys:\n", arch);
         header = true;
         printf("  %.*s = %s\n", (int)(k.len - al - 1), k.ptr + al + 1,
                tr_gguf_kv_format(f, i, buf, sizeof buf));
