@@ -10,12 +10,13 @@
 #   scripts/bench_generate.sh OLD_BINARY NEW_BINARY [ROUNDS]
 #
 # ROUNDS defaults to 5. THREADS (default "1 2") lists the thread counts;
-# MODEL (default: the binaries' default model) is passed as -m. Figures are
+# MODEL (default: the binaries' default model) is passed as -m; NEW_FLAGS
+# go to the new binary only (e.g. NEW_FLAGS=--no-overlap). Figures are
 # each binary's own --json timings: prefill_tok_per_s (prompt tokens over
 # the time to the first token) and decode_tok_per_s (tokens after the
 # first over the time they took).
 set -eu
-[ $# -ge 2 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 OLD=$1
 NEW=$2
 ROUNDS=${3:-5}
@@ -37,8 +38,11 @@ awk 'BEGIN {
 field() { sed -n '1s/.*"'"$2"'":\([-0-9.e+]*\).*/\1/p' "$1"; }
 
 run() { # label binary threads round
+  extra=""
+  [ "$1" = new ] && extra=${NEW_FLAGS:-}
+  # shellcheck disable=SC2086 # NEW_FLAGS is a list of flags
   "$2" generate -f "$TMP/prompt.txt" -n 128 --ignore-eos -b 512 -t "$3" --json \
-       ${MODEL:+-m "$MODEL"} >"$TMP/out.json" 2>"$TMP/err" ||
+       ${MODEL:+-m "$MODEL"} $extra >"$TMP/out.json" 2>"$TMP/err" ||
     { echo "bench_generate.sh: $2 failed:" >&2; cat "$TMP/err" >&2; exit 1; }
   p=$(field "$TMP/out.json" prefill_tok_per_s)
   d=$(field "$TMP/out.json" decode_tok_per_s)

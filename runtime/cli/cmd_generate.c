@@ -111,6 +111,9 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
         {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,
          "context length (prompt + completion); 0 = the model's", "0"},
         {"--batch", "-b", CLI_INT, &o->batch, 1, 8192, "prefill chunk in tokens", "512"},
+        {"--no-overlap", NULL, CLI_FLAG, &o->no_overlap, 1, 0,
+         "run forward passes on the engine thread instead of a compute thread (no "
+         "hand-off per step; constraint masks then wait for the forward pass)", "off"},
         {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
          "print one JSON object per sample and line (see below)", "off: stream the text"},
     };
@@ -208,6 +211,7 @@ static int start_engine(const gen_opts *o, const char *path, trellis_engine **e,
     eo.max_batch_tokens = (int32_t)o->batch;
     eo.chunk_size = (int32_t)o->batch;
     eo.load = o->load;
+    eo.no_overlap = o->no_overlap;
     bool tty = isatty(2);
     if (tty) fprintf(stderr, "\r\033[Kloading %s", path);
     uint64_t t0 = tr_now_ns();

@@ -24,7 +24,7 @@ typedef struct gen_opts {
     const char *model, *prompt, *file, *system;
     const char *regex, *json_schema, *grammar;
     cli_strs choices, stops;
-    bool chat, json, ignore_eos, special, json_object, no_jump_forward;
+    bool chat, json, ignore_eos, special, json_object, no_jump_forward, no_overlap;
     int load;        /* TRELLIS_LOAD_* (args.h CLI_ENUM index) */
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */

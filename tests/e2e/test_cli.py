@@ -241,6 +241,9 @@ def load_modes_give_the_same_tokens():
         assert o["model_load"] in ("mmap", "read") and (mode == "auto" or o["model_load"] == mode), o
         outs.append(o["tokens"])
     assert outs[0] == outs[1] == outs[2], outs
+    rc, out, err = run("generate", "-p", "The capital of France is", "-n", "8", "--json", "-t", "2",
+                       "--no-overlap")
+    assert rc == 0 and json.loads(out)["tokens"] == outs[0], (out, err)
     rc, out, err = run("generate", "-p", "x", "--load", "fast")
     expect_error(rc, err, "--load", "'fast'", "auto, mmap or read")
 
