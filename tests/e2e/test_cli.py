@@ -148,6 +148,15 @@ def prompt_longer_than_context():
     expect_error(rc, err, "longer than the context")
 
 @case
+def generation_stops_at_the_end_of_the_context():
+    # -n asks for more than fits: the completion fills the context, finish length
+    rc, out, err = run("generate", "-p", "one two three four five six seven eight nine ten", "--ctx", "16",
+                       "-n", "100", "--json")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["prompt_tokens"] == 10 and o["completion_tokens"] == 6 and o["finish_reason"] == "length", o
+
+@case
 def n_zero_rejected():
     rc, out, err = run("generate", "-p", "x", "-n", "0")
     expect_error(rc, err, "-n", "between")
