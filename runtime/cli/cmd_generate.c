@@ -303,7 +303,7 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
                        .stops = o->stops.items, .constraint = c->kind ? c : NULL};
         rc = gen_output_run(e, o, &f, (int32_t)o->n_samples);
     }
-    /* a grammar handle must go before its engine */
+    /* the request holds its own reference to the grammar */
     gen_constraint_free(c);
     trellis_engine_free(e);
     return rc;
