@@ -381,12 +381,58 @@ typedef struct trellis_request {
     bool no_jump_forward;     /* sample every token, even those the
                                  constraint forces (see
                                  trellis_constraint_ops) */
+    int32_t end_span;         /* the end-of-span rule: TRELLIS_END_SPAN_*
+                                 (default AUTO; see below) */
 
     uint64_t cache_namespace; /* KV is shared only within a namespace
                                  (63 bits used); default 0 */
     bool stream;              /* DELTA events as tokens come */
     void *user;               /* echoed in every event */
 } trellis_request;
+
+/* The end-of-span rule (trellis_request.end_span): ending a constrained
+ * span where the model wants to end it.
+ *
+ * Why. In a state where the text so far is complete but may go on (an
+ * unbounded quantifier: `[A-Z][a-z]+`, `-?\d+(\.\d+)?`), a model that
+ * wants to leave the span (a comma after a name, a full stop after a
+ * number) is masked to the grammar's continuations and almost never picks
+ * the end-of-generation token, so plain masking runs to max_tokens
+ * (`Theo Diazielloiello...`, `10.121212...`).
+ *
+ * The rule. At a sampling step of a constrained sample whose mask allows
+ * an end-of-generation token (the constraint may end here: for grammars,
+ * an accepting state), let p be the request's sampling distribution over
+ * the WHOLE vocabulary, without the mask (penalties, logit_bias,
+ * temperature, top_k, top_p, min_p as usual), and F the tokens the mask
+ * forbids. The span ends with probability
+ *     p_end = p(F) + p(end-of-generation tokens);
+ * otherwise the next token is drawn from p restricted to the allowed
+ * tokens that do not end generation. One draw does both: the token is
+ * sampled from p (the PRNG advances exactly as for any sample); a
+ * forbidden token ends the span (it is not output and not counted in
+ * completion_tokens; the DONE event says finish STOP, stop_token -1), an
+ * end-of-generation token ends it as usual (stop_token = that token), any
+ * other token is taken. Greedy (temperature 0): the span ends iff the
+ * argmax of the unmasked logits is forbidden or ends generation; otherwise
+ * that argmax is taken, the token plain masking would have taken too. In
+ * the other steps (the mask allows no end-of-generation token) sampling
+ * is masked as usual, and so are the log-probs of every token taken
+ * (logprobs report the masked distribution, as for any constrained
+ * token). Jump-forward, n > 1 (each sample decides alone), stop strings
+ * and stop tokens work as usual.
+ *
+ *   AUTO  on for grammar handles of kind REGEX and CHOICE and for a
+ *         request's `regex`; off for other kinds and custom constraints
+ *         (a JSON grammar ends where its brackets close)
+ *   ON    on for any constraint (a custom one says it may end by allowing
+ *         an end-of-generation token); no effect without a constraint
+ *   OFF   plain masking */
+enum {
+    TRELLIS_END_SPAN_AUTO = 0,
+    TRELLIS_END_SPAN_ON = 1,
+    TRELLIS_END_SPAN_OFF = 2,
+};
 
 /* temperature 1, top_p 1, repetition 1, penalty_last_n 64, max_tokens 128,
  * n 1, everything else 0 / NULL / false. */

@@ -430,6 +430,7 @@ static void engine_destroy(trellis_engine *e) {
     tr_gguf_close(e->file);
     free(e->chat_system);
     free(e->is_eog);
+    free(e->eog_ids);
     free(e->piece);
     free(e->b_tokens);
     free(e->b_pos);
@@ -577,8 +578,17 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
         s = seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int32_t i = 0; i < e->n_vocab; i++)
+    for (int32_t i = 0; i < e->n_vocab; i++) {
         e->is_eog[i] = tr_tokenizer_is_eog(tok, i);
+        e->n_eog += e->is_eog[i];
+    }
+    e->eog_ids = malloc(((size_t)e->n_eog + 1) * sizeof *e->eog_ids);
+    if (!e->eog_ids) {
+        s = seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int32_t i = 0, k = 0; i < e->n_vocab; i++)
+        if (e->is_eog[i]) e->eog_ids[k++] = i;
     build_vocab(e); /* failure only disables grammar constraints */
     load_chat_template(e);
 

@@ -22,6 +22,21 @@
  * prefix, in-flight prefix deduplication, preemption) and step.c for the
  * step itself (overlap of mask computation with the forward pass).
  *
+ * Constraints. A request's grammar handle (or its `regex`, compiled on the
+ * submitting thread through the engine's grammar cache, grammar_cache.h)
+ * becomes one matcher per sample (grammar_constraint.c); the engine thread
+ * fills the masks while the forward pass runs and never compiles. The
+ * end-of-span rule (trellis.h, trellis_request.end_span) is decided per
+ * row and step: when the row's mask allows an end-of-generation token and
+ * the request has the rule, the row is sampled without the mask, and a
+ * token the mask forbids ends the sample (finish "stop", stop_token -1,
+ * the token neither output nor counted) while an allowed one is taken
+ * with the masked distribution's log-probs (step.c, sample_span_rule).
+ * Measured on 40 regexes with unbounded quantifiers, greedy + 2 seeds,
+ * max_tokens 64 (tests/bench/bench_end_span.c): 90% of generations end
+ * before the limit with the rule, 38% without, every finished one a full
+ * match.
+ *
  * The forward pass is reached through engine_compute so that tests can run
  * the whole scheduler against a fake model (a few microseconds per step,
  * which can check every page it is given); trellis_engine_new plugs in the

@@ -74,6 +74,10 @@ struct engine_seq {
     sampler *smp;            /* created at first admission */
     void *cstate;            /* constraint state (NULL: none) */
     uint64_t *mask;          /* this step's mask row (borrowed) or NULL */
+    bool span_rule;          /* this step: the end-of-span rule applies
+                                (the mask allows an end-of-generation
+                                token), so the row is sampled unmasked */
+    bool span_end;           /* ... and the token drawn was forbidden */
 
     tokenizer_stream ts;
     char *held;              /* text held back (may start a stop string) */
@@ -120,6 +124,7 @@ struct engine_req {
     const trellis_constraint_ops *cops; /* NULL: unconstrained */
     bool jump_forward;       /* cops has forced_bytes and rollback, and the
                                 request did not turn it off */
+    bool end_span;           /* the end-of-span rule (trellis.h), resolved */
     void *cstate0;           /* the state given (sample 0 uses it) */
 
     uint64_t ns;             /* radix namespace */
@@ -202,6 +207,8 @@ struct trellis_engine {
     int32_t eos;
     bool add_bos;
     uint8_t *is_eog;         /* [n_vocab] */
+    int32_t *eog_ids;        /* [n_eog] the ids is_eog marks */
+    int32_t n_eog;
     size_t max_piece;        /* bytes one tr_tokenizer_stream_push may write */
     char *piece;             /* [max_piece] engine thread's scratch */
 

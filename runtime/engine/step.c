@@ -23,6 +23,12 @@
  * the next step's plan: which running sequences feed which tokens needs
  * this step's sampled tokens, finishes and jump-forwards.
  *
+ * The end-of-span rule (trellis.h, trellis_request.end_span): rows whose
+ * mask allows an end-of-generation token and whose request has the rule
+ * are sampled without the mask (fill_masks decides, sample_span_rule
+ * draws); a forbidden draw ends the sample in finish_row before the
+ * constraint sees it, an allowed one goes on as if sampled with the mask.
+ *
  * Jump-forward (finish_row): when a constraint forces the bytes after the
  * sampled token, the sampled token and those bytes are re-encoded and
  * appended as several tokens at once; the next step feeds them as one
@@ -58,11 +64,32 @@ static bool is_stop_token(const engine_req *r, int32_t tok) {
     return false;
 }
 
+/* The end-of-span rule (trellis.h, trellis_request.end_span) for row r:
+ * one draw from the unmasked distribution decides. A forbidden token
+ * ends the span (s->span_end; finish_row ends the sample); an allowed one
+ * is taken, with the log-probs of the masked distribution. */
+static int sample_span_rule(trellis_engine *e, engine_seq *s, int32_t r) {
+    float *l = e->logits + (size_t)r * (size_t)e->n_vocab;
+    int32_t *tok = &e->row_tok[r];
+    tr_status st = tr_sampler_sample(s->smp, l, NULL, tok, NULL);
+    if (st != TR_OK) return st;
+    if (!(s->mask[(uint32_t)*tok >> 6] >> (*tok & 63) & 1)) {
+        s->span_end = true;
+        return TR_OK;
+    }
+    return s->req->logprobs ? tr_sampler_logprobs(s->smp, l, s->mask, *tok, &e->row_lp[r])
+                            : TR_OK;
+}
+
 void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
     for (int32_t r = r0; r < r1; r++) {
         engine_seq *s = e->row_seqs[r];
         if (s->status != 0) { /* no mask: ended by the caller */
             e->row_st[r] = s->status;
+            continue;
+        }
+        if (s->span_rule) {
+            e->row_st[r] = sample_span_rule(e, s, r);
             continue;
         }
         e->row_st[r] = tr_sampler_sample(
@@ -110,6 +137,13 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     }
     if (st != TR_OK) {
         tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, tr_sampler_last_error(s->smp));
+        return;
+    }
+    if (s->span_end) {
+        /* the model chose a token the constraint forbids where the text is
+         * complete: the span ends here; the token is not output */
+        tr_out_flush(e, s);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
         return;
     }
     if (s->cstate) {
@@ -182,11 +216,21 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     tr_out_emit_delta(e, s);
 }
 
-/* Fills the masks of the constrained rows (overlapped with the forward). */
+static bool mask_allows_eog(const trellis_engine *e, const uint64_t *m) {
+    for (int32_t k = 0; k < e->n_eog; k++) {
+        uint32_t t = (uint32_t)e->eog_ids[k];
+        if (m[t >> 6] >> (t & 63) & 1) return true;
+    }
+    return false;
+}
+
+/* Fills the masks of the constrained rows (overlapped with the forward),
+ * and decides which rows the end-of-span rule applies to. */
 static void fill_masks(trellis_engine *e, int32_t n_rows) {
     for (int32_t i = 0; i < n_rows; i++) {
         engine_seq *s = e->row_seqs[i];
         s->mask = NULL;
+        s->span_rule = s->span_end = false;
         if (!s->cstate) continue;
         uint64_t *m = e->masks + (size_t)i * e->n_words;
         int st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
@@ -195,6 +239,7 @@ static void fill_masks(trellis_engine *e, int32_t n_rows) {
             continue;
         }
         s->mask = m;
+        s->span_rule = s->req->end_span && mask_allows_eog(e, m);
     }
 }
 

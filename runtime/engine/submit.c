@@ -225,6 +225,9 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
         return fail(err, cap, TR_ERR_INVALID_ARG,
                     "the grammar was compiled by another engine (for another "
                     "vocabulary)");
+    if (r->end_span < TRELLIS_END_SPAN_AUTO || r->end_span > TRELLIS_END_SPAN_OFF)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "end_span is %d, not a TRELLIS_END_SPAN_* value", r->end_span);
     if (r->constraint_state && !r->constraint)
         return fail(err, cap, TR_ERR_INVALID_ARG,
                     "constraint_state without constraint ops");
@@ -303,6 +306,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     void *cstate = r->constraint_state;
     const trellis_constraint_ops *cops = r->constraint;
     bool owned_state = false; /* ours to free on failure */
+    bool end_span = r->end_span == TRELLIS_END_SPAN_ON;
     if (r->grammar || r->regex) {
         trellis_grammar *h = (trellis_grammar *)r->grammar;
         if (h) {
@@ -315,6 +319,8 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                 return rc;
             }
         }
+        if (r->end_span == TRELLIS_END_SPAN_AUTO)
+            end_span = tr_grammar_kind_ends_spans(h->kind);
         cstate = tr_gconstraint_new(h, tr_gcache_counters(e->gcache));
         trellis_grammar_release(h); /* the state holds its own reference */
         if (!cstate) {
@@ -343,6 +349,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     q->cstate0 = cstate;
     q->jump_forward = cops && cops->forced_bytes && cops->rollback &&
                       !r->no_jump_forward;
+    q->end_span = cops && end_span;
     if (r->n_logit_bias) {
         q->bias = malloc((size_t)r->n_logit_bias * sizeof *q->bias);
         if (!q->bias) goto nomem;

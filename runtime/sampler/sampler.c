@@ -714,6 +714,41 @@ tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
     return TR_OK;
 }
 
+tr_status tr_sampler_logprobs(sampler *s, float *logits, const uint64_t *mask,
+                              int32_t token, sampler_logprobs *lp_out) {
+    if (!s) return TR_ERR_INVALID_ARG;
+    s->err[0] = '\0';
+    if (!logits || !lp_out) return fail(s, "logits or lp_out is NULL");
+    if (token < 0 || token >= s->vocab)
+        return fail(s, "token %d is outside the vocabulary (size %d)", (int)token,
+                    (int)s->vocab);
+    const int32_t n = s->vocab;
+    const sampler_kernels *k = s->k;
+    if (mask && k->apply_mask(logits, n, mask) == 0)
+        return fail(s, "mask allows no token");
+    /* the same passes as tr_sampler_sample's log-probs, over the same
+     * values (processed logits are sanitized: no NaN, no +inf) */
+    sampler_scan sr;
+    k->scan(logits, n, &sr);
+    if (sr.bad) {
+        sanitize(logits, n);
+        k->scan(logits, n, &sr);
+    }
+    if (sr.n_finite == 0) return fail(s, "no allowed token has a finite logit");
+    const float m = sr.max;
+    double log_z = log(k->exp_all(logits, n, m, 1.0f, s->w, s->bsum));
+    cand top[SAMPLER_MAX_LOGPROBS];
+    int32_t nt = k->select_top(logits, n, s->p.n_logprobs, top, NULL);
+    lp_out->n_top = nt;
+    for (int32_t i = 0; i < nt; i++) {
+        lp_out->top[i].token = top[i].id;
+        lp_out->top[i].logprob = (float)((double)top[i].l - m - log_z);
+    }
+    lp_out->token = token;
+    lp_out->logprob = (float)((double)logits[token] - m - log_z);
+    return TR_OK;
+}
+
 static int id_cmp(const void *pa, const void *pb) {
     int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
     return (a > b) - (a < b);

@@ -166,6 +166,20 @@ void tr_sampler_free(sampler *s);
 tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
                          int32_t *token_out, sampler_logprobs *lp_out);
 
+/* Log-probs (as tr_sampler_sample reports them) of `token` and of the
+ * n_logprobs most likely tokens under processed logits further
+ * restricted by mask: what tr_sampler_sample would have reported for
+ * this token had it been given the mask. For a caller that sampled
+ * without a mask and then decided to keep a token the mask allows (the
+ * engine's end-of-span rule). logits must hold the processed logits of
+ * the tr_sampler_sample call just made (steps 1-4); the tokens the mask
+ * forbids are set to -inf in it. Draws nothing; the history is
+ * untouched. Errors: TR_ERR_INVALID_ARG for NULL arguments, a token
+ * outside the vocabulary, or a mask that allows no token with a finite
+ * logit. */
+tr_status tr_sampler_logprobs(sampler *s, float *logits, const uint64_t *mask,
+                              int32_t token, sampler_logprobs *lp_out);
+
 /* Steps 1-8 without drawing: writes the ids that survive them (the set
  * step 9 samples from; for greedy, the argmax alone), in increasing id
  * order, to ids_out [vocab_size] and their count to *n_out. Tokens of

@@ -584,6 +584,9 @@ static void make_specs(req_spec *sp, int n) {
         sp[i].q.seed = r;
         sp[i].q.temperature = (r >> 24) % 3 == 0 ? 0.0f : 1.0f;
         sp[i].q.n = (r >> 32) % 10 == 0 ? 2 : 1;
+        /* explicit: AUTO would differ between a regex and the reference's
+         * custom constraint */
+        sp[i].q.end_span = (r >> 40) & 1 ? TRELLIS_END_SPAN_ON : TRELLIS_END_SPAN_OFF;
     }
 }
 
@@ -755,6 +758,7 @@ static void run_patterns(trellis_engine *e, char (*rx)[32], int n, int first,
         q.n = 2;
         q.seed = (uint64_t)(first + i);
         q.grammar = h;
+        q.end_span = TRELLIS_END_SPAN_OFF; /* long outputs: big memos */
         submit_ok(e, &q, &rs[i]);
         trellis_grammar_release(h); /* the request holds it now */
     }
@@ -789,11 +793,12 @@ static void test_engine_eviction(void **state) {
     for (int i = 0; i < N; i++)
         snprintf(rx[i], sizeof rx[i], "%c%c[a-z]{1,12}[0-9]?", 'a' + i % 26,
                  'a' + i / 26);
-    /* warm 30 memos (~30 x 10 masks x 6 KiB) */
-    run_patterns(e, rx, 30, 0, NULL);
+    /* warm 30 memos (~30 x 10 masks x 6 KiB); rx[0] first, so it is the
+     * least recently used */
     trellis_grammar *h0 = NULL;
     assert_int_equal(trellis_grammar_compile(e, TRELLIS_GRAMMAR_REGEX, rx[0], 0, NULL,
                                              &h0, NULL, 0), 0);
+    run_patterns(e, rx, 30, 0, NULL);
     /* 30 more while requests run: the warm ones are evicted */
     f->delay_us = 200;
     run_patterns(e, rx, 30, 30, NULL);

@@ -758,6 +758,69 @@ static void test_logprobs(void **state) {
     free(l);
 }
 
+/* tr_sampler_logprobs after an unmasked sample reports, bit for bit,
+ * what a masked sample of the same row reports (the engine's end-of-span
+ * rule samples unmasked, then keeps an allowed token with these). */
+static void test_logprobs_masked_after(void **state) {
+    (void)state;
+    int32_t n = 1000;
+    float *row = malloc((size_t)n * sizeof *row), *a = malloc((size_t)n * sizeof *a),
+          *b = malloc((size_t)n * sizeof *b);
+    uint64_t mask[16];
+    for (int round = 0; round < 40; round++) {
+        trng_seed(100 + (uint64_t)round);
+        random_row(row, n, round % 4);
+        for (int i = 0; i < 16; i++) mask[i] = trng_next() & trng_next();
+        sampler_params p = tr_sampler_params_default();
+        p.n_logprobs = 1 + round % 20;
+        p.temperature = round % 3 ? 0.8f : 0.0f;
+        p.repetition_penalty = round % 2 ? 1.2f : 1.0f;
+        p.presence_penalty = 0.3f;
+        sampler_logit_bias bias[2] = {{7, 2.5f}, {(int32_t)(trng_next() % 1000), -INFINITY}};
+        p.logit_bias = bias;
+        p.n_logit_bias = 2;
+        sampler *s1 = mk(&p, n), *s2 = mk(&p, n);
+        for (int k = 0; k < 30; k++) {
+            int32_t t = (int32_t)(trng_next() % (uint64_t)n);
+            tr_sampler_accept(s1, t);
+            tr_sampler_accept(s2, t);
+        }
+        memcpy(a, row, (size_t)n * sizeof *a);
+        memcpy(b, row, (size_t)n * sizeof *b);
+        int32_t ta, tb;
+        sampler_logprobs la, lb;
+        assert_int_equal(tr_sampler_sample(s1, a, mask, &ta, &la), TR_OK);
+        assert_int_equal(tr_sampler_sample(s2, b, NULL, &tb, NULL), TR_OK);
+        assert_int_equal(tr_sampler_logprobs(s2, b, mask, ta, &lb), TR_OK);
+        assert_int_equal(lb.token, ta);
+        assert_memory_equal(&la.logprob, &lb.logprob, sizeof la.logprob);
+        assert_int_equal(la.n_top, lb.n_top);
+        for (int i = 0; i < la.n_top; i++) {
+            assert_int_equal(la.top[i].token, lb.top[i].token);
+            assert_memory_equal(&la.top[i].logprob, &lb.top[i].logprob, sizeof(float));
+        }
+        /* greedy: the unmasked argmax, when allowed, is the masked one */
+        if (p.temperature == 0.0f && (mask[tb >> 6] >> (tb & 63) & 1))
+            assert_int_equal(ta, tb);
+        tr_sampler_free(s1);
+        tr_sampler_free(s2);
+    }
+    /* errors */
+    sampler_params p = tr_sampler_params_default();
+    sampler *s = mk(&p, 64);
+    float l[64] = {0};
+    uint64_t none = 0;
+    sampler_logprobs lp;
+    assert_int_equal(tr_sampler_logprobs(s, l, &none, 3, &lp), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_sampler_last_error(s), "allows no token"));
+    assert_int_equal(tr_sampler_logprobs(s, l, NULL, 64, &lp), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_sampler_last_error(s), "outside the vocabulary"));
+    tr_sampler_free(s);
+    free(row);
+    free(a);
+    free(b);
+}
+
 /* --------------------------------------------------------- validation */
 
 static void expect_invalid(const sampler_params *p, const char *needle) {
@@ -990,6 +1053,7 @@ int main(void) {
         cmocka_unit_test(test_mask_never_sampled),
         cmocka_unit_test(test_mask_errors),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logprobs_masked_after),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_fexp),
         cmocka_unit_test(test_kernels_identical),
