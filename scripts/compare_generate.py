@@ -6,8 +6,9 @@
 Runs both binaries on the 12 reference prompts of
 tests/data/model/smollm2_ref.json (greedy, special tokens parsed, -n
 tokens) and on a few more settings (chat template, seeded sampling,
-penalties, a regex and a choice constraint with jump-forward), with
-`--json`, and compares the token ids and the text. Prints one line per
+penalties, a regex and a choice constraint with jump-forward, a sampled
+regex with the new binary's end-of-span rule off), with `--json`, and
+compares the token ids and the text. Prints one line per
 case and exits 1 when any differs. The model is the binaries' default
 (TRELLIS_MODEL or the cache) unless -m is given.
 """
@@ -32,6 +33,10 @@ def cases(n):
     yield "regex", ["--chat", "-p", "A person as JSON.", "-n", "40", "--regex",
                     r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}']
     yield "choice", ["--chat", "-p", "Is fire hot?", "--choice", "yes", "--choice", "no"]
+    # sampled and constrained: the old loop masked plainly; the engine's
+    # end-of-span rule (on for regexes by default) is turned off in NEW
+    yield "regex sampled", ["--chat", "-p", "Name a person.", "--regex", "[A-Z][a-z]+", "-n", "12",
+                            "--temp", "0.8", "--seed", "3"], ["--end-span", "off"]
     yield "ignore-eos", ["--chat", "-p", "Say hi.", "-n", str(n), "--ignore-eos"]
     yield "batch 8", ["-p", "The quick brown fox jumps over the lazy dog. " * 4, "-b", "8",
                       "-n", str(n)]
@@ -56,8 +61,9 @@ def main():
     a = ap.parse_args()
     extra = ["-t", str(a.threads)] + (["-m", a.model] if a.model else [])
     bad = 0
-    for name, args in cases(a.n):
-        (o, eo), (n, en) = run(a.old, args, extra), run(a.new, args, extra)
+    for name, args, *new_only in cases(a.n):
+        (o, eo) = run(a.old, args, extra)
+        (n, en) = run(a.new, args, extra + (new_only[0] if new_only else []))
         if o is None or n is None:
             print(f"ERROR  {name}: old: {eo} | new: {en}")
             bad += 1

@@ -104,6 +104,10 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
          "whitespace in constrained JSON", "flexible", .choices = "flexible|compact|pretty"},
         {"--grammar", NULL, CLI_STR, &o->grammar, 1, 0,
          "constrain the output to this GBNF grammar (start rule root)", .meta = "FILE"},
+        {"--end-span", NULL, CLI_ENUM, &o->end_span, 1, 0,
+         "where a constraint may end, let the unmasked model decide whether it does "
+         "(trellis.h, the end-of-span rule); auto: for --regex and --choice",
+         "auto", .choices = "auto|on|off"},
         {"--no-jump-forward", NULL, CLI_FLAG, &o->no_jump_forward, 1, 0,
          "sample every token, even those a constraint forces", "off"},
         {"--threads", "-t", CLI_INT, &o->threads, 0, TRELLIS_MAX_THREADS,
@@ -257,6 +261,7 @@ static void fill_request(const gen_opts *o, const char *text, size_t len,
     r->regex = c->regex;
     r->grammar = c->grammar;
     r->no_jump_forward = o->no_jump_forward;
+    r->end_span = o->end_span; /* args.h index == TRELLIS_END_SPAN_* */
     r->stream = !o->json;
 }
 

@@ -28,6 +28,7 @@ typedef struct gen_opts {
     int load;        /* TRELLIS_LOAD_* (args.h CLI_ENUM index) */
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */
+    int end_span;    /* TRELLIS_END_SPAN_* */
     int64_t n_predict, threads, seed, top_k, ctx, batch, logprobs, n_samples,
         repeat_last_n;
     double temp, top_p, min_p, repeat_penalty, presence, frequency;

@@ -478,6 +478,22 @@ def ignore_eos_with_a_constraint():
     assert "stop_token" not in o, o
 
 @case
+def end_span_rule():
+    # plain masking (--end-span off, the old loop's way) holds a model that
+    # wants to leave an unbounded span inside it until -n; the engine's
+    # end-of-span rule (auto: on for a regex) lets it stop there
+    import re
+    base = ["--chat", "-p", "Name a person.", "--regex", "[A-Z][a-z]+", "-n", "12", "--temp", "0.8",
+            "--seed", "3", "--json"]
+    on = json.loads(run("generate", *base)[1])
+    off = json.loads(run("generate", *base, "--end-span", "off")[1])
+    assert re.fullmatch("[A-Z][a-z]+", on["text"]) and on["finish_reason"] == "stop", on
+    assert re.fullmatch("[A-Z][a-z]+", off["text"]), off
+    assert on["completion_tokens"] < off["completion_tokens"] == 12, (on, off)
+    rc, out, err = run("generate", "-p", "x", "--end-span", "sometimes")
+    expect_error(rc, err, "--end-span: unknown value 'sometimes' (auto, on or off)")
+
+@case
 def grammar_flags_work_or_say_why_not():
     for args in (["--json-object"], ["--json-schema", '{"type": "object"}'],
                  ["--json-schema", '{"type": "integer"}', "--schema-mode", "lenient", "--whitespace", "compact"],
