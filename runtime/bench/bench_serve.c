@@ -67,7 +67,7 @@ static const char *const k_wl_names[WL_COUNT_] = {"random", "fewshot",
 #define JSON_REGEX "\\{\"name\": \"[a-z]{3,8}\", \"age\": [1-9][0-9]?\\}"
 
 typedef struct bench_opts {
-    const char *model;
+    const char *model, *device;
     const char *csv, *png;
     int workloads[WL_COUNT_];
     int n_workloads;
@@ -299,6 +299,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     row->conc = conc;
     trellis_engine_options eo;
     trellis_engine_options_default(&eo);
+    eo.device = o->device;
     eo.threads = o->threads;
     if (o->max_batch) eo.max_batch_tokens = o->max_batch;
     eo.max_running = o->max_running ? o->max_running : (conc > 64 ? conc : 64);
@@ -567,6 +568,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"--prefix", NULL, CLI_INT, &prefix, 1, 2000, "fewshot: shared prefix tokens", "1500"},
         {"--prompt-min", NULL, CLI_INT, &pmin, 1, 2000, "random: shortest prompt", "32"},
         {"--prompt-max", NULL, CLI_INT, &pmax, 1, 2000, "random: longest prompt", "256"},
+        {"--device", NULL, CLI_STR, &o->device, 1, 0,
+         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
         {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
          "CPU threads; 0 = one per core", "2"},
         {"--max-batch-tokens", NULL, CLI_INT, &max_batch, 1, 65536,

@@ -110,6 +110,8 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
          "auto", .choices = "auto|on|off"},
         {"--no-jump-forward", NULL, CLI_FLAG, &o->no_jump_forward, 1, 0,
          "sample every token, even those a constraint forces", "off"},
+        {"--device", NULL, CLI_STR, &o->device, 1, 0,
+         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
         {"--threads", "-t", CLI_INT, &o->threads, 0, TRELLIS_MAX_THREADS,
          "CPU threads; 0 = one per core", "0"},
         {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,
@@ -210,6 +212,7 @@ static int start_engine(const gen_opts *o, const char *path, trellis_engine **e,
                         double *load_ms) {
     trellis_engine_options eo;
     trellis_engine_options_default(&eo);
+    eo.device = o->device;
     eo.threads = (int32_t)o->threads;
     eo.ctx = (int32_t)o->ctx;
     eo.max_batch_tokens = (int32_t)o->batch;
@@ -224,8 +227,13 @@ static int start_engine(const gen_opts *o, const char *path, trellis_engine **e,
     *load_ms = (double)(tr_now_ns() - t0) / 1e6;
     if (tty) fprintf(stderr, "\r\033[K");
     if (rc != TRELLIS_OK) {
-        fprintf(stderr, "trellis generate: %s\n", err);
-        return 1;
+        /* an unknown or unavailable --device is the one engine option
+         * only the engine can check */
+        static const char backend[] = "cannot start the compute backend: ";
+        bool dev = o->device && strncmp(err, backend, sizeof backend - 1) == 0;
+        fprintf(stderr, "trellis generate: %s%s\n", dev ? "--device: " : "",
+                dev ? err + sizeof backend - 1 : err);
+        return dev ? 2 : 1;
     }
     return 0;
 }

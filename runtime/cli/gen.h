@@ -21,7 +21,7 @@
 #include "runtime/trellis.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *system;
+    const char *model, *prompt, *file, *system, *device;
     const char *regex, *json_schema, *grammar;
     cli_strs choices, stops;
     bool chat, json, ignore_eos, special, json_object, no_jump_forward, no_overlap;

@@ -370,6 +370,9 @@ def bad_flag_values_name_the_flag():
     # before the weights load
     rc, out, err = run("generate", "-p", "x", "--ctx", "100000")
     expect_error(rc, err, "--ctx: the model's context is 8192 tokens, got 100000")
+    # the backends are the engine's to know (before the weights bind)
+    rc, out, err = run("generate", "-p", "x", "--device", "gpu")
+    expect_error(rc, err, "trellis generate: --device: unknown backend 'gpu' (built in: cpu")
 
 @case
 def bad_bench_and_tokenize_flags():
