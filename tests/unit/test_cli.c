@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/cpu.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/cli_json.h"
@@ -202,7 +202,7 @@ static void test_check_text(void **state) {
 static void test_thread_limit_is_the_pools(void **state) {
     (void)state;
     /* trellis.h states the CPU backend's limit for applications */
-    assert_int_equal(TRELLIS_MAX_THREADS, TR_POOL_MAX_THREADS);
+    assert_int_equal(TRELLIS_MAX_THREADS, TR_CPU_MAX_THREADS);
 }
 
 /* ---- JSON writers ---- */
