@@ -364,9 +364,14 @@ typedef struct mz {
     gcc *cc;
     uint32_t n, k;        /* states (0 = dead), classes */
     const uint32_t *T;    /* [n * k] */
-    uint32_t *inv_off;    /* [k * (n + 1)]: preds of t on c at
-                             inv[inv_off[c*(n+1)+t] .. +1) */
-    uint32_t *inv;        /* [n * k] */
+    uint32_t *pin_off;    /* [n + 1]: the live transitions into t are
+                             (pin_c, pin_p)[pin_off[t] .. pin_off[t + 1]) */
+    uint32_t *pin_c, *pin_p; /* [n_edges] class, predecessor */
+    uint32_t n_edges;
+    uint32_t *chead;      /* [k] gathered predecessors per class (lists
+                             through gnext), UINT32_MAX: none */
+    uint32_t *gnext, *gp; /* [n_edges] */
+    uint32_t *tcls;       /* [k] classes gathered for the current splitter */
     uint32_t *elems, *loc, *blk;
     uint32_t *bstart, *bend, *bmark;
     uint8_t *inw;
@@ -396,9 +401,18 @@ static void push_work(mz *m, uint32_t b) {
 static tr_status hopcroft(mz *m, const uint8_t *accept) {
     uint32_t n = m->n, k = m->k;
     gcc *cc = m->cc;
-    size_t nk = (size_t)n * k;
-    m->inv_off = charged_calloc(cc, (size_t)k * (n + 1) + 1, sizeof(uint32_t));
-    m->inv = charged_calloc(cc, nk, sizeof(uint32_t));
+    /* Inverse transitions, CSR per target state, leaving out every
+     * transition into the dead state 0: most transitions of a UTF-8
+     * automaton go there, and the dead state is its own block from the
+     * start and never a splitter, so those lists would only be walked for
+     * nothing. (Hopcroft stays correct on the resulting partial DFA
+     * because every initial block is queued.) Per splitter, the
+     * predecessors of its states are gathered once and grouped by class:
+     * the work is the live transitions into the splitter, not classes x
+     * splitter states (a scan of every class for every splitter state was
+     * most of compiling automata of a few thousand states and ~50
+     * classes). */
+    m->pin_off = charged_calloc(cc, (size_t)n + 1, sizeof(uint32_t));
     m->elems = charged_calloc(cc, n, sizeof(uint32_t));
     m->loc = charged_calloc(cc, n, sizeof(uint32_t));
     m->blk = charged_calloc(cc, n, sizeof(uint32_t));
@@ -409,32 +423,38 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
     m->work = charged_calloc(cc, n, sizeof(uint32_t));
     m->touched = charged_calloc(cc, n, sizeof(uint32_t));
     m->splitter = charged_calloc(cc, n, sizeof(uint32_t));
-    if (!m->inv_off || !m->inv || !m->elems || !m->loc || !m->blk ||
-        !m->bstart || !m->bend || !m->bmark || !m->inw || !m->work ||
-        !m->touched || !m->splitter)
+    m->chead = charged_calloc(cc, k, sizeof(uint32_t));
+    m->tcls = charged_calloc(cc, k, sizeof(uint32_t));
+    if (!m->pin_off || !m->elems || !m->loc || !m->blk || !m->bstart ||
+        !m->bend || !m->bmark || !m->inw || !m->work || !m->touched ||
+        !m->splitter || !m->chead || !m->tcls)
         return cc->err;
-    /* Inverse transitions, CSR per class, leaving out every transition
-     * into the dead state 0: most transitions of a UTF-8 automaton go
-     * there, and the dead state is its own block from the start and never
-     * a splitter, so those lists would only be walked for nothing.
-     * (Hopcroft stays correct on the resulting partial DFA because every
-     * initial block is queued.) Built as counts at (c, t), inclusive
-     * prefix sums, then a fill from the last state down that leaves each
-     * entry at its start; every pass reads T row by row (a column-order
-     * build, stride k, was the slowest part of compiling \p{L}+). */
-    const size_t nslots = (size_t)k * (n + 1);
-    uint32_t *io = m->inv_off;
+    uint32_t *io = m->pin_off;
     for (uint32_t s = 1; s < n; s++) {
         const uint32_t *row = m->T + (size_t)s * k;
         for (uint32_t c = 0; c < k; c++)
-            if (row[c]) io[(size_t)c * (n + 1) + row[c]]++;
+            if (row[c]) io[row[c] + 1]++;
     }
-    for (size_t i = 1; i <= nslots; i++) io[i] += io[i - 1];
-    for (uint32_t s = n - 1; s >= 1; s--) {
+    for (uint32_t t = 0; t < n; t++) io[t + 1] += io[t];
+    m->n_edges = io[n];
+    m->pin_c = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->pin_p = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->gnext = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    m->gp = charged_calloc(cc, m->n_edges, sizeof(uint32_t));
+    if (!m->pin_c || !m->pin_p || !m->gnext || !m->gp) return cc->err;
+    for (uint32_t s = 1; s < n; s++) { /* fill; io[t] walks to io[t + 1] */
         const uint32_t *row = m->T + (size_t)s * k;
-        for (uint32_t c = 0; c < k; c++)
-            if (row[c]) m->inv[--io[(size_t)c * (n + 1) + row[c]]] = s;
+        for (uint32_t c = 0; c < k; c++) {
+            uint32_t t = row[c];
+            if (!t) continue;
+            uint32_t e = io[t]++;
+            m->pin_c[e] = c;
+            m->pin_p[e] = s;
+        }
     }
+    for (uint32_t t = n; t > 0; t--) io[t] = io[t - 1];
+    io[0] = 0;
+    for (uint32_t c = 0; c < k; c++) m->chead[c] = UINT32_MAX;
     /* initial partition: {dead} (never queued), non-accepting, accepting */
     m->elems[0] = 0;
     uint32_t nf = 1;
@@ -470,14 +490,23 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
         m->inw[a] = 0;
         uint32_t na_ = m->bend[a] - m->bstart[a];
         memcpy(m->splitter, m->elems + m->bstart[a], na_ * sizeof(uint32_t));
-        for (uint32_t c = 0; c < k; c++) {
-            const uint32_t *off = m->inv_off + (size_t)c * (n + 1);
-            uint32_t n_touched = 0;
-            for (uint32_t i = 0; i < na_; i++) {
-                uint32_t t = m->splitter[i];
-                for (uint32_t j = off[t]; j < off[t + 1]; j++)
-                    mark_state(m, m->inv[j], &n_touched);
+        uint32_t ng = 0, nt = 0;
+        for (uint32_t i = 0; i < na_; i++) {
+            uint32_t t = m->splitter[i];
+            for (uint32_t e = m->pin_off[t]; e < m->pin_off[t + 1]; e++) {
+                uint32_t c = m->pin_c[e];
+                if (m->chead[c] == UINT32_MAX) m->tcls[nt++] = c;
+                m->gnext[ng] = m->chead[c];
+                m->gp[ng] = m->pin_p[e];
+                m->chead[c] = ng++;
             }
+        }
+        for (uint32_t ci = 0; ci < nt; ci++) {
+            uint32_t c = m->tcls[ci];
+            uint32_t n_touched = 0;
+            for (uint32_t g = m->chead[c]; g != UINT32_MAX; g = m->gnext[g])
+                mark_state(m, m->gp[g], &n_touched);
+            m->chead[c] = UINT32_MAX;
             for (uint32_t i = 0; i < n_touched; i++) {
                 uint32_t b = m->touched[i];
                 uint32_t size = m->bend[b] - m->bstart[b];
@@ -503,8 +532,13 @@ static tr_status hopcroft(mz *m, const uint8_t *accept) {
 static void mz_free(mz *m) {
     gcc *cc = m->cc;
     size_t n = m->n, k = m->k;
-    charged_free(cc, m->inv_off, k * (n + 1) + 1, sizeof(uint32_t));
-    charged_free(cc, m->inv, n * k, sizeof(uint32_t));
+    charged_free(cc, m->pin_off, n + 1, sizeof(uint32_t));
+    charged_free(cc, m->pin_c, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->pin_p, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->gnext, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->gp, m->n_edges, sizeof(uint32_t));
+    charged_free(cc, m->chead, k, sizeof(uint32_t));
+    charged_free(cc, m->tcls, k, sizeof(uint32_t));
     charged_free(cc, m->elems, n, sizeof(uint32_t));
     charged_free(cc, m->loc, n, sizeof(uint32_t));
     charged_free(cc, m->blk, n, sizeof(uint32_t));
@@ -696,14 +730,20 @@ static tr_status finish(sc *s, gdfa *out) {
          * \p{L}+: 95 classes x 128 bytes per state). */
         uint32_t best = 0, best_n = 0;
         const uint32_t *row = out->trans + (size_t)i * n_final;
+        /* ASCII bytes per distinct target, targets in first-seen order
+         * (a state has few distinct targets; a count per pair of classes
+         * was quadratic in the classes) */
+        uint32_t tg[256], cn[256], n_tg = 0;
         for (uint32_t f = 0; f < n_final; f++) {
             uint32_t t = row[f];
             if (!ccount[f] || t == GDFA_DEAD || t == i) continue;
-            uint32_t cnt = 0; /* all ASCII classes with the same target */
-            for (uint32_t g = 0; g < n_final; g++)
-                if (row[g] == t) cnt += ccount[g];
-            if (cnt > best_n) best_n = cnt, best = t;
+            uint32_t j = 0;
+            while (j < n_tg && tg[j] != t) j++;
+            if (j == n_tg) tg[n_tg] = t, cn[n_tg++] = 0;
+            cn[j] += ccount[f];
         }
+        for (uint32_t j = 0; j < n_tg; j++)
+            if (cn[j] > best_n) best_n = cn[j], best = tg[j];
         out->usucc[i] = best;
         for (int b = 0; b < 128; b++) {
             uint32_t t = out->trans[(size_t)i * n_final + out->cls[b]];

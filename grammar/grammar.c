@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg_internal.h"
 
 void tr_grammar_limits_default(grammar_limits *l) {
     l->max_pattern_bytes = 65536;
@@ -19,6 +19,8 @@ void tr_grammar_limits_default(grammar_limits *l) {
     l->max_compile_bytes = 512ull << 20;
     l->max_compile_us = 2000000;
     l->mask_cache_bytes = 64ull << 20;
+    l->max_grammar_bytes = 4u << 20;
+    l->max_stacks = 1024;
 }
 
 static void grammar_destroy(grammar *g) {
@@ -28,6 +30,8 @@ static void grammar_destroy(grammar *g) {
         tr_mask_cache_free(c);
         c = n;
     }
+    tr_cfg_memo_free(g->cfg_memos);
+    tr_cfg_free(g->cfg);
     pthread_mutex_destroy(&g->lock);
     tr_dfa_free(&g->dfa);
     free(g);
@@ -93,6 +97,7 @@ void tr_grammar_free(grammar *g) {
 }
 
 bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len) {
+    if (g->cfg) return tr_cfg_matches(g, bytes, len);
     uint32_t s = tr_dfa_run(&g->dfa, g->dfa.start, bytes, len);
     return g->dfa.accept[s] != 0;
 }
@@ -113,14 +118,20 @@ void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st) {
 }
 
 tr_status tr_grammar_check(const grammar *g) {
-    if (!g || g->kind != GRAMMAR_KIND_REGEX) return TR_ERR_INTERNAL;
+    if (!g) return TR_ERR_INTERNAL;
+    if (g->kind == GRAMMAR_KIND_CFG) return g->cfg ? tr_cfg_check(g->cfg) : TR_ERR_INTERNAL;
+    if (g->kind != GRAMMAR_KIND_REGEX || g->cfg) return TR_ERR_INTERNAL;
     tr_status st = tr_dfa_check(&g->dfa);
     if (st) return st;
-    if (g->dfa.start == GDFA_DEAD) return TR_ERR_INTERNAL;
-    return TR_OK;
+    return g->dfa.start == GDFA_DEAD ? TR_ERR_INTERNAL : TR_OK;
 }
 
-void tr_grammar_dump(const grammar *g, FILE *f) { tr_dfa_dump(&g->dfa, f); }
+void tr_grammar_dump(const grammar *g, FILE *f) {
+    if (g->cfg)
+        tr_cfg_dump(g->cfg, f);
+    else
+        tr_dfa_dump(&g->dfa, f);
+}
 
 gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v) {
     if (g->mask_budget == 0) return NULL;

@@ -2,9 +2,10 @@
  * per-step token masks that keep generated text inside the constraint.
  *
  * What it does
- *   A constraint (this part: a regular expression; later parts add JSON
- *   Schema and EBNF on top of the same machinery) compiles to a grammar:
- *   a minimized, byte-level DFA (code points expanded to UTF-8). A matcher
+ *   A constraint (a regular expression, or an EBNF grammar, the form
+ *   JSON Schemas are compiled to) compiles to a grammar: a minimized,
+ *   byte-level DFA (code points expanded to UTF-8), whose states may also
+ *   call rules (EBNF with recursion: the matcher keeps stacks). A matcher
  *   follows one sequence through the grammar and, at every step, fills a
  *   token mask: the tokens whose bytes the automaton can consume from the
  *   current state without dying, plus the end-of-generation tokens when
@@ -41,11 +42,71 @@
  *   POSIX classes, Unicode scripts. Syntax errors are TR_ERR_FORMAT.
  *   Patterns that match no string at all are rejected (TR_ERR_FORMAT).
  *
+ * EBNF grammars (tr_grammar_compile_ebnf): llama.cpp's GBNF plus regex
+ * terminals
+ *   grammar := (rule | blank line | comment)*; rule := name '::=' alts
+ *   name     [A-Za-z0-9_-]+ (the contract for generated grammars:
+ *            [A-Za-z][A-Za-z0-9_-]*); the start rule is `root`; rules may
+ *            come in any order, be referenced before their definition, and
+ *            recurse (also mutually). A rule defined twice, an undefined
+ *            rule (anywhere in the text, used or not) and a missing root
+ *            are errors.
+ *   lines    a rule ends at a newline outside parentheses, except right
+ *            after '::=' or '|' and before a line whose first non-blank
+ *            character is '|'; '#' starts a comment to the end of the
+ *            line; \r is a blank.
+ *   items    rule reference; "literal" (UTF-8 text, escapes \n \r \t \\
+ *            \" \xHH \uHHHH \UHHHHHHHH and any escaped ASCII punctuation
+ *            such as \[ \] \- \/; \xHH is the code point U+00HH, not a
+ *            byte; a raw newline inside is an error); [class] and [^class]
+ *            over code points with ranges a-z and the same escapes ([^...]
+ *            is every code point, surrogates excluded, not listed; [] is an
+ *            error); . (any code point, newline included); ( alts ) ;
+ *            /regex/ (the regex dialect above, \/ for a slash, on one line;
+ *            it stands for the strings the regex fully matches, ^ and $
+ *            meaning the terminal's own ends).
+ *   alts     seq ('|' seq)*, a seq possibly empty (matches "").
+ *   quantifiers on any item, stackable (x*? = (x*)?): * + ? {m} {m,}
+ *            {m,n} {,n}; counts up to max_repeat.
+ *   Not supported (TR_ERR_UNSUPPORTED): llama.cpp's token references
+ *   <...> and !<...>.
+ * Semantics: the grammar is a language of UTF-8 byte strings (every
+ *   string of it is valid UTF-8); there is no lexer, so no longest match
+ *   and no priority between terminals: a matcher accepts a byte string iff
+ *   it is a prefix of some string of the language, and is accepting iff
+ *   the string is in the language. Alternatives of a rule that can never
+ *   complete (they need a rule without a finite derivation) are dropped,
+ *   so no prefix that cannot be completed is ever allowed; a root that
+ *   can never complete is TR_ERR_FORMAT ("matches no string").
+ * Left recursion: a rule's own leading self-reference is rewritten into
+ *   the same language (A ::= A x | A y | z | w becomes A ::= (z | w)
+ *   (x | y)*); any other left recursion (through other rules, or after a
+ *   nullable prefix) is TR_ERR_UNSUPPORTED naming the cycle of rules.
+ * Errors carry the byte offset, line and column (1-based, in code points)
+ *   of the fault, also at the start of the message ("3:14: ..."); an error
+ *   inside a regex terminal gives the text's position of the fault.
+ * Compilation: rules that are not recursive are inlined into their
+ *   callers; the rest become call edges of one automaton, run on stacks.
+ *   Which rules stay calls is an implementation choice (stats report it);
+ *   it never changes the language. Compiling stops at the NFA: DFA states
+ *   are made the first time a matcher reaches them (stats.dfa_states
+ *   counts those made at compile time), shared by every thread.
+ *
  * Budgets
  *   grammar_limits bounds the pattern size, nesting, counted repetitions,
  *   NFA and DFA state counts, compile memory and compile time; exceeding
  *   one is TR_ERR_LIMIT with a diag naming the budget. Whatever the input,
- *   compiling neither exhausts memory nor hangs.
+ *   compiling neither exhausts memory nor hangs. For EBNF: max_grammar_bytes
+ *   bounds the text, max_nesting the parentheses, max_nfa_states also the
+ *   IR, max_dfa_states the DFA states made over the grammar's life (past
+ *   it, every matcher call on the grammar returns TR_ERR_LIMIT, the
+ *   boolean queries false), and max_stacks the configurations (parse
+ *   stacks) one matcher
+ *   follows at once: an ambiguous grammar can make them multiply (each
+ *   is a different parse of the text so far; equal stacks are merged); a
+ *   call that would exceed it fails with TR_ERR_LIMIT (accept: matcher
+ *   unchanged; fill_mask: no mask), and the boolean queries
+ *   (token_allowed, is_accepting, tr_grammar_matches) answer false.
  *
  * Token masks
  *   A mask is a bitset of tr_grammar_vocab_mask_words() uint64_t words, bit
@@ -59,15 +120,23 @@
  *   DFA state, in a cache owned by the grammar and keyed by vocabulary,
  *   under grammar_limits.mask_cache_bytes; once the budget is spent,
  *   masks of uncached states are recomputed on every request (correct,
- *   only slower).
+ *   only slower). With stacks, what is memoized per DFA state is the part
+ *   that does not depend on the stack (tokens consumed before the running
+ *   rule could return) plus where, inside longer tokens, it could return;
+ *   only those tokens are checked at run time against the real stack.
+ *   Nothing is computed at compile time: a state's entry is made the
+ *   first time a matcher needs it.
  *
  * Thread-safety and ownership
  *   grammar_vocab and grammar are immutable once built and reference
  *   counted: any number of threads may use one at once (the mask cache
- *   inside a grammar is filled with atomic operations). _ref adds a
- *   reference, _free drops one and frees at zero. A matcher holds one
- *   reference on its grammar and its vocabulary; it belongs to one
- *   sequence and must be used by one thread at a time.
+ *   inside a grammar is filled with atomic operations: one pointer per
+ *   DFA state, published by compare-and-swap, never changed afterwards;
+ *   a thread that loses the race frees its copy). _ref adds a reference,
+ *   _free drops one and frees at zero. A matcher holds one reference on
+ *   its grammar and its vocabulary; it belongs to one sequence and must
+ *   be used by one thread at a time, its const queries included (they use
+ *   the matcher's scratch memory).
  */
 #ifndef TR_GRAMMAR_H
 #define TR_GRAMMAR_H
@@ -140,11 +209,17 @@ typedef struct grammar_limits {
     uint32_t max_nesting;       /* groups/quantifiers deep; default 200 */
     uint32_t max_repeat;        /* largest m, n in {m,n}; default 1000 */
     uint32_t max_nfa_states;    /* default 500000 */
-    uint32_t max_dfa_states;    /* before minimization; default 50000 */
+    uint32_t max_dfa_states;    /* before minimization; EBNF: states made
+                                   over the grammar's life; default 50000 */
     uint64_t max_compile_bytes; /* scratch + result; default 512 MiB */
     uint64_t max_compile_us;    /* wall clock; default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
                                    default 64 MiB; 0 disables the memo */
+    size_t max_grammar_bytes;   /* EBNF text; default 4 MiB (each regex
+                                   terminal in it: max_pattern_bytes) */
+    uint32_t max_stacks;        /* EBNF: parse stacks one matcher may
+                                   follow at once (ambiguous grammars);
+                                   default 1024 */
 } grammar_limits;
 
 void tr_grammar_limits_default(grammar_limits *l);
@@ -159,20 +234,40 @@ void tr_grammar_limits_default(grammar_limits *l);
 tr_status tr_grammar_compile_regex(const char *pattern, size_t len,
                                 const grammar_limits *limits, grammar **out,
                                 tr_diag *diag);
+/* Compiles grammar text (the EBNF format above) into a grammar that the
+ * same matcher API runs. limits may be NULL (defaults). Errors:
+ * TR_ERR_FORMAT (syntax, undefined rule, no root, a root that matches no
+ * string; diag gives offset, line, column and what), TR_ERR_UNSUPPORTED
+ * (left recursion other than a rule's own leading self-reference, token
+ * references, regex constructs outside the dialect), TR_ERR_LIMIT (a
+ * budget; diag names it), TR_ERR_NOMEM. *out untouched on failure. */
+tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
+                                  const grammar_limits *limits, grammar **out,
+                                  tr_diag *diag);
 grammar *tr_grammar_ref(grammar *g);
 void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
-/* Whether the whole of bytes[0..len) is in the grammar's language. */
+/* Whether the whole of bytes[0..len) is in the grammar's language (false
+ * also when an EBNF grammar's max_stacks or max_dfa_states is exceeded).
+ * Thread-safe like every use of a grammar. */
 bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len);
 
 typedef struct grammar_stats {
     uint32_t nfa_states;     /* NFA built from the pattern */
     uint32_t dfa_states_raw; /* after subset construction */
-    uint32_t dfa_states;     /* after minimization, dead state included */
+    uint32_t dfa_states;     /* after minimization, dead state included
+                                (EBNF: made at compile time, the rest
+                                come lazily) */
     uint32_t byte_classes;   /* columns of the transition table */
     size_t bytes;            /* memory held by the compiled grammar,
                                 mask memo excluded */
     uint64_t compile_ns;
+    /* EBNF grammars (0 for a regex): rules in the text, rules left as
+     * calls after inlining (1: the whole grammar became one DFA), call
+     * edges of the automaton */
+    uint32_t rules;
+    uint32_t rules_kept;
+    uint32_t call_edges;
 } grammar_stats;
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 
@@ -192,6 +287,86 @@ void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st);
 tr_status tr_grammar_check(const grammar *g);
 /* Human-readable automaton, for debugging. */
 void tr_grammar_dump(const grammar *g, FILE *f);
+
+/* ---------------------------------------------------------------------
+ * JSON Schema
+ * ------------------------------------------------------------------- */
+
+/* JSON Schema -> grammar text -> grammar (grammar/json_schema.c; the
+ * keyword-by-keyword account is in grammar/README.md).
+ *
+ * What the grammar accepts: exactly the JSON texts of the values the
+ * schema accepts, as far as this compiler can enforce them, written
+ * with the chosen whitespace, object properties in the order of
+ * `properties` (then the required names not listed there, then any
+ * additional properties), every JSON string escape a JSON parser reads
+ * back as the same string (raw characters, \" \\ \/ \b \f \n \r
+ * \t, \u00XX for control characters, any \uXXXX in unconstrained
+ * strings). A keyword it cannot enforce (uniqueItems, if/then/else,
+ * dependentSchemas, unevaluated*, $dynamicRef, an unenforceable oneOf,
+ * `not` beyond simple forms...) is an error in strict mode (the default:
+ * TR_ERR_UNSUPPORTED, the diag names the keyword and its JSON pointer)
+ * and ignored with a warning in lenient mode. Never the other way
+ * round: without lenient, no text the schema forbids is accepted.
+ * Unknown keywords are annotations (ignored), as validators do.
+ * $ref: JSON pointers (~0 ~1, percent-escapes), $defs / definitions,
+ * $id-relative URIs, $anchor; never fetched from disk or network. */
+typedef enum grammar_json_ws {
+    GRAMMAR_JSON_WS_FLEXIBLE = 0, /* JSON whitespace between tokens, each
+                                     run at most max_ws_run bytes */
+    GRAMMAR_JSON_WS_COMPACT,      /* none: {"a":1,"b":[1,2]} */
+    GRAMMAR_JSON_WS_PRETTY,       /* Python json.dumps(indent=N) layout */
+} grammar_json_ws;
+
+typedef struct grammar_json_options {
+    bool lenient;             /* ignore unenforceable keywords (warn) */
+    grammar_json_ws whitespace;
+    uint32_t max_ws_run;      /* flexible: longest whitespace run (default
+                                 24: deep pretty-printed output fits, and
+                                 generation cannot loop on blanks) */
+    uint32_t indent;          /* pretty: spaces per level (default 2) */
+    uint32_t max_depth;       /* pretty: deepest nesting with its own
+                                 indentation (default 24, at most 63) */
+    /* lenient mode's warnings: one call per ignored keyword, with the
+     * JSON pointer of its schema and a message; NULL: dropped */
+    void (*warn)(void *ctx, const char *pointer, const char *message);
+    void *warn_ctx;
+} grammar_json_options;
+
+void tr_grammar_json_options_default(grammar_json_options *o);
+
+/* The grammar text of a schema (schema_json: UTF-8 JSON, len bytes; opt
+ * and limits may be NULL for the defaults). *text is malloc'd,
+ * NUL-terminated (free() it); *text_len excludes the NUL. Errors:
+ * TR_ERR_FORMAT (the text is not JSON: diag has line, column, offset;
+ * the schema is malformed or accepts nothing: diag names the JSON
+ * pointer), TR_ERR_UNSUPPORTED (strict mode; diag names keyword and
+ * pointer), TR_ERR_NOT_FOUND (a $ref that does not resolve),
+ * TR_ERR_LIMIT (a budget: diag names it), TR_ERR_NOMEM. Nothing is
+ * allocated on failure. */
+tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, char **text,
+                                         size_t *text_len, tr_diag *diag);
+/* Same, compiled (tr_grammar_compile_ebnf). */
+tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, grammar **out,
+                                         tr_diag *diag);
+/* Plain JSON: any JSON value, or (object_only) any JSON object. */
+tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,
+                                  const grammar_limits *limits, grammar **out,
+                                  tr_diag *diag);
+
+/* JSON text exactly as Python's json.dumps(v, ensure_ascii=False) writes
+ * it (separators ", " and ": ", keys in the object's order, floats as
+ * repr(): shortest round trip, "1e-05", "1e+16", "1.0"; non-finite as
+ * NaN / Infinity): MaskBench serializes test instances so. Appends to a
+ * malloc'd buffer: *buf (may be NULL), *len, *cap updated; false on
+ * out-of-memory or nesting beyond 2048. */
+struct json_t; /* jansson's */
+bool tr_grammar_json_dumps_py(const struct json_t *v, char **buf, size_t *len,
+                              size_t *cap);
 
 /* ---------------------------------------------------------------------
  * Matcher: one per sequence

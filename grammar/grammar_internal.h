@@ -121,6 +121,9 @@ typedef enum gre_kind {
     GRE_REPEAT, /* kid{min,max} */
     GRE_BOL,    /* ^: holds before the first byte only */
     GRE_EOL,    /* $: holds after the last byte only */
+    /* grammar IR only (ebnf_*.c), never produced by the regex parser: */
+    GRE_REF,    /* the rule `ref` (a call, or inlined before the NFA) */
+    GRE_DFA,    /* a regex terminal compiled on its own (it had anchors) */
 } gre_kind;
 
 #define GRE_INF UINT32_MAX
@@ -132,6 +135,8 @@ typedef struct gre_node {
     struct gre_node **kids;
     uint32_t n_kids; /* CONCAT, ALT; REPEAT has one kid */
     uint32_t min, max;
+    uint32_t ref;          /* GRE_REF: rule index */
+    const struct gdfa *dfa; /* GRE_DFA: borrowed, lives as long as the IR */
 } gre_node;
 
 /* Parses pattern[0..len) into an AST in cc's arena. Errors as for
@@ -147,13 +152,21 @@ typedef enum gnfa_edge_kind {
     GNFA_EPS,  /* free */
     GNFA_BOL,  /* free, only before any byte was consumed */
     GNFA_EOL,  /* free, but nothing may be consumed afterwards */
+    GNFA_CALL, /* consumes call symbol lo | hi << 8 (a whole rule, run on
+                  the matcher's stack; grammars only) */
 } gnfa_edge_kind;
+
+#define GNFA_MAX_SYMS 65536u
 
 typedef struct gnfa_edge {
     uint32_t to;
     uint32_t next; /* next edge of the same state, UINT32_MAX ends */
     uint8_t lo, hi, kind, pad;
 } gnfa_edge;
+
+static inline uint32_t gnfa_edge_sym(const gnfa_edge *e) {
+    return (uint32_t)e->lo | (uint32_t)e->hi << 8;
+}
 
 typedef struct gnfa {
     uint32_t n_states, cap_states;
@@ -166,6 +179,14 @@ typedef struct gnfa {
 /* Builds the NFA of the AST (heap arrays accounted in cc; free with
  * tr_nfa_free). */
 tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out);
+/* The NFA of a grammar: one fragment per body, bodies[i] entered at
+ * starts[i], every fragment ending in the one shared final state
+ * ("the rule may return here"). A GRE_REF node to rule r becomes a CALL
+ * edge on symbol sym_of_rule[r] (every remaining reference is a call:
+ * inlining happened in the IR); GRE_DFA nodes are copied state by state. */
+tr_status tr_nfa_build_rules(gcc *cc, const gre_node *const *bodies, uint32_t n,
+                             const uint32_t *sym_of_rule, gnfa *out,
+                             uint32_t *starts);
 void tr_nfa_free(gcc *cc, gnfa *n);
 
 /* ---------------------------------------------------------------------
@@ -210,6 +231,7 @@ typedef struct gdfa {
 
 /* Subset construction from nfa, then trimming and minimization. */
 tr_status tr_dfa_build(gcc *cc, const gnfa *nfa, gdfa *out);
+
 void tr_dfa_free(gdfa *d);
 size_t tr_dfa_bytes(const gdfa *d);
 tr_status tr_dfa_check(const gdfa *d);
@@ -267,7 +289,32 @@ typedef struct gtrie {
                               bytes, the check node's own byte included */
     uint32_t *ptoks;       /* trie tokens in preorder */
     uint16_t *plen;        /* their byte lengths */
+    uint32_t *pfirst;      /* [n_nodes + 1] the tokens of node i's subtree
+                              are ptoks[pfirst[i] .. pfirst[next[i]]) */
+    /* The biggest check nodes' tokens also as masks ([n_checks], NULL for
+     * the others): taking a whole subtree is then an OR of n_words words
+     * instead of a scattered bit per token (SmolLM2: 60 check nodes hold
+     * 256 tokens or more, 29,800 in all; a token costs ~4 instructions, a
+     * word a fraction of one). Only nodes with at least n_words / 4
+     * tokens, largest first, within GTRIE_CMASK_BYTES. */
+    uint64_t **cmask;
 } gtrie;
+
+#define GTRIE_CMASK_BYTES (4u << 20)
+
+/* ORs the tokens of check node ck into mask. */
+static inline void gtrie_take_check(const gtrie *tr, uint32_t ck, size_t n_words,
+                                    uint64_t *mask) {
+    const uint64_t *cm = tr->cmask[ck];
+    if (cm) {
+        for (size_t w = 0; w < n_words; w++) mask[w] |= cm[w];
+        return;
+    }
+    for (uint32_t k = tr->ctok_lo[ck]; k < tr->ctok_hi[ck]; k++) {
+        uint32_t id = tr->ptoks[k];
+        mask[id >> 6] |= 1ull << (id & 63);
+    }
+}
 
 /* Subtrees smaller than this are walked, not checked: a check costs about
  * as much as stepping a few nodes. */
@@ -290,6 +337,7 @@ struct grammar_vocab {
     int32_t (*dups)[2];
     uint32_t n_dups;
     uint32_t max_len; /* longest token in the trie */
+    uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
 };
 
 /* ---------------------------------------------------------------------
@@ -339,8 +387,12 @@ bool tr_mask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
  * ------------------------------------------------------------------- */
 
 typedef enum grammar_kind {
-    GRAMMAR_KIND_REGEX = 1,
+    GRAMMAR_KIND_REGEX = 1, /* a DFA (regexes, EBNF without recursion) */
+    GRAMMAR_KIND_CFG = 2,   /* a DFA with call edges, run on stacks */
 } grammar_kind;
+
+struct gcfg;
+struct gcfg_memo;
 
 struct grammar {
     atomic_uint refs;
@@ -348,15 +400,20 @@ struct grammar {
     gdfa dfa;
     grammar_stats stats;
     uint64_t mask_budget;
-    pthread_mutex_t lock; /* guards the caches list only */
+    pthread_mutex_t lock; /* guards the caches lists only */
     gmask_cache *caches;
+    struct gcfg *cfg;           /* GRAMMAR_KIND_CFG: cfg_internal.h */
+    struct gcfg_memo *cfg_memos; /* GRAMMAR_KIND_CFG: one per vocabulary */
 };
 
 /* ---------------------------------------------------------------------
  * Matcher (matcher.c)
  * ------------------------------------------------------------------- */
 
+struct gcfg_matcher;
+
 struct grammar_matcher {
+    struct gcfg_matcher *cfg; /* GRAMMAR_KIND_CFG: the stacks (cfg_matcher.c) */
     grammar *g;          /* referenced */
     grammar_vocab *v;    /* referenced */
     gmask_cache *cache;  /* the grammar's memo for v; NULL: none */

@@ -127,10 +127,7 @@ void tr_mask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
                 ck++;
                 next_check = ck < n_checks ? check[ck] : UINT32_MAX;
                 if (max_len == UINT32_MAX) {
-                    for (uint32_t k = lo; k < hi; k++) {
-                        uint32_t id = ptoks[k];
-                        mask[id >> 6] |= 1ull << (id & 63);
-                    }
+                    gtrie_take_check(tr, ck - 1, nw, mask);
                     i = next[i];
                     continue;
                 }

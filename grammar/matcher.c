@@ -12,11 +12,15 @@
  * it started from onto a fixed ring of max_rollback entries (allocated at
  * creation: accepting never allocates); the oldest entries are forgotten
  * when the ring is full.
+ *
+ * Grammars with recursion (GRAMMAR_KIND_CFG) keep a set of stacks
+ * instead of one state: every entry point hands them to cfg_matcher.c
+ * (one branch on m->cfg; the regex path is unchanged).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg_internal.h"
 
 #define MAX_ROLLBACK_LIMIT (1u << 20)
 
@@ -40,7 +44,15 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
     m->g = tr_grammar_ref(g);
     m->v = tr_grammar_vocab_ref(v);
     /* NULL on OOM or a zero budget: masks are then computed every time */
-    m->cache = tr_grammar_cache_for(g, v);
+    if (g->kind == GRAMMAR_KIND_CFG) {
+        tr_status st = tr_cfgm_new(m);
+        if (st) {
+            tr_grammar_matcher_free(m);
+            return st;
+        }
+    } else {
+        m->cache = tr_grammar_cache_for(g, v);
+    }
     tr_grammar_matcher_reset(m);
     *out = m;
     return TR_OK;
@@ -48,6 +60,7 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
 
 void tr_grammar_matcher_free(grammar_matcher *m) {
     if (!m) return;
+    tr_cfgm_free(m);
     tr_grammar_free(m->g);
     tr_grammar_vocab_free(m->v);
     free(m->hist_state);
@@ -58,6 +71,10 @@ void tr_grammar_matcher_free(grammar_matcher *m) {
 }
 
 void tr_grammar_matcher_reset(grammar_matcher *m) {
+    if (m->cfg) {
+        tr_cfgm_reset(m);
+        return;
+    }
     m->state = m->g->dfa.start;
     m->terminated = false;
     m->hist_head = 0;
@@ -79,6 +96,7 @@ tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
         memset(mask, 0, n_words * sizeof *mask);
         return TR_OK;
     }
+    if (m->cfg) return tr_cfgm_fill_mask(m, mask);
     if (!tr_mask_cache_fill(m->cache, &m->g->dfa, m->state, m->v, m->stack,
                           m->scratch, mask))
         m->n_computed++;
@@ -100,11 +118,20 @@ static uint32_t token_target(const grammar_matcher *m, int32_t id) {
 
 bool tr_grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return false;
+    if (m->cfg) return tr_cfgm_token_allowed(m, id);
     return token_target(m, id) != GDFA_DEAD;
 }
 
 tr_status tr_grammar_matcher_accept_token(grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return TR_ERR_INVALID_ARG;
+    if (m->cfg) {
+        const grammar_vocab *v = m->v;
+        uint8_t f = v->flags[id];
+        size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
+        if (!(f & GVOCAB_EOG) && ((f & GVOCAB_SPECIAL) || len == 0))
+            return TR_ERR_STATE;
+        return tr_cfgm_accept(m, v->bytes + v->offs[id], len, f & GVOCAB_EOG);
+    }
     uint32_t t = token_target(m, id);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
     push_history(m);
@@ -117,6 +144,7 @@ tr_status tr_grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
                                        size_t len) {
     if (!bytes && len > 0) return TR_ERR_INVALID_ARG;
     if (m->terminated) return TR_ERR_STATE;
+    if (m->cfg) return tr_cfgm_accept(m, bytes, len, false);
     uint32_t t = tr_dfa_run(&m->g->dfa, m->state, bytes, len);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
     push_history(m);
@@ -125,6 +153,7 @@ tr_status tr_grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
 }
 
 tr_status tr_grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
+    if (m->cfg) return tr_cfgm_rollback(m, n);
     if (n > m->hist_len) return TR_ERR_STATE;
     if (n == 0) return TR_OK;
     /* the entry pushed by the earliest undone call holds the state to
@@ -148,10 +177,12 @@ void tr_grammar_matcher_mask_counts(const grammar_matcher *m, uint64_t *filled,
 }
 
 bool tr_grammar_matcher_is_accepting(const grammar_matcher *m) {
+    if (m->cfg) return tr_cfgm_is_accepting(m);
     return !m->terminated && m->g->dfa.accept[m->state];
 }
 
 bool tr_grammar_matcher_can_continue(const grammar_matcher *m) {
+    if (m->cfg) return tr_cfgm_can_continue(m);
     return !m->terminated && m->g->dfa.can_cont[m->state];
 }
 
@@ -162,6 +193,7 @@ bool tr_grammar_matcher_is_terminated(const grammar_matcher *m) {
 tr_status tr_grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
                                        size_t cap, size_t *len) {
     if (!len || (!buf && cap > 0)) return TR_ERR_INVALID_ARG;
+    if (m->cfg) return tr_cfgm_forced_bytes(m, buf, cap, len);
     size_t n = 0;
     if (!m->terminated) {
         const gdfa *d = &m->g->dfa;

@@ -28,6 +28,7 @@
 typedef struct nb {
     gcc *cc;
     gnfa *n;
+    const uint32_t *sym_of_rule; /* grammars: GRE_REF -> call symbol */
     /* suffix cache for the UTF-8 expansion of one set */
     uint64_t *keys; /* (lo << 40) | (hi << 32) | next, 0 = empty slot */
     uint32_t *vals;
@@ -232,6 +233,41 @@ static tr_status build_repeat(nb *b, const gre_node *x, uint32_t *s,
     return TR_OK;
 }
 
+/* A compiled terminal DFA, state by state: entry = its start, every
+ * accepting state linked to the exit. */
+static tr_status build_dfa(nb *b, const gdfa *d, uint32_t *s, uint32_t *e) {
+    uint32_t *map = tr_gcc_alloc(b->cc, (size_t)d->n_states * sizeof *map);
+    if (!map) return b->cc->err;
+    tr_status st = new_state(b, e);
+    for (uint32_t q = 1; q < d->n_states && !st; q++) st = new_state(b, &map[q]);
+    if (st) return st;
+    /* each class as byte ranges, once */
+    uint8_t rlo[256], rhi[256], rcls[256];
+    uint32_t nr = 0;
+    for (int x = 0; x < 256;) {
+        int y = x;
+        while (y + 1 < 256 && d->cls[y + 1] == d->cls[x]) y++;
+        rlo[nr] = (uint8_t)x, rhi[nr] = (uint8_t)y, rcls[nr] = d->cls[x];
+        nr++;
+        x = y + 1;
+    }
+    for (uint32_t q = 1; q < d->n_states; q++) {
+        for (uint32_t r = 0; r < nr; r++) {
+            uint32_t t = d->trans[(size_t)q * d->n_classes + rcls[r]];
+            if (t == GDFA_DEAD) continue;
+            st = add_edge(b, map[q], map[t], GNFA_BYTE, rlo[r], rhi[r]);
+            if (st) return st;
+        }
+        if (d->accept[q] && (st = add_edge(b, map[q], *e, GNFA_EPS, 0, 0)))
+            return st;
+    }
+    if (d->start != GDFA_DEAD) {
+        *s = map[d->start];
+        return TR_OK;
+    }
+    return new_state(b, s); /* empty language: nothing reaches the exit */
+}
+
 static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     tr_status st;
     switch (x->kind) {
@@ -283,6 +319,18 @@ static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     }
     case GRE_REPEAT:
         return build_repeat(b, x, s, e);
+    case GRE_REF: {
+        uint32_t sym = b->sym_of_rule ? b->sym_of_rule[x->ref] : UINT32_MAX;
+        if (sym >= GNFA_MAX_SYMS) break; /* not a call: a compiler bug */
+        st = new_state(b, s);
+        if (!st) st = new_state(b, e);
+        if (!st)
+            st = add_edge(b, *s, *e, GNFA_CALL, (uint8_t)(sym & 0xFF),
+                          (uint8_t)(sym >> 8));
+        return st;
+    }
+    case GRE_DFA:
+        return build_dfa(b, x->dfa, s, e);
     }
     return tr_gcc_fail(b->cc, TR_ERR_INTERNAL, x->offset, "unknown AST node");
 }
@@ -295,6 +343,27 @@ tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out) {
         tr_nfa_free(cc, out);
         return st;
     }
+    return TR_OK;
+}
+
+tr_status tr_nfa_build_rules(gcc *cc, const gre_node *const *bodies, uint32_t n,
+                             const uint32_t *sym_of_rule, gnfa *out,
+                             uint32_t *starts) {
+    memset(out, 0, sizeof *out);
+    nb b = {.cc = cc, .n = out, .sym_of_rule = sym_of_rule};
+    uint32_t fin;
+    tr_status st = new_state(&b, &fin);
+    for (uint32_t i = 0; i < n && !st; i++) {
+        uint32_t e;
+        st = build(&b, bodies[i], &starts[i], &e);
+        if (!st) st = add_edge(&b, e, fin, GNFA_EPS, 0, 0);
+    }
+    if (st) {
+        tr_nfa_free(cc, out);
+        return st;
+    }
+    out->start = n ? starts[0] : fin;
+    out->final = fin;
     return TR_OK;
 }
 

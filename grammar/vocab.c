@@ -52,6 +52,10 @@ static void vocab_destroy(grammar_vocab *v) {
     free(v->trie.cheight);
     free(v->trie.ptoks);
     free(v->trie.plen);
+    free(v->trie.pfirst);
+    free(v->trie_bits);
+    for (uint32_t c = 0; v->trie.cmask && c < v->trie.n_checks; c++) free(v->trie.cmask[c]);
+    free(v->trie.cmask);
     free(v->dups);
     free(v);
 }
@@ -70,6 +74,41 @@ static void ascii_subtrees(const gtrie *tr, uint8_t *asc) {
 
 static bool is_check(const gtrie *tr, const uint8_t *asc, uint32_t i) {
     return asc[i] && tr->next[i] - i >= GTRIE_CHECK_MIN;
+}
+
+static int cmp_size_desc(const void *a, const void *b) {
+    const uint32_t *x = a, *y = b;
+    return x[0] > y[0] ? -1 : x[0] < y[0];
+}
+
+/* Masks of the biggest check nodes (gtrie.cmask). */
+static tr_status check_masks(grammar_vocab *v) {
+    gtrie *tr = &v->trie;
+    tr->cmask = calloc(tr->n_checks ? tr->n_checks : 1, sizeof *tr->cmask);
+    uint32_t(*by)[2] = malloc((tr->n_checks ? tr->n_checks : 1) * sizeof *by);
+    if (!tr->cmask || !by) {
+        free(by);
+        return TR_ERR_NOMEM;
+    }
+    for (uint32_t c = 0; c < tr->n_checks; c++)
+        by[c][0] = tr->ctok_hi[c] - tr->ctok_lo[c], by[c][1] = c;
+    qsort(by, tr->n_checks, sizeof *by, cmp_size_desc);
+    size_t bytes = v->n_words * sizeof(uint64_t), used = 0;
+    for (uint32_t i = 0; i < tr->n_checks; i++) {
+        if (by[i][0] < v->n_words / 4 || used + bytes > GTRIE_CMASK_BYTES) break;
+        uint64_t *m = calloc(v->n_words, sizeof *m);
+        if (!m) {
+            free(by);
+            return TR_ERR_NOMEM;
+        }
+        uint32_t c = by[i][1];
+        for (uint32_t k = tr->ctok_lo[c]; k < tr->ctok_hi[c]; k++)
+            m[tr->ptoks[k] >> 6] |= 1ull << (tr->ptoks[k] & 63);
+        tr->cmask[c] = m;
+        used += bytes;
+    }
+    free(by);
+    return TR_OK;
 }
 
 /* Finds the check nodes and the preorder token list (gtrie). */
@@ -120,7 +159,14 @@ static tr_status build_checks(grammar_vocab *v) {
         c++;
     }
     tr->n_checks = nc;
-    free(asc), free(pcount);
+    free(asc);
+    tr->pfirst = pcount; /* kept: slices of ptoks per node */
+    if (check_masks(v) != TR_OK) return TR_ERR_NOMEM;
+    /* every token the trie holds, as a mask */
+    v->trie_bits = calloc(v->n_words + 1, sizeof *v->trie_bits);
+    if (!v->trie_bits) return TR_ERR_NOMEM;
+    for (uint32_t k = 0; k < np; k++)
+        v->trie_bits[tr->ptoks[k] >> 6] |= 1ull << (tr->ptoks[k] & 63);
     return TR_OK;
 }
 

@@ -20,7 +20,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 
 # ---- Debian packages ----
 pkgs=(build-essential cmake pkg-config python3 python3-venv unzip
-      libuv1-dev libpcre2-dev libjansson-dev libhttp-parser-dev libcmocka-dev
+      libuv1-dev libpcre2-dev libjansson-dev libhttp-parser-dev libcmocka-dev zlib1g-dev
       clang libclang-rt-14-dev gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do

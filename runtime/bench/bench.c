@@ -11,6 +11,7 @@ static const struct {
 } k_benches[] = {
     {"serve", bench_serve, "the engine under load: throughput, TTFT/TPOT, prefix cache"},
     {"grammar", bench_grammar, "constrained decoding: compile, masks, jump-forward"},
+    {"maskbench", bench_maskbench, "JSON Schema coverage and mask speed on MaskBench data"},
 };
 
 static void usage(FILE *f) {

@@ -56,6 +56,7 @@
 #include "base/util.h"
 #include "grammar/grammar.h"
 #include "runtime/bench/bench.h"
+#include "runtime/bench/bench_vocab.h"
 #include "runtime/cli/args.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -148,37 +149,6 @@ static int bg_lines(char *text, char **pat, char **second, int max) {
 
 /* ---- (a) compile and mask micro-benchmark ---- */
 
-/* The grammar vocabulary of tok as the engine builds it for its
- * constraints (runtime/engine/constraint.c, which applications cannot
- * include): every token's bytes, control tokens marked special (never
- * allowed in constrained text), the end-of-generation ids. */
-static tr_status bg_vocab(const tokenizer *tok, grammar_vocab **out, tr_diag *diag) {
-    int32_t n = tr_tokenizer_n_vocab(tok);
-    const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
-    uint32_t *lens = calloc((size_t)n, sizeof *lens);
-    uint8_t *special = calloc((size_t)n, 1);
-    int32_t *eog = calloc((size_t)n, sizeof *eog);
-    size_t n_eog = 0;
-    tr_status s = TR_ERR_NOMEM;
-    if (bytes && lens && special && eog) {
-        for (int32_t i = 0; i < n; i++) {
-            size_t len = 0;
-            bytes[i] = tr_tokenizer_token_bytes(tok, i, &len);
-            lens[i] = (uint32_t)TR_MIN(len, 65536u); /* longer: LIMIT */
-            special[i] = tr_tokenizer_is_special(tok, i);
-            if (tr_tokenizer_is_eog(tok, i)) eog[n_eog++] = i;
-        }
-        grammar_vocab_desc d = {.n_vocab = n, .token_bytes = bytes, .token_lens = lens,
-                                .is_special = special, .eog_ids = eog, .n_eog = n_eog};
-        s = tr_grammar_vocab_new(&d, out, diag);
-    }
-    free(bytes);
-    free(lens);
-    free(special);
-    free(eog);
-    return s;
-}
-
 static int32_t bg_pick(uint64_t *r, const uint64_t *mask, size_t nw,
                        const grammar_vocab *v) {
     size_t n = tr_grammar_mask_count(mask, nw);
@@ -220,7 +190,7 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
     uint64_t t0 = tr_now_ns();
     tr_status st = tr_gguf_open(model_path, &f, &d);
     if (st == TR_OK) st = tr_tokenizer_from_gguf(f, &tok, &d);
-    if (st == TR_OK) st = bg_vocab(tok, &v, &d);
+    if (st == TR_OK) st = bench_vocab_from_tokenizer(tok, &v, &d);
     if (st != TR_OK) {
         fprintf(stderr, "trellis bench grammar: %s: %s\n", model_path,
                 d.message[0] ? d.message : tr_status_message(st));

@@ -20,7 +20,7 @@ static const struct {
     {"info", cmd_info, "describe a GGUF model"},
     {"tokenize", cmd_tokenize, "show the token ids of a text"},
     {"bench", cmd_bench, "benchmarks: serve (the engine under load), grammar "
-                         "(constrained decoding)"},
+                         "(constrained decoding), maskbench (JSON Schema)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,770 @@
+/* cpdfa.c — DFAs over code points, for the boolean operations JSON
+ * Schema needs on string languages, and their way back to a regex.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), over nfa.c and
+ * dfa.c (regex AST -> minimized byte DFA). Arena memory of the compile
+ * context; budgets: state counts, the expression size of the result,
+ * and the context's clock. Single-threaded per compile.
+ *
+ * Why: the grammar text can only say "this regex"; it cannot say
+ * "pattern AND maxLength", "any key but the listed ones" or "matches
+ * pattern p but not q". Those are intersections and complements of
+ * regular languages, easy on DFAs: build the byte DFA of each side with
+ * the regex compiler, read it back as a DFA over code points (every
+ * path of the byte DFA spells valid UTF-8, so each state at a character
+ * boundary has edges labelled with code-point ranges), combine by the
+ * product construction, and turn the result back into a regex AST by
+ * state elimination (Brzozowski-McCluskey), eliminating first the
+ * states with the fewest in x out edges. State elimination can blow up
+ * on automata with many crossing loops; the tree size of the expression
+ * is tracked as it grows and capped (TR_ERR_LIMIT), so callers can
+ * refuse the schema instead of producing a gigantic grammar.
+ *
+ * Representation: state s has edges e[off[s] .. off[s+1]), sorted by
+ * code point, disjoint; a code point with no edge dies. n == 0 is the
+ * empty language. Automata from here are trimmed: every state is
+ * reachable and can reach acceptance.
+ */
+#include <string.h>
+
+#include "base/utf8.h"
+#include "grammar/json_schema_internal.h"
+
+#define CPD_MAX_STATES 200000u
+
+/* ---- building helpers ---- */
+
+typedef struct ebuf {
+    cpd_edge *v;
+    uint32_t n, cap;
+} ebuf;
+
+static tr_status ebuf_push(gcc *cc, ebuf *b, uint32_t lo, uint32_t hi, uint32_t to) {
+    if (b->n && b->v[b->n - 1].to == to && b->v[b->n - 1].hi + 1 == lo) {
+        b->v[b->n - 1].hi = hi; /* merge with the previous range */
+        return TR_OK;
+    }
+    if (b->n && b->v[b->n - 1].to == to && b->v[b->n - 1].hi == GCP_SURR_LO - 1 &&
+        lo == GCP_SURR_HI + 1) {
+        b->v[b->n - 1].hi = hi; /* across the surrogate gap: same set */
+        return TR_OK;
+    }
+    if (b->n == b->cap) {
+        uint32_t nc = b->cap ? b->cap * 2 : 16;
+        if (nc > (1u << 26))
+            return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "string automaton too large");
+        cpd_edge *v = tr_gcc_alloc(cc, (size_t)nc * sizeof *v);
+        if (!v) return cc->err;
+        if (b->n) memcpy(v, b->v, b->n * sizeof *v);
+        b->v = v;
+        b->cap = nc;
+    }
+    b->v[b->n++] = (cpd_edge){lo, hi, to};
+    return TR_OK;
+}
+
+/* The per-state edge lists gathered in order into CSR form. */
+typedef struct builder {
+    uint32_t n, cap;
+    uint8_t *acc;
+    uint32_t *off;
+    ebuf e;
+} builder;
+
+static tr_status b_state(gcc *cc, builder *b, bool acc, uint32_t *id) {
+    if (b->n >= CPD_MAX_STATES)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
+                           "string automaton has more than %u states", CPD_MAX_STATES);
+    if (b->n + 1 >= b->cap) {
+        uint32_t nc = b->cap ? b->cap * 2 : 64;
+        uint8_t *a = tr_gcc_alloc(cc, nc);
+        uint32_t *o = tr_gcc_alloc(cc, (size_t)(nc + 1) * sizeof *o);
+        if (!a || !o) return cc->err;
+        if (b->n) memcpy(a, b->acc, b->n), memcpy(o, b->off, (b->n + 1) * sizeof *o);
+        b->acc = a;
+        b->off = o;
+        b->cap = nc;
+    }
+    b->acc[b->n] = acc;
+    *id = b->n++;
+    return TR_OK;
+}
+
+/* ---- from a byte DFA ---- */
+
+typedef struct conv {
+    gcc *cc;
+    const gdfa *d;
+    uint32_t *map;          /* byte state -> code-point state, UINT32_MAX */
+    ebuf **memo;            /* [n_states * 3] suffix tables, per depth */
+} conv;
+
+/* Ranges of suffix values (k continuation bytes from byte state m) and
+ * the boundary byte states they reach. */
+static tr_status suffix(conv *c, uint32_t m, uint32_t k, const ebuf **out) {
+    size_t slot = (size_t)m * 3 + (k - 1);
+    if (c->memo[slot]) {
+        *out = c->memo[slot];
+        return TR_OK;
+    }
+    ebuf *r = tr_gcc_alloc(c->cc, sizeof *r);
+    if (!r) return c->cc->err;
+    for (uint32_t b = 0x80; b <= 0xBF; b++) {
+        uint32_t u = gdfa_step(c->d, m, (uint8_t)b);
+        if (u == GDFA_DEAD) continue;
+        uint32_t v = b & 0x3F;
+        tr_status st;
+        if (k == 1) {
+            st = ebuf_push(c->cc, r, v, v, u);
+        } else {
+            const ebuf *sub;
+            if ((st = suffix(c, u, k - 1, &sub))) return st;
+            uint32_t sh = 6 * (k - 1);
+            for (uint32_t i = 0; !st && i < sub->n; i++)
+                st = ebuf_push(c->cc, r, (v << sh) + sub->v[i].lo, (v << sh) + sub->v[i].hi,
+                               sub->v[i].to);
+        }
+        if (st) return st;
+    }
+    c->memo[slot] = r;
+    *out = r;
+    return TR_OK;
+}
+
+tr_status tr_cpdfa_from_ast(gcc *cc, const gre_node *ast, cpdfa *out) {
+    memset(out, 0, sizeof *out);
+    gnfa nfa = {0};
+    gdfa d = {0};
+    tr_status st = tr_nfa_build(cc, ast, &nfa);
+    if (!st) st = tr_dfa_build(cc, &nfa, &d);
+    tr_nfa_free(cc, &nfa);
+    if (st) return st;
+    if (d.start == GDFA_DEAD) {
+        tr_dfa_free(&d);
+        return TR_OK;
+    }
+    conv c = {.cc = cc, .d = &d};
+    c.map = tr_gcc_alloc(cc, (size_t)d.n_states * sizeof *c.map);
+    c.memo = tr_gcc_alloc(cc, (size_t)d.n_states * 3 * sizeof *c.memo);
+    builder b = {0};
+    uint32_t *queue = tr_gcc_alloc(cc, (size_t)d.n_states * sizeof *queue);
+    if (!c.map || !c.memo || !queue) {
+        tr_dfa_free(&d);
+        return cc->err;
+    }
+    memset(c.map, 0xff, (size_t)d.n_states * sizeof *c.map);
+    uint32_t qh = 0, qn = 0;
+    queue[qn++] = d.start;
+    st = b_state(cc, &b, d.accept[d.start], &c.map[d.start]);
+    ebuf *edges = tr_gcc_alloc(cc, (size_t)d.n_states * sizeof *edges);
+    if (!edges) st = cc->err;
+    while (!st && qh < qn) {
+        uint32_t s = queue[qh++];
+        ebuf *e = &edges[c.map[s]];
+        for (uint32_t lead = 0; !st && lead < 0xF5; lead++) {
+            uint32_t t = gdfa_step(&d, s, (uint8_t)lead);
+            if (t == GDFA_DEAD) continue;
+            uint32_t k = lead < 0x80 ? 0 : lead < 0xE0 ? 1 : lead < 0xF0 ? 2 : 3;
+            uint32_t base = k == 0 ? lead : k == 1 ? (lead & 0x1F) << 6
+                            : k == 2 ? (lead & 0x0F) << 12 : (lead & 0x07) << 18;
+            cpd_edge one = {0, 0, t};
+            const cpd_edge *list = &one;
+            uint32_t nl = 1;
+            if (k) {
+                const ebuf *sub;
+                if ((st = suffix(&c, t, k, &sub))) break;
+                list = sub->v;
+                nl = sub->n;
+            }
+            for (uint32_t i = 0; !st && i < nl; i++) {
+                uint32_t to = list[i].to;
+                if (c.map[to] == UINT32_MAX) {
+                    st = b_state(cc, &b, d.accept[to], &c.map[to]);
+                    queue[qn++] = to;
+                }
+                if (!st) st = ebuf_push(cc, e, base + list[i].lo, base + list[i].hi, c.map[to]);
+            }
+        }
+        if (!st) st = tr_gcc_poll_time(cc);
+    }
+    tr_dfa_free(&d);
+    if (st) return st;
+    /* CSR */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < b.n; i++) total += edges[i].n;
+    out->e = tr_gcc_alloc(cc, (size_t)(total ? total : 1) * sizeof *out->e);
+    out->off = tr_gcc_alloc(cc, (size_t)(b.n + 1) * sizeof *out->off);
+    if (!out->e || !out->off) return cc->err;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < b.n; i++) {
+        out->off[i] = k;
+        if (edges[i].n) memcpy(out->e + k, edges[i].v, edges[i].n * sizeof *out->e);
+        k += edges[i].n;
+    }
+    out->off[b.n] = k;
+    out->n = b.n;
+    out->start = 0;
+    out->acc = b.acc;
+    return TR_OK;
+}
+
+/* ---- finite sets and lengths ---- */
+
+typedef struct tnode {
+    uint32_t cp, first, next; /* first child, next sibling (UINT32_MAX) */
+    bool acc;
+} tnode;
+
+tr_status tr_cpdfa_from_strings(gcc *cc, const char *const *strs, const size_t *lens,
+                                uint32_t n, cpdfa *out) {
+    memset(out, 0, sizeof *out);
+    uint64_t cap = 1;
+    for (uint32_t i = 0; i < n; i++) cap += lens[i];
+    if (cap > CPD_MAX_STATES)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "too many or too long strings (%llu bytes)",
+                           (unsigned long long)cap);
+    tnode *t = tr_gcc_alloc(cc, (size_t)cap * sizeof *t);
+    if (!t) return cc->err;
+    uint32_t nn = 1;
+    t[0] = (tnode){0, UINT32_MAX, UINT32_MAX, false};
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t at = 0;
+        for (size_t j = 0; j < lens[i];) {
+            uint32_t cp;
+            int k = tr_utf8_decode((const uint8_t *)strs[i] + j, lens[i] - j, &cp);
+            if (k <= 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, j, "invalid UTF-8 in a string");
+            j += (size_t)k;
+            /* children sorted by code point */
+            uint32_t *link = &t[at].first;
+            while (*link != UINT32_MAX && t[*link].cp < cp) link = &t[*link].next;
+            if (*link == UINT32_MAX || t[*link].cp != cp) {
+                t[nn] = (tnode){cp, UINT32_MAX, *link, false};
+                *link = nn++;
+            }
+            at = *link;
+        }
+        t[at].acc = true;
+    }
+    out->n = nn;
+    out->acc = tr_gcc_alloc(cc, nn);
+    out->off = tr_gcc_alloc(cc, (size_t)(nn + 1) * sizeof *out->off);
+    out->e = tr_gcc_alloc(cc, (size_t)nn * sizeof *out->e);
+    if (!out->acc || !out->off || !out->e) return cc->err;
+    uint32_t k = 0;
+    for (uint32_t s = 0; s < nn; s++) {
+        out->acc[s] = t[s].acc;
+        out->off[s] = k;
+        for (uint32_t c = t[s].first; c != UINT32_MAX; c = t[c].next)
+            out->e[k++] = (cpd_edge){t[c].cp, t[c].cp, c};
+    }
+    out->off[nn] = k;
+    return TR_OK;
+}
+
+tr_status tr_cpdfa_length(gcc *cc, uint32_t min, uint32_t max, cpdfa *out) {
+    memset(out, 0, sizeof *out);
+    if (max != UINT32_MAX && max < min) return TR_OK;
+    uint32_t last = max == UINT32_MAX ? min : max;
+    if (last >= CPD_MAX_STATES)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "string length %u too large for an automaton",
+                           last);
+    uint32_t n = last + 1;
+    out->n = n;
+    out->acc = tr_gcc_alloc(cc, n);
+    out->off = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *out->off);
+    out->e = tr_gcc_alloc(cc, (size_t)n * 2 * sizeof *out->e);
+    if (!out->acc || !out->off || !out->e) return cc->err;
+    uint32_t k = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        out->acc[s] = s >= min;
+        out->off[s] = k;
+        uint32_t to = s + 1 < n ? s + 1 : (max == UINT32_MAX ? s : UINT32_MAX);
+        if (to == UINT32_MAX) continue;
+        out->e[k++] = (cpd_edge){0, GCP_SURR_LO - 1, to};
+        out->e[k++] = (cpd_edge){GCP_SURR_HI + 1, GCP_MAX, to};
+    }
+    out->off[n] = k;
+    return TR_OK;
+}
+
+/* ---- product ---- */
+
+typedef struct pmap {
+    uint64_t *key; /* (a + 1) << 32 | (b + 1); 0 empty */
+    uint32_t *val;
+    uint32_t cap, n;
+} pmap;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static tr_status pmap_get(gcc *cc, pmap *m, uint64_t key, uint32_t next_id, uint32_t *id,
+                          bool *fresh) {
+    if ((uint64_t)(m->n + 1) * 2 > m->cap) {
+        uint32_t nc = m->cap ? m->cap * 2 : 256;
+        uint64_t *k = tr_gcc_alloc(cc, (size_t)nc * sizeof *k);
+        uint32_t *v = tr_gcc_alloc(cc, (size_t)nc * sizeof *v);
+        if (!k || !v) return cc->err;
+        for (uint32_t i = 0; i < m->cap; i++) {
+            if (!m->key[i]) continue;
+            uint32_t j = (uint32_t)mix(m->key[i]) & (nc - 1);
+            while (k[j]) j = (j + 1) & (nc - 1);
+            k[j] = m->key[i];
+            v[j] = m->val[i];
+        }
+        m->key = k;
+        m->val = v;
+        m->cap = nc;
+    }
+    uint32_t j = (uint32_t)mix(key) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != key) j = (j + 1) & (m->cap - 1);
+    *fresh = !m->key[j];
+    if (*fresh) {
+        m->key[j] = key;
+        m->val[j] = next_id;
+        m->n++;
+    }
+    *id = m->val[j];
+    return TR_OK;
+}
+
+static const cpd_edge *edge_at(const cpdfa *a, uint32_t s, uint32_t *n) {
+    if (s == UINT32_MAX || a->n == 0) {
+        *n = 0;
+        return NULL;
+    }
+    *n = a->off[s + 1] - a->off[s];
+    return a->e + a->off[s];
+}
+
+static bool op_acc(cpd_op op, bool x, bool y) {
+    return op == CPD_AND ? (x && y) : op == CPD_OR ? (x || y) : (x && !y);
+}
+
+static bool op_live(cpd_op op, bool x, bool y) {
+    return op == CPD_AND ? (x && y) : op == CPD_OR ? (x || y) : x;
+}
+
+/* Removes the states that cannot reach acceptance; renumbers. */
+static tr_status trim(gcc *cc, const builder *b, const ebuf *edges, uint32_t start, cpdfa *out) {
+    uint32_t n = b->n;
+    memset(out, 0, sizeof *out);
+    uint8_t *live = tr_gcc_alloc(cc, n ? n : 1);
+    uint32_t *map = tr_gcc_alloc(cc, (size_t)(n ? n : 1) * sizeof *map);
+    if (!live || !map) return cc->err;
+    /* backwards breadth-first search from the accepting states */
+    uint32_t *roff = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *roff);
+    uint32_t *queue = tr_gcc_alloc(cc, (size_t)(n ? n : 1) * sizeof *queue);
+    if (!roff || !queue) return cc->err;
+    uint64_t ne = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        ne += edges[s].n;
+        for (uint32_t i = 0; i < edges[s].n; i++) roff[edges[s].v[i].to + 1]++;
+    }
+    for (uint32_t s = 0; s < n; s++) roff[s + 1] += roff[s];
+    uint32_t *rsrc = tr_gcc_alloc(cc, (size_t)(ne ? ne : 1) * sizeof *rsrc);
+    uint32_t *fill = tr_gcc_alloc(cc, (size_t)(n ? n : 1) * sizeof *fill);
+    if (!rsrc || !fill) return cc->err;
+    for (uint32_t s = 0; s < n; s++)
+        for (uint32_t i = 0; i < edges[s].n; i++) {
+            uint32_t t = edges[s].v[i].to;
+            rsrc[roff[t] + fill[t]++] = s;
+        }
+    uint32_t qn = 0;
+    for (uint32_t s = 0; s < n; s++)
+        if (b->acc[s]) live[s] = 1, queue[qn++] = s;
+    for (uint32_t h = 0; h < qn; h++) {
+        uint32_t t = queue[h];
+        for (uint32_t k = roff[t]; k < roff[t + 1]; k++)
+            if (!live[rsrc[k]]) live[rsrc[k]] = 1, queue[qn++] = rsrc[k];
+    }
+    if (!live[start]) return TR_OK; /* empty language */
+    uint32_t m = 0;
+    for (uint32_t s = 0; s < n; s++) map[s] = live[s] ? m++ : UINT32_MAX;
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < n; s++)
+        if (live[s]) total += edges[s].n;
+    out->acc = tr_gcc_alloc(cc, m);
+    out->off = tr_gcc_alloc(cc, (size_t)(m + 1) * sizeof *out->off);
+    out->e = tr_gcc_alloc(cc, (size_t)(total ? total : 1) * sizeof *out->e);
+    if (!out->acc || !out->off || !out->e) return cc->err;
+    uint32_t k = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        if (!live[s]) continue;
+        uint32_t t = map[s];
+        out->acc[t] = b->acc[s];
+        out->off[t] = k;
+        for (uint32_t i = 0; i < edges[s].n; i++) {
+            const cpd_edge *e = &edges[s].v[i];
+            if (!live[e->to]) continue;
+            cpd_edge ne = {e->lo, e->hi, map[e->to]};
+            if (k > out->off[t] && out->e[k - 1].to == ne.to && out->e[k - 1].hi + 1 == ne.lo)
+                out->e[k - 1].hi = ne.hi;
+            else
+                out->e[k++] = ne;
+        }
+    }
+    out->off[m] = k;
+    out->n = m;
+    out->start = map[start];
+    return TR_OK;
+}
+
+/* Pair states of a product, with their edge lists, grown together. */
+typedef struct ptab {
+    ebuf *edges;
+    uint32_t (*pairs)[2];
+    uint32_t n, cap;
+} ptab;
+
+static tr_status ptab_add(gcc *cc, ptab *t, uint32_t x, uint32_t y) {
+    if (t->n >= CPD_MAX_STATES)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "string automaton has more than %u states",
+                           CPD_MAX_STATES);
+    if (t->n == t->cap) {
+        uint32_t nc = t->cap ? t->cap * 2 : 64;
+        ebuf *ne = tr_gcc_alloc(cc, (size_t)nc * sizeof *ne);
+        uint32_t(*np)[2] = tr_gcc_alloc(cc, (size_t)nc * sizeof *np);
+        if (!ne || !np) return cc->err;
+        if (t->n) memcpy(ne, t->edges, t->n * sizeof *ne), memcpy(np, t->pairs, t->n * sizeof *np);
+        t->edges = ne;
+        t->pairs = np;
+        t->cap = nc;
+    }
+    t->pairs[t->n][0] = x;
+    t->pairs[t->n][1] = y;
+    t->n++;
+    return TR_OK;
+}
+
+static uint64_t pkey(uint32_t x, uint32_t y) {
+    return ((uint64_t)(x + 1) << 32) | (uint32_t)(y + 1);
+}
+
+/* The edges of pair state `at`: sweep the two sorted range lists. */
+static tr_status product_state(gcc *cc, const cpdfa *a, const cpdfa *b, cpd_op op, pmap *m,
+                               ptab *t, uint32_t at) {
+    uint32_t x = t->pairs[at][0], y = t->pairs[at][1];
+    uint32_t nx, ny;
+    const cpd_edge *ex = edge_at(a, x, &nx), *ey = edge_at(b, y, &ny);
+    uint32_t i = 0, j = 0, cp = 0;
+    for (;;) {
+        while (i < nx && ex[i].hi < cp) i++;
+        while (j < ny && ey[j].hi < cp) j++;
+        if (i >= nx && j >= ny) return TR_OK;
+        bool inx = i < nx && ex[i].lo <= cp, iny = j < ny && ey[j].lo <= cp;
+        uint32_t end = GCP_MAX;
+        if (i < nx) end = TR_MIN(end, inx ? ex[i].hi : ex[i].lo - 1);
+        if (j < ny) end = TR_MIN(end, iny ? ey[j].hi : ey[j].lo - 1);
+        if (op_live(op, inx, iny)) {
+            uint32_t tx = inx ? ex[i].to : UINT32_MAX, ty = iny ? ey[j].to : UINT32_MAX;
+            uint32_t tid;
+            bool fresh;
+            tr_status st = pmap_get(cc, m, pkey(tx, ty), t->n, &tid, &fresh);
+            if (!st && fresh) st = ptab_add(cc, t, tx, ty);
+            if (!st) st = ebuf_push(cc, &t->edges[at], cp, end, tid);
+            if (st) return st;
+        }
+        if (end == GCP_MAX) return TR_OK;
+        cp = end + 1;
+    }
+}
+
+tr_status tr_cpdfa_product(gcc *cc, const cpdfa *a, const cpdfa *b, cpd_op op, cpdfa *out) {
+    memset(out, 0, sizeof *out);
+    uint32_t sa = a->n ? a->start : UINT32_MAX, sb = b->n ? b->start : UINT32_MAX;
+    if (!op_live(op, sa != UINT32_MAX, sb != UINT32_MAX)) return TR_OK;
+    pmap m = {0};
+    ptab t = {0};
+    uint32_t id;
+    bool fresh;
+    tr_status st = pmap_get(cc, &m, pkey(sa, sb), 0, &id, &fresh);
+    if (!st) st = ptab_add(cc, &t, sa, sb);
+    builder bl = {0};
+    for (uint32_t at = 0; !st && at < t.n; at++) {
+        uint32_t x = t.pairs[at][0], y = t.pairs[at][1];
+        bool ax = x != UINT32_MAX && a->acc[x], ay = y != UINT32_MAX && b->acc[y];
+        st = b_state(cc, &bl, op_acc(op, ax, ay), &id);
+        if (!st) st = product_state(cc, a, b, op, &m, &t, at);
+        if (!st) st = tr_gcc_poll_time(cc);
+    }
+    if (st) return st;
+    return trim(cc, &bl, t.edges, 0, out);
+}
+
+tr_status tr_cpdfa_complement(gcc *cc, const cpdfa *a, cpdfa *out) {
+    cpdfa all;
+    tr_status st = tr_cpdfa_length(cc, 0, UINT32_MAX, &all);
+    if (st) return st;
+    return tr_cpdfa_product(cc, &all, a, CPD_MINUS, out);
+}
+
+bool tr_cpdfa_is_empty(const cpdfa *a) { return a->n == 0; }
+
+bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n) {
+    if (a->n == 0) return false;
+    uint32_t st = a->start;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int k = tr_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        if (k <= 0) return false;
+        i += (size_t)k;
+        uint32_t lo = a->off[st], hi = a->off[st + 1];
+        while (lo < hi) { /* binary search */
+            uint32_t mid = (lo + hi) / 2;
+            if (a->e[mid].hi < cp)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == a->off[st + 1] || a->e[lo].lo > cp) return false;
+        st = a->e[lo].to;
+    }
+    return a->acc[st] != 0;
+}
+
+/* ---- Moore minimization ---- */
+
+tr_status tr_cpdfa_minimize(gcc *cc, const cpdfa *a, cpdfa *out) {
+    uint32_t n = a->n;
+    if (n == 0 || n > 4000) { /* quadratic below: large ones stay as they are */
+        *out = *a;
+        return TR_OK;
+    }
+    uint32_t *cls = tr_gcc_alloc(cc, (size_t)n * sizeof *cls);
+    uint32_t *ncls = tr_gcc_alloc(cc, (size_t)n * sizeof *ncls);
+    if (!cls || !ncls) return cc->err;
+    bool some_acc = false, some_rej = false;
+    for (uint32_t s = 0; s < n; s++) {
+        cls[s] = a->acc[s];
+        some_acc |= a->acc[s] != 0;
+        some_rej |= a->acc[s] == 0;
+    }
+    uint32_t k = (uint32_t)some_acc + (uint32_t)some_rej; /* classes so far */
+    for (;;) {
+        /* new class = first state with the same (class, edge signature) */
+        uint32_t nk = 0;
+        for (uint32_t s = 0; s < n; s++) {
+            ncls[s] = UINT32_MAX;
+            for (uint32_t t = 0; t < s && ncls[s] == UINT32_MAX; t++) {
+                if (cls[t] != cls[s]) continue;
+                /* same signature: ranges with targets' classes, merged */
+                uint32_t i = a->off[s], j = a->off[t];
+                uint32_t ie = a->off[s + 1], je = a->off[t + 1];
+                bool same = true;
+                uint32_t cp = 0;
+                while (same) {
+                    while (i < ie && a->e[i].hi < cp) i++;
+                    while (j < je && a->e[j].hi < cp) j++;
+                    bool ini = i < ie && a->e[i].lo <= cp, inj = j < je && a->e[j].lo <= cp;
+                    if (ini != inj || (ini && cls[a->e[i].to] != cls[a->e[j].to])) {
+                        same = false;
+                        break;
+                    }
+                    uint32_t end = GCP_MAX;
+                    if (i < ie) end = TR_MIN(end, ini ? a->e[i].hi : a->e[i].lo - 1);
+                    if (j < je) end = TR_MIN(end, inj ? a->e[j].hi : a->e[j].lo - 1);
+                    if ((i >= ie && j >= je) || end == GCP_MAX) break;
+                    cp = end + 1;
+                }
+                if (same) ncls[s] = ncls[t];
+            }
+            if (ncls[s] == UINT32_MAX) ncls[s] = nk++;
+        }
+        tr_status st = tr_gcc_poll_time(cc);
+        if (st) return st;
+        memcpy(cls, ncls, (size_t)n * sizeof *cls);
+        if (nk == k) break;
+        k = nk;
+    }
+    builder b = {0};
+    ebuf *edges = tr_gcc_alloc(cc, (size_t)k * sizeof *edges);
+    uint8_t *done = tr_gcc_alloc(cc, k);
+    if (!edges || !done) return cc->err;
+    for (uint32_t c = 0; c < k; c++) {
+        uint32_t id;
+        tr_status st = b_state(cc, &b, false, &id);
+        if (st) return st;
+    }
+    for (uint32_t s = 0; s < n; s++) {
+        uint32_t c = cls[s];
+        if (done[c]) continue;
+        done[c] = 1;
+        b.acc[c] = a->acc[s];
+        for (uint32_t i = a->off[s]; i < a->off[s + 1]; i++) {
+            tr_status st = ebuf_push(cc, &edges[c], a->e[i].lo, a->e[i].hi, cls[a->e[i].to]);
+            if (st) return st;
+        }
+    }
+    return trim(cc, &b, edges, cls[a->start], out);
+}
+
+/* ---- state elimination ---- */
+
+typedef struct sedge {
+    uint32_t to;
+    gre_node *re;
+    uint64_t size; /* tree size of re */
+} sedge;
+
+typedef struct selist {
+    sedge *v;
+    uint32_t n, cap;
+} selist;
+
+typedef struct elim {
+    gcc *cc;
+    uint32_t n;
+    selist *out, *in; /* in-lists hold (from, NULL, 0) */
+    uint8_t *gone;
+    uint64_t max;
+} elim;
+
+static sedge *find(selist *l, uint32_t to) {
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i].to == to) return &l->v[i];
+    return NULL;
+}
+
+static tr_status push(gcc *cc, selist *l, uint32_t to, gre_node *re, uint64_t size) {
+    if (l->n == l->cap) {
+        uint32_t nc = l->cap ? l->cap * 2 : 4;
+        sedge *v = tr_gcc_alloc(cc, (size_t)nc * sizeof *v);
+        if (!v) return cc->err;
+        if (l->n) memcpy(v, l->v, l->n * sizeof *v);
+        l->v = v;
+        l->cap = nc;
+    }
+    l->v[l->n++] = (sedge){to, re, size};
+    return TR_OK;
+}
+
+static void drop(selist *l, uint32_t to) {
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i].to == to) {
+            l->v[i] = l->v[--l->n];
+            return;
+        }
+}
+
+/* R(p,q) |= re */
+static tr_status add_edge(elim *el, uint32_t p, uint32_t q, gre_node *re, uint64_t size) {
+    sedge *e = find(&el->out[p], q);
+    if (!e) {
+        tr_status st = push(el->cc, &el->out[p], q, re, size);
+        if (!st) st = push(el->cc, &el->in[q], p, NULL, 0);
+        return st;
+    }
+    gre_node *a = e->re;
+    if (a->kind == GRE_SET && re->kind == GRE_SET) {
+        gre_node *u = tr_js_ast_set(el->cc, 0, 0);
+        if (!u) return el->cc->err;
+        u->set.n = 0;
+        if (tr_cpset_add_set(el->cc, &u->set, &a->set) ||
+            tr_cpset_add_set(el->cc, &u->set, &re->set))
+            return el->cc->err;
+        tr_cpset_normalize(&u->set);
+        e->re = u;
+        e->size = 1;
+        return TR_OK;
+    }
+    if (a->kind == GRE_EMPTY || re->kind == GRE_EMPTY) {
+        gre_node *other = a->kind == GRE_EMPTY ? re : a;
+        uint64_t os = a->kind == GRE_EMPTY ? size : e->size;
+        if (other->kind == GRE_EMPTY) return TR_OK;
+        e->re = tr_js_ast_rep(el->cc, other, 0, 1);
+        e->size = os + 1;
+        return e->re ? TR_OK : el->cc->err;
+    }
+    e->re = tr_js_ast_alt(el->cc, a, re);
+    e->size = e->size + size + 1;
+    return e->re ? TR_OK : el->cc->err;
+}
+
+static tr_status eliminate(elim *el, uint32_t k) {
+    sedge *self = find(&el->out[k], k);
+    gre_node *loop = self ? tr_js_ast_rep(el->cc, self->re, 0, GRE_INF) : NULL;
+    uint64_t ls = self ? self->size + 1 : 0;
+    if (self && !loop) return el->cc->err;
+    for (uint32_t i = 0; i < el->in[k].n; i++) {
+        uint32_t p = el->in[k].v[i].to;
+        if (p == k) continue;
+        sedge *pk = find(&el->out[p], k);
+        for (uint32_t j = 0; j < el->out[k].n; j++) {
+            sedge kq = el->out[k].v[j];
+            if (kq.to == k) continue;
+            gre_node *re = pk->re;
+            uint64_t size = pk->size + kq.size + ls + 1;
+            if (size > el->max)
+                return tr_gcc_fail(el->cc, TR_ERR_LIMIT, 0,
+                                   "string constraint too complex to express as a regex "
+                                   "(over %llu regex nodes)",
+                                   (unsigned long long)el->max);
+            if (loop) re = tr_js_ast_cat(el->cc, re, loop);
+            re = tr_js_ast_cat(el->cc, re, kq.re);
+            if (!re) return el->cc->err;
+            tr_status st = add_edge(el, p, kq.to, re, size);
+            if (st) return st;
+            pk = find(&el->out[p], k); /* the list may have moved */
+        }
+        drop(&el->out[p], k);
+    }
+    for (uint32_t j = 0; j < el->out[k].n; j++)
+        if (el->out[k].v[j].to != k) drop(&el->in[el->out[k].v[j].to], k);
+    el->out[k].n = el->in[k].n = 0;
+    el->gone[k] = 1;
+    return tr_gcc_poll_time(el->cc);
+}
+
+tr_status tr_cpdfa_to_ast(gcc *cc, const cpdfa *a, uint32_t max_nodes, gre_node **out) {
+    if (a->n == 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "string constraint matches nothing");
+    elim el = {.cc = cc, .n = a->n + 2, .max = max_nodes};
+    uint32_t S = a->n, F = a->n + 1;
+    el.out = tr_gcc_alloc(cc, (size_t)el.n * sizeof *el.out);
+    el.in = tr_gcc_alloc(cc, (size_t)el.n * sizeof *el.in);
+    el.gone = tr_gcc_alloc(cc, el.n);
+    if (!el.out || !el.in || !el.gone) return cc->err;
+    tr_status st = TR_OK;
+    for (uint32_t s = 0; !st && s < a->n; s++) {
+        for (uint32_t i = a->off[s]; !st && i < a->off[s + 1]; i++) {
+            const cpd_edge *e = &a->e[i];
+            gre_node *re = tr_js_ast_set(cc, e->lo, e->hi);
+            st = re ? add_edge(&el, s, e->to, re, 1) : cc->err;
+        }
+        if (!st && a->acc[s]) {
+            gre_node *eps = tr_js_ast_empty(cc);
+            st = eps ? add_edge(&el, s, F, eps, 1) : cc->err;
+        }
+    }
+    gre_node *eps = tr_js_ast_empty(cc);
+    if (!st) st = eps ? add_edge(&el, S, a->start, eps, 1) : cc->err;
+    for (uint32_t round = 0; !st && round < a->n; round++) {
+        uint32_t best = UINT32_MAX;
+        uint64_t best_cost = UINT64_MAX;
+        for (uint32_t s = 0; s < a->n; s++) {
+            if (el.gone[s]) continue;
+            uint64_t cost = (uint64_t)el.in[s].n * el.out[s].n;
+            if (cost < best_cost) best_cost = cost, best = s;
+        }
+        st = eliminate(&el, best);
+    }
+    if (st) return st;
+    sedge *e = find(&el.out[S], F);
+    if (!e) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "string constraint matches nothing");
+    gre_node *r = tr_js_ast_compress(cc, e->re);
+    if (!r) return cc->err;
+    /* the regex compiler nests groups at most max_nesting (200) deep */
+    uint32_t depth = tr_js_ast_depth(cc, r);
+    uint64_t size = tr_js_ast_tree_size(cc, r);
+    if (depth > 150 || size > max_nodes)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
+                           "string constraint too complex to express as a regex (%llu nodes "
+                           "nested %u deep)",
+                           (unsigned long long)size, depth);
+    *out = r;
+    return TR_OK;
+}

@@ -1,0 +1,335 @@
+/* json_flat.c — a conjunction of schemas flattened into one js_norm.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * rule builder for every rule. Single-threaded per compile.
+ *
+ * A value must satisfy every schema of the conjunction; `allOf` members
+ * and `$ref` targets join it (siblings of $ref too: applying them is
+ * what draft 2019+ says and, for older drafts that ignore them, only
+ * stricter). A node met twice counts once (A and A is A), which also
+ * ends allOf / $ref cycles; a node met once with a disjunction already
+ * expanded and once without keeps it pending (the second occurrence
+ * still requires it). Then the cheap facts are computed: the JSON types
+ * every member allows (`type`), the values every `enum` / `const`
+ * allows (intersection by JSON equality: 1 == 1.0), the first
+ * anyOf/oneOf still to expand, and what the simple forms of `not`
+ * exclude. The type-specific keywords stay on the member nodes, read by
+ * the type generators.
+ */
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+#define JS_MAX_CONJ 4096u
+
+/* ---- values ---- */
+
+uint32_t tr_js_value_type(gcc *cc, const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_NULL: return JT_NULL;
+    case JSON_TRUE:
+    case JSON_FALSE: return JT_BOOL;
+    case JSON_INTEGER: return JT_INT;
+    case JSON_REAL: {
+        js_dec d;
+        if (!tr_js_dec_from_json(cc, v, &d)) return JT_FRAC;
+        return tr_js_dec_is_int(&d) ? JT_INT : JT_FRAC;
+    }
+    case JSON_STRING: return JT_STR;
+    case JSON_ARRAY: return JT_ARR;
+    case JSON_OBJECT: return JT_OBJ;
+    }
+    return 0;
+}
+
+bool tr_js_json_equal(gcc *cc, const json_t *a, const json_t *b) {
+    if (json_is_number(a) && json_is_number(b)) {
+        js_dec x, y;
+        if (!tr_js_dec_from_json(cc, a, &x) || !tr_js_dec_from_json(cc, b, &y))
+            return json_number_value(a) == json_number_value(b);
+        return tr_js_dec_cmp(&x, &y) == 0;
+    }
+    if (json_typeof(a) != json_typeof(b)) return false;
+    if (json_is_array(a)) {
+        if (json_array_size(a) != json_array_size(b)) return false;
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (!tr_js_json_equal(cc, json_array_get(a, i), json_array_get(b, i))) return false;
+        return true;
+    }
+    if (json_is_object(a)) {
+        if (json_object_size(a) != json_object_size(b)) return false;
+        const char *k;
+        size_t kl;
+        json_t *v;
+        json_object_keylen_foreach((json_t *)a, k, kl, v) {
+            const json_t *w = json_object_getn(b, k, kl);
+            if (!w || !tr_js_json_equal(cc, v, w)) return false;
+        }
+        return true;
+    }
+    return json_equal((json_t *)a, (json_t *)b);
+}
+
+/* ---- the member list ---- */
+
+typedef struct flat {
+    js_ctx *x;
+    js_norm *n;
+    uint32_t cap;
+} flat;
+
+/* from_new: the node comes from expanding a member that was not yet
+ * expanded. If it is already listed with a disjunction decided, the
+ * branch chosen for that disjunction leads back to the node itself
+ * (A = anyOf[X, A]): unguarded recursion, whose meaning (the least
+ * fixpoint) this compiler does not compute: refused. */
+static tr_status add_node(flat *f, const json_t *node, uint32_t done, bool from_new) {
+    js_norm *n = f->n;
+    for (uint32_t i = 0; i < n->n; i++)
+        if (n->nodes[i].node == node) {
+            if (from_new && (n->nodes[i].done & (JS_DONE_ANYOF | JS_DONE_ONEOF)))
+                return tr_js_fail(f->x, TR_ERR_UNSUPPORTED, node,
+                                  "a branch of this schema's anyOf/oneOf refers back to the "
+                                  "schema itself without any object or array in between "
+                                  "(unguarded recursion)");
+            return TR_OK;
+        }
+    if (n->n >= JS_MAX_CONJ)
+        return tr_js_fail(f->x, TR_ERR_LIMIT, node,
+                          "more than %u schemas combined by allOf / $ref", JS_MAX_CONJ);
+    if (n->n == f->cap) {
+        uint32_t nc = f->cap ? f->cap * 2 : 8;
+        js_item *v = tr_gcc_alloc(f->x->cc, (size_t)nc * sizeof *v);
+        if (!v) return f->x->cc->err;
+        if (n->n) memcpy(v, n->nodes, n->n * sizeof *v);
+        n->nodes = v;
+        f->cap = nc;
+    }
+    n->nodes[n->n++] = (js_item){node, done};
+    return TR_OK;
+}
+
+/* Joins the members a node brings: $ref target, allOf, draft-3 extends. */
+static tr_status expand(flat *f, const json_t *node) {
+    js_ctx *x = f->x;
+    const json_t *ref = json_object_get(node, "$ref");
+    if (json_is_string(ref)) {
+        const json_t *t;
+        tr_status st = tr_js_resolve_ref(x, node, json_string_value(ref), &t);
+        if (st || (st = add_node(f, t, 0, true))) return st;
+    }
+    static const char *const lists[] = {"allOf", "extends"};
+    for (size_t k = 0; k < TR_ARRAY_LEN(lists); k++) {
+        const json_t *l = json_object_get(node, lists[k]);
+        if (!l) continue;
+        if (json_is_object(l) && k == 1) {
+            tr_status st = add_node(f, l, 0, true);
+            if (st) return st;
+            continue;
+        }
+        if (!json_is_array(l))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be an array of schemas",
+                              lists[k]);
+        for (size_t i = 0; i < json_array_size(l); i++) {
+            tr_status st = add_node(f, json_array_get(l, i), 0, true);
+            if (st) return st;
+        }
+    }
+    static const char *const dyn[] = {"$dynamicRef", "$recursiveRef"};
+    for (size_t k = 0; k < TR_ARRAY_LEN(dyn); k++)
+        if (json_object_get(node, dyn[k])) {
+            tr_status st = tr_js_unsupported(x, node, dyn[k], "dynamic references");
+            if (st) return st;
+        }
+    return TR_OK;
+}
+
+static tr_status type_bits(js_ctx *x, const json_t *node, const json_t *t, uint32_t *out) {
+    static const struct { const char *name; uint32_t bits; } names[] = {
+        {"null", JT_NULL},   {"boolean", JT_BOOL}, {"integer", JT_INT},
+        {"number", JT_INT | JT_FRAC}, {"string", JT_STR}, {"array", JT_ARR},
+        {"object", JT_OBJ},  {"any", JT_ALL}};
+    *out = 0;
+    size_t n = json_is_array(t) ? json_array_size(t) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_is_array(t) ? json_array_get(t, i) : t;
+        if (!json_is_string(e))
+            return json_is_object(e)
+                       ? tr_js_unsupported(x, node, "type",
+                                           "schemas inside `type` (draft 3) are not supported")
+                       : tr_js_fail(x, TR_ERR_FORMAT, node, "`type` must be a string or an "
+                                                           "array of strings");
+        size_t k = 0;
+        while (k < TR_ARRAY_LEN(names) && strcmp(names[k].name, json_string_value(e))) k++;
+        if (k == TR_ARRAY_LEN(names))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "unknown type \"%s\"",
+                              json_string_value(e));
+        *out |= names[k].bits;
+    }
+    return TR_OK;
+}
+
+static tr_status values_of(flat *f, const json_t *node) {
+    js_ctx *x = f->x;
+    js_norm *n = f->n;
+    for (int k = 0; k < 2; k++) {
+        const json_t *l = json_object_get(node, k ? "const" : "enum");
+        if (!l) continue;
+        if (!k && !json_is_array(l))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "enum must be an array");
+        size_t m = k ? 1 : json_array_size(l);
+        if (!n->has_values) {
+            n->vals = tr_gcc_alloc(x->cc, (m ? m : 1) * sizeof *n->vals);
+            if (!n->vals) return x->cc->err;
+            for (size_t i = 0; i < m; i++) n->vals[i] = k ? (json_t *)l : json_array_get(l, i);
+            n->n_vals = (uint32_t)m;
+            n->has_values = true;
+            continue;
+        }
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < n->n_vals; i++) {
+            bool in = false;
+            for (size_t j = 0; j < m && !in; j++)
+                in = tr_js_json_equal(x->cc, n->vals[i], k ? l : json_array_get(l, j));
+            if (in) n->vals[keep++] = n->vals[i];
+        }
+        n->n_vals = keep;
+    }
+    return TR_OK;
+}
+
+/* ---- `not`, simple forms ---- */
+
+static bool is_annotation(const char *k) {
+    static const char *const a[] = {
+        "title", "description", "default", "examples", "example", "$comment", "deprecated",
+        "readOnly", "writeOnly", "$schema", "$id", "id", "$anchor", "$defs", "definitions",
+        "$vocabulary", "contentMediaType", "contentEncoding", "$dynamicAnchor"};
+    for (size_t i = 0; i < TR_ARRAY_LEN(a); i++)
+        if (strcmp(a[i], k) == 0) return true;
+    return k[0] == 'x' && k[1] == '-';
+}
+
+static tr_status push_ptr(gcc *cc, void ***v, uint32_t *n, const void *p) {
+    void **nv = tr_gcc_alloc(cc, (size_t)(*n + 1) * sizeof *nv);
+    if (!nv) return cc->err;
+    if (*n) memcpy(nv, *v, *n * sizeof *nv);
+    nv[(*n)++] = (void *)p;
+    *v = nv;
+    return TR_OK;
+}
+
+/* What `not S` leaves: exact for S made only of type / enum / const /
+ * pattern / a single required name; anything else is refused (strict)
+ * or ignored (lenient). */
+static tr_status apply_not(js_ctx *x, const json_t *node, js_norm *n) {
+    const json_t *sub = json_object_get(node, "not");
+    js_item it = {sub, 0};
+    js_conj c = {&it, 1};
+    js_norm s;
+    tr_status st = tr_js_flatten(x, &c, &s);
+    if (st) return st;
+    if (s.never) return TR_OK; /* not false */
+    const json_t *pat = NULL, *req = NULL;
+    bool other = s.split != UINT32_MAX;
+    for (uint32_t i = 0; i < s.n && !other; i++) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)s.nodes[i].node, k, v) {
+            if (is_annotation(k) || !strcmp(k, "type") || !strcmp(k, "enum") ||
+                !strcmp(k, "const") || !strcmp(k, "$ref") || !strcmp(k, "allOf"))
+                continue;
+            if (!strcmp(k, "pattern") && json_is_string(v) && !pat)
+                pat = v;
+            else if (!strcmp(k, "required") && json_is_array(v) && json_array_size(v) == 1 &&
+                     json_is_string(json_array_get(v, 0)) && !req)
+                req = json_array_get(v, 0);
+            else
+                other = true;
+        }
+    }
+    if (other || (pat && req) || ((pat || req) && s.has_values))
+        return tr_js_unsupported(x, node, "not",
+                                 "only `not` of type, enum/const, a pattern or one required "
+                                 "name is enforced");
+    if (s.has_values) {
+        /* not (T and V) excludes the values of V that have a type of T */
+        for (uint32_t i = 0; i < s.n_vals; i++)
+            if ((tr_js_value_type(x->cc, s.vals[i]) & s.types) &&
+                (st = push_ptr(x->cc, (void ***)&n->not_vals, &n->n_not_vals, s.vals[i])))
+                return st;
+        return TR_OK;
+    }
+    if (pat) {
+        n->types &= ~s.types | JT_STR;
+        if (s.types & JT_STR)
+            return push_ptr(x->cc, (void ***)&n->not_pats, &n->n_not_pats, pat);
+        return TR_OK;
+    }
+    if (req) {
+        n->types &= ~s.types | JT_OBJ;
+        if (s.types & JT_OBJ)
+            return push_ptr(x->cc, (void ***)&n->forbid, &n->n_forbid, json_string_value(req));
+        return TR_OK;
+    }
+    n->types &= ~s.types; /* not {type: T} (or not {} / not true: nothing) */
+    return TR_OK;
+}
+
+/* ---- flatten ---- */
+
+tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
+    memset(out, 0, sizeof *out);
+    out->types = JT_ALL;
+    out->split = UINT32_MAX;
+    flat f = {.x = x, .n = out};
+    tr_status st;
+    for (uint32_t i = 0; i < c->n; i++)
+        if ((st = add_node(&f, c->v[i].node, c->v[i].done, false))) return st;
+    /* breadth-first: the list grows while it is read */
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < out->n; i++) {
+        const json_t *node = out->nodes[i].node;
+        if (json_is_true(node)) continue;
+        if (json_is_false(node)) {
+            out->never = true;
+            continue;
+        }
+        if (!json_is_object(node))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "a schema must be an object or a boolean");
+        if (out->nodes[i].done & JS_EXPANDED) continue;
+        if ((st = expand(&f, node))) return st;
+        out->nodes[i].done |= JS_EXPANDED;
+        if ((st = tr_gcc_poll_time(x->cc))) return st;
+    }
+    /* keep the objects only, in order */
+    for (uint32_t i = 0; i < out->n; i++)
+        if (json_is_object(out->nodes[i].node)) out->nodes[kept++] = out->nodes[i];
+    out->n = kept;
+    for (uint32_t i = 0; i < out->n; i++) {
+        const json_t *node = out->nodes[i].node;
+        const json_t *t = json_object_get(node, "type");
+        if (t) {
+            uint32_t bits;
+            if ((st = type_bits(x, node, t, &bits))) return st;
+            out->types &= bits;
+        }
+        if ((st = values_of(&f, node))) return st;
+        if (out->split == UINT32_MAX) {
+            if (json_object_get(node, "anyOf") && !(out->nodes[i].done & JS_DONE_ANYOF))
+                out->split = i, out->split_kw = "anyOf";
+            else if (json_object_get(node, "oneOf") && !(out->nodes[i].done & JS_DONE_ONEOF))
+                out->split = i, out->split_kw = "oneOf";
+        }
+    }
+    if (out->never || out->types == 0) {
+        out->never = true;
+        return TR_OK;
+    }
+    for (uint32_t i = 0; i < out->n; i++)
+        if (json_object_get(out->nodes[i].node, "not") &&
+            (st = apply_not(x, out->nodes[i].node, out)))
+            return st;
+    if (out->types == 0) out->never = true;
+    return TR_OK;
+}

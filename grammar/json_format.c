@@ -1,0 +1,142 @@
+/* json_format.c — JSON Schema `format` values as regular languages.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), over
+ * regex_parse.c. Pure: each format is a fixed regex of grammar.h's
+ * dialect, parsed into a decoded-string AST on request.
+ *
+ * Every regex here is a SUBSET of what the usual validators accept
+ * (Python jsonschema's FormatChecker with rfc3339-validator,
+ * rfc3986-validator, fqdn, ipaddress, uuid; the JSON Schema spec's
+ * RFCs), never a superset: a format must not let through a string a
+ * validator rejects. Where the exact set is not regular or not worth it,
+ * the subset is the common shape:
+ *   date       RFC 3339 full-date, real calendar days (Feb 29 in leap
+ *              years only), years 0001..9999 (Python has no year 0);
+ *   time       RFC 3339 full-time, seconds 00..59 (no leap second), T/Z
+ *              in either case;
+ *   date-time  date "T" time;
+ *   duration   RFC 3339 appendix A (P1Y2M3DT4H5M6S, P3W...);
+ *   email      dot-atom local part @ a hostname (what RFC 5321 calls a
+ *              domain; no quoted local parts, no address literals);
+ *   hostname   RFC 1123 labels (letters, digits, inner hyphens), at
+ *              most 4 of them, the first at most 63 characters, the
+ *              others 62, so that the total stays <= 253; the last
+ *              starts with a letter (fqdn refuses all-numeric top-level
+ *              labels);
+ *   ipv4       dotted quad, no leading zeros (Python's ipaddress);
+ *   ipv6       RFC 4291 text forms, with "::" and a trailing IPv4;
+ *   uuid       8-4-4-4-12 hex digits;
+ *   uri, uri-reference  RFC 3986 exactly (IPvFuture and zone ids aside);
+ *   json-pointer, relative-json-pointer  RFC 6901 / the draft.
+ */
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+#define DEC_OCTET "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+#define IPV4 DEC_OCTET "(?:\\." DEC_OCTET "){3}"
+#define H16 "[0-9a-fA-F]{1,4}"
+#define LS32 "(?:" H16 ":" H16 "|" IPV4 ")"
+/* RFC 3986's IPv6address, line by line */
+#define IPV6                                                   \
+    "(?:(?:" H16 ":){6}" LS32                                  \
+    "|::(?:" H16 ":){5}" LS32                                  \
+    "|(?:" H16 ")?::(?:" H16 ":){4}" LS32                      \
+    "|(?:(?:" H16 ":){0,1}" H16 ")?::(?:" H16 ":){3}" LS32     \
+    "|(?:(?:" H16 ":){0,2}" H16 ")?::(?:" H16 ":){2}" LS32     \
+    "|(?:(?:" H16 ":){0,3}" H16 ")?::" H16 ":" LS32            \
+    "|(?:(?:" H16 ":){0,4}" H16 ")?::" LS32                    \
+    "|(?:(?:" H16 ":){0,5}" H16 ")?::" H16                     \
+    "|(?:(?:" H16 ":){0,6}" H16 ")?::)"
+
+#define YEAR "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+#define LEAP "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+#define DATE                                                               \
+    "(?:" YEAR "-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"         \
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))" \
+    "|" LEAP "-02-29)"
+#define TIME                                                              \
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"           \
+    "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+
+/* labels of at most 63 (first) and 62 (others) characters, at most 4 of
+ * them (253 characters at most); the last starts with a letter */
+#define HOSTNAME                                                          \
+    "(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\."                  \
+    "(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?\\.){0,2})?"          \
+    "[A-Za-z](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?"
+
+#define UNRESERVED "A-Za-z0-9\\-._~"
+#define SUBDELIMS "!$&'()*+,;="
+#define PCT "%[0-9A-Fa-f]{2}"
+#define PCHAR "(?:[" UNRESERVED SUBDELIMS ":@]|" PCT ")"
+#define SEGMENT PCHAR "*"
+#define SEGMENT_NZ PCHAR "+"
+#define SEGMENT_NZ_NC "(?:[" UNRESERVED SUBDELIMS "@]|" PCT ")+"
+#define REG_NAME "(?:[" UNRESERVED SUBDELIMS "]|" PCT ")*"
+#define USERINFO "(?:[" UNRESERVED SUBDELIMS ":]|" PCT ")*"
+#define IP_LITERAL "\\[(?:" IPV6 "|[vV][0-9A-Fa-f]+\\.[" UNRESERVED SUBDELIMS ":]+)\\]"
+#define AUTHORITY "(?:" USERINFO "@)?(?:" IP_LITERAL "|" REG_NAME ")(?::[0-9]*)?"
+#define PATH_ABEMPTY "(?:/" SEGMENT ")*"
+#define PATH_ABSOLUTE "/(?:" SEGMENT_NZ "(?:/" SEGMENT ")*)?"
+#define PATH_ROOTLESS SEGMENT_NZ "(?:/" SEGMENT ")*"
+#define PATH_NOSCHEME SEGMENT_NZ_NC "(?:/" SEGMENT ")*"
+#define QUERY "(?:\\?(?:" PCHAR "|[/?])*)?"
+#define FRAGMENT "(?:#(?:" PCHAR "|[/?])*)?"
+#define URI                                                                     \
+    "[A-Za-z][A-Za-z0-9+\\-.]*:(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE \
+    "|" PATH_ROOTLESS "|)" QUERY FRAGMENT
+#define RELATIVE_REF                                                              \
+    "(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE "|" PATH_NOSCHEME "|)" QUERY \
+    FRAGMENT
+
+typedef struct fmt {
+    const char *name;
+    const char *rx; /* NULL: asserted by validators but not enforced here */
+} fmt;
+
+static const fmt formats[] = {
+    {"date", DATE},
+    {"time", TIME},
+    {"date-time", DATE "[Tt]" TIME},
+    {"duration",
+     "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
+     "(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
+     "|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)|[0-9]+W)"},
+    {"email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+)*@"
+              HOSTNAME},
+    {"hostname", HOSTNAME},
+    {"host-name", HOSTNAME},
+    {"ipv4", IPV4},
+    {"ip-address", IPV4},
+    {"ipv6", IPV6},
+    {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+    {"uri", URI},
+    {"uri-reference", "(?:" URI "|" RELATIVE_REF ")"},
+    {"json-pointer", "(?:/(?:[^~/]|~[01])*)*"},
+    {"relative-json-pointer", "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)"},
+    /* asserted by common validators, not enforced here: refused */
+    {"idn-email", NULL},
+    {"idn-hostname", NULL},
+    {"iri", NULL},
+    {"iri-reference", NULL},
+    {"uri-template", NULL},
+    {"regex", NULL},
+    {"color", NULL},
+};
+
+static const fmt *find(const char *name) {
+    for (size_t i = 0; i < TR_ARRAY_LEN(formats); i++)
+        if (strcmp(formats[i].name, name) == 0) return &formats[i];
+    return NULL;
+}
+
+bool tr_js_format_is_asserted(const char *name) { return find(name) != NULL; }
+
+tr_status tr_js_format_ast(gcc *cc, const char *name, gre_node **out, bool *known) {
+    const fmt *f = find(name);
+    *known = f && f->rx;
+    *out = NULL;
+    if (!*known) return TR_OK;
+    return tr_regex_parse(cc, f->rx, strlen(f->rx), out);
+}

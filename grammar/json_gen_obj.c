@@ -1,0 +1,839 @@
+/* json_gen_obj.c — object schemas to grammar expressions.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * rule builder (json_gen.c). Single-threaded per compile.
+ *
+ * Members. The listed properties come in the order of `properties`
+ * (members of the conjunction in order), then the required names not
+ * listed there. A listed name's value must satisfy, for every member of
+ * the conjunction, that member's `properties` schema for it, plus its
+ * patternProperties whose pattern the name matches, or, if neither,
+ * its additionalProperties. Required names cannot be skipped; a name
+ * whose schema accepts nothing (or that propertyNames / `not required`
+ * rule out) cannot appear.
+ *
+ * Additional properties follow the listed ones. Their keys are split
+ * into regions by which patterns they match (every subset of the
+ * patterns, empty regions dropped), each region's key language is
+ * exact — the patterns of the subset, minus the other patterns, minus
+ * the listed names (so a listed name is never taken twice), within
+ * propertyNames — and each region gets the value schema every member
+ * gives such keys. Regions whose value schema is `false` vanish, so the
+ * usual additionalProperties: false costs nothing.
+ *
+ * Commas: a member is preceded by SEP unless it is the first present.
+ *   R_i  = [SEP m_i] R_i+1          (brackets: optional member i)
+ *   S_i  = m_i R_i+1 | S_i+1         (nonempty, nothing emitted yet)
+ *   R_n  = (SEP A)*,  S_n = A (SEP A)*,  object = { PRE (S_0 POST)? }
+ * Before the first required member S branches; after it only R runs.
+ * Short chains are written out flat (regular, one terminal when the
+ * values are); long ones share the R_i as rules. minProperties /
+ * maxProperties add a count to the state: R(i, c).
+ */
+#include <string.h>
+
+#include "base/utf8.h"
+#include "grammar/json_schema_internal.h"
+
+#define JS_MAX_PATTERNS_SPLIT 6u
+#define JS_FLAT_CHAIN 64u
+#define JS_MAX_DEPS 16u
+#define JS_MAX_CHAIN_RULES 20000u
+
+typedef struct member {
+    const char *name;
+    size_t len;
+    bool required;
+    gx *g; /* KEY COLON VALUE */
+    /* property dependencies (dependentRequired): pair bits this member
+     * raises when taken / skipped, and the bits that force / forbid it */
+    uint64_t set_take, set_skip, need, block;
+} member;
+
+typedef struct objc {
+    js_ctx *x;
+    const js_norm *n;
+    uint32_t depth;
+    js_ws ws;
+    member *m;
+    uint32_t nm, cap;
+    const char **all_names; /* every listed name, kept or dropped: never
+                               an additional key */
+    size_t *all_lens;
+    uint32_t n_all;
+    gx *add; /* one additional member (alternatives), NULL if none */
+    uint64_t min, max; /* properties count; max UINT64_MAX: none */
+    uint32_t n_deps;   /* dependency pairs (<= JS_MAX_DEPS) */
+    const char **pats; /* distinct patternProperties patterns */
+    const json_t **pat_node; /* a node that has it (messages) */
+    uint32_t n_pats;
+} objc;
+
+static bool has_obj_kw(const json_t *node) {
+    return json_object_get(node, "properties") || json_object_get(node, "patternProperties") ||
+           json_object_get(node, "additionalProperties");
+}
+
+static bool listed(const objc *o, const char *name, size_t len) {
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (o->m[i].len == len && !memcmp(o->m[i].name, name, len)) return true;
+    return false;
+}
+
+static tr_status add_name(objc *o, const char *name, size_t len) {
+    if (listed(o, name, len)) return TR_OK;
+    if (o->nm == o->cap) {
+        uint32_t nc = o->cap ? o->cap * 2 : 16;
+        if (nc > 100000)
+            return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
+        member *v = tr_gcc_alloc(o->x->cc, (size_t)nc * sizeof *v);
+        if (!v) return o->x->cc->err;
+        if (o->nm) memcpy(v, o->m, o->nm * sizeof *v);
+        o->m = v;
+        o->cap = nc;
+    }
+    o->m[o->nm++] = (member){name, len, false, NULL, 0, 0, 0, 0};
+    return TR_OK;
+}
+
+static bool is_forbidden(const js_norm *n, const char *name) {
+    for (uint32_t i = 0; i < n->n_forbid; i++)
+        if (!strcmp(n->forbid[i], name)) return true;
+    return false;
+}
+
+/* Whether key matches the pattern (a pattern ignored in lenient mode
+ * matches nothing). */
+static tr_status key_matches(js_ctx *x, const json_t *node, const char *pat, const char *key,
+                             size_t len, bool *yes) {
+    cpdfa *d;
+    *yes = false;
+    tr_status st = tr_js_pattern_cpdfa(x, node, pat, &d);
+    if (st || !d) return st;
+    *yes = tr_cpdfa_matches(d, key, len);
+    return TR_OK;
+}
+
+static tr_status push_item(gcc *cc, js_item **v, uint32_t *n, uint32_t *cap, const json_t *s) {
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 8;
+        js_item *w = tr_gcc_alloc(cc, (size_t)nc * sizeof *w);
+        if (!w) return cc->err;
+        if (*n) memcpy(w, *v, *n * sizeof *w);
+        *v = w;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (js_item){s, 0};
+    return TR_OK;
+}
+
+/* The conjunction a key's value must satisfy. pset: for additional keys,
+ * the subset of o->pats the key matches; name: for a listed key. */
+static tr_status value_conj(objc *o, const char *name, size_t len, uint32_t pset,
+                            js_conj *out) {
+    js_ctx *x = o->x;
+    js_item *v = NULL;
+    uint32_t n = 0, cap = 0;
+    tr_status st;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        if (!has_obj_kw(node)) continue;
+        const json_t *props = json_object_get(node, "properties");
+        const json_t *pp = json_object_get(node, "patternProperties");
+        const json_t *ap = json_object_get(node, "additionalProperties");
+        bool covered = false;
+        if (name && json_is_object(props)) {
+            const json_t *s = json_object_getn(props, name, len);
+            if (s) {
+                covered = true;
+                if ((st = push_item(x->cc, &v, &n, &cap, s))) return st;
+            }
+        }
+        if (json_is_object(pp)) {
+            const char *k;
+            json_t *s;
+            json_object_foreach((json_t *)pp, k, s) {
+                bool m = false;
+                if (name) {
+                    if ((st = key_matches(x, node, k, name, len, &m))) return st;
+                } else
+                    for (uint32_t p = 0; p < o->n_pats; p++)
+                        if ((pset >> p & 1) && !strcmp(o->pats[p], k)) m = true;
+                if (m) {
+                    covered = true;
+                    if ((st = push_item(x->cc, &v, &n, &cap, s))) return st;
+                }
+            }
+        }
+        if (!covered && ap && (st = push_item(x->cc, &v, &n, &cap, ap))) return st;
+    }
+    out->v = v;
+    out->n = n;
+    return TR_OK;
+}
+
+static bool conj_false(const js_conj *c) {
+    for (uint32_t i = 0; i < c->n; i++)
+        if (json_is_false(c->v[i].node)) return true;
+    return false;
+}
+
+static tr_status value_ref(objc *o, const js_conj *c, const char *hint, gx **out) {
+    uint32_t r;
+    tr_status st = c->n ? tr_js_rule_for(o->x, c, o->depth + 1, hint, &r)
+                        : tr_js_any_value(o->x, o->depth + 1, &r);
+    if (st) return st;
+    *out = tr_gx_ref(o->x->cc, r);
+    return *out ? TR_OK : o->x->cc->err;
+}
+
+/* propertyNames of every member, as one conjunction (n == 0: none). */
+static tr_status names_conj(objc *o, js_conj *out) {
+    js_item *v = NULL;
+    uint32_t n = 0, cap = 0;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *pn = json_object_get(o->n->nodes[i].node, "propertyNames");
+        if (pn) {
+            tr_status st = push_item(o->x->cc, &v, &n, &cap, pn);
+            if (st) return st;
+        }
+    }
+    out->v = v;
+    out->n = n;
+    return TR_OK;
+}
+
+/* ---- listed members ---- */
+
+static tr_status collect_deps(objc *o);
+
+static bool same_name(const member *m, const char *s, size_t n) {
+    return m->len == n && !memcmp(m->name, s, n);
+}
+
+/* Names: `properties` in order, then `required` names not listed there
+ * (and draft 3's `required: true` inside a property schema), then the
+ * names dependencies mention. */
+static tr_status gather_names(objc *o) {
+    js_ctx *x = o->x;
+    tr_status st;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *props = json_object_get(o->n->nodes[i].node, "properties");
+        if (props && !json_is_object(props))
+            return tr_js_fail(x, TR_ERR_FORMAT, o->n->nodes[i].node, "properties must be an object");
+        const char *k;
+        size_t kl;
+        json_t *s;
+        json_object_keylen_foreach((json_t *)props, k, kl, s) {
+            if ((st = add_name(o, k, kl))) return st;
+            if (json_is_object(s) && json_is_true(json_object_get(s, "required")))
+                for (uint32_t m = 0; m < o->nm; m++)
+                    if (same_name(&o->m[m], k, kl)) o->m[m].required = true;
+        }
+    }
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        const json_t *req = json_object_get(node, "required");
+        if (!req || json_is_boolean(req)) continue; /* boolean: draft 3, above */
+        if (!json_is_array(req))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
+        for (size_t j = 0; j < json_array_size(req); j++) {
+            const json_t *r = json_array_get(req, j);
+            if (!json_is_string(r))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "required must be an array of strings");
+            if ((st = add_name(o, json_string_value(r), json_string_length(r)))) return st;
+            for (uint32_t m = 0; m < o->nm; m++)
+                if (same_name(&o->m[m], json_string_value(r), json_string_length(r)))
+                    o->m[m].required = true;
+        }
+    }
+    return collect_deps(o);
+}
+
+/* A member that cannot appear (its schema is false, propertyNames or
+ * `not required` rule it out) also takes down every member whose
+ * dependencies need it; to a fixpoint. TR_ERR_FULL: a required member
+ * is among them, the object cannot exist. */
+static tr_status drop_dead(objc *o, bool *ok) {
+    uint64_t dead = 0;
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (!ok[i]) dead |= o->m[i].need | o->m[i].set_skip;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t i = 0; i < o->nm; i++) {
+            if (!ok[i] || !((o->m[i].set_take | o->m[i].block) & dead)) continue;
+            ok[i] = false;
+            dead |= o->m[i].need | o->m[i].set_skip;
+            changed = true;
+        }
+    }
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (!ok[i] && o->m[i].required) return TR_ERR_FULL;
+    return TR_OK;
+}
+
+static tr_status listed_members(objc *o, const js_conj *pn) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    tr_status st = gather_names(o);
+    if (st) return st;
+    o->all_names = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_names);
+    o->all_lens = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *o->all_lens);
+    bool *ok = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *ok);
+    js_conj *vc = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *vc);
+    if (!o->all_names || !o->all_lens || !ok || !vc) return cc->err;
+    for (uint32_t i = 0; i < o->nm; i++) o->all_names[i] = o->m[i].name, o->all_lens[i] = o->m[i].len;
+    o->n_all = o->nm;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        member *m = &o->m[i];
+        ok[i] = !memchr(m->name, 0, m->len) ? !is_forbidden(o->n, m->name) : true;
+        if (ok[i] && pn->n) {
+            json_t *name = json_stringn(m->name, m->len);
+            if (!name) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
+            st = tr_js_validate(x, pn, name, 0, &ok[i]);
+            json_decref(name);
+            if (st) return st;
+        }
+        if (ok[i] && (st = value_conj(o, m->name, m->len, 0, &vc[i]))) return st;
+        if (ok[i] && conj_false(&vc[i])) ok[i] = false;
+    }
+    if ((st = drop_dead(o, ok))) return (o->nm = 0), st;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        member *m = &o->m[i];
+        if (!ok[i]) continue;
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        st = tr_js_key_regex(x, m->name, m->len, &b);
+        gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+        tr_js_buf_free(&b);
+        gx *val;
+        if (st || (st = value_ref(o, &vc[i], NULL, &val))) return st;
+        m->g = tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val);
+        if (!m->g) return cc->err;
+        o->m[keep++] = *m;
+    }
+    o->nm = keep;
+    return TR_OK;
+}
+
+/* ---- additional members ---- */
+
+static tr_status collect_patterns(objc *o) {
+    gcc *cc = o->x->cc;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        const json_t *pp = json_object_get(node, "patternProperties");
+        if (!pp) continue;
+        if (!json_is_object(pp))
+            return tr_js_fail(o->x, TR_ERR_FORMAT, node, "patternProperties must be an object");
+        const char *k;
+        json_t *s;
+        json_object_foreach((json_t *)pp, k, s) {
+            bool seen = false;
+            for (uint32_t p = 0; p < o->n_pats && !seen; p++) seen = !strcmp(o->pats[p], k);
+            if (seen) continue;
+            if (o->n_pats == JS_MAX_PATTERNS_SPLIT)
+                return tr_js_unsupported(o->x, node, "patternProperties",
+                                         "more than 6 distinct patterns on one object");
+            const char **v = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *v);
+            const json_t **w = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *w);
+            if (!v || !w) return cc->err;
+            if (o->n_pats) {
+                memcpy(v, o->pats, o->n_pats * sizeof *v);
+                memcpy(w, o->pat_node, o->n_pats * sizeof *w);
+            }
+            v[o->n_pats] = k; /* a key of the document: lives as long as it */
+            w[o->n_pats++] = node;
+            o->pats = v;
+            o->pat_node = w;
+        }
+    }
+    return TR_OK;
+}
+
+/* Strings longer than L NOT in p, structurally when p is s{lo,hi} (one
+ * set repeated: ^[a-z0-9_-]{1,255}$): a code point outside s somewhere
+ * (a small automaton, cut to lengths > L), or only s but more than hi of
+ * them. *fits false for other shapes. */
+static tr_status complement_long(js_ctx *x, const gre_node *p, uint32_t L, gre_node **out,
+                                 bool *fits) {
+    gcc *cc = x->cc;
+    *fits = false;
+    if (p->kind != GRE_REPEAT || p->kids[0]->kind != GRE_SET) return TR_OK;
+    gre_node *other = tr_js_ast_set(cc, 0, 0);
+    if (!other) return cc->err;
+    other->set.n = 0;
+    if (tr_cpset_complement(cc, &p->kids[0]->set, &other->set)) return cc->err;
+    gre_node *a = NULL;
+    if (other->set.n) {
+        gre_node *has = tr_js_ast_cat(cc, tr_js_ast_cat(cc, tr_js_rep_any(cc), other),
+                                      tr_js_rep_any(cc));
+        cpdfa d, len, r;
+        tr_status st;
+        if (!has || (st = tr_cpdfa_from_ast(cc, has, &d)) ||
+            (st = tr_cpdfa_length(cc, L + 1, UINT32_MAX, &len)) ||
+            (st = tr_cpdfa_product(cc, &d, &len, CPD_AND, &r)) ||
+            (st = tr_js_ast_of_cpdfa(x, &r, NULL, "patternProperties", &a)))
+            return cc->err ? cc->err : TR_ERR_NOMEM;
+    }
+    if (p->max != GRE_INF) {
+        uint32_t from = TR_MAX(p->max + 1, L + 1);
+        gre_node *more = tr_js_ast_rep(cc, p->kids[0], from, GRE_INF);
+        a = a ? tr_js_ast_alt(cc, a, more) : more;
+    }
+    *out = a;
+    *fits = true;
+    return cc->err;
+}
+
+/* Every string but the names, written from their trie so that "any
+ * string" appears once: E | D ANY*, E the trie prefixes that are not
+ * names (a finite set), D a trie prefix followed by one code point that
+ * leaves the trie. Linear in the names' length; no automaton. */
+typedef struct ntrie {
+    uint32_t cp, first, next;
+    bool term;
+} ntrie;
+
+static gre_node *alt_opt(gcc *cc, gre_node *acc, gre_node *x) {
+    if (!x) return acc;
+    return acc ? tr_js_ast_alt(cc, acc, x) : x;
+}
+
+static gre_node *trie_e(gcc *cc, const ntrie *t, uint32_t at, uint32_t depth) {
+    if (depth > 2000) return NULL;
+    gre_node *r = t[at].term ? NULL : tr_js_ast_empty(cc);
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next) {
+        gre_node *k = trie_e(cc, t, c, depth + 1);
+        if (k) r = alt_opt(cc, r, tr_js_ast_cat(cc, tr_js_ast_set(cc, t[c].cp, t[c].cp), k));
+    }
+    return r;
+}
+
+static gre_node *trie_d(gcc *cc, const ntrie *t, uint32_t at, uint32_t depth) {
+    if (depth > 2000) return NULL;
+    gre_node *kids = tr_js_ast_set(cc, 0, 0);
+    if (!kids) return NULL;
+    kids->set.n = 0;
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next)
+        if (tr_cpset_add(cc, &kids->set, t[c].cp, t[c].cp)) return NULL;
+    tr_cpset_normalize(&kids->set);
+    gre_node *out = tr_js_ast_set(cc, 0, 0);
+    if (!out) return NULL;
+    out->set.n = 0;
+    if (tr_cpset_complement(cc, &kids->set, &out->set)) return NULL;
+    gre_node *r = out->set.n ? out : NULL;
+    for (uint32_t c = t[at].first; c != UINT32_MAX; c = t[c].next) {
+        gre_node *k = trie_d(cc, t, c, depth + 1);
+        if (k) r = alt_opt(cc, r, tr_js_ast_cat(cc, tr_js_ast_set(cc, t[c].cp, t[c].cp), k));
+    }
+    return r;
+}
+
+static tr_status names_complement(gcc *cc, const char *const *vs, const size_t *vl, uint32_t n,
+                                  gre_node **out) {
+    uint64_t cap = 1;
+    for (uint32_t i = 0; i < n; i++) cap += vl[i];
+    ntrie *t = tr_gcc_alloc(cc, (size_t)cap * sizeof *t);
+    if (!t) return cc->err;
+    uint32_t nn = 1;
+    t[0] = (ntrie){0, UINT32_MAX, UINT32_MAX, false};
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t at = 0;
+        for (size_t j = 0; j < vl[i];) {
+            uint32_t cp;
+            int k = tr_utf8_decode((const uint8_t *)vs[i] + j, vl[i] - j, &cp);
+            if (k <= 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "invalid UTF-8 in a property name");
+            j += (size_t)k;
+            uint32_t c = t[at].first;
+            while (c != UINT32_MAX && t[c].cp != cp) c = t[c].next;
+            if (c == UINT32_MAX) {
+                t[nn] = (ntrie){cp, UINT32_MAX, t[at].first, false};
+                t[at].first = c = nn++;
+            }
+            at = c;
+        }
+        t[at].term = true;
+    }
+    gre_node *e = trie_e(cc, t, 0, 0), *d = trie_d(cc, t, 0, 0);
+    if (cc->err) return cc->err;
+    if (d) d = tr_js_ast_cat(cc, d, tr_js_rep_any(cc));
+    *out = alt_opt(cc, e, d);
+    if (!*out) return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "empty complement of names");
+    return cc->err;
+}
+
+static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint32_t hi,
+                         cpdfa *out) {
+    cpdfa len;
+    tr_status st = tr_cpdfa_length(cc, lo, hi, &len);
+    if (st || a_any) return st ? st : (*out = len, TR_OK);
+    return tr_cpdfa_product(cc, a, &len, CPD_AND, out);
+}
+
+/* The keys of one region: in the subset pset of the patterns, not in
+ * the others, valid names (propertyNames), not a listed name. Listed
+ * names are excluded where they live: keys no longer than the longest
+ * name go through the automaton, longer ones keep the patterns' own
+ * shape (so ^[a-z]{1,255}$ minus a few names stays a counted repetition
+ * instead of a 255-state chain turned inside out). */
+static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
+                             gre_node **ast, bool *any) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    cpdfa acc;
+    bool have = !pn_any;
+    if (have) acc = *pn;
+    tr_status st;
+    uint32_t used = 0, single = UINT32_MAX;
+    for (uint32_t p = 0; p < o->n_pats; p++) {
+        cpdfa *d;
+        if ((st = tr_js_pattern_cpdfa(x, o->pat_node[p], o->pats[p], &d))) return st;
+        if (!d) {
+            if (pset >> p & 1) return (*ast = NULL), (*any = false), TR_OK; /* ignored pattern */
+            continue;
+        }
+        used++;
+        if (pset >> p & 1) single = p;
+        if (!have) {
+            if ((st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
+            have = true;
+        }
+        cpdfa r;
+        if ((st = tr_cpdfa_product(cc, &acc, d, (pset >> p & 1) ? CPD_AND : CPD_MINUS, &r)))
+            return st;
+        acc = r;
+    }
+    *ast = NULL;
+    uint32_t nx = o->n_all + o->n->n_forbid;
+    if (!nx) {
+        *any = !have;
+        if (!have) return TR_OK;
+        return tr_js_ast_of_cpdfa(x, &acc, o->n->nodes[0].node, "patternProperties", ast);
+    }
+    *any = false;
+    const char **vs = tr_gcc_alloc(cc, nx * sizeof *vs);
+    size_t *vl = tr_gcc_alloc(cc, nx * sizeof *vl);
+    if (!vs || !vl) return cc->err;
+    uint32_t L = 0;
+    for (uint32_t i = 0; i < nx; i++) {
+        bool listed_name = i < o->n_all;
+        vs[i] = listed_name ? o->all_names[i] : o->n->forbid[i - o->n_all];
+        vl[i] = listed_name ? o->all_lens[i] : strlen(vs[i]);
+        uint32_t cps = 0;
+        for (size_t k = 0; k < vl[i]; k++) cps += ((unsigned char)vs[i][k] & 0xC0) != 0x80;
+        L = TR_MAX(L, cps);
+    }
+    if (!have) /* any key but the names: straight from their trie */
+        return names_complement(cc, vs, vl, nx, ast);
+    /* short keys: the automaton, names removed */
+    cpdfa names, sh, r;
+    if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
+        (st = and_len(cc, &acc, !have, 0, L, &sh)) ||
+        (st = tr_cpdfa_product(cc, &sh, &names, CPD_MINUS, &r)))
+        return st;
+    gre_node *short_ast = NULL, *long_ast = NULL;
+    if ((st = tr_js_ast_of_cpdfa(x, &r, o->n->nodes[0].node, "patternProperties", &short_ast)))
+        return st;
+    /* long keys: the region's own shape, longer than every name */
+    if (!have)
+        long_ast = tr_js_ast_rep(cc, tr_js_ast_any(cc), L + 1, GRE_INF);
+    else {
+        bool fits = false;
+        if (used == 1 && pn_any) {
+            uint32_t p = single;
+            for (uint32_t k = 0; p == UINT32_MAX && k < o->n_pats; k++) p = k;
+            gre_node *pa;
+            if ((st = tr_js_pattern_ast(x, o->pat_node[p], o->pats[p], &pa))) return st;
+            if (pa && single != UINT32_MAX)
+                long_ast = tr_js_with_length(cc, pa, L + 1, GRE_INF, &fits);
+            else if (pa && (st = complement_long(x, pa, L, &long_ast, &fits)))
+                return st;
+        }
+        if (!fits) {
+            cpdfa lg;
+            if ((st = and_len(cc, &acc, false, L + 1, UINT32_MAX, &lg)) ||
+                (st = tr_js_ast_of_cpdfa(x, &lg, o->n->nodes[0].node, "patternProperties",
+                                         &long_ast)))
+                return st;
+        }
+    }
+    if (cc->err) return cc->err;
+    *ast = short_ast && long_ast ? tr_js_ast_alt(cc, short_ast, long_ast)
+                                 : short_ast ? short_ast : long_ast;
+    return TR_OK;
+}
+
+static tr_status additional(objc *o, const js_conj *pnc) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    tr_status st = collect_patterns(o);
+    if (st) return st;
+    cpdfa pn = {0};
+    bool pn_any = true;
+    if (pnc->n && (st = tr_js_string_lang(x, pnc, &pn, &pn_any))) return st;
+    if (!pn_any && tr_cpdfa_is_empty(&pn)) return TR_OK; /* no key is a valid name */
+    gx_list alts = {0};
+    for (uint32_t pset = 0; pset < (1u << o->n_pats); pset++) {
+        js_conj c;
+        if ((st = value_conj(o, NULL, 0, pset, &c))) return st;
+        if (conj_false(&c)) continue;
+        gre_node *ast;
+        bool any;
+        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any))) return st;
+        if (!any && !ast) continue;
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        if (any)
+            tr_js_str_any_regex(0, GRE_INF, &b);
+        else
+            st = tr_js_str_regex(cc, ast, &b);
+        gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+        tr_js_buf_free(&b);
+        gx *val;
+        if (st || (st = value_ref(o, &c, NULL, &val))) return st;
+        if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))
+            return st;
+    }
+    if (alts.n) o->add = tr_gx_alt(cc, alts.v, alts.n);
+    return alts.n && !o->add ? cc->err : TR_OK;
+}
+
+/* ---- the member chain ---- */
+
+static gx *sep_m(objc *o, uint32_t i) {
+    return tr_gx_seq2(o->x->cc, tr_gx_rxz(o->x->cc, o->ws.sep), o->m[i].g);
+}
+
+static gx *add_loop(objc *o, uint64_t lo, uint64_t hi) {
+    gcc *cc = o->x->cc;
+    if (!o->add) return lo == 0 ? tr_gx_empty(cc) : tr_gx_never(cc);
+    return tr_gx_rep(cc, tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add), (uint32_t)lo,
+                     hi == UINT64_MAX ? GX_INF : (uint32_t)hi);
+}
+
+/* Without property counts: R_i flat (short) or as rules (long). */
+static tr_status chain_plain(objc *o, gx **out) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    uint32_t n = o->nm, first_req = n;
+    for (uint32_t i = 0; i < n; i++)
+        if (o->m[i].required) {
+            first_req = i;
+            break;
+        }
+    gx **R = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *R);
+    if (!R) return cc->err;
+    bool flat = (uint64_t)(first_req + 1) * (n + 1) <= JS_FLAT_CHAIN;
+    R[n] = tr_gx_empty(cc);
+    for (uint32_t i = n; i-- > 0;) {
+        gx *step = sep_m(o, i);
+        if (!o->m[i].required) step = tr_gx_opt(cc, step);
+        R[i] = tr_gx_seq2(cc, step, R[i + 1]);
+        if (!flat && i > first_req && i + 1 < n) { /* share long tails as rules */
+            uint32_t id;
+            tr_status st = tr_gx_rule_add(cc, &x->g, "props", &id);
+            if (st) return st;
+            x->g.rules[id].body = R[i];
+            R[i] = tr_gx_ref(cc, id);
+        }
+        if (!R[i]) return cc->err;
+    }
+    /* the listed part, nonempty: the first member present is i (one of
+     * the optional ones before first_req, or first_req itself) */
+    gx_list alts = {0};
+    for (uint32_t i = 0; i <= first_req && i < n; i++)
+        if (tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, o->m[i].g, R[i + 1]))) return cc->err;
+    /* additional members follow, once: the additional member (often the
+     * largest piece: its keys exclude every listed name) appears twice in
+     * the whole expression, not once per listed suffix */
+    gx *listed = tr_gx_alt(cc, alts.v, alts.n);
+    if (!o->add) {
+        *out = listed;
+        return *out ? TR_OK : cc->err;
+    }
+    gx *tail = add_loop(o, 0, UINT64_MAX);
+    gx *body = n ? tr_gx_seq2(cc, listed, tail) : tr_gx_never(cc);
+    if (first_req == n) body = tr_gx_alt2(cc, body, tr_gx_seq2(cc, o->add, tail));
+    *out = body;
+    return *out ? TR_OK : cc->err;
+}
+
+/* With minProperties / maxProperties or property dependencies: R(i, c,
+ * m, first): member i next, c members emitted so far (saturating at
+ * min when there is no max), m the dependency pairs raised, first:
+ * nothing emitted yet. Memoized rules, built lazily. */
+typedef struct counted {
+    objc *o;
+    uint32_t cap;  /* counts 0..cap tracked */
+    js_ptrmap ids; /* state key -> rule id + 1 */
+    uint32_t made;
+} counted;
+
+static uint32_t sat(const counted *k, uint64_t c) { return (uint32_t)TR_MIN(c, (uint64_t)k->cap); }
+
+static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first);
+
+static gx *R_body(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    if (o->max != UINT64_MAX && c > o->max) return tr_gx_never(cc);
+    if (i == o->nm) {
+        uint64_t lo = o->min > c ? o->min - c : 0;
+        uint64_t hi = o->max == UINT64_MAX ? UINT64_MAX : o->max - c;
+        if (!first) return add_loop(o, lo, hi);
+        /* nothing emitted yet: A (SEP A){lo-1, hi-1}, nonempty */
+        if (!o->add || hi == 0) return tr_gx_never(cc);
+        return tr_gx_seq2(cc, o->add, add_loop(o, lo ? lo - 1 : 0, hi == UINT64_MAX ? hi : hi - 1));
+    }
+    const member *mi = &o->m[i];
+    bool can_take = !(m & mi->block), must_take = mi->required || (m & mi->need);
+    gx *take = can_take ? tr_gx_seq2(cc, first ? mi->g : sep_m(o, i),
+                                     R_count(k, i + 1, sat(k, c + 1), m | mi->set_take, false))
+                        : tr_gx_never(cc);
+    if (must_take) return take;
+    return tr_gx_alt2(cc, take, R_count(k, i + 1, c, m | mi->set_skip, first));
+}
+
+static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    /* only the pairs that can still matter are part of the state */
+    uint64_t live = 0;
+    for (uint32_t j = i; j < o->nm; j++) live |= o->m[j].need | o->m[j].block;
+    m &= live;
+    uint64_t key = ((((uint64_t)i << 20 | c) << 17 | m) << 1 | first) + 1;
+    uint64_t id;
+    if (!tr_js_ptrmap_get(&k->ids, (const void *)(uintptr_t)key, &id)) {
+        if (++k->made > JS_MAX_CHAIN_RULES) {
+            tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
+                       "too many properties combined with minProperties / maxProperties / "
+                       "dependencies (over %u states)",
+                       JS_MAX_CHAIN_RULES);
+            return NULL;
+        }
+        uint32_t rid;
+        if (tr_gx_rule_add(cc, &o->x->g, "props", &rid) ||
+            tr_js_ptrmap_put(cc, &k->ids, (const void *)(uintptr_t)key, rid))
+            return NULL;
+        gx *b = R_body(k, i, c, m, first);
+        if (!b) return NULL;
+        o->x->g.rules[rid].body = b;
+        id = rid;
+    }
+    return tr_gx_ref(cc, (uint32_t)id);
+}
+
+static tr_status chain_counted(objc *o, gx **out) {
+    /* c <= nm while listed members are read; past max everything dies,
+     * and without a max every count >= min behaves alike */
+    uint64_t cap = o->max != UINT64_MAX ? TR_MIN(o->max + 1, (uint64_t)o->nm + 1)
+                                        : TR_MIN(o->min, (uint64_t)o->nm + 1);
+    if (o->nm >= (1u << 19) || cap >= (1u << 19))
+        return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
+    counted k = {o, (uint32_t)cap, {0}, 0};
+    *out = R_count(&k, 0, 0, 0, true);
+    return *out ? TR_OK : o->x->cc->err;
+}
+
+/* dependentRequired / dependencies (array form): "if t is present, so is
+ * d", as pair bits on the members (names not listed become listed). */
+static tr_status collect_deps(objc *o) {
+    js_ctx *x = o->x;
+    for (uint32_t i = 0; i < o->n->n; i++) {
+        const json_t *node = o->n->nodes[i].node;
+        static const char *const kws[] = {"dependentRequired", "dependencies"};
+        for (int k = 0; k < 2; k++) {
+            const json_t *d = json_object_get(node, kws[k]);
+            if (!d) continue;
+            if (!json_is_object(d))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be an object", kws[k]);
+            const char *t;
+            json_t *v;
+            json_object_foreach((json_t *)d, t, v) {
+                size_t nd = json_is_array(v) ? json_array_size(v) : 1;
+                if (!json_is_array(v) && !json_is_string(v)) {
+                    tr_status st = tr_js_unsupported(x, node, kws[k],
+                                                     "schema dependencies (dependentSchemas) "
+                                                     "are not enforced");
+                    if (st) return st;
+                    continue;
+                }
+                for (size_t j = 0; j < nd; j++) {
+                    const json_t *dn = json_is_array(v) ? json_array_get(v, j) : v;
+                    if (!json_is_string(dn))
+                        return tr_js_fail(x, TR_ERR_FORMAT, node, "%s: names must be strings", kws[k]);
+                    if (o->n_deps == JS_MAX_DEPS)
+                        return tr_js_unsupported(x, node, kws[k],
+                                                 "more than 16 property dependencies on one object");
+                    tr_status st = add_name(o, t, strlen(t));
+                    if (!st) st = add_name(o, json_string_value(dn), json_string_length(dn));
+                    if (st) return st;
+                    uint32_t ti = 0, di = 0;
+                    while (!same_name(&o->m[ti], t, strlen(t))) ti++;
+                    while (!same_name(&o->m[di], json_string_value(dn), json_string_length(dn)))
+                        di++;
+                    if (ti == di) continue; /* "a needs a" */
+                    uint64_t bit = 1ull << o->n_deps++;
+                    if (ti < di) { /* t first: taking t raises "d needed" */
+                        o->m[ti].set_take |= bit;
+                        o->m[di].need |= bit;
+                    } else { /* d first: skipping d raises "t forbidden" */
+                        o->m[di].set_skip |= bit;
+                        o->m[ti].block |= bit;
+                    }
+                }
+            }
+        }
+    }
+    return TR_OK;
+}
+
+tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
+    objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX};
+    tr_js_ws(x, depth, &o.ws);
+    tr_status st;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        const json_t *ds = json_object_get(node, "dependentSchemas");
+        if (ds && !(json_is_object(ds) && json_object_size(ds) == 0) &&
+            (st = tr_js_unsupported(x, node, "dependentSchemas",
+                                    "schema dependencies are not enforced")))
+            return st;
+        const json_t *u = json_object_get(node, "unevaluatedProperties");
+        if (u && !json_is_true(u) &&
+            (st = tr_js_unsupported(x, node, "unevaluatedProperties", "not enforced")))
+            return st;
+        for (int k = 0; k < 2; k++) {
+            const char *name = k ? "maxProperties" : "minProperties";
+            const json_t *v = json_object_get(node, name);
+            if (!v) continue;
+            js_dec d;
+            if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+                (d.neg && d.n))
+                return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", name);
+            uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);
+            if (k)
+                o.max = TR_MIN(o.max, c);
+            else
+                o.min = TR_MAX(o.min, c);
+        }
+    }
+    if (o.min > o.max) return (*out = tr_gx_never(x->cc)), TR_OK;
+    js_conj pn;
+    if ((st = names_conj(&o, &pn))) return st;
+    st = listed_members(&o, &pn);
+    if (st == TR_ERR_FULL) return (*out = tr_gx_never(x->cc)), TR_OK;
+    if (st || (st = additional(&o, &pn))) return st;
+    bool any_required = false;
+    for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
+    gx *items;
+    if (o.min > 1 || o.max != UINT64_MAX || o.n_deps)
+        st = chain_counted(&o, &items);
+    else
+        st = chain_plain(&o, &items);
+    if (st) return st;
+    *out = tr_js_container(x, '{', items, !any_required && o.min == 0, depth);
+    return *out ? TR_OK : x->cc->err;
+}

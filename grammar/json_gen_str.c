@@ -1,0 +1,651 @@
+/* json_gen_str.c — string and number schemas to grammar expressions.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * rule builder (json_gen.c) with a flattened conjunction. Single-
+ * threaded per compile.
+ *
+ * Strings: minLength / maxLength (code points) alone give a counted
+ * repetition of one encoded code point; up to JS_STR_RX_MAX_COUNT it
+ * stays inside one regex terminal, beyond it is the grammar's own
+ * counted repetition of a one-code-point terminal, so that the DFA
+ * never holds thousands of copies (maxLength 32767 is common). Patterns
+ * and formats are decoded-string ASTs; one of them with a length is
+ * intersected structurally when only one part of it varies in length
+ * (^[a-z]+$ with maxLength 8 is [a-z]{1,8}); everything else (several
+ * patterns, pattern and format, `not` a pattern, excluded values) goes
+ * through code-point automata (cpdfa.c) and back.
+ *
+ * Numbers: the bounds of every member (draft-04 boolean exclusive* too)
+ * give one exact range (json_num.c). multipleOf: integers through a
+ * remainder automaton intersected with the range; non-integers only for
+ * steps 10^-q (at most q fraction digits); others are refused.
+ */
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+#define JS_AST_MAX_NODES 20000u
+#define JS_LEN_AUTOMATON_MAX 2048u
+
+typedef struct js_pat {
+    const char *text;
+    tr_status err;
+    char msg[384];
+    gre_node *ast; /* search language, anchor-free */
+    cpdfa *dfa;
+} js_pat;
+
+/* ---- patterns ---- */
+
+static js_pat *pat_slot(js_ctx *x, const char *text) {
+    for (uint32_t i = 0; i < x->n_pats; i++)
+        if (strcmp(x->pats[i].text, text) == 0) return &x->pats[i];
+    if (x->n_pats == x->cap_pats) {
+        uint32_t nc = x->cap_pats ? x->cap_pats * 2 : 16;
+        js_pat *p = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *p);
+        if (!p) return NULL;
+        if (x->n_pats) memcpy(p, x->pats, x->n_pats * sizeof *p);
+        x->pats = p;
+        x->cap_pats = nc;
+    }
+    js_pat *p = &x->pats[x->n_pats++];
+    memset(p, 0, sizeof *p);
+    p->text = text;
+    return p;
+}
+
+/* Clears a recoverable error of the compile context (a pattern that
+ * does not parse is a property of that pattern, reported by the caller
+ * in its own words), keeping its message. */
+static tr_status take_error(js_ctx *x, char *msg, size_t cap) {
+    tr_status e = x->cc->err;
+    const char *m = x->cc->diag ? x->cc->diag->message : tr_status_message(e);
+    size_t n = strnlen(m, cap - 1);
+    memcpy(msg, m, n);
+    msg[n] = 0;
+    x->cc->err = TR_OK;
+    if (x->cc->diag) memset(x->cc->diag, 0, sizeof *x->cc->diag);
+    return e;
+}
+
+static bool recoverable(tr_status st) {
+    return st == TR_ERR_FORMAT || st == TR_ERR_UNSUPPORTED || st == TR_ERR_LIMIT;
+}
+
+/* The decoded AST of a pattern (cached); *ast NULL with TR_OK when the
+ * pattern is ignored (lenient mode, it did not parse). */
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast);
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast) {
+    *ast = NULL;
+    js_pat *p = pat_slot(x, text);
+    if (!p) return x->cc->err;
+    if (!p->ast && !p->err) {
+        tr_status st = tr_js_pattern_parse(x->cc, text, strlen(text), &p->ast);
+        if (st) {
+            if (!recoverable(st)) return st;
+            p->err = take_error(x, p->msg, sizeof p->msg);
+        }
+    }
+    if (p->err) {
+        tr_status st = tr_js_unsupported(x, node, "pattern", p->msg);
+        return st;
+    }
+    *ast = p->ast;
+    return TR_OK;
+}
+
+tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *node, const char *text, cpdfa **out) {
+    *out = NULL;
+    gre_node *ast;
+    tr_status st = tr_js_pattern_ast(x, node, text, &ast);
+    if (st || !ast) return st;
+    js_pat *p = pat_slot(x, text);
+    if (!p) return x->cc->err;
+    if (!p->dfa) {
+        cpdfa *d = tr_gcc_alloc(x->cc, sizeof *d);
+        if (!d) return x->cc->err;
+        if ((st = tr_cpdfa_from_ast(x->cc, ast, d))) return st;
+        p->dfa = d;
+    }
+    *out = p->dfa;
+    return TR_OK;
+}
+
+/* ---- keys and literal strings ---- */
+
+tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b) {
+    bool plain = true;
+    for (size_t i = 0; i < len && plain; i++) {
+        unsigned char c = (unsigned char)key[i];
+        plain = c >= 0x20 && c != '"' && c != '\\' && c != '/' && c < 0x80;
+    }
+    if (plain) {
+        tr_js_buf_putc(b, '"');
+        tr_js_rx_escape(b, key, len);
+        tr_js_buf_putc(b, '"');
+        return js_buf_ok(b) ? TR_OK : x->cc->err;
+    }
+    gre_node *ast = tr_js_ast_lit(x->cc, key, len);
+    if (!ast) return x->cc->err;
+    return tr_js_str_regex(x->cc, ast, b);
+}
+
+/* ---- lengths ---- */
+
+/* Structural intersection with a length range: exact when at most one
+ * part of the AST varies in length and that part repeats one code point;
+ * *fits false otherwise (the automaton route takes over). *out NULL
+ * with *fits true: the intersection is empty. */
+gre_node *tr_js_with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, bool *fits) {
+    uint64_t lo, hi;
+    tr_js_ast_len(a, &lo, &hi);
+    *fits = true;
+    if (lo >= min && hi <= max) return a;
+    if (a->kind == GRE_ALT) {
+        gre_node *r = NULL;
+        for (uint32_t i = 0; i < a->n_kids; i++) {
+            bool f;
+            gre_node *k = tr_js_with_length(cc, a->kids[i], min, max, &f);
+            if (!f) return (*fits = false), NULL;
+            if (k) r = r ? tr_js_ast_alt(cc, r, k) : k;
+        }
+        return r;
+    }
+    gre_node **kids = &a;
+    uint32_t n = 1;
+    if (a->kind == GRE_CONCAT) kids = a->kids, n = a->n_kids;
+    uint64_t fixed = 0;
+    uint32_t var = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t l, h;
+        tr_js_ast_len(kids[i], &l, &h);
+        if (l == h) {
+            fixed += l;
+            continue;
+        }
+        uint64_t kl, kh;
+        if (var != UINT32_MAX || kids[i]->kind != GRE_REPEAT) return (*fits = false), NULL;
+        tr_js_ast_len(kids[i]->kids[0], &kl, &kh);
+        if (kl != 1 || kh != 1) return (*fits = false), NULL;
+        var = i;
+    }
+    if (var == UINT32_MAX) return lo >= min && hi <= max ? a : NULL;
+    const gre_node *r = kids[var];
+    uint64_t nmin = min > fixed ? min - fixed : 0, nmax = max >= GRE_INF ? GRE_INF
+                                                       : max >= fixed ? max - fixed : 0;
+    if (max < fixed) return NULL;
+    nmin = TR_MAX(nmin, r->min);
+    nmax = TR_MIN(nmax, (uint64_t)r->max);
+    if (nmin > nmax) return NULL;
+    gre_node *out = tr_js_ast_empty(cc);
+    for (uint32_t i = 0; out && i < n; i++)
+        out = tr_js_ast_cat(cc, out, i == var ? tr_js_ast_rep(cc, r->kids[0], (uint32_t)nmin,
+                                                              (uint32_t)nmax)
+                                              : kids[i]);
+    return out;
+}
+
+/* ---- strings ---- */
+
+typedef struct str_c {
+    uint64_t min, max; /* code points; max GRE_INF: none */
+    gre_node *ast[64]; /* patterns and formats that must hold */
+    uint32_t n_ast;
+    const json_t *node; /* for messages */
+} str_c;
+
+static tr_status uint_kw(js_ctx *x, const json_t *node, const char *kw, uint64_t *out,
+                         bool *has) {
+    const json_t *v = json_object_get(node, kw);
+    *has = false;
+    if (!v) return TR_OK;
+    js_dec d;
+    if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+        (d.neg && d.n))
+        return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", kw);
+    *has = true;
+    *out = tr_js_dec_int_digits(&d) > 12 ? GRE_INF - 1 : (uint64_t)json_number_value(v);
+    if (*out >= GRE_INF) *out = GRE_INF - 1;
+    return TR_OK;
+}
+
+static tr_status collect_str(js_ctx *x, const js_norm *n, str_c *c) {
+    memset(c, 0, sizeof *c);
+    c->max = GRE_INF;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        uint64_t v;
+        bool has;
+        tr_status st = uint_kw(x, node, "minLength", &v, &has);
+        if (st) return st;
+        if (has) c->min = TR_MAX(c->min, v), c->node = node;
+        if ((st = uint_kw(x, node, "maxLength", &v, &has))) return st;
+        if (has) c->max = TR_MIN(c->max, v), c->node = node;
+        const json_t *p = json_object_get(node, "pattern");
+        if (p && !json_is_string(p))
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "pattern must be a string");
+        gre_node *a = NULL;
+        if (p && (st = tr_js_pattern_ast(x, node, json_string_value(p), &a))) return st;
+        const json_t *f = json_object_get(node, "format");
+        if (json_is_string(f)) {
+            gre_node *fa;
+            bool known;
+            if ((st = tr_js_format_ast(x->cc, json_string_value(f), &fa, &known))) return st;
+            if (known) {
+                if (c->n_ast == TR_ARRAY_LEN(c->ast))
+                    return tr_js_fail(x, TR_ERR_LIMIT, node, "too many patterns on one string");
+                c->ast[c->n_ast++] = fa;
+            } else if (tr_js_format_is_asserted(json_string_value(f)) &&
+                       (st = tr_js_unsupported(x, node, "format",
+                                               "this format is not enforced")))
+                return st;
+        }
+        if (a) {
+            if (c->n_ast == TR_ARRAY_LEN(c->ast))
+                return tr_js_fail(x, TR_ERR_LIMIT, node, "too many patterns on one string");
+            c->ast[c->n_ast++] = a;
+        }
+        if (!c->node && (p || f)) c->node = node;
+    }
+    return TR_OK;
+}
+
+static tr_status and_dfa(js_ctx *x, cpdfa *acc, bool *have, const cpdfa *d, cpd_op op) {
+    if (!*have && op == CPD_AND) {
+        *acc = *d;
+        *have = true;
+        return TR_OK;
+    }
+    if (!*have) { /* start from "any string" for a subtraction */
+        tr_status st = tr_cpdfa_length(x->cc, 0, UINT32_MAX, acc);
+        if (st) return st;
+        *have = true;
+    }
+    cpdfa r;
+    tr_status st = tr_cpdfa_product(x->cc, acc, d, op, &r);
+    if (!st) *acc = r;
+    return st;
+}
+
+/* The automaton of every constraint on a string, combined; *any when
+ * there is none (then *out is untouched). */
+static tr_status str_cpdfa(js_ctx *x, const js_norm *n, const str_c *c, cpdfa *out,
+                           bool *any) {
+    gcc *cc = x->cc;
+    cpdfa acc = {0};
+    bool have = false;
+    tr_status st;
+    for (uint32_t i = 0; i < c->n_ast; i++) {
+        cpdfa d;
+        if ((st = tr_cpdfa_from_ast(cc, c->ast[i], &d)) || (st = and_dfa(x, &acc, &have, &d, CPD_AND)))
+            return st;
+    }
+    for (uint32_t i = 0; i < n->n_not_pats; i++) {
+        cpdfa *d;
+        st = tr_js_pattern_cpdfa(x, n->nodes[0].node, json_string_value(n->not_pats[i]), &d);
+        if (st) return st;
+        if (d && (st = and_dfa(x, &acc, &have, d, CPD_MINUS))) return st;
+    }
+    const char *vs[256];
+    size_t vl[256];
+    uint32_t nv = 0;
+    for (uint32_t i = 0; i < n->n_not_vals; i++) {
+        if (!json_is_string(n->not_vals[i])) continue;
+        if (nv == TR_ARRAY_LEN(vs))
+            return tr_js_fail(x, TR_ERR_LIMIT, n->nodes[0].node, "too many excluded strings");
+        vs[nv] = json_string_value(n->not_vals[i]);
+        vl[nv++] = json_string_length(n->not_vals[i]);
+    }
+    if (nv) {
+        cpdfa d;
+        if ((st = tr_cpdfa_from_strings(cc, vs, vl, nv, &d)) ||
+            (st = and_dfa(x, &acc, &have, &d, CPD_MINUS)))
+            return st;
+    }
+    if (c->min > 0 || c->max < GRE_INF) {
+        uint64_t top = c->max < GRE_INF ? c->max : c->min;
+        if (top > JS_LEN_AUTOMATON_MAX)
+            return tr_js_unsupported(x, c->node, c->max < GRE_INF ? "maxLength" : "minLength",
+                                     "a length this large together with a pattern or format "
+                                     "is not enforced");
+        cpdfa d;
+        if ((st = tr_cpdfa_length(cc, (uint32_t)c->min,
+                                  c->max < GRE_INF ? (uint32_t)c->max : UINT32_MAX, &d)) ||
+            (st = and_dfa(x, &acc, &have, &d, CPD_AND)))
+            return st;
+    }
+    *any = !have;
+    if (have) *out = acc;
+    return TR_OK;
+}
+
+/* An automaton back to an AST (NULL: empty language); a too complex one
+ * is refused through the keyword that made it. */
+static tr_status cpdfa_ast(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
+                           gre_node **out) {
+    *out = NULL;
+    if (tr_cpdfa_is_empty(d)) return TR_OK;
+    cpdfa m;
+    tr_status st = tr_cpdfa_minimize(x->cc, d, &m);
+    if (!st) st = tr_cpdfa_to_ast(x->cc, &m, JS_AST_MAX_NODES, out);
+    if (st == TR_ERR_LIMIT) {
+        char msg[384];
+        take_error(x, msg, sizeof msg);
+        return tr_js_unsupported(x, node, kw, msg);
+    }
+    return st;
+}
+
+static tr_status str_by_automaton(js_ctx *x, const js_norm *n, const str_c *c, gre_node **out) {
+    cpdfa d;
+    bool any;
+    tr_status st = str_cpdfa(x, n, c, &d, &any);
+    if (st) return st;
+    if (any) {
+        *out = tr_js_rep_any(x->cc);
+        return *out ? TR_OK : x->cc->err;
+    }
+    return cpdfa_ast(x, &d, c->node ? c->node : n->nodes[0].node, "pattern", out);
+}
+
+tr_status tr_js_string_lang(js_ctx *x, const js_conj *conj, cpdfa *out, bool *any) {
+    js_norm n;
+    tr_status st = tr_js_flatten(x, conj, &n);
+    if (st) return st;
+    *any = false;
+    memset(out, 0, sizeof *out);
+    if (n.never || !(n.types & JT_STR)) return TR_OK; /* no string at all */
+    if (n.split != UINT32_MAX)
+        return tr_js_unsupported(x, n.nodes[n.split].node, n.split_kw,
+                                 "anyOf/oneOf in a key schema (propertyNames) is not enforced");
+    if (n.has_values) {
+        const char *vs[1024];
+        size_t vl[1024];
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n.n_vals && k < TR_ARRAY_LEN(vs); i++) {
+            bool ok;
+            if (!json_is_string(n.vals[i])) continue;
+            if ((st = tr_js_validate(x, conj, n.vals[i], 0, &ok))) return st;
+            if (!ok) continue;
+            vs[k] = json_string_value(n.vals[i]);
+            vl[k++] = json_string_length(n.vals[i]);
+        }
+        return tr_cpdfa_from_strings(x->cc, vs, vl, k, out);
+    }
+    str_c c;
+    if ((st = collect_str(x, &n, &c))) return st;
+    if (c.min > c.max) return TR_OK;
+    return str_cpdfa(x, &n, &c, out, any);
+}
+
+tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
+                             gre_node **out) {
+    return cpdfa_ast(x, d, node, kw, out);
+}
+
+static gx *ast_gx(js_ctx *x, const gre_node *a) { return tr_js_str_gx(x->cc, a); }
+
+/* "\"" unit{min,max} "\"": the printer keeps short counts inside one
+ * regex terminal and leaves long ones to the grammar's own counting. */
+static gx *any_string(js_ctx *x, uint64_t min, uint64_t max) {
+    gcc *cc = x->cc;
+    js_buf b;
+    tr_js_buf_init(&b, cc);
+    if (max >= GRE_INF)
+        tr_js_str_any_unit(&b);
+    else
+        tr_js_str_counted_unit(&b);
+    gx *unit = js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+    tr_js_buf_free(&b);
+    if (min >= GRE_INF) min = GRE_INF - 1;
+    return tr_gx_seq3(cc, tr_gx_lit(cc, "\"", 1),
+                      tr_gx_rep(cc, unit, (uint32_t)min, max >= GRE_INF ? GX_INF : (uint32_t)max),
+                      tr_gx_lit(cc, "\"", 1));
+}
+
+tr_status tr_js_gen_string(js_ctx *x, const js_norm *n, gx **out) {
+    str_c c;
+    tr_status st = collect_str(x, n, &c);
+    if (st) return st;
+    if (c.min > c.max) return (*out = tr_gx_never(x->cc)), TR_OK;
+    bool excl = n->n_not_pats > 0;
+    for (uint32_t i = 0; i < n->n_not_vals && !excl; i++) excl = json_is_string(n->not_vals[i]);
+    if (c.n_ast == 0 && !excl) {
+        *out = any_string(x, c.min, c.max);
+        return *out ? TR_OK : x->cc->err;
+    }
+    gre_node *a = NULL;
+    if (c.n_ast == 1 && !excl) {
+        bool fits = true;
+        a = c.min > 0 || c.max < GRE_INF ? tr_js_with_length(x->cc, c.ast[0], c.min, c.max, &fits)
+                                         : c.ast[0];
+        if (!fits && (st = str_by_automaton(x, n, &c, &a))) return st;
+    } else if ((st = str_by_automaton(x, n, &c, &a)))
+        return st;
+    if (x->cc->err) return x->cc->err;
+    *out = a ? ast_gx(x, a) : tr_gx_never(x->cc);
+    return *out ? TR_OK : x->cc->err;
+}
+
+/* ---- numbers ---- */
+
+static tr_status bound(js_ctx *x, const json_t *node, const char *kw, js_dec *d, bool *has) {
+    const json_t *v = json_object_get(node, kw);
+    *has = false;
+    if (!v || json_is_boolean(v)) return TR_OK;
+    if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, d))
+        return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a finite number", kw);
+    *has = true;
+    return TR_OK;
+}
+
+/* Tightens r with a lower (lower == true) or upper bound. */
+static void tighten(js_range *r, bool lower, const js_dec *d, bool excl) {
+    bool *has = lower ? &r->has_lo : &r->has_hi;
+    js_dec *cur = lower ? &r->lo : &r->hi;
+    bool *cx = lower ? &r->lo_excl : &r->hi_excl;
+    int c = *has ? tr_js_dec_cmp(d, cur) : (lower ? 1 : -1);
+    if ((lower && c > 0) || (!lower && c < 0) || !*has) {
+        *cur = *d;
+        *cx = excl;
+        *has = true;
+    } else if (c == 0)
+        *cx = *cx || excl;
+}
+
+tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r) {
+    memset(r, 0, sizeof *r);
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        js_dec d;
+        bool has;
+        tr_status st;
+        for (int lower = 0; lower < 2; lower++) {
+            const char *kw = lower ? "minimum" : "maximum";
+            const char *ekw = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+            if ((st = bound(x, node, kw, &d, &has))) return st;
+            if (has) tighten(r, lower, &d, json_is_true(json_object_get(node, ekw)));
+            if ((st = bound(x, node, ekw, &d, &has))) return st;
+            if (has) tighten(r, lower, &d, true);
+        }
+    }
+    return TR_OK;
+}
+
+/* The remainder automaton of "integer text divisible by k" (sign,
+ * digits, optional .0+), over code points. */
+static tr_status mod_dfa(gcc *cc, uint64_t k, cpdfa *out) {
+    /* states: 0 start, 1 after '-', 2 + r (digits read, remainder r),
+     * 2 + k + r (inside a .0+ fraction: needs a digit), 2 + 2k + r
+     * (fraction digits read) */
+    uint64_t n64 = 2 + 3 * k;
+    if (n64 > 100000) return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "multipleOf too large");
+    uint32_t n = (uint32_t)n64;
+    memset(out, 0, sizeof *out);
+    out->n = n;
+    out->acc = tr_gcc_alloc(cc, n);
+    out->off = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *out->off);
+    out->e = tr_gcc_alloc(cc, (size_t)n * 12 * sizeof *out->e);
+    if (!out->acc || !out->off || !out->e) return cc->err;
+    uint32_t e = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        out->off[s] = e;
+        if (s <= 1) {
+            if (s == 0) out->e[e++] = (cpd_edge){'-', '-', 1};
+            for (uint32_t d = 0; d < 10; d++)
+                out->e[e++] = (cpd_edge){'0' + d, '0' + d, 2 + (uint32_t)(d % k)};
+            continue;
+        }
+        uint64_t r = (s - 2) % k;
+        uint32_t part = (uint32_t)((s - 2) / k);
+        if (part == 0) {
+            out->acc[s] = r == 0;
+            out->e[e++] = (cpd_edge){'.', '.', (uint32_t)(2 + k + r)};
+            for (uint32_t d = 0; d < 10; d++)
+                out->e[e++] = (cpd_edge){'0' + d, '0' + d, (uint32_t)(2 + (r * 10 + d) % k)};
+        } else {
+            out->acc[s] = part == 2 && r == 0;
+            out->e[e++] = (cpd_edge){'0', '0', (uint32_t)(2 + 2 * k + r)};
+        }
+    }
+    out->off[n] = e;
+    return TR_OK;
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* multipleOf: *step > 0 when values must be integral multiples of it
+ * (an integral step, or any step on integer values), 0 when there is no
+ * such step; *frac_digits = q >= 0 when values need at most q fraction
+ * digits (steps 10^-q on numbers); other steps are refused. */
+static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_t *step,
+                              int32_t *frac_digits) {
+    *step = 0;
+    *frac_digits = -1;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        const json_t *v = json_object_get(node, "multipleOf");
+        if (!v) v = json_object_get(node, "divisibleBy");
+        if (!v) continue;
+        js_dec d;
+        if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || d.n == 0 || d.neg)
+            return tr_js_fail(x, TR_ERR_FORMAT, node, "multipleOf must be a number > 0");
+        /* d = p / 10^q with p an integer */
+        int32_t q = (int32_t)d.n - d.exp;
+        if (q < 0) q = 0;
+        if (d.n > 18 || q > 18 || tr_js_dec_int_digits(&d) > 18)
+            return tr_js_unsupported(x, node, "multipleOf", "this step is too large or too fine");
+        uint64_t p = 0;
+        for (uint32_t k = 0; k < d.n; k++) p = p * 10 + (uint64_t)(d.d[k] - '0');
+        for (int32_t k = (int32_t)d.n; k < d.exp; k++) p *= 10;
+        uint64_t ten = 1;
+        for (int32_t k = 0; k < q; k++) ten *= 10;
+        if (q > 0 && !integer) {
+            if (p != 1)
+                return tr_js_unsupported(x, node, "multipleOf",
+                                         "for non-integer values only steps 10^-n (0.1, 0.01, "
+                                         "...) are enforced");
+            *frac_digits = *frac_digits < 0 ? q : TR_MIN(*frac_digits, q);
+            continue;
+        }
+        uint64_t k = q > 0 ? p / gcd(p, ten) : p; /* integer multiples of p/10^q */
+        if (*step == 0) *step = 1;
+        uint64_t g = gcd(*step, k);
+        if (*step / g > UINT64_MAX / k)
+            return tr_js_unsupported(x, node, "multipleOf", "combined steps overflow");
+        *step = *step / g * k;
+    }
+    return TR_OK;
+}
+
+tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
+    gcc *cc = x->cc;
+    js_range r;
+    tr_status st = tr_js_num_range(x, n, &r);
+    if (st) return st;
+    bool integer = !(n->types & JT_FRAC);
+    uint64_t step;
+    int32_t q;
+    if ((st = collect_step(x, n, integer, &step, &q))) return st;
+    if (step) integer = true; /* integral steps: only integral values */
+    /* values excluded by `not`: split the range around each */
+    for (uint32_t i = 0; i < n->n_not_vals; i++)
+        if (json_is_number(n->not_vals[i]))
+            return tr_js_unsupported(x, n->nodes[0].node, "not",
+                                     "excluding single numbers is not enforced");
+    js_buf b;
+    tr_js_buf_init(&b, cc);
+    bool some;
+    if (!r.has_lo && !r.has_hi && step <= 1 && q < 0) {
+        tr_js_buf_puts(&b, integer ? "-?(?:0|[1-9][0-9]*)(?:\\.0+)?(?:[eE]\\+?[0-9]+)?"
+                                   : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?");
+        some = true;
+    } else
+        some = tr_js_num_regex(cc, &r, integer, &b);
+    bool frac_only = !(n->types & JT_INT);
+    if (frac_only && integer) some = false; /* integral steps, no integers */
+    if (some && frac_only) {
+        /* non-integral values only: a nonzero fraction digit, no exponent */
+        gre_node *ast, *res = NULL;
+        cpdfa a, m, p;
+        const char *fx = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*";
+        st = tr_regex_parse(cc, fx, strlen(fx), &ast);
+        if (!st) st = tr_cpdfa_from_ast(cc, ast, &m);
+        if (!st) st = tr_regex_parse(cc, b.p, b.n, &ast);
+        if (!st) st = tr_cpdfa_from_ast(cc, ast, &a);
+        if (!st) st = tr_cpdfa_product(cc, &a, &m, CPD_AND, &p);
+        if (!st) st = tr_js_ast_of_cpdfa(x, &p, n->nodes ? n->nodes[0].node : NULL, "type", &res);
+        if (st) {
+            tr_js_buf_free(&b);
+            return st;
+        }
+        b.n = 0;
+        some = res != NULL;
+        if (some) tr_js_ast_regex(res, &b);
+    }
+    if (some && (step > 1 || (q >= 0 && !integer))) {
+        /* intersect with the step's automaton */
+        gre_node *ast = NULL, *res = NULL;
+        cpdfa a, m, p;
+        if (step <= 1) {
+            js_buf f;
+            tr_js_buf_init(&f, cc);
+            tr_js_buf_printf(&f, "-?[0-9]+(?:\\.[0-9]{0,%d}0*)?", q);
+            st = js_buf_ok(&f) ? tr_regex_parse(cc, f.p, f.n, &ast) : cc->err;
+            tr_js_buf_free(&f);
+            if (!st) st = tr_cpdfa_from_ast(cc, ast, &m);
+        } else
+            st = mod_dfa(cc, step, &m);
+        if (!st) st = tr_regex_parse(cc, b.p, b.n, &ast);
+        if (!st) st = tr_cpdfa_from_ast(cc, ast, &a);
+        if (!st) st = tr_cpdfa_product(cc, &a, &m, CPD_AND, &p);
+        if (!st && !tr_cpdfa_is_empty(&p)) {
+            cpdfa mm;
+            st = tr_cpdfa_minimize(cc, &p, &mm);
+            if (!st) st = tr_cpdfa_to_ast(cc, &mm, JS_AST_MAX_NODES, &res);
+        }
+        if (st == TR_ERR_LIMIT) {
+            char msg[384];
+            take_error(x, msg, sizeof msg);
+            tr_js_buf_free(&b);
+            return tr_js_unsupported(x, n->nodes[0].node, "multipleOf", msg);
+        }
+        b.n = 0;
+        some = !st && res;
+        if (some) tr_js_ast_regex(res, &b);
+    }
+    if (st) {
+        tr_js_buf_free(&b);
+        return st;
+    }
+    *out = some && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
+    tr_js_buf_free(&b);
+    return *out ? TR_OK : cc->err;
+}

@@ -1,0 +1,334 @@
+/* json_oneof.c — oneOf ("exactly one branch holds") as anyOf plus, per
+ * branch, constraints that make every other branch fail.
+ *
+ * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * rule builder (json_gen.c). Single-threaded per compile.
+ *
+ * For every ordered pair of branches (i, j) and every JSON type t both
+ * may take, one of these must hold, else the oneOf is refused:
+ *   - i and j are disjoint on t, provably: their enum/const values fail
+ *     the other (checked with the validator); their string languages do
+ *     not meet (automaton product); their number ranges do not meet;
+ *     for objects, a property both require has values pinned apart (the
+ *     discriminator), or one requires a property the other does not
+ *     allow (additionalProperties: false);
+ *   - t is object and j requires a property p that i does not: branch i
+ *     gets "objects have no p", so no value it accepts satisfies j
+ *     (sound; values of i that carry p and still fail j are lost);
+ *   - neither constrains t at all: every value of type t satisfies both,
+ *     so none satisfies exactly one; t leaves branch i (exact).
+ * Branch i then compiles as B_i plus those constraints (synthetic schema
+ * nodes owned by the compile), and the oneOf as the anyOf of them.
+ * Each step is sound, so the result accepts only values that satisfy
+ * exactly one branch.
+ */
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+typedef struct facts {
+    const json_t *b;
+    js_norm n;
+    uint32_t types; /* effective: enum values counted */
+    bool pending;   /* a disjunction inside: facts are a superset */
+} facts;
+
+static const char *const kw_str[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const kw_num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                     "multipleOf", "divisibleBy", NULL};
+static const char *const kw_arr[] = {"items", "prefixItems", "additionalItems", "minItems",
+                                     "maxItems", "uniqueItems", "contains", "minContains",
+                                     "maxContains", "unevaluatedItems", NULL};
+static const char *const kw_obj[] = {"properties", "patternProperties", "additionalProperties",
+                                     "required", "propertyNames", "minProperties",
+                                     "maxProperties", "dependencies", "dependentRequired",
+                                     "dependentSchemas", "unevaluatedProperties", NULL};
+
+static const char *const *kw_of(uint32_t t) {
+    return t == JT_STR ? kw_str : (t == JT_INT || t == JT_FRAC) ? kw_num
+         : t == JT_ARR ? kw_arr : t == JT_OBJ ? kw_obj : NULL;
+}
+
+/* Every value of type t satisfies the branch. */
+static bool unconstrained(const facts *f, uint32_t t) {
+    if (f->pending || f->n.has_values || f->n.never || !(f->n.types & t)) return false;
+    const char *const *kws = kw_of(t);
+    for (uint32_t i = 0; i < f->n.n; i++) {
+        const json_t *node = f->n.nodes[i].node;
+        if (json_object_get(node, "not") || json_object_get(node, "if")) return false;
+        for (int k = 0; kws && kws[k]; k++)
+            if (json_object_get(node, kws[k])) return false;
+    }
+    return true;
+}
+
+static bool requires(const facts *f, const char *name) {
+    for (uint32_t i = 0; i < f->n.n; i++) {
+        const json_t *r = json_object_get(f->n.nodes[i].node, "required");
+        for (size_t k = 0; json_is_array(r) && k < json_array_size(r); k++)
+            if (json_is_string(json_array_get(r, k)) &&
+                !strcmp(json_string_value(json_array_get(r, k)), name))
+                return true;
+    }
+    return false;
+}
+
+/* Whether some member of f forbids property name (its schema there, by
+ * properties / patternProperties / additionalProperties, is `false`). */
+static tr_status disallows(js_ctx *x, const facts *f, const char *name, bool *no) {
+    *no = false;
+    for (uint32_t i = 0; i < f->n.n && !*no; i++) {
+        const json_t *node = f->n.nodes[i].node;
+        const json_t *props = json_object_get(node, "properties");
+        const json_t *pp = json_object_get(node, "patternProperties");
+        const json_t *ap = json_object_get(node, "additionalProperties");
+        const json_t *s = json_is_object(props) ? json_object_get(props, name) : NULL;
+        if (s) {
+            *no = json_is_false(s);
+            continue;
+        }
+        bool matched = false;
+        const char *k;
+        json_t *v;
+        if (json_is_object(pp))
+            json_object_foreach((json_t *)pp, k, v) {
+                cpdfa *d;
+                tr_status st = tr_js_pattern_cpdfa(x, node, k, &d);
+                if (st) return st;
+                if (!d || !tr_cpdfa_matches(d, name, strlen(name))) continue;
+                matched = true;
+                if (json_is_false(v)) *no = true;
+            }
+        if (!matched && json_is_false(ap)) *no = true;
+    }
+    return TR_OK;
+}
+
+/* The values a required property of f is pinned to (enum/const), if any. */
+static tr_status pinned(js_ctx *x, const facts *f, const char *name, js_norm *pv, bool *yes) {
+    *yes = false;
+    js_item it[64];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < f->n.n && k < 64; i++) {
+        const json_t *props = json_object_get(f->n.nodes[i].node, "properties");
+        const json_t *s = json_is_object(props) ? json_object_get(props, name) : NULL;
+        if (s) it[k++] = (js_item){s, 0};
+    }
+    if (!k) return TR_OK;
+    js_conj c = {it, k};
+    tr_status st = tr_js_flatten(x, &c, pv);
+    *yes = !st && (pv->has_values || pv->never);
+    return st;
+}
+
+static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, bool *dis) {
+    *dis = false;
+    for (int side = 0; side < 2 && !*dis; side++) {
+        const facts *p = side ? b : a, *q = side ? a : b;
+        for (uint32_t i = 0; i < p->n.n && !*dis; i++) {
+            const json_t *r = json_object_get(p->n.nodes[i].node, "required");
+            for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && !*dis; k++) {
+                const char *name = json_string_value(json_array_get(r, k));
+                if (!name) continue;
+                bool no;
+                tr_status st = disallows(x, q, name, &no);
+                if (st) return st;
+                if (no) {
+                    *dis = true;
+                    break;
+                }
+                if (!requires(q, name)) continue;
+                js_norm pa, pb;
+                bool ka, kb;
+                if ((st = pinned(x, p, name, &pa, &ka)) || (st = pinned(x, q, name, &pb, &kb)))
+                    return st;
+                if (!ka || !kb) continue;
+                bool meet = false;
+                for (uint32_t u = 0; u < pa.n_vals && !meet && !pa.never; u++)
+                    for (uint32_t v = 0; v < pb.n_vals && !meet && !pb.never; v++)
+                        meet = tr_js_json_equal(x->cc, pa.vals[u], pb.vals[v]);
+                *dis = !meet;
+            }
+        }
+    }
+    return TR_OK;
+}
+
+/* Runs a sub-proof whose refusal only means "not proven". */
+static tr_status recover(js_ctx *x, tr_status st, bool *ok) {
+    if (st == TR_ERR_UNSUPPORTED || st == TR_ERR_LIMIT || st == TR_ERR_FORMAT) {
+        x->cc->err = TR_OK;
+        if (x->cc->diag) memset(x->cc->diag, 0, sizeof *x->cc->diag);
+        *ok = false;
+        return TR_OK;
+    }
+    return st;
+}
+
+static tr_status strings_disjoint(js_ctx *x, const facts *a, const facts *b, bool *dis) {
+    *dis = false;
+    if (a->pending || b->pending) return TR_OK;
+    js_item ia = {a->b, 0}, ib = {b->b, 0};
+    js_conj ca = {&ia, 1}, cb = {&ib, 1};
+    cpdfa la, lb, r;
+    bool anya, anyb, ok = true;
+    tr_status st = tr_js_string_lang(x, &ca, &la, &anya);
+    if (!st) st = tr_js_string_lang(x, &cb, &lb, &anyb);
+    if ((st = recover(x, st, &ok)) || !ok || anya || anyb) return st;
+    st = tr_cpdfa_product(x->cc, &la, &lb, CPD_AND, &r);
+    if ((st = recover(x, st, &ok)) || !ok) return st;
+    *dis = tr_cpdfa_is_empty(&r);
+    return TR_OK;
+}
+
+static tr_status numbers_disjoint(js_ctx *x, const facts *a, const facts *b, bool *dis) {
+    *dis = false;
+    js_range ra, rb;
+    tr_status st = tr_js_num_range(x, &a->n, &ra);
+    if (!st) st = tr_js_num_range(x, &b->n, &rb);
+    if (st) return st;
+    for (int side = 0; side < 2 && !*dis; side++) {
+        const js_range *lo = side ? &rb : &ra, *hi = side ? &ra : &rb;
+        if (!lo->has_hi || !hi->has_lo) continue; /* lo below hi? */
+        int c = tr_js_dec_cmp(&lo->hi, &hi->lo);
+        *dis = c < 0 || (c == 0 && (lo->hi_excl || hi->lo_excl));
+    }
+    return TR_OK;
+}
+
+/* Every enum/const value of a has type outside t or fails b. */
+static tr_status values_fail(js_ctx *x, const facts *a, const facts *b, uint32_t t, bool *yes) {
+    *yes = false;
+    if (!a->n.has_values) return TR_OK;
+    js_item it = {b->b, 0};
+    js_conj c = {&it, 1};
+    for (uint32_t i = 0; i < a->n.n_vals; i++) {
+        if (!(tr_js_value_type(x->cc, a->n.vals[i]) & t)) continue;
+        bool ok;
+        tr_status st = tr_js_validate(x, &c, a->n.vals[i], 0, &ok);
+        if ((st = recover(x, st, &ok))) return st;
+        if (ok) return TR_OK;
+    }
+    *yes = true;
+    return TR_OK;
+}
+
+static tr_status disjoint_on(js_ctx *x, const facts *a, const facts *b, uint32_t t, bool *dis) {
+    tr_status st;
+    if ((st = values_fail(x, a, b, t, dis)) || *dis) return st;
+    if ((st = values_fail(x, b, a, t, dis)) || *dis) return st;
+    if (t == JT_STR) return strings_disjoint(x, a, b, dis);
+    if (t == JT_INT || t == JT_FRAC) return numbers_disjoint(x, a, b, dis);
+    if (t == JT_OBJ) return objects_disjoint(x, a, b, dis);
+    *dis = false;
+    return TR_OK;
+}
+
+static uint32_t eff_types(js_ctx *x, const js_norm *n) {
+    if (n->never) return 0;
+    if (!n->has_values) return n->types;
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < n->n_vals; i++) t |= tr_js_value_type(x->cc, n->vals[i]);
+    return t & n->types;
+}
+
+static json_t *forbid_node(const char *name) {
+    return json_pack("{s:{s:s,s:[s]}}", "not", "type", "object", "required", name);
+}
+
+static const char *type_name(uint32_t t) {
+    switch (t) {
+    case JT_NULL: return "null";
+    case JT_BOOL: return "boolean";
+    case JT_STR: return "string";
+    case JT_ARR: return "array";
+    case JT_OBJ: return "object";
+    default: return NULL; /* numbers: handled as a pair */
+    }
+}
+
+/* A synthetic node removing the types in drop; NULL when they cannot be
+ * named (non-integral numbers without the integers). */
+static json_t *drop_node(uint32_t drop, bool *nameable) {
+    *nameable = !((drop & JT_FRAC) && !(drop & JT_INT));
+    if (!*nameable) return NULL;
+    json_t *arr = json_array();
+    if (!arr) return NULL;
+    for (uint32_t t = 1; t < JT_ALL; t <<= 1) {
+        if (!(drop & t) || t == JT_FRAC) continue;
+        const char *name = type_name(t);
+        if (!name) name = (drop & JT_FRAC) ? "number" : "integer";
+        json_array_append_new(arr, json_string(name));
+    }
+    return json_pack("{s:{s:o}}", "not", "type", arr);
+}
+
+tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
+                           uint32_t *n_extra, bool *ok) {
+    gcc *cc = x->cc;
+    size_t k = json_array_size(list);
+    *ok = false;
+    facts *f = tr_gcc_alloc(cc, k * sizeof *f);
+    uint32_t *drop = tr_gcc_alloc(cc, k * sizeof *drop);
+    if (!f || !drop) return cc->err;
+    for (size_t i = 0; i < k; i++) {
+        f[i].b = json_array_get(list, i);
+        js_item it = {f[i].b, 0};
+        js_conj c = {&it, 1};
+        tr_status st = tr_js_flatten(x, &c, &f[i].n);
+        if (st) return st;
+        f[i].types = eff_types(x, &f[i].n);
+        f[i].pending = f[i].n.split != UINT32_MAX;
+    }
+    for (size_t i = 0; i < k; i++) {
+        extra[i] = NULL;
+        n_extra[i] = 0;
+        for (size_t j = 0; j < k; j++) {
+            if (i == j) continue;
+            uint32_t common = f[i].types & f[j].types & ~drop[i];
+            for (uint32_t t = 1; t < JT_ALL; t <<= 1) {
+                if (!(common & t)) continue;
+                bool dis;
+                tr_status st = disjoint_on(x, &f[i], &f[j], t, &dis);
+                if (st) return st;
+                if (dis) continue;
+                if (unconstrained(&f[i], t) && unconstrained(&f[j], t)) {
+                    drop[i] |= t;
+                    continue;
+                }
+                if (t != JT_OBJ) return TR_OK; /* not provable */
+                /* objects: forbid in i a property j requires and i does not */
+                const char *p = NULL;
+                for (uint32_t m = 0; m < f[j].n.n && !p; m++) {
+                    const json_t *r = json_object_get(f[j].n.nodes[m].node, "required");
+                    for (size_t q = 0; json_is_array(r) && q < json_array_size(r) && !p; q++) {
+                        const char *name = json_string_value(json_array_get(r, q));
+                        if (name && !requires(&f[i], name)) p = name;
+                    }
+                }
+                if (!p) return TR_OK;
+                json_t *fb = forbid_node(p);
+                if (!fb || tr_js_keep(x, fb)) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
+                js_item *v = tr_gcc_alloc(cc, (n_extra[i] + 2) * sizeof *v);
+                if (!v) return cc->err;
+                if (n_extra[i]) memcpy(v, extra[i], n_extra[i] * sizeof *v);
+                v[n_extra[i]++] = (js_item){fb, 0};
+                extra[i] = v;
+            }
+        }
+        if (drop[i]) {
+            bool nameable;
+            json_t *dn = drop_node(drop[i], &nameable);
+            if (!nameable) return TR_OK;
+            if (!dn || tr_js_keep(x, dn)) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
+            js_item *v = tr_gcc_alloc(cc, (n_extra[i] + 2) * sizeof *v);
+            if (!v) return cc->err;
+            if (n_extra[i]) memcpy(v, extra[i], n_extra[i] * sizeof *v);
+            v[n_extra[i]++] = (js_item){dn, 0};
+            extra[i] = v;
+        }
+    }
+    (void)node;
+    *ok = true;
+    return TR_OK;
+}

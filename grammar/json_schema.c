@@ -1,0 +1,277 @@
+/* json_schema.c — JSON Schema to grammar: the entry points of grammar.h
+ * (tr_grammar_json_schema_to_ebnf, tr_grammar_compile_json_schema,
+ * tr_grammar_compile_json), options, refusals and warnings.
+ *
+ * Layering: grammar/ (public API), over the JSON Schema pieces of
+ * json_schema_internal.h and the EBNF compiler. Any thread; nothing is
+ * shared between calls.
+ *
+ * One compile: parse the schema with jansson, index it (json_ref.c),
+ * ask for the root rule, build rules from the worklist until it is
+ * empty (json_gen*.c), print the grammar (json_emit.c). Every byte is
+ * charged to one compile context, whose time budget
+ * (grammar_limits.max_compile_us) also bounds the whole translation.
+ * When the printed grammar is a single regular rule that fits the regex
+ * compiler, compile_json_schema compiles that regex directly (a plain
+ * DFA: the cheapest masks there are) and falls back to the EBNF
+ * compiler if the DFA exceeds its budget.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "grammar/json_schema_internal.h"
+
+#define JS_MAX_SCHEMA_BYTES (64u << 20)
+
+void tr_grammar_json_options_default(grammar_json_options *o) {
+    memset(o, 0, sizeof *o);
+    o->whitespace = GRAMMAR_JSON_WS_FLEXIBLE;
+    o->max_ws_run = 24;
+    o->indent = 2;
+    o->max_depth = 24;
+}
+
+/* ---- refusals, warnings, errors ---- */
+
+tr_status tr_js_fail(js_ctx *x, tr_status code, const json_t *node, const char *fmt, ...) {
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tr_gcc_fail(x->cc, code, 0, "%s: %s", node ? tr_js_ptr(x, node) : "#", msg);
+}
+
+typedef struct warned {
+    const json_t *node;
+    const char *kw;
+} warned;
+
+void tr_js_warn(js_ctx *x, const json_t *node, const char *fmt, ...) {
+    if (!x->opt.warn) return;
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    x->opt.warn(x->opt.warn_ctx, node ? tr_js_ptr(x, node) : "#", msg);
+    x->n_warn++;
+}
+
+tr_status tr_js_unsupported(js_ctx *x, const json_t *node, const char *keyword, const char *why) {
+    if (!x->opt.lenient)
+        return tr_js_fail(x, TR_ERR_UNSUPPORTED, node,
+                          "keyword \"%s\" cannot be enforced: %s (lenient mode ignores it)",
+                          keyword, why);
+    /* one warning per (schema, keyword), however often the schema is met */
+    warned *w = (warned *)x->warned;
+    for (uint32_t i = 0; i < x->n_warned; i++)
+        if (w[i].node == node && !strcmp(w[i].kw, keyword)) return TR_OK;
+    if (x->n_warned == x->cap_warned) {
+        uint32_t nc = x->cap_warned ? x->cap_warned * 2 : 16;
+        warned *nw = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *nw);
+        if (!nw) return x->cc->err;
+        if (x->n_warned) memcpy(nw, w, x->n_warned * sizeof *nw);
+        x->warned = nw;
+        x->cap_warned = nc;
+        w = nw;
+    }
+    w[x->n_warned++] = (warned){node, keyword};
+    tr_js_warn(x, node, "keyword \"%s\" ignored: %s", keyword, why);
+    return TR_OK;
+}
+
+tr_status tr_js_keep(js_ctx *x, json_t *v) {
+    if (x->n_owned == x->cap_owned) {
+        uint32_t nc = x->cap_owned ? x->cap_owned * 2 : 16;
+        json_t **o = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *o);
+        if (!o) {
+            json_decref(v);
+            return x->cc->err;
+        }
+        if (x->n_owned) memcpy(o, x->owned, x->n_owned * sizeof *o);
+        x->owned = o;
+        x->cap_owned = nc;
+    }
+    x->owned[x->n_owned++] = v;
+    return TR_OK;
+}
+
+/* ---- the compile ---- */
+
+static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
+    if (o->whitespace > GRAMMAR_JSON_WS_PRETTY)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "unknown whitespace mode %d",
+                           (int)o->whitespace);
+    if (o->max_ws_run > 1000)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "max_ws_run %u is over 1000",
+                           o->max_ws_run);
+    if (o->indent > 16)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "indent %u is over 16", o->indent);
+    if (o->max_depth > 63)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "max_depth %u is over 63", o->max_depth);
+    return TR_OK;
+}
+
+/* The translation proper, into out (charged to cc). *regex, when the
+ * grammar is one regular rule, gets its regex (arena). */
+static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt, js_buf *out,
+                           char **regex, size_t *regex_len) {
+    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc};
+    if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
+        snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]{0,%u}", opt->max_ws_run);
+    tr_status st = tr_js_index_build(&x);
+    uint32_t root;
+    if (!st) {
+        js_item it = {doc, 0};
+        js_conj c = {&it, 1};
+        st = tr_js_rule_for(&x, &c, 0, "root", &root);
+    }
+    for (uint32_t done = 0; !st && done < x.n_jobs; done++) {
+        js_job j = x.jobs[done];
+        st = tr_js_build(&x, &j);
+        if (!st) st = tr_gcc_poll_time(cc);
+    }
+    gx_emit_opts eo = {.max_repeat = cc->lim.max_repeat};
+    if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);
+    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    if (st) return cc->err ? cc->err : st;
+    *regex = NULL;
+    /* one rule left after inlining: the line "root ::= /.../" */
+    if (regex && out->n > 12 && !memchr(out->p, '\n', out->n - 1)) {
+        gx *b = x.g.rules[0].body;
+        *regex = tr_gx_to_regex(cc, b, 60000, regex_len);
+        if (!*regex && cc->err == TR_OK) *regex = NULL;
+    }
+    return TR_OK;
+}
+
+typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n, const char *regex,
+                             size_t regex_len);
+
+static tr_status run(const char *schema, size_t len, const grammar_json_options *opt,
+                     const grammar_limits *lim, tr_diag *diag, js_sink sink, void *ctx) {
+    if (diag) memset(diag, 0, sizeof *diag);
+    if (!schema && len)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL schema");
+    grammar_json_options o;
+    if (opt)
+        o = *opt;
+    else
+        tr_grammar_json_options_default(&o);
+    tr_status st = check_options(&o, diag);
+    if (st) return st;
+    if (len > JS_MAX_SCHEMA_BYTES)
+        return tr_diag_set(diag, TR_ERR_LIMIT, 0, "schema of %zu bytes is over the %u limit",
+                           len, JS_MAX_SCHEMA_BYTES);
+    json_error_t je;
+    json_t *doc = json_loadb(schema ? schema : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!doc)
+        return tr_diag_set_at(diag, TR_ERR_FORMAT, (uint64_t)(je.position > 0 ? je.position : 0),
+                              je.line, je.column, "schema is not valid JSON: %s", je.text);
+    tr_diag own = {0};
+    gcc cc;
+    tr_gcc_init(&cc, lim, &own);
+    js_buf text;
+    tr_js_buf_init(&text, &cc);
+    char *regex = NULL;
+    size_t rlen = 0;
+    st = translate(&cc, doc, &o, &text, &regex, &rlen);
+    if (!st) st = sink(ctx, text.p ? text.p : "", text.n, regex, rlen);
+    if (st && diag) {
+        if (own.code) *diag = own;
+        else if (!diag->code) tr_diag_set(diag, st, 0, "%s", tr_status_message(st));
+    }
+    tr_js_buf_free(&text);
+    tr_gcc_deinit(&cc);
+    json_decref(doc);
+    return st;
+}
+
+typedef struct text_out {
+    char **text;
+    size_t *len;
+} text_out;
+
+static tr_status to_text(void *ctx, const char *t, size_t n, const char *rx, size_t rn) {
+    (void)rx, (void)rn;
+    text_out *o = ctx;
+    char *s = malloc(n + 1);
+    if (!s) return TR_ERR_NOMEM;
+    memcpy(s, t, n);
+    s[n] = 0;
+    *o->text = s;
+    if (o->len) *o->len = n;
+    return TR_OK;
+}
+
+tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, char **text,
+                                         size_t *text_len, tr_diag *diag) {
+    if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
+    text_out o = {text, text_len};
+    return run(schema_json, len, opt, limits, diag, to_text, &o);
+}
+
+typedef struct compile_out {
+    const grammar_limits *lim;
+    grammar **out;
+    tr_diag *diag;
+} compile_out;
+
+static tr_status to_grammar(void *ctx, const char *t, size_t n, const char *rx, size_t rn) {
+    compile_out *o = ctx;
+    if (rx) {
+        tr_status st = tr_grammar_compile_regex(rx, rn, o->lim, o->out, o->diag);
+        if (st != TR_ERR_LIMIT) return st;
+        if (o->diag) memset(o->diag, 0, sizeof *o->diag);
+    }
+    return tr_grammar_compile_ebnf(t, n, o->lim, o->out, o->diag);
+}
+
+tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
+                                         const grammar_json_options *opt,
+                                         const grammar_limits *limits, grammar **out,
+                                         tr_diag *diag) {
+    if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
+    compile_out o = {limits, out, diag};
+    return run(schema_json, len, opt, limits, diag, to_grammar, &o);
+}
+
+tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,
+                                  const grammar_limits *limits, grammar **out, tr_diag *diag) {
+    const char *s = object_only ? "{\"type\":\"object\"}" : "true";
+    return tr_grammar_compile_json_schema(s, strlen(s), opt, limits, out, diag);
+}
+
+tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst, size_t ilen,
+                               bool *valid, tr_diag *diag) {
+    if (diag) memset(diag, 0, sizeof *diag);
+    json_error_t je;
+    json_t *doc = json_loadb(schema, slen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!doc) return tr_diag_set(diag, TR_ERR_FORMAT, 0, "schema: %s", je.text);
+    json_t *v = json_loadb(inst, ilen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) {
+        json_decref(doc);
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0, "instance: %s", je.text);
+    }
+    gcc cc;
+    tr_diag own = {0};
+    tr_gcc_init(&cc, NULL, &own);
+    js_ctx x = {.cc = &cc, .doc = doc};
+    tr_grammar_json_options_default(&x.opt);
+    tr_status st = tr_js_index_build(&x);
+    if (!st) {
+        js_item it = {doc, 0};
+        js_conj c = {&it, 1};
+        st = tr_js_validate(&x, &c, v, 0, valid);
+    }
+    if (st && diag) *diag = own;
+    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    tr_gcc_deinit(&cc);
+    json_decref(v);
+    json_decref(doc);
+    return st;
+}

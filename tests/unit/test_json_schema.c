@@ -1,0 +1,563 @@
+/* test_json_schema.c — the JSON Schema compiler, keyword by keyword.
+ *
+ * Each case compiles a schema (strict mode unless said) and feeds JSON
+ * texts byte by byte through the real matcher (every byte checked
+ * against its mask, then end-of-generation) and through the reference
+ * recognizer of the printed grammar text (test_json_gbnf.h): both must
+ * accept exactly the texts listed as valid. Then: error messages (code,
+ * keyword, JSON pointer), strict vs lenient and its warnings, whitespace
+ * modes (pretty = Python's json.dumps(indent=2) byte for byte), deep
+ * recursion, budgets, Python-compatible serialization, and exhaustive
+ * differential checks of numeric ranges and string lengths against the
+ * compiler's own validator.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "grammar/json_schema_internal.h"
+#include "tests/unit/test_json_gbnf.h"
+#include "tests/unit/test_json_util.h"
+
+static grammar_vocab *V;
+
+static grammar *compile_opt(const char *schema, const grammar_json_options *o, tr_diag *d) {
+    grammar *g = NULL;
+    tr_status st = tr_grammar_compile_json_schema(schema, strlen(schema), o, NULL, &g, d);
+    if (st) {
+        fprintf(stderr, "compile failed (%s): %s\n  schema: %s\n", tr_status_name(st), d->message,
+                schema);
+        return NULL;
+    }
+    return g;
+}
+
+/* Accepted by the matcher; the reference recognizer of the same text must agree. */
+static bool accepts_opt(const char *schema, const grammar_json_options *o, const char *text) {
+    tr_diag d;
+    grammar *g = compile_opt(schema, o, &d);
+    assert_non_null(g);
+    bool m = tj_accepts(g, V, text, strlen(text));
+    char *gt;
+    size_t gn;
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(schema, strlen(schema), o, NULL, &gt, &gn, &d), TR_OK);
+    tg_gram *r = tg_parse(gt);
+    bool ref = tg_accepts(r, text, strlen(text));
+    if (m != ref) fprintf(stderr, "matcher %d reference %d on %s\n  grammar:\n%s", m, ref, text, gt);
+    assert_int_equal(m, ref);
+    tg_free(r);
+    free(gt);
+    tr_grammar_free(g);
+    return m;
+}
+
+static bool accepts(const char *schema, const char *text) {
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    return accepts_opt(schema, &o, text);
+}
+
+/* Every text of yes is accepted, every text of no rejected (NULL-ended). */
+static void check(const char *schema, const char *const *yes, const char *const *no) {
+    for (int i = 0; yes && yes[i]; i++) {
+        if (!accepts(schema, yes[i])) fail_msg("should accept %s under %s", yes[i], schema);
+    }
+    for (int i = 0; no && no[i]; i++) {
+        if (accepts(schema, no[i])) fail_msg("should reject %s under %s", no[i], schema);
+    }
+}
+
+#define Y(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* ---- types and values ---- */
+
+static void test_types(void **s) {
+    (void)s;
+    check("{\"type\":\"null\"}", Y("null"), Y("0", "\"null\"", "nul", "null ", " null"));
+    check("{\"type\":\"boolean\"}", Y("true", "false"), Y("1", "null", "True"));
+    check("{\"type\":\"integer\"}", Y("0", "-0", "12", "-12", "1.0", "1.000", "1e3", "2E+2"),
+          Y("1.5", "01", "1.", ".5", "+1", "1e-2", "\"1\"", "-"));
+    check("{\"type\":\"number\"}", Y("0", "1.5", "-0.25", "1e-5", "2E+10", "1e400"),
+          Y("01", "1.", ".5", "+1", "NaN", "Infinity", "1e"));
+    check("{\"type\":\"string\"}", Y("\"\"", "\"a b\"", "\"\\u00e9\\n\\\"\"", "\"\xc3\xa9\"",
+                                     "\"\\ud83d\\ude00\""),
+          Y("\"\\ud83d\"", "\"\n\"", "\"\\x\"", "'a'", "\"a"));
+    check("{\"type\":[\"string\",\"null\"]}", Y("null", "\"x\""), Y("1", "[]"));
+    check("true", Y("null", "[1,{\"a\":[]}]", "{\"x\": {\"y\": null}}", "\"s\"", "-1.5e3"),
+          Y("", "[1,]", "{\"a\"}", "{a:1}"));
+    check("{\"type\":\"object\"}", Y("{}", "{\"a\": [1, 2]}"), Y("[]", "1"));
+    check("{\"not\":{\"type\":\"integer\"}}", Y("1.5", "\"x\"", "null"), Y("1", "2.0", "-3"));
+}
+
+static void test_enum_const(void **s) {
+    (void)s;
+    check("{\"enum\":[\"a\",1,null,{\"k\":[true]}]}",
+          Y("\"a\"", "1", "1.0", "null", "{\"k\": [true]}", "{\"k\":[true]}"),
+          Y("\"b\"", "2", "{\"k\": [false]}", "{}", "[true]"));
+    check("{\"const\":1e16}", Y("1e+16", "10000000000000000", "10000000000000000.0"), Y("1e+15"));
+    check("{\"const\":\"a/b\\n\"}", Y("\"a/b\\n\"", "\"a\\/b\\n\"", "\"a/b\\u000a\""),
+          Y("\"a/b\"", "\"a/b\\r\""));
+    /* enum values that fail the rest of the schema are dropped */
+    check("{\"type\":\"string\",\"maxLength\":2,\"enum\":[\"ab\",\"abc\",1]}", Y("\"ab\""),
+          Y("\"abc\"", "1"));
+    check("{\"type\":\"string\",\"not\":{\"enum\":[\"a\",\"b\"]}}", Y("\"c\"", "\"ab\"", "\"\""),
+          Y("\"a\"", "\"b\"", "1"));
+}
+
+/* ---- numbers ---- */
+
+static void test_integer_ranges(void **s) {
+    (void)s;
+    check("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}",
+          Y("-15", "-1", "0", "-0", "9", "10", "99", "100", "199", "230", "230.0"),
+          Y("-16", "231", "1000", "-100", "2300", "1e2"));
+    check("{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", Y("1", "9"),
+          Y("0", "10", "-0"));
+    check("{\"type\":\"integer\",\"minimum\":5}", Y("5", "1000000000000000000000", "1e+20"),
+          Y("4", "-5"));
+    check("{\"type\":\"integer\",\"minimum\":2.5,\"maximum\":4.5}", Y("3", "4"), Y("2", "5", "3.5"));
+    /* draft-04 boolean exclusiveMinimum */
+    check("{\"type\":\"integer\",\"minimum\":3,\"exclusiveMinimum\":true}", Y("4"), Y("3"));
+}
+
+static void test_number_ranges(void **s) {
+    (void)s;
+    check("{\"type\":\"number\",\"minimum\":0.5,\"exclusiveMaximum\":2.25}",
+          Y("0.5", "0.50", "0.6", "1", "1.999", "2.2", "2.24999", "2"),
+          Y("0.49999", "2.25", "2.250", "2.3", "3", "-1", "0"));
+    check("{\"type\":\"number\",\"minimum\":-1.5,\"maximum\":-0.25}",
+          Y("-1.5", "-1.0", "-0.25", "-0.5", "-1.25"), Y("-1.51", "-0.24", "0", "-0", "1"));
+    check("{\"type\":\"number\",\"minimum\":0}", Y("0", "-0", "-0.0", "3.5", "1e-7", "1e+30"),
+          Y("-0.1", "-1e-7"));
+    check("{\"type\":\"number\",\"maximum\":0,\"exclusiveMaximum\":0}", Y("-1", "-0.001"),
+          Y("0", "-0", "0.0", "1"));
+}
+
+static void test_multiple_of(void **s) {
+    (void)s;
+    check("{\"type\":\"integer\",\"multipleOf\":7}", Y("0", "7", "-14", "700", "7.0"),
+          Y("1", "8", "15", "70.5"));
+    check("{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":1,\"maximum\":20}", Y("3", "18"),
+          Y("0", "21", "4"));
+    check("{\"type\":\"number\",\"multipleOf\":0.01}", Y("1", "1.2", "1.25", "1.250", "-0.07"),
+          Y("1.255", "0.001"));
+    check("{\"type\":\"number\",\"multipleOf\":1.0}", Y("1", "2.0"), Y("2.5"));
+}
+
+/* Every integer in [-300, 300] against ranges, with the validator as oracle. */
+static void test_ranges_exhaustive(void **s) {
+    (void)s;
+    const char *schemas[] = {
+        "{\"type\":\"integer\",\"minimum\":-17,\"maximum\":123}",
+        "{\"type\":\"integer\",\"exclusiveMinimum\":-100,\"exclusiveMaximum\":99}",
+        "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":7.25}",
+        "{\"type\":\"number\",\"exclusiveMinimum\":0.1,\"exclusiveMaximum\":100.01}",
+        "{\"type\":\"integer\",\"minimum\":100}",
+        "{\"type\":\"number\",\"maximum\":-9.5}",
+        "{\"type\":\"integer\",\"multipleOf\":6,\"minimum\":-50,\"maximum\":250}",
+    };
+    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
+        tr_diag d;
+        grammar *g = compile_opt(schemas[k], NULL, &d);
+        assert_non_null(g);
+        int n = small_scale_json() ? 60 : 300;
+        for (int i = -n; i <= n; i++)
+            for (int frac = 0; frac < 4; frac++) {
+                char t[64];
+                static const char *const fr[] = {"", ".5", ".25", ".0"};
+                snprintf(t, sizeof t, "%s%d%s", i < 0 ? "-" : "", i < 0 ? -i : i, fr[frac]);
+                bool valid;
+                assert_int_equal(tr_js_check_instance(schemas[k], strlen(schemas[k]), t, strlen(t),
+                                                      &valid, &d),
+                                 TR_OK);
+                bool acc = tj_accepts(g, V, t, strlen(t));
+                if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", schemas[k], t, acc, valid);
+            }
+        tr_grammar_free(g);
+    }
+}
+
+/* ---- strings ---- */
+
+static void test_string_lengths(void **s) {
+    (void)s;
+    check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+          Y("\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\"", "\"\\u0001x\"",
+            "\"\xf0\x9f\x98\x80x\""),
+          Y("\"a\"", "\"abcd\"", "\"\xc3\xa9\"", "\"\""));
+    /* counted strings take Python's spellings only (a smaller DFA per
+     * position): \uXXXX of a printable character is not produced */
+    check("{\"type\":\"string\",\"maxLength\":3}", NULL, Y("\"\\u00e9\"", "\"\\ud83d\\ude00\""));
+    check("{\"type\":\"string\"}", Y("\"\\u00e9\"", "\"\\ud83d\\ude00\""), NULL);
+    /* large counts stay grammar repetitions, not a DFA of copies */
+    check("{\"type\":\"string\",\"maxLength\":300}", Y("\"\"", "\"abc\""), NULL);
+    char big[400];
+    memset(big, 'x', sizeof big);
+    big[0] = '"';
+    big[302] = '"';
+    big[303] = 0;
+    check("{\"type\":\"string\",\"maxLength\":301}", Y(big), NULL);
+    check("{\"type\":\"string\",\"maxLength\":300}", NULL, Y(big));
+}
+
+static void test_patterns(void **s) {
+    (void)s;
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":4}", Y("\"ab\"", "\"abcd\""),
+          Y("\"abcde\"", "\"\"", "\"aB\""));
+    check("{\"type\":\"string\",\"pattern\":\"ab\"}", Y("\"ab\"", "\"xaby\"", "\"\\u0000ab\""),
+          Y("\"a b\"", "\"\""));
+    /* ECMAScript: . excludes line terminators, \s takes Unicode spaces */
+    check("{\"type\":\"string\",\"pattern\":\"^a.b$\"}", Y("\"axb\"", "\"a\xc3\xa9" "b\""),
+          Y("\"a\\nb\"", "\"a\\rb\"", "\"a\xe2\x80\xa8" "b\""));
+    check("{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", Y("\" \"", "\"\xc2\xa0\"", "\"\\t\""),
+          Y("\"x\""));
+    check("{\"type\":\"string\",\"pattern\":\"^x|y$\"}", Y("\"xa\"", "\"ay\"", "\"x\""),
+          Y("\"ax\"", "\"ya\""));
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"maxLength\":5}",
+          Y("\"ab-cd\"", "\"a-b-c\""), Y("\"ab-cde\"", "\"-a\""));
+    check("{\"type\":\"string\",\"pattern\":\"a\",\"not\":{\"pattern\":\"b\"}}", Y("\"a\"", "\"ca\""),
+          Y("\"ab\"", "\"c\""));
+}
+
+static void test_formats(void **s) {
+    (void)s;
+    check("{\"format\":\"date\"}", Y("\"2020-02-29\"", "\"1999-12-31\"", "5"),
+          Y("\"2019-02-29\"", "\"2020-13-01\"", "\"0000-01-01\"", "\"2020-1-01\""));
+    check("{\"format\":\"date-time\"}", Y("\"2020-01-01T10:20:30Z\"", "\"2020-01-01t10:20:30.5+01:00\""),
+          Y("\"2020-01-01 10:20:30Z\"", "\"2020-01-01T24:00:00Z\""));
+    check("{\"format\":\"email\"}", Y("\"a.b@example.com\""), Y("\"a@\"", "\"@b.com\"", "\"ab\""));
+    check("{\"format\":\"ipv4\"}", Y("\"192.168.0.1\""), Y("\"256.1.1.1\"", "\"01.1.1.1\""));
+    check("{\"format\":\"ipv6\"}", Y("\"::1\"", "\"fe80::1:2\"", "\"::ffff:1.2.3.4\""),
+          Y("\"1:::2\"", "\"12345::\""));
+    check("{\"format\":\"uuid\"}", Y("\"123e4567-e89b-12d3-a456-426614174000\""),
+          Y("\"123e4567e89b12d3a456426614174000\""));
+    check("{\"format\":\"uri\"}", Y("\"http://a.b/c?d#e\"", "\"urn:isbn:0451450523\""),
+          Y("\"//a.b\"", "\"a b\"", "\"http://a@b@c\""));
+    check("{\"format\":\"duration\"}", Y("\"P1Y2M3DT4H5M6S\"", "\"P3W\"", "\"PT1S\""),
+          Y("\"P\"", "\"PT1D\"", "\"1D\""));
+    check("{\"format\":\"hostname\"}", Y("\"example.com\"", "\"a-b.c\""),
+          Y("\"-a.com\"", "\"1.2.3.4\"", "\"a..b\""));
+    check("{\"format\":\"int64\"}", Y("\"anything\""), NULL); /* unknown: annotation */
+}
+
+/* ---- arrays ---- */
+
+static void test_arrays(void **s) {
+    (void)s;
+    check("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":3}",
+          Y("[1]", "[1, 2, 3]", "[ 1 ,2 ]"), Y("[]", "[1, 2, 3, 4]", "[1, \"a\"]", "[1,]"));
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
+          "\"items\":false}",
+          Y("[]", "[\"a\"]", "[\"a\", 1]"), Y("[1]", "[\"a\", 1, 2]"));
+    check("{\"type\":\"array\",\"items\":[{\"type\":\"string\"}],\"additionalItems\":{\"type\":"
+          "\"null\"}}",
+          Y("[\"a\", null, null]"), Y("[\"a\", 1]"));
+    check("{\"type\":\"array\",\"prefixItems\":[true,false]}", Y("[1]", "[]"), Y("[1, 2]"));
+    check("{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}", Y("[1]", "[]"), Y("[1, 1]"));
+}
+
+/* ---- objects ---- */
+
+static void test_objects(void **s) {
+    (void)s;
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"
+                      "\"integer\"},\"c\":{\"type\":\"null\"}},\"required\":[\"b\"],"
+                      "\"additionalProperties\":false}";
+    check(sch, Y("{\"b\": 1}", "{\"a\": \"x\", \"b\": 1}", "{\"a\":\"x\",\"b\":1,\"c\":null}",
+                 "{\"b\": 1, \"c\": null}"),
+          Y("{}", "{\"a\": \"x\"}", "{\"b\": 1, \"d\": 2}", "{\"b\": 1, \"b\": 2}", "{\"b\": \"1\"}",
+            "{\"b\": 1,}"));
+    /* additional properties after the listed ones, never a listed name */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+          "\"additionalProperties\":{\"type\":\"string\"}}",
+          Y("{\"a\": 1, \"x\": \"y\"}", "{\"x\": \"y\", \"z\": \"w\"}"),
+          Y("{\"a\": 1, \"x\": 2}", "{\"a\": 1, \"a\": \"s\"}", "{\"x\": \"y\", \"a\": \"s\"}"));
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},"
+          "\"additionalProperties\":false}",
+          Y("{\"x-a\": 1}", "{}"), Y("{\"x-a\": \"s\"}", "{\"y\": 1}"));
+    check("{\"type\":\"object\",\"patternProperties\":{\"^[a-h]{1,255}$\":{\"type\":\"null\"}},"
+          "\"properties\":{\"id\":{\"type\":\"integer\"}}}",
+          Y("{\"id\": 1, \"abc\": null, \"X\": 5}"), Y("{\"abc\": 1}", "{\"id\": null}"));
+    /* a listed name that a pattern also matches must satisfy both */
+    check("{\"type\":\"object\",\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"null\"}},"
+          "\"properties\":{\"id\":{\"type\":\"integer\"}}}",
+          Y("{\"abc\": null}", "{}"), Y("{\"id\": 1}", "{\"id\": null}"));
+    check("{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", Y("{\"abc\": 1}"),
+          Y("{\"abcd\": 1}"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":2,"
+          "\"maxProperties\":2}",
+          Y("{\"a\": 1, \"c\": 2}", "{\"b\": 1, \"x\": 2}"), Y("{\"a\": 1}", "{\"a\":1,\"b\":2,\"c\":3}"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":false}}", Y("{}", "{\"b\": 1}"),
+          Y("{\"a\": 1}"));
+    check("{\"type\":\"object\",\"required\":[\"q\"]}", Y("{\"q\": 1}", "{\"q\": 1, \"r\": 2}"),
+          Y("{}", "{\"r\": 2}"));
+    check("{\"type\":\"object\",\"not\":{\"required\":[\"x\"]}}", Y("{}", "{\"y\": 1}"),
+          Y("{\"x\": 1}"));
+    /* dependencies, both directions of the property order */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},"
+          "\"dependentRequired\":{\"a\":[\"c\"],\"c\":[\"b\"]}}",
+          Y("{}", "{\"a\": 1, \"b\": 2, \"c\": 3}", "{\"b\": 1}", "{\"b\": 1, \"c\": 1}"),
+          Y("{\"a\": 1, \"c\": 3}", "{\"c\": 1}", "{\"a\": 1}"));
+    check("{\"type\":\"object\",\"properties\":{\"b\":false},\"dependencies\":{\"a\":[\"b\"]}}",
+          Y("{}", "{\"c\": 1}"), Y("{\"a\": 1}", "{\"a\": 1, \"b\": 2}"));
+    /* keys with escapes */
+    check("{\"type\":\"object\",\"properties\":{\"a/\\\"b\":{\"const\":1}},\"required\":[\"a/\\\"b\"]}",
+          Y("{\"a/\\\"b\": 1}", "{\"a\\/\\\"b\": 1}"), Y("{\"a/b\": 1}"));
+}
+
+/* ---- combinators and references ---- */
+
+static void test_combinators(void **s) {
+    (void)s;
+    check("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"integer\"}]}",
+          Y("\"a\"", "5"), Y("\"ab\"", "null"));
+    check("{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}],\"maximum\":5}", Y("3", "5"),
+          Y("2", "6", "4.5"));
+    check("{\"type\":\"object\",\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+          Y("{\"a\": 1}", "{\"b\": 1}"), Y("{\"a\": 1, \"b\": 2}", "{}"));
+    check("{\"oneOf\":[{\"properties\":{\"k\":{\"const\":\"x\"},\"v\":{\"type\":\"integer\"}},"
+          "\"required\":[\"k\"]},{\"properties\":{\"k\":{\"const\":\"y\"}},\"required\":[\"k\"]}]}",
+          Y("{\"k\": \"x\", \"v\": 1}", "{\"k\": \"y\"}"), Y("{\"k\": \"z\"}", "{\"k\": \"x\", \"v\": \"s\"}", "3"));
+    check("{\"oneOf\":[{\"format\":\"hostname\"},{\"format\":\"ipv4\"}]}", Y("\"a.com\"", "\"1.2.3.4\""),
+          Y("5"));
+}
+
+static void test_refs(void **s) {
+    (void)s;
+    const char *list = "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
+                       "\"integer\"},\"next\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"v\"],"
+                       "\"additionalProperties\":false}},\"$ref\":\"#/$defs/n\"}";
+    check(list, Y("{\"v\": 1}", "{\"v\": 1, \"next\": {\"v\": 2}}"),
+          Y("{\"v\": 1, \"next\": {}}", "{\"next\": {\"v\": 1}}"));
+    /* 200 deep */
+    char *deep = malloc(200 * 32 + 64);
+    size_t n = 0;
+    for (int i = 0; i < 200; i++) n += (size_t)sprintf(deep + n, "{\"v\": %d, \"next\": ", i);
+    n += (size_t)sprintf(deep + n, "{\"v\": 200}");
+    for (int i = 0; i < 200; i++) deep[n++] = '}';
+    deep[n] = 0;
+    assert_true(accepts(list, deep));
+    deep[n - 1] = 0; /* one brace short */
+    assert_false(accepts(list, deep));
+    free(deep);
+    /* $id-relative, $anchor, pointer escapes, definitions */
+    check("{\"$id\":\"http://x.org/root.json\",\"$defs\":{\"a\":{\"$id\":\"sub/a.json\",\"$anchor\":"
+          "\"it\",\"type\":\"integer\"}},\"type\":\"array\",\"prefixItems\":[{\"$ref\":\"sub/a.json\"},"
+          "{\"$ref\":\"http://x.org/sub/a.json#it\"}]}",
+          Y("[1, 2]"), Y("[1, \"x\"]"));
+    check("{\"definitions\":{\"a/b\":{\"type\":\"integer\"},\"c~d\":{\"type\":\"null\"},\"e f\":"
+          "{\"type\":\"string\"}},\"type\":\"array\",\"prefixItems\":[{\"$ref\":\"#/definitions/a~1b\"},"
+          "{\"$ref\":\"#/definitions/c~0d\"},{\"$ref\":\"#/definitions/e%20f\"}]}",
+          Y("[1, null, \"s\"]"), Y("[1, 2]"));
+    /* mutual recursion: a tree */
+    check("{\"$defs\":{\"t\":{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":"
+          "\"#/$defs/t\"}]}}},\"$ref\":\"#/$defs/t\"}",
+          Y("[]", "[1, [2, [3, []]]]"), Y("[1, [2, \"x\"]]"));
+}
+
+/* ---- errors, strict / lenient, warnings ---- */
+
+typedef struct warns {
+    int n;
+    char last[512];
+} warns;
+
+static void on_warn(void *ctx, const char *ptr, const char *msg) {
+    warns *w = ctx;
+    w->n++;
+    snprintf(w->last, sizeof w->last, "%s: %s", ptr, msg);
+}
+
+static void test_errors(void **s) {
+    (void)s;
+    struct {
+        const char *schema;
+        tr_status code;
+        const char *needles[3];
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"uniqueItems\":true}}}",
+         TR_ERR_UNSUPPORTED, {"uniqueItems", "/properties/tags", NULL}},
+        {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", TR_ERR_UNSUPPORTED,
+         {"if", NULL, NULL}},
+        {"{\"type\":\"object\",\"dependentSchemas\":{\"a\":{\"required\":[\"b\"]}}}",
+         TR_ERR_UNSUPPORTED, {"dependentSchemas", NULL, NULL}},
+        {"{\"$ref\":\"#/$defs/missing\"}", TR_ERR_NOT_FOUND, {"#/$defs/missing", NULL, NULL}},
+        {"{\"$ref\":\"http://example.com/other.json\"}", TR_ERR_NOT_FOUND, {"never fetched", NULL, NULL}},
+        {"{\"type\":\"strin\"}", TR_ERR_FORMAT, {"strin", NULL, NULL}},
+        {"{\"type\":\"string\",\"pattern\":\"(?<=a)b\"}", TR_ERR_UNSUPPORTED, {"pattern", "lookbehind", NULL}},
+        {"{\"type\":\"string\",\"minLength\":-1}", TR_ERR_FORMAT, {"minLength", NULL, NULL}},
+        {"{\"properties\": {", TR_ERR_FORMAT, {"not valid JSON", NULL, NULL}},
+        {"false", TR_ERR_FORMAT, {"no JSON value", NULL, NULL}},
+        {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", TR_ERR_UNSUPPORTED, {"recursion", NULL, NULL}},
+        {"{\"oneOf\":[{\"minimum\":1},{\"maximum\":5}]}", TR_ERR_UNSUPPORTED, {"oneOf", NULL, NULL}},
+    };
+    for (size_t i = 0; i < TR_ARRAY_LEN(cases); i++) {
+        grammar *g = NULL;
+        tr_diag d;
+        tr_status st = tr_grammar_compile_json_schema(cases[i].schema, strlen(cases[i].schema),
+                                                      NULL, NULL, &g, &d);
+        if (st != cases[i].code)
+            fail_msg("%s: got %s (%s), want %s", cases[i].schema, tr_status_name(st), d.message,
+                     tr_status_name(cases[i].code));
+        assert_null(g);
+        assert_int_equal(d.code, st);
+        for (int k = 0; k < 3 && cases[i].needles[k]; k++)
+            if (!strstr(d.message, cases[i].needles[k]))
+                fail_msg("%s: message \"%s\" lacks \"%s\"", cases[i].schema, d.message,
+                         cases[i].needles[k]);
+    }
+    /* not JSON: line and column */
+    tr_diag d;
+    grammar *g = NULL;
+    assert_int_equal(tr_grammar_compile_json_schema("{\n  \"a\": ]", 10, NULL, NULL, &g, &d),
+                     TR_ERR_FORMAT);
+    assert_int_equal(d.line, 2);
+    /* bad options */
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.max_ws_run = 5000;
+    assert_int_equal(tr_grammar_compile_json_schema("true", 4, &o, NULL, &g, &d), TR_ERR_INVALID_ARG);
+}
+
+static void test_lenient(void **s) {
+    (void)s;
+    const char *sch = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}";
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    warns w = {0};
+    o.lenient = true;
+    o.warn = on_warn;
+    o.warn_ctx = &w;
+    assert_true(accepts_opt(sch, &o, "[1, 1]")); /* ignored, as documented */
+    assert_true(w.n >= 1);
+    assert_non_null(strstr(w.last, "uniqueItems"));
+    assert_non_null(strstr(w.last, "#"));
+    /* the rest still holds */
+    assert_false(accepts_opt(sch, &o, "[1, \"a\"]"));
+    /* oneOf that cannot be proven exact becomes anyOf, with a warning */
+    w.n = 0;
+    assert_true(accepts_opt("{\"oneOf\":[{\"minimum\":1},{\"maximum\":5}]}", &o, "3"));
+    assert_true(w.n >= 1);
+    assert_non_null(strstr(w.last, "oneOf"));
+}
+
+/* ---- whitespace ---- */
+
+static void test_whitespace(void **s) {
+    (void)s;
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":"
+                      "{\"type\":\"integer\"}},\"b\":{\"type\":\"object\"}},\"required\":[\"a\",\"b\"]}";
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.whitespace = GRAMMAR_JSON_WS_COMPACT;
+    assert_true(accepts_opt(sch, &o, "{\"a\":[1,2],\"b\":{}}"));
+    assert_false(accepts_opt(sch, &o, "{\"a\": [1,2],\"b\":{}}"));
+    o.whitespace = GRAMMAR_JSON_WS_PRETTY;
+    /* exactly json.dumps(v, indent=2) */
+    assert_true(accepts_opt(sch, &o, "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}"));
+    assert_true(accepts_opt(sch, &o, "{\n  \"a\": [],\n  \"b\": {\n    \"x\": [\n      null\n    ]\n  }\n}"));
+    assert_false(accepts_opt(sch, &o, "{\"a\":[1,2],\"b\":{}}"));
+    assert_false(accepts_opt(sch, &o, "{\n  \"a\": [\n  1\n  ],\n  \"b\": {}\n}"));
+    o.whitespace = GRAMMAR_JSON_WS_FLEXIBLE;
+    o.max_ws_run = 3;
+    assert_true(accepts_opt(sch, &o, "{ \"a\" :\t[ 1 ,\n2 ] , \"b\":{  } }"));
+    assert_false(accepts_opt(sch, &o, "{    \"a\":[1,2],\"b\":{}}")); /* a run of 4 */
+    assert_false(accepts_opt(sch, &o, " {\"a\":[1,2],\"b\":{}}"));    /* leading */
+}
+
+/* ---- budgets and hostile schemas ---- */
+
+static void test_budgets(void **s) {
+    (void)s;
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_compile_us = 50000;
+    lim.max_compile_bytes = 8u << 20;
+    /* a huge enum, deep nesting: fail cleanly or compile, in bounded time */
+    js_buf b = {0};
+    gcc cc;
+    tr_gcc_init(&cc, NULL, NULL);
+    tr_js_buf_init(&b, &cc);
+    tr_js_buf_puts(&b, "{\"enum\":[");
+    for (int i = 0; i < 20000; i++) tr_js_buf_printf(&b, "%s\"value-%d\"", i ? "," : "", i);
+    tr_js_buf_puts(&b, "]}");
+    grammar *g = NULL;
+    tr_diag d;
+    uint64_t t0 = tr_now_ns();
+    tr_status st = tr_grammar_compile_json_schema(b.p, b.n, NULL, &lim, &g, &d);
+    assert_true(st == TR_OK || st == TR_ERR_LIMIT);
+    if (st) assert_non_null(strstr(d.message, "budget"));
+    assert_true((tr_now_ns() - t0) / 1000000 < 5000);
+    tr_grammar_free(g);
+    b.n = 0;
+    for (int i = 0; i < 1500; i++) tr_js_buf_puts(&b, "{\"type\":\"array\",\"items\":");
+    tr_js_buf_puts(&b, "true");
+    for (int i = 0; i < 1500; i++) tr_js_buf_putc(&b, '}');
+    st = tr_grammar_compile_json_schema(b.p, b.n, NULL, NULL, &g, &d);
+    if (st != TR_ERR_LIMIT) fail_msg("deep nesting: %s: %s", tr_status_name(st), d.message);
+    assert_non_null(strstr(d.message, "deeper"));
+    tr_js_buf_free(&b);
+    tr_gcc_deinit(&cc);
+    /* a budget smaller than the schema needs */
+    lim.max_compile_bytes = 100000;
+    const char *v6 = "{\"type\":\"string\",\"format\":\"ipv6\"}";
+    st = tr_grammar_compile_json_schema(v6, strlen(v6), NULL, &lim, &g, &d);
+    assert_int_equal(st, TR_ERR_LIMIT);
+    assert_non_null(strstr(d.message, "max_compile_bytes"));
+}
+
+/* ---- Python-compatible serialization ---- */
+
+static void test_dumps(void **s) {
+    (void)s;
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"1.0", "1.0"},       {"0.0001", "0.0001"},      {"0.00001", "1e-05"},
+        {"1e16", "1e+16"},    {"1e15", "1000000000000000.0"}, {"-0.0", "-0.0"},
+        {"1.5e300", "1.5e+300"}, {"123.456", "123.456"}, {"0.1", "0.1"},
+        {"1e22", "1e+22"},    {"12345678901234567890.0", "1.2345678901234567e+19"},
+        {"-12", "-12"},       {"[1, {\"a\": \"b\"}, []]", "[1, {\"a\": \"b\"}, []]"},
+        {"{\"k\":\"\\u0001\\n\\\"\\\\/\\u00e9\\u2028\"}", "{\"k\": \"\\u0001\\n\\\"\\\\/\xc3\xa9\xe2\x80\xa8\"}"},
+        {"{}", "{}"},         {"\"\\u007f\"", "\"\x7f\""},
+    };
+    for (size_t i = 0; i < TR_ARRAY_LEN(cases); i++) {
+        json_error_t je;
+        json_t *v = json_loads(cases[i].in, JSON_DECODE_ANY, &je);
+        assert_non_null(v);
+        char *t = tj_dumps(v);
+        if (strcmp(t, cases[i].out)) fail_msg("dumps(%s) = %s, want %s", cases[i].in, t, cases[i].out);
+        free(t);
+        json_decref(v);
+    }
+}
+
+static int setup(void **s) {
+    (void)s;
+    V = tj_byte_vocab();
+    return V ? 0 : -1;
+}
+
+static int teardown(void **s) {
+    (void)s;
+    tr_grammar_vocab_free(V);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
+        cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_number_ranges),
+        cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
+        cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
+        cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
+        cmocka_unit_test(test_refs),          cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_lenient),       cmocka_unit_test(test_whitespace),
+        cmocka_unit_test(test_budgets),       cmocka_unit_test(test_dumps),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
