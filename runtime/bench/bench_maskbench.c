@@ -744,8 +744,9 @@ int bench_maskbench(int argc, char **argv) {
                     sum.counts[MB_PASSING], (double)(tr_now_ns() - t_all) / 1e9);
     }
     free(line);
-    qsort(sum.tbm.v, sum.tbm.n, sizeof *sum.tbm.v, mb_cmp_i64);
-    qsort(sum.ttfm.v, sum.ttfm.n, sizeof *sum.ttfm.v, mb_cmp_i64);
+    /* qsort(NULL, 0, ...) is undefined: no samples when every schema failed */
+    if (sum.tbm.n) qsort(sum.tbm.v, sum.tbm.n, sizeof *sum.tbm.v, mb_cmp_i64);
+    if (sum.ttfm.n) qsort(sum.ttfm.v, sum.ttfm.n, sizeof *sum.ttfm.v, mb_cmp_i64);
     mb_table(o.json ? stderr : stdout, &sum);
     if (o.json) mb_json(&sum, &o);
     fprintf(stderr,
