@@ -84,6 +84,7 @@ TRELLIS_API const char *trellis_status_message(int status);
 #define TRELLIS_MAX_STOP 16     /* stop strings per request */
 #define TRELLIS_MAX_STOP_LEN 256 /* bytes per stop string */
 #define TRELLIS_MAX_N 64        /* samples per request */
+#define TRELLIS_MAX_THREADS 512 /* trellis_engine_options.threads */
 
 typedef struct trellis_engine trellis_engine;
 
@@ -111,7 +112,8 @@ typedef struct trellis_engine_options {
                                  name fails trellis_engine_new, err listing
                                  the backends there are. Borrowed for the
                                  call only. */
-    int32_t threads;          /* CPU compute threads; 0 = one per core */
+    int32_t threads;          /* CPU compute threads, at most
+                                 TRELLIS_MAX_THREADS; 0 = one per core */
     int32_t max_batch_tokens; /* tokens per step: decode rows + prefill
                                  chunks (default 512) */
     int32_t max_running;      /* sequences running at once (default 64;

@@ -12,19 +12,19 @@
 set -eu
 BUILD=${1:-build}
 ROUNDS=${2:-4}
-BIN="$BUILD/tests/bench_serve"
+BIN="$BUILD/trellis"
 T=${THREADS:-2}
-[ -x "$BIN" ] || { echo "bench_load.sh: $BIN not built (cmake --build $BUILD --target bench_serve)" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "bench_load.sh: $BIN not built (cmake --build $BUILD --target trellis)" >&2; exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 for C in 1 32; do
   N=$C; [ "$C" = 1 ] && N=4
   for i in $(seq "$ROUNDS"); do
     for MODE in mmap read; do
-      "$BIN" --workload random --concurrency "$C" --radix on -t "$T" --prompt-min 16 \
+      "$BIN" bench serve --workload random --concurrency "$C" --radix on -t "$T" --prompt-min 16 \
              --prompt-max 32 --max-tokens 128 --requests "$N" --load "$MODE" \
              --csv "$TMP/run.csv" >/dev/null 2>&1
-      # columns: see the CSV header written by cmd_bench.c
+      # columns: see the CSV header written by runtime/bench/bench_serve.c
       awk -F, -v c="$C" -v m="$MODE" 'NR == 2 { print c, m, $6, $12 }' "$TMP/run.csv" >>"$TMP/all"
       tail -n 1 "$TMP/all" | awk '{ printf "  %2d streams  %-4s  %7.1f tok/s  TPOT p50 %6.2f ms\n", $1, $2, $3, $4 }'
     done

@@ -20,23 +20,23 @@
 set -eu
 BUILD=${1:-build}
 SWEEP=${2:-}
-BIN="$BUILD/tests/bench_serve"
+BIN="$BUILD/trellis"
 OUT=${OUT:-bench-out}
 T=${THREADS:-2}
-[ -x "$BIN" ] || { echo "bench_serve.sh: $BIN not built (cmake --build $BUILD --target bench_serve)" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "bench_serve.sh: $BIN not built (cmake --build $BUILD --target trellis)" >&2; exit 1; }
 mkdir -p "$OUT"
 
 echo "== 1. continuous batching: 1 vs 32 vs 64 concurrent decoding streams"
 echo "   (random, 16..32-token prompts, 128 tokens each; 3 interleaved runs, median)"
-"$BIN" --workload random --concurrency 1,32,64 --radix on -t "$T" \
+"$BIN" bench serve --workload random --concurrency 1,32,64 --radix on -t "$T" \
        --prompt-min 16 --prompt-max 32 --max-tokens 128 --repeat 3 \
        --csv "$OUT/batching.csv"
 echo "== 2. fewshot: radix on vs off"
-"$BIN" --workload fewshot --concurrency 64 --radix on,off -t "$T" --csv "$OUT/fewshot.csv"
+"$BIN" bench serve --workload fewshot --concurrency 64 --radix on,off -t "$T" --csv "$OUT/fewshot.csv"
 echo "== 3. multiturn: 8 conversations x 8 turns"
-"$BIN" --workload multiturn --concurrency 8 --radix on,off -t "$T" --csv "$OUT/multiturn.csv"
+"$BIN" bench serve --workload multiturn --concurrency 8 --radix on,off -t "$T" --csv "$OUT/multiturn.csv"
 
-# column numbers: see the CSV header written by cmd_bench.c
+# column numbers: see the CSV header written by runtime/bench/bench_serve.c
 awk -F, '
   FNR == 1 { next }
   FILENAME ~ /batching/ { tps[$3] = $6; if ($3 == 64) sched = $24 }
@@ -54,6 +54,6 @@ awk -F, '
 
 if [ "$SWEEP" = "--sweep" ]; then
   echo "== full sweep (all workloads, concurrency 1,8,32,64, radix on and off)"
-  "$BIN" -t "$T" --csv "$OUT/sweep.csv" --png "$OUT/sweep.png" --quiet
+  "$BIN" bench serve -t "$T" --csv "$OUT/sweep.csv" --png "$OUT/sweep.png" --quiet
   echo "plot: $OUT/sweep.png"
 fi

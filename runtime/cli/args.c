@@ -7,18 +7,73 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* "a|b|c" as "a, b or c" */
+static void choices_text(const char *choices, char *out, size_t cap) {
+    size_t n = 0, bars = 0;
+    for (const char *p = choices; *p; p++) bars += *p == '|';
+    out[0] = 0;
+    for (const char *p = choices; *p && n + 8 < cap;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        const char *sep = bars == 0 ? "" : bars == 1 ? " or " : ", ";
+        n += (size_t)snprintf(out + n, cap - n, "%.*s%s", (int)len, p, bar ? sep : "");
+        if (bar) bars--;
+        p = bar ? bar + 1 : p + len;
+    }
+}
+
+static const char *meta_of(const cli_opt *o) {
+    if (o->meta) return o->meta;
+    switch (o->kind) {
+    case CLI_INT: return "N";
+    case CLI_FLOAT: return "X";
+    case CLI_ENUM: return o->choices;
+    default: return "TEXT";
+    }
+}
+
+/* Prints text from column `col` on, wrapped at 100 columns. */
+static void print_wrapped(const char *text, int col) {
+    int at = col;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (at > col && at + 1 + (int)w > 100) {
+            printf("\n%*s", col, "");
+            at = col;
+        } else if (at > col) {
+            putchar(' ');
+            at++;
+        }
+        printf("%.*s", (int)w, p);
+        at += (int)w;
+        p += w;
+    }
+    printf("\n");
+}
+
 void cli_print_usage(const char *cmd, const char *usage, const cli_opt *opts,
                      size_t n_opts) {
-    fprintf(stderr, "usage: trellis %s %s\n\noptions:\n", cmd, usage);
-    for (size_t i = 0; i < n_opts; i++) {
-        char left[64];
-        const char *val = opts[i].kind == CLI_FLAG    ? ""
-                          : opts[i].kind == CLI_INT   ? " N"
-                          : opts[i].kind == CLI_FLOAT ? " X"
-                                                      : " TEXT";
-        snprintf(left, sizeof left, "%s%s%s%s", opts[i].alias ? opts[i].alias : "",
-                 opts[i].alias ? ", " : "", opts[i].name, val);
-        fprintf(stderr, "  %-26s %s\n", left, opts[i].help);
+    int col = printf("usage: trellis %s ", cmd);
+    print_wrapped(usage, col > 40 ? 8 : col);
+    printf("\noptions:\n");
+    for (size_t i = 0; i < n_opts + 1; i++) {
+        const cli_opt *o = i < n_opts ? &opts[i] : NULL;
+        char left[96], help[1024];
+        if (o) {
+            snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "",
+                     o->alias ? ", " : "", o->name, o->kind == CLI_FLAG ? "" : " ",
+                     o->kind == CLI_FLAG ? "" : meta_of(o));
+            snprintf(help, sizeof help, "%s%s%s%s%s", o->help,
+                     o->kind == CLI_STRS ? " (repeatable)" : "", o->def ? " (default: " : "",
+                     o->def ? o->def : "", o->def ? ")" : "");
+        } else {
+            snprintf(left, sizeof left, "-h, --help");
+            snprintf(help, sizeof help, "print this help");
+        }
+        if (strlen(left) > 28) printf("  %s\n%*s", left, 31, "");
+        else printf("  %-28s ", left);
+        print_wrapped(help, 31);
     }
 }
 
@@ -28,6 +83,83 @@ static const cli_opt *find(const cli_opt *opts, size_t n, const char *a) {
             (opts[i].alias && strcmp(opts[i].alias, a) == 0))
             return &opts[i];
     return NULL;
+}
+
+static bool out_of_range(const char *cmd, const char *flag, const cli_opt *o,
+                         const char *got) {
+    if (o->range)
+        fprintf(stderr, "trellis %s: %s: must be in %s, got %s\n", cmd, flag, o->range,
+                got);
+    else
+        fprintf(stderr, "trellis %s: %s: must be between %.15g and %.15g, got %s\n", cmd,
+                flag, o->min, o->max, got);
+    return false;
+}
+
+/* Stores value v of flag `flag` (as typed) into o->dest. */
+static bool take_value(const char *cmd, const char *flag, const cli_opt *o,
+                       const char *v) {
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case CLI_STR:
+        *(const char **)o->dest = v;
+        return true;
+    case CLI_STRS: {
+        cli_strs *s = o->dest;
+        if (s->n >= CLI_STRS_MAX) {
+            fprintf(stderr, "trellis %s: %s: given more than %d times\n", cmd, flag,
+                    CLI_STRS_MAX);
+            return false;
+        }
+        s->items[s->n++] = v;
+        return true;
+    }
+    case CLI_INT: {
+        long long x = strtoll(v, &end, 10);
+        bool bounded = o->min <= o->max;
+        if (end == v || *end || (errno && (errno != ERANGE || !bounded))) {
+            fprintf(stderr, "trellis %s: %s: expects an integer, got '%s'\n", cmd, flag, v);
+            return false;
+        }
+        if (bounded && (errno == ERANGE || (double)x < o->min || (double)x > o->max))
+            return out_of_range(cmd, flag, o, v);
+        *(int64_t *)o->dest = x;
+        return true;
+    }
+    case CLI_FLOAT: {
+        double x = strtod(v, &end);
+        if (end == v || *end || !isfinite(x)) {
+            fprintf(stderr, "trellis %s: %s: expects a finite number, got '%s'\n", cmd,
+                    flag, v);
+            return false;
+        }
+        if (o->min <= o->max && (x < o->min || x > o->max))
+            return out_of_range(cmd, flag, o, v);
+        *(double *)o->dest = x;
+        return true;
+    }
+    case CLI_ENUM: {
+        int idx = 0;
+        size_t vl = strlen(v);
+        for (const char *p = o->choices; *p; idx++) {
+            const char *bar = strchr(p, '|');
+            size_t len = bar ? (size_t)(bar - p) : strlen(p);
+            if (len == vl && strncmp(p, v, len) == 0) {
+                *(int *)o->dest = idx;
+                return true;
+            }
+            p = bar ? bar + 1 : p + len;
+        }
+        char list[256];
+        choices_text(o->choices, list, sizeof list);
+        fprintf(stderr, "trellis %s: %s: unknown value '%s' (%s)\n", cmd, flag, v, list);
+        return false;
+    }
+    case CLI_FLAG:
+        break;
+    }
+    return false;
 }
 
 bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
@@ -47,6 +179,8 @@ bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
             memcpy(name, a, (size_t)(eq - a));
             name[eq - a] = 0;
             a = name;
+        } else {
+            eq = NULL;
         }
         const cli_opt *o = find(opts, n_opts, a);
         if (!o) {
@@ -56,7 +190,7 @@ bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
         }
         if (o->kind == CLI_FLAG) {
             if (eq) {
-                fprintf(stderr, "trellis %s: option '%s' takes no value\n", cmd, a);
+                fprintf(stderr, "trellis %s: %s: takes no value\n", cmd, a);
                 return false;
             }
             *(bool *)o->dest = true;
@@ -65,60 +199,12 @@ bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
         const char *v = eq ? eq + 1 : NULL;
         if (!v) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "trellis %s: option '%s' needs a value\n", cmd, a);
+                fprintf(stderr, "trellis %s: %s: needs a value\n", cmd, a);
                 return false;
             }
             v = argv[++i];
         }
-        char *end = NULL;
-        errno = 0;
-        switch (o->kind) {
-        case CLI_STR:
-            *(const char **)o->dest = v;
-            break;
-        case CLI_STRS: {
-            cli_strs *s = o->dest;
-            if (s->n >= (int)(sizeof s->items / sizeof s->items[0])) {
-                fprintf(stderr, "trellis %s: too many '%s' options (max %zu)\n",
-                        cmd, a, sizeof s->items / sizeof s->items[0]);
-                return false;
-            }
-            s->items[s->n++] = v;
-            break;
-        }
-        case CLI_INT: {
-            long long x = strtoll(v, &end, 10);
-            if (errno || end == v || *end) {
-                fprintf(stderr, "trellis %s: option '%s' expects an integer, got '%s'\n",
-                        cmd, a, v);
-                return false;
-            }
-            if (o->min <= o->max && ((double)x < o->min || (double)x > o->max)) {
-                fprintf(stderr, "trellis %s: option '%s' must be between %.0f and %.0f, got %lld\n",
-                        cmd, a, o->min, o->max, x);
-                return false;
-            }
-            *(int64_t *)o->dest = x;
-            break;
-        }
-        case CLI_FLOAT: {
-            double x = strtod(v, &end);
-            if (errno || end == v || *end || !isfinite(x)) {
-                fprintf(stderr, "trellis %s: option '%s' expects a number, got '%s'\n",
-                        cmd, a, v);
-                return false;
-            }
-            if (o->min <= o->max && (x < o->min || x > o->max)) {
-                fprintf(stderr, "trellis %s: option '%s' must be between %g and %g, got %g\n",
-                        cmd, a, o->min, o->max, x);
-                return false;
-            }
-            *(double *)o->dest = x;
-            break;
-        }
-        case CLI_FLAG:
-            break;
-        }
+        if (!take_value(cmd, a, o, v)) return false;
     }
     return true;
 }

@@ -1,533 +1,352 @@
-/* cmd_generate.c — `trellis generate`: one prompt, one completion, on the
- * CPU backend, streamed to stdout.
+/* cmd_generate.c — `trellis generate`: one prompt, n completions, through
+ * the engine of runtime/trellis.h (see gen.h).
  *
- * This is the single-sequence driver that exists before the engine: it
- * prefills the prompt in chunks of up to --batch tokens (the batched
- * matrix-matrix path), then decodes one token per forward pass. KV lives in
- * pages from the start (a private page table 0..n-1 here; the shared pool
- * and radix tree take over in the engine).
+ * Order of work: every flag is checked first (a bad value is reported as
+ * "FLAG: why" before the model loads), then the prompt is read and
+ * checked, then the engine starts, the constraint compiles, the request
+ * goes in and its events come out (gen_output.c).
+ *
+ * -n is what the engine calls max_tokens, bounded by the context: when
+ * prompt + n does not fit, the request asks for as many tokens as fit
+ * (max_tokens -1), so generation stops at the end of the context with
+ * finish "length", as it always did.
+ *
+ * The --json document: one JSON object per sample, one per line, sample
+ * 0 first; k_json_doc (printed by --help) lists its fields.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include <jansson.h>
-
-#include "base/utf8.h"
 #include "base/util.h"
-#include "grammar/grammar.h"
-#include "runtime/chat/chat.h"
-#include "runtime/engine/constraint.h"
-#include "runtime/sampler/sampler.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/gen.h"
 
-#define GEN_PAGE_SIZE 16
+/* After the flags in --help: the --json document. */
+static const char k_json_doc[] =
+    "\n--json prints one JSON object per sample, one per line, in sample order:\n"
+    "  index, n_samples       the sample (0-based) and how many there are\n"
+    "  text, tokens           the completion and its token ids (a stop string is\n"
+    "                         not in the text; the token it was cut from is)\n"
+    "  logprobs               with --logprobs N: per token {id, text, logprob,\n"
+    "                         top: [{id, text, logprob} x N]}; a token's text is a\n"
+    "                         string, or an array of byte values when its bytes are\n"
+    "                         not valid UTF-8 on their own; tokens a constraint\n"
+    "                         forced have logprob 0 and no alternatives\n"
+    "  prompt_tokens, cached_tokens, completion_tokens\n"
+    "  finish_reason          stop (end of generation, --stop, or the constraint\n"
+    "                         completed), length (-n or the context), error\n"
+    "  stop                   the --stop text that ended the sample, if one did\n"
+    "  stop_token, stop_token_text   the end-of-generation token that did\n"
+    "  error                  why, when finish_reason is error\n"
+    "  timings                load_ms, prefill_ms and prefill_tok_per_s (request to\n"
+    "                         first token), decode_ms and decode_tok_per_s (first\n"
+    "                         token to last), queue_ms, ttft_ms, e2e_ms\n"
+    "  threads, model_load    CPU threads; how the model came in: mmap or read\n"
+    "  constraint             with a constraint: kind, accepted (it completed the\n"
+    "                         text), forced_tokens (jump-forward), forward_passes,\n"
+    "                         compile_ms\n";
 
-typedef struct gen_opts {
-    const char *model, *prompt, *file, *system, *regex, *load;
-    cli_strs choices;
-    bool chat, json, ignore_eos, special;
-    int64_t n_predict, threads, seed, top_k, ctx, batch;
-    double temp, top_p, min_p, repeat_penalty, presence, frequency;
-} gen_opts;
-
-typedef struct gen_result {
-    int32_t *ids; /* generated ids */
-    size_t n_ids, cap;
-    char *text;
-    size_t text_len, text_cap;
-    const char *finish;
-    double prefill_ms, decode_ms;
-    int n_decode_steps;
-    int n_forced_tokens; /* tokens appended by jump-forward, not sampled */
-    int n_forward;       /* forward passes after the prompt */
-} gen_result;
-
-/* A constraint for the sequence: the compiled grammar, its vocabulary and
- * the matcher (NULL members when generation is unconstrained). */
-typedef struct gen_constraint {
-    grammar_vocab *vocab;
-    grammar *g;
-    grammar_matcher *m;
-    uint64_t *mask;
-    size_t mask_words;
-} gen_constraint;
-
-static void constraint_free(gen_constraint *c) {
-    tr_grammar_matcher_free(c->m);
-    tr_grammar_free(c->g);
-    tr_grammar_vocab_free(c->vocab);
-    free(c->mask);
-    memset(c, 0, sizeof *c);
+static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
+    const cli_opt opts[] = {
+        {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
+         "the cached default model", .meta = "FILE"},
+        {"--load", NULL, CLI_ENUM, &o->load, 1, 0,
+         "how the model file comes in: read it into huge pages, or map it; auto "
+         "reads when transparent huge pages are on", "auto", .choices = "auto|mmap|read"},
+        {"--prompt", "-p", CLI_STR, &o->prompt, 1, 0, "prompt text"},
+        {"--file", "-f", CLI_STR, &o->file, 1, 0, "read the prompt from a file", .meta = "FILE"},
+        {"--chat", NULL, CLI_FLAG, &o->chat, 1, 0,
+         "apply the model's chat template (the prompt is the user's message)", "off"},
+        {"--system", NULL, CLI_STR, &o->system, 1, 0, "system message (with --chat)",
+         "the template's own"},
+        {"--special", NULL, CLI_FLAG, &o->special, 1, 0,
+         "parse special tokens such as <|im_start|> in a raw prompt", "off"},
+        {"--n-predict", "-n", CLI_INT, &o->n_predict, 1, 1 << 20,
+         "most tokens to generate per sample (fewer when the context ends first)", "128"},
+        {"--n-samples", "-N", CLI_INT, &o->n_samples, 1, TRELLIS_MAX_N,
+         "samples from the prompt, printed one after another (sample i uses seed + i)",
+         "1"},
+        {"--temp", NULL, CLI_FLOAT, &o->temp, 0, 100, "temperature; 0 = greedy", "0"},
+        {"--top-k", NULL, CLI_INT, &o->top_k, 0, 1 << 30, "top-k; 0 = off", "0"},
+        {"--top-p", NULL, CLI_FLOAT, &o->top_p, 1e-9, 1, "top-p; 1 = off", "1",
+         .range = "(0, 1]"},
+        {"--min-p", NULL, CLI_FLOAT, &o->min_p, 0, 1, "min-p; 0 = off", "0"},
+        {"--repeat-penalty", NULL, CLI_FLOAT, &o->repeat_penalty, 1e-3, 100,
+         "repetition penalty; 1 = off", "1"},
+        {"--repeat-last-n", NULL, CLI_INT, &o->repeat_last_n, -1, 1 << 20,
+         "tokens the penalties look back over; -1 = all", "64"},
+        {"--presence-penalty", NULL, CLI_FLOAT, &o->presence, -2, 2, "presence penalty", "0"},
+        {"--frequency-penalty", NULL, CLI_FLOAT, &o->frequency, -2, 2, "frequency penalty",
+         "0"},
+        {"--seed", NULL, CLI_INT, &o->seed, 0, 9.2e18, "sampling seed (same seed, same output)",
+         "0"},
+        {"--ignore-eos", NULL, CLI_FLAG, &o->ignore_eos, 1, 0,
+         "keep generating past end-of-generation tokens", "off"},
+        {"--stop", NULL, CLI_STRS, &o->stops, 1, 0,
+         "stop before this text; it is not printed (at most 16, 256 bytes each)"},
+        {"--logprobs", NULL, CLI_INT, &o->logprobs, 0, TRELLIS_MAX_TOP_LOGPROBS,
+         "with --json: each token's log-prob and the N most likely alternatives", "off"},
+        {"--regex", NULL, CLI_STR, &o->regex, 1, 0, "constrain the output to match this regex"},
+        {"--choice", NULL, CLI_STRS, &o->choices, 1, 0,
+         "constrain the output to be one of these texts"},
+        {"--json-schema", NULL, CLI_STR, &o->json_schema, 1, 0,
+         "constrain the output to JSON valid under this schema (inline when it starts "
+         "with '{', else a file)", .meta = "FILE|TEXT"},
+        {"--schema-mode", NULL, CLI_ENUM, &o->schema_mode, 1, 0,
+         "strict: refuse a schema with keywords that cannot be enforced; lenient: "
+         "ignore them with a warning", "strict", .choices = "strict|lenient"},
+        {"--json-object", NULL, CLI_FLAG, &o->json_object, 1, 0,
+         "constrain the output to any JSON object", "off"},
+        {"--whitespace", NULL, CLI_ENUM, &o->whitespace, 1, 0,
+         "whitespace in constrained JSON", "flexible", .choices = "flexible|compact|pretty"},
+        {"--grammar", NULL, CLI_STR, &o->grammar, 1, 0,
+         "constrain the output to this GBNF grammar (start rule root)", .meta = "FILE"},
+        {"--end-span", NULL, CLI_ENUM, &o->end_span, 1, 0,
+         "where a constraint may end, let the unmasked model decide whether it does "
+         "(trellis.h, the end-of-span rule); auto: for --regex and --choice",
+         "auto", .choices = "auto|on|off"},
+        {"--no-jump-forward", NULL, CLI_FLAG, &o->no_jump_forward, 1, 0,
+         "sample every token, even those a constraint forces", "off"},
+        {"--device", NULL, CLI_STR, &o->device, 1, 0,
+         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
+        {"--threads", "-t", CLI_INT, &o->threads, 0, TRELLIS_MAX_THREADS,
+         "CPU threads; 0 = one per core", "0"},
+        {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,
+         "context length (prompt + completion); 0 = the model's", "0"},
+        {"--batch", "-b", CLI_INT, &o->batch, 1, 8192, "prefill chunk in tokens", "512"},
+        {"--no-overlap", NULL, CLI_FLAG, &o->no_overlap, 1, 0,
+         "run forward passes on the engine thread instead of a compute thread (no "
+         "hand-off per step; constraint masks then wait for the forward pass)", "off"},
+        {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
+         "print one JSON object per sample and line (see below)", "off: stream the text"},
+    };
+    return cli_parse("generate",
+                     "[-m MODEL] (-p TEXT | -f FILE) [--chat [--system TEXT]] [-n N] "
+                     "[-N N] [sampling] [--stop TEXT]... [--regex R | --choice A "
+                     "--choice B... | --json-schema S | --json-object | --grammar FILE] "
+                     "[--json [--logprobs N]]",
+                     opts, TR_ARRAY_LEN(opts), argc, argv, help);
 }
 
-/* Appends s to *buf; with literal, regex metacharacters are escaped. */
-static bool regex_append(char **buf, size_t *len, size_t *cap, const char *s,
-                         bool literal) {
-    for (; *s; s++) {
-        if (*len + 3 > *cap) {
-            size_t nc = (*cap + 16) * 2;
-            char *nb = realloc(*buf, nc);
-            if (!nb) return false;
-            *buf = nb;
-            *cap = nc;
-        }
-        if (literal && strchr("\\^$.|?*+()[]{}/-", *s)) (*buf)[(*len)++] = '\\';
-        (*buf)[(*len)++] = *s;
+/* The checks that need no model. */
+static bool check_opts(const gen_opts *o) {
+    if (!!o->prompt == !!o->file) {
+        fprintf(stderr, "trellis generate: give exactly one of -p TEXT or -f FILE\n");
+        return false;
     }
-    (*buf)[*len] = 0;
+    if (o->system && !o->chat) {
+        fprintf(stderr, "trellis generate: --system: needs --chat\n");
+        return false;
+    }
+    if (o->system && !cli_check_text("generate", "--system", o->system, strlen(o->system)))
+        return false;
+    if (o->logprobs >= 0 && !o->json) {
+        fprintf(stderr, "trellis generate: --logprobs: needs --json (log-probs are "
+                        "reported in the JSON output)\n");
+        return false;
+    }
+    if (o->stops.n > TRELLIS_MAX_STOP) {
+        fprintf(stderr, "trellis generate: --stop: at most %d stop strings, got %d\n",
+                TRELLIS_MAX_STOP, o->stops.n);
+        return false;
+    }
+    for (int i = 0; i < o->stops.n; i++) {
+        const char *s = o->stops.items[i];
+        size_t len = strlen(s);
+        char what[48];
+        snprintf(what, sizeof what, "--stop number %d", i + 1);
+        if (len == 0 || len > TRELLIS_MAX_STOP_LEN) {
+            fprintf(stderr, "trellis generate: %s: must be 1 to %d bytes, got %zu\n", what,
+                    TRELLIS_MAX_STOP_LEN, len);
+            return false;
+        }
+        if (!cli_check_text("generate", what, s, len)) return false;
+    }
     return true;
 }
 
-/* Compiles --regex, or the --choice alternatives as an alternation of
- * literals, against the tokenizer's vocabulary. */
-static bool constraint_build(const gen_opts *o, const tokenizer *tok,
-                             gen_constraint *c) {
-    memset(c, 0, sizeof *c);
-    if (!o->regex && o->choices.n == 0) return true;
-    if (o->regex && o->choices.n) {
-        fprintf(stderr, "trellis generate: give --regex or --choice, not both\n");
-        return false;
-    }
-    char *pattern = NULL;
-    size_t plen = 0, pcap = 0;
-    bool ok = true;
-    if (o->regex) {
-        ok = regex_append(&pattern, &plen, &pcap, o->regex, false);
+/* The prompt (-p or -f) into *text, checked. Exit status or 0. */
+static int read_prompt(const gen_opts *o, char **text, size_t *len) {
+    const char *flag = o->file ? "-f" : "-p";
+    if (o->file) {
+        if (!cli_read_file("generate", "-f", o->file, text, len)) return 1;
     } else {
-        ok = regex_append(&pattern, &plen, &pcap, "(", false);
-        for (int i = 0; ok && i < o->choices.n; i++) {
-            if (!o->choices.items[i][0]) {
-                fprintf(stderr, "trellis generate: --choice number %d is empty\n", i + 1);
-                free(pattern);
-                return false;
-            }
-            ok = (i == 0 || regex_append(&pattern, &plen, &pcap, "|", false)) &&
-                 regex_append(&pattern, &plen, &pcap, o->choices.items[i], true);
+        *len = strlen(o->prompt);
+        if (!(*text = malloc(*len + 1))) return 1;
+        memcpy(*text, o->prompt, *len + 1);
+    }
+    if (!cli_check_text("generate", flag, *text, *len)) return 1;
+    if (*len == 0 && !o->chat) {
+        fprintf(stderr, "trellis generate: %s: the prompt is empty\n", flag);
+        return 1;
+    }
+    return 0;
+}
+
+/* --ctx against the model's trained context (read from the GGUF header,
+ * so that the error comes before the weights load). */
+static bool check_ctx(const char *path, int64_t ctx) {
+    gguf_file *f = NULL;
+    if (tr_gguf_open_ex(path, GGUF_LOAD_MMAP, &f, NULL) != TR_OK)
+        return true; /* the engine reports what is wrong with the file */
+    gguf_str arch = {0};
+    int64_t n = -1;
+    char key[96];
+    if (tr_gguf_get_str(f, "general.architecture", &arch) == TR_OK && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        if (tr_gguf_get_i64(f, key, &n) != TR_OK) n = -1;
+    }
+    tr_gguf_close(f);
+    if (n > 0 && ctx > n) {
+        fprintf(stderr, "trellis generate: --ctx: the model's context is %lld tokens, "
+                        "got %lld\n", (long long)n, (long long)ctx);
+        return false;
+    }
+    return true;
+}
+
+static int start_engine(const gen_opts *o, const char *path, trellis_engine **e,
+                        double *load_ms) {
+    trellis_engine_options eo;
+    trellis_engine_options_default(&eo);
+    eo.device = o->device;
+    eo.threads = (int32_t)o->threads;
+    eo.ctx = (int32_t)o->ctx;
+    eo.max_batch_tokens = (int32_t)o->batch;
+    eo.chunk_size = (int32_t)o->batch;
+    eo.load = o->load;
+    eo.no_overlap = o->no_overlap;
+    bool tty = isatty(2);
+    if (tty) fprintf(stderr, "\r\033[Kloading %s", path);
+    uint64_t t0 = tr_now_ns();
+    char err[1024];
+    int rc = trellis_engine_new(path, &eo, e, err, sizeof err);
+    *load_ms = (double)(tr_now_ns() - t0) / 1e6;
+    if (tty) fprintf(stderr, "\r\033[K");
+    if (rc != TRELLIS_OK) {
+        /* an unknown or unavailable --device is the one engine option
+         * only the engine can check */
+        static const char backend[] = "cannot start the compute backend: ";
+        bool dev = o->device && strncmp(err, backend, sizeof backend - 1) == 0;
+        fprintf(stderr, "trellis generate: %s%s\n", dev ? "--device: " : "",
+                dev ? err + sizeof backend - 1 : err);
+        return dev ? 2 : 1;
+    }
+    return 0;
+}
+
+static void fill_request(const gen_opts *o, const char *text, size_t len,
+                         const trellis_message *msgs, int32_t n_msgs,
+                         const gen_constraint *c, trellis_request *r) {
+    trellis_request_default(r);
+    if (o->chat) {
+        r->messages = msgs;
+        r->n_messages = n_msgs;
+    } else {
+        r->prompt = text;
+        r->prompt_len = len;
+        r->parse_special = o->special;
+    }
+    r->temperature = (float)o->temp;
+    r->top_k = (int32_t)o->top_k;
+    r->top_p = (float)o->top_p;
+    r->min_p = (float)o->min_p;
+    r->repetition_penalty = (float)o->repeat_penalty;
+    r->presence_penalty = (float)o->presence;
+    r->frequency_penalty = (float)o->frequency;
+    r->penalty_last_n = (int32_t)o->repeat_last_n;
+    r->seed = (uint64_t)o->seed;
+    r->max_tokens = (int32_t)o->n_predict;
+    r->n = (int32_t)o->n_samples;
+    r->logprobs = o->logprobs >= 0;
+    r->top_logprobs = o->logprobs > 0 ? (int32_t)o->logprobs : 0;
+    r->ignore_eos = o->ignore_eos;
+    r->stop = o->stops.n ? o->stops.items : NULL;
+    r->n_stop = o->stops.n;
+    r->regex = c->regex;
+    r->grammar = c->grammar;
+    r->no_jump_forward = o->no_jump_forward;
+    r->end_span = o->end_span; /* args.h index == TRELLIS_END_SPAN_* */
+    r->stream = !o->json;
+}
+
+/* Submits r; when prompt + -n does not fit the context (or the KV pool),
+ * asks for what fits instead. Exit status or 0. */
+static int submit(trellis_engine *e, trellis_request *r) {
+    char err[1024];
+    int rc = trellis_submit(e, r, NULL, err, sizeof err);
+    if (rc == TRELLIS_ERR_TOO_LONG || rc == TRELLIS_ERR_LIMIT) {
+        r->max_tokens = -1;
+        rc = trellis_submit(e, r, NULL, err, sizeof err);
+        if (rc == TRELLIS_ERR_TOO_LONG) {
+            fprintf(stderr, "trellis generate: the prompt is longer than the context "
+                            "allows (--ctx): %s\n", err);
+            return 1;
         }
-        ok = ok && regex_append(&pattern, &plen, &pcap, ")", false);
     }
-    if (!ok) {
-        free(pattern);
-        pattern = NULL;
-    }
-    if (!pattern) {
-        fprintf(stderr, "trellis generate: out of memory\n");
-        return false;
-    }
-    tr_diag d = {0};
-    tr_status s = tr_constraint_vocab_from_tokenizer(tok, &c->vocab, &d);
-    if (s) {
-        cli_report("generate", "cannot build the grammar vocabulary", s, &d);
-        free(pattern);
-        return false;
-    }
-    s = tr_grammar_compile_regex(pattern, plen, NULL, &c->g, &d);
-    if (s) {
-        cli_report("generate", o->regex ? "bad --regex" : "bad --choice", s, &d);
-        free(pattern);
-        constraint_free(c);
-        return false;
-    }
-    free(pattern);
-    c->mask_words = tr_grammar_vocab_mask_words(c->vocab);
-    c->mask = malloc(c->mask_words * sizeof *c->mask);
-    if (!c->mask || tr_grammar_matcher_new(c->g, c->vocab, 0, &c->m)) {
-        fprintf(stderr, "trellis generate: out of memory\n");
-        constraint_free(c);
-        return false;
-    }
-    return true;
+    if (rc == TRELLIS_OK) return 0;
+    fprintf(stderr, "trellis generate: %s\n", err);
+    return 1;
 }
 
-static bool append_text(gen_result *r, const char *s, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = (r->text_cap + n + 1) * 2;
-        char *t = realloc(r->text, cap);
-        if (!t) return false;
-        r->text = t;
-        r->text_cap = cap;
+static int run(const gen_opts *o, const char *path, const char *text, size_t len,
+               gen_constraint *c) {
+    trellis_engine *e = NULL;
+    double load_ms = 0;
+    int rc = start_engine(o, path, &e, &load_ms);
+    if (rc) return rc;
+    rc = gen_constraint_compile(o, e, c);
+    if (rc == 0) {
+        trellis_message msgs[2];
+        int32_t n_msgs = 0;
+        if (o->system) msgs[n_msgs++] = (trellis_message){"system", o->system};
+        msgs[n_msgs++] = (trellis_message){"user", text};
+        trellis_request r;
+        fill_request(o, text, len, msgs, n_msgs, c, &r);
+        rc = submit(e, &r);
     }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = 0;
-    return true;
-}
-
-static bool append_id(gen_result *r, int32_t id) {
-    if (r->n_ids == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        int32_t *t = realloc(r->ids, cap * sizeof *t);
-        if (!t) return false;
-        r->ids = t;
-        r->cap = cap;
+    if (rc == 0) {
+        trellis_engine_info info;
+        trellis_engine_get_info(e, &info);
+        gen_facts f = {.load_ms = load_ms, .threads = info.threads,
+                       .model_load = info.load == TRELLIS_LOAD_READ ? "read" : "mmap",
+                       .stops = o->stops.items, .constraint = c->kind ? c : NULL};
+        rc = gen_output_run(e, o, &f, (int32_t)o->n_samples);
     }
-    r->ids[r->n_ids++] = id;
-    return true;
-}
-
-/* Builds the prompt text: the raw prompt, or the chat template applied to
- * [system?, user]. *parse_special: chat prompts contain control tokens. */
-static tr_status build_prompt(const gen_opts *o, const cli_loaded *L,
-                              const char *user, char **out, bool *parse_special,
-                              tr_diag *d) {
-    if (!o->chat) {
-        *out = strdup(user);
-        *parse_special = o->special;
-        return *out ? TR_OK : TR_ERR_NOMEM;
-    }
-    gguf_str tmpl = {0};
-    char *tmpl_z = NULL;
-    if (tr_gguf_get_str(L->file, "tokenizer.chat_template", &tmpl) == TR_OK) {
-        tmpl_z = malloc(tmpl.len + 1);
-        if (!tmpl_z) return TR_ERR_NOMEM;
-        memcpy(tmpl_z, tmpl.ptr, tmpl.len);
-        tmpl_z[tmpl.len] = 0;
-    }
-    chat_template_kind kind;
-    tr_status s = tr_chat_template_detect(tmpl_z, &kind, d);
-    char *default_system = NULL;
-    if (s == TR_OK) s = tr_chat_template_default_system(tmpl_z, &default_system);
-    free(tmpl_z);
-    if (s) return s;
-    chat_message msgs[2];
-    size_t n = 0;
-    if (o->system) msgs[n++] = (chat_message){"system", o->system};
-    msgs[n++] = (chat_message){"user", user};
-    *parse_special = true;
-    s = tr_chat_render(kind, default_system, msgs, n, true, out, NULL, d);
-    free(default_system);
-    return s;
-}
-
-static void print_json(const gen_opts *o, const gen_result *r, const gen_constraint *con,
-                       size_t n_prompt, double load_ms, const char *load_mode) {
-    json_t *root = json_object();
-    json_object_set_new(root, "text", json_stringn_nocheck(r->text ? r->text : "", r->text_len));
-    json_t *ids = json_array();
-    for (size_t i = 0; i < r->n_ids; i++) json_array_append_new(ids, json_integer(r->ids[i]));
-    json_object_set_new(root, "tokens", ids);
-    json_object_set_new(root, "prompt_tokens", json_integer((json_int_t)n_prompt));
-    json_object_set_new(root, "completion_tokens", json_integer((json_int_t)r->n_ids));
-    json_object_set_new(root, "finish_reason", json_string(r->finish));
-    json_t *t = json_object();
-    json_object_set_new(t, "load_ms", json_real(load_ms));
-    json_object_set_new(t, "prefill_ms", json_real(r->prefill_ms));
-    json_object_set_new(t, "prefill_tok_per_s",
-                        json_real(r->prefill_ms > 0 ? (double)n_prompt / (r->prefill_ms / 1e3) : 0));
-    json_object_set_new(t, "decode_ms", json_real(r->decode_ms));
-    json_object_set_new(t, "decode_tok_per_s",
-                        json_real(r->decode_ms > 0 ? r->n_decode_steps / (r->decode_ms / 1e3) : 0));
-    json_object_set_new(root, "timings", t);
-    json_object_set_new(root, "threads", json_integer((json_int_t)o->threads));
-    json_object_set_new(root, "model_load", json_string(load_mode));
-    if (con && con->m) {
-        json_t *c = json_object();
-        json_object_set_new(c, "kind", json_string(o->regex ? "regex" : "choice"));
-        json_object_set_new(c, "accepted", json_boolean(tr_grammar_matcher_is_terminated(con->m) || tr_grammar_matcher_is_accepting(con->m)));
-        json_object_set_new(c, "forced_tokens", json_integer(r->n_forced_tokens));
-        json_object_set_new(c, "forward_passes", json_integer(r->n_forward));
-        json_object_set_new(root, "constraint", c);
-    }
-    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(root);
+    /* the request holds its own reference to the grammar */
+    gen_constraint_free(c);
+    trellis_engine_free(e);
+    return rc;
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o = {.n_predict = 128, .threads = 0, .seed = 0, .top_k = 0,
-                  .ctx = 0, .batch = 512, .temp = 0.0, .top_p = 1.0,
-                  .min_p = 0.0, .repeat_penalty = 1.0};
+    trellis_request rd; /* the engine's defaults, where the CLI has none of its own */
+    trellis_request_default(&rd);
+    gen_opts o = {.n_predict = 128, .batch = 512, .temp = 0.0, .top_p = rd.top_p,
+                  .min_p = rd.min_p, .repeat_penalty = rd.repetition_penalty,
+                  .repeat_last_n = rd.penalty_last_n, .logprobs = -1, .n_samples = 1,
+                  .load = TRELLIS_LOAD_AUTO, .schema_mode = -1, .whitespace = -1};
     bool help = false;
-    const cli_opt opts[] = {
-        {"--model", "-m", CLI_STR, &o.model, 1, 0, "GGUF file (default: the cached default model)"},
-        {"--prompt", "-p", CLI_STR, &o.prompt, 1, 0, "prompt text"},
-        {"--file", "-f", CLI_STR, &o.file, 1, 0, "read the prompt from a file"},
-        {"--chat", NULL, CLI_FLAG, &o.chat, 1, 0, "apply the model's chat template"},
-        {"--system", NULL, CLI_STR, &o.system, 1, 0, "system message (with --chat)"},
-        {"--n-predict", "-n", CLI_INT, &o.n_predict, 1, 1 << 20, "tokens to generate (default 128)"},
-        {"--temp", NULL, CLI_FLOAT, &o.temp, 0, 100, "temperature; 0 = greedy (default 0)"},
-        {"--top-k", NULL, CLI_INT, &o.top_k, 0, 1 << 30, "top-k (0 = off)"},
-        {"--top-p", NULL, CLI_FLOAT, &o.top_p, 1e-9, 1, "top-p (1 = off)"},
-        {"--min-p", NULL, CLI_FLOAT, &o.min_p, 0, 1, "min-p (0 = off)"},
-        {"--repeat-penalty", NULL, CLI_FLOAT, &o.repeat_penalty, 1e-3, 100, "repetition penalty (1 = off)"},
-        {"--presence-penalty", NULL, CLI_FLOAT, &o.presence, -2, 2, "presence penalty"},
-        {"--frequency-penalty", NULL, CLI_FLOAT, &o.frequency, -2, 2, "frequency penalty"},
-        {"--seed", NULL, CLI_INT, &o.seed, 0, 9.2e18, "sampling seed (default 0)"},
-        {"--threads", "-t", CLI_INT, &o.threads, 0, 1024, "CPU threads (default: all cores)"},
-        {"--ctx", "-c", CLI_INT, &o.ctx, 0, 1 << 24, "context length (default: the model's)"},
-        {"--batch", "-b", CLI_INT, &o.batch, 1, 8192, "prefill chunk size in tokens (default 512)"},
-        {"--ignore-eos", NULL, CLI_FLAG, &o.ignore_eos, 1, 0, "keep generating past end-of-turn tokens"},
-        {"--special", NULL, CLI_FLAG, &o.special, 1, 0, "parse special tokens in a raw prompt"},
-        {"--regex", NULL, CLI_STR, &o.regex, 1, 0, "constrain the output to full-match this regex"},
-        {"--choice", NULL, CLI_STRS, &o.choices, 1, 0, "constrain the output to one of these texts (repeat)"},
-        {"--json", NULL, CLI_FLAG, &o.json, 1, 0, "print one JSON object instead of streaming"},
-        {"--load", NULL, CLI_STR, &o.load, 1, 0,
-         "model file: auto (default), mmap, or read (into huge pages)"},
-    };
-    if (!cli_parse("generate",
-                   "[-m MODEL] (-p TEXT | -f FILE) [--chat] [--system TEXT] [-n N] "
-                   "[--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-                   "[--threads N] [--ignore-eos] [--regex R | --choice A --choice B ...] [--json]",
-                   opts, TR_ARRAY_LEN(opts), argc, argv, &help))
-        return 2;
-    if (help) return 0;
-    if (!!o.prompt == !!o.file) {
-        fprintf(stderr, "trellis generate: give exactly one of -p TEXT or -f FILE\n");
-        return 2;
+    if (!parse(argc, argv, &o, &help)) return 2;
+    if (help) {
+        fputs(k_json_doc, stdout);
+        return 0;
     }
-    if (o.regex && !o.regex[0]) {
-        fprintf(stderr, "trellis generate: --regex is empty\n");
-        return 2;
-    }
-    if (o.system && !o.chat) {
-        fprintf(stderr, "trellis generate: --system needs --chat\n");
-        return 2;
-    }
-    sampler_params sp = tr_sampler_params_default();
-    sp.temperature = (float)o.temp;
-    sp.top_k = (int32_t)o.top_k;
-    sp.top_p = (float)o.top_p;
-    sp.min_p = (float)o.min_p;
-    sp.repetition_penalty = (float)o.repeat_penalty;
-    sp.presence_penalty = (float)o.presence;
-    sp.frequency_penalty = (float)o.frequency;
-    sp.seed = (uint64_t)o.seed;
-    tr_diag d = {0};
-    tr_status s = tr_sampler_params_validate(&sp, &d);
-    if (s) {
-        cli_report("generate", "bad sampling parameters", s, &d);
-        return 2;
-    }
-
-    char *user = NULL;
-    size_t user_len;
-    if (o.file) {
-        if (tr_read_file(o.file, &user, &user_len) != 0) {
-            fprintf(stderr, "trellis generate: cannot read prompt file '%s'\n", o.file);
-            return 1;
-        }
-    } else {
-        user = strdup(o.prompt);
-        user_len = strlen(o.prompt);
-    }
-    /* a NUL byte in a prompt file counts as invalid: the prompt is a C string */
-    size_t bad = TR_MIN(tr_utf8_invalid_at(user, user_len), strlen(user));
-    if (bad != user_len) {
-        fprintf(stderr, "trellis generate: the prompt is not valid UTF-8 (at byte %zu)\n", bad);
-        free(user);
-        return 1;
-    }
-
-    gguf_load load;
-    if (!cli_parse_load("generate", o.load, &load)) {
-        free(user);
-        return 2;
-    }
-    cli_loaded L;
-    if (!cli_load("generate", o.model, load, true, (int)o.threads, (int32_t)o.batch, &L)) {
-        free(user);
-        return 1;
-    }
-    o.threads = tr_backend_get_info(L.be).threads;
-    const model_hparams *hp = tr_model_get_hparams(L.model);
-    int rc = 1;
+    if (!check_opts(&o)) return 2;
+    gen_constraint c;
+    int rc = gen_constraint_prepare(&o, &c);
     char *text = NULL;
-    int32_t *ids = NULL, *page_table = NULL;
-    size_t n_ids = 0;
-    float *logits = NULL;
-    sampler *smp = NULL;
-    tr_kv_layout kv = {0};
-    gen_result r = {0};
-    gen_constraint con = {0};
-    if (!constraint_build(&o, L.tok, &con)) {
-        cli_loaded_free(&L);
-        free(user);
-        return 2;
-    }
-
-    bool parse_special = false;
-    s = build_prompt(&o, &L, user, &text, &parse_special, &d);
-    if (s) {
-        cli_report("generate", "cannot build the prompt", s, &d);
-        goto done;
-    }
-    int32_t *raw = NULL;
-    size_t n_raw = 0;
-    s = tr_tokenizer_encode(L.tok, text, strlen(text), parse_special, &raw, &n_raw);
-    if (s) {
-        cli_report("generate", "cannot tokenize the prompt", s, NULL);
-        goto done;
-    }
-    bool bos = tr_tokenizer_add_bos(L.tok) && tr_tokenizer_bos(L.tok) >= 0;
-    ids = malloc((n_raw + 1) * sizeof *ids);
-    if (!ids) {
-        free(raw);
-        goto done;
-    }
-    if (bos) ids[n_ids++] = tr_tokenizer_bos(L.tok);
-    memcpy(ids + n_ids, raw, n_raw * sizeof *ids);
-    n_ids += n_raw;
-    free(raw);
-    if (n_ids == 0) {
-        fprintf(stderr, "trellis generate: the prompt is empty (no tokens to start from)\n");
-        goto done;
-    }
-    int64_t ctx = o.ctx > 0 ? o.ctx : hp->n_ctx_train;
-    if ((int64_t)n_ids >= ctx) {
-        fprintf(stderr,
-                "trellis generate: the prompt is %zu tokens, longer than the context "
-                "of %lld tokens allows (it must leave room for at least one new token)\n",
-                n_ids, (long long)ctx);
-        goto done;
-    }
-    int64_t n_predict = TR_MIN(o.n_predict, ctx - (int64_t)n_ids);
-    int64_t total = (int64_t)n_ids + n_predict;
-    int32_t n_pages = (int32_t)((total + GEN_PAGE_SIZE - 1) / GEN_PAGE_SIZE);
-    s = tr_model_kv_alloc(L.model, n_pages, GEN_PAGE_SIZE, TR_DTYPE_F16, &kv);
-    page_table = malloc((size_t)n_pages * sizeof *page_table);
-    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
-    if (s || !page_table || !logits) {
-        fprintf(stderr, "trellis generate: cannot allocate the KV cache (%d pages)\n", n_pages);
-        goto done;
-    }
-    for (int32_t i = 0; i < n_pages; i++) page_table[i] = i;
-    s = tr_sampler_new(&sp, hp->n_vocab, &smp, &d);
-    if (s) {
-        cli_report("generate", "cannot create the sampler", s, &d);
-        goto done;
-    }
-
-    int32_t *pos = malloc((size_t)o.batch * sizeof *pos);
-    int32_t *seq = calloc((size_t)o.batch, sizeof *seq);
-    if (!pos || !seq) {
-        free(pos);
-        free(seq);
-        goto done;
-    }
-    const int32_t *tables[1] = {page_table};
-    tr_batch b = {.pos = pos, .seq = seq, .n_seqs = 1, .page_table = tables,
-                  .n_pages = &n_pages};
-    /* prefill in chunks; logits only for the prompt's last token */
-    uint64_t t0 = tr_now_ns();
-    for (size_t at = 0; at < n_ids && s == TR_OK;) {
-        int32_t n = (int32_t)TR_MIN((size_t)o.batch, n_ids - at);
-        for (int32_t i = 0; i < n; i++) pos[i] = (int32_t)(at + (size_t)i);
-        b.n_tokens = n;
-        bool last = at + (size_t)n == n_ids;
-        int32_t row = n - 1;
-        s = tr_model_forward(L.model, &kv, &b, ids + at, &row, last ? 1 : 0, logits);
-        at += (size_t)n;
-    }
-    r.prefill_ms = (double)(tr_now_ns() - t0) / 1e6;
-    for (size_t i = 0; i < n_ids && s == TR_OK; i++) tr_sampler_accept(smp, ids[i]);
-
-    tokenizer_stream ts;
-    tr_tokenizer_stream_init(&ts, false);
-    r.finish = "length";
-    uint64_t t1 = tr_now_ns();
-    int32_t p = (int32_t)n_ids;
-    for (int64_t k = 0; k < n_predict && s == TR_OK; k++) {
-        int32_t tok;
-        const uint64_t *mask = NULL;
-        if (con.m) {
-            s = tr_grammar_matcher_fill_mask(con.m, con.mask, con.mask_words);
-            if (s) break;
-            mask = con.mask;
-        }
-        s = tr_sampler_sample(smp, logits, mask, &tok, NULL);
-        if (s) {
-            fprintf(stderr, "trellis generate: sampling failed: %s\n", tr_sampler_last_error(smp));
-            break;
-        }
-        if (con.m && (s = tr_grammar_matcher_accept_token(con.m, tok))) break;
-        if ((!o.ignore_eos || con.m) && tr_tokenizer_is_eog(L.tok, tok)) {
-            tr_sampler_accept(smp, tok);
-            r.finish = "stop";
-            break;
-        }
-        /* Jump-forward (runtime/engine/constraint.c, the engine's code):
-         * the bytes the grammar forces next run with the sampled token as
-         * one chunk instead of one decode step each, re-encoded together
-         * with it. */
-        int32_t chunk[CONSTRAINT_JF_MAX_TOKENS];
-        int32_t n_chunk = 1;
-        chunk[0] = tok;
-        if (con.m) {
-            int64_t room = TR_MIN((int64_t)TR_ARRAY_LEN(chunk), o.batch);
-            room = TR_MIN(room, n_predict - k);
-            s = tr_constraint_jump_forward(L.tok, &tr_constraint_matcher_ops, con.m, tok,
-                                        (int32_t)room, chunk, &n_chunk);
-            if (s) break;
-        }
-        for (int32_t i = 0; i < n_chunk && s == TR_OK; i++) {
-            tr_sampler_accept(smp, chunk[i]);
-            if (!append_id(&r, chunk[i])) {
-                s = TR_ERR_NOMEM;
-                break;
-            }
-            char piece[512];
-            size_t plen = 0;
-            s = tr_tokenizer_stream_push(&ts, L.tok, chunk[i], piece, sizeof piece, &plen);
-            if (s) break;
-            if (!append_text(&r, piece, plen)) s = TR_ERR_NOMEM;
-            if (!o.json && plen) {
-                fwrite(piece, 1, plen, stdout);
-                fflush(stdout);
-            }
-        }
-        r.n_forced_tokens += n_chunk - 1;
-        k += n_chunk - 1;
-        if (s) break;
-        if (con.m && tr_constraint_matcher_ops.is_done(con.m)) {
-            r.finish = "stop"; /* the grammar is complete: only EOS could follow */
-            break;
-        }
-        if (k + 1 >= n_predict) break; /* no forward needed for the last one */
-        for (int32_t i = 0; i < n_chunk; i++) pos[i] = p++;
-        b.n_tokens = n_chunk;
-        int32_t row = n_chunk - 1;
-        s = tr_model_forward(L.model, &kv, &b, chunk, &row, 1, logits);
-        r.n_decode_steps += n_chunk;
-        r.n_forward++;
-    }
-    r.decode_ms = (double)(tr_now_ns() - t1) / 1e6;
-    char tail[16];
-    size_t tl = tr_tokenizer_stream_flush(&ts, tail, sizeof tail);
-    append_text(&r, tail, tl);
-    if (!o.json) {
-        fwrite(tail, 1, tl, stdout);
-        printf("\n");
-    }
-    free(pos);
-    free(seq);
-    if (s) {
-        cli_report("generate", "generation failed", s, NULL);
-        goto done;
-    }
-    if (o.json) {
-        print_json(&o, &r, &con, n_ids, L.load_ms, tr_gguf_load_name(tr_gguf_load_used(L.file)));
-    } else {
-        fprintf(stderr,
-                "\n[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s]\n",
-                n_ids, r.prefill_ms > 0 ? n_ids / (r.prefill_ms / 1e3) : 0.0, r.n_ids,
-                r.decode_ms > 0 ? r.n_decode_steps / (r.decode_ms / 1e3) : 0.0, r.finish);
-    }
-    rc = 0;
-done:
-    constraint_free(&con);
-    tr_sampler_free(smp);
-    free(logits);
-    free(page_table);
-    if (kv.base) tr_model_kv_free(L.model, &kv);
-    free(ids);
+    size_t len = 0;
+    if (!rc) rc = read_prompt(&o, &text, &len);
+    char def[4096];
+    const char *path = rc ? NULL : cli_model_path("generate", o.model, def, sizeof def);
+    if (!rc && !path) rc = 1;
+    if (!rc && o.ctx && !check_ctx(path, o.ctx)) rc = 2;
+    if (!rc) rc = run(&o, path, text, len, &c);
+    gen_constraint_free(&c);
     free(text);
-    free(r.ids);
-    free(r.text);
-    free(user);
-    cli_loaded_free(&L);
     return rc;
 }

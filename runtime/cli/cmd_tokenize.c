@@ -1,23 +1,32 @@
-/* cmd_tokenize.c — `trellis tokenize`: the token ids of a text. */
+/* cmd_tokenize.c — `trellis tokenize`: the token ids of a text, with each
+ * token's bytes (the model's tokenizer only: no weights are loaded). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "base/util.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/cli_json.h"
+
+static const char *piece(const void *tok, int32_t id, size_t *len) {
+    return (const char *)tr_tokenizer_token_bytes(tok, id, len);
+}
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;
     bool json = false, special = false, help = false;
     const cli_opt opts[] = {
-        {"--model", "-m", CLI_STR, &model_path, 1, 0, "GGUF file"},
+        {"--model", "-m", CLI_STR, &model_path, 1, 0, "GGUF file", "the cached default model",
+         .meta = "FILE"},
         {"--prompt", "-p", CLI_STR, &prompt, 1, 0, "text to tokenize"},
-        {"--file", "-f", CLI_STR, &file, 1, 0, "read the text from a file"},
-        {"--special", NULL, CLI_FLAG, &special, 1, 0, "parse special tokens such as <|im_start|>"},
-        {"--json", NULL, CLI_FLAG, &json, 1, 0, "print a JSON object"},
+        {"--file", "-f", CLI_STR, &file, 1, 0, "read the text from a file", .meta = "FILE"},
+        {"--special", NULL, CLI_FLAG, &special, 1, 0,
+         "parse special tokens such as <|im_start|> in the text", "off"},
+        {"--json", NULL, CLI_FLAG, &json, 1, 0,
+         "print {\"ids\": [...], \"pieces\": [...], \"count\": N}; a piece is a "
+         "string, or an array of byte values when its bytes are not valid UTF-8",
+         "off"},
     };
     if (!cli_parse("tokenize", "[-m MODEL] (-p TEXT | -f FILE) [--special] [--json]",
                    opts, TR_ARRAY_LEN(opts), argc, argv, &help))
@@ -28,61 +37,44 @@ int cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     char *text = NULL;
-    size_t len;
+    size_t len = 0;
     if (file) {
-        if (tr_read_file(file, &text, &len) != 0) {
-            fprintf(stderr, "trellis tokenize: cannot read '%s'\n", file);
-            return 1;
-        }
+        if (!cli_read_file("tokenize", "-f", file, &text, &len)) return 1;
     } else {
-        text = strdup(prompt);
         len = strlen(prompt);
+        text = malloc(len + 1);
+        if (!text) return 1;
+        memcpy(text, prompt, len + 1);
     }
-    cli_loaded L;
-    if (!cli_load("tokenize", model_path, GGUF_LOAD_MMAP, false, 1, 1, &L)) {
+    cli_vocab v;
+    if (!cli_vocab_open("tokenize", model_path, &v)) {
         free(text);
         return 1;
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    tr_status s = tr_tokenizer_encode(L.tok, text, len, special, &ids, &n);
+    tr_status s = tr_tokenizer_encode(v.tok, text, len, special, &ids, &n);
     int rc = 0;
     if (s) {
         cli_report("tokenize", "cannot tokenize", s, NULL);
         rc = 1;
     } else if (json) {
-        json_t *o = json_object(), *arr = json_array(), *pieces = json_array();
-        for (size_t i = 0; i < n; i++) {
-            size_t bl;
-            const uint8_t *b = tr_tokenizer_token_bytes(L.tok, ids[i], &bl);
-            json_array_append_new(arr, json_integer(ids[i]));
-            json_array_append_new(pieces, json_stringn_nocheck((const char *)b, bl));
-        }
-        json_object_set_new(o, "ids", arr);
-        json_object_set_new(o, "pieces", pieces);
-        json_object_set_new(o, "count", json_integer((json_int_t)n));
-        char *out = json_dumps(o, JSON_COMPACT);
-        printf("%s\n", out);
+        char *out = cli_json_tokenize(ids, n, piece, v.tok);
+        if (out) printf("%s\n", out);
+        else fprintf(stderr, "trellis tokenize: out of memory\n"), rc = 1;
         free(out);
-        json_decref(o);
     } else {
         for (size_t i = 0; i < n; i++) {
             size_t bl;
-            const uint8_t *b = tr_tokenizer_token_bytes(L.tok, ids[i], &bl);
+            const uint8_t *b = tr_tokenizer_token_bytes(v.tok, ids[i], &bl);
             printf("%6d  '", ids[i]);
-            for (size_t k = 0; k < bl; k++) {
-                unsigned char c = b[k];
-                if (c == '\n') printf("\\n");
-                else if (c == '\t') printf("\\t");
-                else if (c < 0x20) printf("\\x%02x", c);
-                else putchar(c);
-            }
+            cli_print_bytes(stdout, b, bl);
             printf("'\n");
         }
         printf("%zu tokens\n", n);
     }
     free(ids);
     free(text);
-    cli_loaded_free(&L);
+    cli_vocab_close(&v);
     return rc;
 }

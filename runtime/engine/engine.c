@@ -521,7 +521,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     o.kv_pages = compute->n_pages;
     o.threads = compute->threads;
     o.device = compute->device ? compute->device : "custom"; /* static */
-    if (o.ctx > compute->n_ctx) {
+    if (o.ctx < 0 || o.ctx > compute->n_ctx) {
         s = seterr(err, err_cap, TR_ERR_INVALID_ARG,
                    "context %d is outside 1..%d (the model's training context)",
                    o.ctx, compute->n_ctx);

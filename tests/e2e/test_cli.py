@@ -2,13 +2,14 @@
 """End-to-end tests of the `trellis` CLI on the default model.
 
     python3 tests/e2e/test_cli.py BUILD_DIR
+    E2E_ONLY=REGEX python3 tests/e2e/test_cli.py BUILD_DIR   # only the matching cases
 
 Every bad input must give a clear message on stderr and a non-zero exit,
 never a crash (a signal) or a hang (each run has a timeout). Corrupt model
 files are made here from the real one (truncated, non-GGUF, architecture
 renamed, a tensor type changed). Prints 'N passed, N failed'.
 """
-import json, os, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 TRELLIS = os.path.join(BUILD, "trellis")
@@ -20,9 +21,14 @@ results = []
 
 def run(*args, stdin=None, timeout=300):
     p = subprocess.run([TRELLIS, *args], input=stdin, capture_output=True, timeout=timeout)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    err = p.stderr.decode("utf-8", "replace")
+    # in a sanitizer build, a report (a leak on an error path too) fails the case
+    assert "Sanitizer" not in err, err
+    return p.returncode, p.stdout.decode("utf-8", "replace"), err
 
 def case(fn):
+    if os.environ.get("E2E_ONLY") and not re.search(os.environ["E2E_ONLY"], fn.__name__):
+        return fn
     try:
         fn()
         results.append((fn.__name__, None))
@@ -148,6 +154,15 @@ def prompt_longer_than_context():
     expect_error(rc, err, "longer than the context")
 
 @case
+def generation_stops_at_the_end_of_the_context():
+    # -n asks for more than fits: the completion fills the context, finish length
+    rc, out, err = run("generate", "-p", "one two three four five six seven eight nine ten", "--ctx", "16",
+                       "-n", "100", "--json")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["prompt_tokens"] == 10 and o["completion_tokens"] == 6 and o["finish_reason"] == "length", o
+
+@case
 def n_zero_rejected():
     rc, out, err = run("generate", "-p", "x", "-n", "0")
     expect_error(rc, err, "-n", "between")
@@ -226,7 +241,7 @@ def bad_regex_is_a_clear_error():
     rc, out, err = run("generate", "-p", "x", "--regex", "a(?=b)")
     expect_error(rc, err, "lookahead", "byte 1")
     rc, out, err = run("generate", "-p", "x", "--regex", "(a")
-    expect_error(rc, err, "bad --regex")
+    expect_error(rc, err, "--regex: bad regex: missing )")
     rc, out, err = run("generate", "-p", "x", "--regex", "a", "--choice", "b")
     expect_error(rc, err, "not both")
 
@@ -241,6 +256,9 @@ def load_modes_give_the_same_tokens():
         assert o["model_load"] in ("mmap", "read") and (mode == "auto" or o["model_load"] == mode), o
         outs.append(o["tokens"])
     assert outs[0] == outs[1] == outs[2], outs
+    rc, out, err = run("generate", "-p", "The capital of France is", "-n", "8", "--json", "-t", "2",
+                       "--no-overlap")
+    assert rc == 0 and json.loads(out)["tokens"] == outs[0], (out, err)
     rc, out, err = run("generate", "-p", "x", "--load", "fast")
     expect_error(rc, err, "--load", "'fast'", "auto, mmap or read")
 
@@ -258,6 +276,272 @@ def samples_run():
 def unknown_command():
     rc, out, err = run("frobnicate")
     expect_error(rc, err, "unknown command")
+
+
+# ---- output of any text: every JSON the CLI writes is valid (issue #13) ----
+
+# Text whose tokens are not valid UTF-8 on their own (a byte-level BPE
+# token may hold part of a character): `tokenize --json` died with SIGSEGV.
+WORLD = ["ไทย", "日本語のテキスト", "中文文本", "한국어 텍스트", "हिन्दी पाठ", "עברית",
+         "Ελληνικά", "Кириллица", "emoji 😀🎉👍🏽", "no-break\u00a0space", "mixed: a\u00e9\u4e2d\U0001F600z"]
+
+def piece_bytes(p):
+    return p.encode("utf-8") if isinstance(p, str) else bytes(p)
+
+@case
+def tokenize_json_any_text():
+    for text in WORLD:
+        rc, out, err = run("tokenize", "-p", text, "--json")
+        assert rc == 0, (text, rc, err)
+        o = json.loads(out)
+        assert o["count"] == len(o["ids"]) == len(o["pieces"]) > 0, o
+        # the pieces are the text's bytes, exactly: strings when valid
+        # UTF-8, arrays of byte values otherwise
+        assert b"".join(piece_bytes(p) for p in o["pieces"]) == text.encode(), (text, o)
+        rc2, plain, err2 = run("tokenize", "-p", text)
+        ids = [int(l.split()[0]) for l in plain.splitlines()[:-1]]
+        assert rc2 == 0 and ids == o["ids"], (text, ids, o["ids"])
+    # the Thai example of the issue: 6 tokens, every one a partial character
+    o = json.loads(run("tokenize", "-p", "ไทย", "--json")[1])
+    assert o["ids"] == [31933, 222, 10283, 241, 10283, 112], o
+    assert all(isinstance(p, list) for p in o["pieces"]), o
+
+@case
+def tokenize_plain_output_is_utf8():
+    p = subprocess.run([TRELLIS, "tokenize", "-p", "ไทย 😀 \t\\ '"], capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout.decode("utf-8")  # strict: partial characters are escaped
+    assert "'\\xe0\\xb9'" in text and "\\t" in text, text
+
+@case
+def generate_json_any_text():
+    for text in WORLD[:4] + WORLD[8:9]:
+        rc, out, err = run("generate", "-p", text, "-n", "6", "--json", "--logprobs", "2", "-t", "2")
+        assert rc == 0, (text, err)
+        o = json.loads(out)
+        lp = o["logprobs"]
+        assert [e["id"] for e in lp] == o["tokens"], o
+        # the tokens' bytes are the text (no stop string cut it; a last
+        # token that ends inside a character leaves a U+FFFD)
+        joined = b"".join(piece_bytes(e["text"]) for e in lp)
+        assert joined.decode("utf-8", "replace") == o["text"], (joined, o)
+        for e in lp:
+            assert len(e["top"]) == 2 and all(isinstance(t["text"], (str, list)) for t in e["top"]), e
+
+# ---- flags: bad values name the flag, before the model loads (issue #13) ----
+
+@case
+def bad_flag_values_name_the_flag():
+    # -m names a file that does not exist: an option error must come first
+    bad = [(["--threads", "1000"], "--threads: must be between 0 and 512"),
+           (["-t", "-1"], "-t: must be between"), (["-n", "0"], "-n: must be between"),
+           (["-N", "0"], "-N: must be between"), (["--n-samples", "65"], "--n-samples: must be"),
+           (["--temp", "-1"], "--temp: must be"), (["--temp", "nan"], "--temp: expects a finite number"),
+           (["--top-k", "-1"], "--top-k: must be"), (["--top-p", "0"], "--top-p: must be in (0, 1]"),
+           (["--top-p", "1.5"], "--top-p: must be"), (["--min-p", "2"], "--min-p: must be"),
+           (["--repeat-penalty", "0"], "--repeat-penalty: must be"),
+           (["--repeat-last-n", "-2"], "--repeat-last-n: must be"),
+           (["--presence-penalty", "3"], "--presence-penalty: must be"),
+           (["--frequency-penalty", "-3"], "--frequency-penalty: must be"),
+           (["--seed", "-1"], "--seed: must be"), (["--seed", "1e3"], "--seed: expects an integer"),
+           (["--ctx", "-1"], "--ctx: must be"), (["--batch", "0"], "--batch: must be"),
+           (["-b", "9000"], "-b: must be"), (["--logprobs", "21"], "--logprobs: must be"),
+           (["--logprobs", "2"], "--logprobs: needs --json"),
+           (["--load", "fast"], "--load: unknown value 'fast' (auto, mmap or read)"),
+           (["--schema-mode", "loose"], "--schema-mode: unknown value"),
+           (["--whitespace", "tabs"], "--whitespace: unknown value"),
+           (["--whitespace", "compact"], "--whitespace: needs --json-schema or --json-object"),
+           (["--schema-mode", "lenient"], "--schema-mode: needs --json-schema"),
+           (["--stop", ""], "--stop number 1: must be 1 to 256 bytes"),
+           (["--stop", "x" * 257], "--stop number 1: must be 1 to 256 bytes"),
+           (sum((["--stop", str(i)] for i in range(17)), []), "--stop: at most 16"),
+           (["--choice", ""], "--choice number 1: is empty"),
+           (["--regex", ""], "--regex: is empty"),
+           (["--regex", "a", "--choice", "b"], "not both --regex and --choice"),
+           (["--json-object", "--grammar", "g.gbnf"], "not both --json-object and --grammar"),
+           (["--system", "s"], "--system: needs --chat"),
+           (["--json=yes"], "--json: takes no value")]
+    for args, needle in bad:
+        rc, out, err = run("generate", "-m", "/nonexistent/model.gguf", "-p", "x", *args)
+        assert rc == 2, (args, rc, err)
+        assert err.startswith("trellis generate: ") and needle in err, (args, err)
+        assert "model" not in err, (args, err)
+    # the bound that depends on the model comes from its header, still
+    # before the weights load
+    rc, out, err = run("generate", "-p", "x", "--ctx", "100000")
+    expect_error(rc, err, "--ctx: the model's context is 8192 tokens, got 100000")
+    # the backends are the engine's to know (before the weights bind)
+    rc, out, err = run("generate", "-p", "x", "--device", "gpu")
+    expect_error(rc, err, "trellis generate: --device: unknown backend 'gpu' (built in: cpu")
+
+@case
+def bad_bench_and_tokenize_flags():
+    for args, needle in ((["bench", "serve", "--concurrency", "0"], "--concurrency"),
+                         (["bench", "serve", "--workload", "chat"], "--workload"),
+                         (["bench", "serve", "--radix", "maybe"], "--radix"),
+                         (["bench", "serve", "-t", "1000"], "-t: must be between 0 and 512"),
+                         (["bench", "serve", "--png", "x.png"], "--png: needs --csv"),
+                         (["bench", "serve", "--prompt-min", "9", "--prompt-max", "8"], "--prompt-min"),
+                         (["bench", "grammar", "--part", "nano"], "--part: unknown part 'nano'"),
+                         (["bench", "grammar", "--requests", "0"], "--requests: must be"),
+                         (["bench", "frobnicate"], "unknown benchmark 'frobnicate'"),
+                         (["tokenize", "-p", "x", "--bogus"], "unknown option '--bogus'"),
+                         (["info", "--kv=1"], "--kv: takes no value")):
+        rc, out, err = run(*args)
+        expect_error(rc, err, needle)
+
+@case
+def prompt_with_nul_byte():
+    p = os.path.join(TMP, "nul.txt")
+    open(p, "wb").write(b"hello\x00world")
+    rc, out, err = run("generate", "-f", p, "-n", "2")
+    expect_error(rc, err, "-f: contains a NUL byte (at byte 5)")
+
+@case
+def help_lists_defaults():
+    import re
+    for cmd in (["generate"], ["info"], ["tokenize"], ["bench", "serve"], ["bench", "grammar"]):
+        rc, out, err = run(*cmd, "--help")
+        assert rc == 0 and out.startswith("usage: trellis " + " ".join(cmd)), (cmd, rc, out, err)
+        # one entry per flag, its wrapped lines joined
+        opts = []
+        for l in out.split("\n\n")[1].splitlines()[1:]:
+            if l.startswith("  -"):
+                opts.append(l)
+            elif opts and l.startswith(" " * 31):
+                opts[-1] += " " + l.strip()
+        assert len(opts) >= 3, out
+        for l in opts:
+            # every flag that takes a number or one of several values, and
+            # every on/off flag, says its default
+            if re.search(r"--[a-z-]+ (N|X|[a-z]+\|[a-z|]+) ", l) or not re.search(r"--[a-z-]+ [A-Z]", l):
+                assert "(default" in l or "--help" in l, (cmd, l)
+    rc, out, err = run("bench", "--help")
+    assert rc == 0 and "serve" in out and "grammar" in out, out
+    rc, out, err = run("--help")
+    assert rc == 0 and all(c in out for c in ("generate", "info", "tokenize", "bench")), out
+
+# ---- what generate gained from the engine ----
+
+@case
+def stop_strings():
+    rc, out, err = run("generate", "-p", "1, 2, 3, 4,", "-n", "40", "--stop", " 7", "--stop", "zzz", "--json")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["finish_reason"] == "stop" and o["stop"] == " 7", o
+    assert o["text"].startswith(" 5, 6,") and "7" not in o["text"], o
+    rc, out, err = run("generate", "-p", "1, 2, 3, 4,", "-n", "40", "--stop", " 7")
+    assert rc == 0 and out.rstrip("\n") == o["text"], (out, o["text"])
+
+@case
+def logprobs_in_json():
+    rc, out, err = run("generate", "-p", "The capital of France is", "-n", "6", "--json", "--logprobs", "3")
+    assert rc == 0, err
+    o = json.loads(out)
+    lp = o["logprobs"]
+    assert len(lp) == len(o["tokens"]) == 6, o
+    for tok, e in zip(o["tokens"], lp):
+        assert e["id"] == tok and e["logprob"] <= 0 and len(e["top"]) == 3, e
+        tops = [t["logprob"] for t in e["top"]]
+        assert tops == sorted(tops, reverse=True), e
+        assert e["top"][0]["id"] == tok and abs(e["top"][0]["logprob"] - e["logprob"]) < 1e-5, e  # greedy
+    assert lp[0]["text"] == " Paris", lp[0]
+    rc, out, err = run("generate", "-p", "The capital of France is", "-n", "2", "--json", "--logprobs", "0")
+    assert rc == 0 and all(e["top"] == [] for e in json.loads(out)["logprobs"]), out
+    rc, out, err = run("generate", "-p", "The capital of France is", "-n", "2", "--json")
+    assert rc == 0 and "logprobs" not in json.loads(out), out
+
+@case
+def n_samples():
+    base = ["-p", "Once upon a time", "-n", "12", "--temp", "1.0", "--seed", "5"]
+    rc, out, err = run("generate", *base, "-N", "3", "--json")
+    assert rc == 0, err
+    lines = [json.loads(l) for l in out.splitlines()]
+    assert [o["index"] for o in lines] == [0, 1, 2], out
+    assert all(o["n_samples"] == 3 and o["finish_reason"] in ("stop", "length") for o in lines), lines
+    assert len({tuple(o["tokens"]) for o in lines}) > 1, lines
+    # sample i uses seed + i
+    one = json.loads(run("generate", *base[:-1], "6", "--json")[1])
+    assert one["tokens"] == lines[1]["tokens"], (one, lines[1])
+    rc, out, err = run("generate", *base, "-N", "2")
+    assert rc == 0 and "--- sample 1 of 2 ---" in out and "--- sample 2 of 2 ---" in out, out
+    assert out.index("--- sample 1 of 2 ---") < out.index("--- sample 2 of 2 ---"), out
+    rc, out, err = run("generate", "--chat", "-p", "Is fire hot?", "--choice", "yes", "--choice", "no",
+                       "-N", "4", "--temp", "1.5", "--json")
+    assert rc == 0 and all(json.loads(l)["text"] in ("yes", "no") for l in out.splitlines()), out
+
+@case
+def ignore_eos_with_a_constraint():
+    # The old single-sequence loop stopped at an end-of-generation token
+    # whenever a constraint was on, --ignore-eos or not. The engine obeys
+    # --ignore-eos: the EOS the constraint allows (only once the text is
+    # complete) is kept as an output token (it has no text) and the
+    # constraint, now terminated, ends the sample with finish "stop".
+    import re
+    rx = "(red|green)( and blue)?"
+    rc, out, err = run("generate", "--chat", "-p", "Pick a color.", "--regex", rx, "-n", "8", "--json",
+                       "--ignore-eos")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["finish_reason"] == "stop" and re.fullmatch(rx, o["text"]) and o["constraint"]["accepted"], o
+    assert "stop_token" not in o, o
+
+@case
+def end_span_rule():
+    # plain masking (--end-span off, the old loop's way) holds a model that
+    # wants to leave an unbounded span inside it until -n; the engine's
+    # end-of-span rule (auto: on for a regex) lets it stop there
+    import re
+    base = ["--chat", "-p", "Name a person.", "--regex", "[A-Z][a-z]+", "-n", "12", "--temp", "0.8",
+            "--seed", "3", "--json"]
+    on = json.loads(run("generate", *base)[1])
+    off = json.loads(run("generate", *base, "--end-span", "off")[1])
+    assert re.fullmatch("[A-Z][a-z]+", on["text"]) and on["finish_reason"] == "stop", on
+    assert re.fullmatch("[A-Z][a-z]+", off["text"]), off
+    assert on["completion_tokens"] < off["completion_tokens"] == 12, (on, off)
+    rc, out, err = run("generate", "-p", "x", "--end-span", "sometimes")
+    expect_error(rc, err, "--end-span: unknown value 'sometimes' (auto, on or off)")
+
+@case
+def grammar_flags_work_or_say_why_not():
+    for args in (["--json-object"], ["--json-schema", '{"type": "object"}'],
+                 ["--json-schema", '{"type": "integer"}', "--schema-mode", "lenient", "--whitespace", "compact"],
+                 ["--grammar", os.path.join(TMP, "g.gbnf")]):
+        open(os.path.join(TMP, "g.gbnf"), "w").write('root ::= "yes" | "no"\n')
+        rc, out, err = run("generate", "--chat", "-p", "Answer in JSON.", "-n", "32", "--json", *args)
+        if rc == 0:
+            o = json.loads(out)
+            if args[0] == "--grammar":
+                assert o["text"] in ("yes", "no"), o
+            elif o["finish_reason"] == "stop":
+                json.loads(o["text"])
+        else:  # a kind the engine cannot compile yet (JSON Schema, EBNF)
+            assert rc == 2 and err.startswith("trellis generate: " + args[0] + ": "), (args, rc, err)
+    rc, out, err = run("generate", "-p", "x", "--json-schema", "/nonexistent/schema.json")
+    assert rc != 0 and "--json-schema" in err, err
+
+@case
+def info_unrunnable_model_is_described():
+    p = patched_model("arch2.gguf", [(b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00lamma")])
+    rc, out, err = run("info", "-m", p)
+    assert rc == 0, err
+    assert "architecture:   lamma" in out and "runnable:       no:" in out, out
+    assert "unsupported architecture 'lamma'" in out, out
+
+@case
+def bench_serve_and_grammar_run():
+    rc, out, err = run("bench", "serve", "--workload", "random,json", "--concurrency", "2", "--radix", "on",
+                       "--requests", "2", "--max-tokens", "4", "--prompt-min", "8", "--prompt-max", "8",
+                       "--csv", os.path.join(TMP, "serve.csv"))
+    assert rc == 0, err
+    assert "random" in out and "json" in out, out
+    assert open(os.path.join(TMP, "serve.csv")).read().count("\n") == 3
+    pats = os.path.join(TMP, "pats.txt")
+    open(pats, "w").write("# two patterns\n[a-z]+\n[0-9]{2,4}\n")
+    rc, out, err = run("bench", "grammar", "--part", "micro", "--rounds", "1", "--reps", "1",
+                       "--steps", "4", "--patterns", pats)
+    assert rc == 0, err
+    assert "regex compile" in out and "fill_mask" in out, out
 
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed

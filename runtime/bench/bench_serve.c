@@ -1,4 +1,4 @@
-/* cmd_bench.c — `trellis bench serve`: throughput and latency of the
+/* bench_serve.c — `trellis bench serve`: throughput and latency of the
  * engine under load, in-process through the public C API (over HTTP once
  * the server exists).
  *
@@ -34,11 +34,10 @@
  * the engine thread spends outside the forward pass and sampling (planning,
  * batch building, radix bookkeeping, events), as a share of step time.
  *
- * Layering: CLI; includes only runtime/trellis.h (and libc), and parses
- * its own arguments, so tests/bench/bench_serve.c can build this same file
- * against the core library alone.
+ * Layering: applications (runtime/bench); the engine through
+ * runtime/trellis.h only.
  */
-#include "runtime/cli/cmd_bench.h"
+#include "runtime/bench/bench.h"
 
 #include <errno.h>
 #include <math.h>
@@ -49,8 +48,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/cli/args.h"
 #include "runtime/trellis.h"
-#include "runtime/cli/cli.h"
 
 #define BENCH_MAX_LIST 16
 
@@ -68,7 +67,7 @@ static const char *const k_wl_names[WL_COUNT_] = {"random", "fewshot",
 #define JSON_REGEX "\\{\"name\": \"[a-z]{3,8}\", \"age\": [1-9][0-9]?\\}"
 
 typedef struct bench_opts {
-    const char *model;
+    const char *model, *device;
     const char *csv, *png;
     int workloads[WL_COUNT_];
     int n_workloads;
@@ -284,7 +283,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
     q.n_tokens = n;
     char err[512];
     if (trellis_submit(e, &q, &c->id, err, sizeof err) != TRELLIS_OK) {
-        fprintf(stderr, "trellis bench: submit failed: %s\n", err);
+        fprintf(stderr, "trellis bench serve: submit failed: %s\n", err);
         (*errors)++;
         c->id = 0;
         return false;
@@ -300,6 +299,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     row->conc = conc;
     trellis_engine_options eo;
     trellis_engine_options_default(&eo);
+    eo.device = o->device;
     eo.threads = o->threads;
     if (o->max_batch) eo.max_batch_tokens = o->max_batch;
     eo.max_running = o->max_running ? o->max_running : (conc > 64 ? conc : 64);
@@ -312,7 +312,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     trellis_engine *e;
     char err[512];
     if (trellis_engine_new(o->model, &eo, &e, err, sizeof err) != TRELLIS_OK) {
-        fprintf(stderr, "trellis bench: %s\n", err);
+        fprintf(stderr, "trellis bench serve: %s\n", err);
         return 1;
     }
     wl_state w = {.wl = wl, .o = o, .total = wl_default_requests(wl, conc, o)};
@@ -325,7 +325,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     double *e2e = calloc((size_t)w.total + 1, sizeof(double));
     double *queue = calloc((size_t)w.total + 1, sizeof(double));
     if (!w.prefix || !w.sys || !cl || !ttft || !tpot || !e2e || !queue) {
-        fprintf(stderr, "trellis bench: out of memory\n");
+        fprintf(stderr, "trellis bench serve: out of memory\n");
         trellis_engine_free(e);
         return 1;
     }
@@ -340,7 +340,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     while (active > 0) {
         trellis_event *ev;
         if (!trellis_wait(e, 600000, &ev)) {
-            fprintf(stderr, "trellis bench: no event for 10 minutes; giving up\n");
+            fprintf(stderr, "trellis bench serve: no event for 10 minutes; giving up\n");
             break;
         }
         client *c = NULL;
@@ -352,7 +352,7 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
             const trellis_metrics *m = &ev->metrics;
             if (ev->finish == TRELLIS_FINISH_ERROR) {
                 row->errors++;
-                if (!o->quiet) fprintf(stderr, "trellis bench: request failed: %s\n", ev->error);
+                if (!o->quiet) fprintf(stderr, "trellis bench serve: request failed: %s\n", ev->error);
             }
             ttft[done] = m->ttft_ms;
             e2e[done] = m->e2e_ms;
@@ -519,186 +519,123 @@ static int plot(const char *csv, const char *png, const bench_row *rows, int n) 
 
 /* ---- arguments ---- */
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: trellis bench serve [options]\n\n"
-            "  -m, --model FILE         GGUF model (default: the cached default model)\n"
-            "  --workload LIST          random,fewshot,multiturn,json (default: all)\n"
-            "  --concurrency LIST       clients (default 1,8,32,64)\n"
-            "  --radix LIST             on,off (default both)\n"
-            "  --requests N             requests per configuration (default: per workload)\n"
-            "  --max-tokens N           output tokens per request (default: per workload)\n"
-            "  --turns N                multiturn: turns per conversation (default 8)\n"
-            "  --prefix N               fewshot: shared prefix tokens (default 1500)\n"
-            "  --prompt-min N, --prompt-max N  random: prompt length range (32..256)\n"
-            "  -t, --threads N          CPU threads (default 2)\n"
-            "  --max-batch-tokens N     engine: tokens per step (default 512)\n"
-            "  --max-running N          engine: running sequences (default max(64, C))\n"
-            "  --chunk-size N           engine: prefill chunk (default 256)\n"
-            "  --kv-mb N                engine: KV memory in MiB (default 512)\n"
-            "  --page-size N            engine: tokens per KV page (default 16)\n"
-            "  --no-overlap             engine: forward passes on the engine thread\n"
-            "  --load MODE              model file: auto (default), mmap, or read (into huge pages)\n"
-            "  --seed N                 workload seed (default 1)\n"
-            "  --repeat N               run every configuration N times, interleaved,\n"
-            "                           and keep the run of median throughput (default 1)\n"
-            "  --csv FILE               write every figure as CSV\n"
-            "  --png FILE               plot with gnuplot (needs --csv)\n"
-            "  --quiet                  no per-error messages\n");
+/* A comma-separated list of names: out[k] = the index in names. */
+static bool parse_names(const char *flag, const char *s, const char *const *names,
+                        int n_names, int *out, int *n, int max) {
+    *n = 0;
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = -1;
+        for (int w = 0; w < n_names; w++)
+            if (!strcmp(t, names[w])) k = w;
+        if (k < 0 || *n >= max) {
+            fprintf(stderr, "trellis bench serve: %s: unknown or too many: '%s'\n", flag, t);
+            return false;
+        }
+        out[(*n)++] = k;
+    }
+    if (*n == 0) fprintf(stderr, "trellis bench serve: %s: empty list\n", flag);
+    return *n > 0;
 }
 
-static bool int_arg(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "trellis bench: %s needs an integer in %d..%d\n", flag, lo, hi);
-        return false;
+#define SERVE_USAGE "[-m MODEL] [--workload LIST] [--concurrency LIST] [--radix LIST] [options]"
+
+/* The flags into *o; 0, or the exit status (-1: --help, exit 0). */
+static int parse(int argc, char **argv, bench_opts *o) {
+    const char *workload = "random,fewshot,multiturn,json", *conc = "1,8,32,64",
+               *radix = "on,off";
+    bool no_radix = false, help = false;
+    int64_t requests = 0, max_tokens = 0, turns = 8, prefix = 1500, pmin = 32, pmax = 256,
+            threads = 2, max_batch = 0, max_running = 0, chunk = 0, kv_mb = 0, page = 0,
+            seed = 1, repeat = 1;
+    const cli_opt opts[] = {
+        {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
+         "the cached default model", .meta = "FILE"},
+        {"--workload", NULL, CLI_STR, &workload, 1, 0,
+         "workloads: random, fewshot, multiturn, json", "all four", .meta = "LIST"},
+        {"--concurrency", NULL, CLI_STR, &conc, 1, 0, "concurrent clients (1..4096 each)",
+         "1,8,32,64", .meta = "LIST"},
+        {"--radix", NULL, CLI_STR, &radix, 1, 0, "prefix cache: on, off or on,off", "on,off",
+         .meta = "LIST"},
+        {"--no-radix", NULL, CLI_FLAG, &no_radix, 1, 0, "the same as --radix off", "off"},
+        {"--requests", NULL, CLI_INT, &requests, 1, 1000000, "requests per configuration",
+         "per workload"},
+        {"--max-tokens", NULL, CLI_INT, &max_tokens, 1, 100000,
+         "output tokens per request", "per workload"},
+        {"--turns", NULL, CLI_INT, &turns, 1, 100, "multiturn: turns per conversation", "8"},
+        {"--prefix", NULL, CLI_INT, &prefix, 1, 2000, "fewshot: shared prefix tokens", "1500"},
+        {"--prompt-min", NULL, CLI_INT, &pmin, 1, 2000, "random: shortest prompt", "32"},
+        {"--prompt-max", NULL, CLI_INT, &pmax, 1, 2000, "random: longest prompt", "256"},
+        {"--device", NULL, CLI_STR, &o->device, 1, 0,
+         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
+        {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
+         "CPU threads; 0 = one per core", "2"},
+        {"--max-batch-tokens", NULL, CLI_INT, &max_batch, 1, 65536,
+         "engine: tokens per step", "512"},
+        {"--max-running", NULL, CLI_INT, &max_running, 1, 4096,
+         "engine: running sequences", "max(64, concurrency)"},
+        {"--chunk-size", NULL, CLI_INT, &chunk, 1, 65536, "engine: prefill chunk", "256"},
+        {"--kv-mb", NULL, CLI_INT, &kv_mb, 1, 1 << 20, "engine: KV memory in MiB", "512"},
+        {"--page-size", NULL, CLI_INT, &page, 1, 4096, "engine: tokens per KV page", "16"},
+        {"--no-overlap", NULL, CLI_FLAG, &o->no_overlap, 1, 0,
+         "engine: forward passes on the engine thread", "off"},
+        {"--load", NULL, CLI_ENUM, &o->load, 1, 0,
+         "model file: read into huge pages, or mapped", "auto", .choices = "auto|mmap|read"},
+        {"--seed", NULL, CLI_INT, &seed, 0, 1 << 30, "workload seed", "1"},
+        {"--repeat", NULL, CLI_INT, &repeat, 1, 100,
+         "runs per configuration, interleaved; the run of median throughput is kept", "1"},
+        {"--csv", NULL, CLI_STR, &o->csv, 1, 0, "write every figure as CSV", .meta = "FILE"},
+        {"--png", NULL, CLI_STR, &o->png, 1, 0, "plot the CSV with gnuplot (needs --csv)",
+         .meta = "FILE"},
+        {"--quiet", NULL, CLI_FLAG, &o->quiet, 1, 0, "no message per failed request", "off"},
+    };
+    if (!cli_parse("bench serve", SERVE_USAGE, opts, sizeof opts / sizeof opts[0], argc - 1,
+                   argv + 1, &help))
+        return 2;
+    if (help) return -1;
+    if (no_radix) radix = "off";
+    static const char *const onoff[] = {"off", "on"};
+    if (!parse_names("--workload", workload, k_wl_names, WL_COUNT_, o->workloads,
+                     &o->n_workloads, WL_COUNT_) ||
+        !parse_names("--radix", radix, onoff, 2, o->radix, &o->n_radix, 2))
+        return 2;
+    if (!parse_list(conc, o->conc, &o->n_conc, BENCH_MAX_LIST)) {
+        fprintf(stderr, "trellis bench serve: --concurrency: expects a list of 1..4096 "
+                        "like 1,8,32,64, got '%s'\n", conc);
+        return 2;
     }
-    *out = (int)x;
-    return true;
+    o->requests = (int)requests, o->max_tokens = (int)max_tokens, o->turns = (int)turns;
+    o->prefix = (int)prefix, o->prompt_min = (int)pmin, o->prompt_max = (int)pmax;
+    o->threads = (int)threads, o->max_batch = (int)max_batch;
+    o->max_running = (int)max_running, o->chunk = (int)chunk, o->kv_mb = (int)kv_mb;
+    o->page = (int)page, o->seed = (uint64_t)seed, o->repeat = (int)repeat;
+    if (o->prompt_min > o->prompt_max) {
+        fprintf(stderr, "trellis bench serve: --prompt-min: above --prompt-max (%d > %d)\n",
+                o->prompt_min, o->prompt_max);
+        return 2;
+    }
+    if (o->png && !o->csv) {
+        fprintf(stderr, "trellis bench serve: --png: needs --csv (the plot reads it)\n");
+        return 2;
+    }
+    return 0;
 }
 
-int cmd_bench(int argc, char **argv) {
-    if (argc < 1 || strcmp(argv[0], "serve") != 0) {
-        if (argc >= 1 && (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help"))) {
-            usage();
-            return 0;
-        }
-        fprintf(stderr, "trellis bench: expected 'serve' or 'grammar'\n");
-        usage();
-        return 2;
-    }
-    bench_opts o = {.threads = 2, .turns = 8, .prefix = 1500, .seed = 1, .repeat = 1,
-                    .prompt_min = 32, .prompt_max = 256};
-    for (int w = 0; w < WL_COUNT_; w++) o.workloads[o.n_workloads++] = w;
-    int defc[] = {1, 8, 32, 64};
-    for (int i = 0; i < 4; i++) o.conc[o.n_conc++] = defc[i];
-    o.radix[0] = 1;
-    o.radix[1] = 0;
-    o.n_radix = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define TAKE_INT(flag, lo, hi, dst)                              \
-    if (!strcmp(a, flag)) {                                       \
-        if (!int_arg(flag, v, lo, hi, &(dst))) return 2;         \
-        i++;                                                      \
-        continue;                                                 \
-    }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        }
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
-            o.model = v;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--csv") && v) {
-            o.csv = v;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--png") && v) {
-            o.png = v;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--workload") && v) {
-            o.n_workloads = 0;
-            char tmp[256];
-            snprintf(tmp, sizeof tmp, "%s", v);
-            for (char *t = strtok(tmp, ","); t; t = strtok(NULL, ",")) {
-                int k = -1;
-                for (int w = 0; w < WL_COUNT_; w++)
-                    if (!strcmp(t, k_wl_names[w])) k = w;
-                if (k < 0 || o.n_workloads >= WL_COUNT_) {
-                    fprintf(stderr, "trellis bench: unknown workload '%s' "
-                                    "(random, fewshot, multiturn, json)\n", t);
-                    return 2;
-                }
-                o.workloads[o.n_workloads++] = k;
-            }
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--concurrency") && v) {
-            if (!parse_list(v, o.conc, &o.n_conc, BENCH_MAX_LIST)) {
-                fprintf(stderr, "trellis bench: --concurrency wants a list like 1,8,32,64\n");
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--radix") && v) {
-            o.n_radix = 0;
-            if (strstr(v, "on")) o.radix[o.n_radix++] = 1;
-            if (strstr(v, "off")) o.radix[o.n_radix++] = 0;
-            if (!o.n_radix) {
-                fprintf(stderr, "trellis bench: --radix wants on, off or on,off\n");
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--no-radix")) {
-            o.radix[0] = 0;
-            o.n_radix = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-overlap")) {
-            o.no_overlap = true;
-            continue;
-        }
-        if (!strcmp(a, "--load") && v) {
-            gguf_load g;
-            if (!cli_parse_load("bench", v, &g)) return 2;
-            o.load = (int)g; /* the same values: see trellis_engine_new */
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            o.quiet = true;
-            continue;
-        }
-        TAKE_INT("--requests", 1, 1000000, o.requests)
-        TAKE_INT("--max-tokens", 1, 100000, o.max_tokens)
-        TAKE_INT("--turns", 1, 100, o.turns)
-        TAKE_INT("--repeat", 1, 100, o.repeat)
-        TAKE_INT("--prefix", 1, 2000, o.prefix)
-        TAKE_INT("--prompt-min", 1, 2000, o.prompt_min)
-        TAKE_INT("--prompt-max", 1, 2000, o.prompt_max)
-        TAKE_INT("-t", 0, 1024, o.threads)
-        TAKE_INT("--threads", 0, 1024, o.threads)
-        TAKE_INT("--max-batch-tokens", 1, 65536, o.max_batch)
-        TAKE_INT("--max-running", 1, 4096, o.max_running)
-        TAKE_INT("--chunk-size", 1, 65536, o.chunk)
-        TAKE_INT("--kv-mb", 1, 1 << 20, o.kv_mb)
-        TAKE_INT("--page-size", 1, 4096, o.page)
-        if (!strcmp(a, "--seed")) {
-            int s;
-            if (!int_arg("--seed", v, 0, 1 << 30, &s)) return 2;
-            o.seed = (uint64_t)s;
-            i++;
-            continue;
-        }
-#undef TAKE_INT
-        fprintf(stderr, "trellis bench: unknown or incomplete option '%s'\n", a);
-        usage();
-        return 2;
-    }
-    if (o.prompt_min > o.prompt_max) {
-        fprintf(stderr, "trellis bench: --prompt-min is above --prompt-max\n");
-        return 2;
-    }
-    if (o.png && !o.csv) {
-        fprintf(stderr, "trellis bench: --png needs --csv (the plot reads it)\n");
-        return 2;
-    }
+int bench_serve(int argc, char **argv) {
+    bench_opts o = {0};
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc < 0 ? 0 : prc;
     int n_cfg = o.n_workloads * o.n_radix * o.n_conc;
     bench_row *all = calloc((size_t)n_cfg * (size_t)o.repeat, sizeof *all);
     bench_row *rows = calloc((size_t)n_cfg, sizeof *rows);
-    if (!all || !rows) return 1;
+    if (!all || !rows) {
+        free(all);
+        free(rows);
+        fprintf(stderr, "trellis bench serve: out of memory\n");
+        return 1;
+    }
     int n = 0, rc = 0;
     print_header();
     /* repeats outermost, so that a noisy minute on a shared machine hits
@@ -736,7 +673,8 @@ int cmd_bench(int argc, char **argv) {
     if (o.csv && n > 0) {
         FILE *f = fopen(o.csv, "w");
         if (!f) {
-            fprintf(stderr, "trellis bench: cannot write %s\n", o.csv);
+            fprintf(stderr, "trellis bench serve: --csv: cannot write '%s': %s\n", o.csv,
+                    strerror(errno));
             rc = 1;
         } else {
             write_csv(f, rows, n);
@@ -744,7 +682,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (o.png && rc == 0 && plot(o.csv, o.png, rows, n) != 0)
-        fprintf(stderr, "trellis bench: gnuplot failed or is not installed: no %s\n",
+        fprintf(stderr, "trellis bench serve: --png: gnuplot failed or is not installed: no %s\n",
                 o.png);
     free(rows);
     return rc;

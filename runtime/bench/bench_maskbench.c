@@ -1,4 +1,4 @@
-/* cmd_bench_maskbench.c — `trellis bench maskbench`: the MaskBench
+/* bench_maskbench.c — `trellis bench maskbench`: the MaskBench
  * protocol (JSON Schema coverage and mask speed), exactly as
  * ../shared/tools/maskbench_peers.py runs it for xgrammar, llguidance and
  * outlines-core, so that the rows compare.
@@ -33,8 +33,7 @@
  * per schema with the peers' CSV columns.
  *
  * Single-threaded: one child at a time; the parent only waits. Layering:
- * CLI over grammar/, the tokenizer and zlib; self-contained (its own
- * option parsing and output), so it can move with the other benchmarks.
+ * applications (runtime/bench) over grammar/, the tokenizer and zlib.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,8 +54,8 @@
 #include "base/paths.h"
 #include "base/util.h"
 #include "grammar/grammar.h"
-#include "runtime/cli/cmd_bench.h"
-#include "runtime/engine/constraint.h"
+#include "runtime/bench/bench.h"
+#include "runtime/bench/bench_vocab.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -643,7 +642,7 @@ static bool mb_load(const mb_opts *o, gguf_file **f, mb_ctx *c) {
     tr_diag d = {0};
     tr_status st = mp ? tr_gguf_open(mp, f, &d) : TR_ERR_NOT_FOUND;
     if (!st) st = tr_tokenizer_from_gguf(*f, &c->tok, &d);
-    if (!st) st = tr_constraint_vocab_from_tokenizer(c->tok, &c->v, &d);
+    if (!st) st = bench_vocab_from_tokenizer(c->tok, &c->v, &d);
     if (st) {
         fprintf(stderr, "trellis bench maskbench: %s: %s\n", mp ? mp : "(no model path)",
                 d.message[0] ? d.message : tr_status_message(st));
@@ -672,7 +671,7 @@ static void mb_add(mb_sum *s, const mb_rec *r, double timeout_s) {
         for (size_t i = 0; i < r->n_steps; i++) mb_push(&s->tbm, r->steps[i]);
 }
 
-int cmd_bench_maskbench(int argc, char **argv) {
+int bench_maskbench(int argc, char **argv) {
     mb_opts o;
     int rc = mb_parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
@@ -745,8 +744,9 @@ int cmd_bench_maskbench(int argc, char **argv) {
                     sum.counts[MB_PASSING], (double)(tr_now_ns() - t_all) / 1e9);
     }
     free(line);
-    qsort(sum.tbm.v, sum.tbm.n, sizeof *sum.tbm.v, mb_cmp_i64);
-    qsort(sum.ttfm.v, sum.ttfm.n, sizeof *sum.ttfm.v, mb_cmp_i64);
+    /* qsort(NULL, 0, ...) is undefined: no samples when every schema failed */
+    if (sum.tbm.n) qsort(sum.tbm.v, sum.tbm.n, sizeof *sum.tbm.v, mb_cmp_i64);
+    if (sum.ttfm.n) qsort(sum.ttfm.v, sum.ttfm.n, sizeof *sum.ttfm.v, mb_cmp_i64);
     mb_table(o.json ? stderr : stdout, &sum);
     if (o.json) mb_json(&sum, &o);
     fprintf(stderr,

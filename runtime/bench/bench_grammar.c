@@ -1,4 +1,4 @@
-/* cmd_bench_grammar.c — `trellis bench grammar`: what constrained decoding
+/* bench_grammar.c — `trellis bench grammar`: what constrained decoding
  * costs and what jump-forward saves, side by side in one run.
  *
  *   trellis bench grammar [-m MODEL] [--part micro,throughput,jump]
@@ -40,9 +40,9 @@
  * Rounds interleave the two sides of (b) and of (c) (the order flips each
  * round) so that a noisy minute hits both; medians over rounds.
  *
- * Layering: CLI; the core library only (runtime/trellis.h for the engine,
- * grammar/ and the tokenizer for (a)), so tests/bench/bench_grammar.c
- * builds this same file into a standalone program.
+ * Layering: applications (runtime/bench): runtime/trellis.h for the
+ * engine; for (a), the public headers of grammar, tokenizer and gguf (the
+ * grammar library measured on its own, as the engine drives it).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -52,10 +52,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "grammar/grammar.h"
 #include "base/paths.h"
 #include "base/util.h"
-#include "runtime/engine/constraint.h"
+#include "grammar/grammar.h"
+#include "runtime/bench/bench.h"
+#include "runtime/bench/bench_vocab.h"
+#include "runtime/cli/args.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/trellis.h"
@@ -188,7 +190,7 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
     uint64_t t0 = tr_now_ns();
     tr_status st = tr_gguf_open(model_path, &f, &d);
     if (st == TR_OK) st = tr_tokenizer_from_gguf(f, &tok, &d);
-    if (st == TR_OK) st = tr_constraint_vocab_from_tokenizer(tok, &v, &d);
+    if (st == TR_OK) st = bench_vocab_from_tokenizer(tok, &v, &d);
     if (st != TR_OK) {
         fprintf(stderr, "trellis bench grammar: %s: %s\n", model_path,
                 d.message[0] ? d.message : tr_status_message(st));
@@ -390,7 +392,7 @@ static int bg_throughput(const bg_opts *o, trellis_engine *e, char **pat,
     }
     printf("\n== (b) constrained vs unconstrained generation: %d concurrent "
            "requests, jump-forward off, same token counts (method: see "
-           "cmd_bench_grammar.c)\n",
+           "bench_grammar.c)\n",
            n);
     printf("  %-5s %12s %12s %14s %14s %7s %10s\n", "round", "tokens", "con wall s",
            "con tok/s", "uncon tok/s", "ratio", "mask s");
@@ -491,88 +493,68 @@ out:
 
 /* ---- command ---- */
 
-static void bg_usage(void) {
-    fprintf(stderr,
-            "usage: trellis bench grammar [options]\n"
-            "  -m, --model GGUF          model (default: the cached default model)\n"
-            "  --part LIST               micro,throughput,jump (default: all three)\n"
-            "  --rounds N                interleaved rounds (default 5)\n"
-            "  --requests N              concurrent requests in (b) and (c) (default 64)\n"
-            "  --max-tokens N            per constrained request (default 48)\n"
-            "  -t, --threads N           engine compute threads (default 2)\n"
-            "  --patterns FILE           (a)'s regexes (default "
-            "tests/data/grammar/regexes.txt)\n"
-            "  --model-regexes FILE      (b) and (c)'s regexes and prompts (default\n"
-            "                            tests/data/grammar/model_regexes.txt)\n"
-            "  --steps N                 (a) mask walk length (default 64)\n"
-            "  --reps N                  (a) compiles per pattern (default 5)\n");
-}
-
-static bool bg_int(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "trellis bench grammar: %s needs an integer in %d..%d\n", flag,
-                lo, hi);
-        return false;
+/* The flags into *o; 0, or the exit status (-1: --help, exit 0). */
+static int bg_parse(int argc, char **argv, bg_opts *o) {
+    const char *part = "micro,throughput,jump";
+    int64_t rounds = o->rounds, requests = o->requests, max_tokens = o->max_tokens,
+            threads = o->threads, steps = o->steps, reps = o->reps;
+    bool help = false;
+    const cli_opt opts[] = {
+        {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
+         "the cached default model", .meta = "FILE"},
+        {"--part", NULL, CLI_STR, &part, 1, 0, "parts to run: micro, throughput, jump",
+         "all three", .meta = "LIST"},
+        {"--rounds", NULL, CLI_INT, &rounds, 1, 100, "interleaved rounds", "5"},
+        {"--requests", NULL, CLI_INT, &requests, 1, BG_MAX_REQ,
+         "concurrent requests in (b) and (c)", "64"},
+        {"--max-tokens", NULL, CLI_INT, &max_tokens, 1, 4096, "per constrained request",
+         "48"},
+        {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
+         "engine compute threads; 0 = one per core", "2"},
+        {"--patterns", NULL, CLI_STR, &o->patterns, 1, 0, "(a)'s regexes",
+         "tests/data/grammar/regexes.txt", .meta = "FILE"},
+        {"--model-regexes", NULL, CLI_STR, &o->model_regexes, 1, 0,
+         "(b) and (c)'s regexes and prompts", "tests/data/grammar/model_regexes.txt",
+         .meta = "FILE"},
+        {"--steps", NULL, CLI_INT, &steps, 1, 100000, "(a) mask walk length", "64"},
+        {"--reps", NULL, CLI_INT, &reps, 1, 1000, "(a) compiles per pattern", "5"},
+    };
+    if (!cli_parse("bench grammar", "[-m MODEL] [--part LIST] [options]", opts,
+                   sizeof opts / sizeof opts[0], argc - 1, argv + 1, &help))
+        return 2;
+    if (help) return -1;
+    o->micro = o->throughput = o->jump = false;
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", part);
+    char *save = NULL;
+    for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "micro")) o->micro = true;
+        else if (!strcmp(t, "throughput")) o->throughput = true;
+        else if (!strcmp(t, "jump")) o->jump = true;
+        else {
+            fprintf(stderr, "trellis bench grammar: --part: unknown part '%s' (micro, "
+                            "throughput or jump)\n", t);
+            return 2;
+        }
     }
-    *out = (int)x;
-    return true;
+    if (!o->micro && !o->throughput && !o->jump) {
+        fprintf(stderr, "trellis bench grammar: --part: empty list\n");
+        return 2;
+    }
+    o->rounds = (int)rounds, o->requests = (int)requests, o->max_tokens = (int)max_tokens;
+    o->threads = (int)threads, o->steps = (int)steps, o->reps = (int)reps;
+    return 0;
 }
 
 /* argv[0] is "grammar". */
-int cmd_bench_grammar(int argc, char **argv) {
+int bench_grammar(int argc, char **argv) {
     bg_opts o = {.patterns = "tests/data/grammar/regexes.txt",
                  .model_regexes = "tests/data/grammar/model_regexes.txt",
                  .micro = true, .throughput = true, .jump = true, .rounds = 5,
                  .requests = 64, .threads = 2, .steps = 64, .reps = 5,
                  .max_tokens = 48};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bg_usage();
-            return 0;
-        }
-        int *dst = NULL, lo = 1, hi = 1 << 20;
-        if (!strcmp(a, "--rounds")) dst = &o.rounds, hi = 100;
-        else if (!strcmp(a, "--requests")) dst = &o.requests, hi = BG_MAX_REQ;
-        else if (!strcmp(a, "--max-tokens")) dst = &o.max_tokens, hi = 4096;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) dst = &o.threads, lo = 0, hi = 1024;
-        else if (!strcmp(a, "--steps")) dst = &o.steps, hi = 100000;
-        else if (!strcmp(a, "--reps")) dst = &o.reps, hi = 1000;
-        if (dst) {
-            if (!bg_int(a, v, lo, hi, dst)) return 2;
-            i++;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "trellis bench grammar: unknown or incomplete option '%s'\n", a);
-            bg_usage();
-            return 2;
-        }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o.model = v;
-        } else if (!strcmp(a, "--patterns")) {
-            o.patterns = v;
-        } else if (!strcmp(a, "--model-regexes")) {
-            o.model_regexes = v;
-        } else if (!strcmp(a, "--part")) {
-            o.micro = strstr(v, "micro") != NULL;
-            o.throughput = strstr(v, "throughput") != NULL;
-            o.jump = strstr(v, "jump") != NULL;
-            if (!o.micro && !o.throughput && !o.jump) {
-                fprintf(stderr, "trellis bench grammar: --part wants some of "
-                                "micro,throughput,jump\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "trellis bench grammar: unknown option '%s'\n", a);
-            bg_usage();
-            return 2;
-        }
-        i++;
-    }
+    int prc = bg_parse(argc, argv, &o);
+    if (prc) return prc < 0 ? 0 : prc;
     char path[4096];
     const char *model = o.model;
     if (!model) {
