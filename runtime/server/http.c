@@ -112,6 +112,7 @@ const char *tr_http_status_text(int s) {
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Unknown";
     }
 }
@@ -486,6 +487,10 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
 static int on_headers_complete(http_parser *p) {
     tr_http_conn *c = p->data;
     tr_http_server *s = c->srv;
+    if (p->http_major != 1) {
+        c->err_status = 505;
+        return -1;
+    }
     bool chunked = (p->flags & F_CHUNKED) != 0;
     if (!chunked && p->content_length != ULLONG_MAX && p->content_length > s->lim.max_body) {
         c->err_status = 413;
@@ -581,6 +586,7 @@ static size_t parse(tr_http_conn *c, const char *data, size_t len) {
                  c->srv->lim.max_header);
         break;
     case 500: snprintf(msg, sizeof msg, "out of memory reading the request"); break;
+    case 505: snprintf(msg, sizeof msg, "only HTTP/1.0 and HTTP/1.1 are supported"); break;
     default:
         snprintf(msg, sizeof msg, "malformed HTTP request at byte %zu: %s", n,
                  http_errno_description(e));
