@@ -188,13 +188,16 @@ static void ep_models(tr_srv *s, tr_http_conn *c, const char *path) {
     tr_srv_send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(s)));
 }
 
+/* No model_path or tokenizer_path: SGLang's router takes a path it cannot
+ * find on its own disk for a model hub id and tries to download a
+ * tokenizer from the network; without them it routes on text alone. The
+ * server's file paths are not given out either. */
 static void ep_model_info(tr_srv *s, tr_http_conn *c) {
     tr_srv_send_json(s, c, 200,
-                     json_pack("{s:s,s:s,s:b,s:n,s:s,s:s,s:i}", "model_path", s->model_id,
-                               "tokenizer_path", s->model_id, "is_generation", 1,
+                     json_pack("{s:s,s:s,s:b,s:n,s:s,s:i}", "model_id", s->model_id,
+                               "served_model_name", s->model_id, "is_generation", 1,
                                "preferred_sampling_params", "weight_version", "default",
-                               "served_model_name", s->model_id, "max_context_length",
-                               s->engine ? s->info.n_ctx : 0));
+                               "max_context_length", s->engine ? s->info.n_ctx : 0));
 }
 
 static json_t *engine_json(tr_srv *s) {
@@ -217,7 +220,7 @@ static json_t *engine_json(tr_srv *s) {
 static void ep_server_info(tr_srv *s, tr_http_conn *c) {
     const trellis_engine_info *i = &s->info;
     json_t *o = json_pack(
-        "{s:s,s:s,s:s,s:i,s:s,s:i,s:i,s:i,s:i,s:I,s:i,s:b,s:i,s:i,s:i,s:i,s:I}", "model_path",
+        "{s:s,s:s,s:s,s:i,s:s,s:i,s:i,s:i,s:i,s:I,s:i,s:b,s:i,s:i,s:i,s:i,s:I}", "model_id",
         s->model_id, "served_model_name", s->model_id, "version", "trellis 0.1.0", "port",
         tr_http_server_port(s->http), "status",
         s->state == SRV_LOADING ? "loading" : s->state == SRV_READY ? "ready" : "shutting_down",
