@@ -67,19 +67,6 @@ static tr_status seterr(char *err, size_t cap, tr_status s, const char *fmt,
     return s;
 }
 
-void trellis_engine_options_default(trellis_engine_options *o) {
-    memset(o, 0, sizeof *o);
-    o->threads = 0;
-    o->max_batch_tokens = 512;
-    o->max_running = 64;
-    o->chunk_size = 256;
-    o->page_size = 16;
-    o->kv_pages = 0;
-    o->kv_mb = 512;
-    o->ctx = 0;
-    o->lpm_max_waiting = 128;
-}
-
 /* ---- the request table (engine thread) ---- */
 
 static size_t hash_slot(const trellis_engine *e, uint64_t id) {
@@ -389,12 +376,22 @@ static void *engine_main(void *arg) {
 
 /* ---- creation ---- */
 
+/* The vocabulary grammars are compiled against, and their cache. Failure
+ * only disables grammar constraints (submit and compile then say so). */
 static tr_status build_vocab(trellis_engine *e) {
     tr_diag dg = {0};
     tr_status s = tr_constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
-    if (s != TR_OK)
+    if (s == TR_OK) {
+        s = tr_gcache_new(e->gvocab, (uint64_t)e->opt.grammar_cache_mb << 20,
+                          &e->gcache);
+        if (s != TR_OK) snprintf(dg.message, sizeof dg.message, "no grammar cache");
+    }
+    if (s != TR_OK) {
         tr_log(TR_LOG_WARN, "engine: no vocabulary for constraints: %s",
                dg.message[0] ? dg.message : tr_status_message(s));
+        tr_grammar_vocab_free(e->gvocab);
+        e->gvocab = NULL;
+    }
     return s;
 }
 
@@ -425,6 +422,9 @@ static void engine_destroy(trellis_engine *e) {
     tr_kv_pool_free(e->pool);
     if (e->compute.ops && e->compute.ops->destroy)
         e->compute.ops->destroy(e->compute.ctx);
+    /* after the requests: their samples hold handles (which would
+     * survive the cache anyway: handles are reference-counted) */
+    tr_gcache_free(e->gcache);
     tr_grammar_vocab_free(e->gvocab);
     tr_tokenizer_free(e->tok);
     tr_gguf_close(e->file);
@@ -511,19 +511,15 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
         goto fail;
     }
     trellis_engine_options o;
-    if (options) o = *options;
-    else trellis_engine_options_default(&o);
-    if (o.max_batch_tokens <= 0) o.max_batch_tokens = 512;
-    if (o.max_running <= 0) o.max_running = 64;
-    if (o.chunk_size <= 0) o.chunk_size = 256;
-    if (o.lpm_max_waiting < 0) o.lpm_max_waiting = 0;
+    if ((s = tr_engine_options_resolve(options, &o, err, err_cap)) != TR_OK) goto fail;
+    /* what the compute side holds or takes bounds the rest */
     o.max_batch_tokens = TR_MIN(o.max_batch_tokens, compute->max_batch);
     o.max_running = TR_MIN(o.max_running, o.max_batch_tokens);
     o.chunk_size = TR_MIN(o.chunk_size, o.max_batch_tokens);
     o.page_size = compute->page_size;
     o.kv_pages = compute->n_pages;
     o.threads = compute->threads;
-    if (o.ctx < 0 || o.ctx > compute->n_ctx) {
+    if (o.ctx > compute->n_ctx) {
         s = seterr(err, err_cap, TR_ERR_INVALID_ARG,
                    "context %d is outside 1..%d (the model's training context)",
                    o.ctx, compute->n_ctx);
@@ -583,7 +579,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     }
     for (int32_t i = 0; i < e->n_vocab; i++)
         e->is_eog[i] = tr_tokenizer_is_eog(tok, i);
-    build_vocab(e); /* failure only disables regex constraints */
+    build_vocab(e); /* failure only disables grammar constraints */
     load_chat_template(e);
 
     if (!o.no_overlap && (s = tr_worker_start(e)) != TR_OK) {
@@ -615,16 +611,8 @@ int trellis_engine_new(const char *model_path,
                        trellis_engine **out, char *err, size_t err_cap) {
     if (!out) return seterr(err, err_cap, TR_ERR_INVALID_ARG, "out is NULL");
     trellis_engine_options o;
-    if (options) o = *options;
-    else trellis_engine_options_default(&o);
-    if (o.max_batch_tokens <= 0) o.max_batch_tokens = 512;
-    if (o.page_size <= 0) o.page_size = 16;
-    if (o.kv_mb <= 0) o.kv_mb = 512;
-    if (o.page_size > 4096 || o.max_batch_tokens > 65536 || o.kv_pages < 0)
-        return seterr(err, err_cap, TR_ERR_INVALID_ARG,
-                      "options out of range (page_size %d, max_batch_tokens "
-                      "%d, kv_pages %d)",
-                      o.page_size, o.max_batch_tokens, o.kv_pages);
+    tr_status s = tr_engine_options_resolve(options, &o, err, err_cap);
+    if (s != TR_OK) return s;
     char def[4096];
     const char *path = model_path ? model_path
                                   : tr_default_model_path(def, sizeof def);
@@ -640,10 +628,7 @@ int trellis_engine_new(const char *model_path,
                        TRELLIS_LOAD_MMAP == (int)GGUF_LOAD_MMAP &&
                        TRELLIS_LOAD_READ == (int)GGUF_LOAD_READ,
                    "trellis.h's load modes are gguf.h's");
-    if (o.load < TRELLIS_LOAD_AUTO || o.load > TRELLIS_LOAD_READ)
-        return seterr(err, err_cap, TR_ERR_INVALID_ARG,
-                      "options.load %d is not a TRELLIS_LOAD_* mode", o.load);
-    tr_status s = tr_gguf_open_ex(path, (gguf_load)o.load, &f, &d);
+    s = tr_gguf_open_ex(path, (gguf_load)o.load, &f, &d);
     if (s != TR_OK)
         return seterr(err, err_cap, s, "cannot open model '%s': %s", path,
                       d.message[0] ? d.message : tr_status_message(s));

@@ -6,6 +6,8 @@
  *   step.c     one step: batch, forward (overlapped), sampling, stops
  *   output.c   detokenization, stop strings, events
  *   compute.c  the real model behind engine_compute, the compute thread
+ *   options.c  the table of option defaults and bounds
+ *   grammar_*.c grammar handles and their compile cache (grammar_cache.h)
  *
  * Ownership and threads. A request (engine_req) is allocated and filled by
  * trellis_submit on the caller's thread, then handed to the engine thread
@@ -37,6 +39,7 @@
 #include "runtime/trellis.h"
 #include "runtime/engine/constraint.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/grammar_cache.h"
 
 typedef struct engine_req engine_req;
 typedef struct engine_seq engine_seq;
@@ -190,7 +193,10 @@ struct trellis_engine {
     gguf_file *file;
     tokenizer *tok;
     engine_compute compute;
-    grammar_vocab *gvocab;   /* for regex constraints; NULL if it failed */
+    grammar_vocab *gvocab;   /* what grammars are compiled against; NULL
+                                if it failed (no grammar constraints) */
+    gcache *gcache;          /* compiled grammars (thread-safe); NULL
+                                without gvocab */
     int32_t n_vocab, n_ctx, page_size, n_pages;
     size_t n_words;          /* mask words */
     int32_t eos;
@@ -246,6 +252,13 @@ struct trellis_engine {
     trellis_stats st;        /* running counters (snapshotted) */
     uint64_t tps_t0, tps_gen0;
 };
+
+/* ---- options.c ---- */
+/* Defaults for unset options, bounds checked (err names the option);
+ * in NULL: the defaults. */
+tr_status tr_engine_options_resolve(const trellis_engine_options *in,
+                                    trellis_engine_options *out, char *err,
+                                    size_t cap);
 
 /* ---- engine.c ---- */
 void tr_engine_req_free(engine_req *r);
@@ -323,9 +336,5 @@ void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits);
 void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
 tr_status tr_worker_wait(trellis_engine *e);
-
-/* ---- submit.c: the built-in regex constraint ---- */
-extern const trellis_constraint_ops tr_engine_regex_ops;
-void *tr_engine_regex_state_new(grammar *g, grammar_vocab *v);
 
 #endif

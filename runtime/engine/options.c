@@ -1,0 +1,84 @@
+/* options.c — the one table of engine option defaults and bounds.
+ * trellis_engine_options_default fills an options struct from it, and
+ * tr_engine_options_resolve (trellis_engine_new, then tr_engine_new_custom)
+ * turns what an embedder passed into the values in force, which
+ * trellis_engine_get_info then reports: a default or a bound is written
+ * once, here.
+ *
+ * Layering: runtime/engine; pure functions, any thread.
+ *
+ * Each integer option has a default, a range, and a rule for values that
+ * mean "unset": UNSET_NONPOS (0 or less: the default; the API has always
+ * read 0 as "the default" and negative values the same way), UNSET_NEG
+ * (negative: the lowest value), or STRICT (anything outside the range is
+ * an error naming the option). Above the range is always an error. The
+ * bounds that depend on the model or the compute side (ctx, the batch the
+ * forward pass takes) are applied by tr_engine_new_custom.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/engine/engine_internal.h"
+
+enum { UNSET_NONPOS, UNSET_NEG, STRICT };
+
+typedef struct opt_spec {
+    const char *name;
+    size_t off;      /* of an int32_t in trellis_engine_options */
+    int32_t def, lo, hi;
+    int unset;
+    const char *what; /* appended to a range error */
+} opt_spec;
+
+#define OPT(f, d, l, h, u, w) \
+    {#f, offsetof(trellis_engine_options, f), d, l, h, u, w}
+
+static const opt_spec k_opts[] = {
+    OPT(threads, 0, 0, INT32_MAX, UNSET_NONPOS, "0 = one per core"),
+    OPT(max_batch_tokens, 512, 1, 65536, UNSET_NONPOS, ""),
+    OPT(max_running, 64, 1, INT32_MAX, UNSET_NONPOS, ""),
+    OPT(chunk_size, 256, 1, INT32_MAX, UNSET_NONPOS, ""),
+    OPT(page_size, 16, 1, 4096, UNSET_NONPOS, ""),
+    OPT(kv_pages, 0, 0, INT32_MAX / 2, STRICT, "0 = from kv_mb"),
+    OPT(kv_mb, 512, 1, INT32_MAX, UNSET_NONPOS, ""),
+    OPT(ctx, 0, 0, INT32_MAX, STRICT, "0 = the model's"),
+    OPT(lpm_max_waiting, 128, 0, INT32_MAX, UNSET_NEG, ""),
+    OPT(grammar_cache_mb, 256, 1, INT32_MAX, UNSET_NONPOS, ""),
+    OPT(load, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_READ, STRICT,
+        "a TRELLIS_LOAD_* mode"),
+};
+
+static int32_t *field(trellis_engine_options *o, const opt_spec *s) {
+    return (int32_t *)((char *)o + s->off);
+}
+
+void trellis_engine_options_default(trellis_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < sizeof k_opts / sizeof *k_opts; i++)
+        *field(o, &k_opts[i]) = k_opts[i].def;
+}
+
+tr_status tr_engine_options_resolve(const trellis_engine_options *in,
+                                    trellis_engine_options *out, char *err,
+                                    size_t cap) {
+    trellis_engine_options o;
+    if (in) o = *in;
+    else trellis_engine_options_default(&o);
+    for (size_t i = 0; i < sizeof k_opts / sizeof *k_opts; i++) {
+        const opt_spec *s = &k_opts[i];
+        int32_t *v = field(&o, s);
+        if (s->unset == UNSET_NONPOS && *v <= 0) *v = s->def;
+        if (s->unset == UNSET_NEG && *v < s->lo) *v = s->lo;
+        if (*v < s->lo || *v > s->hi) {
+            if (err && cap)
+                snprintf(err, cap, "options.%s is %d, expected %d..%d%s%s%s", s->name,
+                         *v, s->lo, s->hi, s->what[0] ? " (" : "", s->what,
+                         s->what[0] ? ")" : "");
+            return TR_ERR_INVALID_ARG;
+        }
+    }
+    *out = o;
+    return TR_OK;
+}

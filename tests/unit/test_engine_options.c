@@ -1,0 +1,143 @@
+/* test_engine_options.c — the engine's table of option defaults and
+ * bounds (runtime/engine/options.c): trellis_engine_options_default,
+ * tr_engine_options_resolve (what trellis_engine_new and
+ * tr_engine_new_custom apply), and trellis_engine_new refusing bad
+ * options with a message naming the option before it opens any file.
+ * Needs no model.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runtime/engine/engine_internal.h"
+
+/* Field by field (struct copies need not copy padding). */
+static void same_opts(const trellis_engine_options *a, const trellis_engine_options *b) {
+    assert_int_equal(a->threads, b->threads);
+    assert_int_equal(a->max_batch_tokens, b->max_batch_tokens);
+    assert_int_equal(a->max_running, b->max_running);
+    assert_int_equal(a->chunk_size, b->chunk_size);
+    assert_int_equal(a->page_size, b->page_size);
+    assert_int_equal(a->kv_pages, b->kv_pages);
+    assert_int_equal(a->kv_mb, b->kv_mb);
+    assert_int_equal(a->ctx, b->ctx);
+    assert_int_equal(a->lpm_max_waiting, b->lpm_max_waiting);
+    assert_int_equal(a->no_radix, b->no_radix);
+    assert_int_equal(a->no_overlap, b->no_overlap);
+    assert_int_equal(a->grammar_cache_mb, b->grammar_cache_mb);
+    assert_int_equal(a->load, b->load);
+    assert_ptr_equal(a->wake, b->wake);
+    assert_ptr_equal(a->wake_user, b->wake_user);
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    trellis_engine_options o, r;
+    trellis_engine_options_default(&o);
+    assert_int_equal(o.threads, 0);
+    assert_int_equal(o.max_batch_tokens, 512);
+    assert_int_equal(o.max_running, 64);
+    assert_int_equal(o.chunk_size, 256);
+    assert_int_equal(o.page_size, 16);
+    assert_int_equal(o.kv_pages, 0);
+    assert_int_equal(o.kv_mb, 512);
+    assert_int_equal(o.ctx, 0);
+    assert_int_equal(o.lpm_max_waiting, 128);
+    assert_int_equal(o.grammar_cache_mb, 256);
+    assert_int_equal(o.load, TRELLIS_LOAD_AUTO);
+    assert_false(o.no_radix);
+    assert_false(o.no_overlap);
+    assert_null(o.wake);
+    /* resolving the defaults, or NULL, changes nothing */
+    assert_int_equal(tr_engine_options_resolve(&o, &r, NULL, 0), TR_OK);
+    same_opts(&o, &r);
+    memset(&r, 0x55, sizeof r);
+    assert_int_equal(tr_engine_options_resolve(NULL, &r, NULL, 0), TR_OK);
+    same_opts(&o, &r);
+    /* a zeroed struct (an embedder who did not call _default) resolves to
+     * the defaults too, but for lpm_max_waiting, whose 0 means something
+     * (always arrival order) */
+    trellis_engine_options z;
+    memset(&z, 0, sizeof z);
+    assert_int_equal(tr_engine_options_resolve(&z, &r, NULL, 0), TR_OK);
+    assert_int_equal(r.lpm_max_waiting, 0);
+    r.lpm_max_waiting = o.lpm_max_waiting;
+    same_opts(&o, &r);
+}
+
+static void test_unset_and_kept(void **state) {
+    (void)state;
+    trellis_engine_options o, r;
+    trellis_engine_options_default(&o);
+    o.max_batch_tokens = -3; /* unset: the default */
+    o.chunk_size = 0;
+    o.lpm_max_waiting = -7;  /* negative: 0 (always arrival order) */
+    o.grammar_cache_mb = -1;
+    o.max_running = 3;       /* kept */
+    o.kv_pages = 99;
+    o.ctx = 1000;
+    o.load = TRELLIS_LOAD_READ;
+    o.no_radix = true;
+    assert_int_equal(tr_engine_options_resolve(&o, &r, NULL, 0), TR_OK);
+    assert_int_equal(r.max_batch_tokens, 512);
+    assert_int_equal(r.chunk_size, 256);
+    assert_int_equal(r.lpm_max_waiting, 0);
+    assert_int_equal(r.grammar_cache_mb, 256);
+    assert_int_equal(r.max_running, 3);
+    assert_int_equal(r.kv_pages, 99);
+    assert_int_equal(r.ctx, 1000);
+    assert_int_equal(r.load, TRELLIS_LOAD_READ);
+    assert_true(r.no_radix);
+}
+
+static void expect_bad(void (*set)(trellis_engine_options *), const char *frag) {
+    trellis_engine_options o, r;
+    trellis_engine_options_default(&o);
+    set(&o);
+    memset(&r, 0x33, sizeof r);
+    trellis_engine_options before = r;
+    char err[256] = "";
+    assert_int_equal(tr_engine_options_resolve(&o, &r, err, sizeof err),
+                     TR_ERR_INVALID_ARG);
+    if (!strstr(err, frag)) fprintf(stderr, "message: %s\n", err);
+    assert_non_null(strstr(err, frag));
+    assert_memory_equal(&r, &before, sizeof r); /* untouched: no copy at all */
+    /* trellis_engine_new says the same, before opening anything */
+    trellis_engine *e = NULL;
+    char err2[256] = "";
+    assert_int_equal(trellis_engine_new("/nonexistent/model.gguf", &o, &e, err2,
+                                        sizeof err2),
+                     TRELLIS_ERR_INVALID_ARG);
+    assert_null(e);
+    assert_string_equal(err, err2);
+}
+
+static void big_page(trellis_engine_options *o) { o->page_size = 5000; }
+static void big_batch(trellis_engine_options *o) { o->max_batch_tokens = 65537; }
+static void neg_pages(trellis_engine_options *o) { o->kv_pages = -1; }
+static void neg_ctx(trellis_engine_options *o) { o->ctx = -2; }
+static void bad_load(trellis_engine_options *o) { o->load = 3; }
+
+static void test_out_of_range(void **state) {
+    (void)state;
+    expect_bad(big_page, "options.page_size is 5000, expected 1..4096");
+    expect_bad(big_batch, "options.max_batch_tokens is 65537, expected 1..65536");
+    expect_bad(neg_pages, "options.kv_pages is -1, expected 0..");
+    expect_bad(neg_pages, "(0 = from kv_mb)");
+    expect_bad(neg_ctx, "options.ctx is -2");
+    expect_bad(bad_load, "options.load is 3, expected 0..2 (a TRELLIS_LOAD_* mode)");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_unset_and_kept),
+        cmocka_unit_test(test_out_of_range),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
