@@ -139,10 +139,10 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               "tokens generated per second over the last second", st.tokens_per_s);
     rc |= one(o, "counter", "trellis_jump_forward_tokens_total",
               "output tokens placed by grammar jump-forward", (double)st.forced_tokens);
-#ifdef TRELLIS_SERVER_GRAMMAR_HANDLES
-    if (e) {
+    {
         trellis_grammar_cache_stats gs;
-        trellis_grammar_cache_get_stats(e, &gs);
+        memset(&gs, 0, sizeof gs);
+        if (e) trellis_grammar_cache_get_stats(e, &gs);
         rc |= one(o, "counter", "trellis_grammar_cache_hits_total",
                   "grammar compiles answered from the cache", (double)gs.hits);
         rc |= one(o, "counter", "trellis_grammar_cache_misses_total",
@@ -152,6 +152,5 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
         rc |= one(o, "counter", "trellis_grammar_masks_reused_total",
                   "token masks taken from a grammar's memo", (double)gs.masks_reused);
     }
-#endif
     return rc;
 }

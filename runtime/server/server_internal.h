@@ -140,8 +140,7 @@ struct tr_srv_req {
     bool stream_open;
     int submit_status;   /* written by the job */
     char submit_err[512];
-    void *grammar;       /* trellis_grammar * (a reference), or NULL */
-    char *regex_owned;   /* a constraint given as a regex (choices) */
+    trellis_grammar *grammar; /* the compiled constraint (a reference), or NULL */
     tr_srv_sub *subs;    /* [gen.n_prompts] */
     int32_t n_prompts;
     tr_srv_choice *choices; /* [n_prompts * n] */

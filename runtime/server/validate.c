@@ -703,24 +703,3 @@ void tr_srv_gen_free(tr_srv_gen *g) {
     free(g->bias);
     memset(g, 0, sizeof *g);
 }
-
-char *tr_srv_choices_regex(const char *const *choices, int32_t n) {
-    size_t cap = 1;
-    for (int32_t i = 0; i < n; i++) cap += 2 * strlen(choices[i]) + 1;
-    char *s = malloc(cap);
-    if (!s) return NULL;
-    size_t at = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (i) s[at++] = '|';
-        for (const char *p = choices[i]; *p; p++) {
-            unsigned char ch = (unsigned char)*p;
-            /* every ASCII punctuation escaped: all of it is literal when escaped */
-            if (ch < 0x80 && ch > 0x20 && !((ch >= '0' && ch <= '9') || (ch >= 'A' && ch <= 'Z') ||
-                                            (ch >= 'a' && ch <= 'z')))
-                s[at++] = '\\';
-            s[at++] = (char)ch;
-        }
-    }
-    s[at] = '\0';
-    return s;
-}

@@ -123,8 +123,4 @@ int tr_srv_gen_parse(tr_srv_api api, const char *body, size_t len,
                      const tr_srv_limits *lim, tr_srv_gen *out, tr_srv_error *err);
 void tr_srv_gen_free(tr_srv_gen *g);
 
-/* The choices of a CHOICE constraint as one regex (each alternative
- * escaped); malloc'd. Used until grammar handles compile choices. */
-char *tr_srv_choices_regex(const char *const *choices, int32_t n);
-
 #endif

@@ -308,7 +308,7 @@ def test_info_metrics_health(server):
                    "trellis_time_per_output_token_seconds_count",
                    "trellis_e2e_request_latency_seconds_sum", "trellis_queue_time_seconds_bucket",
                    "trellis_radix_cache_hit_rate", "trellis_kv_pages_used",
-                   "trellis_kv_pages_free"):
+                   "trellis_kv_pages_free", "trellis_grammar_cache_hits_total"):
         assert f"\n{series}" in text, series
     s, r = server.post("/flush_cache", {})
     assert s == 200 and r["success"]
