@@ -221,7 +221,7 @@ static void test_completions_and_generate(void **state) {
     expect_error(TR_API_COMPLETION, "{\"prompt\":[[-1]]}", "prompt[0]", "prompt[0][0]");
     expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", NULL);
     expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", NULL);
-    expect_error(TR_API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":64,\"max_tokens\":1}",
+    expect_error(TR_API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":64,\"max_tokens\":1}",
                  "n", "choices");
     assert_int_equal(parse(TR_API_GENERATE,
                            "{\"text\":[\"a\",\"b\"],\"sampling_params\":{\"max_new_tokens\":5,"
