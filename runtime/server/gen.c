@@ -29,6 +29,8 @@ static void req_free(tr_srv_req *q) {
     }
     free(q->choices);
     free(q->subs);
+    for (int32_t i = 0; i < q->n_held; i++) trellis_event_free(q->held[i]);
+    free(q->held);
     tr_srv_constraint_release(q);
     tr_srv_gen_free(&q->gen);
     free(q);
@@ -90,6 +92,8 @@ static void maybe_finish(tr_srv_req *q) {
     q->finished = true;
     req_free(q);
 }
+
+static void on_event(tr_srv *s, trellis_event *ev);
 
 /* ---- the submission job (thread pool) ---- */
 
@@ -175,6 +179,12 @@ static void job_done(uv_work_t *w, int status) {
     } else if (q->gen.stream) {
         if (tr_srv_stream_open(q) == 0) q->stream_open = true;
     }
+    /* events that came first go out now, in order */
+    for (int32_t i = 0; i < q->n_held; i++) {
+        on_event(s, q->held[i]);
+        trellis_event_free(q->held[i]);
+    }
+    q->n_held = 0;
     maybe_finish(q);
 }
 
@@ -354,9 +364,24 @@ static void on_event(tr_srv *s, trellis_event *ev) {
     }
 }
 
+/* Keeps ev until the stream opens; false when it cannot (out of memory:
+ * then it is handled now, and the stream may miss that piece). */
+static bool hold(tr_srv_req *q, trellis_event *ev) {
+    if (q->n_held == q->cap_held) {
+        int32_t cap = q->cap_held ? 2 * q->cap_held : 8;
+        trellis_event **h = realloc(q->held, (size_t)cap * sizeof *h);
+        if (!h) return false;
+        q->held = h;
+        q->cap_held = cap;
+    }
+    q->held[q->n_held++] = ev;
+    return true;
+}
+
 void tr_srv_handle_event(tr_srv *s, trellis_event *ev) {
     tr_srv_sub *sub = ev->user;
     tr_srv_req *q = sub ? sub->req : NULL;
+    if (q && !q->job_done && q->gen.stream && hold(q, ev)) return;
     bool last = ev->kind == TRELLIS_EVENT_DONE && ev->request_done;
     if (q) on_event(s, ev);
     trellis_event_free(ev);

@@ -141,6 +141,10 @@ struct tr_srv_req {
     int submit_status;   /* written by the job */
     char submit_err[512];
     trellis_grammar *grammar; /* the compiled constraint (a reference), or NULL */
+    trellis_event **held; /* streaming: events that came before the stream
+                             opened (the job's completion and the engine's
+                             wake-up race), replayed in order once it is */
+    int32_t n_held, cap_held;
     tr_srv_sub *subs;    /* [gen.n_prompts] */
     int32_t n_prompts;
     tr_srv_choice *choices; /* [n_prompts * n] */
