@@ -148,9 +148,9 @@ static void on_tick(uv_timer_t *t) {
             s->stuck = false;
         } else if (!s->stuck && now - s->last_progress_ms > (uint64_t)s->cfg.stuck_after_s * 1000) {
             s->stuck = true;
-            tr_srv_logf(s, 0, "the engine has made no progress for %u s with %d requests "
-                              "queued: /health answers 503",
-                        s->cfg.stuck_after_s, st.running + st.waiting);
+            tr_srv_logf(s, 0, "the engine has finished no step for %u s with %d requests "
+                              "submitted: /health answers 503",
+                        s->cfg.stuck_after_s, s->subs_live);
         }
     }
     if (s->state == SRV_DRAINING) {
