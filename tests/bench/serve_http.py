@@ -246,7 +246,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
     ap.add_argument("--label", default="server")
-    ap.add_argument("--model", default="default")
+    ap.add_argument("--model", default="",
+                    help="model id to send (default: the first one /v1/models lists)")
     ap.add_argument("--api-key", default="")
     ap.add_argument("--workload", default="fewshot,random,json")
     ap.add_argument("--concurrency", default="1,16,32")
@@ -260,6 +261,16 @@ def main():
     ap.add_argument("--json", help="append one JSON line per level to this file")
     a = ap.parse_args()
     headers = f"Authorization: Bearer {a.api_key}\r\n" if a.api_key else ""
+    if not a.model:
+        import urllib.request
+        req = urllib.request.Request(a.url.rstrip("/") + "/v1/models")
+        if a.api_key:
+            req.add_header("Authorization", f"Bearer {a.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                a.model = json.loads(r.read())["data"][0]["id"]
+        except Exception as e:  # noqa: BLE001
+            raise SystemExit(f"cannot list the models at {a.url}: {e}")
     rows = []
     for wl in a.workload.split(","):
         for c in (int(x) for x in a.concurrency.split(",")):
