@@ -52,15 +52,20 @@ static const tr_dtype k_types[] = {
 
 /* ---- kernel sets available here ---- */
 
+/* The sets under test: portable first (every other set is checked against
+ * it), then the set TRELLIS_TEST_KERNELS names, or every set this CPU runs
+ * (harness.h, "Kernel-set variants"). */
 static int kernel_sets(const cpu_quant_kernels *out[3]) {
     static const char *names[] = {"portable", "avx2", "avx512vnni"};
     int n = 0;
     for (int i = 0; i < 3; i++) {
         const cpu_quant_kernels *k = tr_cpu_quant_get(names[i]);
-        if (k) out[n++] = k;
+        if (k && (i == 0 || tr_test_kernels_wanted(names[i]))) out[n++] = k;
     }
     return n;
 }
+
+static int quant_set_runs_here(const char *set) { return tr_cpu_quant_get(set) != NULL; }
 
 /* ---- random numbers ---- */
 
@@ -1103,6 +1108,7 @@ static void test_real_model(void **state) {
 }
 
 int main(void) {
+    tr_test_kernels_require(quant_set_runs_here);
     const cpu_quant_kernels *ks[3];
     int nk = kernel_sets(ks);
     print_message("kernel sets:");

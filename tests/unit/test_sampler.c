@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "runtime/sampler/sampler.h"
 #include "runtime/sampler/sampler_internal.h"
@@ -837,13 +837,20 @@ static bool scan_equal(const sampler_scan *a, const sampler_scan *b) {
 }
 #endif
 
+/* The sampler's kernel sets: generic C (the "portable" variant) and AVX2. */
+static int sampler_set_runs_here(const char *set) {
+    if (strcmp(set, "portable") == 0) return 1;
+#ifdef SAMPLER_HAVE_AVX2_KERNELS
+    if (strcmp(set, "avx2") == 0) return __builtin_cpu_supports("avx2");
+#endif
+    return 0;
+}
+
 static void test_kernels_identical(void **state) {
     (void)state;
 #ifdef SAMPLER_HAVE_AVX2_KERNELS
-    if (!__builtin_cpu_supports("avx2")) {
-        fprintf(stderr, "no AVX2 on this CPU: generic kernels only\n");
-        return;
-    }
+    /* the avx2 variant's test (harness.h, "Kernel-set variants") */
+    if (!tr_test_kernels_wanted("avx2") || !__builtin_cpu_supports("avx2")) skip();
     const sampler_kernels *g = &tr_sampler_kernels_generic, *a = &tr_sampler_kernels_avx2;
     static const int32_t sizes[] = {1, 15, 16, 17, 255, 256, 257, 1000, 4101};
     trng_seed(31);
@@ -973,6 +980,7 @@ static void test_large_vocab(void **state) {
 }
 
 int main(void) {
+    tr_test_kernels_require(sampler_set_runs_here);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_ties),
         cmocka_unit_test(test_greedy_random),
