@@ -660,7 +660,6 @@ static int parse_generate(rd *r, json_t *o) {
         return BAD("top_logprobs_num", "'top_logprobs_num' needs 'return_logprob': true");
     json_t *rid = json_object_get(o, "rid");
     if (rid && json_is_string(rid)) g->rid = json_string_value(rid);
-    g->echo_ids = true;
     return check_total(r);
 }
 
@@ -697,7 +696,6 @@ void tr_srv_gen_free(tr_srv_gen *g) {
     free(g->owned);
     free(g->messages);
     free(g->prompts);
-    free(g->token_store);
     free(g->stop);
     free(g->stop_tokens);
     free(g->bias);

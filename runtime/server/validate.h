@@ -95,7 +95,6 @@ typedef struct tr_srv_gen {
     int32_t n_owned;
     tr_srv_prompt *prompts;     /* completions / generate: owned array */
     int32_t n_prompts;
-    int32_t *token_store;       /* every token id array, owned */
     const char **stop;          /* owned array of borrowed strings */
     int32_t *stop_tokens;       /* owned */
     trellis_logit_bias *bias;   /* owned */
@@ -114,7 +113,6 @@ typedef struct tr_srv_gen {
     bool include_usage;         /* stream_options.include_usage */
     bool logprobs;
     int32_t top_logprobs;
-    bool echo_ids;              /* generate: return output_ids (always) */
 } tr_srv_gen;
 
 /* Parses and checks body[0..len) for api. On failure fills err (status
