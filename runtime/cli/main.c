@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "runtime/bench/bench.h"
 #include "runtime/cli/cli.h"
+#include "runtime/server/server.h"
 
 /* One line per command; argv[0] of run is the first argument after the
  * command's name. */
@@ -16,6 +17,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *what;
 } k_commands[] = {
+    {"serve", tr_serve_main, "the OpenAI-compatible HTTP server"},
     {"generate", cmd_generate, "generate text from a prompt"},
     {"info", cmd_info, "describe a GGUF model"},
     {"tokenize", cmd_tokenize, "show the token ids of a text"},
