@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "frontend/dsl.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/cmd_bench.h"
 
@@ -15,6 +16,7 @@ static void usage(void) {
             "  generate   generate text from a prompt (CPU)\n"
             "  info       describe a GGUF model\n"
             "  tokenize   show the token ids of a text\n"
+            "  run        run a prompt program (frontend/README.md)\n"
             "  bench      benchmarks (`trellis bench serve`: the engine under load;\n"
             "             `trellis bench grammar`: constrained decoding)\n\n"
             "`trellis COMMAND --help` lists a command's options.\n"
@@ -36,6 +38,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") == 0) return tr_dsl_cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) {
         if (argc >= 3 && strcmp(argv[2], "grammar") == 0)
             return cmd_bench_grammar(argc - 2, argv + 2);
