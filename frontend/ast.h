@@ -175,11 +175,13 @@ struct tr_dsl_stmt {
             const char *item_name;  /* FORK: NULL for `fork N` */
             tr_dsl_expr *iter;      /* list, object, or (FORK) a count */
             tr_dsl_block body;
+            bool generates;         /* FORK: the body can generate */
         } loop; /* FOR, FORK */
         struct {
             tr_dsl_block *branches;
             uint32_t *offs;
             int32_t n;
+            bool generates;         /* a branch can generate */
         } par;
     } u;
 };

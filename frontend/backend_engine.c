@@ -32,6 +32,7 @@ typedef struct engine_backend {
 typedef struct pending {
     tr_dsl_gen_sink sink;
     bool stream;
+    bool lost; /* a delta could not be kept: the text is incomplete */
     tr_dsl_buf text;
 } pending;
 
@@ -41,7 +42,7 @@ static void deliver(pending *p, const trellis_event *ev) {
     out.prompt_tokens = ev->metrics.prompt_tokens;
     out.cached_tokens = ev->metrics.cached_tokens;
     out.completion_tokens = ev->metrics.completion_tokens;
-    if (!tr_dsl_buf_put(&p->text, ev->text, ev->text_len)) {
+    if (p->lost || !tr_dsl_buf_put(&p->text, ev->text, ev->text_len)) {
         out.status = TR_ERR_NOMEM;
         snprintf(out.error, sizeof out.error, "out of memory");
     } else if (ev->finish == TRELLIS_FINISH_ERROR) {
@@ -71,9 +72,7 @@ static void *pump_main(void *arg) {
         if (ev->kind == TRELLIS_EVENT_DELTA) {
             if (p->stream && p->sink.delta && ev->text_len)
                 p->sink.delta(p->sink.user, ev->text, ev->text_len);
-            if (!tr_dsl_buf_put(&p->text, ev->text, ev->text_len)) {
-                /* reported at DONE: the text is incomplete */
-            }
+            if (!tr_dsl_buf_put(&p->text, ev->text, ev->text_len)) p->lost = true;
         } else {
             if (p->stream && p->sink.delta && ev->text_len)
                 p->sink.delta(p->sink.user, ev->text, ev->text_len);

@@ -157,7 +157,7 @@ static tr_status exec_for(tr_dsl_task *t, const tr_dsl_stmt *st) {
                             "(%lld)",
                             n, (long long)lim->max_loop_iterations);
         }
-        /* objects iterate over their keys (index: the value) */
+        /* `for k, v in obj`: key and value; `for k in obj`: the keys */
         void *it = json_is_object(iter) ? json_object_iter(iter) : NULL;
         for (size_t i = 0; s == TR_OK && i < n; i++) {
             json_t *item, *index;
@@ -165,8 +165,9 @@ static tr_status exec_for(tr_dsl_task *t, const tr_dsl_stmt *st) {
                 item = json_incref(json_array_get(iter, i));
                 index = json_integer((json_int_t)i);
             } else {
-                item = json_string(json_object_iter_key(it));
-                index = json_incref(json_object_iter_value(it));
+                index = json_string(json_object_iter_key(it));
+                item = st->u.loop.index_name ? json_incref(json_object_iter_value(it))
+                                             : json_incref(index);
                 it = json_object_iter_next(iter, it);
             }
             if (!item || !index) s = tr_dsl_fail(t, st->off, TR_ERR_NOMEM, "out of memory");

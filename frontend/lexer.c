@@ -137,12 +137,13 @@ static tr_status skip_inner_string(tr_dsl_lexer *lx, size_t *p, bool raw, int de
                 continue;
             }
             tr_status s = skip_interp(lx, &q, false, depth + 1);
-            if (s) return s;
+            if (s) return s == TR_ERR_FORMAT ? TR_ERR_NOT_FOUND : s;
             continue;
         }
         q++;
     }
-    return lex_err(lx, start, "unterminated string inside an interpolation");
+    (void)start;
+    return TR_ERR_NOT_FOUND; /* skip_interp says where the interpolation began */
 }
 
 /* *p at '{'; leaves *p after the matching '}'. */
@@ -169,6 +170,7 @@ static tr_status skip_interp(tr_dsl_lexer *lx, size_t *p, bool allow_nl, int dep
             bool raw = c == 'r';
             if (raw) q++;
             tr_status s = skip_inner_string(lx, &q, raw, depth);
+            if (s == TR_ERR_NOT_FOUND) break;
             if (s) return s;
             continue;
         } else if (c == '\n' && !allow_nl) {

@@ -1013,17 +1013,25 @@ static tr_status resolve_stmt(resolver *r, tr_dsl_stmt *st, bool *gen) {
             TRY(resolve_block(r, &st->u.if_.blocks[i], gen));
         }
         return st->u.if_.has_else ? resolve_block(r, &st->u.if_.else_block, gen) : TR_OK;
-    case TR_DSL_S_FORK:
+    case TR_DSL_S_FORK: {
         *gen = true;
-        /* fallthrough */
+        TRY(resolve_expr(r, st->u.loop.iter, gen));
+        bool body = false;
+        TRY(resolve_block(r, &st->u.loop.body, &body));
+        st->u.loop.generates = body;
+        return TR_OK;
+    }
     case TR_DSL_S_FOR:
         TRY(resolve_expr(r, st->u.loop.iter, gen));
         return resolve_block(r, &st->u.loop.body, gen);
-    case TR_DSL_S_PARALLEL:
+    case TR_DSL_S_PARALLEL: {
         *gen = true;
+        bool body = false;
         for (int32_t i = 0; i < st->u.par.n; i++)
-            TRY(resolve_block(r, &st->u.par.branches[i], gen));
+            TRY(resolve_block(r, &st->u.par.branches[i], &body));
+        st->u.par.generates = body;
         return TR_OK;
+    }
     }
     return TR_OK;
 }

@@ -553,7 +553,7 @@ tr_status tr_dsl_exec_fork(tr_dsl_task *t, const tr_dsl_stmt *st) {
                            "a fork of %lld branches (expected 1..max_fork_width, %d)",
                            (long long)n, t->run->lim->max_fork_width);
     }
-    if (t->run->sess->opt.warm_forks && n > 1 && t->prompt.n > 0 &&
+    if (t->run->sess->opt.warm_forks && n > 1 && t->prompt.n > 0 && st->u.loop.generates &&
         (s = tr_dsl_warm(t, st->off)) != TR_OK) {
         json_decref(iter);
         return s;
@@ -628,7 +628,7 @@ tr_status tr_dsl_exec_parallel(tr_dsl_task *t, const tr_dsl_stmt *st) {
                            "%d parallel branches, over max_fork_width (%d)", n,
                            t->run->lim->max_fork_width);
     tr_status s = TR_OK;
-    if (t->run->sess->opt.warm_forks && n > 1 && t->prompt.n > 0)
+    if (t->run->sess->opt.warm_forks && n > 1 && t->prompt.n > 0 && st->u.par.generates)
         TRY(tr_dsl_warm(t, st->off));
     child *cs;
     TRY(make_children(t, st->off, n, &cs));
