@@ -131,6 +131,8 @@ static tr_status load_jsonl(tr_dsl_builtin_env *env, const char *path, const cha
 static tr_status b_load(tr_dsl_builtin_env *env, json_t *const *args, int32_t n, json_t **out) {
     const char *name = "load";
     NEED(0, JSON_STRING, "a file path");
+    if (env->max_file_bytes == 0)
+        return fail(env, TR_ERR_UNSUPPORTED, "load: reading files is disabled here");
     const char *rel = json_string_value(args[0]);
     if (strlen(rel) != json_string_length(args[0]) || !*rel)
         return fail(env, TR_ERR_INVALID_ARG, "load: bad file path");

@@ -62,7 +62,8 @@ typedef struct tr_dsl_limits {
     size_t max_prompt_bytes;      /* one task's prompt (16 MiB) */
     int32_t max_fork_width;       /* branches of one fork (64) */
     int32_t max_tasks;            /* live tasks of one run (256) */
-    size_t max_file_bytes;        /* a file load() reads (64 MiB) */
+    size_t max_file_bytes;        /* a file load() reads (64 MiB; 0: load()
+                                     is disabled) */
 } tr_dsl_limits;
 
 void tr_dsl_limits_default(tr_dsl_limits *l);

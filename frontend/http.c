@@ -245,19 +245,19 @@ tr_status tr_dsl_http_do(const tr_dsl_url *u, const tr_dsl_http_request *r,
                       u->host, u->port, r->max_body);
             break;
         }
+        if (n == 0 && !ps.complete) {
+            s = failf(err, cap, TR_ERR_IO,
+                      "%s:%s closed the connection before the response was complete",
+                      u->host, u->port);
+            break;
+        }
         if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || (n > 0 && used != (size_t)n)) {
             if (ps.complete) break;
             s = failf(err, cap, TR_ERR_IO, "malformed HTTP response from %s:%s: %s", u->host,
                       u->port, http_errno_description(HTTP_PARSER_ERRNO(&parser)));
             break;
         }
-        if (n == 0) {
-            if (!ps.complete)
-                s = failf(err, cap, TR_ERR_IO,
-                          "%s:%s closed the connection before the response was complete",
-                          u->host, u->port);
-            break;
-        }
+        if (n == 0) break;
     }
     close(fd);
     if (s) tr_dsl_buf_free(&resp->body);
