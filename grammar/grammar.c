@@ -99,6 +99,19 @@ bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len) {
 
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st) { *st = g->stats; }
 
+void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st) {
+    st->bytes = st->masks = 0;
+    pthread_mutex_lock(&g->lock);
+    for (const gmask_cache *c = g->caches; c; c = c->next) {
+        /* used counts stored masks only (a reservation that loses its
+         * race or overruns the budget is given back at once) */
+        uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+        st->bytes += sizeof *c + (uint64_t)c->n_states * sizeof *c->slots + used;
+        st->masks += used / (c->n_words * sizeof(uint64_t));
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
 tr_status tr_grammar_check(const grammar *g) {
     if (!g || g->kind != GRAMMAR_KIND_REGEX) return TR_ERR_INTERNAL;
     tr_status st = tr_dfa_check(&g->dfa);

@@ -176,6 +176,18 @@ typedef struct grammar_stats {
 } grammar_stats;
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 
+/* What the grammar's mask memos hold now, over every vocabulary it was
+ * matched with: bytes (masks and slot tables) and memoized states. For
+ * caches that keep grammars under a byte budget (runtime/engine's grammar
+ * cache adds it to grammar_stats.bytes). Thread-safe, callable while
+ * matchers fill the memo; a mask being stored by another thread at that
+ * moment may already be counted. */
+typedef struct grammar_memo_stats {
+    uint64_t bytes;
+    uint64_t masks;
+} grammar_memo_stats;
+void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st);
+
 /* Validates the automaton's invariants (tests). */
 tr_status tr_grammar_check(const grammar *g);
 /* Human-readable automaton, for debugging. */

@@ -252,9 +252,11 @@ TRELLIS_API int trellis_grammar_compile_choices(trellis_engine *e,
                                                 size_t err_cap);
 /* Adds a reference; returns g. */
 TRELLIS_API trellis_grammar *trellis_grammar_ref(trellis_grammar *g);
-/* Drops a reference (frees at zero); NULL is a no-op. A grammar may
- * outlive its engine's cache but not its engine: release every handle
- * before trellis_engine_free. */
+/* Drops a reference (frees at zero); NULL is a no-op. A handle holds
+ * what it needs (its compiled grammar and the vocabulary), so it outlives
+ * its cache entry and may even be released after trellis_engine_free; it
+ * constrains only requests of the engine that compiled it (submit refuses
+ * it elsewhere). */
 TRELLIS_API void trellis_grammar_release(trellis_grammar *g);
 TRELLIS_API trellis_grammar_kind trellis_grammar_get_kind(const trellis_grammar *g);
 /* Warnings of a lenient compile (keywords ignored, one per line, each with
@@ -263,10 +265,12 @@ TRELLIS_API const char *trellis_grammar_warnings(const trellis_grammar *g);
 
 typedef struct trellis_grammar_cache_stats {
     uint64_t hits, misses;   /* lookups by trellis_grammar_compile and by
-                                requests' `regex` */
+                                requests' `regex`; one that waited for a
+                                concurrent compile of its key is a hit */
     uint64_t compiles;       /* successful compiles (== misses that
                                 compiled) */
-    uint64_t failures;       /* compiles that returned an error */
+    uint64_t failures;       /* compiles that returned an error (misses ==
+                                compiles + failures + compiles running) */
     uint64_t evictions;
     int32_t entries;
     uint64_t bytes;          /* held by cached grammars, memos included */
@@ -386,8 +390,9 @@ typedef struct trellis_request {
  * n 1, everything else 0 / NULL / false. */
 TRELLIS_API void trellis_request_default(trellis_request *r);
 
-/* Validates and copies the request, tokenizes the prompt (on the calling
- * thread), compiles its regex, and queues it. Requests that can never run
+/* Validates and copies the request, tokenizes the prompt and compiles
+ * its regex through the grammar cache (both on the calling thread, never
+ * on the engine's), and queues it. Requests that can never run
  * are rejected here, with err saying why: empty prompt, max_tokens 0,
  * prompt + max_tokens beyond the context (TRELLIS_ERR_TOO_LONG) or beyond
  * the whole KV pool (TRELLIS_ERR_LIMIT), bad sampling parameters, a bad

@@ -78,6 +78,7 @@ void trellis_engine_options_default(trellis_engine_options *o) {
     o->kv_mb = 512;
     o->ctx = 0;
     o->lpm_max_waiting = 128;
+    o->grammar_cache_mb = 256;
 }
 
 /* ---- the request table (engine thread) ---- */
@@ -389,12 +390,22 @@ static void *engine_main(void *arg) {
 
 /* ---- creation ---- */
 
+/* The vocabulary grammars are compiled against, and their cache. Failure
+ * only disables grammar constraints (submit and compile then say so). */
 static tr_status build_vocab(trellis_engine *e) {
     tr_diag dg = {0};
     tr_status s = tr_constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
-    if (s != TR_OK)
+    if (s == TR_OK) {
+        s = tr_gcache_new(e->gvocab, (uint64_t)e->opt.grammar_cache_mb << 20,
+                          &e->gcache);
+        if (s != TR_OK) snprintf(dg.message, sizeof dg.message, "no grammar cache");
+    }
+    if (s != TR_OK) {
         tr_log(TR_LOG_WARN, "engine: no vocabulary for constraints: %s",
                dg.message[0] ? dg.message : tr_status_message(s));
+        tr_grammar_vocab_free(e->gvocab);
+        e->gvocab = NULL;
+    }
     return s;
 }
 
@@ -425,6 +436,9 @@ static void engine_destroy(trellis_engine *e) {
     tr_kv_pool_free(e->pool);
     if (e->compute.ops && e->compute.ops->destroy)
         e->compute.ops->destroy(e->compute.ctx);
+    /* after the requests: their samples hold handles (which would
+     * survive the cache anyway: handles are reference-counted) */
+    tr_gcache_free(e->gcache);
     tr_grammar_vocab_free(e->gvocab);
     tr_tokenizer_free(e->tok);
     tr_gguf_close(e->file);
@@ -517,6 +531,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     if (o.max_running <= 0) o.max_running = 64;
     if (o.chunk_size <= 0) o.chunk_size = 256;
     if (o.lpm_max_waiting < 0) o.lpm_max_waiting = 0;
+    if (o.grammar_cache_mb <= 0) o.grammar_cache_mb = 256;
     o.max_batch_tokens = TR_MIN(o.max_batch_tokens, compute->max_batch);
     o.max_running = TR_MIN(o.max_running, o.max_batch_tokens);
     o.chunk_size = TR_MIN(o.chunk_size, o.max_batch_tokens);
@@ -583,7 +598,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     }
     for (int32_t i = 0; i < e->n_vocab; i++)
         e->is_eog[i] = tr_tokenizer_is_eog(tok, i);
-    build_vocab(e); /* failure only disables regex constraints */
+    build_vocab(e); /* failure only disables grammar constraints */
     load_chat_template(e);
 
     if (!o.no_overlap && (s = tr_worker_start(e)) != TR_OK) {

@@ -37,6 +37,7 @@
 #include "runtime/trellis.h"
 #include "runtime/engine/constraint.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/grammar_cache.h"
 
 typedef struct engine_req engine_req;
 typedef struct engine_seq engine_seq;
@@ -190,7 +191,10 @@ struct trellis_engine {
     gguf_file *file;
     tokenizer *tok;
     engine_compute compute;
-    grammar_vocab *gvocab;   /* for regex constraints; NULL if it failed */
+    grammar_vocab *gvocab;   /* what grammars are compiled against; NULL
+                                if it failed (no grammar constraints) */
+    gcache *gcache;          /* compiled grammars (thread-safe); NULL
+                                without gvocab */
     int32_t n_vocab, n_ctx, page_size, n_pages;
     size_t n_words;          /* mask words */
     int32_t eos;
@@ -323,9 +327,5 @@ void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits);
 void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
 tr_status tr_worker_wait(trellis_engine *e);
-
-/* ---- submit.c: the built-in regex constraint ---- */
-extern const trellis_constraint_ops tr_engine_regex_ops;
-void *tr_engine_regex_state_new(grammar *g, grammar_vocab *v);
 
 #endif

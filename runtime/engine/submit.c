@@ -1,6 +1,6 @@
 /* submit.c — trellis_submit: checks a request, builds its prompt tokens,
- * copies everything into one engine_req and queues it; plus the built-in
- * regex constraint.
+ * resolves its constraint, copies everything into one engine_req and
+ * queues it.
  *
  * Layering: runtime/engine; runs on the embedder's thread and reads only
  * the engine's immutable fields (tokenizer, vocabulary, chat template,
@@ -10,7 +10,9 @@
  * that an impossible request fails at once with a sentence saying why
  * instead of occupying the queue: prompt source, empty prompt, max_tokens,
  * context and pool limits, sampling parameters, stop strings and tokens,
- * the constraint (a regex is compiled here, on the caller's thread).
+ * the constraint. A request's `regex` is compiled here, on the caller's
+ * thread, through the engine's grammar cache (grammar_cache.h): N requests
+ * with one regex compile it once, and the engine thread never compiles.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -41,6 +43,24 @@ void trellis_request_default(trellis_request *r) {
     r->n = 1;
 }
 
+/* The one conversion from a request to sampler parameters (sample i of n
+ * then adds i to the seed, sched.c). logit_bias is left empty: the
+ * engine points it at its own copy of the request's array. */
+static sampler_params request_sampler_params(const trellis_request *r) {
+    sampler_params sp = tr_sampler_params_default();
+    sp.temperature = r->temperature;
+    sp.top_k = r->top_k;
+    sp.top_p = r->top_p;
+    sp.min_p = r->min_p;
+    sp.repetition_penalty = r->repetition_penalty;
+    sp.presence_penalty = r->presence_penalty;
+    sp.frequency_penalty = r->frequency_penalty;
+    sp.penalty_last_n = r->penalty_last_n;
+    sp.seed = r->seed;
+    sp.n_logprobs = r->logprobs ? r->top_logprobs : 0;
+    return sp;
+}
+
 static int fail(char *err, size_t cap, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int fail(char *err, size_t cap, int code, const char *fmt, ...) {
@@ -52,66 +72,6 @@ static int fail(char *err, size_t cap, int code, const char *fmt, ...) {
     }
     return code;
 }
-
-/* ---- the regex constraint: a grammar_matcher per sample ---- */
-
-typedef struct regex_state {
-    grammar_matcher *m;
-    grammar *g;          /* one reference */
-    grammar_vocab *v;    /* one reference */
-} regex_state;
-
-/* the matcher's part is tr_constraint_matcher_ops (constraint.c); this
- * state adds the references clone needs */
-#define RX_M(st) (((regex_state *)(st))->m)
-static int rx_fill(void *st, uint64_t *mask, size_t n_words) {
-    return tr_constraint_matcher_ops.fill_mask(RX_M(st), mask, n_words);
-}
-static int rx_accept(void *st, int32_t tok) {
-    return tr_constraint_matcher_ops.accept(RX_M(st), tok);
-}
-static bool rx_done(void *st) {
-    return tr_constraint_matcher_ops.is_done(RX_M(st));
-}
-static int rx_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
-    return tr_constraint_matcher_ops.forced_bytes(RX_M(st), buf, cap, len);
-}
-static int rx_rollback(void *st, int32_t n) {
-    return tr_constraint_matcher_ops.rollback(RX_M(st), n);
-}
-static void rx_free(void *p) {
-    regex_state *st = p;
-    if (!st) return;
-    tr_grammar_matcher_free(st->m);
-    tr_grammar_free(st->g);
-    tr_grammar_vocab_free(st->v);
-    free(st);
-}
-void *tr_engine_regex_state_new(grammar *g, grammar_vocab *v) {
-    regex_state *st = calloc(1, sizeof *st);
-    if (!st) return NULL;
-    if (tr_grammar_matcher_new(g, v, 0, &st->m) != TR_OK) {
-        free(st);
-        return NULL;
-    }
-    st->g = tr_grammar_ref(g);
-    st->v = tr_grammar_vocab_ref(v);
-    return st;
-}
-static void *rx_clone(void *p) {
-    regex_state *st = p;
-    return tr_engine_regex_state_new(st->g, st->v);
-}
-
-const trellis_constraint_ops tr_engine_regex_ops = {
-    .fill_mask = rx_fill,
-    .accept = rx_accept,
-    .is_done = rx_done,
-    .clone = rx_clone,
-    .free = rx_free,
-    .forced_bytes = rx_forced,
-    .rollback = rx_rollback,
-};
 
 /* ---- prompt ---- */
 
@@ -258,9 +218,16 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
             return fail(err, cap, TR_ERR_INVALID_ARG,
                         "logit_bias of token %d is not finite", b->token);
     }
-    if (r->regex && r->constraint)
+    if ((r->grammar != NULL) + (r->regex != NULL) + (r->constraint != NULL) > 1)
         return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "give a regex or a constraint, not both");
+                    "give at most one of grammar, regex and constraint");
+    if (r->grammar && r->grammar->v != e->gvocab)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "the grammar was compiled by another engine (for another "
+                    "vocabulary)");
+    if (r->constraint_state && !r->constraint)
+        return fail(err, cap, TR_ERR_INVALID_ARG,
+                    "constraint_state without constraint ops");
     if (r->constraint) {
         const trellis_constraint_ops *c = r->constraint;
         if (!c->fill_mask || !c->accept || !c->free)
@@ -284,17 +251,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     int rc = check_params(e, r, err, cap);
     if (rc) return rc;
 
-    sampler_params sp = tr_sampler_params_default();
-    sp.temperature = r->temperature;
-    sp.top_k = r->top_k;
-    sp.top_p = r->top_p;
-    sp.min_p = r->min_p;
-    sp.repetition_penalty = r->repetition_penalty;
-    sp.presence_penalty = r->presence_penalty;
-    sp.frequency_penalty = r->frequency_penalty;
-    sp.penalty_last_n = r->penalty_last_n;
-    sp.seed = r->seed;
-    sp.n_logprobs = r->logprobs ? r->top_logprobs : 0;
+    sampler_params sp = request_sampler_params(r);
     tr_diag d = {0};
     tr_status s = tr_sampler_params_validate(&sp, &d);
     if (s != TR_OK)
@@ -341,29 +298,31 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                     e->n_pages);
     }
 
-    /* the regex constraint, compiled here (not on the engine thread) */
-    grammar *g = NULL;
+    /* the constraint: a grammar handle (the request's own or its regex,
+     * compiled here through the cache), or the caller's ops */
     void *cstate = r->constraint_state;
     const trellis_constraint_ops *cops = r->constraint;
-    if (r->regex) {
-        if (!e->gvocab) {
-            free(prompt);
-            return fail(err, cap, TR_ERR_UNSUPPORTED,
-                        "constraints are unavailable (no vocabulary)");
+    bool owned_state = false; /* ours to free on failure */
+    if (r->grammar || r->regex) {
+        trellis_grammar *h = (trellis_grammar *)r->grammar;
+        if (h) {
+            trellis_grammar_ref(h);
+        } else {
+            rc = trellis_grammar_compile(e, TRELLIS_GRAMMAR_REGEX, r->regex,
+                                         strlen(r->regex), NULL, &h, err, cap);
+            if (rc) {
+                free(prompt);
+                return rc;
+            }
         }
-        s = tr_grammar_compile_regex(r->regex, strlen(r->regex), NULL, &g, &d);
-        if (s != TR_OK) {
-            free(prompt);
-            return fail(err, cap, s, "bad regex: %s (at byte %llu)", d.message,
-                        (unsigned long long)d.offset);
-        }
-        cstate = tr_engine_regex_state_new(g, e->gvocab);
-        tr_grammar_free(g); /* the state holds its own reference */
+        cstate = tr_gconstraint_new(h, tr_gcache_counters(e->gcache));
+        trellis_grammar_release(h); /* the state holds its own reference */
         if (!cstate) {
             free(prompt);
             return fail(err, cap, TR_ERR_NOMEM, "out of memory");
         }
-        cops = &tr_engine_regex_ops;
+        cops = &tr_gconstraint_ops;
+        owned_state = true;
     }
 
     engine_req *q = calloc(1, sizeof *q + (size_t)r->n * sizeof(engine_seq));
@@ -442,10 +401,10 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
 nomem:
     if (q) {
         /* the caller keeps its constraint state on failure */
-        if (!r->regex) q->cstate0 = NULL;
+        if (!owned_state) q->cstate0 = NULL;
         tr_engine_req_free(q);
-    } else if (r->regex) {
-        rx_free(cstate);
+    } else if (owned_state) {
+        cops->free(cstate);
     }
     free(prompt);
     return fail(err, cap, TR_ERR_NOMEM, "out of memory");

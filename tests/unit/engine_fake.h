@@ -1,0 +1,372 @@
+/* engine_fake.h — the engine on a fake model, and the helpers that run
+ * requests and collect their events, shared by the engine's unit tests
+ * (test_engine.c, test_grammar_cache.c).
+ *
+ * The fake model is an engine_compute whose forward pass takes a few
+ * microseconds. It stores each token it is fed in its KV "page" slot and
+ * computes the logits of a row from the sequence's whole history READ
+ * BACK THROUGH THE PAGE TABLE (checking every slot holds the position it
+ * should), so a page shared by mistake, a wrong page table after
+ * preemption, or a cached prefix whose pages hold other tokens changes
+ * the output. Each row has 8 likely tokens (ids >= 100, no specials)
+ * picked by a hash of the history. The tokenizer is the default model's.
+ *
+ * Everything is static inline: each test file uses what it needs.
+ */
+#ifndef TR_TESTS_UNIT_ENGINE_FAKE_H
+#define TR_TESTS_UNIT_ENGINE_FAKE_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "base/paths.h"
+#include "base/util.h"
+#include "runtime/engine/engine.h"
+#include "runtime/gguf/gguf.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/trellis.h"
+
+/* ------------------------------------------------------------------ */
+/* The fake model                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct fake {
+    int32_t n_pages, ps, n_vocab;
+    int32_t *slot_tok; /* [n_pages * ps] */
+    int32_t *slot_pos; /* [n_pages * ps], -1 = never written */
+    int bad;           /* a page check failed */
+    uint64_t forwards, rows;
+    int32_t max_batch_seen;
+    int delay_us;      /* per forward, to make requests take a while */
+} fake;
+
+static inline uint64_t mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
+                              const int32_t *rows, int32_t n_rows, float *logits) {
+    fake *f = ctx;
+    f->forwards++;
+    if (f->delay_us) usleep((useconds_t)f->delay_us);
+    f->rows += (uint64_t)n_rows;
+    if (b->n_tokens > f->max_batch_seen) f->max_batch_seen = b->n_tokens;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        int32_t s = b->seq[t], p = b->pos[t];
+        if (p / f->ps >= b->n_pages[s]) {
+            f->bad = 1;
+            return TR_ERR_INVALID_ARG;
+        }
+        int32_t page = b->page_table[s][p / f->ps];
+        if (page < 0 || page >= f->n_pages) {
+            f->bad = 2;
+            return TR_ERR_INVALID_ARG;
+        }
+        size_t slot = (size_t)page * (size_t)f->ps + (size_t)(p % f->ps);
+        f->slot_tok[slot] = tokens[t];
+        f->slot_pos[slot] = p;
+    }
+    for (int32_t r = 0; r < n_rows; r++) {
+        int32_t t = rows[r], s = b->seq[t], p = b->pos[t];
+        uint64_t h = 0x12345;
+        for (int32_t i = 0; i <= p; i++) {
+            int32_t page = b->page_table[s][i / f->ps];
+            size_t slot = (size_t)page * (size_t)f->ps + (size_t)(i % f->ps);
+            if (f->slot_pos[slot] != i) {
+                f->bad = 3;
+                return TR_ERR_INTERNAL;
+            }
+            h = mix(h ^ (uint64_t)f->slot_tok[slot]);
+        }
+        float *l = logits + (size_t)r * (size_t)f->n_vocab;
+        memset(l, 0, (size_t)f->n_vocab * sizeof *l);
+        /* 8 likely tokens chosen by the history; ids >= 100 (no specials) */
+        for (int k = 0; k < 8; k++) {
+            int32_t id = 100 + (int32_t)(mix(h + (uint64_t)k) % (uint64_t)(f->n_vocab - 200));
+            l[id] = 12.0f + 0.5f * (float)k;
+        }
+    }
+    return TR_OK;
+}
+
+static inline void fake_destroy(void *ctx) {
+    fake *f = ctx;
+    free(f->slot_tok);
+    free(f->slot_pos);
+    free(f);
+}
+
+static const engine_compute_ops k_fake_ops = {fake_forward, fake_destroy};
+
+typedef struct fake_cfg {
+    int32_t n_pages, page_size, max_batch, max_running, chunk;
+    bool no_radix, no_overlap;
+    int32_t ctx;
+    int32_t lpm;
+    int32_t grammar_cache_mb; /* 0: the default */
+    trellis_wake_fn wake;
+    void *wake_user;
+} fake_cfg;
+
+static inline fake_cfg fake_default(void) {
+    return (fake_cfg){.n_pages = 4096, .page_size = 16, .max_batch = 256,
+                      .max_running = 32, .chunk = 64, .ctx = 2048, .lpm = 128};
+}
+
+/* Builds an engine on the fake; *fp gets the fake (owned by the engine). */
+static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
+    char path[4096];
+    tr_default_model_path(path, sizeof path);
+    gguf_file *file = NULL;
+    tokenizer *tok = NULL;
+    tr_diag d = {0};
+    assert_int_equal(tr_gguf_open(path, &file, &d), TR_OK);
+    assert_int_equal(tr_tokenizer_from_gguf(file, &tok, &d), TR_OK);
+    fake *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->n_pages = c->n_pages;
+    f->ps = c->page_size;
+    f->n_vocab = tr_tokenizer_n_vocab(tok);
+    size_t slots = (size_t)c->n_pages * (size_t)c->page_size;
+    f->slot_tok = malloc(slots * sizeof(int32_t));
+    f->slot_pos = malloc(slots * sizeof(int32_t));
+    assert_non_null(f->slot_tok);
+    for (size_t i = 0; i < slots; i++) f->slot_pos[i] = -1;
+    engine_compute comp = {.ops = &k_fake_ops, .ctx = f, .n_vocab = f->n_vocab,
+                           .n_ctx = 8192, .max_batch = c->max_batch,
+                           .n_pages = c->n_pages, .page_size = c->page_size,
+                           .threads = 1};
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.max_batch_tokens = c->max_batch;
+    o.max_running = c->max_running;
+    o.chunk_size = c->chunk;
+    o.no_radix = c->no_radix;
+    o.no_overlap = c->no_overlap;
+    o.ctx = c->ctx;
+    o.lpm_max_waiting = c->lpm;
+    if (c->grammar_cache_mb) o.grammar_cache_mb = c->grammar_cache_mb;
+    o.wake = c->wake;
+    o.wake_user = c->wake_user;
+    trellis_engine *e = NULL;
+    char err[256];
+    tr_status s = tr_engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
+    if (s != TR_OK) fprintf(stderr, "engine_new_custom: %s\n", err);
+    assert_int_equal(s, TR_OK);
+    if (fp) *fp = f;
+    return e;
+}
+
+/* ------------------------------------------------------------------ */
+/* Running requests and collecting their output                        */
+/* ------------------------------------------------------------------ */
+
+typedef struct result {
+    uint64_t id;
+    int32_t n;          /* samples */
+    int32_t done;       /* DONE events seen */
+    bool request_done;
+    struct {
+        int32_t *tokens;
+        int32_t n_tokens;
+        char *text;
+        size_t text_len;
+        trellis_logprob *lp;
+        trellis_finish finish;
+        int status;
+        char error[256];
+        int32_t stop_index, stop_token;
+        trellis_metrics m;
+        int32_t n_deltas;
+        bool done;
+    } s[TRELLIS_MAX_N];
+} result;
+
+static inline void result_free(result *r) {
+    for (int i = 0; i < TRELLIS_MAX_N; i++) {
+        free(r->s[i].tokens);
+        free(r->s[i].text);
+        free(r->s[i].lp);
+    }
+}
+
+static inline void collect(result *r, const trellis_event *ev) {
+    assert_true(ev->index >= 0 && ev->index < r->n);
+    __typeof__(r->s[0]) *s = &r->s[ev->index];
+    assert_false(s->done); /* nothing after DONE */
+    if (ev->n_tokens) {
+        s->tokens = realloc(s->tokens, (size_t)(s->n_tokens + ev->n_tokens) * sizeof(int32_t));
+        memcpy(s->tokens + s->n_tokens, ev->tokens, (size_t)ev->n_tokens * sizeof(int32_t));
+        if (ev->logprobs) {
+            s->lp = realloc(s->lp, (size_t)(s->n_tokens + ev->n_tokens) * sizeof(trellis_logprob));
+            memcpy(s->lp + s->n_tokens, ev->logprobs,
+                   (size_t)ev->n_tokens * sizeof(trellis_logprob));
+        }
+        s->n_tokens += ev->n_tokens;
+    }
+    assert_int_equal(ev->text[ev->text_len], 0); /* (NUL bytes may occur inside) */
+    s->text = realloc(s->text, s->text_len + ev->text_len + 1);
+    memcpy(s->text + s->text_len, ev->text, ev->text_len);
+    s->text_len += ev->text_len;
+    s->text[s->text_len] = 0;
+    if (ev->kind == TRELLIS_EVENT_DELTA) {
+        s->n_deltas++;
+        return;
+    }
+    assert_int_equal(ev->kind, TRELLIS_EVENT_DONE);
+    s->done = true;
+    s->finish = ev->finish;
+    s->status = ev->status;
+    snprintf(s->error, sizeof s->error, "%s", ev->error);
+    s->stop_index = ev->stop_index;
+    s->stop_token = ev->stop_token;
+    s->m = ev->metrics;
+    r->done++;
+    if (ev->request_done) {
+        assert_false(r->request_done);
+        assert_int_equal(r->done, r->n);
+        r->request_done = true;
+    }
+}
+
+/* Waits until every request in rs[0..n) is done. Requests are found by
+ * id (ids are assigned in submit order from first_id). */
+static inline void drain(trellis_engine *e, result *rs, int n) {
+    int left = 0;
+    for (int i = 0; i < n; i++) left += !rs[i].request_done;
+    while (left > 0) {
+        trellis_event *ev;
+        int got = trellis_wait(e, 900000, &ev);
+        assert_int_equal(got, 1); /* 15 minutes without an event: stuck */
+        int k = -1;
+        for (int i = 0; i < n; i++)
+            if (rs[i].id == ev->request_id) k = i;
+        assert_true(k >= 0);
+        bool was = rs[k].request_done;
+        collect(&rs[k], ev);
+        if (!was && rs[k].request_done) left--;
+        trellis_event_free(ev);
+    }
+}
+
+static inline void submit_ok(trellis_engine *e, const trellis_request *q, result *r) {
+    char err[512];
+    memset(r, 0, sizeof *r);
+    r->n = q->n;
+    int s = trellis_submit(e, q, &r->id, err, sizeof err);
+    if (s != 0) fprintf(stderr, "submit: %s\n", err);
+    assert_int_equal(s, 0);
+    assert_true(r->id != 0);
+}
+
+static inline void run1(trellis_engine *e, const trellis_request *q, result *r) {
+    submit_ok(e, q, r);
+    drain(e, r, 1);
+}
+
+/* Deterministic pseudo-random prompt of n token ids (no specials). */
+static inline void rand_tokens(uint64_t seed, int32_t *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = 100 + (int32_t)(mix(seed * 1000003u + (uint64_t)i) % 40000);
+}
+
+static inline void same_tokens(const result *a, const result *b, int idx) {
+    assert_int_equal(a->s[idx].n_tokens, b->s[idx].n_tokens);
+    assert_memory_equal(a->s[idx].tokens, b->s[idx].tokens,
+                        (size_t)a->s[idx].n_tokens * sizeof(int32_t));
+    assert_int_equal(a->s[idx].finish, b->s[idx].finish);
+}
+
+/* PCRE2 (the regex oracle of DESIGN.md): does rx fully match s? Anchored
+ * at both ends, UTF, `$` at the very end only (the grammar dialect). */
+static inline bool pcre_full_match(const char *rx, const char *s, size_t len) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED |
+                                      PCRE2_DOLLAR_ENDONLY,
+                                  &ec, &eo, NULL);
+    assert_non_null(c);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0;
+}
+
+/* Is s[0..len) a prefix of some full match of rx (itself one included)?
+ * PCRE2's hard partial matching says so. */
+static inline bool pcre_live_prefix(const char *rx, const char *s, size_t len) {
+    size_t n = strlen(rx) + 8;
+    char *pat = malloc(n);
+    assert_non_null(pat);
+    snprintf(pat, n, "(?:%s)$", rx);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_ANCHORED | PCRE2_DOLLAR_ENDONLY,
+                                  &ec, &eo, NULL);
+    free(pat);
+    assert_non_null(c);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, len, 0, PCRE2_PARTIAL_HARD, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0 || rc == PCRE2_ERROR_PARTIAL;
+}
+
+/* Stats as of now: the check is a round trip through the engine thread,
+ * which publishes its snapshot after every step, before taking messages. */
+static inline void stats_now(trellis_engine *e, trellis_stats *st) {
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
+    trellis_get_stats(e, st);
+}
+
+static inline void expect_clean(trellis_engine *e) {
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
+    trellis_stats st;
+    /* the snapshot lags by a step; the check above ran between steps */
+    trellis_get_stats(e, &st);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(trellis_flush_cache(e), 0);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
+}
+
+/* Every page free after a flush (stats are published after each step,
+ * so take them once the engine went idle after the flush). */
+static inline void expect_all_free(trellis_engine *e) {
+    assert_int_equal(trellis_flush_cache(e), 0);
+    assert_int_equal(tr_engine_debug_check(e), TR_OK);
+    /* a flush is processed between steps; publish happens after; poll */
+    for (int i = 0; i < 200; i++) {
+        trellis_stats st;
+        trellis_get_stats(e, &st);
+        if (st.pages_free == st.pages_total && st.pages_used == 0 &&
+            st.pages_cached == 0)
+            return;
+        usleep(10000);
+        trellis_flush_cache(e);
+    }
+    trellis_stats st;
+    trellis_get_stats(e, &st);
+    fprintf(stderr, "pages: free %d used %d cached %d of %d\n", st.pages_free,
+            st.pages_used, st.pages_cached, st.pages_total);
+    fail();
+}
+
+#endif
