@@ -6,11 +6,13 @@
  * interpreter's task threads, concurrently (trellis_submit tokenizes on
  * the caller's thread, so prompts are tokenized in parallel).
  *
- * Constraints: regex -> request.regex (compiled through the engine's
- * grammar cache); choices -> the regex of their alternation; JSON and
- * JSON Schema -> a grammar handle (trellis_grammar_compile), which this
- * build's engine does not have yet: those gens fail with a message
- * saying so.
+ * Constraints: regex -> request.regex; choices, JSON Schema and any JSON
+ * object -> a grammar handle (trellis_grammar_compile*, on the submitting
+ * task's thread). Both go through the engine's grammar cache, so a
+ * select or schema used by every run of a batch compiles once and its
+ * token masks are shared. A kind the engine cannot compile yet (JSON
+ * Schema before the grammar's JSON Schema part is in the build) fails
+ * with the engine's message.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -111,32 +113,36 @@ static tr_status engine_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
     q.n_stop = r->n_stop;
     q.ignore_eos = r->ignore_eos;
     q.stream = r->stream;
-    char *choice_re = NULL;
+    trellis_grammar *g = NULL;
+    int rc = TRELLIS_OK;
     switch (r->constraint) {
     case TR_DSL_CONSTRAINT_NONE: break;
     case TR_DSL_CONSTRAINT_REGEX: q.regex = r->constraint_text; break;
     case TR_DSL_CONSTRAINT_CHOICES:
-        choice_re = tr_dsl_choices_regex(r->choices, r->n_choices);
-        if (!choice_re) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
-        q.regex = choice_re;
+        rc = trellis_grammar_compile_choices(b->e, r->choices, r->n_choices, &g, err, cap);
         break;
     case TR_DSL_CONSTRAINT_JSON_SCHEMA:
+        rc = trellis_grammar_compile(b->e, TRELLIS_GRAMMAR_JSON_SCHEMA, r->constraint_text, 0,
+                                     NULL, &g, err, cap);
+        break;
     case TR_DSL_CONSTRAINT_JSON:
-        return fail(err, cap, TR_ERR_UNSUPPORTED,
-                    "JSON constraints need the engine's grammar handles "
-                    "(trellis_grammar_compile), which this build does not have yet");
+        rc = trellis_grammar_compile(b->e, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, NULL, &g, err,
+                                     cap);
+        break;
     }
+    if (rc != TRELLIS_OK) return (tr_status)rc;
+    q.grammar = g;
     pending *p = calloc(1, sizeof *p);
     if (!p) {
-        free(choice_re);
+        trellis_grammar_release(g);
         return fail(err, cap, TR_ERR_NOMEM, "out of memory");
     }
     p->sink = *sink;
     p->stream = r->stream;
     q.user = p;
     atomic_fetch_add(&b->inflight, 1);
-    int rc = trellis_submit(b->e, &q, NULL, err, cap);
-    free(choice_re);
+    rc = trellis_submit(b->e, &q, NULL, err, cap);
+    trellis_grammar_release(g); /* the request holds its own reference */
     if (rc != TRELLIS_OK) {
         atomic_fetch_sub(&b->inflight, 1);
         free(p);

@@ -105,6 +105,11 @@ static tr_status set_choices(tr_dsl_task *t, uint32_t off, const char *what, jso
                                i, what);
         a->choices[i] = json_string_value(c);
         longest = TR_MAX(longest, json_string_length(c));
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(a->choices[k], a->choices[i]) == 0)
+                return tr_dsl_fail(t, off, TR_ERR_INVALID_ARG,
+                                   "options %zu and %zu of %s are the same, \"%.100s\"", k, i,
+                                   what, a->choices[i]);
     }
     a->req.choices = a->choices;
     a->req.n_choices = (int32_t)n;
