@@ -8,11 +8,13 @@
 #include "frontend/dsl.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/cmd_bench.h"
+#include "runtime/server/server.h"
 
 static void usage(void) {
     fprintf(stderr,
             "usage: trellis COMMAND [options]\n\n"
             "commands:\n"
+            "  serve      the OpenAI-compatible HTTP server\n"
             "  generate   generate text from a prompt (CPU)\n"
             "  info       describe a GGUF model\n"
             "  tokenize   show the token ids of a text\n"
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
                          : strcmp(lv, "info") == 0 ? TR_LOG_INFO
                                                    : TR_LOG_WARN);
     }
+    if (strcmp(cmd, "serve") == 0) return tr_serve_main(argc - 2, argv + 2);
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);

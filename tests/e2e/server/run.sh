@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# tests/e2e/server/run.sh BUILD_DIR [pytest args] — the server's end-to-end
+# tests (official `openai` client, `jsonschema`, raw sockets) with pytest,
+# in a venv this script makes from PyPI under BUILD_DIR/e2e-venv (build
+# output, ignored by git; made once, reused after). Needs the default model
+# (label `model`: fails when it is missing). TRELLIS_ROUTER=1 also installs
+# sglang-router==0.3.2 for test_router.py (skipped without it).
+#   e.g. run.sh build -k stream   narrows the run.
+set -euo pipefail
+build="$(cd "$1" && pwd)"
+shift
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$build/e2e-venv"
+if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" -c 'import openai, jsonschema' 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check openai jsonschema pytest
+fi
+if [ "${TRELLIS_ROUTER:-0}" = 1 ] && ! "$venv/bin/python" -c 'import sglang_router' 2>/dev/null; then
+    "$venv/bin/pip" install -q --disable-pip-version-check sglang-router==0.3.2
+fi
+export TRELLIS_BIN="$build/trellis"
+cd "$here"
+# exit 5 (no test collected) is a failure here too
+exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"

@@ -1,0 +1,397 @@
+"""The OpenAI API through the official `openai` client: chat, completions,
+streaming with usage, structured outputs, n, logprobs, the radix cache
+in usage, and every error case the server promises."""
+import json
+import threading
+import time
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import Server
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+
+
+def test_models(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_chat(client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=24, temperature=0)
+    c = r.choices[0]
+    assert c.message.role == "assistant"
+    assert "Paris" in c.message.content
+    assert c.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 10
+    assert 0 < r.usage.completion_tokens <= 24
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens_details.cached_tokens >= 0
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+
+
+def test_chat_text_parts_and_greedy_is_deterministic(client):
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "Name a color."}]}]
+    a = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0)
+    b = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0)
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_seed_reproducible(client):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me a word."}],
+              max_tokens=8, temperature=1.0, seed=1234)
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_completions_batch_and_n(client):
+    r = client.completions.create(model=MODEL, prompt=["The sky is", "Water is"], n=2,
+                                  max_tokens=4, temperature=0.8, seed=7)
+    assert len(r.choices) == 4
+    assert sorted(c.index for c in r.choices) == [0, 1, 2, 3]
+    assert all(c.finish_reason == "length" for c in r.choices)
+    assert r.usage.completion_tokens == 16
+
+
+def test_stop_string(client):
+    r = client.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=20,
+                                  temperature=0, stop=[" 7"])
+    assert " 7" not in r.choices[0].text
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_stream_chat_with_usage(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count to five."}],
+        max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in ("stop", "length") and all(f is None for f in finishes[:-1])
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens > 0
+    assert all(c.usage is None for c in chunks[:-1])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    full = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count to five."}],
+        max_tokens=12, temperature=0)
+    assert text == full.choices[0].message.content
+
+
+def test_stream_completions_n2(client):
+    stream = client.completions.create(model=MODEL, prompt="Once upon a time", n=2,
+                                       max_tokens=6, temperature=0.9, stream=True)
+    texts = {0: "", 1: ""}
+    done = set()
+    for c in stream:
+        for ch in c.choices:
+            texts[ch.index] += ch.text
+            if ch.finish_reason:
+                done.add(ch.index)
+    assert done == {0, 1} and all(texts.values())
+
+
+def test_logprobs_chat(client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=5,
+        temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for e in content:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[-1].logprob
+        assert bytes(e.bytes).decode("utf-8", "replace") is not None
+    # greedy: the chosen token is the most likely one
+    assert all(abs(e.logprob - e.top_logprobs[0].logprob) < 1e-4 for e in content)
+
+
+def test_regex_and_choices(client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Give a date."}], max_tokens=20,
+        temperature=0, extra_body={"regex": r"20[0-9]{2}-[01][0-9]-[0-3][0-9]"})
+    import re
+    assert re.fullmatch(r"20[0-9]{2}-[01][0-9]-[0-3][0-9]", r.choices[0].message.content)
+    assert r.choices[0].finish_reason == "stop"
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Is fire hot?"}], max_tokens=8,
+        extra_body={"choices": ["yes (sure)", "no.", "a+b?"]})
+    assert r.choices[0].message.content in ("yes (sure)", "no.", "a+b?")
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_json_schema_response_format(client):
+    """Validated with jsonschema where the build compiles JSON Schema; a
+    build without the JSON Schema compiler must refuse it with 400 and say
+    so (never answer unconstrained)."""
+    try:
+        r = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "A person as JSON."}],
+            max_tokens=60, temperature=0,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}})
+    except openai.BadRequestError as e:
+        assert e.status_code == 400
+        assert "JSON Schema" in e.message and e.code == "unsupported_constraint"
+        return
+    jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+
+
+def test_json_object_response_format(client):
+    try:
+        r = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Any JSON object."}],
+            max_tokens=40, temperature=0, response_format={"type": "json_object"})
+    except openai.BadRequestError as e:
+        assert e.code == "unsupported_constraint"
+        return
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_cached_tokens_on_repeated_prefix(client):
+    system = "You are a helpful assistant. " + " ".join(
+        f"Fact {i}: the number {i} follows {i - 1}." for i in range(1, 60))
+    kw = dict(model=MODEL, max_tokens=2, temperature=0)
+    a = client.chat.completions.create(messages=[{"role": "system", "content": system},
+                                                 {"role": "user", "content": "Hi"}], **kw)
+    b = client.chat.completions.create(messages=[{"role": "system", "content": system},
+                                                 {"role": "user", "content": "Hello"}], **kw)
+    assert a.usage.prompt_tokens > 300
+    assert b.usage.prompt_tokens_details.cached_tokens > 300
+
+
+# ---- errors ----
+
+def err(server, path, body, status, code=None, param=None, text=None, **kw):
+    s, r = server.post(path, body, **kw) if body is not None else server.get(path, **kw)
+    assert s == status, r
+    e = r["error"]
+    assert set(e) == {"message", "type", "param", "code"}
+    if code is not None:
+        assert e["code"] == code, e
+    if param is not None:
+        assert e["param"] == param, e
+    if text is not None:
+        assert text in e["message"], e
+    return e
+
+
+def test_errors_malformed(server):
+    err(server, "/v1/chat/completions", '{"messages": [', 400, text="not valid JSON")
+    err(server, "/v1/chat/completions", "[]", 400, text="JSON object")
+    err(server, "/v1/chat/completions", {"messages": "hi"}, 400, param="messages")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, 400,
+        param="temperature")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "wizard", "content": "x"}]}, 400, param="messages[0]")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400,
+        param="max_tokens")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "n": 1000}, 400, param="n")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 17}, 400, param="stop")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "stop": "s" * 300}, 400, param="stop")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 50, "logprobs": True},
+        400, param="top_logprobs")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}}, 400,
+        param="logit_bias")
+    err(server, "/v1/completions", {"prompt": "x", "echo": True}, 400, param="echo")
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
+        param="tools")
+
+
+def test_errors_constraints(server):
+    e = err(server, "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "regex": "a(b"}, 400,
+            code="invalid_constraint")
+    assert "byte" in e["message"]
+    err(server, "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "regex": "a", "choices": ["b"]}, 400,
+        param="choices")
+    err(server, "/generate",
+        {"text": "x", "sampling_params": {"regex": "(?=a)b"}}, 400, code="unsupported_constraint")
+
+
+def test_errors_model_route_method(server):
+    err(server, "/v1/chat/completions",
+        {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404,
+        code="model_not_found", param="model")
+    err(server, "/v1/nothing", None, 404, code="unknown_url")
+    err(server, "/v1/chat/completions", None, 405, code="method_not_allowed")
+
+
+def test_error_prompt_too_long(server):
+    e = err(server, "/v1/completions", {"prompt": "word " * 2100, "max_tokens": 4}, 400,
+            code="context_length_exceeded")
+    assert "context" in e["message"]
+
+
+def test_error_body_too_large(server):
+    s, r = server.post("/v1/completions", {"prompt": "x" * 70000})
+    assert s == 413 and "limit" in r["error"]["message"]
+
+
+def test_generate_native(server):
+    s, r = server.post("/generate", {"text": "The capital of France is",
+                                     "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+                                     "return_logprob": True, "top_logprobs_num": 2})
+    assert s == 200, r
+    assert r["text"] and len(r["output_ids"]) == 6
+    m = r["meta_info"]
+    assert m["finish_reason"] == {"type": "length", "length": 6}
+    assert m["prompt_tokens"] > 0 and m["completion_tokens"] == 6
+    assert len(m["output_token_logprobs"]) == 6
+    assert all(len(t) == 2 for t in m["output_top_logprobs"])
+    s, r = server.post("/generate", {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 2}})
+    assert s == 200 and isinstance(r, list) and len(r) == 2
+    s, r = server.post("/generate", {"input_ids": [504, 3575, 282], "sampling_params":
+                                     {"max_new_tokens": 3, "stop_token_ids": [2]}})
+    assert s == 200 and len(r["output_ids"]) <= 3
+
+
+def test_generate_stream(server):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("POST", "/generate", body=json.dumps(
+        {"text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 5}}))
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    events = [line[6:] for line in r.read().decode().split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    objs = [json.loads(e) for e in events[:-1]]
+    # SGLang streams the text so far
+    assert all(objs[i + 1]["text"].startswith(objs[i]["text"]) for i in range(len(objs) - 1))
+    assert objs[-1]["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_tokenize_detokenize(server):
+    s, r = server.post("/tokenize", {"prompt": "Hello world"})
+    assert s == 200 and r["count"] == len(r["tokens"]) > 0
+    s, d = server.post("/detokenize", {"tokens": r["tokens"]})
+    assert s == 200 and d["text"] == "Hello world"
+    s, _ = server.post("/detokenize", {"tokens": [-1]})
+    assert s == 400
+
+
+def test_info_metrics_health(server):
+    s, _ = server.get("/health")
+    assert s == 200
+    s, _ = server.get("/health_generate")
+    assert s == 200
+    for path in ("/server_info", "/get_server_info"):
+        s, r = server.get(path)
+        assert s == 200 and r["engine"]["pages_total"] > 0 and r["context_length"] == 2048
+    for path in ("/model_info", "/get_model_info"):
+        s, r = server.get(path)
+        assert s == 200 and r["is_generation"] is True
+    s, text = server.get("/metrics")
+    assert s == 200
+    for series in ("trellis_requests_running", "trellis_requests_waiting",
+                   "trellis_prompt_tokens_total", "trellis_generation_tokens_total",
+                   "trellis_time_to_first_token_seconds_bucket",
+                   "trellis_time_per_output_token_seconds_count",
+                   "trellis_e2e_request_latency_seconds_sum", "trellis_queue_time_seconds_bucket",
+                   "trellis_radix_cache_hit_rate", "trellis_kv_pages_used",
+                   "trellis_kv_pages_free"):
+        assert f"\n{series}" in text, series
+    s, r = server.post("/flush_cache", {})
+    assert s == 200 and r["success"]
+
+
+def test_disconnect_cancels_and_frees_pages(server):
+    import socket
+    body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}],
+                       "max_tokens": 1500, "stream": True, "ignore_eos": True}).encode()
+    for stream in (True, False):
+        b = body if stream else body.replace(b'"stream": true', b'"stream": false')
+        sk = socket.create_connection(("127.0.0.1", server.port))
+        sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                   + str(len(b)).encode() + b"\r\n\r\n" + b)
+        if stream:
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sk.recv(4096)
+        else:
+            deadline = time.time() + 30
+            while server.engine()["running"] == 0 and time.time() < deadline:
+                time.sleep(0.02)
+        sk.close()
+        e = server.wait_idle(timeout=30)
+        assert e["pages_used"] == 0
+
+
+def test_api_key():
+    s = Server("--api-key", "s3cret-key-value")
+    try:
+        assert s.get("/health")[0] == 200  # public
+        st, r = s.get("/v1/models")
+        assert st == 401 and r["error"]["code"] == "invalid_api_key"
+        st, r = s.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert st == 401 and "wrong" in r["error"]["message"]
+        st, r = s.get("/v1/models", headers={"Authorization": "Bearer s3cret-key-value"})
+        assert st == 200
+        import openai as oa
+        c = oa.OpenAI(base_url=s.base + "/v1", api_key="s3cret-key-value", max_retries=0)
+        assert c.models.list().data[0].id == MODEL
+        with pytest.raises(oa.AuthenticationError):
+            oa.OpenAI(base_url=s.base + "/v1", api_key="nope", max_retries=0).models.list()
+    finally:
+        s.stop()
+    assert "s3cret-key-value" not in s.read_log()
+
+
+def test_queue_full_429():
+    s = Server("--max-running", "1", "--max-queue", "0")
+    try:
+        results = []
+
+        def long_req():
+            results.append(s.post("/v1/completions", {"prompt": "Story:", "max_tokens": 200,
+                                                      "ignore_eos": True}))
+        t = threading.Thread(target=long_req)
+        t.start()
+        deadline = time.time() + 10
+        while s.get("/server_info")[1]["in_flight"] == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        st, r = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert st == 429 and r["error"]["code"] == "queue_full"
+        t.join()
+        assert results[0][0] == 200
+        st, _ = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert st == 200
+    finally:
+        s.stop()
+
+
+def test_sigterm_lets_inflight_finish():
+    s = Server()
+    results = []
+
+    def long_req():
+        results.append(s.post("/v1/completions", {"prompt": "Story:", "max_tokens": 60,
+                                                  "ignore_eos": True}))
+    t = threading.Thread(target=long_req)
+    t.start()
+    deadline = time.time() + 10
+    while s.get("/server_info")[1]["in_flight"] == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    s.proc.send_signal(__import__("signal").SIGTERM)
+    t.join()
+    assert results[0][0] == 200 and results[0][1]["usage"]["completion_tokens"] == 60
+    s.stop(expect=0)
