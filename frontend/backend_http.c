@@ -19,6 +19,17 @@
  * batched. The chat template comes from the options, else from the
  * server's GET /model_info (field chat_template), and is rendered
  * locally with trellis_chat_template_render.
+ *
+ * Special tokens. The rendered chat holds the template's markers
+ * ("<|im_start|>"), which must reach the model as its special tokens, as
+ * SGLang's /generate tokenizes them. A server that tokenizes /generate's
+ * text literally would feed the model the markers' characters instead;
+ * so when a chat template is in use, the backend compares once how the
+ * server counts a rendered turn through /generate (meta_info
+ * prompt_tokens, one token generated) and through /tokenize (which
+ * parses special tokens), and if they differ, sends every prompt as the
+ * token ids /tokenize gives (input_ids): one more round trip per
+ * generation, the same tokens as in-process.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -35,8 +46,7 @@
 
 typedef struct job {
     struct job *next;
-    char *body;
-    size_t body_len;
+    json_t *body; /* the /generate request */
     bool stream;
     tr_dsl_gen_sink sink;
 } job;
@@ -47,6 +57,7 @@ typedef struct http_backend {
     char url_text[600];
     char *api_key;
     char *chat_template; /* NULL: none known */
+    bool send_ids;       /* tokenize through /tokenize, send input_ids */
     int32_t connect_timeout_ms, timeout_ms, max_workers;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -169,21 +180,84 @@ static void read_meta(json_t *obj, tr_dsl_gen_out *out) {
                                                          : "stop";
 }
 
+/* POST path with body (a JSON object); *out the answer's JSON object. */
+static tr_status post_json(http_backend *b, const char *path, json_t *body, json_t **out,
+                           char *err, size_t cap) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    if (!text) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    tr_dsl_http_request req = {.method = "POST", .path = path, .api_key = b->api_key,
+                               .body = text, .body_len = strlen(text),
+                               .connect_timeout_ms = b->connect_timeout_ms,
+                               .timeout_ms = b->timeout_ms, .max_body = MAX_RESPONSE_BYTES};
+    tr_dsl_http_response resp;
+    char e[400];
+    tr_status s = tr_dsl_http_do(&b->url, &req, &resp, e, sizeof e);
+    free(text);
+    if (s != TR_OK) {
+        snprintf(err, cap, "%s %s: %.300s", "POST", path, e);
+        return s;
+    }
+    if (resp.status != 200) {
+        char msg[420];
+        error_message(&resp.body, msg, sizeof msg);
+        snprintf(err, cap, "POST %s answered %d: %.400s", path, resp.status, msg);
+        tr_dsl_buf_free(&resp.body);
+        return resp.status == 400 ? TR_ERR_INVALID_ARG : TR_ERR_IO;
+    }
+    *out = resp.body.p ? json_loadb(resp.body.p, resp.body.len, 0, NULL) : NULL;
+    tr_dsl_buf_free(&resp.body);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        snprintf(err, cap, "POST %s: the answer is not a JSON object", path);
+        return TR_ERR_FORMAT;
+    }
+    return TR_OK;
+}
+
+/* The token ids /tokenize gives for text (a new array). */
+static tr_status tokenize(http_backend *b, json_t *text, json_t **ids, char *err, size_t cap) {
+    json_t *req = json_pack("{s:O}", "text", text), *ans = NULL;
+    if (!req) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    tr_status s = post_json(b, "/tokenize", req, &ans, err, cap);
+    json_decref(req);
+    if (s) return s;
+    json_t *t = json_object_get(ans, "tokens");
+    if (!json_is_array(t)) {
+        json_decref(ans);
+        return fail(err, cap, TR_ERR_FORMAT, "POST /tokenize: no \"tokens\" in the answer");
+    }
+    *ids = json_incref(t);
+    json_decref(ans);
+    return TR_OK;
+}
+
 static void run_job(http_backend *b, job *jb) {
     tr_dsl_gen_out out = {0};
     out.finish = "stop";
     stream_state st = {0};
     st.sink = &jb->sink;
+    char err[400] = "";
+    tr_status s = TR_OK;
+    if (b->send_ids) {
+        json_t *ids = NULL;
+        s = tokenize(b, json_object_get(jb->body, "text"), &ids, err, sizeof err);
+        if (s == TR_OK) {
+            json_object_del(jb->body, "text");
+            json_object_set_new(jb->body, "input_ids", ids);
+        }
+    }
+    char *body = s == TR_OK ? json_dumps(jb->body, JSON_COMPACT) : NULL;
+    if (s == TR_OK && !body) s = fail(err, sizeof err, TR_ERR_NOMEM, "out of memory");
     tr_dsl_http_request req = {
         .method = "POST", .path = "/generate", .api_key = b->api_key,
-        .body = jb->body, .body_len = jb->body_len,
+        .body = body, .body_len = body ? strlen(body) : 0,
         .connect_timeout_ms = b->connect_timeout_ms, .timeout_ms = b->timeout_ms,
         .max_body = MAX_RESPONSE_BYTES,
         .on_body = jb->stream ? on_stream_body : NULL, .user = &st,
     };
-    tr_dsl_http_response resp;
-    char err[400] = "";
-    tr_status s = tr_dsl_http_do(&b->url, &req, &resp, err, sizeof err);
+    tr_dsl_http_response resp = {0};
+    if (s == TR_OK) s = tr_dsl_http_do(&b->url, &req, &resp, err, sizeof err);
+    free(body);
     if (s != TR_OK && !(jb->stream && (st.done || st.bad))) {
         out.status = s;
         snprintf(out.error, sizeof out.error, "%.300s (server %.150s)", err, b->url_text);
@@ -256,7 +330,7 @@ static void *worker_main(void *arg) {
         if (!b->head) b->tail = NULL;
         pthread_mutex_unlock(&b->mu);
         run_job(b, jb);
-        free(jb->body);
+        json_decref(jb->body);
         free(jb);
         pthread_mutex_lock(&b->mu);
     }
@@ -321,15 +395,11 @@ static tr_status http_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
     json_t *j = request_json(r, err, cap);
     if (!j) return err[0] ? TR_ERR_INVALID_ARG : fail(err, cap, TR_ERR_NOMEM, "out of memory");
     job *jb = calloc(1, sizeof *jb);
-    char *body = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!jb || !body) {
-        free(jb);
-        free(body);
+    if (!jb) {
+        json_decref(j);
         return fail(err, cap, TR_ERR_NOMEM, "out of memory");
     }
-    jb->body = body;
-    jb->body_len = strlen(body);
+    jb->body = j;
     jb->stream = r->stream;
     jb->sink = *sink;
     pthread_mutex_lock(&b->mu);
@@ -352,7 +422,7 @@ static tr_status http_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
         pthread_mutex_unlock(&b->mu);
         if (mine) {
             run_job(b, jb);
-            free(jb->body);
+            json_decref(jb->body);
             free(jb);
         }
     }
@@ -432,6 +502,38 @@ static tr_status probe(http_backend *b, char *err, size_t cap) {
     return TR_ERR_IO;
 }
 
+/* Does /generate parse the template's special tokens in text? One short
+ * rendered turn through /tokenize (which does) and through /generate
+ * (one token): if the prompt counts differ, send token ids from now on. */
+static tr_status probe_special(http_backend *b, char *err, size_t cap) {
+    trellis_message m = {"user", "hi"};
+    char *text = NULL;
+    size_t len = 0;
+    tr_status s = (tr_status)trellis_chat_template_render(b->chat_template, &m, 1, true, &text,
+                                                          &len, err, cap);
+    if (s != TR_OK) return s; /* a bad --chat-template: say so now */
+    json_t *t = json_stringn(text, len);
+    free(text);
+    json_t *ids = NULL, *ans = NULL;
+    char e[512];
+    if (!t || tokenize(b, t, &ids, e, sizeof e) != TR_OK) {
+        json_decref(t);
+        return TR_OK; /* no /tokenize: text it is */
+    }
+    json_t *req = json_pack("{s:O, s:{s:i, s:f}}", "text", t, "sampling_params",
+                            "max_new_tokens", 1, "temperature", 0.0);
+    if (req && post_json(b, "/generate", req, &ans, e, sizeof e) == TR_OK) {
+        json_int_t n = json_integer_value(
+            json_object_get(json_object_get(ans, "meta_info"), "prompt_tokens"));
+        b->send_ids = n > (json_int_t)json_array_size(ids);
+    }
+    json_decref(req);
+    json_decref(ans);
+    json_decref(ids);
+    json_decref(t);
+    return TR_OK;
+}
+
 tr_status tr_dsl_backend_http_new(const tr_dsl_http_options *o, tr_dsl_backend **out,
                                   char *err, size_t cap) {
     http_backend *b = calloc(1, sizeof *b);
@@ -457,6 +559,7 @@ tr_status tr_dsl_backend_http_new(const tr_dsl_http_options *o, tr_dsl_backend *
         return fail(err, cap, TR_ERR_NOMEM, "out of memory");
     }
     s = probe(b, err, cap);
+    if (s == TR_OK && b->chat_template) s = probe_special(b, err, cap);
     if (s != TR_OK) {
         http_free(&b->base);
         return s;

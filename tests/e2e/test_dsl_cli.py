@@ -170,6 +170,99 @@ def remote_engine_flags_refused():
     assert rc == 2 and "are the server's" in err, err
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server():
+    """`trellis serve` on a free loopback port, or None when this build has none."""
+    import time, urllib.request
+    port = free_port()
+    p = subprocess.Popen([TRELLIS, "serve", "--port", str(port), "--threads", "2",
+                          "--kv-mem", "128"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        if p.poll() is not None:
+            err = p.stderr.read().decode("utf-8", "replace")
+            assert "unknown command" not in err, "this build has no `trellis serve`"
+            raise AssertionError(f"trellis serve exited: {err}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return p, url
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.5)
+    p.kill()
+    raise AssertionError("trellis serve did not become healthy")
+
+
+def remote_case(fn):
+    """A case that needs the server: started once, for all of them."""
+    REMOTE.append(fn)
+    return fn
+
+
+REMOTE = []
+
+
+@remote_case
+def remote_same_as_in_process(url):
+    args = (sample("chain.tr"), "--arg", "question=How do I make tea?")
+    rc, local, err = run(*args, *ENGINE)
+    assert rc == 0, err
+    rc, remote, err = run(*args, "--server", url, "--chat-template", "chatml")
+    assert rc == 0, err
+    assert remote == local, (remote, local)  # greedy: the same tokens either way
+
+
+@remote_case
+def remote_batch_in_order(url):
+    path = os.path.join(TMP, "remote.jsonl")
+    reviews = ["Great fun.", "Dull.", "It was fine.", "Superb acting.", "Too long."]
+    with open(path, "w") as f:
+        f.write("\n".join(json.dumps({"review": r}) for r in reviews) + "\n")
+    rc, out, err = run(sample("fewshot_classify.tr"), "--batch", path, "--server", url,
+                       "--chat-template", "chatml", "--stats")
+    assert rc == 0, err
+    got = [json.loads(l) for l in out.splitlines()]
+    assert [g["index"] for g in got] == list(range(len(reviews)))
+    assert all(g["return"] in ("positive", "negative", "neutral") for g in got), got
+    assert "batch: 5 inputs, 5 ok" in err, err
+
+
+@remote_case
+def remote_fork_and_constraints(url):
+    rc, out, err = run(sample("tree_of_thought.tr"), "--arg-json", "width=2", "--arg-json",
+                       "depth=2", "--json", "--server", url, "--chat-template", "chatml")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert all(r in "123456789" for row in o["return"]["rating"] for r in row), o["return"]
+    assert o["stats"]["cached_tokens"] > 0, o["stats"]
+
+
+@remote_case
+def remote_needs_template(url):
+    rc, out, err = run(sample("chain.tr"), "--server", url)
+    assert rc == 1, (rc, err)
+    assert "pass --chat-template" in err and "chain.tr:" in err, err
+
+
+@case
+def remote_mode():
+    p, url = start_server()
+    try:
+        for fn in REMOTE:
+            fn(url)
+            print(f"  ok {fn.__name__}")
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+
+
 failed = [n for n, e in results if e]
 print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
 sys.exit(1 if failed else 0)

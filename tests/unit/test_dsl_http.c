@@ -44,6 +44,7 @@ typedef struct server {
     mode mode;
     int delay_ms;
     bool chat_template;   /* /model_info reports one */
+    bool tokenize;        /* /tokenize answers (3 ids per prompt) */
     int inflight, max_inflight, requests;
     char *bodies[64];     /* the /generate bodies */
     int n_bodies;
@@ -126,6 +127,8 @@ static void *handle(void *arg) {
                      s->chat_template ? "{\"model_path\": \"fake\", \"chat_template\": \"chatml\"}"
                                       : "{\"model_path\": \"fake\"}",
                      false);
+    } else if (end && strncmp(buf, "POST /tokenize", 14) == 0 && s->tokenize) {
+        respond_json(c->fd, 200, "{\"tokens\": [1, 2, 3], \"count\": 3}", false);
     } else if (end && strncmp(buf, "POST /generate", 14) == 0) {
         const char *body = end + 4;
         pthread_mutex_lock(&s->mu);
@@ -480,6 +483,42 @@ static void test_failures(void **state) {
     }
 }
 
+/* A server whose /generate counts more prompt tokens than /tokenize gives
+ * (it does not parse the template's special tokens in text) gets token
+ * ids instead. */
+static void test_sends_ids_when_text_loses_special_tokens(void **state) {
+    (void)state;
+    server *s = server_start();
+    s->tokenize = true;
+    char url[64], err[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", s->port);
+    tr_dsl_http_options ho = {0};
+    ho.url = url;
+    tr_dsl_backend *b;
+    assert_int_equal(tr_dsl_backend_http_new(&ho, &b, err, sizeof err), TR_OK);
+    assert_int_equal(s->n_bodies, 1); /* the probe: one token */
+    const char *src = "fn main() {\n  user { \"hi\" }\n  assistant { gen a }\n  return a\n}\n";
+    tr_dsl_script *sc;
+    tr_dsl_error e;
+    assert_int_equal(tr_dsl_script_parse("c.tr", NULL, src, strlen(src), NULL, &sc, &e), TR_OK);
+    tr_dsl_session *sess;
+    assert_int_equal(tr_dsl_session_new(sc, b, NULL, &sess, &e), TR_OK);
+    tr_dsl_result res;
+    assert_int_equal(tr_dsl_session_run(sess, "main", NULL, &res, &e), TR_OK);
+    assert_string_equal(json_string_value(res.ret), "hello world");
+    tr_dsl_result_deinit(&res);
+    assert_int_equal(s->n_bodies, 2);
+    json_t *body = json_loads(s->bodies[1], 0, NULL);
+    assert_null(json_object_get(body, "text"));
+    json_t *ids = json_object_get(body, "input_ids");
+    assert_int_equal(json_array_size(ids), 3);
+    json_decref(body);
+    tr_dsl_session_free(sess);
+    tr_dsl_backend_free(b);
+    tr_dsl_script_free(sc);
+    server_stop(s);
+}
+
 static void test_chat_template_needed(void **state) {
     (void)state;
     server *s = server_start();
@@ -522,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_stream_and_chunked),
         cmocka_unit_test(test_fork_reaches_server_together),
         cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_sends_ids_when_text_loses_special_tokens),
         cmocka_unit_test(test_chat_template_needed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
