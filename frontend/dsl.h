@@ -160,10 +160,14 @@ typedef struct tr_dsl_run_stats {
     int32_t tasks;            /* tasks started (the entry one included) */
     double wall_ms;           /* start to end of the run */
     double interp_ms;         /* CPU time the run's threads spent
-                                 interpreting: their thread CPU time less
-                                 the time inside backend calls */
-    double backend_ms;        /* CPU time inside backend calls (submitting:
-                                 tokenizing, rendering requests) */
+                                 interpreting (building prompts and chat
+                                 rendering included): their thread CPU
+                                 time less the time inside backend
+                                 submissions; time blocked waiting for the
+                                 engine costs no CPU and is not in it */
+    double backend_ms;        /* CPU time inside backend submissions
+                                 (tokenizing the prompt, compiling a
+                                 grammar, queueing the request) */
 } tr_dsl_run_stats;
 
 typedef struct tr_dsl_result {

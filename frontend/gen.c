@@ -241,6 +241,9 @@ static void gen_done(void *user, tr_dsl_gen_out *out) {
     atomic_fetch_add(&run->prompt_tokens, out->prompt_tokens);
     atomic_fetch_add(&run->cached_tokens, out->cached_tokens);
     atomic_fetch_add(&run->completion_tokens, out->completion_tokens);
+    /* before the future completes: once it has, the run may end and go */
+    if (run->on_gen_done && !atomic_exchange(&run->first_gen_done, true))
+        run->on_gen_done(run->on_gen_done_user);
     char what[160];
     snprintf(what, sizeof what, "%s %s", f->kind == TR_DSL_FUT_WARM ? "fork warm-up" : "gen",
              f->kind == TR_DSL_FUT_WARM ? "" : f->name);
@@ -274,8 +277,6 @@ static void gen_done(void *user, tr_dsl_gen_out *out) {
         }
     }
     tr_dsl_gen_out_deinit(out);
-    if (run->on_gen_done && !atomic_exchange(&run->first_gen_done, true))
-        run->on_gen_done(run->on_gen_done_user);
     tr_dsl_future_release(f); /* the sink's reference */
 }
 

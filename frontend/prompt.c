@@ -149,11 +149,10 @@ static tr_status render_chat(tr_dsl_task *t, tr_dsl_prompt *p, uint32_t off, cha
     size_t n = 0;
     if (s == TR_OK) {
         char err[512] = "";
-        int64_t c0 = tr_dsl_thread_cpu_ns();
+        /* rendering is prompt building: it counts as the interpreter's time */
         tr_status r = t->run->sess->backend->ops->render_chat(t->run->sess->backend, ms.m,
                                                               ms.n, false, &text, &n, err,
                                                               sizeof err);
-        t->backend_ns += tr_dsl_thread_cpu_ns() - c0;
         if (r != TR_OK) s = tr_dsl_fail(t, off, r, "%s", err);
     }
     if (s == TR_OK && open) {
