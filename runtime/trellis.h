@@ -105,6 +105,12 @@ typedef void (*trellis_wake_fn)(void *user);
 enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {
+    const char *device;       /* compute backend by name: NULL or "cpu"
+                                 (default); "cuda" where built with CUDA and
+                                 a GPU is present. An unknown or unavailable
+                                 name fails trellis_engine_new, err listing
+                                 the backends there are. Borrowed for the
+                                 call only. */
     int32_t threads;          /* CPU compute threads; 0 = one per core */
     int32_t max_batch_tokens; /* tokens per step: decode rows + prefill
                                  chunks (default 512) */
@@ -150,6 +156,7 @@ TRELLIS_API int trellis_engine_new(const char *model_path,
 TRELLIS_API void trellis_engine_free(trellis_engine *e);
 
 typedef struct trellis_engine_info {
+    const char *device;  /* the backend in use: "cpu", "cuda" (static) */
     int32_t n_vocab;
     int32_t n_ctx;       /* the context limit in force */
     int32_t page_size;

@@ -332,7 +332,7 @@ int cmd_generate(int argc, char **argv) {
         free(user);
         return 1;
     }
-    o.threads = tr_backend_cpu_threads(L.be);
+    o.threads = tr_backend_get_info(L.be).threads;
     const model_hparams *hp = tr_model_get_hparams(L.model);
     int rc = 1;
     char *text = NULL;

@@ -70,7 +70,8 @@ bool cli_load(const char *cmd, const char *path, gguf_load load, bool with_model
     if (s) goto fail;
     if (with_model) {
         progress(tty, "starting CPU workers");
-        s = tr_backend_cpu_new(threads, &out->be);
+        s = tr_backend_new("cpu", &(tr_backend_config){.threads = threads},
+                           &out->be, &d);
         if (s) goto fail;
         progress(tty, "binding weights");
         s = tr_model_load(out->file, out->be, max_batch, &out->model, &d);

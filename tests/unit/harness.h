@@ -34,14 +34,18 @@ static inline void tr_test_skip_all(const char *why) {
 
 #ifdef TRELLIS_HAVE_CMOCKA
 #include <cmocka.h>
+/* n tests built at run time (.name, .test_func, .initial_state set). */
+#define tr_test_run_tests(group, tests, n) \
+    _cmocka_run_group_tests((group), (tests), (n), NULL, NULL)
 #else
 
 typedef void (*tr_test_fn)(void **state);
 struct CMUnitTest {
     const char *name;
     tr_test_fn test_func;
+    void *initial_state; /* NULL: the group setup's state */
 };
-#define cmocka_unit_test(f) {#f, f}
+#define cmocka_unit_test(f) {#f, f, NULL}
 
 /* One test runs at a time (the harness is single-threaded, like the tests
  * that use it), so the jump target is file-static. */
@@ -125,7 +129,7 @@ static inline int tr_test_run_group(const char *group, const struct CMUnitTest *
         return (int)n;
     }
     for (size_t i = 0; i < n; i++) {
-        void *state = group_state;
+        void *state = t[i].initial_state ? t[i].initial_state : group_state;
         tr_test_outcome = 0;
         printf("[ RUN      ] %s\n", t[i].name);
         fflush(stdout);
@@ -143,6 +147,7 @@ static inline int tr_test_run_group(const char *group, const struct CMUnitTest *
 }
 #define cmocka_run_group_tests(tests, setup, teardown) \
     tr_test_run_group(__FILE__, (tests), sizeof(tests) / sizeof((tests)[0]), (setup), (teardown))
+#define tr_test_run_tests(group, tests, n) tr_test_run_group((group), (tests), (n), NULL, NULL)
 
 #endif /* TRELLIS_HAVE_CMOCKA */
 

@@ -69,7 +69,7 @@ static int setup(void **state) {
     }
     fixture *f = calloc(1, sizeof *f);
     tr_diag d = {0};
-    if (tr_gguf_open(path, &f->file, &d) || tr_backend_cpu_new(2, &f->be) ||
+    if (tr_gguf_open(path, &f->file, &d) || tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, &f->be, &d) ||
         tr_model_load(f->file, f->be, 512, &f->m, &d)) {
         fprintf(stderr, "load failed: %s\n", d.message);
         return -1;
@@ -278,7 +278,7 @@ static void test_chunking_is_bit_identical(void **state) {
     /* one thread instead of two */
     tr_backend *be1;
     model *m1;
-    assert_int_equal(tr_backend_cpu_new(1, &be1), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be1, NULL), TR_OK);
     assert_int_equal(tr_model_load(f->file, be1, 512, &m1, NULL), TR_OK);
     seq_kv_init(m1, &s, n + 1);
     run(m1, &s, prompt, n, 0, 512, b);
