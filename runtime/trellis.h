@@ -600,6 +600,24 @@ TRELLIS_API void trellis_get_stats(trellis_engine *e, trellis_stats *out);
 /* Drops every unlocked prefix-cache entry (waits for the engine). */
 TRELLIS_API int trellis_flush_cache(trellis_engine *e);
 
+/* The text a chat becomes with the model's chat template, as
+ * trellis_submit renders request.messages (the template's default system
+ * prompt included), with an open assistant turn at the end when
+ * add_generation_prompt. Encode it with parse_special. For clients that
+ * build prompts themselves (the DSL continues text inside an assistant
+ * turn). *out is malloc'd (free()), *out_len (may be NULL) its length.
+ * TRELLIS_ERR_UNSUPPORTED when the model has no template Trellis knows. */
+TRELLIS_API int trellis_chat_render(const trellis_engine *e, const trellis_message *m,
+                                    int32_t n, bool add_generation_prompt, char **out,
+                                    size_t *out_len, char *err, size_t err_cap);
+/* The same with a template given by family name ("chatml", "llama3",
+ * "gemma", "llama2", "mistral": no default system prompt) or by its Jinja
+ * text (as a GGUF's tokenizer.chat_template), no engine needed. */
+TRELLIS_API int trellis_chat_template_render(const char *tmpl, const trellis_message *m,
+                                             int32_t n, bool add_generation_prompt,
+                                             char **out, size_t *out_len, char *err,
+                                             size_t err_cap);
+
 /* Tokenizes text (no BOS added) into a malloc'd array (free with free()). */
 TRELLIS_API int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
                      bool parse_special, int32_t **ids, size_t *n_ids);

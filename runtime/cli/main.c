@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "runtime/bench/bench.h"
+#include "frontend/dsl.h"
 #include "runtime/cli/cli.h"
 #include "runtime/server/server.h"
 
@@ -21,6 +22,7 @@ static const struct {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"info", cmd_info, "describe a GGUF model"},
     {"tokenize", cmd_tokenize, "show the token ids of a text"},
+    {"run", tr_dsl_cmd_run, "run a prompt program (frontend/README.md)"},
     {"bench", cmd_bench, "benchmarks: serve (the engine under load), grammar "
                          "(constrained decoding), maskbench (JSON Schema)"},
 };
