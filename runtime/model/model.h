@@ -6,10 +6,12 @@
  * ids, positions, page tables (tr_batch) and a KV memory (tr_kv_layout) and
  * returns logits for the rows asked for.
  *
- * Architectures: "llama" (RMSNorm, RoPE normal mode, GQA, SwiGLU, optional
- * tied output embedding). The model borrows the gguf_file: with a
- * host-memory backend the weights are used in place from the mapping (no
- * copy), so the gguf_file must outlive the model.
+ * Architectures: one file per family (runtime/model/arch_<family>.c, the
+ * table in arch.c; today "llama": RMSNorm, RoPE normal mode, GQA, SwiGLU,
+ * optional tied output embedding), written on shared blocks (blocks.c);
+ * model_internal.h says how to add one. The model borrows the gguf_file:
+ * with a host-memory backend the weights are used in place from the
+ * mapping (no copy), so the gguf_file must outlive the model.
  *
  * Threads: a model is driven by one thread at a time (its scratch buffers
  * are reused between calls); the backend's workers do the parallel work.
@@ -44,7 +46,8 @@ typedef struct model model;
 /* Reads hyper-parameters and binds every tensor, checking presence, shape
  * and type (an error names the tensor and what is wrong; a known but
  * non-computable type is TR_ERR_UNSUPPORTED naming tensor and type; an
- * architecture other than llama is TR_ERR_UNSUPPORTED naming it).
+ * architecture not in the table is TR_ERR_UNSUPPORTED naming it and the
+ * supported ones).
  * max_batch_tokens bounds the rows of one forward call (scratch is sized
  * for it). On failure nothing is allocated. */
 tr_status tr_model_load(const gguf_file *f, tr_backend *be,

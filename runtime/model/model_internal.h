@@ -1,0 +1,181 @@
+/* model_internal.h — what the files of runtime/model share: the model
+ * object, the architecture table's entry type, the GGUF hyper-parameter
+ * and weight-binding helpers, and the shared blocks an architecture's
+ * forward pass is written with.
+ *
+ * Layering: internal to runtime/model (model.c, hparams.c, weights.c,
+ * blocks.c, arch.c, arch_<family>.c); -> kernels (backend), runtime/gguf.
+ *
+ * Adding a family: write runtime/model/arch_<family>.c defining one
+ * `const tr_model_arch tr_model_arch_<family>` (its hyper-parameter
+ * loader, weight binder and forward pass), declare it below and list it in
+ * arch.c. Nothing outside runtime/model changes: the engine, the radix
+ * cache and the grammar see only token ids, logits and KV pages.
+ *
+ * Shapes: n = tokens in the batch, dim = embedding width, q_dim = n_heads *
+ * head_dim, kv_dim = n_kv_heads * head_dim, ffn = feed-forward width.
+ * Matrices are [rows, cols] row-major ([out features, in features]).
+ *
+ * Threads: as model.h (one thread drives a model at a time).
+ */
+#ifndef TR_MODEL_INTERNAL_H
+#define TR_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "runtime/model/model.h"
+
+/* The attention sub-layer's weights (GGUF blk.<l>.attn_*). */
+typedef struct tr_attn_weights {
+    const float *norm; /* [dim] pre-attention RMSNorm */
+    tr_weight wq;      /* [q_dim, dim] */
+    tr_weight wk;      /* [kv_dim, dim] */
+    tr_weight wv;      /* [kv_dim, dim] */
+    tr_weight wo;      /* [dim, q_dim] */
+} tr_attn_weights;
+
+/* The gated feed-forward sub-layer's weights (GGUF blk.<l>.ffn_*). */
+typedef struct tr_ffn_weights {
+    const float *norm; /* [dim] pre-FFN RMSNorm */
+    tr_weight gate;    /* [ffn, dim] */
+    tr_weight up;      /* [ffn, dim] */
+    tr_weight down;    /* [dim, ffn] */
+} tr_ffn_weights;
+
+/* One transformer layer: the union of what the families use (a family
+ * leaves alone what it does not have). */
+typedef struct tr_layer_weights {
+    tr_attn_weights attn;
+    tr_ffn_weights ffn;
+} tr_layer_weights;
+
+typedef struct tr_fwd tr_fwd;
+
+/* An architecture: GGUF `general.architecture` name and how to load and
+ * run it. */
+typedef struct tr_model_arch {
+    const char *name;
+    /* Reads the family's hyper-parameters into hp (arch and n_vocab are
+     * already set) and checks what only this family knows; model.c checks
+     * the generic bounds afterwards (tr_model_hp_check). Errors name the
+     * GGUF key. */
+    tr_status (*load_hparams)(const gguf_file *f, model_hparams *hp,
+                              tr_diag *diag);
+    /* Binds every layer's tensors into m->layers (token_embd, output_norm
+     * and output are already bound). */
+    tr_status (*bind_layers)(model *m, tr_diag *diag);
+    /* The forward pass over f's batch, logits included (blocks below). */
+    tr_status (*forward)(tr_fwd *f);
+} tr_model_arch;
+
+/* The families (arch_<family>.c). */
+extern const tr_model_arch tr_model_arch_llama;
+
+/* The table (arch.c): the entry for `name`, or NULL. */
+const tr_model_arch *tr_model_arch_find(const char *name);
+/* Writes "llama, ..." (every supported name, for error messages; cut
+ * short if cap is too small) into buf and returns buf. */
+const char *tr_model_arch_list(char *buf, size_t cap);
+
+struct model {
+    model_hparams hp;
+    const tr_model_arch *arch;
+    tr_backend *be;           /* borrowed */
+    const gguf_file *file;    /* borrowed */
+    tr_weight tok_embd;       /* [vocab, dim] */
+    const float *out_norm;    /* [dim] */
+    tr_weight output;         /* [vocab, dim], may alias tok_embd */
+    tr_layer_weights *layers; /* [n_layers] */
+    void **device_copies;     /* weights uploaded to a non-host backend */
+    int n_device_copies;
+    uint64_t weight_bytes;
+
+    /* scratch on the backend, sized for max_batch tokens */
+    int32_t max_batch;
+    float *x;      /* [n, dim] residual stream */
+    float *xb;     /* [n, dim] normed input of a sub-layer */
+    float *q;      /* [n, q_dim] */
+    float *k;      /* [n, kv_dim] */
+    float *v;      /* [n, kv_dim] */
+    float *att;    /* [n, q_dim] attention output before wo */
+    float *hg;     /* [n, ffn] gate, then act(gate) * up */
+    float *hu;     /* [n, ffn] up */
+    float *xsel;   /* [n, dim] rows whose logits are wanted */
+    float *logits; /* [n, vocab] on the device (NULL with host memory) */
+};
+
+/* One forward call: the batch and where its ops go. */
+struct tr_fwd {
+    model *m;
+    tr_backend *st;           /* where the forward's ops are enqueued */
+    const tr_backend_ops *op; /* m->be->ops */
+    const tr_kv_layout *kv;
+    const tr_batch *b;
+    const int32_t *tokens;    /* [n] */
+    int32_t n;                /* tokens in the batch */
+    const int32_t *logit_rows; /* [n_logits] batch rows whose logits... */
+    int32_t n_logits;
+    float *logits;            /* ...go here: host [n_logits, vocab] */
+};
+
+/* ---- hyper-parameters (hparams.c) ----
+ * Keys are "<arch>.<suffix>". A missing required key is TR_ERR_NOT_FOUND
+ * naming it; a key of the wrong type is TR_ERR_FORMAT naming it; a
+ * missing optional key leaves *out as it was (the default). */
+tr_status tr_model_hp_u32(const gguf_file *f, const char *arch,
+                          const char *suffix, uint32_t *out, bool required,
+                          tr_diag *diag);
+tr_status tr_model_hp_f32(const gguf_file *f, const char *arch,
+                          const char *suffix, float *out, bool required,
+                          tr_diag *diag);
+/* The keys every llama-like family shares: block_count,
+ * embedding_length, attention.head_count, feed_forward_length (required);
+ * attention.head_count_kv (default: head_count), context_length (4096),
+ * attention.layer_norm_rms_epsilon (1e-5), rope.freq_base (10000). */
+tr_status tr_model_hp_read_common(const gguf_file *f, model_hparams *hp,
+                                  tr_diag *diag);
+/* Bounds every family must meet (layers, widths, head counts dividing,
+ * an even head_dim the attention kernels take, context): TR_ERR_FORMAT or
+ * TR_ERR_UNSUPPORTED naming the values. */
+tr_status tr_model_hp_check(const model_hparams *hp, tr_diag *diag);
+
+/* ---- weights (weights.c) ----
+ * Bind tensor `name` of shape [rows, cols] (GGUF ne = {cols, rows}):
+ * checks presence, shape and a computable type (errors name the tensor),
+ * makes it readable by the backend and counts its bytes. */
+tr_status tr_model_bind(model *m, const char *name, int64_t rows,
+                        int64_t cols, tr_weight *w, tr_diag *diag);
+/* An F32 vector of n elements (a norm's weight). */
+tr_status tr_model_bind_norm(model *m, const char *name, int64_t n,
+                             const float **out, tr_diag *diag);
+/* The standard GGUF names of layer l: attn_norm, attn_q, attn_k, attn_v,
+ * attn_output. */
+tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
+                             tr_diag *diag);
+/* ffn_norm, ffn_gate, ffn_up, ffn_down. */
+tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
+                            tr_diag *diag);
+
+/* ---- shared blocks (blocks.c) ----
+ * Each enqueues ops on f->st; together they are a llama-style layer. */
+
+/* x[n, dim] = token_embd rows of f->tokens. */
+void tr_model_block_embed(tr_fwd *f);
+/* The attention sub-layer of layer l with paged KV:
+ *   xb = rmsnorm(x) ; q, k, v = xb . wq, wk, wv ; rope(q, k at pos) ;
+ *   kv_store(k, v) ; att = softmax(q k^T * scale) v ; x += att . wo */
+void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
+                         float rope_base, float scale);
+/* The gated FFN sub-layer: xb = rmsnorm(x) ; x += (silu(xb . gate) *
+ * (xb . up)) . down */
+void tr_model_block_ffn_swiglu(tr_fwd *f, const tr_ffn_weights *w);
+/* The final norm and the output projection of the rows asked for:
+ * logits[n_logits, vocab] = rmsnorm(x[logit_rows]) . output. Returns
+ * when the logits are in f->logits (the one op whose failure, a device
+ * download, is reported). */
+tr_status tr_model_block_logits(tr_fwd *f);
+
+#endif

@@ -1,0 +1,121 @@
+/* weights.c — binding GGUF tensors to a model: presence, shape and type
+ * checks, and making each tensor readable by the backend. See
+ * model_internal.h.
+ *
+ * A host-memory backend (the CPU) reads the weights in place from the
+ * file's mapping or read-in copy: no copy, so the gguf_file outlives the
+ * model (model.h). Any other backend gets a device copy of each tensor,
+ * freed with the model.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/model/model_internal.h"
+
+/* Binds tensor `name` of shape [rows, cols] (ne = {cols, rows}); a norm
+ * (matrix false) is a vector of cols F32 elements. */
+static tr_status bind(model *m, const char *name, int64_t rows, int64_t cols,
+                      bool matrix, tr_weight *w, tr_diag *diag) {
+    const gguf_tensor *t = tr_gguf_tensor_find(m->file, name);
+    if (!t)
+        return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "tensor '%s' missing",
+                           name);
+    uint64_t want1 = matrix ? (uint64_t)rows : 1;
+    if (t->ne[0] != (uint64_t)cols || t->ne[1] != want1 || t->ne[2] != 1 ||
+        t->ne[3] != 1)
+        return tr_diag_set(
+            diag, TR_ERR_FORMAT, t->offset,
+            "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected "
+            "[%lld, %lld]",
+            name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+            (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+            (long long)cols, (long long)want1);
+    if (!matrix && t->type != TR_DTYPE_F32)
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, t->offset,
+                           "tensor '%s' has type %s, expected F32 for a norm",
+                           name, tr_dtype_name(t->type));
+    if (!tr_dtype_computable(t->type))
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, t->offset,
+                           "tensor '%s' has type %s, which Trellis cannot "
+                           "compute with (supported: F32 F16 BF16 Q4_0 Q4_1 "
+                           "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)",
+                           name, tr_dtype_name(t->type));
+    const void *data = t->data;
+    if (!m->be->host_memory) {
+        void *dev = NULL;
+        void **grown = realloc(m->device_copies,
+                               sizeof(void *) * (size_t)(m->n_device_copies + 1));
+        if (!grown) return TR_ERR_NOMEM;
+        m->device_copies = grown;
+        tr_status s = m->be->ops->alloc(m->be, t->size, &dev);
+        if (s) return tr_diag_set(diag, s, 0, "cannot allocate '%s'", name);
+        m->device_copies[m->n_device_copies++] = dev;
+        s = m->be->ops->upload(m->be, dev, t->data, t->size);
+        if (s) return tr_diag_set(diag, s, 0, "cannot upload '%s'", name);
+        data = dev;
+    }
+    w->data = data;
+    w->type = (tr_dtype)t->type;
+    w->rows = rows;
+    w->cols = cols;
+    m->weight_bytes += t->size;
+    return TR_OK;
+}
+
+tr_status tr_model_bind(model *m, const char *name, int64_t rows,
+                        int64_t cols, tr_weight *w, tr_diag *diag) {
+    return bind(m, name, rows, cols, true, w, diag);
+}
+
+tr_status tr_model_bind_norm(model *m, const char *name, int64_t n,
+                             const float **out, tr_diag *diag) {
+    tr_weight w = {0};
+    tr_status s = bind(m, name, 1, n, false, &w, diag);
+    if (s == TR_OK) *out = (const float *)w.data;
+    return s;
+}
+
+/* blk.<l>.<suffix>.weight */
+static const char *layer_name(char *buf, size_t cap, int32_t l,
+                              const char *suffix) {
+    snprintf(buf, cap, "blk.%d.%s.weight", l, suffix);
+    return buf;
+}
+
+tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
+                             tr_diag *diag) {
+    const model_hparams *hp = &m->hp;
+    const int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim,
+                  kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    char n[96];
+    tr_status s;
+    if ((s = tr_model_bind_norm(m, layer_name(n, sizeof n, l, "attn_norm"),
+                                dim, &w->norm, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "attn_q"), q_dim, dim,
+                           &w->wq, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "attn_k"), kv_dim,
+                           dim, &w->wk, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "attn_v"), kv_dim,
+                           dim, &w->wv, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "attn_output"), dim,
+                           q_dim, &w->wo, diag)))
+        return s;
+    return TR_OK;
+}
+
+tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
+                            tr_diag *diag) {
+    const int64_t dim = m->hp.dim, ffn = m->hp.ffn_dim;
+    char n[96];
+    tr_status s;
+    if ((s = tr_model_bind_norm(m, layer_name(n, sizeof n, l, "ffn_norm"), dim,
+                                &w->norm, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "ffn_gate"), ffn, dim,
+                           &w->gate, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "ffn_up"), ffn, dim,
+                           &w->up, diag)) ||
+        (s = tr_model_bind(m, layer_name(n, sizeof n, l, "ffn_down"), dim, ffn,
+                           &w->down, diag)))
+        return s;
+    return TR_OK;
+}
