@@ -54,7 +54,23 @@ int cmd_info(int argc, char **argv) {
                hp->n_heads, hp->n_kv_heads, hp->head_dim);
         printf("feed-forward:   %d\n", hp->ffn_dim);
         printf("context:        %d (trained)\n", hp->n_ctx_train);
-        printf("rope base:      %g\n", hp->rope_base);
+        printf("rope base:      %g", hp->rope_base);
+        if (hp->rope_freq_scale != 1.0f) printf(" (linear scaling x%g)", 1.0 / hp->rope_freq_scale);
+        if (hp->n_local_layers) printf(", local layers %g", hp->rope_base_local);
+        printf("\n");
+        /* per layer: G = global attention, L = sliding-window (local) */
+        printf("attention:      ");
+        if (hp->n_local_layers)
+            printf("%d local (window %d), %d global: ", hp->n_local_layers,
+                   hp->sliding_window, hp->n_layers - hp->n_local_layers);
+        else
+            printf("global in every layer: ");
+        for (int32_t l = 0; l < hp->n_layers; l++)
+            putchar(tr_model_layer_window(m, l) ? 'L' : 'G');
+        printf("\n");
+        printf("query scale:    %g\n", hp->attn_scale);
+        if (hp->embd_scale != 1.0f) printf("embed scale:    %g\n", hp->embd_scale);
+        if (hp->final_softcap > 0.0f) printf("logit softcap:  %g\n", hp->final_softcap);
         printf("rms epsilon:    %g\n", hp->rms_eps);
         printf("output:         %s\n", hp->tied_output ? "tied to token embedding" : "separate");
         printf("weights:        %.1f MiB\n", (double)tr_model_weight_bytes(m) / (1 << 20));
@@ -72,8 +88,12 @@ int cmd_info(int argc, char **argv) {
     for (int t = 0; t < TR_DTYPE_COUNT_; t++)
         if (hist[t]) printf(" %s x%llu", tr_dtype_name((uint32_t)t), hist[t]);
     printf("\n");
-    printf("vocabulary:     %d tokens (%s BPE, pre-tokenizer '%s')\n",
-           tr_tokenizer_n_vocab(L.tok), "byte-level", tr_tokenizer_pre_name(L.tok));
+    printf("vocabulary:     %d tokens (%s", tr_tokenizer_n_vocab(L.tok),
+           tr_tokenizer_kind_name(L.tok));
+    if (!tr_tokenizer_is_spm(L.tok))
+        printf(", pre-tokenizer '%s')\n", tr_tokenizer_pre_name(L.tok));
+    else
+        printf(", add_space_prefix %s)\n", tr_tokenizer_add_space_prefix(L.tok) ? "yes" : "no");
     printf("special tokens:\n");
     print_token(L.tok, "bos", tr_tokenizer_bos(L.tok));
     print_token(L.tok, "eos", tr_tokenizer_eos(L.tok));

@@ -771,10 +771,11 @@ int32_t tr_tokenizer_find(const tokenizer *t, const char *s) {
 
 const char *tr_tokenizer_pre_name(const tokenizer *t) { return t ? t->pre_name : ""; }
 const char *tr_tokenizer_kind_name(const tokenizer *t) {
-    return !t ? "" : t->kind == TOKENIZER_KIND_SPM ? "llama (SentencePiece-style)"
-                                                   : "gpt2 (byte-level BPE)";
+    return !t ? "" : t->kind == TOKENIZER_KIND_SPM ? "llama: SentencePiece-style"
+                                                   : "gpt2: byte-level BPE";
 }
 bool tr_tokenizer_add_space_prefix(const tokenizer *t) { return t && t->add_space_prefix; }
+bool tr_tokenizer_is_spm(const tokenizer *t) { return t && t->kind == TOKENIZER_KIND_SPM; }
 
 const uint8_t *tr_tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len) {
     if (!id_ok(t, id)) {

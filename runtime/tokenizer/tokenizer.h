@@ -91,8 +91,10 @@ int32_t tr_tokenizer_find(const tokenizer *t, const char *s);
  * the file (or tr_tokenizer_from_gguf_pre) spelled it; for llama (SPM)
  * vocabularies, which have none, the file's name, unused. */
 const char *tr_tokenizer_pre_name(const tokenizer *t);
-/* "gpt2 (byte-level BPE)" or "llama (SentencePiece-style)". */
+/* "gpt2: byte-level BPE" or "llama: SentencePiece-style". */
 const char *tr_tokenizer_kind_name(const tokenizer *t);
+/* true for llama (SentencePiece-style) vocabularies. */
+bool tr_tokenizer_is_spm(const tokenizer *t);
 /* llama (SPM) vocabularies: whether a space is put in front of the text
  * (see above); false for gpt2 ones. */
 bool tr_tokenizer_add_space_prefix(const tokenizer *t);
