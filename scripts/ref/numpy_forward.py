@@ -24,14 +24,24 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 
-def forward(path, ids):
-    r = GGUFReader(path)
+def forward(path, ids, cache=None):
+    """Logits (float64) of the last of ids. cache: a dict kept between
+    calls on the same file (dequantized weights are reused)."""
+    if cache is None:
+        cache = {}
+    if cache.get("path") != path:
+        cache.clear()
+        cache["path"] = path
+        cache["reader"] = GGUFReader(path)
+    r = cache["reader"]
     T = {t.name: t for t in r.tensors}
 
     def W(name):
-        t = T[name]
-        return dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-            [int(x) for x in reversed(t.shape)])
+        if name not in cache:
+            t = T[name]
+            cache[name] = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+                [int(x) for x in reversed(t.shape)])
+        return cache[name]
 
     def f(k, default=None):
         if k not in r.fields:
