@@ -163,7 +163,7 @@ static tr_status emit_symbol(const tokenizer *t, const tokenizer_spm_scratch *s,
 tr_status tr_tokenizer_spm_encode(const tokenizer *t, tokenizer_spm_scratch *s,
                                const char *src, size_t n, bool prefix,
                                tokenizer_ids *out) {
-    if (n == 0 && !prefix) return TR_OK;
+    if (n == 0) return TR_OK; /* no fragment, no prefix (llama.cpp: "" -> []) */
     size_t len;
     tr_status st = escape(s, src, n, prefix, &len);
     if (st) return st;
