@@ -76,8 +76,11 @@ SYNTH_PROMPTS = [
 
 
 def run(model_path, prompts, out_dir, name, stride, add_bos, extra):
+    # swa_full: the sliding-window layers' cache holds the whole context,
+    # so a prompt longer than the window fits one batch (the window is
+    # still applied by the attention mask)
     llm = Llama(model_path=model_path, n_ctx=1024, n_batch=1024, n_ubatch=1024,
-                n_threads=2, logits_all=True, verbose=False)
+                n_threads=2, logits_all=True, swa_full=True, verbose=False)
     cache = {}
     cases = []
     for i, text in enumerate(prompts):

@@ -28,12 +28,24 @@ float32, then to fp16). F32 tensors (norms, biases) are
 center + ((fld_i & 1023) - 512) / 4096 per element i, exact in float32.
 
 Type mix: like a real Q4_K_M file (Q4_K for most projections, Q6_K for
-some V/down and the output, Q5_0/Q4_0/Q8_0 for others), varied by layer.
+some V/down and the embedding, Q5_0/Q4_0/Q8_0 for others), varied by layer.
+
+The output projection. Random logits over 49,152 tokens are flat at the
+top: with an independent random output.weight, 12% of greedy steps had a
+top-2 gap below 0.1, where any two engines' rounding picks differently.
+Trained models are confident; to get there with random weights, qwen2's
+(untied) output.weight is token_embd with its rows permuted, row
+(PERM_A * t + PERM_B) mod n_vocab = embedding row t: the residual stream
+keeps the input token's embedding, so the model mostly predicts that
+token's successor in the permutation (a bigram model with a varied
+output), while every layer still moves the logits. qwen3 ties its output
+to the embedding (its greedy output repeats the input token).
 """
 import sys
 import numpy as np
 
 M64 = (1 << 64) - 1
+PERM_A, PERM_B = 7919, 1  # the output permutation (7919 is prime)
 
 # fp16 block scale divisor: the std of (dequantized value / scale) for
 # uniformly random quants and scales (Q4_K: with dmin = 7.5 * d)
@@ -74,9 +86,9 @@ def tensors(arch, n_vocab):
     a = ARCHS[arch]
     d, hd, q_dim, kv_dim = a["dim"], a["head_dim"], a["n_heads"] * a["head_dim"], \
         a["n_kv"] * a["head_dim"]
-    # logits = output . normed x: gain 4 spreads them (std ~4) so that
-    # greedy steps are rarely near-ties; the input side is normed anyway
-    out = [("token_embd.weight", "Q8_0", n_vocab, d, 4.0 if a["tied"] else 1.0)]
+    # logits = output . normed x, output = the embedding (tied or
+    # permuted): gain 4 spreads them (std ~4); the input side is normed
+    out = [("token_embd.weight", "Q8_0" if a["tied"] else "Q6_K", n_vocab, d, 4.0)]
     for l in range(a["n_layers"]):
         p = "blk.%d." % l
         odd = l % 2
@@ -98,12 +110,19 @@ def tensors(arch, n_vocab):
                 (p + "ffn_down.weight", "Q6_K" if not odd else "Q4_K", d, a["ffn"], 1.0)]
     out += [("output_norm.weight", "F32", 1, d, 1.0)]
     if not a["tied"]:
-        out += [("output.weight", "Q6_K", n_vocab, d, 4.0)]
+        out += [("output.weight", "PERM", n_vocab, d, 4.0)]  # see the docstring
     return out
 
 
 def tensor_bytes(t, typ, rows, cols, g):
-    """The bytes of tensor number t (1-based)."""
+    """The bytes of tensor number t (1-based); PERM: token_embd's (tensor 1,
+    type Q6_K) rows permuted."""
+    if typ == "PERM":
+        src = np.frombuffer(tensor_bytes(1, "Q6_K", rows, cols, g), dtype=np.uint8)
+        src = src.reshape(rows, -1)
+        out = np.empty_like(src)
+        out[(PERM_A * np.arange(rows) + PERM_B) % rows] = src
+        return out.tobytes()
     if typ == "F32":
         n = rows * cols
         f = stream(t | 1 << 20, n)
@@ -195,7 +214,7 @@ def write(arch, vocab, path):
             w.add_tensor(name, data.view(np.float32).reshape(rows, cols) if rows > 1
                          else data.view(np.float32))
         else:
-            qt = getattr(gguf.GGMLQuantizationType, typ)
+            qt = getattr(gguf.GGMLQuantizationType, "Q6_K" if typ == "PERM" else typ)
             w.add_tensor(name, data.reshape(rows, -1), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -45,7 +45,11 @@ typedef struct synth_tensor {
     tr_dtype type;
     int64_t rows, cols;
     double gain; /* F32: the center */
+    bool perm;   /* token_embd's rows permuted (qwen2's output.weight) */
 } synth_tensor;
+
+#define SYNTH_PERM_A 7919 /* output row (A t + B) mod vocab = embedding row t */
+#define SYNTH_PERM_B 1
 
 static inline uint64_t synth_sm64(uint64_t x) {
     uint64_t z = x + 0x9E3779B97F4A7C15ull;
@@ -67,10 +71,11 @@ static int synth_tensors(const synth_arch *a, int64_t n_vocab, synth_tensor *out
         out[n].rows = r;                                                         \
         out[n].cols = c;                                                         \
         out[n].gain = g;                                                         \
+        out[n].perm = false;                                                     \
         n++;                                                                     \
     } while (0)
     char nm[48];
-    T_("token_embd.weight", TR_DTYPE_Q8_0, n_vocab, d, a->tied ? 4.0 : 1.0);
+    T_("token_embd.weight", a->tied ? TR_DTYPE_Q8_0 : TR_DTYPE_Q6_K, n_vocab, d, 4.0);
     for (int l = 0; l < a->n_layers; l++) {
         bool odd = l % 2;
 #define L_(suffix, ty, r, c, g)                                                  \
@@ -99,7 +104,10 @@ static int synth_tensors(const synth_arch *a, int64_t n_vocab, synth_tensor *out
 #undef L_
     }
     T_("output_norm.weight", TR_DTYPE_F32, 1, d, 1.0);
-    if (!a->tied) T_("output.weight", TR_DTYPE_Q6_K, n_vocab, d, 4.0);
+    if (!a->tied) {
+        T_("output.weight", TR_DTYPE_Q6_K, n_vocab, d, 4.0);
+        out[n - 1].perm = true;
+    }
 #undef T_
     return n;
 }
@@ -122,8 +130,17 @@ static double synth_scale_div(tr_dtype t) {
     }
 }
 
-/* Fills dst with tensor number t (1-based). */
-static void synth_tensor_bytes(int t, const synth_tensor *s, uint8_t *dst) {
+/* Fills dst with tensor number t (1-based); a permuted tensor copies the
+ * rows of emb (tensor 1, already filled). */
+static void synth_tensor_bytes(int t, const synth_tensor *s, uint8_t *dst,
+                               const uint8_t *emb) {
+    if (s->perm) {
+        uint64_t row = synth_tensor_size(s) / (uint64_t)s->rows;
+        for (int64_t r = 0; r < s->rows; r++)
+            memcpy(dst + (uint64_t)((SYNTH_PERM_A * r + SYNTH_PERM_B) % s->rows) * row,
+                   emb + (uint64_t)r * row, (size_t)row);
+        return;
+    }
     const uint64_t size = synth_tensor_size(s);
     const uint64_t fkey = ((uint64_t)t | 1u << 20) << 40;
     if (s->type == TR_DTYPE_F32) {
@@ -254,7 +271,7 @@ static uint8_t *synth_gguf(const synth_arch *a, int64_t n_vocab, size_t *len,
     for (int i = 0; i < nt; i++) {
         uint64_t sz = synth_tensor_size(&ts[i]);
         uint8_t *p = h.p + data0 + at;
-        synth_tensor_bytes(i + 1, &ts[i], p);
+        synth_tensor_bytes(i + 1, &ts[i], p, h.p + data0);
         dg = synth_digest_add(dg, i + 1, p, sz);
         at += (sz + 31) / 32 * 32;
     }
