@@ -12,6 +12,11 @@
 
 #include <stdint.h>
 
+/* C linkage for the CUDA backend's .cu files (compiled as C++). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TR_STATUS_LIST(X)                                              \
     X(TR_OK, 0, "ok")                                                  \
     X(TR_ERR_NOMEM, -1, "out of memory")                               \
@@ -59,5 +64,9 @@ tr_status tr_diag_set(tr_diag *d, tr_status code, uint64_t offset,
 tr_status tr_diag_set_at(tr_diag *d, tr_status code, uint64_t offset,
                          int line, int column, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

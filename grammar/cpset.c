@@ -111,35 +111,3 @@ bool tr_cpset_contains(const gcpset *s, uint32_t cp) {
     return false;
 }
 
-int tr_gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp) {
-    if (len == 0) return 0;
-    uint8_t b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    int n;
-    uint32_t c, min;
-    if (b >= 0xC2 && b <= 0xDF) {
-        n = 2, c = b & 0x1F, min = 0x80;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        n = 3, c = b & 0x0F, min = 0x800;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        n = 4, c = b & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len < (size_t)n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > GCP_MAX || (c >= GCP_SURR_LO && c <= GCP_SURR_HI))
-        return 0;
-    *cp = c;
-    return n;
-}
-
-int tr_gutf8_encode(uint32_t cp, uint8_t out[4]) {
-    return tr_utf8_encode(cp, out);
-}

@@ -30,6 +30,7 @@
 
 #include "grammar/grammar.h"
 #include "base/status.h"
+#include "base/utf8.h"
 #include "base/util.h"
 
 /* ---------------------------------------------------------------------
@@ -107,12 +108,6 @@ extern const char tr_grammar_unicode_version[];
 extern const gunicode_category tr_grammar_unicode_categories[];
 extern const size_t tr_grammar_unicode_n_categories;
 
-/* UTF-8 helpers. Decodes one code point from s[0..len); returns its
- * length (1..4) or 0 for an invalid / truncated / overlong / surrogate
- * sequence. */
-int tr_gutf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
-/* Encodes cp (<= 0x10FFFF, not a surrogate) into out; returns 1..4. */
-int tr_gutf8_encode(uint32_t cp, uint8_t out[4]);
 
 /* ---------------------------------------------------------------------
  * Regex AST (regex_parse.c)

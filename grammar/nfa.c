@@ -156,8 +156,8 @@ static tr_status utf8_range(nb *b, uint32_t from, uint32_t to, uint32_t lo,
         }
     }
     uint8_t a[4], z[4];
-    int n = tr_gutf8_encode(lo, a);
-    int n2 = tr_gutf8_encode(hi, z);
+    int n = tr_utf8_encode(lo, a);
+    int n2 = tr_utf8_encode(hi, z);
     TR_ASSERT(n == n2);
     return emit_seq(b, from, to, a, z, n);
 }

@@ -251,7 +251,7 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
     int c = peek(p);
     *kind = ESC_CHAR;
     if (c >= 0x80) { /* \ before a non-ASCII character: the character */
-        int n = tr_gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
+        int n = tr_utf8_decode(p->s + p->pos, p->len - p->pos, cp);
         if (n == 0) return fail(p, TR_ERR_FORMAT, p->pos, "invalid UTF-8");
         p->pos += (size_t)n;
         return TR_OK;
@@ -389,7 +389,7 @@ static tr_status parse_escape(gp *p, bool in_class, esc_kind *kind,
 
 /* Reads one literal code point (UTF-8) at p->pos. */
 static tr_status literal_cp(gp *p, uint32_t *cp) {
-    int n = tr_gutf8_decode(p->s + p->pos, p->len - p->pos, cp);
+    int n = tr_utf8_decode(p->s + p->pos, p->len - p->pos, cp);
     if (n == 0) return fail(p, TR_ERR_FORMAT, p->pos, "invalid UTF-8");
     p->pos += (size_t)n;
     return TR_OK;

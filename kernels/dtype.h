@@ -15,6 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C linkage for the CUDA backend's .cu files (compiled as C++). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum tr_dtype {
     TR_DTYPE_F32 = 0,
     TR_DTYPE_F16 = 1,
@@ -66,5 +71,9 @@ bool tr_dtype_row_bytes(uint32_t id, uint64_t n, uint64_t *out);
 /* true for the types the matmul/embedding kernels implement: F32, F16,
  * BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
 bool tr_dtype_computable(uint32_t id);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

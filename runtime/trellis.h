@@ -51,6 +51,14 @@
 extern "C" {
 #endif
 
+/* The functions of this header are the only symbols libtrellis.so exports
+ * (the library is built with hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define TRELLIS_API __attribute__((visibility("default")))
+#else
+#define TRELLIS_API
+#endif
+
 /* ---- status codes (equal to the core's tr_status values) ---- */
 #define TRELLIS_OK 0
 #define TRELLIS_ERR_NOMEM (-1)
@@ -69,8 +77,8 @@ extern "C" {
 
 /* The code's name as the core spells it ("TR_ERR_NOMEM") and a message;
  * never NULL. */
-const char *trellis_status_name(int status);
-const char *trellis_status_message(int status);
+TRELLIS_API const char *trellis_status_name(int status);
+TRELLIS_API const char *trellis_status_message(int status);
 
 #define TRELLIS_MAX_TOP_LOGPROBS 20
 #define TRELLIS_MAX_STOP 16     /* stop strings per request */
@@ -97,6 +105,12 @@ typedef void (*trellis_wake_fn)(void *user);
 enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {
+    const char *device;       /* compute backend by name: NULL or "cpu"
+                                 (default); "cuda" where built with CUDA and
+                                 a GPU is present. An unknown or unavailable
+                                 name fails trellis_engine_new, err listing
+                                 the backends there are. Borrowed for the
+                                 call only. */
     int32_t threads;          /* CPU compute threads; 0 = one per core */
     int32_t max_batch_tokens; /* tokens per step: decode rows + prefill
                                  chunks (default 512) */
@@ -118,18 +132,20 @@ typedef struct trellis_engine_options {
                                  of one request still share their prompt) */
     bool no_overlap;          /* run forward passes on the engine thread
                                  instead of a compute thread */
+    int32_t grammar_cache_mb; /* compiled grammars kept for reuse,
+                                 memos included (default 256) */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
 
-void trellis_engine_options_default(trellis_engine_options *o);
+TRELLIS_API void trellis_engine_options_default(trellis_engine_options *o);
 
 /* Loads the GGUF model at model_path (NULL: the default model path, see
  * base/paths.h), allocates the KV pool and starts the engine.
  * On failure *out is untouched and err (may be NULL) says why. */
-int trellis_engine_new(const char *model_path,
+TRELLIS_API int trellis_engine_new(const char *model_path,
                        const trellis_engine_options *options,
                        trellis_engine **out, char *err, size_t err_cap);
 
@@ -137,9 +153,10 @@ int trellis_engine_new(const char *model_path,
  * (no more events), unread events are freed. NULL is a no-op. No other call
  * on e may be in progress or follow (in particular not a trellis_wait on
  * another thread), and it must not be called from `wake`. */
-void trellis_engine_free(trellis_engine *e);
+TRELLIS_API void trellis_engine_free(trellis_engine *e);
 
 typedef struct trellis_engine_info {
+    const char *device;  /* the backend in use: "cpu", "cuda" (static) */
     int32_t n_vocab;
     int32_t n_ctx;       /* the context limit in force */
     int32_t page_size;
@@ -152,7 +169,122 @@ typedef struct trellis_engine_info {
     int32_t load;        /* TRELLIS_LOAD_MMAP or _READ: what AUTO chose */
 } trellis_engine_info;
 
-void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+TRELLIS_API void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Grammars: compiled constraints, shared by handle                    */
+/* ------------------------------------------------------------------ */
+
+/* A constraint (regex, choice list, JSON Schema, any JSON object, EBNF)
+ * compiled against an engine's vocabulary into an immutable,
+ * reference-counted handle. Requests refer to a handle
+ * (trellis_request.grammar); the engine constrains each of their samples
+ * with a fresh matcher over it.
+ *
+ * Compile cache. trellis_grammar_compile first looks the constraint up in
+ * the engine's grammar cache, keyed by (kind, text, options): a hit
+ * returns the cached handle (a new reference) without compiling. The
+ * cache holds at most trellis_engine_options.grammar_cache_mb of compiled
+ * grammars (their automata and their mask memos) and evicts the least
+ * recently used entries beyond that; an evicted grammar lives on in the
+ * requests and handles that still hold it. Concurrent compiles of the
+ * same key compile once (the others wait for it). Failed compiles are not
+ * cached.
+ *
+ * Shared masks. Each compiled grammar memoizes the token mask of every
+ * automaton state it has met; the memo belongs to the grammar, so every
+ * request using the same handle finds warm masks.
+ *
+ * Threads. trellis_grammar_compile blocks its caller for the compile (from
+ * microseconds for a cached or small grammar to the compile-time budget)
+ * and may be called from any thread, concurrently; an event loop calls it
+ * on a worker pool (libuv's uv_queue_work), never on its loop thread. The
+ * engine thread never compiles. _ref/_release and the accessors are
+ * thread-safe. The concurrency design of the cache and the memo is
+ * documented in runtime/engine (grammar_cache.h).
+ *
+ * Errors. A bad constraint is TRELLIS_ERR_FORMAT (syntax; err says what
+ * and where: byte offset, line:column, or JSON pointer for schemas),
+ * TRELLIS_ERR_UNSUPPORTED (a construct or schema keyword that cannot be
+ * enforced: named), or TRELLIS_ERR_LIMIT (a compile budget: states, bytes
+ * or time; named). A kind this build cannot compile yet is
+ * TRELLIS_ERR_UNSUPPORTED. */
+typedef struct trellis_grammar trellis_grammar;
+
+typedef enum trellis_grammar_kind {
+    TRELLIS_GRAMMAR_REGEX = 1,       /* text: a regex (grammar/grammar.h
+                                        dialect), matched as a whole */
+    TRELLIS_GRAMMAR_CHOICE = 2,      /* text: a JSON array of strings; the
+                                        output is exactly one of them */
+    TRELLIS_GRAMMAR_JSON_SCHEMA = 3, /* text: a JSON Schema document */
+    TRELLIS_GRAMMAR_JSON_OBJECT = 4, /* any JSON object; text ignored (NULL
+                                        allowed) */
+    TRELLIS_GRAMMAR_EBNF = 5,        /* text: GBNF / EBNF with regex
+                                        terminals, start rule `root` */
+} trellis_grammar_kind;
+
+/* trellis_grammar_options.whitespace (JSON kinds) */
+enum {
+    TRELLIS_WS_FLEXIBLE = 0, /* JSON whitespace between tokens, each run at
+                                most max_ws_run bytes */
+    TRELLIS_WS_COMPACT = 1,  /* none */
+    TRELLIS_WS_PRETTY = 2,   /* newlines and `indent` spaces per level */
+};
+
+typedef struct trellis_grammar_options {
+    bool lenient;       /* JSON Schema: ignore keywords that cannot be
+                           enforced (with a warning) instead of refusing
+                           the schema */
+    int32_t whitespace; /* TRELLIS_WS_*; default FLEXIBLE */
+    int32_t max_ws_run; /* FLEXIBLE: most whitespace bytes in a row
+                           (default 16; bounds loops on spaces) */
+    int32_t indent;     /* PRETTY: spaces per level (default 2) */
+} trellis_grammar_options;
+
+TRELLIS_API void trellis_grammar_options_default(trellis_grammar_options *o);
+
+/* Compiles text[0..len) (len 0: strlen; text may be NULL for
+ * JSON_OBJECT) as `kind`, or finds it in the cache. options may be NULL
+ * (defaults). On success *out holds a new reference (release it with
+ * trellis_grammar_release). On failure *out is untouched and err (may be
+ * NULL) says why. */
+TRELLIS_API int trellis_grammar_compile(trellis_engine *e, trellis_grammar_kind kind,
+                                        const char *text, size_t len,
+                                        const trellis_grammar_options *options,
+                                        trellis_grammar **out, char *err, size_t err_cap);
+/* The same as kind CHOICE with the JSON array of choices[0..n). */
+TRELLIS_API int trellis_grammar_compile_choices(trellis_engine *e,
+                                                const char *const *choices, int32_t n,
+                                                trellis_grammar **out, char *err,
+                                                size_t err_cap);
+/* Adds a reference; returns g. */
+TRELLIS_API trellis_grammar *trellis_grammar_ref(trellis_grammar *g);
+/* Drops a reference (frees at zero); NULL is a no-op. A grammar may
+ * outlive its engine's cache but not its engine: release every handle
+ * before trellis_engine_free. */
+TRELLIS_API void trellis_grammar_release(trellis_grammar *g);
+TRELLIS_API trellis_grammar_kind trellis_grammar_get_kind(const trellis_grammar *g);
+/* Warnings of a lenient compile (keywords ignored, one per line, each with
+ * its JSON pointer); "" when none. Borrowed, valid while g lives. */
+TRELLIS_API const char *trellis_grammar_warnings(const trellis_grammar *g);
+
+typedef struct trellis_grammar_cache_stats {
+    uint64_t hits, misses;   /* lookups by trellis_grammar_compile and by
+                                requests' `regex` */
+    uint64_t compiles;       /* successful compiles (== misses that
+                                compiled) */
+    uint64_t failures;       /* compiles that returned an error */
+    uint64_t evictions;
+    int32_t entries;
+    uint64_t bytes;          /* held by cached grammars, memos included */
+    uint64_t budget_bytes;
+    uint64_t masks_computed; /* masks computed by walking the vocabulary,
+                                over all grammars */
+    uint64_t masks_reused;   /* masks taken from a grammar's memo */
+} trellis_grammar_cache_stats;
+
+TRELLIS_API void trellis_grammar_cache_get_stats(trellis_engine *e,
+                                                 trellis_grammar_cache_stats *out);
 
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
@@ -234,12 +366,16 @@ typedef struct trellis_request {
     const int32_t *stop_tokens; /* stop token ids (not emitted) */
     int32_t n_stop_tokens;
 
-    /* Constraint: a regex the whole completion must match, or a custom
-     * constraint (at most one). The engine takes over constraint_state on
-     * success (it calls ops->free); on failure the caller keeps it.
-     * A regex constraint is done (finish "stop", stop_token -1) as soon as
-     * the text is a complete match no byte can extend, without sampling
-     * the end-of-generation token that is then the only one allowed. */
+    /* Constraint (at most one of grammar, regex, constraint): a compiled
+     * grammar (borrowed: trellis_submit takes its own reference), a regex
+     * the whole completion must match (compiled through the engine's
+     * grammar cache, as trellis_grammar_compile with kind REGEX), or a
+     * custom constraint. The engine takes over constraint_state on success
+     * (it calls ops->free); on failure the caller keeps it. A grammar or
+     * regex constraint is done (finish "stop", stop_token -1) as soon as
+     * the text is complete and no byte can extend it, without sampling the
+     * end-of-generation token that is then the only one allowed. */
+    const trellis_grammar *grammar;
     const char *regex;
     const trellis_constraint_ops *constraint;
     void *constraint_state;
@@ -255,7 +391,7 @@ typedef struct trellis_request {
 
 /* temperature 1, top_p 1, repetition 1, penalty_last_n 64, max_tokens 128,
  * n 1, everything else 0 / NULL / false. */
-void trellis_request_default(trellis_request *r);
+TRELLIS_API void trellis_request_default(trellis_request *r);
 
 /* Validates and copies the request, tokenizes the prompt (on the calling
  * thread), compiles its regex, and queues it. Requests that can never run
@@ -264,13 +400,13 @@ void trellis_request_default(trellis_request *r);
  * the whole KV pool (TRELLIS_ERR_LIMIT), bad sampling parameters, a bad
  * regex, etc. On success *id_out (may be NULL) receives the request id
  * (never 0). */
-int trellis_submit(trellis_engine *e, const trellis_request *r,
+TRELLIS_API int trellis_submit(trellis_engine *e, const trellis_request *r,
                    uint64_t *id_out, char *err, size_t err_cap);
 
 /* Asks the engine to stop request id: its pages are freed at the next
  * step and its unfinished samples end with finish CANCELLED. Unknown or
  * finished ids are ignored. Asynchronous; returns 0 or TRELLIS_ERR_NOMEM. */
-int trellis_cancel(trellis_engine *e, uint64_t id);
+TRELLIS_API int trellis_cancel(trellis_engine *e, uint64_t id);
 
 /* ------------------------------------------------------------------ */
 /* Events                                                              */
@@ -291,7 +427,7 @@ typedef enum trellis_finish {
 } trellis_finish;
 
 /* "stop", "length", "cancelled", "error", "" */
-const char *trellis_finish_name(trellis_finish f);
+TRELLIS_API const char *trellis_finish_name(trellis_finish f);
 
 typedef struct trellis_top_logprob {
     int32_t token;
@@ -354,13 +490,13 @@ typedef struct trellis_event {
 
 /* Takes the next event: 1 and *out set (free it with trellis_event_free),
  * or 0 when the queue is empty. */
-int trellis_poll(trellis_engine *e, trellis_event **out);
+TRELLIS_API int trellis_poll(trellis_engine *e, trellis_event **out);
 
 /* Waits up to timeout_ms (-1: forever) for an event: 1 and *out set, or 0
  * on time-out. */
-int trellis_wait(trellis_engine *e, int timeout_ms, trellis_event **out);
+TRELLIS_API int trellis_wait(trellis_engine *e, int timeout_ms, trellis_event **out);
 
-void trellis_event_free(trellis_event *ev);
+TRELLIS_API void trellis_event_free(trellis_event *ev);
 
 /* ------------------------------------------------------------------ */
 /* Statistics and utilities                                            */
@@ -404,16 +540,16 @@ typedef struct trellis_stats {
 } trellis_stats;
 
 /* A snapshot taken at the end of the latest engine step. */
-void trellis_get_stats(trellis_engine *e, trellis_stats *out);
+TRELLIS_API void trellis_get_stats(trellis_engine *e, trellis_stats *out);
 
 /* Drops every unlocked prefix-cache entry (waits for the engine). */
-int trellis_flush_cache(trellis_engine *e);
+TRELLIS_API int trellis_flush_cache(trellis_engine *e);
 
 /* Tokenizes text (no BOS added) into a malloc'd array (free with free()). */
-int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
+TRELLIS_API int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,
                      bool parse_special, int32_t **ids, size_t *n_ids);
 /* The bytes of one token (borrowed; NULL for bad ids). */
-const char *trellis_token_text(const trellis_engine *e, int32_t id,
+TRELLIS_API const char *trellis_token_text(const trellis_engine *e, int32_t id,
                                size_t *len);
 
 #ifdef __cplusplus

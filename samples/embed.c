@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/trellis.h"
+#include <trellis.h>
 
 int main(int argc, char **argv) {
     const char *model = argc > 1 ? argv[1] : NULL; /* NULL: default model */

@@ -13,13 +13,16 @@
  * Shutdown order matters: the engine is freed (its thread joined, so wake
  * can no longer run) before the async handle is closed.
  */
+/* uv.h needs the POSIX thread types (pthread_rwlock_t) that -std=c11 hides */
+#define _POSIX_C_SOURCE 200809L
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
-#include "runtime/trellis.h"
+#include <trellis.h>
 
 enum { N_REQ = 4 };
 

@@ -1,51 +1,126 @@
 #!/usr/bin/env bash
-# scripts/test.sh — set up (scripts/setup.sh), build, and run every test:
-# the unit tests and fuzz-corpus replays under ctest in Release, then the
-# unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then a short run of every libFuzzer target (clang).
-set -euo pipefail
+# scripts/test.sh — set up (scripts/setup.sh) and run every test, stage by
+# stage, then print a one-screen summary (stage, pass/fail, time). Every
+# stage runs even when an earlier one failed; the exit status is non-zero
+# if any failed.
+#
+#   release    unit tests, fuzz-corpus replays, symbol check, end-to-end
+#              tests under ctest (Release build in build/)
+#   asan       the unit tests again under AddressSanitizer + UBSan
+#   core-only  the model core (base, kernels, gguf, model) and its tests,
+#              configured with every other package disabled: what a GPU
+#              test machine without our dependencies builds
+#   install    cmake --install into a temporary prefix, then the samples
+#              built against it with pkg-config (shared and static) and run
+#   fuzz       every libFuzzer target for FUZZ_SECONDS (default 10) from
+#              its checked-in corpus (clang)
+#
+# STAGES="release asan" runs only those stages.
+set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$here/scripts/setup.sh"
 jobs="$(nproc)"
+stages="${STAGES:-release asan core-only install fuzz}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+summary=()
+failed=0
 
-echo "== unit tests (Release)"
-ctest --test-dir "$here/build" --output-on-failure -j "$jobs"
-
-echo "== unit tests (ASan + UBSan)"
-cmake -S "$here" -B "$here/build-asan" -DCMAKE_BUILD_TYPE=Debug \
-      -DTRELLIS_SANITIZE=ON -DTRELLIS_CUDA=OFF >/dev/null
-cmake --build "$here/build-asan" -j "$jobs" >/dev/null
-TRELLIS_TEST_SCALE=small ASAN_OPTIONS=detect_leaks=1 \
-  ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" -E "^e2e_"
-
-# Every parser's libFuzzer target, built with clang and run briefly from
-# its checked-in corpus (a copy: new inputs stay out of the repository), so
-# the fuzz build cannot rot. FUZZ_SECONDS per target (default 10).
-echo "== fuzz targets (clang + libFuzzer, ${FUZZ_SECONDS:-10} s each)"
-if command -v clang >/dev/null 2>&1; then
-  CC=clang cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_BUILD_TYPE=Debug \
-        -DTRELLIS_FUZZ=ON -DTRELLIS_CUDA=OFF >/dev/null
-  targets=()
-  for src in "$here"/tests/fuzz/fuzz_*.c; do
-    targets+=("$(basename "$src" .c)")
-  done
-  cmake --build "$here/build-fuzz" -j "$jobs" --target "${targets[@]}" >/dev/null
-  work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
-  for t in "${targets[@]}"; do
-    name="${t#fuzz_}"
-    mkdir -p "$work/$name"
-    cp -r "$here/tests/fuzz/corpus/$name/." "$work/$name/" 2>/dev/null || true
-    if ! (cd "$work" && "$here/build-fuzz/tests/$t" "$work/$name" \
-            -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=4096 \
-            > "$work/$name.log" 2>&1); then
-      tail -40 "$work/$name.log"
-      echo "fuzz target $t failed (crash input saved under $work)" >&2
-      trap - EXIT
-      exit 1
+run_stage() { # name function
+    local name="$1" t0 rc
+    echo "== $name"
+    t0=$(date +%s)
+    "$2"
+    rc=$?
+    local dt=$(($(date +%s) - t0))
+    if [ $rc -eq 0 ]; then
+        summary+=("$(printf '%-10s pass  %5ss' "$name" "$dt")")
+    else
+        summary+=("$(printf '%-10s FAIL  %5ss  (exit %s)' "$name" "$dt" "$rc")")
+        failed=1
     fi
-    echo "  $t: $(grep -o 'Done [0-9]* runs' "$work/$name.log" || echo ok)"
-  done
-else
-  echo "  skipped: clang not found"
+}
+
+stage_setup() { "$here/scripts/setup.sh"; }
+
+stage_release() {
+    ctest --test-dir "$here/build" --output-on-failure -j "$jobs"
+}
+
+stage_asan() {
+    cmake -S "$here" -B "$here/build-asan" -DCMAKE_BUILD_TYPE=Debug \
+          -DTRELLIS_SANITIZE=ON -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
+    cmake --build "$here/build-asan" -j "$jobs" >/dev/null &&
+    TRELLIS_TEST_SCALE=small ASAN_OPTIONS=detect_leaks=1 \
+        ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" -E "^(e2e_|symbols)"
+}
+
+stage_core_only() {
+    local b="$here/build-core"
+    cmake -S "$here" -B "$b" -DTRELLIS_CORE_ONLY=ON -DTRELLIS_CUDA=OFF \
+          -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON >/dev/null &&
+    cmake --build "$b" -j "$jobs" >/dev/null &&
+    TRELLIS_TEST_SCALE=small ctest --test-dir "$b" --output-on-failure -j "$jobs"
+}
+
+stage_install() {
+    local prefix="$work/prefix" model
+    model="${TRELLIS_MODEL:-${TRELLIS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+    cmake --install "$here/build" --prefix "$prefix" >/dev/null || return 1
+    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    local cflags libs
+    cflags="$(pkg-config --cflags trellis)" && libs="$(pkg-config --libs trellis)" || return 1
+    # shared: the documented way (README, "C API")
+    cc -std=c11 -Wall -Wextra -Werror "$here/samples/embed.c" $cflags $libs \
+       -o "$work/embed_shared" || return 1
+    LD_LIBRARY_PATH="$prefix/lib" "$work/embed_shared" "$model" "Say hello." >"$work/embed.out" ||
+        { cat "$work/embed.out"; return 1; }
+    grep -q '^engine:' "$work/embed.out" || { echo "embed_shared: no summary line"; return 1; }
+    # static, with the libuv sample
+    cc -std=c11 -Wall -Wextra -Werror "$here/samples/embed_uv.c" $cflags \
+       "$prefix/lib/libtrellis.a" $(pkg-config --static --libs-only-l trellis | sed 's/-ltrellis//') \
+       $(pkg-config --libs libuv) -o "$work/embed_uv_static" || return 1
+    ! ldd "$work/embed_uv_static" | grep -q libtrellis || { echo "static build loads libtrellis.so"; return 1; }
+    "$work/embed_uv_static" "$model" >"$work/embed_uv.out" || { cat "$work/embed_uv.out"; return 1; }
+    echo "  samples built with pkg-config (shared and static) and run"
+}
+
+stage_fuzz() {
+    if ! command -v clang >/dev/null 2>&1; then
+        echo "  clang not found"; return 1
+    fi
+    CC=clang cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_BUILD_TYPE=Debug \
+          -DTRELLIS_FUZZ=ON -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null || return 1
+    local targets=() t name
+    for src in "$here"/tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
+    cmake --build "$here/build-fuzz" -j "$jobs" --target "${targets[@]}" >/dev/null || return 1
+    for t in "${targets[@]}"; do
+        name="${t#fuzz_}"
+        mkdir -p "$work/fuzz/$name"
+        cp -r "$here/tests/fuzz/corpus/$name/." "$work/fuzz/$name/" 2>/dev/null || true
+        if ! (cd "$work/fuzz" && "$here/build-fuzz/tests/$t" "$work/fuzz/$name" \
+                -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=4096 \
+                >"$work/fuzz/$name.log" 2>&1); then
+            tail -40 "$work/fuzz/$name.log"
+            mkdir -p "$here/tests/fuzz/artifacts"
+            cp "$work"/fuzz/crash-* "$work"/fuzz/leak-* "$work"/fuzz/timeout-* \
+               "$here/tests/fuzz/artifacts/" 2>/dev/null || true
+            echo "fuzz target $t failed (inputs saved in tests/fuzz/artifacts/)" >&2
+            return 1
+        fi
+        echo "  $t: $(grep -o 'Done [0-9]* runs' "$work/fuzz/$name.log" || echo ok)"
+    done
+}
+
+run_stage setup stage_setup
+if [ "$failed" -ne 0 ]; then
+    echo "setup failed: nothing else can run" >&2
+    exit 1
 fi
+for s in $stages; do
+    run_stage "$s" "stage_${s//-/_}"
+done
+
+echo
+echo "== summary"
+printf '  %s\n' "${summary[@]}"
+exit "$failed"

@@ -114,9 +114,11 @@ typedef struct cpu_rope_cache {
  * kept for the next op (their contents never outlive an op). */
 typedef struct cpu_backend {
     tr_backend base;
+    tr_stream stream0; /* the default stream */
     cpu_pool *pool;
     int n_threads;
-    bool avx2;
+    const char *kset; /* "portable", "avx2", "avx512vnni" (cpu.h) */
+    bool avx2;        /* k is the AVX2 table */
     const cpu_op_kernels *k;
     const cpu_quant_kernels *qk;
 
@@ -133,33 +135,33 @@ typedef struct cpu_backend {
 bool tr_cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes);
 
 /* ---- op entry points (ops.c), the contracts are in kernels/backend.h ---- */
-void tr_cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
-                  const int32_t *ids, int32_t n);
-void tr_cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
-                    const float *w, int32_t n, int32_t dim, float eps);
-void tr_cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
-                   const tr_weight *const *w, const float *x, int32_t n,
-                   bool accumulate);
-void tr_cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
-                 int32_t head_dim, const int32_t *pos, float freq_base);
-void tr_cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
-                     const float *k, const float *v, const tr_batch *b);
-void tr_cpu_op_attention(tr_backend *be, float *out, const float *q,
-                      const tr_kv_layout *kv, int32_t layer,
-                      const tr_batch *b, int32_t n_heads, float scale);
-void tr_cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
-                   const float *up, int64_t n);
-void tr_cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n);
-void tr_cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
-                     const int32_t *rows, int32_t n);
-void tr_cpu_op_rope_neox(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
+                     const int32_t *ids, int32_t n);
+void tr_cpu_op_rmsnorm(tr_stream *s, float *out, const float *x,
+                       const float *w, int32_t n, int32_t dim, float eps);
+void tr_cpu_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
+                      const tr_weight *const *w, const float *x, int32_t n,
+                      bool accumulate);
+void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                    int32_t head_dim, const int32_t *pos, float freq_base);
+void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
+                        const float *k, const float *v, const tr_batch *b);
+void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
+                         const tr_kv_layout *kv, int32_t layer,
+                         const tr_batch *b, int32_t n_heads, float scale);
+void tr_cpu_op_swiglu(tr_stream *s, float *out, const float *gate,
+                      const float *up, int64_t n);
+void tr_cpu_op_add(tr_stream *s, float *out, const float *x, int64_t n);
+void tr_cpu_op_get_rows(tr_stream *s, float *out, const float *x, int32_t dim,
+                        const int32_t *rows, int32_t n);
+void tr_cpu_op_rope_neox(tr_stream *s, float *x, int32_t n, int32_t n_heads,
                          int32_t head_dim, const int32_t *pos, float freq_base,
                          float freq_scale);
-void tr_cpu_op_geglu(tr_backend *be, float *out, const float *gate,
+void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
                      const float *up, int64_t n);
-void tr_cpu_op_add_bias(tr_backend *be, float *x, const float *b, int32_t n,
+void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
                         int32_t dim);
-void tr_cpu_op_scale(tr_backend *be, float *x, float s, int64_t n);
-void tr_cpu_op_softcap(tr_backend *be, float *x, float cap, int64_t n);
+void tr_cpu_op_scale(tr_stream *s, float *x, float sc, int64_t n);
+void tr_cpu_op_softcap(tr_stream *s, float *x, float cap, int64_t n);
 
 #endif

@@ -24,7 +24,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "base/util.h"
 
-static inline cpu_backend *cpu_of(tr_backend *be) { return (cpu_backend *)be; }
+static inline cpu_backend *cpu_of(tr_stream *s) { return (cpu_backend *)s->be; }
 
 /* Threads for an op of `work` units when a thread should get at least
  * `min_share` of them to be worth waking. */
@@ -235,9 +235,9 @@ static void embed_task(void *ctx, int ith, int nth) {
     }
 }
 
-void tr_cpu_op_embed(tr_backend *be, float *out, const tr_weight *table,
+void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
                   const int32_t *ids, int32_t n) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0) return;
     uint64_t rb = 0;
     bool ok = tr_dtype_row_bytes(table->type, (uint64_t)table->cols, &rb);
@@ -353,10 +353,10 @@ static void matmul_task(void *ctx, int ith, int nth) {
     }
 }
 
-void tr_cpu_op_matmul(tr_backend *be, int32_t n_mats, float *const *out,
+void tr_cpu_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
                    const tr_weight *const *w, const float *x, int32_t n,
                    bool accumulate) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0 || n_mats <= 0) return;
     TR_ASSERT(n_mats <= MATMUL_MAX_MATS);
     matmul_args a = {
@@ -436,9 +436,9 @@ static void rmsnorm_task(void *ctx, int ith, int nth) {
                           a->dim, a->eps);
 }
 
-void tr_cpu_op_rmsnorm(tr_backend *be, float *out, const float *x,
+void tr_cpu_op_rmsnorm(tr_stream *s, float *out, const float *x,
                     const float *w, int32_t n, int32_t dim, float eps) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0 || dim <= 0) return;
     rmsnorm_args a = {c->k, out, x, w, n, dim, eps};
     int nth = op_threads(c, (int64_t)n * dim, 8192);
@@ -588,15 +588,15 @@ static void rope_run(cpu_backend *c, float *x, int32_t n, int32_t n_heads,
     }
 }
 
-void tr_cpu_op_rope(tr_backend *be, float *x, int32_t n, int32_t n_heads,
-                 int32_t head_dim, const int32_t *pos, float freq_base) {
-    rope_run(cpu_of(be), x, n, n_heads, head_dim, pos, freq_base, 1.0f, false);
+void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                    int32_t head_dim, const int32_t *pos, float freq_base) {
+    rope_run(cpu_of(s), x, n, n_heads, head_dim, pos, freq_base, 1.0f, false);
 }
 
-void tr_cpu_op_rope_neox(tr_backend *be, float *x, int32_t n, int32_t n_heads,
+void tr_cpu_op_rope_neox(tr_stream *s, float *x, int32_t n, int32_t n_heads,
                          int32_t head_dim, const int32_t *pos, float freq_base,
                          float freq_scale) {
-    rope_run(cpu_of(be), x, n, n_heads, head_dim, pos, freq_base, freq_scale,
+    rope_run(cpu_of(s), x, n, n_heads, head_dim, pos, freq_base, freq_scale,
              true);
 }
 
@@ -617,9 +617,9 @@ static void swiglu_task(void *ctx, int ith, int nth) {
     if (hi > lo) e->k->swiglu(e->out + lo, e->a + lo, e->b + lo, hi - lo);
 }
 
-void tr_cpu_op_swiglu(tr_backend *be, float *out, const float *gate,
+void tr_cpu_op_swiglu(tr_stream *s, float *out, const float *gate,
                    const float *up, int64_t n) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0) return;
     elem_args e = {c->k, out, gate, up, n};
     tr_cpu_pool_run(c->pool, op_threads(c, n, 8192), swiglu_task, &e);
@@ -632,8 +632,8 @@ static void add_task(void *ctx, int ith, int nth) {
     if (hi > lo) e->k->add(e->out + lo, e->a + lo, hi - lo);
 }
 
-void tr_cpu_op_add(tr_backend *be, float *out, const float *x, int64_t n) {
-    cpu_backend *c = cpu_of(be);
+void tr_cpu_op_add(tr_stream *s, float *out, const float *x, int64_t n) {
+    cpu_backend *c = cpu_of(s);
     if (n <= 0) return;
     elem_args e = {c->k, out, x, NULL, n};
     /* Memory-bound: only worth splitting when large. */
@@ -647,9 +647,9 @@ static void geglu_task(void *ctx, int ith, int nth) {
     if (hi > lo) e->k->geglu(e->out + lo, e->a + lo, e->b + lo, hi - lo);
 }
 
-void tr_cpu_op_geglu(tr_backend *be, float *out, const float *gate,
+void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
                      const float *up, int64_t n) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0) return;
     elem_args e = {c->k, out, gate, up, n};
     tr_cpu_pool_run(c->pool, op_threads(c, n, 8192), geglu_task, &e);
@@ -670,9 +670,9 @@ static void bias_task(void *ctx, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) a->k->add(a->x + t * a->dim, a->b, a->dim);
 }
 
-void tr_cpu_op_add_bias(tr_backend *be, float *x, const float *b, int32_t n,
+void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
                         int32_t dim) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (n <= 0 || dim <= 0) return;
     bias_args a = {c->k, x, b, n, dim};
     int nth = op_threads(c, (int64_t)n * dim, 65536);
@@ -682,19 +682,19 @@ void tr_cpu_op_add_bias(tr_backend *be, float *x, const float *b, int32_t n,
 /* scale and softcap: elementwise, once per forward on small arrays (the
  * embedding rows, the logits rows): plain loops on the calling thread,
  * the same in every kernel set. */
-void tr_cpu_op_scale(tr_backend *be, float *x, float s, int64_t n) {
-    (void)be;
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+void tr_cpu_op_scale(tr_stream *s, float *x, float sc, int64_t n) {
+    (void)s;
+    for (int64_t i = 0; i < n; i++) x[i] *= sc;
 }
 
-void tr_cpu_op_softcap(tr_backend *be, float *x, float cap, int64_t n) {
-    (void)be;
+void tr_cpu_op_softcap(tr_stream *s, float *x, float cap, int64_t n) {
+    (void)s;
     for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
-void tr_cpu_op_get_rows(tr_backend *be, float *out, const float *x, int32_t dim,
+void tr_cpu_op_get_rows(tr_stream *s, float *out, const float *x, int32_t dim,
                      const int32_t *rows, int32_t n) {
-    (void)be;
+    (void)s;
     for (int32_t i = 0; i < n; i++)
         memcpy(out + (int64_t)i * dim, x + (int64_t)rows[i] * dim,
                (size_t)dim * sizeof(float));
@@ -769,9 +769,9 @@ static void kv_store_task(void *ctx, int ith, int nth) {
     }
 }
 
-void tr_cpu_op_kv_store(tr_backend *be, const tr_kv_layout *kv, int32_t layer,
+void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
                      const float *k, const float *v, const tr_batch *b) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     if (b->n_tokens <= 0) return;
     TR_ASSERT(kv->type == TR_DTYPE_F16 || kv->type == TR_DTYPE_F32);
     TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
@@ -1067,10 +1067,10 @@ static void attn_split_task(void *ctx, int ith, int nth) {
     }
 }
 
-void tr_cpu_op_attention(tr_backend *be, float *out, const float *q,
+void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
                       const tr_kv_layout *kv, int32_t layer,
                       const tr_batch *b, int32_t n_heads, float scale) {
-    cpu_backend *c = cpu_of(be);
+    cpu_backend *c = cpu_of(s);
     int32_t n_tok = b->n_tokens;
     if (n_tok <= 0) return;
     int32_t n_kv = kv->n_kv_heads, hd = kv->head_dim;

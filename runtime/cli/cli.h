@@ -42,8 +42,5 @@ void cli_loaded_free(cli_loaded *l);
 void cli_report(const char *cmd, const char *what, tr_status s,
                 const tr_diag *d);
 
-/* Checks UTF-8 validity; returns the byte offset of the first invalid
- * sequence or -1 if valid. */
-int64_t cli_utf8_invalid_at(const char *s, size_t len);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 #include "grammar/grammar.h"
 #include "runtime/chat/chat.h"
@@ -313,10 +314,10 @@ int cmd_generate(int argc, char **argv) {
         user = strdup(o.prompt);
         user_len = strlen(o.prompt);
     }
-    int64_t bad = cli_utf8_invalid_at(user, user_len);
-    if (bad >= 0 || strlen(user) != user_len) {
-        fprintf(stderr, "trellis generate: the prompt is not valid UTF-8 (at byte %lld)\n",
-                (long long)(bad >= 0 ? bad : (int64_t)strlen(user)));
+    /* a NUL byte in a prompt file counts as invalid: the prompt is a C string */
+    size_t bad = TR_MIN(tr_utf8_invalid_at(user, user_len), strlen(user));
+    if (bad != user_len) {
+        fprintf(stderr, "trellis generate: the prompt is not valid UTF-8 (at byte %zu)\n", bad);
         free(user);
         return 1;
     }
@@ -331,7 +332,7 @@ int cmd_generate(int argc, char **argv) {
         free(user);
         return 1;
     }
-    o.threads = tr_backend_cpu_threads(L.be);
+    o.threads = tr_backend_get_info(L.be).threads;
     const model_hparams *hp = tr_model_get_hparams(L.model);
     int rc = 1;
     char *text = NULL;

@@ -35,7 +35,7 @@ int cmd_info(int argc, char **argv) {
     tr_backend *be = NULL;
     model *m = NULL;
     tr_diag d = {0};
-    tr_status s = tr_backend_cpu_new(1, &be);
+    tr_status s = tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be, &d);
     if (s == TR_OK) s = tr_model_load(L.file, be, 1, &m, &d);
 
     gguf_str name = {0};

@@ -70,7 +70,8 @@ bool cli_load(const char *cmd, const char *path, gguf_load load, bool with_model
     if (s) goto fail;
     if (with_model) {
         progress(tty, "starting CPU workers");
-        s = tr_backend_cpu_new(threads, &out->be);
+        s = tr_backend_new("cpu", &(tr_backend_config){.threads = threads},
+                           &out->be, &d);
         if (s) goto fail;
         progress(tty, "binding weights");
         s = tr_model_load(out->file, out->be, max_batch, &out->model, &d);
@@ -94,26 +95,3 @@ void cli_loaded_free(cli_loaded *l) {
     memset(l, 0, sizeof *l);
 }
 
-int64_t cli_utf8_invalid_at(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
-        else return (int64_t)i;
-        if (i + n > len) return (int64_t)i;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return (int64_t)i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return (int64_t)i;
-        i += n;
-    }
-    return -1;
-}

@@ -72,7 +72,8 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .max_batch = tr_model_max_batch_tokens(m),
         .n_pages = n_pages,
         .page_size = page_size,
-        .threads = tr_backend_cpu_threads(be),
+        .threads = tr_backend_get_info(be).threads,
+        .device = tr_backend_get_info(be).name,
     };
     return TR_OK;
 }

@@ -523,6 +523,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     o.page_size = compute->page_size;
     o.kv_pages = compute->n_pages;
     o.threads = compute->threads;
+    o.device = compute->device ? compute->device : "custom"; /* static */
     if (o.ctx < 0 || o.ctx > compute->n_ctx) {
         s = seterr(err, err_cap, TR_ERR_INVALID_ARG,
                    "context %d is outside 1..%d (the model's training context)",
@@ -653,8 +654,15 @@ int trellis_engine_new(const char *model_path,
         return seterr(err, err_cap, s, "cannot build the tokenizer of '%s': %s",
                       path, d.message[0] ? d.message : tr_status_message(s));
     }
-    s = tr_backend_cpu_new(o.threads, &be);
-    if (s == TR_OK) s = tr_model_load(f, be, o.max_batch_tokens, &m, &d);
+    s = tr_backend_new(o.device, &(tr_backend_config){.threads = o.threads},
+                       &be, &d);
+    if (s != TR_OK) {
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
+        return seterr(err, err_cap, s, "cannot start the compute backend: %s",
+                      d.message[0] ? d.message : tr_status_message(s));
+    }
+    s = tr_model_load(f, be, o.max_batch_tokens, &m, &d);
     if (s != TR_OK) {
         tr_backend_free(be);
         tr_tokenizer_free(tok);
@@ -698,6 +706,7 @@ void trellis_engine_free(trellis_engine *e) {
 
 void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     memset(o, 0, sizeof *o);
+    o->device = e->opt.device;
     o->n_vocab = e->n_vocab;
     o->n_ctx = e->n_ctx;
     o->page_size = e->page_size;

@@ -62,6 +62,8 @@ typedef struct engine_compute {
     int32_t n_pages;   /* KV pages the compute side holds */
     int32_t page_size;
     int32_t threads;   /* for reports */
+    const char *device; /* backend name for reports (static); NULL:
+                           "custom" */
 } engine_compute;
 
 /* Starts an engine on a compute object and a tokenizer. Takes ownership of

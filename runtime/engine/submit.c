@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 
@@ -50,37 +51,6 @@ static int fail(char *err, size_t cap, int code, const char *fmt, ...) {
         va_end(ap);
     }
     return code;
-}
-
-static bool utf8_valid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return false;
-        }
-        if (i + n > len) return false;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += n;
-    }
-    return true;
 }
 
 /* ---- the regex constraint: a grammar_matcher per sample ---- */
@@ -159,7 +129,7 @@ static int append_ids(int32_t **ids, int32_t *n, const int32_t *src,
 static int encode_text(const trellis_engine *e, const char *text, size_t len,
                        bool parse_special, int32_t **ids, int32_t *n,
                        char *err, size_t cap) {
-    if (!utf8_valid(text, len))
+    if (!tr_utf8_valid(text, len))
         return fail(err, cap, TR_ERR_INVALID_ARG, "the prompt is not valid UTF-8");
     if (e->add_bos) {
         int32_t bos = tr_tokenizer_bos(e->tok);
@@ -212,7 +182,7 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
     for (int32_t i = 0; i < r->n_messages; i++) {
         msgs[i].role = r->messages[i].role;
         msgs[i].content = r->messages[i].content;
-        if (msgs[i].content && !utf8_valid(msgs[i].content, strlen(msgs[i].content))) {
+        if (msgs[i].content && !tr_utf8_valid(msgs[i].content, strlen(msgs[i].content))) {
             free(msgs);
             return fail(err, cap, TR_ERR_INVALID_ARG,
                         "message %d is not valid UTF-8", i);
@@ -264,7 +234,7 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
             return fail(err, cap, TR_ERR_INVALID_ARG,
                         "stop string %d is %zu bytes (at most %d)", k, len,
                         TRELLIS_MAX_STOP_LEN);
-        if (!utf8_valid(s, len))
+        if (!tr_utf8_valid(s, len))
             return fail(err, cap, TR_ERR_INVALID_ARG,
                         "stop string %d is not valid UTF-8", k);
     }

@@ -14,7 +14,9 @@ static tr_status llama_hparams(const gguf_file *f, model_hparams *hp,
                                tr_diag *diag) {
     tr_status s = tr_model_hp_read_common(f, hp, diag);
     if (s) return s;
-    if (hp->n_heads <= 0 || hp->dim <= 0 || hp->dim % hp->n_heads != 0)
+    /* non-positive counts are left to tr_model_hp_check, which names all */
+    if (hp->n_heads <= 0 || hp->dim <= 0) return TR_OK;
+    if (hp->dim % hp->n_heads != 0)
         return tr_diag_set(diag, TR_ERR_FORMAT, 0,
                            "implausible hyper-parameters: dim %d is not a "
                            "multiple of %d heads",

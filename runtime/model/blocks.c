@@ -100,19 +100,39 @@ void tr_model_block_ffn_geglu(tr_fwd *f, const tr_ffn_weights *w) {
     block_ffn(f, w, true);
 }
 
+/* The rows whose logits are wanted: the optional get_rows op, else one
+ * device copy per row (n_logits is usually one per sequence). */
+static tr_status gather_rows(tr_fwd *f, float *out, const float *x,
+                             int32_t dim) {
+    if (f->op->get_rows) {
+        f->op->get_rows(f->st, out, x, dim, f->logit_rows, f->n_logits);
+        return TR_OK;
+    }
+    const size_t row = (size_t)dim * sizeof(float);
+    for (int32_t i = 0; i < f->n_logits; i++) {
+        tr_status s = f->op->copy(f->st, out + (size_t)i * (size_t)dim,
+                                  x + (size_t)f->logit_rows[i] * (size_t)dim,
+                                  row);
+        if (s) return s;
+    }
+    return TR_OK;
+}
+
 tr_status tr_model_block_logits(tr_fwd *f) {
     model *m = f->m;
     const model_hparams *hp = &m->hp;
-    tr_backend *be = m->be;
-    if (f->n_logits == 0) return f->op->synchronize(be);
+    if (f->n_logits == 0) return f->op->stream_synchronize(f->st);
     /* only the rows asked for (usually each sequence's last) */
-    f->op->get_rows(f->st, m->xsel, m->x, hp->dim, f->logit_rows,
-                    f->n_logits); /* xsel[n_logits, dim] */
+    tr_status s = gather_rows(f, m->xsel, m->x, hp->dim); /* xsel[n_logits, dim] */
+    if (s) return s;
     f->op->rmsnorm(f->st, m->xsel, m->xsel, m->out_norm, f->n_logits, hp->dim,
                    hp->rms_eps);
-    /* Straight into the caller's buffer when device memory is host memory
-     * (at 32 rows a download would copy 6 MB per step for nothing). */
-    float *lo[1] = {be->host_memory ? f->logits : m->logits};
+    /* The one branch on the kind of memory: where ops may write host
+     * memory, the output matmul writes the caller's buffer (at 32 rows a
+     * device buffer and a download would copy 6 MB per step for nothing);
+     * elsewhere it writes device memory and the logits come back by an
+     * asynchronous download. */
+    float *lo[1] = {m->host_memory ? f->logits : m->logits};
     const tr_weight *wout[1] = {&m->output};
     f->op->matmul(f->st, 1, lo, wout, m->xsel, f->n_logits,
                   false); /* [n_logits, vocab] */
@@ -121,8 +141,10 @@ tr_status tr_model_block_logits(tr_fwd *f) {
     if (hp->final_softcap > 0.0f)
         f->op->softcap(f->st, lo[0], hp->final_softcap,
                        (int64_t)f->n_logits * hp->n_vocab);
-    if (be->host_memory) return f->op->synchronize(be);
-    return f->op->download(be, f->logits, m->logits,
-                           (size_t)f->n_logits * (size_t)hp->n_vocab *
-                               sizeof(float));
+    if (!m->host_memory)
+        s = f->op->download(f->st, f->logits, m->logits,
+                            (size_t)f->n_logits * (size_t)hp->n_vocab *
+                                sizeof(float));
+    tr_status s2 = f->op->stream_synchronize(f->st);
+    return s ? s : s2;
 }

@@ -87,9 +87,17 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
     if (!f || !be || !out || max_batch_tokens <= 0)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "model_load: bad arguments");
+    const char *missing = tr_backend_missing_op(be);
+    if (missing)
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
+                           "the %s backend lacks the '%s' op",
+                           be->ops->get_info ? tr_backend_get_info(be).name
+                                             : "compute",
+                           missing);
     model *m = calloc(1, sizeof *m);
     if (!m) return TR_ERR_NOMEM;
     m->be = be;
+    m->host_memory = tr_backend_get_info(be).host_memory;
     m->file = f;
     m->max_batch = max_batch_tokens;
     model_hparams *hp = &m->hp;
@@ -126,7 +134,7 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
         (s = alloc_scratch(m, &m->hu, n, hp->ffn_dim)) ||
         (s = alloc_scratch(m, &m->xsel, n, dim)) ||
         /* host memory: the output matmul writes the caller's buffer */
-        (!be->host_memory && (s = alloc_scratch(m, &m->logits, n, hp->n_vocab)))) {
+        (!m->host_memory && (s = alloc_scratch(m, &m->logits, n, hp->n_vocab)))) {
         tr_diag_set(diag, s, 0, "cannot allocate scratch for %d tokens",
                     max_batch_tokens);
         goto fail;
@@ -172,6 +180,8 @@ tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
     if (n_pages <= 0 || page_size <= 0 ||
         (type != TR_DTYPE_F16 && type != TR_DTYPE_F32))
         return TR_ERR_INVALID_ARG;
+    if (!m->be->ops->supports(m->be, TR_BACKEND_CAP_KV, type))
+        return TR_ERR_UNSUPPORTED;
     uint64_t bytes;
     if (tr_mul_overflow_u64(tr_model_kv_page_bytes(m, page_size, type),
                             (uint64_t)n_pages, &bytes) ||
@@ -237,7 +247,7 @@ tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
     }
     tr_fwd f = {
         .m = m,
-        .st = m->be,
+        .st = tr_backend_stream(m->be),
         .op = m->be->ops,
         .kv = kv,
         .b = b,

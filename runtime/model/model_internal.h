@@ -98,6 +98,7 @@ struct model {
     model_hparams hp;
     const tr_model_arch *arch;
     tr_backend *be;           /* borrowed */
+    bool host_memory;         /* be's info.host_memory */
     const gguf_file *file;    /* borrowed */
     tr_weight tok_embd;       /* [vocab, dim] */
     const float *out_norm;    /* [dim] */
@@ -106,7 +107,7 @@ struct model {
     int32_t *window;          /* [n_layers] sliding window, 0 = global;
                                  tr_kv_layout.window points here */
     const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
-    void **device_copies;     /* weights uploaded to a non-host backend */
+    void **device_copies;     /* weights the backend copied (import_weights) */
     int n_device_copies;
     uint64_t weight_bytes;
 
@@ -127,7 +128,7 @@ struct model {
 /* One forward call: the batch and where its ops go. */
 struct tr_fwd {
     model *m;
-    tr_backend *st;           /* where the forward's ops are enqueued */
+    tr_stream *st;            /* where the forward's ops are enqueued */
     const tr_backend_ops *op; /* m->be->ops */
     const tr_kv_layout *kv;
     const tr_batch *b;

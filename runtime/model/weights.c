@@ -2,16 +2,32 @@
  * checks, and making each tensor readable by the backend. See
  * model_internal.h.
  *
- * A host-memory backend (the CPU) reads the weights in place from the
- * file's mapping or read-in copy: no copy, so the gguf_file outlives the
- * model (model.h). Any other backend gets a device copy of each tensor,
- * freed with the model.
+ * The backend's import_weights decides where the bytes live: a
+ * host-memory backend (the CPU) reads them in place from the file's
+ * mapping or read-in copy, so the gguf_file outlives the model (model.h);
+ * a device backend makes a copy, freed with the model.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/model/model_internal.h"
+
+/* "F32 F16 ...": the weight types be computes with. */
+static const char *weight_types(const tr_backend *be, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (uint32_t t = 0; t < TR_DTYPE_COUNT_; t++) {
+        if (!tr_dtype_known(t) ||
+            !be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, (tr_dtype)t))
+            continue;
+        int w = snprintf(buf + at, cap - at, "%s%s", at ? " " : "",
+                         tr_dtype_name(t));
+        if (w < 0 || (size_t)w >= cap - at) break;
+        at += (size_t)w;
+    }
+    return buf;
+}
 
 /* Binds tensor `name` of shape [rows, cols] (ne = {cols, rows}); a norm
  * (matrix false) is a vector of cols F32 elements. */
@@ -35,26 +51,25 @@ static tr_status bind(model *m, const char *name, int64_t rows, int64_t cols,
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, t->offset,
                            "tensor '%s' has type %s, expected F32 for a norm",
                            name, tr_dtype_name(t->type));
-    if (!tr_dtype_computable(t->type))
+    if (!m->be->ops->supports(m->be, TR_BACKEND_CAP_WEIGHT, t->type)) {
+        tr_backend_info info = tr_backend_get_info(m->be);
+        char types[160];
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, t->offset,
-                           "tensor '%s' has type %s, which Trellis cannot "
-                           "compute with (supported: F32 F16 BF16 Q4_0 Q4_1 "
-                           "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)",
-                           name, tr_dtype_name(t->type));
-    const void *data = t->data;
-    if (!m->be->host_memory) {
-        void *dev = NULL;
-        void **grown = realloc(m->device_copies,
-                               sizeof(void *) * (size_t)(m->n_device_copies + 1));
-        if (!grown) return TR_ERR_NOMEM;
-        m->device_copies = grown;
-        tr_status s = m->be->ops->alloc(m->be, t->size, &dev);
-        if (s) return tr_diag_set(diag, s, 0, "cannot allocate '%s'", name);
-        m->device_copies[m->n_device_copies++] = dev;
-        s = m->be->ops->upload(m->be, dev, t->data, t->size);
-        if (s) return tr_diag_set(diag, s, 0, "cannot upload '%s'", name);
-        data = dev;
+                           "tensor '%s' has type %s, which the %s backend "
+                           "cannot compute with (supported: %s)",
+                           name, tr_dtype_name(t->type), info.name,
+                           weight_types(m->be, types, sizeof types));
     }
+    void **grown = realloc(m->device_copies,
+                           sizeof(void *) * (size_t)(m->n_device_copies + 1));
+    if (!grown) return TR_ERR_NOMEM;
+    m->device_copies = grown;
+    const void *data = NULL;
+    void *owned = NULL;
+    tr_status s = m->be->ops->import_weights(m->be, t->data, t->size, &data,
+                                             &owned);
+    if (s) return tr_diag_set(diag, s, 0, "cannot load '%s' to the device", name);
+    if (owned) m->device_copies[m->n_device_copies++] = owned;
     w->data = data;
     w->type = (tr_dtype)t->type;
     w->rows = rows;

@@ -65,47 +65,6 @@ static uint64_t pow2_at_least(uint64_t n) {
     return c;
 }
 
-/* Strict UTF-8 decode of one character at s[0..n): its length (1..4) and
- * code point, or 0 if the bytes there are not a valid character. */
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
-    uint8_t b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    uint32_t c;
-    if (b >= 0xC2 && b <= 0xDF) {
-        need = 2;
-        c = b & 0x1F;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        need = 3;
-        c = b & 0x0F;
-        if (b == 0xE0) lo = 0xA0;
-        if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 4;
-        c = b & 0x07;
-        if (b == 0xF0) lo = 0x90;
-        if (b == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < need) return 0;
-    for (size_t k = 1; k < need; k++) {
-        uint8_t x = s[k];
-        if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return 0;
-        c = (c << 6) | (x & 0x3F);
-    }
-    *cp = c;
-    return need;
-}
-
-static size_t utf8_encode(uint32_t cp, uint8_t *out) {
-    return (size_t)tr_utf8_encode(cp, out);
-}
-
 /* GPT-2's byte-level alphabet: printable Latin-1 bytes ('!'..'~',
  * U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves; the other 68 bytes
  * (controls, space, DEL, U+0080..U+00A0, soft hyphen) get U+0100.. in byte
@@ -340,7 +299,7 @@ static tr_status build_bytes(tokenizer *t) {
             size_t i = 0;
             while (i < len) {
                 uint32_t cp;
-                size_t k = utf8_decode(s + i, len - i, &cp);
+                size_t k = (size_t)tr_utf8_decode(s + i, len - i, &cp);
                 if (k == 0) {
                     t->bytes_blob[pos++] = s[i++];
                 } else if (cp < 324 && cp_to_byte[cp] >= 0) {
@@ -382,7 +341,7 @@ static tr_status build_tmap(tokenizer *t, tr_diag *diag) {
     }
     for (int b = 0; b < 256; b++) {
         uint8_t u[4];
-        size_t k = utf8_encode(tr_tokenizer_byte_to_cp((uint8_t)b), u);
+        size_t k = (size_t)tr_utf8_encode(tr_tokenizer_byte_to_cp((uint8_t)b), u);
         t->byte_tok[b] = tr_tokenizer_text_find(t, (const char *)u, k);
     }
     return TR_OK;
@@ -848,35 +807,6 @@ void tr_tokenizer_stream_init(tokenizer_stream *s, bool render_special) {
     s->render_special = render_special;
 }
 
-/* Length of the longest valid UTF-8 prefix-of-a-character at c[0..n) that
- * could still complete (0 if c[0] cannot start a character or the bytes
- * already break the sequence), with need = the full character length. */
-static size_t utf8_partial(const uint8_t *c, size_t n, size_t *need) {
-    uint8_t b = c[0];
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-        *need = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        *need = 3;
-        if (b == 0xE0) lo = 0xA0;
-        if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        *need = 4;
-        if (b == 0xF0) lo = 0x90;
-        if (b == 0xF4) hi = 0x8F;
-    } else {
-        *need = 1;
-        return 0;
-    }
-    size_t k = 1;
-    while (k < *need && k < n) {
-        uint8_t x = c[k];
-        if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) break;
-        k++;
-    }
-    return k;
-}
-
 /* Sanitizes the virtual concatenation a[0..na) + b[0..nb): complete valid
  * characters are copied, each maximal invalid subpart becomes U+FFFD, and an
  * incomplete character at the very end is returned in pend (not emitted).
@@ -898,7 +828,7 @@ static size_t utf8_stream(const uint8_t *a, size_t na, const uint8_t *b, size_t 
         size_t w = TR_MIN((size_t)4, n - i);
         for (size_t k = 0; k < w; k++) win[k] = AT(i + k);
         size_t need;
-        size_t k = utf8_partial(win, w, &need);
+        size_t k = tr_utf8_partial(win, w, &need);
         if (k == need) { /* complete, valid */
             if (out) memcpy(out + o, win, k);
             o += k;

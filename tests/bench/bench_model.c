@@ -2,15 +2,16 @@
  * backend, as scripts/bench_cpu.py runs it side by side with llama.cpp.
  *
  *   bench_model [-m MODEL] [-t THREADS] [-p PROMPT_TOKENS] [-n DECODE_TOKENS]
- *               [-r REPEATS] [-l auto|mmap|read]
+ *               [-r REPEATS] [-l auto|mmap|read] [-d BACKEND] [-k KERNELS]
  *
  * Prompt ids are synthetic and deterministic (token speed does not depend
  * on content): id_i = (i * 7919) % 49000 + 100, the same formula the
  * llama.cpp side uses. Prefill runs the whole prompt as one batch; decode
  * runs one token per forward pass, greedy. Prints one JSON line with the
  * median over repeats. -l: how the model file comes in (gguf.h; default
- * auto, as `trellis generate` and the engine). Not a test: never run by
- * ctest. */
+ * auto, as `trellis generate` and the engine). -d: the backend by registry
+ * name (default cpu); -k: its kernel set (default: the best, or
+ * $TRELLIS_CPU). Not a test: never run by ctest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +32,15 @@ int main(int argc, char **argv) {
     const char *path = tr_default_model_path(def, sizeof def);
     int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3;
     gguf_load load = GGUF_LOAD_AUTO;
+    const char *device = NULL, *kernels = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) path = argv[i + 1];
         else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) n_prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) n_decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-d")) device = argv[i + 1];
+        else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
         else if (!strcmp(argv[i], "-l")) {
             if (!tr_gguf_load_parse(argv[i + 1], &load)) {
                 fprintf(stderr, "bench_model: -l wants auto, mmap or read\n");
@@ -52,7 +56,8 @@ int main(int argc, char **argv) {
     tr_backend *be;
     model *m;
     tr_diag d = {0};
-    if (tr_gguf_open_ex(path, load, &f, &d) || tr_backend_cpu_new(threads, &be) ||
+    tr_backend_config cfg = {.threads = threads, .kernels = kernels};
+    if (tr_gguf_open_ex(path, load, &f, &d) || tr_backend_new(device, &cfg, &be, &d) ||
         tr_model_load(f, be, n_prompt, &m, &d)) {
         fprintf(stderr, "bench_model: %s\n", d.message);
         return 1;
@@ -98,10 +103,11 @@ int main(int argc, char **argv) {
     }
     qsort(pre, (size_t)repeats, sizeof(double), cmp_double);
     qsort(dec, (size_t)repeats, sizeof(double), cmp_double);
-    printf("{\"engine\":\"trellis\",\"kernels\":\"%s\",\"threads\":%d,"
+    tr_backend_info info = tr_backend_get_info(be);
+    printf("{\"engine\":\"trellis\",\"device\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,"
            "\"prompt_tokens\":%d,\"decode_tokens\":%d,"
            "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
-           tr_backend_cpu_kernels(be), tr_backend_cpu_threads(be), n_prompt, n_decode,
+           info.name, info.kernels, info.threads, n_prompt, n_decode,
            n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
     tr_model_kv_free(m, &kv);
     tr_model_free(m);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/utf8.h"
 #include "base/paths.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -219,39 +220,6 @@ static void setup(void) {
     g_ready = true;
 }
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t b = s[i];
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        if (b >= 0xC2 && b <= 0xDF) {
-            need = 2;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            need = 3;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 4;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        } else {
-            return false;
-        }
-        if (n - i < need) return false;
-        for (size_t k = 1; k < need; k++) {
-            uint8_t x = s[i + k];
-            if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return false;
-        }
-        i += need;
-    }
-    return true;
-}
-
 typedef struct tile {
     const char *base;
     size_t pos;
@@ -277,7 +245,7 @@ static void stream_check(const int32_t *ids, size_t n, bool render_special,
         size_t ol;
         CHECK(tr_tokenizer_stream_push(&st, g_tok, ids[i], chunk, cap, &ol) == TR_OK);
         CHECK(ol <= cap);
-        CHECK(valid_utf8((const uint8_t *)chunk, ol));
+        CHECK(tr_utf8_valid((const uint8_t *)chunk, ol));
         memcpy(acc + acc_len, chunk, ol);
         acc_len += ol;
     }
@@ -286,8 +254,8 @@ static void stream_check(const int32_t *ids, size_t n, bool render_special,
     CHECK(st.n_pending == 0 && tl <= 3);
     memcpy(acc + acc_len, tail, tl);
     acc_len += tl;
-    CHECK(valid_utf8((const uint8_t *)acc, acc_len));
-    if (valid_utf8((const uint8_t *)plain, plain_len))
+    CHECK(tr_utf8_valid((const uint8_t *)acc, acc_len));
+    if (tr_utf8_valid((const uint8_t *)plain, plain_len))
         CHECK(acc_len == plain_len && memcmp(acc, plain, plain_len) == 0);
     free(chunk);
     free(acc);
@@ -400,7 +368,7 @@ static void check_one(const uint8_t *data, size_t size) {
         char *out;
         size_t len;
         CHECK(tr_tokenizer_decode(g_tok, ids, n, true, &out, &len) == TR_OK);
-        if (spm && !valid_utf8(data, size))
+        if (spm && !tr_utf8_valid(data, size))
             CHECK(spm_same(out, len, want, wl));
         else
             CHECK(len == wl && memcmp(out, want, wl) == 0);

@@ -14,7 +14,8 @@
  *  - chunked prefill and token-by-token decoding give the bits of one
  *    batch; a sequence alone gives the bits it gets beside another.
  *
- * Header-only, for tests (cmocka asserts).
+ * Header-only, for the model-core tests (harness.h asserts, json_lite.h:
+ * no library but libc, as on a GPU test machine).
  */
 #ifndef TR_TESTS_UNIT_MODEL_REF_H
 #define TR_TESTS_UNIT_MODEL_REF_H
@@ -24,11 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "base/util.h"
 #include "kernels/backend.h"
 #include "runtime/model/model.h"
+#include "tests/unit/json_lite.h"
 #include "tests/unit/test_env.h"
 
 #define MREF_DIR TRELLIS_SOURCE_DIR "/tests/data/model/"
@@ -46,7 +46,7 @@ typedef struct mref_case {
 } mref_case;
 
 typedef struct mref {
-    json_t *root;
+    jl_value *root;
     int32_t n_vocab, stride, n_sub, n_gen;
     size_t n_cases;
     mref_case *c;
@@ -60,10 +60,10 @@ typedef struct mref_limits {
     int max_mismatch_pct;
 } mref_limits;
 
-static int32_t *mref_ids(json_t *a, int32_t *n) {
-    *n = (int32_t)json_array_size(a);
+static int32_t *mref_ids(const jl_value *a, int32_t *n) {
+    *n = (int32_t)jl_len(a);
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n + 1));
-    for (int32_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    for (int32_t i = 0; i < *n; i++) v[i] = (int32_t)jl_num(jl_at(a, (size_t)i));
     return v;
 }
 
@@ -81,35 +81,36 @@ static float *mref_floats(const char *file, int32_t n) {
 
 static void mref_load(mref *r, const char *json_file) {
     memset(r, 0, sizeof *r);
-    json_error_t je;
     char path[4096];
     snprintf(path, sizeof path, "%s%s", MREF_DIR, json_file);
-    r->root = json_load_file(path, 0, &je);
-    if (!r->root) fail_msg("%s: %s", path, je.text);
-    r->n_vocab = (int32_t)json_integer_value(json_object_get(r->root, "n_vocab"));
-    r->stride = (int32_t)json_integer_value(json_object_get(r->root, "logits_stride"));
-    r->n_gen = (int32_t)json_integer_value(json_object_get(r->root, "n_gen"));
+    r->root = jl_load_file(path);
+    if (!r->root) fail_msg("%s: missing or not JSON", path);
+    r->n_vocab = (int32_t)jl_num(jl_get(r->root, "n_vocab"));
+    r->stride = (int32_t)jl_num(jl_get(r->root, "logits_stride"));
+    r->n_gen = (int32_t)jl_num(jl_get(r->root, "n_gen"));
     assert_true(r->n_vocab > 0 && r->stride > 0);
     r->n_sub = (r->n_vocab + r->stride - 1) / r->stride;
-    json_t *cases = json_object_get(r->root, "cases");
-    r->n_cases = json_array_size(cases);
+    const jl_value *cases = jl_get(r->root, "cases");
+    r->n_cases = jl_len(cases);
+    assert_true(r->n_cases > 0);
     r->c = calloc(r->n_cases, sizeof *r->c);
     for (size_t i = 0; i < r->n_cases; i++) {
-        json_t *cs = json_array_get(cases, i);
+        const jl_value *cs = jl_at(cases, i);
         mref_case *c = &r->c[i];
-        c->prompt = mref_ids(json_object_get(cs, "prompt_ids"), &c->n_prompt);
-        c->gen = mref_ids(json_object_get(cs, "generated"), &c->n_gen);
-        json_t *gaps = json_object_get(cs, "top2_gap");
-        c->gap = malloc(sizeof(double) * (size_t)c->n_gen);
-        for (int32_t k = 0; k < c->n_gen; k++)
-            c->gap[k] = json_real_value(json_array_get(gaps, (size_t)k));
-        c->logits = mref_floats(json_string_value(json_object_get(cs, "logits_file")), r->n_sub);
-        c->exact = mref_floats(json_string_value(json_object_get(cs, "exact_file")), r->n_sub);
-        json_t *top = json_object_get(cs, "top");
+        c->prompt = mref_ids(jl_get(cs, "prompt_ids"), &c->n_prompt);
+        c->gen = mref_ids(jl_get(cs, "generated"), &c->n_gen);
+        const jl_value *gaps = jl_get(cs, "top2_gap");
+        c->gap = malloc(sizeof(double) * (size_t)(c->n_gen + 1));
+        for (int32_t k = 0; k < c->n_gen; k++) c->gap[k] = jl_num(jl_at(gaps, (size_t)k));
+        const char *lf = jl_str(jl_get(cs, "logits_file")), *ef = jl_str(jl_get(cs, "exact_file"));
+        if (!lf || !ef) fail_msg("%s: case %zu names no logits files", path, i);
+        c->logits = mref_floats(lf, r->n_sub);
+        c->exact = mref_floats(ef, r->n_sub);
+        const jl_value *top = jl_get(cs, "top");
         for (int k = 0; k < MREF_TOP; k++) {
-            json_t *e = json_array_get(top, (size_t)k);
-            c->top_id[k] = (int32_t)json_integer_value(json_array_get(e, 0));
-            c->top_val[k] = (float)json_real_value(json_array_get(e, 1));
+            const jl_value *e = jl_at(top, (size_t)k);
+            c->top_id[k] = (int32_t)jl_num(jl_at(e, 0));
+            c->top_val[k] = (float)jl_num(jl_at(e, 1));
         }
     }
 }
@@ -123,7 +124,7 @@ static void mref_free(mref *r) {
         free(r->c[i].exact);
     }
     free(r->c);
-    json_decref(r->root);
+    jl_free(r->root);
 }
 
 /* One sequence's KV: pages of its own layout, in scrambled order. */

@@ -1585,6 +1585,30 @@ static void test_load_modes_real(void **state) {
     result_free(&r[1]);
 }
 
+/* options.device picks the backend through the registry: "cpu" (and
+ * NULL) run, an unknown name fails listing the backends built in. */
+static void test_device_option(void **state) {
+    (void)state;
+    if (!model_present()) skip();
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 1;
+    o.device = "tpu";
+    trellis_engine *e = NULL;
+    char err[512];
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), TRELLIS_ERR_NOT_FOUND);
+    assert_null(e);
+    assert_non_null(strstr(err, "unknown backend 'tpu'"));
+    assert_non_null(strstr(err, "cpu"));
+    o.device = "cpu";
+    assert_int_equal(trellis_engine_new(NULL, &o, &e, err, sizeof err), 0);
+    trellis_engine_info info;
+    trellis_engine_get_info(e, &info);
+    assert_string_equal(info.device, "cpu");
+    assert_int_equal(info.threads, 1);
+    trellis_engine_free(e);
+}
+
 static void test_batch_invariance_real(void **state) {
     (void)state;
     if (!model_present()) skip();
@@ -1789,6 +1813,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_running_and_shutdown),
         cmocka_unit_test(test_uv_loop_fake),
         cmocka_unit_test(test_load_modes_real),
+        cmocka_unit_test(test_device_option),
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "kernels/dtype.h"
 #include "base/paths.h"

@@ -130,7 +130,7 @@ static void to_pcre(const char *p, size_t n, tg_str *out) {
             tg_putc(out, '\\');
             i++;
             uint32_t cp;
-            int k = tr_gutf8_decode((const uint8_t *)p + i, n - i, &cp);
+            int k = tr_utf8_decode((const uint8_t *)p + i, n - i, &cp);
             if (k <= 0) k = 1;
             tg_put(out, p + i, (size_t)k);
             i += (size_t)k;
@@ -873,7 +873,7 @@ static void test_unicode_properties(void **state) {
                  cp += cp < 0x3400 ? 1 : (cp < 0x20000 ? 13 : 997)) {
                 if (cp >= 0xD800 && cp <= 0xDFFF) continue;
                 uint8_t b[4];
-                int n = tr_gutf8_encode(cp, b);
+                int n = tr_utf8_encode(cp, b);
                 int want = oracle_match(&o, (const char *)b, (size_t)n);
                 bool got = tr_grammar_matches(g, b, (size_t)n);
                 checked++;

@@ -60,7 +60,7 @@ static inline void tg_puts(tg_str *s, const char *z) { tg_put(s, z, strlen(z)); 
 static inline void tg_putc(tg_str *s, char c) { tg_put(s, &c, 1); }
 static inline void tg_put_cp(tg_str *s, uint32_t cp) {
     uint8_t b[4];
-    int n = tr_gutf8_encode(cp, b);
+    int n = tr_utf8_encode(cp, b);
     tg_put(s, b, (size_t)n);
 }
 

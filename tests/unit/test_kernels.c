@@ -1,6 +1,6 @@
 /* test_kernels.c — the CPU backend (kernels/cpu) against straightforward
- * scalar references computed in double, for both kernel sets (portable via
- * TRELLIS_CPU=portable, and AVX2 where the CPU has it) and 1, 2 and 3
+ * scalar references computed in double, for both op kernel tables
+ * (the "portable" and "avx2" kernel sets, the latter where the CPU has it) and 1, 2 and 3
  * threads; plus the worker pool, paged attention with random page tables,
  * and the determinism contract of kernels/backend.h (a token's outputs are
  * bitwise the same alone or in any batch, on any number of threads).
@@ -16,9 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/quant.h"
@@ -52,17 +53,14 @@ static void fill(float *x, size_t n, float lo, float hi) {
 static int n_ksets(void) { return tr_cpu_features_avx2() ? 2 : 1; }
 
 static tr_backend *make_backend(int kset, int threads) {
-    if (kset == 0)
-        setenv("TRELLIS_CPU", "portable", 1);
-    else
-        unsetenv("TRELLIS_CPU");
+    const char *set = kset == 0 ? "portable" : "avx2";
     tr_backend *be = NULL;
-    assert_int_equal(tr_backend_cpu_new(threads, &be), TR_OK);
+    tr_backend_config cfg = {.threads = threads, .kernels = set};
+    assert_int_equal(tr_backend_cpu_new(&cfg, &be, NULL), TR_OK);
     assert_non_null(be);
-    assert_string_equal(tr_backend_cpu_kernels(be),
-                        kset == 0 ? "portable" : "avx2");
-    assert_int_equal(tr_backend_cpu_threads(be), threads);
-    unsetenv("TRELLIS_CPU");
+    tr_backend_info info = tr_backend_get_info(be);
+    assert_string_equal(info.kernels, set);
+    assert_int_equal(info.threads, threads);
     return be;
 }
 
@@ -164,33 +162,110 @@ static void test_pool_sleep_wake(void **state) {
 static void test_backend_basics(void **state) {
     (void)state;
     tr_backend *be = NULL;
-    assert_int_equal(tr_backend_cpu_new(TR_POOL_MAX_THREADS + 1, &be),
-                     TR_ERR_INVALID_ARG);
+    tr_diag d = {0};
+    tr_backend_config cfg = {.threads = TR_CPU_MAX_THREADS + 1};
+    assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(d.message, "threads"));
     assert_null(be);
-    assert_int_equal(tr_backend_cpu_new(1, NULL), TR_ERR_INVALID_ARG);
-    assert_int_equal(tr_backend_cpu_new(0, &be), TR_OK); /* one per core */
-    assert_true(tr_backend_cpu_threads(be) >= 1);
-    assert_true(be->host_memory);
-    assert_non_null(be->ops->name);
+    assert_int_equal(tr_backend_cpu_new(NULL, NULL, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_backend_cpu_new(NULL, &be, NULL), TR_OK); /* one per core */
+    tr_backend_info info = tr_backend_get_info(be);
+    assert_string_equal(info.name, "cpu");
+    assert_true(info.threads >= 1);
+    assert_true(info.host_memory);
+    assert_false(info.async);
+    assert_non_null(strstr(info.device, "thread"));
+    /* the default: the best set this CPU runs */
+    assert_string_equal(info.kernels, tr_cpu_features_avx512vnni() ? "avx512vnni"
+                                      : tr_cpu_features_avx2()     ? "avx2"
+                                                                   : "portable");
+    assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q4_1));
+    assert_false(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_IQ2_XS));
+    assert_true(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_F16));
+    assert_false(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_Q8_0));
     void *p = NULL;
     assert_int_equal(be->ops->alloc(be, 1000, &p), TR_OK);
     assert_true(((uintptr_t)p & 63) == 0);
     char src[1000], dst[1000];
     for (int i = 0; i < 1000; i++) src[i] = (char)(i * 7);
-    assert_int_equal(be->ops->upload(be, p, src, sizeof src), TR_OK);
-    assert_int_equal(be->ops->download(be, dst, p, sizeof dst), TR_OK);
+    assert_int_equal(be->ops->upload(be->stream, p, src, sizeof src), TR_OK);
+    assert_int_equal(be->ops->download(be->stream, dst, p, sizeof dst), TR_OK);
     assert_memory_equal(src, dst, sizeof src);
-    assert_int_equal(be->ops->upload(be, NULL, src, 0), TR_OK);
+    assert_int_equal(be->ops->upload(be->stream, NULL, src, 0), TR_OK);
     assert_int_equal(be->ops->synchronize(be), TR_OK);
+    /* weights are read in place: nothing to free */
+    const void *dev = NULL;
+    void *owned = (void *)1;
+    assert_int_equal(be->ops->import_weights(be, src, sizeof src, &dev, &owned), TR_OK);
+    assert_ptr_equal(dev, src);
+    assert_null(owned);
     be->ops->free(be, p);
     be->ops->free(be, NULL);
+    /* an event and a stream of two backends do not mix */
+    tr_backend *other = make_backend(0, 1);
+    tr_event *e = NULL;
+    assert_int_equal(be->ops->event_new(be, &e), TR_OK);
+    assert_int_equal(be->ops->event_record(e, other->stream), TR_ERR_INVALID_ARG);
+    assert_int_equal(be->ops->stream_wait(other->stream, e), TR_ERR_INVALID_ARG);
+    assert_int_equal(be->ops->event_record(e, be->stream), TR_OK);
+    assert_int_equal(be->ops->event_synchronize(e), TR_OK);
+    be->ops->event_free(e);
+    be->ops->stream_free(be->stream); /* the default stream: not freed */
+    tr_backend_free(other);
     tr_backend_free(be);
     tr_backend_free(NULL);
-    assert_null(tr_backend_cpu_kernels(NULL));
-    assert_int_equal(tr_backend_cpu_threads(NULL), 0);
+}
 
-    be = make_backend(0, 2);
-    assert_string_equal(tr_backend_cpu_kernels(be), "portable");
+/* Kernel sets by name, from the config or from TRELLIS_CPU; a name the
+ * CPU cannot run is an error naming it, never a silent fallback. */
+static void test_kernel_set_choice(void **state) {
+    (void)state;
+    tr_backend *be = NULL;
+    tr_diag d = {0};
+    tr_backend_config cfg = {.threads = 1, .kernels = "sse9"};
+    assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_ERR_NOT_FOUND);
+    assert_non_null(strstr(d.message, "'sse9'"));
+    assert_non_null(strstr(d.message, "portable, avx2, avx512vnni"));
+    assert_null(be);
+    cfg.kernels = "avx512vnni";
+    if (!tr_cpu_features_avx512vnni()) {
+        assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_ERR_UNSUPPORTED);
+        assert_non_null(strstr(d.message, "AVX-512 VNNI"));
+        assert_null(be);
+    } else {
+        assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_OK);
+        assert_string_equal(tr_backend_get_info(be).kernels, "avx512vnni");
+        tr_backend_free(be);
+        be = NULL;
+    }
+    /* the environment, unless the config names a set */
+    setenv("TRELLIS_CPU", "portable", 1);
+    cfg.kernels = NULL;
+    assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_OK);
+    assert_string_equal(tr_backend_get_info(be).kernels, "portable");
+    tr_backend_free(be);
+    if (tr_cpu_features_avx2()) {
+        cfg.kernels = "avx2";
+        assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_OK);
+        assert_string_equal(tr_backend_get_info(be).kernels, "avx2");
+        tr_backend_free(be);
+        cfg.kernels = NULL;
+    }
+    be = NULL;
+    setenv("TRELLIS_CPU", "fast", 1);
+    assert_int_equal(tr_backend_cpu_new(&cfg, &be, &d), TR_ERR_NOT_FOUND);
+    assert_non_null(strstr(d.message, "TRELLIS_CPU 'fast'"));
+    assert_null(be);
+    unsetenv("TRELLIS_CPU");
+    /* through the registry */
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 2,
+                                                                .kernels = "portable"},
+                                    &be, &d),
+                     TR_OK);
+    tr_backend_info info = tr_backend_get_info(be);
+    assert_string_equal(info.name, "cpu");
+    assert_string_equal(info.kernels, "portable");
+    assert_int_equal(info.threads, 2);
     tr_backend_free(be);
 }
 
@@ -223,10 +298,10 @@ static void test_rmsnorm(void **state) {
                     fill(x, sz, -3, 3);
                     fill(w, (size_t)dim, -2, 2);
                     ref_rmsnorm(ref, x, w, n, dim, 1e-5f);
-                    be->ops->rmsnorm(be, out, x, w, n, dim, 1e-5f);
+                    be->ops->rmsnorm(be->stream, out, x, w, n, dim, 1e-5f);
                     check_close(out, ref, sz, 1e-6, 2e-6, "rmsnorm");
                     /* In place gives the same bits. */
-                    be->ops->rmsnorm(be, x, x, w, n, dim, 1e-5f);
+                    be->ops->rmsnorm(be->stream, x, x, w, n, dim, 1e-5f);
                     assert_memory_equal(x, out, sz * 4);
                     free(x);
                     free(out);
@@ -266,8 +341,8 @@ static void test_rope_kernel_sets_agree(void **state) {
     memcpy(x1, x0, sizeof x0);
     for (int i = 0; i < n; i++) pos[i] = rnd_int(100000);
     tr_backend *p = make_backend(0, 1), *a = make_backend(1, 2);
-    p->ops->rope(p, x0, n, nh, hd, pos, 10000.0f);
-    a->ops->rope(a, x1, n, nh, hd, pos, 10000.0f);
+    p->ops->rope(p->stream, x0, n, nh, hd, pos, 10000.0f);
+    a->ops->rope(a->stream, x1, n, nh, hd, pos, 10000.0f);
     assert_memory_equal(x0, x1, sizeof x0);
     tr_backend_free(p);
     tr_backend_free(a);
@@ -293,7 +368,7 @@ static void test_rope(void **state) {
                 fill(x, sz, -2, 2);
                 memcpy(orig, x, sz * 4);
                 ref_rope(ref, x, n, nh, hd, pos, cases[ci].base);
-                be->ops->rope(be, x, n, nh, hd, pos, cases[ci].base);
+                be->ops->rope(be->stream, x, n, nh, hd, pos, cases[ci].base);
                 check_close(x, ref, sz, 2e-6, 2e-6, "rope");
                 /* Position 0 is the identity. */
                 assert_memory_equal(x, orig, (size_t)nh * hd * 4);
@@ -301,17 +376,17 @@ static void test_rope(void **state) {
                  * table): the same bits. */
                 float *again = malloc(sz * 4);
                 memcpy(again, orig, sz * 4);
-                be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base);
+                be->ops->rope(be->stream, again, n, nh, hd, pos, cases[ci].base);
                 assert_memory_equal(again, x, sz * 4);
                 /* Same positions, other base: a different table. */
                 memcpy(again, orig, sz * 4);
-                be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base * 2);
+                be->ops->rope(be->stream, again, n, nh, hd, pos, cases[ci].base * 2);
                 if (n > 1) assert_memory_not_equal(again, x, sz * 4);
                 /* One position changed: only that token differs. */
                 if (n > 1) {
                     memcpy(again, orig, sz * 4);
                     pos[n - 1] += 1;
-                    be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base);
+                    be->ops->rope(be->stream, again, n, nh, hd, pos, cases[ci].base);
                     size_t last = (size_t)(n - 1) * nh * hd;
                     assert_memory_equal(again, x, last * 4);
                     assert_memory_not_equal(again + last, x + last,
@@ -368,7 +443,7 @@ static void test_rope_neox(void **state) {
                 fill(x, sz, -2, 2);
                 memcpy(orig, x, sz * 4);
                 ref_rope_neox(ref, x, n, nh, hd, pos, cases[ci].base, cases[ci].fscale);
-                be->ops->rope_neox(be, x, n, nh, hd, pos, cases[ci].base, cases[ci].fscale);
+                be->ops->rope_neox(be->stream, x, n, nh, hd, pos, cases[ci].base, cases[ci].fscale);
                 check_close(x, ref, sz, 2e-6, 2e-6, "rope_neox");
                 assert_memory_equal(x, orig, (size_t)nh * hd * 4); /* pos 0 */
                 /* every kernel set and thread count: the same bits */
@@ -382,11 +457,11 @@ static void test_rope_neox(void **state) {
                  * first again: the same bits as the first time */
                 float *again = malloc(sz * 4);
                 memcpy(again, orig, sz * 4);
-                be->ops->rope_neox(be, again, n, nh, hd, pos, cases[ci].base * 3,
+                be->ops->rope_neox(be->stream, again, n, nh, hd, pos, cases[ci].base * 3,
                                    cases[ci].fscale);
-                be->ops->rope(be, again, n, nh, hd, pos, cases[ci].base * 5);
+                be->ops->rope(be->stream, again, n, nh, hd, pos, cases[ci].base * 5);
                 memcpy(again, orig, sz * 4);
-                be->ops->rope_neox(be, again, n, nh, hd, pos, cases[ci].base,
+                be->ops->rope_neox(be->stream, again, n, nh, hd, pos, cases[ci].base,
                                    cases[ci].fscale);
                 assert_memory_equal(again, x, sz * 4);
                 free(again);
@@ -423,20 +498,20 @@ static void test_geglu_bias_scale_softcap(void **state) {
                 const float ext[] = {-100.0f, 100.0f, 0.0f, -30.0f, 30.0f, -1e-30f, 5.0f};
                 for (size_t e = 0; e < TR_ARRAY_LEN(ext) && (int64_t)e < n; e++) g[e] = ext[e];
                 for (int64_t i = 0; i < n; i++) ref[i] = ref_gelu(g[i]) * u[i];
-                be->ops->geglu(be, out, g, u, n);
+                be->ops->geglu(be->stream, out, g, u, n);
                 check_close(out, ref, (size_t)n, 1e-7, 3e-6, "geglu");
-                be->ops->geglu(be, g, g, u, n); /* in place: same bits */
+                be->ops->geglu(be->stream, g, g, u, n); /* in place: same bits */
                 assert_memory_equal(g, out, (size_t)n * 4);
                 /* scale and softcap */
                 fill(g, (size_t)n, -80, 80);
                 memcpy(out, g, (size_t)n * 4);
-                be->ops->scale(be, out, 25.298221f, n);
+                be->ops->scale(be->stream, out, 25.298221f, n);
                 for (int64_t i = 0; i < n; i++) {
                     float want = g[i] * 25.298221f;
                     assert_memory_equal(&out[i], &want, 4);
                 }
                 memcpy(out, g, (size_t)n * 4);
-                be->ops->softcap(be, out, 30.0f, n);
+                be->ops->softcap(be->stream, out, 30.0f, n);
                 for (int64_t i = 0; i < n; i++) ref[i] = 30.0 * tanh(g[i] / 30.0);
                 check_close(out, ref, (size_t)n, 1e-30, 2e-6, "softcap");
                 free(g);
@@ -451,7 +526,7 @@ static void test_geglu_bias_scale_softcap(void **state) {
             fill(b, D, -1, 1);
             for (int r = 0; r < R; r++)
                 for (int d = 0; d < D; d++) want[r * D + d] = x[r * D + d] + b[d];
-            be->ops->add_bias(be, x, b, R, D);
+            be->ops->add_bias(be->stream, x, b, R, D);
             assert_memory_equal(x, want, sizeof x);
             tr_backend_free(be);
         }
@@ -477,10 +552,10 @@ static void test_swiglu_add_get_rows(void **state) {
                     g[e] = ext[e];
                 for (int64_t i = 0; i < n; i++)
                     ref[i] = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
-                be->ops->swiglu(be, out, g, u, n);
+                be->ops->swiglu(be->stream, out, g, u, n);
                 check_close(out, ref, (size_t)n, 1e-35, 2e-6, "swiglu");
                 /* In place (out == gate) gives the same bits. */
-                be->ops->swiglu(be, g, g, u, n);
+                be->ops->swiglu(be->stream, g, g, u, n);
                 assert_memory_equal(g, out, (size_t)n * 4);
 
                 /* add: exact float sums. */
@@ -488,7 +563,7 @@ static void test_swiglu_add_get_rows(void **state) {
                 fill(a, (size_t)n, -5, 5);
                 fill(b, (size_t)n, -5, 5);
                 memcpy(out, a, (size_t)n * 4);
-                be->ops->add(be, out, b, n);
+                be->ops->add(be->stream, out, b, n);
                 for (int64_t i = 0; i < n; i++) {
                     float want = a[i] + b[i];
                     assert_memory_equal(&out[i], &want, 4);
@@ -504,7 +579,7 @@ static void test_swiglu_add_get_rows(void **state) {
             float x[5 * 6], out[4 * 6];
             fill(x, 30, -1, 1);
             const int32_t rows[4] = {4, 0, 4, 2};
-            be->ops->get_rows(be, out, x, 6, rows, 4);
+            be->ops->get_rows(be->stream, out, x, 6, rows, 4);
             for (int i = 0; i < 4; i++)
                 assert_memory_equal(out + i * 6, x + rows[i] * 6, 24);
             tr_backend_free(be);
@@ -638,7 +713,7 @@ static void test_embed(void **state) {
                 ids[5] = (int32_t)vocab;
                 float *out = malloc(sizeof(float) * 70 * dim);
                 double *ref = malloc(sizeof(double) * dim);
-                be->ops->embed(be, out, &w, ids, 70);
+                be->ops->embed(be->stream, out, &w, ids, 70);
                 for (int i = 0; i < 70; i++) {
                     if (i == 3 || i == 5) {
                         for (int64_t j = 0; j < dim; j++) ref[j] = 0;
@@ -710,7 +785,7 @@ static void test_matmul(void **state) {
                         for (int m = 0; m < 3; m++)
                             memcpy(out[m], init[m],
                                    sizeof(float) * n * mc->rows[m]);
-                        be->ops->matmul(be, 3, out, wp, x, n, acc);
+                        be->ops->matmul(be->stream, 3, out, wp, x, n, acc);
                         for (int m = 0; m < 3; m++) {
                             bool fl = mc->types[m] == TR_DTYPE_F32 ||
                                       mc->types[m] == TR_DTYPE_F16;
@@ -747,12 +822,12 @@ static void test_matmul(void **state) {
                         }
                     }
                     /* Determinism: each token alone gives the same bits. */
-                    be->ops->matmul(be, 3, out, wp, x, n, false);
+                    be->ops->matmul(be->stream, 3, out, wp, x, n, false);
                     for (int t = 0; t < n; t += (n > 5 ? 13 : 1)) {
                         float *one[3];
                         for (int m = 0; m < 3; m++)
                             one[m] = malloc(sizeof(float) * mc->rows[m]);
-                        be->ops->matmul(be, 3, one, wp, x + t * cols, 1, false);
+                        be->ops->matmul(be->stream, 3, one, wp, x + t * cols, 1, false);
                         for (int m = 0; m < 3; m++) {
                             assert_memory_equal(one[m], out[m] + t * mc->rows[m],
                                                 sizeof(float) * mc->rows[m]);
@@ -901,7 +976,7 @@ static void world_store(attn_world *w, tr_backend *be) {
             seq[i] = s;
         }
         tr_batch b = world_batch(w, n, pos, seq);
-        be->ops->kv_store(be, &kv, w->layer, w->k[s], w->v[s], &b);
+        be->ops->kv_store(be->stream, &kv, w->layer, w->k[s], w->v[s], &b);
         free(pos);
         free(seq);
     }
@@ -912,7 +987,7 @@ static void world_store(attn_world *w, tr_backend *be) {
         memcpy(bv + t * kvd, w->v[w->tok_seq[t]] + w->tok_pos[t] * kvd, kvd * 4);
     }
     tr_batch b = world_batch(w, w->n_tok, w->tok_pos, w->tok_seq);
-    be->ops->kv_store(be, &kv, w->layer, bk, bv, &b);
+    be->ops->kv_store(be->stream, &kv, w->layer, bk, bv, &b);
     free(bk);
     free(bv);
 }
@@ -1019,7 +1094,7 @@ static void test_kv_store_f16_rounding(void **state) {
         tr_backend *be = make_backend(ks, 1);
         uint16_t mem[2 * PS * HD];
         tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16, NULL};
-        be->ops->kv_store(be, &kv, 0, k, v, &b);
+        be->ops->kv_store(be->stream, &kv, 0, k, v, &b);
         for (int i = 0; i < PS * HD; i++) {
             assert_int_equal(mem[i], cpu_fp32_to_fp16(k[i]));
             assert_int_equal(mem[PS * HD + i], cpu_fp32_to_fp16(v[i]));
@@ -1034,7 +1109,7 @@ static float *run_attention(attn_world *w, tr_backend *be, float scale) {
     float *out = malloc(sizeof(float) * w->n_tok * row);
     tr_kv_layout kv = world_layout(w);
     tr_batch b = world_batch(w, w->n_tok, w->tok_pos, w->tok_seq);
-    be->ops->attention(be, out, w->q, &kv, w->layer, &b, w->n_heads, scale);
+    be->ops->attention(be->stream, out, w->q, &kv, w->layer, &b, w->n_heads, scale);
     return out;
 }
 
@@ -1158,7 +1233,7 @@ static void test_attention_window(void **state) {
                             if (w.tok_pos[t] != 700) continue;
                             float *one = malloc(sizeof(float) * row);
                             tr_batch b = world_batch(&w, 1, &w.tok_pos[t], &w.tok_seq[t]);
-                            be->ops->attention(be, one, w.q + t * row, &kv, w.layer, &b,
+                            be->ops->attention(be->stream, one, w.q + t * row, &kv, w.layer, &b,
                                                w.n_heads, scale);
                             assert_memory_equal(one, first + t * row, sizeof(float) * row);
                             free(one);
@@ -1216,7 +1291,7 @@ static void test_attention_determinism(void **state) {
                     float *one = malloc(sizeof(float) * row);
                     for (int t = 0; t < w.n_tok; t += (th == 2 ? 1 : 7)) {
                         tr_batch b = world_batch(&w, 1, &w.tok_pos[t], &w.tok_seq[t]);
-                        be->ops->attention(be, one, w.q + t * row, &kv, w.layer,
+                        be->ops->attention(be->stream, one, w.q + t * row, &kv, w.layer,
                                            &b, w.n_heads, scale);
                         assert_memory_equal(one, base + t * row, sizeof(float) * row);
                     }
@@ -1249,21 +1324,21 @@ static void test_row_determinism(void **state) {
             float *norm = malloc(sizeof(float) * n * dim);
             float *rope = malloc(sizeof(float) * n * nh * hd);
             float *swi = malloc(sizeof(float) * n * 1536);
-            be->ops->rmsnorm(be, norm, x, w, n, dim, 1e-5f);
+            be->ops->rmsnorm(be->stream, norm, x, w, n, dim, 1e-5f);
             memcpy(rope, x, sizeof(float) * n * nh * hd);
-            be->ops->rope(be, rope, n, nh, hd, pos, 10000.0f);
-            be->ops->swiglu(be, swi, g, u, (int64_t)n * 1536);
+            be->ops->rope(be->stream, rope, n, nh, hd, pos, 10000.0f);
+            be->ops->swiglu(be->stream, swi, g, u, (int64_t)n * 1536);
             for (int t = 0; t < n; t += 4) {
                 float one[1536];
-                be->ops->rmsnorm(be, one, x + t * dim, w, 1, dim, 1e-5f);
+                be->ops->rmsnorm(be->stream, one, x + t * dim, w, 1, dim, 1e-5f);
                 assert_memory_equal(one, norm + t * dim, sizeof(float) * dim);
                 memcpy(one, x + t * nh * hd, sizeof(float) * nh * hd);
-                be->ops->rope(be, one, 1, nh, hd, &pos[t], 10000.0f);
+                be->ops->rope(be->stream, one, 1, nh, hd, &pos[t], 10000.0f);
                 assert_memory_equal(one, rope + t * nh * hd, sizeof(float) * nh * hd);
-                be->ops->swiglu(be, one, g + t * 1536, u + t * 1536, 1536);
+                be->ops->swiglu(be->stream, one, g + t * 1536, u + t * 1536, 1536);
                 assert_memory_equal(one, swi + t * 1536, sizeof(float) * 1536);
                 /* An odd slice: every element's value is position-free. */
-                be->ops->swiglu(be, one, g + t * 1536 + 3, u + t * 1536 + 3, 13);
+                be->ops->swiglu(be->stream, one, g + t * 1536 + 3, u + t * 1536 + 3, 13);
                 assert_memory_equal(one, swi + t * 1536 + 3, sizeof(float) * 13);
             }
             if (th == 1) {
@@ -1347,6 +1422,7 @@ int main(void) {
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_sleep_wake),
         cmocka_unit_test(test_backend_basics),
+        cmocka_unit_test(test_kernel_set_choice),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_kernel_sets_agree),

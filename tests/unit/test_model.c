@@ -33,8 +33,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cmocka.h>
-#include <jansson.h>
+#include "tests/unit/harness.h"
+#include "tests/unit/json_lite.h"
 
 #include "kernels/backend.h"
 #include "base/paths.h"
@@ -57,7 +57,7 @@ typedef struct fixture {
     gguf_file *file;
     tr_backend *be;
     model *m;
-    json_t *ref;
+    jl_value *ref;
 } fixture;
 
 static int setup(void **state) {
@@ -69,15 +69,14 @@ static int setup(void **state) {
     }
     fixture *f = calloc(1, sizeof *f);
     tr_diag d = {0};
-    if (tr_gguf_open(path, &f->file, &d) || tr_backend_cpu_new(2, &f->be) ||
+    if (tr_gguf_open(path, &f->file, &d) || tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, &f->be, &d) ||
         tr_model_load(f->file, f->be, 512, &f->m, &d)) {
         fprintf(stderr, "load failed: %s\n", d.message);
         return -1;
     }
-    json_error_t je;
-    f->ref = json_load_file(TRELLIS_SOURCE_DIR "/tests/data/model/smollm2_ref.json", 0, &je);
+    f->ref = jl_load_file(TRELLIS_SOURCE_DIR "/tests/data/model/smollm2_ref.json");
     if (!f->ref) {
-        fprintf(stderr, "reference: %s\n", je.text);
+        fprintf(stderr, "reference: tests/data/model/smollm2_ref.json is missing or not JSON\n");
         return -1;
     }
     *state = f;
@@ -86,7 +85,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture *f = *state;
-    json_decref(f->ref);
+    jl_free(f->ref);
     tr_model_free(f->m);
     tr_backend_free(f->be);
     tr_gguf_close(f->file);
@@ -139,19 +138,19 @@ static int32_t argmax(const float *x, int32_t n) {
     return best;
 }
 
-static int32_t *json_ids(json_t *arr, int32_t *n) {
-    *n = (int32_t)json_array_size(arr);
+static int32_t *json_ids(const jl_value *arr, int32_t *n) {
+    *n = (int32_t)jl_len(arr);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(*n + 1));
-    for (int32_t i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    for (int32_t i = 0; i < *n; i++) ids[i] = (int32_t)jl_num(jl_at(arr, (size_t)i));
     return ids;
 }
 
 static void test_parity_with_llama_cpp(void **state) {
     fixture *f = *state;
     const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
-    json_t *cases = json_object_get(f->ref, "cases");
-    size_t n_cases = json_array_size(cases);
-    int n_gen = (int)json_integer_value(json_object_get(f->ref, "n_gen"));
+    jl_value *cases = jl_get(f->ref, "cases");
+    size_t n_cases = jl_len(cases);
+    int n_gen = (int)jl_num(jl_get(f->ref, "n_gen"));
     if (small_scale()) { n_cases = 2; n_gen = 8; }
     assert_true(n_cases >= 2);
     float *logits = malloc(sizeof(float) * (size_t)vocab);
@@ -159,14 +158,14 @@ static void test_parity_with_llama_cpp(void **state) {
     int diverged = 0, mismatched = 0, steps = 0;
     double worst_abs = 0, worst_rms = 0, sum_te = 0, sum_le = 0;
     for (size_t c = 0; c < n_cases; c++) {
-        json_t *cs = json_array_get(cases, c);
+        jl_value *cs = jl_at(cases, c);
         int32_t n_prompt, n_ref_gen;
-        int32_t *prompt = json_ids(json_object_get(cs, "prompt_ids"), &n_prompt);
-        int32_t *want = json_ids(json_object_get(cs, "generated"), &n_ref_gen);
-        json_t *gaps = json_object_get(cs, "top2_gap");
+        int32_t *prompt = json_ids(jl_get(cs, "prompt_ids"), &n_prompt);
+        int32_t *want = json_ids(jl_get(cs, "generated"), &n_ref_gen);
+        jl_value *gaps = jl_get(cs, "top2_gap");
         char path[4096];
         snprintf(path, sizeof path, "%s/tests/data/model/%s", TRELLIS_SOURCE_DIR,
-                 json_string_value(json_object_get(cs, "logits_file")));
+                 jl_str(jl_get(cs, "logits_file")));
         FILE *fp = fopen(path, "rb");
         assert_non_null(fp);
         assert_int_equal(fread(ref, sizeof(float), (size_t)vocab, fp), (size_t)vocab);
@@ -224,7 +223,7 @@ static void test_parity_with_llama_cpp(void **state) {
         for (int k = 0; k < n_gen; k++) {
             int32_t tok = argmax(logits, vocab);
             if (tok != want[k]) {
-                double gap = json_real_value(json_array_get(gaps, (size_t)k));
+                double gap = jl_num(jl_at(gaps, (size_t)k));
                 printf("  step %d: trellis %d, llama.cpp %d (reference top-2 gap %.4f)\n", k,
                        tok, want[k], gap);
                 assert_true(gap < NEAR_TIE_GAP);
@@ -260,9 +259,9 @@ static void test_parity_with_llama_cpp(void **state) {
 static void test_chunking_is_bit_identical(void **state) {
     fixture *f = *state;
     const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
-    json_t *cs = json_array_get(json_object_get(f->ref, "cases"), 0);
+    jl_value *cs = jl_at(jl_get(f->ref, "cases"), 0);
     int32_t n;
-    int32_t *prompt = json_ids(json_object_get(cs, "prompt_ids"), &n);
+    int32_t *prompt = json_ids(jl_get(cs, "prompt_ids"), &n);
     float *a = malloc(sizeof(float) * (size_t)vocab);
     float *b = malloc(sizeof(float) * (size_t)vocab);
     int32_t chunks[] = {1, 5, 16, 37};
@@ -279,7 +278,7 @@ static void test_chunking_is_bit_identical(void **state) {
     /* one thread instead of two */
     tr_backend *be1;
     model *m1;
-    assert_int_equal(tr_backend_cpu_new(1, &be1), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be1, NULL), TR_OK);
     assert_int_equal(tr_model_load(f->file, be1, 512, &m1, NULL), TR_OK);
     seq_kv_init(m1, &s, n + 1);
     run(m1, &s, prompt, n, 0, 512, b);
@@ -297,10 +296,10 @@ static void test_chunking_is_bit_identical(void **state) {
 static void test_batch_invariance(void **state) {
     fixture *f = *state;
     const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
-    json_t *cases = json_object_get(f->ref, "cases");
+    jl_value *cases = jl_get(f->ref, "cases");
     int32_t na, nb;
-    int32_t *pa = json_ids(json_object_get(json_array_get(cases, 6), "prompt_ids"), &na);
-    int32_t *pb = json_ids(json_object_get(json_array_get(cases, 9), "prompt_ids"), &nb);
+    int32_t *pa = json_ids(jl_get(jl_at(cases, 6), "prompt_ids"), &na);
+    int32_t *pb = json_ids(jl_get(jl_at(cases, 9), "prompt_ids"), &nb);
     float *alone = malloc(sizeof(float) * (size_t)vocab);
     float *mixed = malloc(sizeof(float) * 2 * (size_t)vocab);
     seq_kv s;

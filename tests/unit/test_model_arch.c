@@ -4,7 +4,8 @@
  *  - the forward pass against a float64 llama written out here (F32
  *    weights, F32 KV: only float rounding separates the two), with and
  *    without a tied output;
- *  - batch invariance and chunking on such a model (bit-identical);
+ *  - chunking on such a model (bit-identical), and a backend without the
+ *    optional get_rows op (the model's fallback, same bits);
  *  - load errors: an unsupported architecture names itself and the
  *    supported ones; a missing or mistyped key, a missing or misshapen
  *    tensor and an unsupported head size each name what is wrong, and
@@ -13,7 +14,6 @@
  * The real weights are test_model.c's job.
  */
 #include <math.h>
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "base/util.h"
 #include "kernels/backend.h"
@@ -207,7 +207,7 @@ static void test_llama_matches_float64(void **state) {
         assert_int_equal(tg_open(b, &f, &d), TR_OK);
         tr_backend *be = NULL;
         model *m = NULL;
-        assert_int_equal(tr_backend_cpu_new(2, &be), TR_OK);
+        assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, &be, NULL), TR_OK);
         assert_int_equal(tr_model_load(f, be, MAXT, &m, &d), TR_OK);
         const model_hparams *hp = tr_model_get_hparams(m);
         assert_string_equal(hp->arch, "llama");
@@ -250,6 +250,56 @@ static void test_llama_matches_float64(void **state) {
     }
 }
 
+/* A backend without the optional get_rows op: the model gathers the
+ * logit rows with one copy each, and the logits keep their bits. Without
+ * a required op it does not load. */
+static void test_optional_get_rows_fallback(void **state) {
+    (void)state;
+    tg_builder *b = calloc(1, sizeof *b);
+    tiny w;
+    build_llama(b, &w, true);
+    gguf_file *f = NULL;
+    assert_int_equal(tg_open(b, &f, NULL), TR_OK);
+    tr_backend *be = NULL;
+    model *m = NULL;
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, &be, NULL), TR_OK);
+    assert_int_equal(tr_model_load(f, be, MAXT, &m, NULL), TR_OK);
+    run_ctx c;
+    ctx_init(&c, m);
+    int32_t tok[MAXT], pos[MAXT], seq[MAXT] = {0};
+    for (int i = 0; i < MAXT; i++) {
+        tok[i] = i * 7 % VOCAB;
+        pos[i] = i;
+    }
+    const int32_t *tables[1] = {c.table};
+    tr_batch bt = {MAXT, pos, seq, 1, tables, &c.n_pages};
+    const int32_t rows[3] = {MAXT - 1, 0, 9};
+    float with[3 * VOCAB], without[3 * VOCAB];
+    assert_int_equal(tr_model_forward(m, &c.kv, &bt, tok, rows, 3, with), TR_OK);
+    const tr_backend_ops *orig = be->ops;
+    tr_backend_ops masked = *orig;
+    masked.get_rows = NULL;
+    be->ops = &masked;
+    assert_int_equal(tr_model_forward(m, &c.kv, &bt, tok, rows, 3, without), TR_OK);
+    /* a required op missing: the model refuses to load, naming it */
+    masked.matmul = NULL;
+    model *m2 = NULL;
+    tr_diag d = {0};
+    assert_int_equal(tr_model_load(f, be, MAXT, &m2, &d), TR_ERR_UNSUPPORTED);
+    assert_null(m2);
+    assert_non_null(strstr(d.message, "lacks the 'matmul' op"));
+    be->ops = orig;
+    assert_memory_equal(with, without, sizeof with);
+    /* and the rows are the asked ones (row 0 differs from row MAXT - 1) */
+    assert_memory_not_equal(with, with + VOCAB, sizeof(float) * VOCAB);
+    tr_model_kv_free(m, &c.kv);
+    tr_model_free(m);
+    tr_backend_free(be);
+    tr_gguf_close(f);
+    tg_free(b);
+    free(b);
+}
+
 /* ---- load errors ---- */
 
 /* Loads b's file expecting `code` and a message containing every given
@@ -259,7 +309,7 @@ static void expect_load_fail(tg_builder *b, tr_status code, ...) {
     tr_diag d = {0};
     assert_int_equal(tg_open(b, &f, &d), TR_OK);
     tr_backend *be = NULL;
-    assert_int_equal(tr_backend_cpu_new(1, &be), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be, NULL), TR_OK);
     model *sentinel = (model *)(uintptr_t)0x1234, *m = sentinel;
     tr_status s = tr_model_load(f, be, 8, &m, &d);
     if (s != code) fail_msg("got %s (%s), want %s", tr_status_name(s), d.message,
@@ -317,6 +367,18 @@ static void test_load_errors(void **state) {
 
     build_llama(b, &w, false);
     tg_drop_kv(b, "llama.attention.head_count");
+    tg_u32(b, "llama.attention.head_count", 0);
+    expect_load_fail(b, TR_ERR_FORMAT, "implausible", "heads 0/", NULL);
+    tg_free(b);
+
+    build_llama(b, &w, false);
+    tg_drop_kv(b, "llama.attention.head_count");
+    tg_u32(b, "llama.attention.head_count", 5); /* 64 = 5 x 12.8 */
+    expect_load_fail(b, TR_ERR_FORMAT, "dim 64 is not a multiple of 5 heads", NULL);
+    tg_free(b);
+
+    build_llama(b, &w, false);
+    tg_drop_kv(b, "llama.attention.head_count");
     tg_u32(b, "llama.attention.head_count", 1); /* head_dim 64, rope 64 */
     tg_drop_kv(b, "llama.attention.head_count_kv");
     tg_u32(b, "llama.attention.head_count_kv", 1);
@@ -347,6 +409,7 @@ static void test_load_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_matches_float64),
+        cmocka_unit_test(test_optional_get_rows_fallback),
         cmocka_unit_test(test_load_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,6 @@
  * (random-weight qwen2/qwen3 GGUFs against llama.cpp).
  */
 #include <math.h>
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "base/util.h"
 #include "kernels/backend.h"
@@ -277,7 +276,7 @@ static void run_chunks(run_ctx *c, int s, const int32_t *tok, int from, int n, i
 static void open_model(tg_builder *b, gguf_file **f, tr_backend **be, model **m) {
     tr_diag d = {0};
     assert_int_equal(tg_open(b, f, &d), TR_OK);
-    assert_int_equal(tr_backend_cpu_new(2, be), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, be, NULL), TR_OK);
     if (tr_model_load(*f, *be, MAXT, m, &d) != TR_OK) fail_msg("load: %s", d.message);
 }
 
@@ -412,7 +411,7 @@ static void expect_load_fail(tg_builder *b, tr_status code, ...) {
     tr_diag d = {0};
     assert_int_equal(tg_open(b, &f, &d), TR_OK);
     tr_backend *be = NULL;
-    assert_int_equal(tr_backend_cpu_new(1, &be), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be, NULL), TR_OK);
     model *sentinel = (model *)(uintptr_t)0x1234, *m = sentinel;
     tr_status s = tr_model_load(f, be, 8, &m, &d);
     if (s != code)

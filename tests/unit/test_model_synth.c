@@ -10,7 +10,6 @@
  * agreement with every mismatch at a near-tie; chunked prefill, one thread
  * and batch invariance bit-identical. No file needed: always runs.
  */
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "tests/unit/model_ref.h"
 #include "tests/unit/synth_gguf.h"
@@ -50,15 +49,15 @@ static void open_arch(fixture *f, int a) {
     f->mem = synth_gguf(arch, f->ref.n_vocab, &len, &digest);
     char hex[32];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)digest);
-    const char *want = json_string_value(json_object_get(f->ref.root, "digest"));
+    const char *want = jl_str(jl_get(f->ref.root, "digest"));
     if (!want || strcmp(hex, want) != 0)
         fail_msg("%s: rebuilt tensors' digest %s, reference %s (synth_gguf.h and "
                  "synth_models.py disagree)",
                  arch->name, hex, want ? want : "(none)");
     tr_diag d = {0};
     assert_int_equal(tr_gguf_open_memory(f->mem, len, &f->file, &d), TR_OK);
-    assert_int_equal(tr_backend_cpu_new(2, &f->be), TR_OK);
-    assert_int_equal(tr_backend_cpu_new(1, &f->be1), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 2}, &f->be, NULL), TR_OK);
+    assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &f->be1, NULL), TR_OK);
     if (tr_model_load(f->file, f->be, 512, &f->m, &d) ||
         tr_model_load(f->file, f->be1, 512, &f->m1, &d))
         fail_msg("load: %s", d.message);

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"

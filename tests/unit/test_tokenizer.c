@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "base/utf8.h"
 #include "base/paths.h"
 #include "base/util.h"
 #include "runtime/gguf/gguf.h"
@@ -392,38 +393,6 @@ static void test_decode_special(void **state) {
 
 /* ---- incremental decoding ---- */
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t b = s[i];
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if (b >= 0xC2 && b <= 0xDF) {
-            need = 2;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            need = 3;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 4;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        } else {
-            return false;
-        }
-        if (n - i < need) return false;
-        for (size_t k = 1; k < need; k++) {
-            uint8_t x = s[i + k];
-            if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return false;
-        }
-        i += need;
-    }
-    return true;
-}
-
 static void test_stream(void **state) {
     (void)state;
     NEED_MODEL(t);
@@ -440,7 +409,7 @@ static void test_stream(void **state) {
         size_t ol = 99;
         assert_int_equal(tr_tokenizer_stream_push(&st, t, ids[i], out, sizeof out, &ol), TR_OK);
         /* every chunk is whole characters */
-        assert_true(valid_utf8((const uint8_t *)out, ol));
+        assert_true(tr_utf8_valid((const uint8_t *)out, ol));
         size_t tl;
         tr_tokenizer_token_bytes(t, ids[i], &tl);
         if (ol < tl) held_pushes++;
@@ -505,7 +474,7 @@ static void test_stream(void **state) {
             memcpy(st.pending, pend[p], strlen(pend[p]));
             st.n_pending = (uint32_t)strlen(pend[p]);
             assert_int_equal(tr_tokenizer_stream_push(&st, t, id, big, bound, &ol), TR_OK);
-            assert_true(valid_utf8((const uint8_t *)big, ol));
+            assert_true(tr_utf8_valid((const uint8_t *)big, ol));
             if (ol > worst) worst = ol;
         }
     }
