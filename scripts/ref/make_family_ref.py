@@ -44,12 +44,13 @@ GEMMA_TURN = "<start_of_turn>{}\n{}<end_of_turn>\n"
 
 
 def long_text():
-    """~700 tokens of varied prose: longer than Gemma 3's 512-token window."""
+    """~680 tokens of varied prose (Gemma's tokenizer): longer than Gemma 3's
+    512-token window, and with the 64 generated steps within n_ctx."""
     topics = ["rivers", "mountains", "libraries", "bridges", "gardens", "trains",
               "harbours", "forests", "markets", "observatories"]
     verbs = ["shape", "connect", "protect", "feed", "inspire", "surprise"]
     out = []
-    for i in range(60):
+    for i in range(25):
         t, v = topics[i % len(topics)], verbs[(i * 7) % len(verbs)]
         out.append("Sentence %d: the %s of the old city %s the people who live near them, "
                    "and every season brings a new story." % (i + 1, t, v))
@@ -76,16 +77,18 @@ SYNTH_PROMPTS = [
 
 
 def run(model_path, prompts, out_dir, name, stride, add_bos, extra):
-    # swa_full: the sliding-window layers' cache holds the whole context,
-    # so a prompt longer than the window fits one batch (the window is
-    # still applied by the attention mask)
-    llm = Llama(model_path=model_path, n_ctx=1024, n_batch=1024, n_ubatch=1024,
-                n_threads=2, logits_all=True, swa_full=True, verbose=False)
     cache = {}
     cases = []
     for i, text in enumerate(prompts):
+        # a fresh context per case (reset() leaves the sliding-window
+        # layers' cache cells taken: a 600-token prompt after others found
+        # no slot); swa_full: that cache holds the whole context, so a
+        # prompt longer than the window fits one batch (the window is
+        # still applied by the attention mask)
+        llm = Llama(model_path=model_path, n_ctx=1024, n_batch=1024, n_ubatch=1024,
+                    n_threads=2, logits_all=True, swa_full=True, verbose=False)
         ids = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
-        llm.reset()
+        assert len(ids) + N_GEN <= 1024, len(ids)
         llm.eval(ids)
         first = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         exact = numpy_forward.forward(model_path, ids, cache).astype(np.float32)
@@ -104,7 +107,9 @@ def run(model_path, prompts, out_dir, name, stride, add_bos, extra):
             logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         cases.append({"prompt": text, "prompt_ids": ids, "generated": gen, "top2_gap": gaps,
                       "logits_file": lf, "exact_file": ef, "top": top})
-        print(name, i, len(ids), repr(llm.detokenize(gen).decode(errors="replace"))[:70])
+        print(name, i, len(ids), repr(llm.detokenize(gen).decode(errors="replace"))[:70],
+              flush=True)
+        del llm
     ref = {"model": os.path.basename(model_path), "llama_cpp_python": "0.3.36",
            "n_gen": N_GEN, "n_vocab": int(len(first)), "logits_stride": stride,
            "cases": cases}

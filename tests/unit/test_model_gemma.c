@@ -26,12 +26,18 @@
 #include "base/paths.h"
 #include "tests/unit/model_ref.h"
 
-/* Tolerances, measured (see the printed figures): both engines quantize
- * activations to 8 bits before the integer dots and sum in other orders,
- * through 18 layers; Gemma's logits span about +-25. llama.cpp also takes
- * GELU from an fp16 table, Trellis computes it. */
+/* Tolerances, measured on the 8 reference prompts (the printed figures):
+ * both engines quantize activations to 8 bits before the integer dots and
+ * sum in other orders, through 18 layers, and llama.cpp also takes GELU
+ * from an fp16 table; Gemma's first-step logits span about -30..+25.
+ * Each engine's RMS distance from float64 arithmetic (numpy_forward.py):
+ * Trellis 0.15-0.62 (mean 0.31), llama.cpp 0.15-1.15 (mean 0.40), so the
+ * two differ by up to 0.79 RMS and 1.71 at the worst element (prompt 1,
+ * where llama.cpp is 1.15 from exact and Trellis 0.49): the bounds are
+ * those plus ~15%. Teacher-forced greedy: 508 of 512 steps agree, the 4
+ * others at top-2 gaps of 0.013-0.164. */
 static const mref_limits k_limits = {
-    .max_abs = 1.20, .rms = 0.40, .near_tie = 0.60, .exact_slack = 1.25,
+    .max_abs = 2.0, .rms = 0.9, .near_tie = 0.6, .exact_slack = 1.10,
     .max_mismatch_pct = 5};
 
 #define MAX_BATCH 1024

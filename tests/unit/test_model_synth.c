@@ -22,13 +22,16 @@
 #include "tests/unit/model_ref.h"
 #include "tests/unit/synth_gguf.h"
 
-/* Tolerances, measured (see the printed figures): both engines quantize
- * activations to 8 bits before the integer dots (Trellis per 32 or 256
- * values, llama.cpp per 32 or 256 with other rounding) and sum in other
- * orders, so the logits (std ~4 by construction) differ by rounding noise
- * through 3 layers. */
+/* Tolerances, measured (the printed figures): both engines quantize
+ * activations to 8 bits before the integer dots and sum in other orders,
+ * so the logits (std ~4 by construction) differ by rounding noise through
+ * 3 layers: worst element 0.56, RMS 0.12 (qwen2; qwen3 0.41 / 0.10), and
+ * each engine is as far from float64 arithmetic as the other (mean RMS
+ * 0.106 vs 0.102; 0.084 vs 0.084). Teacher-forced greedy: qwen2 9 of 256
+ * steps differ (3.5%), qwen3 3, all at top-2 gaps below 0.3: random
+ * weights are less decisive than trained ones (synth_models.py). */
 static const mref_limits k_limits = {
-    .max_abs = 0.60, .rms = 0.15, .near_tie = 0.60, .exact_slack = 1.25,
+    .max_abs = 0.75, .rms = 0.16, .near_tie = 0.60, .exact_slack = 1.15,
     .max_mismatch_pct = 5};
 
 typedef struct fixture {
