@@ -232,8 +232,12 @@ static void mref_parity(model *m, const mref *r, const mref_limits *lim, size_t 
            TR_MIN(n_cases, r->n_cases), diverged, steps, mismatched,
            100.0 * mismatched / steps, worst_abs, worst_rms, sum_te / (double)n_cases,
            sum_le / (double)n_cases);
-    assert_true(sum_te <= lim->exact_slack * sum_le);
-    if (!small_scale()) assert_true(mismatched * 100 <= lim->max_mismatch_pct * steps);
+    /* aggregates over the whole reference: on the one case and few steps
+     * of the small (sanitizer) run they mean nothing */
+    if (!small_scale()) {
+        assert_true(sum_te <= lim->exact_slack * sum_le);
+        assert_true(mismatched * 100 <= lim->max_mismatch_pct * steps);
+    }
     free(lg);
 }
 
