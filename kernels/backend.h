@@ -169,6 +169,11 @@ typedef struct tr_kv_layout {
     int32_t n_kv_heads;
     int32_t head_dim;
     tr_dtype type; /* TR_DTYPE_F16 or TR_DTYPE_F32 */
+    /* Sliding-window layers: window[l] > 0 means a token at position p
+     * attends only to positions p - window[l] + 1 .. p in layer l (the
+     * older ones stay in the pages, unread); 0 = every position. NULL: no
+     * layer has a window. Host memory, borrowed (the model owns it). */
+    const int32_t *window;
 } tr_kv_layout;
 
 /* A ragged batch of tokens from one or more sequences.
@@ -298,9 +303,10 @@ typedef struct tr_backend_ops {
                      const float *k, const float *v, const tr_batch *b);
 
     /* out[n, n_heads * head_dim] = causal softmax(q k^T * scale) v over each
-     * token's sequence, read through its page table. n_heads is a multiple
-     * of kv->n_kv_heads (grouped-query attention: query head h reads KV head
-     * h / (n_heads / n_kv_heads)). */
+     * token's sequence, read through its page table; in a sliding-window
+     * layer (kv->window) over the window's positions only. n_heads is a
+     * multiple of kv->n_kv_heads (grouped-query attention: query head h
+     * reads KV head h / (n_heads / n_kv_heads)). */
     void (*attention)(tr_stream *s, float *out, const float *q,
                       const tr_kv_layout *kv, int32_t layer,
                       const tr_batch *b, int32_t n_heads, float scale);
@@ -317,6 +323,31 @@ typedef struct tr_backend_ops {
      * Without it: one `copy` of dim floats per row. */
     void (*get_rows)(tr_stream *s, float *out, const float *x, int32_t dim,
                      const int32_t *rows, int32_t n);
+
+    /* Rotary embedding in place, GGML "NEOX" mode (Qwen, Gemma): element i
+     * of each head pairs with element i + head_dim / 2, rotated by
+     * theta_i = freq_scale * pos * base^(-2i / head_dim) (the power as the
+     * same float running product as rope; freq_scale: 1 / the linear
+     * rope-scaling factor, 1 without scaling). x[n, n_heads * head_dim]. */
+    void (*rope_neox)(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                      int32_t head_dim, const int32_t *pos, float freq_base,
+                      float freq_scale);
+
+    /* out[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh form:
+     * gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+     * out may equal gate. */
+    void (*geglu)(tr_stream *s, float *out, const float *gate,
+                  const float *up, int64_t n);
+
+    /* x[n, dim] += b[dim] (every row; a projection's bias). */
+    void (*add_bias)(tr_stream *s, float *x, const float *b, int32_t n,
+                     int32_t dim);
+
+    /* x[i] *= sc for i < n. */
+    void (*scale)(tr_stream *s, float *x, float sc, int64_t n);
+
+    /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
+    void (*softcap)(tr_stream *s, float *x, float cap, int64_t n);
 } tr_backend_ops;
 
 /* Every backend object starts with this header, every stream with

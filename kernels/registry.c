@@ -85,6 +85,8 @@ const char *tr_backend_missing_op(const tr_backend *be) {
     REQUIRE(import_weights) REQUIRE(upload) REQUIRE(download) REQUIRE(copy)
     REQUIRE(embed) REQUIRE(rmsnorm) REQUIRE(matmul) REQUIRE(rope)
     REQUIRE(kv_store) REQUIRE(attention) REQUIRE(swiglu) REQUIRE(add)
+    REQUIRE(rope_neox) REQUIRE(geglu) REQUIRE(add_bias) REQUIRE(scale)
+    REQUIRE(softcap)
 #undef REQUIRE
     return NULL;
 }

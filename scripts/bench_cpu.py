@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Side-by-side CPU speed: Trellis vs llama.cpp on the default model.
+"""Side-by-side CPU speed: Trellis vs llama.cpp on the default model (or
+another GGUF: --model PATH, or --model gemma3-270m for the cached Gemma 3
+270M Q4_K_M of scripts/setup.sh --model gemma3-270m).
 
-    python3 scripts/bench_cpu.py [--rounds 3] [--threads 1,2]
+    python3 scripts/bench_cpu.py [--rounds 3] [--threads 1,2] [--model M]
 
 Runs build/tests/bench/bench_model (Trellis) and llama.cpp through
 llama-cpp-python (venv at ~/.cache/trellis/refvenv, see
@@ -15,8 +17,11 @@ import argparse, json, os, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFPY = os.path.expanduser("~/.cache/trellis/refvenv/bin/python")
-MODEL = os.environ.get("TRELLIS_MODEL", os.path.expanduser(
-    "~/.cache/trellis/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+CACHE = os.path.join(os.environ.get("TRELLIS_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trellis"), "models")
+MODEL = os.environ.get("TRELLIS_MODEL", os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+NAMED = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
+         "gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
 
 LLAMA = r'''
 import json, sys, time, numpy as np
@@ -59,7 +64,15 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--model", default=None,
+                    help="GGUF path, or smollm2 / gemma3-270m (from the model cache)")
     a = ap.parse_args()
+    global MODEL
+    if a.model:
+        MODEL = os.path.join(CACHE, NAMED[a.model]) if a.model in NAMED else a.model
+    if not os.path.exists(MODEL):
+        sys.exit("bench_cpu: model %s missing (scripts/setup.sh [--model gemma3-270m])" % MODEL)
+    print("model: %s" % os.path.basename(MODEL), file=sys.stderr)
     rows = []
     for t in [int(x) for x in a.threads.split(",")]:
         tr, ll = {"p": [], "d": []}, {"p": [], "d": []}

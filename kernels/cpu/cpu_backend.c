@@ -104,8 +104,10 @@ static void cpu_destroy(tr_backend *be) {
     tr_cpu_pool_free(c->pool);
     tr_aligned_free(c->act);
     tr_aligned_free(c->attn);
-    tr_aligned_free(c->rope.pos);
-    tr_aligned_free(c->rope.cs);
+    for (int e = 0; e < CPU_ROPE_TABLES; e++) {
+        tr_aligned_free(c->rope[e].pos);
+        tr_aligned_free(c->rope[e].cs);
+    }
     free(c);
 }
 
@@ -254,6 +256,11 @@ static const tr_backend_ops k_cpu_ops = {
     .swiglu = tr_cpu_op_swiglu,
     .add = tr_cpu_op_add,
     .get_rows = tr_cpu_op_get_rows,
+    .rope_neox = tr_cpu_op_rope_neox,
+    .geglu = tr_cpu_op_geglu,
+    .add_bias = tr_cpu_op_add_bias,
+    .scale = tr_cpu_op_scale,
+    .softcap = tr_cpu_op_softcap,
 };
 
 tr_status tr_backend_cpu_new(const tr_backend_config *cfg, tr_backend **out,
@@ -283,7 +290,7 @@ tr_status tr_backend_cpu_new(const tr_backend_config *cfg, tr_backend **out,
     c->stream0.be = &c->base;
     c->n_threads = n_threads;
     set_bind(c, set);
-    c->rope.n = -1;
+    for (int e = 0; e < CPU_ROPE_TABLES; e++) c->rope[e].n = -1;
     if (!tr_cpu_scratch_reserve(&c->act, &c->act_cap, CPU_ACT_RESERVE)) {
         free(c);
         return TR_ERR_NOMEM;

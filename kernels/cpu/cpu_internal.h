@@ -51,6 +51,9 @@ typedef struct cpu_op_kernels {
                      const float *cs);
     /* out[i] = silu(g[i]) * u[i]; out may equal g or u. */
     void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+    /* out[i] = gelu_tanh(g[i]) * u[i] (backend.h's geglu); out may equal
+     * g or u. */
+    void (*geglu)(float *out, const float *g, const float *u, int64_t n);
     /* out[i] += x[i]. */
     void (*add)(float *out, const float *x, int64_t n);
     /* dst[n] (F16 or F32) = src[n]. */
@@ -90,12 +93,17 @@ void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
 void tr_cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
                            const float *cs);
 
-/* The rope angle table of the last rope call, reused while the positions
+/* Rope angle tables kept (two bases: Gemma 3's local and global layers). */
+#define CPU_ROPE_TABLES 2
+
+/* A rope angle table of a recent rope call, reused while the positions
  * stay the same (every layer of a forward pass, Q and K). */
 typedef struct cpu_rope_cache {
     int32_t n; /* tokens; -1 when the table is not valid */
     int32_t head_dim;
     float base;
+    float scale;
+    uint64_t used; /* rope_clock at the last use (LRU) */
     void *pos;     /* int32_t [n]: the positions it was made for */
     size_t pos_cap;
     void *cs;      /* float [n][head_dim / 2][2]: cos, sin */
@@ -118,7 +126,8 @@ typedef struct cpu_backend {
     size_t act_cap;   /* bytes */
     void *attn;       /* attention: per-block partials of a split op */
     size_t attn_cap;  /* bytes */
-    cpu_rope_cache rope;
+    cpu_rope_cache rope[CPU_ROPE_TABLES];
+    uint64_t rope_clock;
 } cpu_backend;
 
 /* Grows *buf to at least `bytes` (64-byte aligned; contents not kept).
@@ -145,5 +154,14 @@ void tr_cpu_op_swiglu(tr_stream *s, float *out, const float *gate,
 void tr_cpu_op_add(tr_stream *s, float *out, const float *x, int64_t n);
 void tr_cpu_op_get_rows(tr_stream *s, float *out, const float *x, int32_t dim,
                         const int32_t *rows, int32_t n);
+void tr_cpu_op_rope_neox(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                         int32_t head_dim, const int32_t *pos, float freq_base,
+                         float freq_scale);
+void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
+                     const float *up, int64_t n);
+void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
+                        int32_t dim);
+void tr_cpu_op_scale(tr_stream *s, float *x, float sc, int64_t n);
+void tr_cpu_op_softcap(tr_stream *s, float *x, float cap, int64_t n);
 
 #endif

@@ -103,6 +103,18 @@ static void swiglu_portable(float *out, const float *g, const float *u,
     }
 }
 
+/* gelu_tanh(x) = x/2 (1 + tanh(y)) = x / (1 + exp(-2y)), y = sqrt(2/pi)
+ * (x + 0.044715 x^3): the sigmoid form, one exp per element (tanhf is
+ * ~3x slower). */
+static void geglu_portable(float *out, const float *g, const float *u,
+                           int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        float y2 = 1.5957691216057308f * x * (1.0f + 0.044715f * x * x);
+        out[i] = x / (1.0f + expf(-y2)) * u[i];
+    }
+}
+
 static void add_portable(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] += x[i];
 }
@@ -183,6 +195,7 @@ const cpu_op_kernels tr_cpu_op_kernels_portable = {
     .rmsnorm_row = rmsnorm_row_portable,
     .rope_row = tr_cpu_rope_row_portable,
     .swiglu = swiglu_portable,
+    .geglu = geglu_portable,
     .add = add_portable,
     .store_row = store_row_portable,
     .attn_scores = tr_cpu_attn_scores_portable,
@@ -445,30 +458,56 @@ typedef struct rope_args {
     int32_t n, n_heads, head_dim;
     const int32_t *pos;
     double base;
-    const double *inv_freq; /* [min(half, ROPE_TABLE_PAIRS)] */
+    float freq_scale;
+    bool neox;              /* pairs (i, i + half) instead of (2i, 2i+1) */
     float *table;           /* [n][half][2] cos, sin; NULL: no memory */
     bool table_valid;       /* the table already holds these positions */
 } rope_args;
 
-static double rope_inv_freq(double base, int32_t i, int32_t head_dim) {
-    return pow(base, -(double)(2 * i) / (double)head_dim);
-}
-
 /* cs[2i], cs[2i+1] = cos, sin of pair i0 + i of token t, i < cnt.
  * The angles follow GGML's recipe exactly (theta_0 = pos, theta_{i+1} =
- * theta_i * base^(-2/head_dim) in float, then cosf/sinf), so that rotated
- * Q/K match llama.cpp's bit for bit where libm agrees: measured on the
- * reference prompts, exact double angles (up to 1.4e-4 away from GGML's)
- * were enough to flip greedy picks at near-ties. */
+ * theta_i * base^(-2/head_dim) in float, times freq_scale, then
+ * cosf/sinf), so that rotated Q/K match llama.cpp's bit for bit where libm
+ * agrees: measured on the reference prompts, exact double angles (up to
+ * 1.4e-4 away from GGML's) were enough to flip greedy picks at near-ties. */
 static void rope_angles(const rope_args *a, int64_t t, int32_t i0,
                         int32_t cnt, float *cs) {
     const float theta_scale = powf((float)a->base, -2.0f / (float)a->head_dim);
     float theta = (float)a->pos[t];
     for (int32_t i = 0; i < i0; i++) theta *= theta_scale;
     for (int32_t i = 0; i < cnt; i++) {
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
+        float th = a->freq_scale == 1.0f ? theta : a->freq_scale * theta;
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
         theta *= theta_scale;
+    }
+}
+
+/* NEOX mode: element i of each head pairs with i + half (pairs i0 .. i0 +
+ * cnt of a head of `half` pairs), the same two roundings per output as the
+ * normal mode's rotation; one loop serves every kernel set. */
+static void rope_row_neox(float *x, int32_t n_heads, int32_t half, int32_t i0,
+                          int32_t cnt, const float *cs) {
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * 2 * half;
+        for (int32_t i = 0; i < cnt; i++) {
+            float c = cs[2 * i], sn = cs[2 * i + 1];
+            float p = v[i0 + i], q = v[i0 + i + half];
+            v[i0 + i] = p * c - q * sn;
+            v[i0 + i + half] = p * sn + q * c;
+        }
+    }
+}
+
+static void rope_rotate(const rope_args *a, float *row, int32_t n_heads,
+                        int32_t i0, int32_t cnt, const float *cs) {
+    if (a->neox) {
+        rope_row_neox(row, n_heads, a->head_dim / 2, i0, cnt, cs);
+    } else if (i0 == 0 && cnt == a->head_dim / 2) {
+        a->k->rope_row(row, n_heads, a->head_dim, cs);
+    } else {
+        for (int32_t h = 0; h < n_heads; h++)
+            a->k->rope_row(row + (int64_t)h * a->head_dim + 2 * i0, 1, 2 * cnt, cs);
     }
 }
 
@@ -482,7 +521,7 @@ static void rope_task(void *ctx, int ith, int nth) {
         for (int64_t t = lo; t < hi; t++) {
             float *cs = a->table + t * 2 * half;
             if (!a->table_valid) rope_angles(a, t, 0, half, cs);
-            a->k->rope_row(a->x + t * row, a->n_heads, a->head_dim, cs);
+            rope_rotate(a, a->x + t * row, a->n_heads, 0, half, cs);
         }
         return;
     }
@@ -493,34 +532,39 @@ static void rope_task(void *ctx, int ith, int nth) {
         for (int32_t i0 = 0; i0 < half; i0 += ROPE_TABLE_PAIRS) {
             int32_t cnt = TR_MIN(ROPE_TABLE_PAIRS, half - i0);
             rope_angles(a, t, i0, cnt, cs);
-            for (int32_t h = 0; h < a->n_heads; h++) {
-                float *v = a->x + t * row + (int64_t)h * a->head_dim + 2 * i0;
-                a->k->rope_row(v, 1, 2 * cnt, cs);
-            }
+            rope_rotate(a, a->x + t * row, a->n_heads, i0, cnt, cs);
         }
     }
 }
 
-void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
-                 int32_t head_dim, const int32_t *pos, float freq_base) {
-    cpu_backend *c = cpu_of(s);
+/* A forward pass ropes Q and K of every layer at the same positions: the
+ * angle tables of the last calls are kept and reused when the positions,
+ * head size, base and scale are the same (compared by value). Two tables,
+ * least recently used replaced: Gemma 3 alternates a local and a global
+ * base layer by layer, which would recompute one table per layer. */
+static void rope_run(cpu_backend *c, float *x, int32_t n, int32_t n_heads,
+                     int32_t head_dim, const int32_t *pos, float freq_base,
+                     float freq_scale, bool neox) {
     if (n <= 0 || n_heads <= 0 || head_dim < 2) return;
-    double inv_freq[ROPE_TABLE_PAIRS];
     int32_t half = head_dim / 2;
-    for (int32_t i = 0; i < TR_MIN(half, ROPE_TABLE_PAIRS); i++)
-        inv_freq[i] = rope_inv_freq(freq_base, i, head_dim);
-    rope_args a = {c->k, x, n, n_heads, head_dim, pos, freq_base, inv_freq,
-                   NULL, false};
-    /* A forward pass ropes Q and K of every layer at the same positions:
-     * the angle table of the last call is kept and reused when the
-     * positions, head size and base are the same (compared by value). */
-    cpu_rope_cache *rc = &c->rope;
+    rope_args a = {c->k,     x,          n,    n_heads, head_dim, pos,
+                   freq_base, freq_scale, neox, NULL,    false};
     size_t cs_bytes = (size_t)n * (size_t)half * 2 * sizeof(float);
-    if (rc->n == n && rc->head_dim == head_dim && rc->base == freq_base &&
-        memcmp(rc->pos, pos, (size_t)n * sizeof(int32_t)) == 0) {
-        a.table = rc->cs;
-        a.table_valid = true;
-    } else {
+    cpu_rope_cache *rc = NULL;
+    for (int e = 0; e < CPU_ROPE_TABLES; e++) {
+        cpu_rope_cache *r = &c->rope[e];
+        if (r->n == n && r->head_dim == head_dim && r->base == freq_base &&
+            r->scale == freq_scale &&
+            memcmp(r->pos, pos, (size_t)n * sizeof(int32_t)) == 0) {
+            rc = r;
+            a.table = r->cs;
+            a.table_valid = true;
+        }
+    }
+    if (!rc) {
+        rc = &c->rope[0];
+        for (int e = 1; e < CPU_ROPE_TABLES; e++)
+            if (c->rope[e].used < rc->used) rc = &c->rope[e];
         rc->n = -1; /* invalid until filled */
         if (tr_cpu_scratch_reserve(&rc->cs, &rc->cs_cap, cs_bytes) &&
             tr_cpu_scratch_reserve(&rc->pos, &rc->pos_cap,
@@ -529,6 +573,7 @@ void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
             memcpy(rc->pos, pos, (size_t)n * sizeof(int32_t));
         }
     }
+    rc->used = ++c->rope_clock;
     /* Rotating a token costs ~n_heads*half multiply-adds; computing its
      * angles ~half sin/cos (~40 ns each). */
     int64_t work = a.table_valid ? (int64_t)n * n_heads * half / 16
@@ -539,7 +584,20 @@ void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
         rc->n = n;
         rc->head_dim = head_dim;
         rc->base = freq_base;
+        rc->scale = freq_scale;
     }
+}
+
+void tr_cpu_op_rope(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                    int32_t head_dim, const int32_t *pos, float freq_base) {
+    rope_run(cpu_of(s), x, n, n_heads, head_dim, pos, freq_base, 1.0f, false);
+}
+
+void tr_cpu_op_rope_neox(tr_stream *s, float *x, int32_t n, int32_t n_heads,
+                         int32_t head_dim, const int32_t *pos, float freq_base,
+                         float freq_scale) {
+    rope_run(cpu_of(s), x, n, n_heads, head_dim, pos, freq_base, freq_scale,
+             true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -580,6 +638,58 @@ void tr_cpu_op_add(tr_stream *s, float *out, const float *x, int64_t n) {
     elem_args e = {c->k, out, x, NULL, n};
     /* Memory-bound: only worth splitting when large. */
     tr_cpu_pool_run(c->pool, op_threads(c, n, 65536), add_task, &e);
+}
+
+static void geglu_task(void *ctx, int ith, int nth) {
+    const elem_args *e = ctx;
+    int64_t lo, hi;
+    share_elems(e->n, ith, nth, &lo, &hi);
+    if (hi > lo) e->k->geglu(e->out + lo, e->a + lo, e->b + lo, hi - lo);
+}
+
+void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
+                     const float *up, int64_t n) {
+    cpu_backend *c = cpu_of(s);
+    if (n <= 0) return;
+    elem_args e = {c->k, out, gate, up, n};
+    tr_cpu_pool_run(c->pool, op_threads(c, n, 8192), geglu_task, &e);
+}
+
+/* x[n, dim] += b: row by row with the add kernel (memory-bound). */
+typedef struct bias_args {
+    const cpu_op_kernels *k;
+    float *x;
+    const float *b;
+    int32_t n, dim;
+} bias_args;
+
+static void bias_task(void *ctx, int ith, int nth) {
+    const bias_args *a = ctx;
+    int64_t lo, hi;
+    share_rows(a->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) a->k->add(a->x + t * a->dim, a->b, a->dim);
+}
+
+void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
+                        int32_t dim) {
+    cpu_backend *c = cpu_of(s);
+    if (n <= 0 || dim <= 0) return;
+    bias_args a = {c->k, x, b, n, dim};
+    int nth = op_threads(c, (int64_t)n * dim, 65536);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n), bias_task, &a);
+}
+
+/* scale and softcap: elementwise, once per forward on small arrays (the
+ * embedding rows, the logits rows): plain loops on the calling thread,
+ * the same in every kernel set. */
+void tr_cpu_op_scale(tr_stream *s, float *x, float sc, int64_t n) {
+    (void)s;
+    for (int64_t i = 0; i < n; i++) x[i] *= sc;
+}
+
+void tr_cpu_op_softcap(tr_stream *s, float *x, float cap, int64_t n) {
+    (void)s;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
 void tr_cpu_op_get_rows(tr_stream *s, float *out, const float *x, int32_t dim,
@@ -674,8 +784,10 @@ void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
 
 /* Attention.
  *
- * One (token t, head h) attends to positions 0..p in blocks of
- * CPU_ATTN_BLOCK positions. A block gives a partial
+ * One (token t, head h) attends to positions lo..p (lo = 0, or in a
+ * sliding-window layer p - window + 1) in blocks of CPU_ATTN_BLOCK
+ * positions, [k*64, (k+1)*64) cut to lo..p: where the blocks fall depends
+ * only on p and the window, never on the batch. A block gives a partial
  *   [m, l, acc[hd]]: m = max score, l = sum exp(s - m), acc = sum exp(s-m) v
  * and partials fold left to right:
  *   M = max(m1, m2), a = exp(m1 - M), b = exp(m2 - M),
@@ -705,6 +817,7 @@ typedef struct attn_args {
     size_t kv_dim, esize;
     bool f16;
     float scale;
+    int32_t window;         /* 0, or this layer's sliding window */
     int32_t heads_per_pass; /* query heads whose partials fit the stack */
     int32_t unit_kv;        /* per-unit schedule: KV heads per unit */
 
@@ -731,6 +844,7 @@ typedef struct attn_args {
  * cache), and a burst of prefetches up front only moves the wait. */
 typedef struct attn_pf {
     int32_t t;        /* token whose rows are requested */
+    int32_t first;    /* its first position read (sliding window) */
     int32_t rows;     /* its rows per kind; 0: nothing to request */
     int32_t per_call; /* rows to request per kernel call */
     int32_t next;     /* next row to request: K rows, then V rows */
@@ -744,13 +858,27 @@ static void attn_pf_step(const attn_args *a, attn_pf *pf) {
     int32_t stop = TR_MIN(2 * pf->rows, pf->next + pf->per_call);
     for (; pf->next < stop; pf->next++) {
         int c = pf->next >= pf->rows;
-        int32_t j = pf->next - c * pf->rows;
+        int32_t j = pf->first + pf->next - c * pf->rows;
         const char *row = (const char *)kv->base +
                           kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) *
                               a->esize;
         for (size_t o = 0; o < row_bytes; o += 64)
             __builtin_prefetch(row + o, 0, 3);
     }
+}
+
+/* The first position a token at p reads. */
+static inline int32_t attn_lo(int32_t window, int32_t p) {
+    return window > 0 && p >= window ? p - window + 1 : 0;
+}
+
+/* Its blocks: first_blk .. p / CPU_ATTN_BLOCK. */
+static inline int32_t attn_first_blk(int32_t window, int32_t p) {
+    return attn_lo(window, p) / CPU_ATTN_BLOCK;
+}
+
+static int32_t attn_blocks(int32_t window, int32_t p) {
+    return p / CPU_ATTN_BLOCK - attn_first_blk(window, p) + 1;
 }
 
 /* Partials of query heads [h0, h1) of KV head kvh, token t, block blk,
@@ -764,8 +892,8 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
     int32_t s = a->b->seq[t], p = a->b->pos[t];
     const int32_t *pt = a->b->page_table[s];
     int32_t ps = kv->page_size, hd = a->hd;
-    int32_t j0 = blk * CPU_ATTN_BLOCK;
-    int32_t j1 = TR_MIN(j0 + CPU_ATTN_BLOCK, p + 1);
+    int32_t j0 = TR_MAX(blk * CPU_ATTN_BLOCK, attn_lo(a->window, p));
+    int32_t j1 = TR_MIN((blk + 1) * CPU_ATTN_BLOCK, p + 1);
     int32_t len = j1 - j0;
     const uint8_t *base = kv->base;
     size_t head_off = (size_t)kvh * (size_t)hd;
@@ -826,13 +954,12 @@ static void attn_finish(float *out, const float *state, int32_t hd) {
     for (int32_t d = 0; d < hd; d++) out[d] = state[2 + d] / l;
 }
 
-static int32_t attn_blocks(int32_t pos) { return pos / CPU_ATTN_BLOCK + 1; }
-
 /* One KV head's query heads of token t, all blocks, into the output
  * (buf: ATTN_STACK_FLOATS of scratch; pf: prefetch to spread, or NULL). */
 static void attn_unit_head(const attn_args *a, int32_t t, int32_t kvh,
                            float *buf, attn_pf *pf) {
-    int32_t hd = a->hd, nb = attn_blocks(a->b->pos[t]);
+    int32_t hd = a->hd, p = a->b->pos[t];
+    int32_t fb = attn_first_blk(a->window, p), lb = p / CPU_ATTN_BLOCK;
     size_t pstride = (size_t)hd + 2;
     for (int32_t h0 = kvh * a->group; h0 < (kvh + 1) * a->group;
          h0 += a->heads_per_pass) {
@@ -841,8 +968,8 @@ static void attn_unit_head(const attn_args *a, int32_t t, int32_t kvh,
         float *state = buf;
         float *tmp = buf + nh * pstride;
         float *scores = tmp + nh * pstride;
-        attn_block(a, t, kvh, h0, h1, 0, state, scores, pf);
-        for (int32_t blk = 1; blk < nb; blk++) {
+        attn_block(a, t, kvh, h0, h1, fb, state, scores, pf);
+        for (int32_t blk = fb + 1; blk <= lb; blk++) {
             attn_block(a, t, kvh, h0, h1, blk, tmp, scores, pf);
             for (size_t i = 0; i < nh; i++)
                 attn_merge(state + i * pstride, tmp + i * pstride, hd);
@@ -882,10 +1009,11 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
         if (per_tok == 1 && tn < n_tok && a->b->seq[tn] != a->b->seq[t]) {
             /* about one kernel call per page run, K and V, per KV head */
             int32_t ps = a->kv->page_size;
-            int32_t calls =
-                2 * a->unit_kv * ((a->b->pos[t] + 1 + ps - 1) / ps + 1);
+            int32_t rows_t = a->b->pos[t] + 1 - attn_lo(a->window, a->b->pos[t]);
+            int32_t calls = 2 * a->unit_kv * ((rows_t + ps - 1) / ps + 1);
             pf.t = tn;
-            pf.rows = a->b->pos[tn] + 1;
+            pf.first = attn_lo(a->window, a->b->pos[tn]);
+            pf.rows = a->b->pos[tn] + 1 - pf.first;
             pf.per_call = 2 * pf.rows / calls + 1;
         }
         for (int32_t kvh = kv0; kvh < kv0 + a->unit_kv; kvh++)
@@ -913,10 +1041,11 @@ static void attn_split_task(void *ctx, int ith, int nth) {
         while (a->boff[t + 1] * n_kv <= i) t++;
         int64_t local = i - a->boff[t] * n_kv;
         int32_t nb = (int32_t)(a->boff[t + 1] - a->boff[t]);
-        int32_t kvh = (int32_t)(local / nb), blk = (int32_t)(local % nb);
+        int32_t kvh = (int32_t)(local / nb), lb = (int32_t)(local % nb);
+        int32_t blk = attn_first_blk(a->window, a->b->pos[t]) + lb;
         int32_t h0 = kvh * a->group;
         float *dst = a->part +
-                     ((size_t)(a->boff[t] + blk) * (size_t)a->n_heads +
+                     ((size_t)(a->boff[t] + lb) * (size_t)a->n_heads +
                       (size_t)h0) * pstride;
         attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores, NULL);
     }
@@ -965,6 +1094,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .esize = kv->type == TR_DTYPE_F16 ? 2 : 4,
         .f16 = kv->type == TR_DTYPE_F16,
         .scale = scale,
+        .window = kv->window ? kv->window[layer] : 0,
         .pool = c->pool,
     };
     a.heads_per_pass = (int32_t)((ATTN_STACK_FLOATS - ATTN_SCORES_FLOATS) /
@@ -975,10 +1105,10 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
     int64_t blocks = 0, work = 0;
     int32_t max_nb = 0;
     for (int32_t t = 0; t < n_tok; t++) {
-        int32_t nb = attn_blocks(b->pos[t]);
+        int32_t nb = attn_blocks(a.window, b->pos[t]);
         blocks += nb;
         max_nb = TR_MAX(max_nb, nb);
-        work += ((int64_t)b->pos[t] + 1) * n_heads * hd;
+        work += ((int64_t)b->pos[t] - attn_lo(a.window, b->pos[t]) + 1) * n_heads * hd;
     }
     /* ~8K multiply-adds per thread at least. Decode attention reads its
      * K/V rows from DRAM (the weights streamed since evicted them), so a
@@ -1003,7 +1133,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
             int64_t *boff = (int64_t *)((uint8_t *)c->attn + part_bytes);
             boff[0] = 0;
             for (int32_t t = 0; t < n_tok; t++)
-                boff[t + 1] = boff[t] + attn_blocks(b->pos[t]);
+                boff[t + 1] = boff[t] + attn_blocks(a.window, b->pos[t]);
             a.part = c->attn;
             a.boff = boff;
             tr_cpu_pool_run(c->pool, nth, attn_split_task, &a);

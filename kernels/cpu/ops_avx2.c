@@ -137,6 +137,33 @@ static void swiglu_avx2(float *out, const float *g, const float *u,
     }
 }
 
+/* gelu_tanh(g) * u in the sigmoid form of geglu_portable (2y =
+ * 1.59577 (g + 0.044715 g^3)). */
+static inline __m256 gelu_mul8(__m256 g, __m256 u) {
+    __m256 g2 = _mm256_mul_ps(g, g);
+    __m256 y2 = _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), g),
+        _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g2, _mm256_set1_ps(1.0f)));
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), y2));
+    __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_mul_ps(s, u);
+}
+
+static void geglu_avx2(float *out, const float *g, const float *u,
+                       int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, gelu_mul8(_mm256_loadu_ps(g + i),
+                                            _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        int32_t rem = (int32_t)(n - i);
+        __m256i m = lane_mask(rem);
+        __m256 r = gelu_mul8(_mm256_maskload_ps(g + i, m),
+                             _mm256_maskload_ps(u + i, m));
+        _mm256_maskstore_ps(out + i, m, r);
+    }
+}
+
 static void add_avx2(float *out, const float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -456,6 +483,7 @@ const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
     .rmsnorm_row = rmsnorm_row_avx2,
     .rope_row = rope_row_avx2,
     .swiglu = swiglu_avx2,
+    .geglu = geglu_avx2,
     .add = add_avx2,
     .store_row = store_row_avx2,
     .attn_scores = attn_scores_avx2,

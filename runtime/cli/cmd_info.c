@@ -125,8 +125,11 @@ static void print_runnable(const char *path) {
 }
 
 static void print_vocab(const tokenizer *tok, const gguf_file *f) {
-    printf("vocabulary:     %d tokens (byte-level BPE, pre-tokenizer '%s')\n",
-           tr_tokenizer_n_vocab(tok), tr_tokenizer_pre_name(tok));
+    printf("vocabulary:     %d tokens (%s", tr_tokenizer_n_vocab(tok), tr_tokenizer_kind_name(tok));
+    if (tr_tokenizer_is_spm(tok))
+        printf(", add_space_prefix %s)\n", tr_tokenizer_add_space_prefix(tok) ? "yes" : "no");
+    else
+        printf(", pre-tokenizer '%s')\n", tr_tokenizer_pre_name(tok));
     printf("special tokens:\n");
     print_token(tok, "bos", tr_tokenizer_bos(tok));
     print_token(tok, "eos", tr_tokenizer_eos(tok));

@@ -9,6 +9,9 @@
 
 static const tr_model_arch *const k_archs[] = {
     &tr_model_arch_llama,
+    &tr_model_arch_qwen2,
+    &tr_model_arch_qwen3,
+    &tr_model_arch_gemma3,
 };
 
 const tr_model_arch *tr_model_arch_find(const char *name) {

@@ -46,12 +46,13 @@ static tr_status llama_bind_layers(model *m, tr_diag *diag) {
 
 static tr_status llama_forward(tr_fwd *f) {
     const model_hparams *hp = &f->m->hp;
-    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const tr_attn_opts ao = {.rope_base = hp->rope_base, .rope_scale = 1.0f,
+                             .scale = 1.0f / sqrtf((float)hp->head_dim)};
     tr_model_block_embed(f); /* x[n, dim] */
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const tr_layer_weights *L = &f->m->layers[l];
         /* x += wo . attn(rope(q), rope(k), v) of rmsnorm(x) */
-        tr_model_block_attn(f, l, &L->attn, hp->rope_base, scale);
+        tr_model_block_attn(f, l, &L->attn, &ao);
         /* x += down(silu(gate(xb)) * up(xb)), xb = rmsnorm(x) */
         tr_model_block_ffn_swiglu(f, &L->ffn);
     }

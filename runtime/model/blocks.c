@@ -3,38 +3,80 @@
  * and the final norm with the output projection. See model_internal.h.
  *
  * Reads like llama2.c: every op on one line, the shape of what it writes
- * beside it (n = tokens in the batch).
+ * beside it (n = tokens in the batch). The optional parts (biases, per-head
+ * norms, post-norms, embedding scale, soft-capping) are each one branch on
+ * a weight or hyper-parameter a family may not have.
  */
 #include "runtime/model/model_internal.h"
 
 void tr_model_block_embed(tr_fwd *f) {
     model *m = f->m;
     f->op->embed(f->st, m->x, &m->tok_embd, f->tokens, f->n); /* x[n, dim] */
+    if (m->hp.embd_scale != 1.0f)
+        f->op->scale(f->st, m->x, m->hp.embd_scale, (int64_t)f->n * m->hp.dim);
+}
+
+/* x += o, or x += rmsnorm(o) with a post-norm. o[n, dim] is scratch. */
+static void residual_add(tr_fwd *f, float *o, const float *post_norm) {
+    model *m = f->m;
+    const model_hparams *hp = &m->hp;
+    if (post_norm)
+        f->op->rmsnorm(f->st, o, o, post_norm, f->n, hp->dim, hp->rms_eps);
+    f->op->add(f->st, m->x, o, (int64_t)f->n * hp->dim); /* x[n, dim] += */
+}
+
+/* x[n, dim] += in[n, cols] . w^T, through a post-norm when there is one. */
+static void project_residual(tr_fwd *f, const tr_weight *w, const float *in,
+                             const float *post_norm) {
+    model *m = f->m;
+    const tr_weight *ws[1] = {w};
+    if (!post_norm) { /* the residual add fused into the matmul */
+        float *res[1] = {m->x};
+        f->op->matmul(f->st, 1, res, ws, in, f->n, true); /* x[n, dim] += */
+        return;
+    }
+    float *o[1] = {m->xb};
+    f->op->matmul(f->st, 1, o, ws, in, f->n, false); /* xb[n, dim] */
+    residual_add(f, m->xb, post_norm);
 }
 
 void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
-                         float rope_base, float scale) {
+                         const tr_attn_opts *o) {
     model *m = f->m;
     const model_hparams *hp = &m->hp;
-    const int32_t n = f->n;
+    const int32_t n = f->n, hd = hp->head_dim;
     f->op->rmsnorm(f->st, m->xb, m->x, w->norm, n, hp->dim,
                    hp->rms_eps); /* xb[n, dim] */
     /* one activation quantization for the three projections */
     float *qkv[3] = {m->q, m->k, m->v}; /* [n, q_dim], [n, kv_dim] x 2 */
     const tr_weight *wqkv[3] = {&w->wq, &w->wk, &w->wv};
     f->op->matmul(f->st, 3, qkv, wqkv, m->xb, n, false);
-    f->op->rope(f->st, m->q, n, hp->n_heads, hp->head_dim, f->b->pos, rope_base);
-    f->op->rope(f->st, m->k, n, hp->n_kv_heads, hp->head_dim, f->b->pos,
-                rope_base);
+    if (w->bq) {
+        f->op->add_bias(f->st, m->q, w->bq, n, hp->n_heads * hd);
+        f->op->add_bias(f->st, m->k, w->bk, n, hp->n_kv_heads * hd);
+        f->op->add_bias(f->st, m->v, w->bv, n, hp->n_kv_heads * hd);
+    }
+    if (w->q_norm) { /* every head a row of head_dim */
+        f->op->rmsnorm(f->st, m->q, m->q, w->q_norm, n * hp->n_heads, hd, hp->rms_eps);
+        f->op->rmsnorm(f->st, m->k, m->k, w->k_norm, n * hp->n_kv_heads, hd,
+                       hp->rms_eps);
+    }
+    if (o->neox) {
+        f->op->rope_neox(f->st, m->q, n, hp->n_heads, hd, f->b->pos, o->rope_base,
+                         o->rope_scale);
+        f->op->rope_neox(f->st, m->k, n, hp->n_kv_heads, hd, f->b->pos, o->rope_base,
+                         o->rope_scale);
+    } else {
+        f->op->rope(f->st, m->q, n, hp->n_heads, hd, f->b->pos, o->rope_base);
+        f->op->rope(f->st, m->k, n, hp->n_kv_heads, hd, f->b->pos, o->rope_base);
+    }
     f->op->kv_store(f->st, f->kv, l, m->k, m->v, f->b); /* pages of layer l */
     f->op->attention(f->st, m->att, m->q, f->kv, l, f->b, hp->n_heads,
-                     scale); /* att[n, q_dim] */
-    float *res[1] = {m->x};
-    const tr_weight *wo[1] = {&w->wo};
-    f->op->matmul(f->st, 1, res, wo, m->att, n, true); /* x[n, dim] += */
+                     o->scale); /* att[n, q_dim] */
+    project_residual(f, &w->wo, m->att, w->post_norm); /* x[n, dim] += */
 }
 
-void tr_model_block_ffn_swiglu(tr_fwd *f, const tr_ffn_weights *w) {
+static void block_ffn(tr_fwd *f, const tr_ffn_weights *w, bool gelu) {
     model *m = f->m;
     const model_hparams *hp = &m->hp;
     const int32_t n = f->n;
@@ -43,11 +85,19 @@ void tr_model_block_ffn_swiglu(tr_fwd *f, const tr_ffn_weights *w) {
     float *gu[2] = {m->hg, m->hu}; /* [n, ffn] x 2 */
     const tr_weight *wgu[2] = {&w->gate, &w->up};
     f->op->matmul(f->st, 2, gu, wgu, m->xb, n, false);
-    f->op->swiglu(f->st, m->hg, m->hg, m->hu,
-                  (int64_t)n * hp->ffn_dim); /* hg[n, ffn] */
-    float *res[1] = {m->x};
-    const tr_weight *wd[1] = {&w->down};
-    f->op->matmul(f->st, 1, res, wd, m->hg, n, true); /* x[n, dim] += */
+    if (gelu)
+        f->op->geglu(f->st, m->hg, m->hg, m->hu, (int64_t)n * hp->ffn_dim);
+    else
+        f->op->swiglu(f->st, m->hg, m->hg, m->hu, (int64_t)n * hp->ffn_dim);
+    project_residual(f, &w->down, m->hg, w->post_norm); /* x[n, dim] += */
+}
+
+void tr_model_block_ffn_swiglu(tr_fwd *f, const tr_ffn_weights *w) {
+    block_ffn(f, w, false);
+}
+
+void tr_model_block_ffn_geglu(tr_fwd *f, const tr_ffn_weights *w) {
+    block_ffn(f, w, true);
 }
 
 /* The rows whose logits are wanted: the optional get_rows op, else one
@@ -86,6 +136,11 @@ tr_status tr_model_block_logits(tr_fwd *f) {
     const tr_weight *wout[1] = {&m->output};
     f->op->matmul(f->st, 1, lo, wout, m->xsel, f->n_logits,
                   false); /* [n_logits, vocab] */
+    if (m->output_bias)
+        f->op->add_bias(f->st, lo[0], m->output_bias, f->n_logits, hp->n_vocab);
+    if (hp->final_softcap > 0.0f)
+        f->op->softcap(f->st, lo[0], hp->final_softcap,
+                       (int64_t)f->n_logits * hp->n_vocab);
     if (!m->host_memory)
         s = f->op->download(f->st, f->logits, m->logits,
                             (size_t)f->n_logits * (size_t)hp->n_vocab *

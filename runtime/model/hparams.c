@@ -5,6 +5,7 @@
  * (scratch, KV pages, stack buffers of the attention kernels), and every
  * error names the key or the values at fault.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +69,8 @@ tr_status tr_model_hp_read_common(const gguf_file *f, model_hparams *hp,
     hp->n_ctx_train = (int32_t)v;
     hp->rms_eps = 1e-5f;
     hp->rope_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->embd_scale = 1.0f;
     if ((s = tr_model_hp_f32(f, a, "attention.layer_norm_rms_epsilon",
                              &hp->rms_eps, false, diag)) ||
         (s = tr_model_hp_f32(f, a, "rope.freq_base", &hp->rope_base, false,
@@ -93,5 +96,83 @@ tr_status tr_model_hp_check(const model_hparams *hp, tr_diag *diag) {
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
                            "head dimension %d (supported: even, at most %d)",
                            hp->head_dim, HP_MAX_HEAD_DIM);
+    return TR_OK;
+}
+
+tr_status tr_model_hp_read_head_dim(const gguf_file *f, model_hparams *hp,
+                                    tr_diag *diag) {
+    if (hp->n_heads <= 0 || hp->dim <= 0)
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0,
+                           "implausible hyper-parameters: dim %d, %d heads",
+                           hp->dim, hp->n_heads);
+    uint32_t k = 0, v;
+    tr_status s;
+    if ((s = tr_model_hp_u32(f, hp->arch, "attention.key_length", &k, false, diag)))
+        return s;
+    if (k == 0) { /* absent: dim / n_heads */
+        if (hp->dim % hp->n_heads != 0)
+            return tr_diag_set(diag, TR_ERR_FORMAT, 0,
+                               "implausible hyper-parameters: dim %d is not a multiple "
+                               "of %d heads and '%s.attention.key_length' is missing",
+                               hp->dim, hp->n_heads, hp->arch);
+        k = (uint32_t)(hp->dim / hp->n_heads);
+    }
+    v = k;
+    if ((s = tr_model_hp_u32(f, hp->arch, "attention.value_length", &v, false, diag)))
+        return s;
+    if (k != v)
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
+                           "model metadata '%s.attention.key_length' (%u) and "
+                           "'%s.attention.value_length' (%u) differ",
+                           hp->arch, k, hp->arch, v);
+    if (k > 1u << 16) /* (the kernels' own bound is checked later) */
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0,
+                           "model metadata '%s.attention.key_length': %u", hp->arch, k);
+    hp->head_dim = (int32_t)k;
+    uint32_t rot = k;
+    if ((s = tr_model_hp_u32(f, hp->arch, "rope.dimension_count", &rot, false, diag)))
+        return s;
+    if (rot != k)
+        return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
+                           "model metadata '%s.rope.dimension_count': partial rotary "
+                           "embedding (%u of %u dims)",
+                           hp->arch, rot, k);
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    return TR_OK;
+}
+
+tr_status tr_model_hp_read_rope_scaling(const gguf_file *f, model_hparams *hp,
+                                        tr_diag *diag) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    gguf_str type;
+    bool linear = true; /* llama.cpp's default when a factor is given */
+    tr_status s = tr_gguf_get_str(f, key, &type);
+    if (s == TR_OK) {
+        if (tr_gguf_str_eq(type, "none")) {
+            linear = false;
+        } else if (!tr_gguf_str_eq(type, "linear")) {
+            char name[32];
+            int n = (int)(type.len < sizeof name - 1 ? type.len : sizeof name - 1);
+            return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
+                               "model metadata '%s': rope scaling '%.*s' (supported: "
+                               "none, linear)",
+                               key, n, type.ptr);
+        }
+    } else if (s != TR_ERR_NOT_FOUND) {
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0, "model metadata '%s': not a string",
+                           key);
+    }
+    float factor = 0.0f;
+    if ((s = tr_model_hp_f32(f, hp->arch, "rope.scaling.factor", &factor, false, diag)))
+        return s;
+    if (factor == 0.0f &&
+        (s = tr_model_hp_f32(f, hp->arch, "rope.scale_linear", &factor, false, diag)))
+        return s;
+    if (!(factor >= 0.0f) || factor > 1e6f || (factor > 0.0f && factor < 1e-6f))
+        return tr_diag_set(diag, TR_ERR_FORMAT, 0,
+                           "model metadata '%s.rope.scaling.factor': %g", hp->arch,
+                           (double)factor);
+    hp->rope_freq_scale = linear && factor > 0.0f ? 1.0f / factor : 1.0f;
     return TR_OK;
 }

@@ -8,6 +8,7 @@
  */
 #include "runtime/model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,12 +107,19 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
         (s = tr_model_hp_check(hp, diag)) || (s = read_vocab(f, hp, diag)) ||
         (s = bind_io(m, diag)))
         goto fail;
+    if (hp->attn_scale == 0.0f) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) {
+    m->window = calloc((size_t)hp->n_layers, sizeof *m->window);
+    if (!m->layers || !m->window) {
         s = TR_ERR_NOMEM;
         goto fail;
     }
-    if ((s = m->arch->bind_layers(m, diag))) goto fail;
+    if ((m->arch->load_windows &&
+         (s = m->arch->load_windows(f, hp, m->window, diag))) ||
+        (s = m->arch->bind_layers(m, diag)))
+        goto fail;
+    hp->n_local_layers = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++) hp->n_local_layers += m->window[l] > 0;
 
     const int64_t n = max_batch_tokens, dim = hp->dim,
                   q_dim = (int64_t)hp->n_heads * hp->head_dim,
@@ -149,10 +157,14 @@ void tr_model_free(model *m) {
         be->ops->free(be, m->device_copies[i]);
     free(m->device_copies);
     free(m->layers);
+    free(m->window);
     free(m);
 }
 
 const model_hparams *tr_model_get_hparams(const model *m) { return &m->hp; }
+int32_t tr_model_layer_window(const model *m, int32_t layer) {
+    return m && layer >= 0 && layer < m->hp.n_layers ? m->window[layer] : 0;
+}
 uint64_t tr_model_weight_bytes(const model *m) { return m->weight_bytes; }
 int32_t tr_model_max_batch_tokens(const model *m) { return m->max_batch; }
 
@@ -185,6 +197,7 @@ tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
     kv->n_kv_heads = m->hp.n_kv_heads;
     kv->head_dim = m->hp.head_dim;
     kv->type = type;
+    kv->window = m->hp.n_local_layers ? m->window : NULL;
     return TR_OK;
 }
 
@@ -200,6 +213,9 @@ static tr_status check_batch(const model *m, const tr_kv_layout *kv,
                              const int32_t *logit_rows, int32_t n_logits) {
     if (b->n_tokens <= 0 || b->n_tokens > m->max_batch || b->n_seqs <= 0 ||
         n_logits < 0 || n_logits > b->n_tokens)
+        return TR_ERR_INVALID_ARG;
+    /* the windows come with the layout tr_model_kv_alloc made */
+    if (kv->window != (m->hp.n_local_layers ? m->window : NULL))
         return TR_ERR_INVALID_ARG;
     if (kv->n_layers != m->hp.n_layers || kv->n_kv_heads != m->hp.n_kv_heads ||
         kv->head_dim != m->hp.head_dim)

@@ -7,9 +7,40 @@
  * returns logits for the rows asked for.
  *
  * Architectures: one file per family (runtime/model/arch_<family>.c, the
- * table in arch.c; today "llama": RMSNorm, RoPE normal mode, GQA, SwiGLU,
- * optional tied output embedding), written on shared blocks (blocks.c);
- * model_internal.h says how to add one. The model borrows the gguf_file:
+ * table in arch.c), written on shared blocks (blocks.c);
+ * model_internal.h says how to add one:
+ *   llama   RMSNorm, RoPE normal mode, GQA, SwiGLU, optional tied output;
+ *   qwen2   llama with Q/K/V biases and NEOX RoPE;
+ *   qwen3   llama with per-head Q/K RMSNorm, NEOX RoPE, head_dim from the
+ *           metadata (q_dim may differ from dim);
+ *   gemma3  embeddings times sqrt(dim), per-head Q/K RMSNorm, NEOX RoPE,
+ *           GELU-tanh gated FFN, RMSNorm after attention and after the FFN
+ *           too, local (sliding-window) and global layers interleaved with
+ *           their own RoPE bases, optional final logit soft-capping.
+ *
+ * Sliding-window (local) layers and the KV pages. A token at position p
+ * of a local layer with window W attends to positions p-W+1..p only
+ * (llama.cpp's rule), read through the same pages as every other layer:
+ * a page holds all layers of its positions, so the pages of positions
+ * that have left every local layer's window stay allocated (global layers
+ * still read them) and local layers skip them. Consequences:
+ *   - the radix cache reuses a prefix unchanged: a cached page holds the
+ *     K/V of every layer for its positions, local ones included, so a
+ *     request continuing a cached prefix of any length finds in the pages
+ *     exactly the rows a recomputation would write, and the attention
+ *     kernel cuts its blocks at absolute multiples of 64 positions (then
+ *     at the window's start), so cached and uncached logits are
+ *     bit-identical (tested on prompts longer than the window);
+ *   - nothing in the engine, the radix tree or the page pool knows about
+ *     windows: the model describes them in tr_kv_layout.window;
+ *   - memory: the local layers' rows of out-of-window positions are dead
+ *     (Gemma 3 270M: 15 of 18 layers local, window 512: at 3K tokens
+ *     69% of a sequence's KV bytes are unread, tending to 15/18). Freeing
+ *     them would need per-layer-group pages, and the radix cache would
+ *     then have to track which cached prefixes still hold their local
+ *     rows (SGLang's SWA pool keeps a second, windowed pool and evicts
+ *     from it separately); not done: Gemma 3 270M's KV is 18 KB per token
+ *     in F16, small beside its weights at the context lengths served here. The model borrows the gguf_file:
  * with a host-memory backend the weights are used in place from the
  * mapping (no copy), so the gguf_file must outlive the model.
  *
@@ -32,13 +63,22 @@ typedef struct model_hparams {
     int32_t dim;        /* embedding width */
     int32_t n_heads;
     int32_t n_kv_heads;
-    int32_t head_dim;   /* dim / n_heads */
+    int32_t head_dim;   /* attention.key_length, else dim / n_heads */
     int32_t ffn_dim;
     int32_t n_vocab;
     int32_t n_ctx_train;
     float rms_eps;
     float rope_base;
     bool tied_output;   /* output projection shares token_embd */
+    /* Families past llama (0 / 1 where they do not apply): */
+    float rope_freq_scale;  /* 1 / the linear rope-scaling factor, 1 if none
+                               (global layers only in gemma3) */
+    float rope_base_local;  /* base of the sliding-window layers (gemma3) */
+    int32_t sliding_window; /* window of the local layers, 0: none */
+    int32_t n_local_layers; /* layers that have that window */
+    float attn_scale;       /* q.k scale, 1 / sqrt(head_dim) unless stated */
+    float embd_scale;       /* embedding rows times this (gemma3: sqrt(dim)) */
+    float final_softcap;    /* logits = c * tanh(logits / c); 0: none */
 } model_hparams;
 
 typedef struct model model;
@@ -55,6 +95,8 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
 void tr_model_free(model *m);
 
 const model_hparams *tr_model_get_hparams(const model *m);
+/* Layer l's sliding window (0: global attention, every position). */
+int32_t tr_model_layer_window(const model *m, int32_t layer);
 /* Bytes of weights the model reads per forward (for reports). */
 uint64_t tr_model_weight_bytes(const model *m);
 int32_t tr_model_max_batch_tokens(const model *m);

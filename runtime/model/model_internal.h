@@ -28,13 +28,19 @@
 #include "kernels/backend.h"
 #include "runtime/model/model.h"
 
-/* The attention sub-layer's weights (GGUF blk.<l>.attn_*). */
+/* The attention sub-layer's weights (GGUF blk.<l>.attn_*). The optional
+ * ones are NULL when the family (or the file) has none. */
 typedef struct tr_attn_weights {
     const float *norm; /* [dim] pre-attention RMSNorm */
     tr_weight wq;      /* [q_dim, dim] */
     tr_weight wk;      /* [kv_dim, dim] */
     tr_weight wv;      /* [kv_dim, dim] */
     tr_weight wo;      /* [dim, q_dim] */
+    const float *bq, *bk, *bv; /* [q_dim], [kv_dim] x 2: biases (qwen2) */
+    const float *q_norm;    /* [head_dim] per-head RMSNorm of Q (qwen3, gemma3) */
+    const float *k_norm;    /* [head_dim] of K */
+    const float *post_norm; /* [dim] RMSNorm of the output before the
+                               residual add (gemma3 post_attention_norm) */
 } tr_attn_weights;
 
 /* The gated feed-forward sub-layer's weights (GGUF blk.<l>.ffn_*). */
@@ -43,6 +49,7 @@ typedef struct tr_ffn_weights {
     tr_weight gate;    /* [ffn, dim] */
     tr_weight up;      /* [ffn, dim] */
     tr_weight down;    /* [dim, ffn] */
+    const float *post_norm; /* [dim] optional (gemma3 post_ffw_norm) */
 } tr_ffn_weights;
 
 /* One transformer layer: the union of what the families use (a family
@@ -64,6 +71,10 @@ typedef struct tr_model_arch {
      * GGUF key. */
     tr_status (*load_hparams)(const gguf_file *f, model_hparams *hp,
                               tr_diag *diag);
+    /* OPTIONAL (NULL: every layer global): fills window[n_layers] (zeroed)
+     * with each layer's sliding window, after the generic checks. */
+    tr_status (*load_windows)(const gguf_file *f, const model_hparams *hp,
+                              int32_t *window, tr_diag *diag);
     /* Binds every layer's tensors into m->layers (token_embd, output_norm
      * and output are already bound). */
     tr_status (*bind_layers)(model *m, tr_diag *diag);
@@ -73,6 +84,9 @@ typedef struct tr_model_arch {
 
 /* The families (arch_<family>.c). */
 extern const tr_model_arch tr_model_arch_llama;
+extern const tr_model_arch tr_model_arch_qwen2;
+extern const tr_model_arch tr_model_arch_qwen3;
+extern const tr_model_arch tr_model_arch_gemma3;
 
 /* The table (arch.c): the entry for `name`, or NULL. */
 const tr_model_arch *tr_model_arch_find(const char *name);
@@ -90,6 +104,9 @@ struct model {
     const float *out_norm;    /* [dim] */
     tr_weight output;         /* [vocab, dim], may alias tok_embd */
     tr_layer_weights *layers; /* [n_layers] */
+    int32_t *window;          /* [n_layers] sliding window, 0 = global;
+                                 tr_kv_layout.window points here */
+    const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
     void **device_copies;     /* weights the backend copied (import_weights) */
     int n_device_copies;
     uint64_t weight_bytes;
@@ -152,6 +169,11 @@ tr_status tr_model_bind(model *m, const char *name, int64_t rows,
 /* An F32 vector of n elements (a norm's weight). */
 tr_status tr_model_bind_norm(model *m, const char *name, int64_t n,
                              const float **out, tr_diag *diag);
+/* blk.<l>.<suffix>.weight (or .bias) of n F32 elements into *out; absent:
+ * *out = NULL when !required, else TR_ERR_NOT_FOUND naming it. */
+tr_status tr_model_bind_layer_vec(model *m, int32_t l, const char *suffix,
+                                  int64_t n, bool required, const float **out,
+                                  tr_diag *diag);
 /* The standard GGUF names of layer l: attn_norm, attn_q, attn_k, attn_v,
  * attn_output. */
 tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
@@ -160,21 +182,48 @@ tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
 tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
                             tr_diag *diag);
 
+/* Reads attention.key_length / value_length (default dim / n_heads; the
+ * two must be equal) into hp->head_dim, checks rope.dimension_count
+ * (partial rotary embedding is refused) and sets hp->attn_scale =
+ * 1 / sqrt(head_dim). */
+tr_status tr_model_hp_read_head_dim(const gguf_file *f, model_hparams *hp,
+                                    tr_diag *diag);
+/* rope.scaling.type ("none" or "linear"; others are refused naming it)
+ * and rope.scaling.factor (or rope.scale_linear) into hp->rope_freq_scale. */
+tr_status tr_model_hp_read_rope_scaling(const gguf_file *f, model_hparams *hp,
+                                        tr_diag *diag);
+
 /* ---- shared blocks (blocks.c) ----
  * Each enqueues ops on f->st; together they are a llama-style layer. */
 
-/* x[n, dim] = token_embd rows of f->tokens. */
+/* x[n, dim] = token_embd rows of f->tokens (times hp->embd_scale when it
+ * is not 1). */
 void tr_model_block_embed(tr_fwd *f);
-/* The attention sub-layer of layer l with paged KV:
- *   xb = rmsnorm(x) ; q, k, v = xb . wq, wk, wv ; rope(q, k at pos) ;
- *   kv_store(k, v) ; att = softmax(q k^T * scale) v ; x += att . wo */
+
+/* How an attention sub-layer ropes and scales. */
+typedef struct tr_attn_opts {
+    float rope_base;
+    float rope_scale; /* freq_scale (NEOX only) */
+    bool neox;        /* GGML NEOX rope mode, else normal */
+    float scale;      /* q.k scale */
+} tr_attn_opts;
+
+/* The attention sub-layer of layer l with paged KV (its sliding window, if
+ * any, comes with f->kv):
+ *   xb = rmsnorm(x) ; q, k, v = xb . wq, wk, wv [+ bq, bk, bv] ;
+ *   [q, k = per-head rmsnorm(q, k)] ; rope(q, k at pos) ; kv_store(k, v) ;
+ *   att = softmax(q k^T * scale) v ;
+ *   x += att . wo, or with post_norm: x += rmsnorm(att . wo) */
 void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
-                         float rope_base, float scale);
-/* The gated FFN sub-layer: xb = rmsnorm(x) ; x += (silu(xb . gate) *
- * (xb . up)) . down */
+                         const tr_attn_opts *o);
+/* The gated FFN sub-layer: xb = rmsnorm(x) ;
+ *   h = act(xb . gate) * (xb . up), act = silu (swiglu) or gelu (geglu) ;
+ *   x += h . down, or with post_norm: x += rmsnorm(h . down) */
 void tr_model_block_ffn_swiglu(tr_fwd *f, const tr_ffn_weights *w);
+void tr_model_block_ffn_geglu(tr_fwd *f, const tr_ffn_weights *w);
 /* The final norm and the output projection of the rows asked for:
- * logits[n_logits, vocab] = rmsnorm(x[logit_rows]) . output. Returns
+ * logits[n_logits, vocab] = rmsnorm(x[logit_rows]) . output [+ output
+ * bias] [soft-capped by hp->final_softcap]. Returns
  * when the logits are in f->logits (the one op whose failure, a device
  * download, is reported). */
 tr_status tr_model_block_logits(tr_fwd *f);

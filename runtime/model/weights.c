@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/model/model_internal.h"
 
@@ -95,6 +96,18 @@ static const char *layer_name(char *buf, size_t cap, int32_t l,
                               const char *suffix) {
     snprintf(buf, cap, "blk.%d.%s.weight", l, suffix);
     return buf;
+}
+
+tr_status tr_model_bind_layer_vec(model *m, int32_t l, const char *suffix,
+                                  int64_t n, bool required, const float **out,
+                                  tr_diag *diag) {
+    char name[96];
+    /* suffix names the tensor fully ("attn_q.bias") or takes ".weight" */
+    const char *dot = strchr(suffix, '.');
+    snprintf(name, sizeof name, "blk.%d.%s%s", l, suffix, dot ? "" : ".weight");
+    *out = NULL;
+    if (!required && !tr_gguf_tensor_find(m->file, name)) return TR_OK;
+    return tr_model_bind_norm(m, name, n, out, diag);
 }
 
 tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,

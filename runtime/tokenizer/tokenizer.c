@@ -136,6 +136,7 @@ int32_t tr_tokenizer_whole_find(const tokenizer *t, const uint8_t *s, size_t n) 
 
 bool tr_tokenizer_merge_find(const tokenizer *t, int32_t a, int32_t b,
                           uint32_t *rank, int32_t *result) {
+    if (!t->mmap) return false; /* SPM: no merges */
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint64_t i = hash_u64(key) & t->mmap_mask;
     for (;;) {
@@ -216,6 +217,7 @@ static tr_status load_texts(tokenizer *t, const gguf_file *f, uint64_t n,
         t->text_off[i] = pos;
         memcpy(t->text_blob + pos, s.ptr, (size_t)s.len);
         pos += (size_t)s.len;
+        if (s.len > t->max_text_len) t->max_text_len = (size_t)s.len;
     }
     t->text_off[n] = pos;
     return TR_OK;
@@ -263,10 +265,11 @@ static int hex_val(uint8_t c) {
     return -1;
 }
 
-/* Token bytes: byte-level symbols mapped back to bytes for normal tokens; a
- * character outside the byte-level alphabet (malformed vocabularies) keeps
- * its own UTF-8 bytes. Byte-type tokens "<0xAB>" are that byte. Everything
- * else is its text. */
+/* Token bytes: byte-level symbols mapped back to bytes for normal BPE
+ * tokens; a character outside the byte-level alphabet (malformed
+ * vocabularies) keeps its own UTF-8 bytes. Normal SPM tokens: "▁" becomes
+ * a space. Byte-type tokens "<0xAB>" are that byte. Everything else is its
+ * text (user-defined tokens too, "▁" kept, as llama.cpp renders them). */
 static tr_status build_bytes(tokenizer *t) {
     int32_t n = t->n_vocab;
     int16_t cp_to_byte[324];
@@ -282,7 +285,17 @@ static tr_status build_bytes(tokenizer *t) {
         const uint8_t *s = (const uint8_t *)t->text_blob + t->text_off[id];
         size_t len = t->text_off[id + 1] - t->text_off[id];
         t->bytes_off[id] = pos;
-        if (t->type[id] == TOKENIZER_TYPE_NORMAL) {
+        if (t->type[id] == TOKENIZER_TYPE_NORMAL && t->kind == TOKENIZER_KIND_SPM) {
+            /* "▁" (3 bytes) stands for a space: never longer than the text */
+            for (size_t i = 0; i < len;) {
+                if (len - i >= 3 && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
+                    t->bytes_blob[pos++] = ' ';
+                    i += 3;
+                } else {
+                    t->bytes_blob[pos++] = s[i++];
+                }
+            }
+        } else if (t->type[id] == TOKENIZER_TYPE_NORMAL) {
             size_t i = 0;
             while (i < len) {
                 uint32_t cp;
@@ -396,15 +409,21 @@ static tr_status load_merges(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     return TR_OK;
 }
 
-/* Optional id key: -1 when absent or outside the vocabulary. */
-static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab) {
+/* Optional id key: def when absent (or outside the vocabulary), -1 when
+ * outside the vocabulary. */
+static int32_t get_id_def(const gguf_file *f, const char *key, int32_t n_vocab,
+                          int32_t def) {
     uint32_t v;
-    if (tr_gguf_get_u32(f, key, &v)) return -1;
+    if (tr_gguf_get_u32(f, key, &v)) return def < n_vocab ? def : -1;
     if (v >= (uint32_t)n_vocab) {
         tr_log(TR_LOG_WARN, "tokenizer: %s = %u is outside the vocabulary; ignored", key, v);
         return -1;
     }
     return (int32_t)v;
+}
+
+static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab) {
+    return get_id_def(f, key, n_vocab, -1);
 }
 
 /* End-of-generation tokens, after llama.cpp: EOS, EOT, EOM, the FIM
@@ -556,11 +575,17 @@ tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_overrid
     if (s == TR_ERR_NOT_FOUND)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0, "tokenizer.ggml.model missing");
     if (s) return tr_diag_set(diag, TR_ERR_FORMAT, 0, "tokenizer.ggml.model is not a string");
-    if (!str_is(model, "gpt2")) {
+    tokenizer_kind kind;
+    if (str_is(model, "gpt2")) {
+        kind = TOKENIZER_KIND_BPE;
+    } else if (str_is(model, "llama")) {
+        kind = TOKENIZER_KIND_SPM;
+    } else {
         char name[64];
         str_copy(name, sizeof name, model);
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
-                           "tokenizer model '%s' is not supported (only 'gpt2')", name);
+                           "tokenizer model '%s' is not supported (supported: gpt2, llama)",
+                           name);
     }
 
     char pre_name[64];
@@ -573,8 +598,9 @@ tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_overrid
         gguf_str pre;
         s = tr_gguf_get_str(f, "tokenizer.ggml.pre", &pre);
         if (s == TR_ERR_NOT_FOUND || (s == TR_OK && pre.len == 0)) {
-            /* as llama.cpp: old conversions have no pre name */
-            tr_log(TR_LOG_WARN, "tokenizer: tokenizer.ggml.pre missing, using 'default'");
+            /* as llama.cpp: old conversions have no pre name (SPM has none) */
+            if (kind == TOKENIZER_KIND_BPE)
+                tr_log(TR_LOG_WARN, "tokenizer: tokenizer.ggml.pre missing, using 'default'");
             snprintf(pre_name, sizeof pre_name, "default");
         } else if (s) {
             return tr_diag_set(diag, TR_ERR_FORMAT, 0, "tokenizer.ggml.pre is not a string");
@@ -585,8 +611,10 @@ tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_overrid
                                    "unknown pre-tokenizer type '%s...'", pre_name);
         }
     }
-    const tokenizer_pre_def *pre = tr_tokenizer_pre_lookup(pre_name);
-    if (!pre)
+    /* SPM vocabularies have no pre-tokenizer (the name is kept for info) */
+    const tokenizer_pre_def *pre =
+        kind == TOKENIZER_KIND_BPE ? tr_tokenizer_pre_lookup(pre_name) : NULL;
+    if (!pre && kind == TOKENIZER_KIND_BPE)
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0,
                            "unknown pre-tokenizer type '%s'", pre_name);
 
@@ -603,25 +631,31 @@ tr_status tr_tokenizer_from_gguf_pre(const gguf_file *f, const char *pre_overrid
 
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) return TR_ERR_NOMEM;
+    t->kind = kind;
     t->n_vocab = (int32_t)n;
     t->pre = pre;
     memcpy(t->pre_name, pre_name, sizeof pre_name);
 
+    const bool spm = kind == TOKENIZER_KIND_SPM;
+    /* SPM's defaults when the file names none, as llama.cpp's */
+    t->bos = get_id_def(f, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1);
+    t->eos = get_id_def(f, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1);
+    t->unk = get_id_def(f, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : -1);
     if ((s = load_texts(t, f, n, diag)) || (s = load_types(t, f, diag)) ||
-        (s = build_tmap(t, diag)) || (s = load_merges(t, f, diag)))
+        (s = build_tmap(t, diag)) ||
+        (s = spm ? tr_tokenizer_spm_load(t, f, diag) : load_merges(t, f, diag)))
         goto fail;
     build_eog(t, f); /* may retype tokens: before token bytes and specials */
-    if ((s = build_bytes(t)) || (s = tr_tokenizer_build_whole(t)) ||
-        (s = build_specials(t)) || (s = compile_regexes(t, diag)))
+    if (t->eos >= 0) t->flags[t->eos] |= TOKENIZER_FLAG_EOG; /* SPM's default */
+    if ((s = build_bytes(t)) ||
+        (s = spm ? tr_tokenizer_strmap_init(&t->wmap, 0) : tr_tokenizer_build_whole(t)) ||
+        (s = build_specials(t)) || (!spm && (s = compile_regexes(t, diag))))
         goto fail;
 
-    t->bos = get_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab);
-    t->eos = get_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab);
-    t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab);
     bool ab;
     t->add_bos = tr_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &ab) == TR_OK
                      ? ab
-                     : pre->add_bos;
+                     : spm || pre->add_bos;
     if (t->add_bos && t->bos < 0) {
         s = tr_diag_set(diag, TR_ERR_FORMAT, 0,
                         "tokenizer.ggml.add_bos_token is true but there is no BOS token");
@@ -660,6 +694,7 @@ void tr_tokenizer_free(tokenizer *t) {
     free(t->mmap);
     free(t->specials);
     free(t->special_lens);
+    free(t->score);
     free(t);
 }
 
@@ -694,6 +729,12 @@ int32_t tr_tokenizer_find(const tokenizer *t, const char *s) {
 }
 
 const char *tr_tokenizer_pre_name(const tokenizer *t) { return t ? t->pre_name : ""; }
+const char *tr_tokenizer_kind_name(const tokenizer *t) {
+    return !t ? "" : t->kind == TOKENIZER_KIND_SPM ? "llama: SentencePiece-style"
+                                                   : "gpt2: byte-level BPE";
+}
+bool tr_tokenizer_add_space_prefix(const tokenizer *t) { return t && t->add_space_prefix; }
+bool tr_tokenizer_is_spm(const tokenizer *t) { return t && t->kind == TOKENIZER_KIND_SPM; }
 
 const uint8_t *tr_tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len) {
     if (!id_ok(t, id)) {
@@ -744,6 +785,12 @@ tr_status tr_tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_i
     for (size_t i = 0; i < n_ids; i++) {
         size_t l;
         const uint8_t *b = render_bytes(t, ids[i], render_special, &l);
+        /* the space the encoder put in front of the text (llama.cpp's
+         * detokenize drops it from the first piece the same way) */
+        if (i == 0 && l && b[0] == ' ' && t->add_space_prefix) {
+            b++;
+            l--;
+        }
         if (l) memcpy(buf + pos, b, l);
         pos += l;
     }
@@ -870,7 +917,7 @@ tr_status tr_tokenizer_check(const tokenizer *t) {
         CHECK_(self);
     }
     size_t merges = 0;
-    for (uint64_t i = 0; i <= t->mmap_mask; i++) {
+    for (uint64_t i = 0; t->mmap && i <= t->mmap_mask; i++) {
         const tokenizer_merge *m = &t->mmap[i];
         if (m->key == TOKENIZER_MERGE_EMPTY) continue;
         merges++;
@@ -909,17 +956,25 @@ tr_status tr_tokenizer_check(const tokenizer *t) {
     }
     CHECK_(t->bos < t->n_vocab && t->eos < t->n_vocab);
     CHECK_(t->eos < 0 || (t->flags[t->eos] & TOKENIZER_FLAG_EOG));
-    CHECK_(t->n_re >= 1 && t->n_re <= TOKENIZER_MAX_RE);
+    if (t->kind == TOKENIZER_KIND_BPE)
+        CHECK_(t->n_re >= 1 && t->n_re <= TOKENIZER_MAX_RE && t->pre);
+    else
+        CHECK_(t->n_re == 0 && !t->pre && t->score && t->n_merges == 0);
 #undef CHECK_
     return TR_OK;
 }
 
 void tr_tokenizer_dump(const tokenizer *t, FILE *fp) {
     if (!t || !fp) return;
-    fprintf(fp, "tokenizer: gpt2 byte-level BPE, pre '%s' (%s%s), %d tokens, "
-                "%u merges (%u skipped), longest token %zu bytes\n",
-            t->pre_name, t->pre->kind, t->pre->ignore_merges ? ", ignore_merges" : "",
-            t->n_vocab, t->n_merges, t->n_merges_skipped, t->max_token_len);
+    if (t->kind == TOKENIZER_KIND_SPM)
+        fprintf(fp, "tokenizer: llama SentencePiece-style (scores, byte fallback), "
+                    "add_space_prefix %s, %d tokens, longest token %zu bytes\n",
+                t->add_space_prefix ? "true" : "false", t->n_vocab, t->max_token_len);
+    else
+        fprintf(fp, "tokenizer: gpt2 byte-level BPE, pre '%s' (%s%s), %d tokens, "
+                    "%u merges (%u skipped), longest token %zu bytes\n",
+                t->pre_name, t->pre->kind, t->pre->ignore_merges ? ", ignore_merges" : "",
+                t->n_vocab, t->n_merges, t->n_merges_skipped, t->max_token_len);
     fprintf(fp, "  bos %d, eos %d, unk %d, add_bos %s\n", t->bos, t->eos, t->unk,
             t->add_bos ? "true" : "false");
     fprintf(fp, "  special tokens (%d, longest first):", t->n_specials);

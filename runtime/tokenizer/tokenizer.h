@@ -1,10 +1,18 @@
 /* tokenizer.h — text <-> token ids for the model's vocabulary.
  *
  * Layering: runtime; built from a gguf_file (runtime/gguf) and PCRE2.
- * Kinds: GPT-2-style byte-level BPE (tokenizer.ggml.model = "gpt2") with
- * the pre-tokenizer split of tokenizer.ggml.pre done by PCRE2 (UTF + UCP,
- * JIT-compiled once at creation). (SentencePiece-style "llama" vocabularies
- * arrive with Gemma support.)
+ * Kinds:
+ *   gpt2   GPT-2-style byte-level BPE, with the pre-tokenizer split of
+ *          tokenizer.ggml.pre done by PCRE2 (UTF + UCP, JIT-compiled once
+ *          at creation), merges by rank (tokenizer.ggml.merges);
+ *   llama  SentencePiece-style (Llama 2, Gemma, ...): no pre-tokenizer;
+ *          spaces are "▁" in token texts; adjacent pieces merge by token
+ *          score (tokenizer.ggml.scores, highest first); a character that
+ *          is no token falls back to byte tokens "<0xNN>";
+ *          tokenizer.ggml.add_space_prefix (default true) puts a space in
+ *          front of text at the start and after each special token.
+ *          Gemma 3: 262,144 tokens, add_space_prefix false, runs of 2..31
+ *          spaces and of 1..31 newlines are user-defined tokens.
  *
  * Pre-tokenizers (tokenizer.ggml.pre; the regexes are llama.cpp's):
  *   smollm (also starcoder, refact, command-r, codeshell, exaone, ...):
@@ -80,13 +88,22 @@ tokenizer_token_type tr_tokenizer_type(const tokenizer *t, int32_t id);
 /* Id of a token whose text is exactly s (e.g. "<|im_end|>"), or -1. */
 int32_t tr_tokenizer_find(const tokenizer *t, const char *s);
 /* Name of the pre-tokenizer in use ("smollm", "gpt2", "llama3", ...), as
- * the file (or tr_tokenizer_from_gguf_pre) spelled it. */
+ * the file (or tr_tokenizer_from_gguf_pre) spelled it; for llama (SPM)
+ * vocabularies, which have none, the file's name, unused. */
 const char *tr_tokenizer_pre_name(const tokenizer *t);
+/* "gpt2: byte-level BPE" or "llama: SentencePiece-style". */
+const char *tr_tokenizer_kind_name(const tokenizer *t);
+/* true for llama (SentencePiece-style) vocabularies. */
+bool tr_tokenizer_is_spm(const tokenizer *t);
+/* llama (SPM) vocabularies: whether a space is put in front of the text
+ * (see above); false for gpt2 ones. */
+bool tr_tokenizer_add_space_prefix(const tokenizer *t);
 /* Length of the longest tr_tokenizer_token_bytes (81 for SmolLM2). */
 size_t tr_tokenizer_max_token_len(const tokenizer *t);
 
 /* The raw bytes a token stands for (byte-level BPE symbols mapped back to
- * bytes; special tokens: their text). Borrowed, valid while t lives.
+ * bytes; SPM: "▁" as a space, "<0xNN>" as byte NN; special tokens: their
+ * text). Borrowed, valid while t lives.
  * NULL (and *len = 0) for ids outside the vocabulary. */
 const uint8_t *tr_tokenizer_token_bytes(const tokenizer *t, int32_t id,
                                      size_t *len);
@@ -107,6 +124,9 @@ tr_status tr_tokenizer_encode(const tokenizer *t, const char *text, size_t len,
 
 /* Concatenated token bytes of ids into a malloc'd NUL-terminated buffer
  * (*len excludes the NUL; the bytes may be any, invalid UTF-8 included).
+ * With add_space_prefix, a space that starts the first token's bytes is
+ * dropped (the encoder added it; the stream below keeps it: it renders
+ * continuations).
  * Control (and unknown) tokens are rendered as their text when
  * render_special, else skipped; user-defined tokens always render; unused
  * and undefined ones never (as in llama.cpp). TR_ERR_INVALID_ARG for an id

@@ -11,6 +11,9 @@
  *   raw  ──► regex 1 splits it into pieces, regex 2 splits each piece, ...
  *   piece ─► BPE over its bytes ──► ids
  *
+ * (SentencePiece-style vocabularies have no regexes: each raw fragment goes
+ * whole to tokenizer_spm.c.)
+ *
  * Special tokens: the eligible ones (control/unknown with parse_special,
  * user-defined always) are taken one at a time, longest text first, and each
  * splits every raw fragment at all its occurrences; later (shorter) tokens
@@ -287,6 +290,7 @@ typedef struct enc_ctx {
     pcre2_match_context *mctx; /* only after a JIT stack overflow */
     pcre2_jit_stack *jstack;
     bpe_scratch bpe;
+    tokenizer_spm_scratch spm;
     uint8_t *enc;              /* byte-level spelling of a piece */
     size_t enc_cap;
     tokenizer_ids *out;
@@ -299,12 +303,14 @@ static void ctx_free(enc_ctx *c) {
     pcre2_match_context_free(c->mctx);
     pcre2_jit_stack_free(c->jstack);
     bpe_scratch_free(&c->bpe);
+    tr_tokenizer_spm_scratch_free(&c->spm);
     free(c->enc);
 }
 
 static tr_status ctx_init(enc_ctx *c, const tokenizer *t) {
     memset(c, 0, sizeof *c);
     c->t = t;
+    if (t->kind == TOKENIZER_KIND_SPM) return TR_OK; /* no regexes */
     c->md = pcre2_match_data_create(t->re_ovec_pairs, NULL);
     return c->md ? TR_OK : TR_ERR_NOMEM;
 }
@@ -380,7 +386,7 @@ static tr_status piece(enc_ctx *c, const char *s, size_t n) {
  * subject, so its lookaheads stop at the piece's end). */
 static tr_status split(enc_ctx *c, int level, const char *s, size_t n) {
     if (n == 0) return TR_OK;
-    if (level == c->t->n_re) return piece(c, s, n);
+    if (level >= c->t->n_re) return piece(c, s, n);
     size_t start = 0;
     tr_status st;
     while (start < n) {
@@ -523,10 +529,20 @@ tr_status tr_tokenizer_encode(const tokenizer *t, const char *text, size_t len,
             }
         }
     }
+    /* SPM: a fragment at the start or after a special token gets the
+     * space prefix (when the vocabulary asks for it) */
+    bool after_special = true;
     for (size_t i = 0; i < cur.n; i++) {
         frag f = cur.v[i];
-        st = f.id >= 0 ? tr_tokenizer_ids_push(&out, f.id) : split(&c, 0, text + f.off, f.len);
+        if (f.id >= 0)
+            st = tr_tokenizer_ids_push(&out, f.id);
+        else if (t->kind == TOKENIZER_KIND_SPM)
+            st = tr_tokenizer_spm_encode(t, &c.spm, text + f.off, f.len,
+                                         t->add_space_prefix && after_special, &out);
+        else
+            st = split(&c, 0, text + f.off, f.len);
         if (st) goto done;
+        after_special = f.id >= 0;
     }
 done:
     ctx_free(&c);

@@ -2,6 +2,11 @@
  * and by tests/unit/test_tokenizer.c (differential tests of the two BPE
  * loops, pre-tokenizer splits). Not part of the public contract.
  *
+ * Two kinds share the layout: byte-level BPE ("gpt2": merges, regexes,
+ * byte-level alphabet) and SentencePiece-style ("llama": scores, "▁" for
+ * spaces, byte-fallback tokens; no merges, no regexes, wmap empty). Fields
+ * marked BPE or SPM are used by that kind only.
+ *
  * Layout of one tokenizer (all immutable after tr_tokenizer_from_gguf):
  *
  *   id ──► text_off[id]..text_off[id+1]  in text_blob   raw GGUF token text
@@ -34,6 +39,11 @@
 #include "runtime/tokenizer/tokenizer.h"
 
 #define TOKENIZER_MAX_RE 4
+
+typedef enum tokenizer_kind {
+    TOKENIZER_KIND_BPE = 0, /* tokenizer.ggml.model = "gpt2" */
+    TOKENIZER_KIND_SPM,     /* tokenizer.ggml.model = "llama" */
+} tokenizer_kind;
 
 /* flags[id] bits */
 #define TOKENIZER_FLAG_EOG 0x01u
@@ -72,6 +82,7 @@ typedef struct tokenizer_pre_def {
 const tokenizer_pre_def *tr_tokenizer_pre_lookup(const char *name);
 
 struct tokenizer {
+    tokenizer_kind kind;
     int32_t n_vocab;
     char *text_blob;
     size_t *text_off;    /* [n_vocab + 1] */
@@ -80,6 +91,10 @@ struct tokenizer {
     uint8_t *type;       /* [n_vocab] tokenizer_token_type */
     uint8_t *flags;      /* [n_vocab] TOKENIZER_FLAG_* */
     size_t max_token_len; /* longest bytes_off span */
+    size_t max_text_len;  /* longest text_off span */
+    float *score;         /* [n_vocab] SPM: merge priority (higher first) */
+    bool add_space_prefix; /* SPM: "▁" before text that starts a fragment
+                              at the start or after a special token */
 
     tokenizer_strmap tmap; /* raw text -> id, every token */
     tokenizer_strmap wmap; /* bytes -> id, whole normal tokens only */
@@ -88,7 +103,8 @@ struct tokenizer {
     uint32_t n_merges;   /* merges kept */
     uint32_t n_merges_skipped; /* merges naming tokens not in the vocabulary */
 
-    int32_t byte_tok[256]; /* -1 if the vocabulary lacks that byte's symbol */
+    int32_t byte_tok[256]; /* BPE: the byte's one-symbol token; SPM: its
+                              "<0xNN>" token; -1 if the vocabulary lacks it */
 
     int32_t *specials;   /* [n_specials] sorted by text length desc, id asc */
     int32_t n_specials;
@@ -96,7 +112,7 @@ struct tokenizer {
     int32_t n_special_lens;
     uint8_t special_first[32]; /* bitset: first bytes of special texts */
 
-    const tokenizer_pre_def *pre;
+    const tokenizer_pre_def *pre; /* BPE; NULL for SPM */
     char pre_name[64];
     pcre2_code *re[TOKENIZER_MAX_RE];
     bool re_jit[TOKENIZER_MAX_RE]; /* JIT-compiled: call pcre2_jit_match */
@@ -144,6 +160,27 @@ tr_status tr_tokenizer_bpe_word(const tokenizer *t, const uint8_t *s, size_t n,
 typedef tr_status (*tokenizer_piece_fn)(void *ud, const char *s, size_t n);
 tr_status tr_tokenizer_pretokenize(const tokenizer *t, const char *text,
                                 size_t len, tokenizer_piece_fn fn, void *ud);
+
+/* SPM encoding of one raw fragment (tokenizer_spm.c): the caller's
+ * scratch, reused across fragments, freed with _free. */
+typedef struct tokenizer_spm_scratch {
+    char *text; /* the escaped fragment */
+    size_t text_cap;
+    struct spm_sym *sym;
+    size_t sym_cap;
+    struct spm_cand *heap;
+    size_t heap_n, heap_cap;
+} tokenizer_spm_scratch;
+
+/* Appends the ids of src[0..n) to out; prefix: put "▁" in front (see
+ * add_space_prefix). */
+tr_status tr_tokenizer_spm_encode(const tokenizer *t, tokenizer_spm_scratch *s,
+                               const char *src, size_t n, bool prefix,
+                               tokenizer_ids *out);
+void tr_tokenizer_spm_scratch_free(tokenizer_spm_scratch *s);
+/* Reads what SPM needs beyond the shared arrays: scores, byte tokens,
+ * add_space_prefix (needs texts, types and tmap). */
+tr_status tr_tokenizer_spm_load(tokenizer *t, const gguf_file *f, tr_diag *diag);
 
 /* GPT-2 byte-level alphabet: the code point standing for byte b. */
 uint32_t tr_tokenizer_byte_to_cp(uint8_t b);

@@ -1,11 +1,29 @@
 #!/usr/bin/env python3
 """Reference token ids from llama.cpp for the tokenizer parity test.
 
-Command that produced the checked-in data (llama-cpp-python 0.3.36, built
+Commands that produced the checked-in data (llama-cpp-python 0.3.36, built
 on this machine; see scripts/ref/make_model_ref.py for the venv):
 
     ~/.cache/trellis/refvenv/bin/python scripts/ref/make_tokenizer_ref.py \
         ~/.cache/trellis/models/SmolLM2-135M-Instruct.Q4_1.gguf tests/data/tokenizer
+    ~/.cache/trellis/refvenv/bin/python scripts/ref/make_tokenizer_ref.py \
+        ~/.cache/trellis/models/gemma-3-270m-q4_k_m.gguf tests/data/tokenizer gemma3
+
+With a third argument NAME (a SentencePiece-style "llama" vocabulary such
+as Gemma 3's), it writes instead:
+
+  NAME_ref.jsonl     the same strings plus the chat-template strings of
+                     gemma_strings(), as above (special=true too where '<'
+                     occurs).
+  NAME_prefix.jsonl  the strings (special=false, and special=true where '<'
+                     occurs) with tokenizer.ggml.add_space_prefix flipped
+                     to true in a temporary copy (a one-byte patch), to
+                     check the other setting of that flag.
+  NAME_meta.json     as smollm2_meta.json.
+  NAME_chat.jsonl    {"messages", "text", "ids"}: llama.cpp's rendering of
+                     a few conversations with its built-in "gemma"
+                     template (llama_chat_apply_template), and the ids of
+                     that text (special=true).
 
 Writes, into the output folder:
 
@@ -29,6 +47,7 @@ Patching the pre-tokenizer name: the GGUF header is rewritten in place with
 general.name lengthened or shortened by the same number of bytes, so that
 every later offset (tensor infos, data) stays where it was.
 """
+import ctypes
 import json
 import os
 import random
@@ -344,6 +363,48 @@ def hand_strings():
     return s
 
 
+def gemma_strings():
+    """Gemma's chat-template strings and its own special texts."""
+    turn = "<start_of_turn>{}\n{}<end_of_turn>\n"
+    s = [
+        turn.format("user", "What is the capital of France?") + "<start_of_turn>model\n",
+        "<bos>" + turn.format("user", "You are a helpful assistant.\n\nHi there!")
+        + turn.format("model", "Hello! How can I help you today?")
+        + turn.format("user", "Tell me a joke about radix trees.") + "<start_of_turn>model\n",
+        turn.format("user", "Write a Python function that reverses a string.")
+        + "<start_of_turn>model\n```python\ndef rev(s):\n    return s[::-1]\n```<end_of_turn>\n",
+        turn.format("user", "Translate 'good morning' into Spanish, French and German."),
+        "<start_of_turn>user\n  indented\tand\ttabbed  <end_of_turn>",
+        "<start_of_turn>model\n",
+        "<end_of_turn>",
+        "<start_of_turn><end_of_turn><eos><bos><pad><unk><mask>",
+        "<eos>",
+        "<bos>Hello",
+        "text<eos>",
+        "<start_of_image><end_of_image>[multimodal]",
+        "<unused0> <unused1><unused99>",
+        "<start_of_turn",
+        "<start_of_turn>>",
+        "<<start_of_turn>>",
+        "<0x41><0x0A>",
+        "▁ ▁▁ ▁x",
+        "<h1>Title</h1><table><tr><td>x</td></tr></table>",
+        "<b>bold</b> <i>it</i> <br> <p>",
+        " " * 31 + "x",
+        " " * 32 + "x",
+        " " * 40,
+        "\n" * 31 + "x",
+        "\n" * 33,
+        "\t" * 40 + "x",
+        "a \n b \n\n c",
+        "  leading and trailing  ",
+        "\u2581 literal lower-one-eighth block",
+        "日本語の文章\n\nと改行",
+        "𝕳𝖊𝖑𝖑𝖔\u200d🏳️\u200d🌈",
+    ]
+    return s
+
+
 def random_strings(n):
     rng = random.Random(1234)
     pools = [
@@ -424,6 +485,19 @@ def patch_pre(src, dst, new_pre):
         f.write(out)
 
 
+def patch_bool(src, dst, key, value):
+    """Copies src to dst with the bool key set to value (a one-byte patch)."""
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    k = key.encode()
+    pat = struct.pack("<Q", len(k)) + k + struct.pack("<I", 7)
+    pos = data.find(pat)
+    assert pos >= 0, key
+    data[pos + len(pat)] = 1 if value else 0
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
 def load(path):
     return Llama(model_path=path, vocab_only=True, verbose=False)
 
@@ -432,12 +506,95 @@ def tokenize(llm, text, special):
     return llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
 
 
+def write_jsonl(path, llm, strings):
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for t in strings:
+            modes = [False, True] if "<" in t else [False]
+            for sp in modes:
+                ids = tokenize(llm, t, sp)
+                f.write(json.dumps({"text": t, "special": sp, "ids": ids},
+                                   ensure_ascii=False) + "\n")
+                n += 1
+    return n
+
+
+def write_meta(path, llm, strings, n):
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    eog = [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+    meta = {
+        "llama_cpp_python": llama_cpp.__version__,
+        "n_vocab": n_vocab,
+        "bos": llama_cpp.llama_vocab_bos(vocab),
+        "eos": llama_cpp.llama_vocab_eos(vocab),
+        "eog": eog,
+        "n_strings": len(strings),
+        "n_lines": n,
+    }
+    with open(path, "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    return eog
+
+
+CHATS = [
+    [("user", "What is the capital of France?")],
+    [("system", "You are a helpful assistant."), ("user", "Hi there!"),
+     ("assistant", "Hello! How can I help you today?"),
+     ("user", "Tell me a joke about radix trees.")],
+    [("user", "  Spaces around  "), ("assistant", "\nTrimmed?\n"), ("user", "Yes.")],
+    [("system", "Answer in French."), ("user", "Good morning!")],
+]
+
+
+def chat_render(tmpl, msgs):
+    arr = (llama_cpp.llama_chat_message * len(msgs))()
+    keep = []
+    for i, (r, c) in enumerate(msgs):
+        rb, cb = r.encode(), c.encode()
+        keep += [rb, cb]
+        arr[i].role = rb
+        arr[i].content = cb
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_chat_apply_template(tmpl, arr, len(msgs), True, buf, len(buf))
+    assert 0 < n < len(buf), n
+    return buf.raw[:n].decode()
+
+
+def main_spm(model, outdir, name):
+    strings = all_strings()
+    for t in gemma_strings():
+        if t not in strings:
+            strings.append(t)
+    llm = load(model)
+    n = write_jsonl(os.path.join(outdir, name + "_ref.jsonl"), llm, strings)
+    eog = write_meta(os.path.join(outdir, name + "_meta.json"), llm, strings, n)
+    with open(os.path.join(outdir, name + "_chat.jsonl"), "w", encoding="utf-8") as f:
+        for msgs in CHATS:
+            text = chat_render(b"gemma", msgs)
+            ids = tokenize(llm, text, True)
+            f.write(json.dumps({"messages": [{"role": r, "content": c} for r, c in msgs],
+                                "text": text, "ids": ids}, ensure_ascii=False) + "\n")
+    del llm
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "patched.gguf")
+        patch_bool(model, path, "tokenizer.ggml.add_space_prefix", True)
+        llm = load(path)
+        write_jsonl(os.path.join(outdir, name + "_prefix.jsonl"), llm, strings)
+        del llm
+    print("strings: %d, lines: %d, eog: %s" % (len(strings), n, eog))
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__)
         sys.exit(2)
     model, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)
+    if len(sys.argv) == 4:
+        main_spm(model, outdir, sys.argv[3])
+        return
     strings = all_strings()
 
     llm = load(model)

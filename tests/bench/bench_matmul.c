@@ -16,11 +16,13 @@
  * the model file mapped (4 KiB pages) and read into huge pages (gguf.h's
  * load modes), one after the other.
  *
- * Usage: bench_matmul [--quick] [--wall] [--forward] [--set NAME]
+ * Usage: bench_matmul [--quick] [--wall] [--forward] [--set NAME] [--gemma]
  *   --quick  shorter runs; --set  only that kernel set; --forward  only the
  *   forward-pass block; --wall  time with the wall clock (default: the
  *   thread's CPU time, which is what a busy shared machine still measures
- *   fairly).
+ *   fairly); --gemma  Gemma 3 270M Q4_K_M's shapes and types instead
+ *   (Q5_0 q/k/gate/up, Q8_0 v and the 262,144-row tied output, Q4_K o,
+ *   Q6_K down), no forward-pass block.
  * Not run by ctest (timings are not tests).
  */
 #include <math.h>
@@ -81,13 +83,27 @@ typedef struct shape {
     int64_t rows, cols;
 } shape;
 
-static const shape k_shapes[] = {
+static const shape k_smollm2_shapes[] = {
     {"attn q/o  576->576 ", TR_DTYPE_Q4_1, 576, 576},
     {"attn k/v  576->192 ", TR_DTYPE_Q4_1, 192, 576},
     {"ffn g/u  576->1536 ", TR_DTYPE_Q4_1, 1536, 576},
     {"ffn down 1536->576 ", TR_DTYPE_Q4_1, 576, 1536},
     {"output 576->49152  ", TR_DTYPE_Q8_0, 49152, 576},
+    {NULL, 0, 0, 0},
 };
+
+static const shape k_gemma3_shapes[] = {
+    {"attn q Q5_0 640->1024  ", TR_DTYPE_Q5_0, 1024, 640},
+    {"attn k Q5_0 640->256   ", TR_DTYPE_Q5_0, 256, 640},
+    {"attn v Q8_0 640->256   ", TR_DTYPE_Q8_0, 256, 640},
+    {"attn o Q4_K 1024->640  ", TR_DTYPE_Q4_K, 640, 1024},
+    {"ffn g/u Q5_0 640->2048 ", TR_DTYPE_Q5_0, 2048, 640},
+    {"ffn down Q6_K 2048->640", TR_DTYPE_Q6_K, 640, 2048},
+    {"output Q8_0 640->262144", TR_DTYPE_Q8_0, 262144, 640},
+    {NULL, 0, 0, 0},
+};
+
+static const shape *k_shapes = k_smollm2_shapes;
 
 /* Quantized activations of n_tok random rows. */
 static uint8_t *make_act(const cpu_quant_kernels *k, tr_dtype t, int64_t cols, int n_tok,
@@ -128,7 +144,7 @@ static void report(const char *set, const shape *s, const char *mode, int n_tok,
 }
 
 static void bench_shapes(const cpu_quant_kernels *k) {
-    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++) {
+    for (size_t i = 0; k_shapes[i].what; i++) {
         const shape *s = &k_shapes[i];
         const size_t wbytes = row_bytes(s->t, s->cols) * (size_t)s->rows;
         /* cold: copies totalling >= 160 MB (well past the LLC) */
@@ -316,9 +332,12 @@ int main(int argc, char **argv) {
             g_wall = true;
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--gemma") == 0) {
+            k_shapes = k_gemma3_shapes;
         } else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--wall] [--forward] [--set portable|avx2|avx512vnni]\n",
+                    "usage: %s [--quick] [--wall] [--forward] [--set portable|avx2|avx512vnni] "
+                    "[--gemma]\n",
                     argv[0]);
             return 2;
         }
@@ -334,6 +353,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (!forward_only) bench_shapes(k);
+        if (k_shapes != k_smollm2_shapes) continue; /* SmolLM2's forward pass */
         bench_forward(k, GGUF_LOAD_MMAP);
         bench_forward(k, GGUF_LOAD_READ);
     }

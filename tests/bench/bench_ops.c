@@ -140,7 +140,7 @@ static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
     for (int i = 0; i < ctx_len; i++) pos[i] = i;
     const int32_t *const pts[1] = {pt};
     int32_t np[1] = {n_pages};
-    a.kv = (tr_kv_layout){mem, n_pages, 1, ps, n_kv, hd, type};
+    a.kv = (tr_kv_layout){mem, n_pages, 1, ps, n_kv, hd, type, NULL};
     /* Fill the whole context with random K/V. */
     float *k = malloc(sizeof(float) * ctx_len * n_kv * hd);
     float *v = malloc(sizeof(float) * ctx_len * n_kv * hd);
@@ -207,7 +207,7 @@ static double bench_attention_decode32(tr_backend *be, int *ctx_total) {
     void *mem = NULL;
     be->ops->alloc(be, bytes, &mem);
     memset(mem, 0, bytes);
-    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_DTYPE_F16};
+    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_DTYPE_F16, NULL};
     for (int s = 0, next = 0; s < S; s++) {
         pt[s] = malloc(sizeof(int32_t) * np[s]);
         for (int i = 0; i < np[s]; i++) pt[s][i] = perm[next++];

@@ -54,11 +54,13 @@
  *   get_rows and copies move bits): bit-identical.
  * ERR_EMBED 1e-12: dequantization is d*q (+ m): at most one rounding
  *   apart (a fused vs separate multiply-add), relative 6e-8 per element.
- * ERR_ROW 1e-10: rmsnorm, rope, swiglu are a few float operations per
- *   element plus a row sum; summation order and exp/sin/cos/rsqrt
- *   implementations of 1-4 ulp give NMSE ~1e-13 (measured on avx2 vs
- *   portable: below 1e-13). rope must follow backend.h's angle recipe: a
- *   theta computed another way differs by ~1e-2 rad at position 10^5.
+ * ERR_ROW 1e-10: rmsnorm, rope, rope_neox, swiglu, geglu, softcap are a
+ *   few float operations per element plus a row sum; summation order and
+ *   exp/tanh/sin/cos/rsqrt implementations of 1-4 ulp give NMSE ~1e-13
+ *   (measured on avx2 vs portable: below 1e-13). rope must follow
+ *   backend.h's angle recipe: a theta computed another way differs by
+ *   ~1e-2 rad at position 10^5. (add_bias and scale are one IEEE add or
+ *   multiply per element: ERR_EXACT.)
  * ERR_ATTN 1e-9: softmax over up to ~1000 positions: exp differs by ulps,
  *   sums in another order; ~1e-12 measured.
  * ERR_MATMUL_FLOAT 1e-6: float weights times float activations; a GPU
@@ -261,11 +263,12 @@ typedef struct worst {
 } worst;
 
 enum { K_EMBED, K_RMSNORM, K_MATMUL_F, K_MATMUL_Q, K_ROPE, K_KV, K_ATTN,
-       K_SWIGLU, K_ADD, K_ROWS, K_N };
+       K_SWIGLU, K_ADD, K_ROWS, K_NEOX, K_GEGLU, K_BIAS, K_SCALE, K_SOFTCAP, K_N };
 static const char *const k_kind[K_N] = {"embed", "rmsnorm", "matmul(float)",
                                         "matmul(quant)", "rope", "kv_store",
                                         "attention", "swiglu", "add",
-                                        "get_rows"};
+                                        "get_rows", "rope_neox", "geglu",
+                                        "add_bias", "scale", "softcap"};
 
 static double nmse(const float *got, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -405,8 +408,9 @@ static void check_rows(pair *p, int32_t n, int32_t dim) {
     free(rows);
 }
 
+/* rope, or with fscale > 0 rope_neox with that freq_scale */
 static void check_rope(pair *p, int32_t n, int32_t n_heads, int32_t hd,
-                       float base, int32_t max_pos) {
+                       float base, int32_t max_pos, float fscale) {
     tb *side[2] = {p->t, p->ref};
     size_t sz = (size_t)n * n_heads * hd;
     float *x = rnd_floats(sz, -2, 2);
@@ -415,12 +419,16 @@ static void check_rope(pair *p, int32_t n, int32_t n_heads, int32_t hd,
     float *res[2];
     for (int s = 0; s < 2; s++) {
         float *dx = tb_put(side[s], x, sz * 4);
-        side[s]->be->ops->rope(side[s]->run, dx, n, n_heads, hd, pos, base);
+        if (fscale > 0)
+            side[s]->be->ops->rope_neox(side[s]->run, dx, n, n_heads, hd, pos, base, fscale);
+        else
+            side[s]->be->ops->rope(side[s]->run, dx, n, n_heads, hd, pos, base);
         res[s] = tb_get_floats(side[s], dx, sz);
         tb_free(side[s], 1, dx);
     }
-    expect_close(p->w, K_ROPE, res[0], res[1], sz, ERR_ROW, p->t->label,
-                 "n %d heads %d hd %d base %g", n, n_heads, hd, (double)base);
+    expect_close(p->w, fscale > 0 ? K_NEOX : K_ROPE, res[0], res[1], sz, ERR_ROW,
+                 p->t->label, "n %d heads %d hd %d base %g scale %g", n, n_heads, hd,
+                 (double)base, (double)fscale);
     /* position 0 is the identity */
     assert_memory_equal(res[0], x, sizeof(float) * (size_t)n_heads * hd);
     free(res[0]);
@@ -502,7 +510,14 @@ typedef struct world {
     int32_t bat_pos[MAX_TOK], bat_seq[MAX_TOK], n_bat;
     float *q;       /* [n_bat][n_heads * hd] */
     int32_t *pt[MAX_SEQ], npages[MAX_SEQ], total_pages;
+    int window;          /* layer `layer`'s sliding window, 0: none */
+    int32_t windows[2];  /* per layer (n_layers <= 2), for the layout */
 } world;
+
+/* What tr_kv_layout.window points at (NULL without a window). */
+static const int32_t *world_windows(const world *w) {
+    return w->window ? w->windows : NULL;
+}
 
 static size_t w_kvd(const world *w) { return (size_t)w->n_kv * w->hd; }
 static size_t w_mem(const world *w) {
@@ -511,6 +526,9 @@ static size_t w_mem(const world *w) {
 }
 
 static void world_build(world *w) {
+    assert_true(w->n_layers <= 2 && w->layer < w->n_layers);
+    w->windows[0] = w->windows[1] = 0;
+    w->windows[w->layer] = w->window;
     w->n_all = w->n_pre = w->n_bat = 0;
     w->total_pages = 3; /* spares nobody uses */
     for (int s = 0; s < w->n_seqs; s++) {
@@ -582,7 +600,7 @@ static void world_run(const world *w, tb *t, uint8_t **kv_out, float **att_out,
     const tr_backend_ops *o = t->be->ops;
     size_t kvd = w_kvd(w);
     tr_kv_layout kv = {mem, w->total_pages, w->n_layers, w->page_size, w->n_kv,
-                       w->hd, w->type};
+                       w->hd, w->type, world_windows(w)};
     if (w->n_pre) {
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)w->n_pre);
         for (int i = 0, a = 0; a < w->n_all; a++)
@@ -635,9 +653,9 @@ static void check_attention(pair *p, world *w) {
     }
     const char *l = p->t->label;
     char shape[128];
-    snprintf(shape, sizeof shape, "%d/%d heads hd %d page %d %s, %d seqs, %d tokens",
+    snprintf(shape, sizeof shape, "%d/%d heads hd %d page %d %s, %d seqs, %d tokens, window %d",
              w->n_heads, w->n_kv, w->hd, w->page_size, tr_dtype_name(w->type),
-             w->n_seqs, w->n_bat);
+             w->n_seqs, w->n_bat, w->window);
     /* every byte of the KV memory, untouched rows (0xff) included */
     if (memcmp(kv[0], kv[1], w_mem(w)) != 0)
         fail_msg("%s kv_store %s: KV memory differs from the reference (exact op)", l,
@@ -680,6 +698,51 @@ static void grid_embed(pair *p) {
     }
 }
 
+/* geglu (and in place), add_bias, scale, softcap. */
+static void check_rows_ext(pair *p, int32_t n, int32_t dim) {
+    tb *side[2] = {p->t, p->ref};
+    const size_t sz = (size_t)n * (size_t)dim;
+    float *g = rnd_floats(sz, -12, 12), *u = rnd_floats(sz, -3, 3);
+    float *b = rnd_floats((size_t)dim, -2, 2), *x = rnd_floats(sz, -60, 60);
+    const float ext[] = {-100.0f, 100.0f, 0.0f, -30.0f, 30.0f, -1e-30f, 5.0f};
+    for (size_t e = 0; e < TR_ARRAY_LEN(ext) && e < sz; e++) g[e] = ext[e];
+    float *res[2][5];
+    for (int s = 0; s < 2; s++) {
+        const tr_backend_ops *o = side[s]->be->ops;
+        tr_stream *st = side[s]->run;
+        float *dg = tb_put(side[s], g, sz * 4), *du = tb_put(side[s], u, sz * 4);
+        float *db = tb_put(side[s], b, (size_t)dim * 4), *dx = tb_put(side[s], x, sz * 4);
+        float *out = tb_nan(side[s], sz * 4);
+        o->geglu(st, out, dg, du, (int64_t)sz);
+        res[s][0] = tb_get_floats(side[s], out, sz);
+        o->geglu(st, dg, dg, du, (int64_t)sz); /* in place */
+        res[s][1] = tb_get_floats(side[s], dg, sz);
+        o->add_bias(st, out, db, n, dim);
+        res[s][2] = tb_get_floats(side[s], out, sz);
+        o->scale(st, dx, 25.298221f, (int64_t)sz);
+        res[s][3] = tb_get_floats(side[s], dx, sz);
+        o->softcap(st, dx, 30.0f, (int64_t)sz);
+        res[s][4] = tb_get_floats(side[s], dx, sz);
+        tb_free(side[s], 5, dg, du, db, dx, out);
+    }
+    const char *l = p->t->label;
+    expect_close(p->w, K_GEGLU, res[0][0], res[1][0], sz, ERR_ROW, l, "n %zu", sz);
+    expect_close(p->w, K_GEGLU, res[0][1], res[1][1], sz, ERR_ROW, l, "in place n %zu", sz);
+    /* add_bias and scale on the backend's own inputs: one IEEE op each */
+    for (size_t i = 0; i < sz; i++) {
+        float want = res[0][0][i] + b[i % (size_t)dim], sc = x[i] * 25.298221f;
+        if (memcmp(&want, &res[0][2][i], 4) != 0 || memcmp(&sc, &res[0][3][i], 4) != 0)
+            fail_msg("%s add_bias/scale: element %zu differs (exact ops)", l, i);
+    }
+    expect_close(p->w, K_SOFTCAP, res[0][4], res[1][4], sz, ERR_ROW, l, "n %zu", sz);
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 5; k++) free(res[s][k]);
+    free(g);
+    free(u);
+    free(b);
+    free(x);
+}
+
 static void grid_rows(pair *p) {
     const int32_t dims[] = {1, 7, 8, 64, 576, 1000};
     const int32_t ns[] = {1, 5, 33};
@@ -687,17 +750,23 @@ static void grid_rows(pair *p) {
         for (size_t i = 0; i < TR_ARRAY_LEN(ns); i++) {
             if (small_scale() && (d + i) % 3) continue;
             check_rows(p, ns[i], dims[d]);
+            check_rows_ext(p, ns[i], dims[d]);
         }
 }
 
 static void grid_rope(pair *p) {
-    check_rope(p, 1, 9, 64, 100000.0f, 100000);
-    check_rope(p, 7, 3, 64, 10000.0f, 5000);
-    check_rope(p, 40, 2, 6, 10000.0f, 100000);
-    check_rope(p, 3, 1, 2, 500000.0f, 4096);
-    check_rope(p, 5, 4, 256, 1000000.0f, 32768);
-    if (!small_scale()) check_rope(p, 65, 9, 128, 10000.0f, 100000);
+    for (int neox = 0; neox < 2; neox++) {
+        float fs = neox ? 1.0f : 0.0f;
+        check_rope(p, 1, 9, 64, 100000.0f, 100000, fs);
+        check_rope(p, 7, 3, 64, 10000.0f, 5000, fs);
+        check_rope(p, 40, 2, 6, 10000.0f, 100000, fs);
+        check_rope(p, 3, 1, 2, 500000.0f, 4096, fs);
+        check_rope(p, 5, 4, 256, 1000000.0f, 32768, fs);
+        if (!small_scale()) check_rope(p, 65, 9, 128, 10000.0f, 100000, fs);
+    }
+    check_rope(p, 9, 2, 128, 1000000.0f, 32768, 0.125f); /* linear scaling x8 */
 }
+
 
 static void grid_matmul(pair *p) {
     /* rows around the row tiles (16; 8 for K-quants), tokens around the
@@ -763,6 +832,21 @@ static void grid_attention(pair *p) {
                 check_attention(p, &w);
                 world_free(&w);
             }
+    /* sliding-window layers (Gemma 3's local layers: 4 heads over one KV
+     * head of 256): windows of one position, one block, across blocks */
+    const int windows[] = {1, 64, 100};
+    for (size_t wi = 0; wi < TR_ARRAY_LEN(windows); wi++)
+        for (int pi = 0; pi < 2; pi++) {
+            if (small_scale() && (wi + (size_t)pi) % 2) continue;
+            world w = {.n_seqs = 3, .len = {400, 150, 301}, .from = {399, 100, 0},
+                       .n_heads = 4, .n_kv = 1, .hd = 256, .n_layers = 2, .layer = 1,
+                       .page_size = pi ? 16 : 7, .type = TR_DTYPE_F16,
+                       .window = windows[wi]};
+            w.scale = 0.0625f;
+            if (!p->t->be->ops->supports(p->t->be, TR_BACKEND_CAP_KV, w.type)) continue;
+            check_attention(p, &w);
+            world_free(&w);
+        }
 }
 
 /* ---- determinism: bit-identical alone, in a batch, on 1 or 3 threads,
@@ -888,10 +972,11 @@ static void determinism_rows(tb *a, tb *b) {
  * alone, and the batch in reverse order: the same bits. */
 static void determinism_attention(tb *a, tb *b) {
     for (int ti = 0; ti < 2; ti++) {
+        /* (the F16 round with a sliding window of 100) */
         world w = {.n_seqs = 3, .len = {700, 90, 130}, .from = {699, 0, 125},
                    .n_heads = 9, .n_kv = 3, .hd = 64, .n_layers = 1, .layer = 0,
                    .page_size = 16, .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
-                   .scale = 0.125f};
+                   .scale = 0.125f, .window = ti ? 100 : 0};
         world_build(&w);
         size_t row = (size_t)w.n_heads * w.hd;
         float *base = NULL;
@@ -908,7 +993,8 @@ static void determinism_attention(tb *a, tb *b) {
                 free(att);
             }
             /* each token alone (its K/V are in place from the batch) */
-            tr_kv_layout kv = {mem, w.total_pages, w.n_layers, w.page_size, w.n_kv, w.hd, w.type};
+            tr_kv_layout kv = {mem,  w.total_pages, w.n_layers, w.page_size, w.n_kv, w.hd,
+                               w.type, world_windows(&w)};
             for (int i = 0; i < w.n_bat; i += (s ? 9 : 1)) {
                 float *dq = tb_put(t, w.q + (size_t)i * row, row * 4), *dout = tb_nan(t, row * 4);
                 tr_batch one = world_batch(&w, 1, &w.bat_pos[i], &w.bat_seq[i]);

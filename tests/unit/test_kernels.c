@@ -413,6 +413,136 @@ static void test_rope(void **state) {
         }
 }
 
+/* NEOX rotation: element i pairs with i + hd/2, theta_i = freq_scale *
+ * (GGML's float running product pos * r^i). */
+static void ref_rope_neox(double *out, const float *x, int n, int n_heads, int hd,
+                          const int32_t *pos, double base, float freq_scale) {
+    const float scale = powf((float)base, -2.0f / (float)hd);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < hd / 2; i++) {
+                float thf = (float)pos[t];
+                for (int k = 0; k < i; k++) thf *= scale;
+                if (freq_scale != 1.0f) thf *= freq_scale;
+                double th = thf;
+                size_t o = ((size_t)t * n_heads + h) * hd + i;
+                double a = x[o], b = x[o + hd / 2];
+                out[o] = a * cos(th) - b * sin(th);
+                out[o + hd / 2] = a * sin(th) + b * cos(th);
+            }
+}
+
+static void test_rope_neox(void **state) {
+    (void)state;
+    struct {
+        int n, n_heads, hd;
+        float base, fscale;
+    } cases[] = {{1, 4, 256, 1000000.0f, 1.0f}, {7, 2, 64, 10000.0f, 1.0f},
+                 {40, 2, 6, 10000.0f, 0.125f}, {3, 1, 1100, 500000.0f, 1.0f}};
+    float *first[TR_ARRAY_LEN(cases)] = {0};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
+                int n = cases[ci].n, nh = cases[ci].n_heads, hd = cases[ci].hd;
+                size_t sz = (size_t)n * nh * hd;
+                float *x = malloc(sz * 4), *orig = malloc(sz * 4);
+                double *ref = malloc(sz * 8);
+                int32_t *pos = malloc((size_t)n * 4);
+                g_rng = 99 + ci;
+                for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : rnd_int(5000);
+                fill(x, sz, -2, 2);
+                memcpy(orig, x, sz * 4);
+                ref_rope_neox(ref, x, n, nh, hd, pos, cases[ci].base, cases[ci].fscale);
+                be->ops->rope_neox(be->stream, x, n, nh, hd, pos, cases[ci].base, cases[ci].fscale);
+                check_close(x, ref, sz, 2e-6, 2e-6, "rope_neox");
+                assert_memory_equal(x, orig, (size_t)nh * hd * 4); /* pos 0 */
+                /* every kernel set and thread count: the same bits */
+                if (!first[ci]) {
+                    first[ci] = malloc(sz * 4);
+                    memcpy(first[ci], x, sz * 4);
+                } else {
+                    assert_memory_equal(x, first[ci], sz * 4);
+                }
+                /* two bases in turn (the two cached tables), then the
+                 * first again: the same bits as the first time */
+                float *again = malloc(sz * 4);
+                memcpy(again, orig, sz * 4);
+                be->ops->rope_neox(be->stream, again, n, nh, hd, pos, cases[ci].base * 3,
+                                   cases[ci].fscale);
+                be->ops->rope(be->stream, again, n, nh, hd, pos, cases[ci].base * 5);
+                memcpy(again, orig, sz * 4);
+                be->ops->rope_neox(be->stream, again, n, nh, hd, pos, cases[ci].base,
+                                   cases[ci].fscale);
+                assert_memory_equal(again, x, sz * 4);
+                free(again);
+                free(x);
+                free(orig);
+                free(ref);
+                free(pos);
+            }
+            tr_backend_free(be);
+        }
+    for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) free(first[ci]);
+}
+
+/* x/2 (1 + tanh(y)) in the form x / (1 + exp(-2y)), which keeps its
+ * relative accuracy in the far negative tail (1 + tanh(y) cancels). */
+static double ref_gelu(double x) {
+    double y = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    return x / (1.0 + exp(-2.0 * y));
+}
+
+static void test_geglu_bias_scale_softcap(void **state) {
+    (void)state;
+    const int64_t ns[] = {1, 7, 8, 9, 2048, 20001};
+    for (int ks = 0; ks < n_ksets(); ks++)
+        for (int th = 1; th <= 3; th++) {
+            tr_backend *be = make_backend(ks, th);
+            for (size_t ni = 0; ni < TR_ARRAY_LEN(ns); ni++) {
+                int64_t n = ns[ni];
+                float *g = malloc((size_t)n * 4), *u = malloc((size_t)n * 4),
+                      *out = malloc((size_t)n * 4);
+                double *ref = malloc((size_t)n * 8);
+                fill(g, (size_t)n, -12, 12);
+                fill(u, (size_t)n, -3, 3);
+                const float ext[] = {-100.0f, 100.0f, 0.0f, -30.0f, 30.0f, -1e-30f, 5.0f};
+                for (size_t e = 0; e < TR_ARRAY_LEN(ext) && (int64_t)e < n; e++) g[e] = ext[e];
+                for (int64_t i = 0; i < n; i++) ref[i] = ref_gelu(g[i]) * u[i];
+                be->ops->geglu(be->stream, out, g, u, n);
+                check_close(out, ref, (size_t)n, 1e-7, 3e-6, "geglu");
+                be->ops->geglu(be->stream, g, g, u, n); /* in place: same bits */
+                assert_memory_equal(g, out, (size_t)n * 4);
+                /* scale and softcap */
+                fill(g, (size_t)n, -80, 80);
+                memcpy(out, g, (size_t)n * 4);
+                be->ops->scale(be->stream, out, 25.298221f, n);
+                for (int64_t i = 0; i < n; i++) {
+                    float want = g[i] * 25.298221f;
+                    assert_memory_equal(&out[i], &want, 4);
+                }
+                memcpy(out, g, (size_t)n * 4);
+                be->ops->softcap(be->stream, out, 30.0f, n);
+                for (int64_t i = 0; i < n; i++) ref[i] = 30.0 * tanh(g[i] / 30.0);
+                check_close(out, ref, (size_t)n, 1e-30, 2e-6, "softcap");
+                free(g);
+                free(u);
+                free(out);
+                free(ref);
+            }
+            /* add_bias: every row gets the same exact float sums */
+            enum { R = 13, D = 37 };
+            float x[R * D], b[D], want[R * D];
+            fill(x, R * D, -5, 5);
+            fill(b, D, -1, 1);
+            for (int r = 0; r < R; r++)
+                for (int d = 0; d < D; d++) want[r * D + d] = x[r * D + d] + b[d];
+            be->ops->add_bias(be->stream, x, b, R, D);
+            assert_memory_equal(x, want, sizeof x);
+            tr_backend_free(be);
+        }
+}
+
 static void test_swiglu_add_get_rows(void **state) {
     (void)state;
     const int64_t ns[] = {1, 7, 8, 9, 1536, 20001};
@@ -750,6 +880,8 @@ typedef struct attn_world {
     int32_t npages[4];
     int32_t total_pages;
     void *mem;
+    int window;          /* sliding window of `layer` (0: none) */
+    int32_t windows[2];  /* per layer, what the layout points at */
 } attn_world;
 
 static size_t world_kv_dim(const attn_world *w) { return (size_t)w->n_kv * w->hd; }
@@ -816,9 +948,16 @@ static void world_free(attn_world *w) {
     free(w->q);
 }
 
-static tr_kv_layout world_layout(const attn_world *w) {
+static tr_kv_layout world_layout(attn_world *w) {
+    w->windows[0] = w->windows[1] = 0;
+    w->windows[w->layer] = w->window;
     return (tr_kv_layout){w->mem, w->total_pages, w->n_layers, w->page_size,
-                          w->n_kv, w->hd, w->type};
+                          w->n_kv, w->hd, w->type, w->window ? w->windows : NULL};
+}
+
+/* First position a token at p reads. */
+static int world_lo(const attn_world *w, int p) {
+    return w->window > 0 && p >= w->window ? p - w->window + 1 : 0;
 }
 
 static size_t world_mem_bytes(const attn_world *w) {
@@ -874,7 +1013,8 @@ static void ref_attention(const attn_world *w, double *out, float scale) {
             const float *q = w->q + ((size_t)t * w->n_heads + h) * w->hd;
             size_t ho = (size_t)(h / group) * w->hd;
             double mx = -INFINITY;
-            for (int j = 0; j <= p; j++) {
+            int lo = world_lo(w, p);
+            for (int j = lo; j <= p; j++) {
                 double d = 0;
                 for (int e = 0; e < w->hd; e++)
                     d += (double)q[e] * w->k[s][j * kvd + ho + e];
@@ -882,11 +1022,11 @@ static void ref_attention(const attn_world *w, double *out, float scale) {
                 mx = fmax(mx, sc[j]);
             }
             double sum = 0;
-            for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+            for (int j = lo; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
             double *o = out + ((size_t)t * w->n_heads + h) * w->hd;
             for (int e = 0; e < w->hd; e++) {
                 double a = 0;
-                for (int j = 0; j <= p; j++) a += sc[j] * w->v[s][j * kvd + ho + e];
+                for (int j = lo; j <= p; j++) a += sc[j] * w->v[s][j * kvd + ho + e];
                 o[e] = a / sum;
             }
         }
@@ -964,7 +1104,7 @@ static void test_kv_store_f16_rounding(void **state) {
     for (int ks = kset_first(); ks < kset_end(); ks++) {
         tr_backend *be = make_backend(ks, 1);
         uint16_t mem[2 * PS * HD];
-        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16};
+        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16, NULL};
         be->ops->kv_store(be->stream, &kv, 0, k, v, &b);
         for (int i = 0; i < PS * HD; i++) {
             assert_int_equal(mem[i], cpu_fp32_to_fp16(k[i]));
@@ -1029,6 +1169,85 @@ static void test_attention(void **state) {
                             assert_memory_equal(out, first,
                                                 sizeof(float) * w.n_tok * row);
                             free(out);
+                        }
+                        tr_backend_free(be);
+                    }
+                free(first);
+                free(ref);
+                free(w.mem);
+                world_free(&w);
+            }
+}
+
+/* Poisons (NaN) the K/V rows of sequence s's positions [0, n) in w's
+ * layer: a windowed read that strays before the window shows as NaN. */
+static void world_poison(attn_world *w, int s, int n) {
+    size_t kvd = world_kv_dim(w), es = w->type == TR_DTYPE_F16 ? 2 : 4;
+    tr_kv_layout kv = world_layout(w);
+    for (int p = 0; p < n; p++)
+        for (int c = 0; c < 2; c++) {
+            size_t page = (size_t)w->pt[s][p / w->page_size];
+            size_t off = ((((page * (size_t)kv.n_layers + (size_t)w->layer) * 2 + (size_t)c) *
+                               (size_t)w->page_size +
+                           (size_t)(p % w->page_size)) *
+                          kvd) *
+                         es;
+            memset((uint8_t *)w->mem + off, 0xff, kvd * es);
+        }
+}
+
+/* Sliding-window layers (kv->window): each token attends to its last
+ * `window` positions only, whatever the schedule (unit or split), thread
+ * count or page size; rows before every token's window are NaN and never
+ * read; a token alone gives the bits it gets in the batch. */
+static void test_attention_window(void **state) {
+    (void)state;
+    const attn_shape shapes[] = {{9, 3, 64}, {4, 1, 256}};
+    const int windows[] = {1, 64, 100, 512};
+    for (size_t si = 0; si < TR_ARRAY_LEN(shapes); si++)
+        for (size_t wi = 0; wi < TR_ARRAY_LEN(windows); wi++)
+            for (int psi = 0; psi < 2; psi++) {
+                /* decode at 399 and 700, a prefill chunk 100..149 */
+                attn_world w = {.n_seqs = 3, .len = {400, 150, 701},
+                                .from = {399, 100, 700},
+                                .n_heads = shapes[si].n_heads,
+                                .n_kv = shapes[si].n_kv, .hd = shapes[si].hd,
+                                .n_layers = 2, .layer = 1,
+                                .page_size = psi ? 16 : 1,
+                                .type = TR_DTYPE_F16, .window = windows[wi]};
+                world_build(&w, 7000 + si * 10 + wi);
+                w.mem = malloc(world_mem_bytes(&w));
+                size_t row = (size_t)w.n_heads * w.hd;
+                double *ref = malloc(sizeof(double) * w.n_tok * row);
+                float scale = 1.0f / sqrtf((float)w.hd);
+                ref_attention(&w, ref, scale);
+                float *first = NULL;
+                for (int ks = 0; ks < n_ksets(); ks++)
+                    for (int th = 1; th <= 3; th++) {
+                        tr_backend *be = make_backend(ks, th);
+                        world_store(&w, be);
+                        for (int sq = 0; sq < w.n_seqs; sq++)
+                            world_poison(&w, sq, world_lo(&w, w.from[sq]));
+                        float *out = run_attention(&w, be, scale);
+                        check_close(out, ref, (size_t)w.n_tok * row, 2e-6, 2e-5,
+                                    "windowed attention");
+                        if (th == 1) {
+                            free(first);
+                            first = out;
+                        } else {
+                            assert_memory_equal(out, first, sizeof(float) * w.n_tok * row);
+                            free(out);
+                        }
+                        /* one token alone (the decode at 700) */
+                        tr_kv_layout kv = world_layout(&w);
+                        for (int t = 0; t < w.n_tok; t++) {
+                            if (w.tok_pos[t] != 700) continue;
+                            float *one = malloc(sizeof(float) * row);
+                            tr_batch b = world_batch(&w, 1, &w.tok_pos[t], &w.tok_seq[t]);
+                            be->ops->attention(be->stream, one, w.q + t * row, &kv, w.layer, &b,
+                                               w.n_heads, scale);
+                            assert_memory_equal(one, first + t * row, sizeof(float) * row);
+                            free(one);
                         }
                         tr_backend_free(be);
                     }
@@ -1227,6 +1446,9 @@ int main(void) {
         cmocka_unit_test(test_kv_store_f16_rounding),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_determinism),
+        cmocka_unit_test(test_attention_window),
+        cmocka_unit_test(test_rope_neox),
+        cmocka_unit_test(test_geglu_bias_scale_softcap),
         cmocka_unit_test(test_attention_heads_together),
         cmocka_unit_test(test_row_determinism),
     };

@@ -833,7 +833,10 @@ static void test_errors(void **state) {
     (void)state;
     expect_build_error((toy_opts){.model = "gpt2", .pre = "no-such-pre"}, TR_ERR_UNSUPPORTED,
                        "no-such-pre");
-    expect_build_error((toy_opts){.model = "llama", .pre = "gpt2"}, TR_ERR_UNSUPPORTED, "llama");
+    /* an unknown tokenizer model names itself and the supported ones */
+    expect_build_error((toy_opts){.model = "bert", .pre = "gpt2"}, TR_ERR_UNSUPPORTED, "'bert'");
+    expect_build_error((toy_opts){.model = "bert", .pre = "gpt2"}, TR_ERR_UNSUPPORTED,
+                       "gpt2, llama");
     expect_build_error((toy_opts){.pre = "gpt2"}, TR_ERR_NOT_FOUND, "tokenizer.ggml.model");
     expect_build_error((toy_opts){.model = "gpt2", .pre = "gpt2", .no_tokens = true},
                        TR_ERR_NOT_FOUND, "tokens");
