@@ -440,7 +440,7 @@ static void test_rope_neox(void **state) {
     } cases[] = {{1, 4, 256, 1000000.0f, 1.0f}, {7, 2, 64, 10000.0f, 1.0f},
                  {40, 2, 6, 10000.0f, 0.125f}, {3, 1, 1100, 500000.0f, 1.0f}};
     float *first[TR_ARRAY_LEN(cases)] = {0};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ci = 0; ci < TR_ARRAY_LEN(cases); ci++) {
@@ -496,7 +496,7 @@ static double ref_gelu(double x) {
 static void test_geglu_bias_scale_softcap(void **state) {
     (void)state;
     const int64_t ns[] = {1, 7, 8, 9, 2048, 20001};
-    for (int ks = 0; ks < n_ksets(); ks++)
+    for (int ks = kset_first(); ks < kset_end(); ks++)
         for (int th = 1; th <= 3; th++) {
             tr_backend *be = make_backend(ks, th);
             for (size_t ni = 0; ni < TR_ARRAY_LEN(ns); ni++) {
@@ -1222,7 +1222,7 @@ static void test_attention_window(void **state) {
                 float scale = 1.0f / sqrtf((float)w.hd);
                 ref_attention(&w, ref, scale);
                 float *first = NULL;
-                for (int ks = 0; ks < n_ksets(); ks++)
+                for (int ks = kset_first(); ks < kset_end(); ks++)
                     for (int th = 1; th <= 3; th++) {
                         tr_backend *be = make_backend(ks, th);
                         world_store(&w, be);
