@@ -4,8 +4,10 @@
  * schema, with the compile split into its phases and every time taken
  * as this thread's CPU time. Not a test: never run by ctest.
  *
- *   bench_schema FILE.jsonl[.gz] [--from K] [--limit N] [--only ID]
- *                [--dump] [--csv OUT] [--no-tests] [--quiet]
+ *   bench_schema FILE.jsonl[.gz] [--from K] [--every E] [--limit N]
+ *                [--only ID] [--dump] [--csv OUT] [--no-tests] [--quiet]
+ *
+ * --every E runs one schema in E (a sample spread over the whole file).
  *
  * Per schema: text (json_schema_to_ebnf), compile (the whole of
  * tr_grammar_compile_json_schema: MaskBench's TTFM), then every test as
@@ -66,7 +68,7 @@ static int64_t since(uint64_t t0) {
 
 typedef struct opts {
     const char *file, *only, *csv;
-    long from, limit;
+    long from, every, limit;
     bool dump, no_tests, quiet;
 } opts;
 
@@ -212,6 +214,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--from") && v) o.from = atol(v), i++;
         else if (!strcmp(a, "--limit") && v) o.limit = atol(v), i++;
+        else if (!strcmp(a, "--every") && v) o.every = atol(v), i++;
         else if (!strcmp(a, "--only") && v) o.only = v, i++;
         else if (!strcmp(a, "--csv") && v) o.csv = v, i++;
         else if (!strcmp(a, "--dump")) o.dump = true;
@@ -219,7 +222,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) o.quiet = true;
         else if (a[0] != '-' && !o.file) o.file = a;
         else {
-            fprintf(stderr, "usage: bench_schema FILE.jsonl[.gz] [--from K] [--limit N] "
+            fprintf(stderr, "usage: bench_schema FILE.jsonl[.gz] [--from K] [--every E] [--limit N] "
                             "[--only ID] [--dump] [--csv OUT] [--no-tests] [--quiet]\n");
             return 2;
         }
@@ -248,7 +251,7 @@ int main(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0;
     for (; next_line(in, &line, &cap); k++) {
-        if (k < o.from) continue;
+        if (k < o.from || (o.every > 1 && (k - o.from) % o.every)) continue;
         if (o.limit && done >= o.limit) break;
         json_t *item = json_loads(line, 0, NULL);
         if (!item) continue;
