@@ -11,8 +11,9 @@
  *                          becomes A ::= y x*), unproductive parts dropped,
  *                          other left recursion refused, rules inlined until
  *                          only a few recursive ones remain ("kept")
- *        --ebnf_compile.c-> the kept bodies as one NFA whose rule references
- *                          are CALL edges (nfa.c)
+ *        --ebnf_nfa.c-----> the kept bodies as one NFA whose rule references
+ *                          are CALL edges (equal pieces with equal futures
+ *                          built once)
  *   cfg_dfa.c: its DFA, states made on demand (subset construction with a
  *              column per call symbol), shared lock-free by all threads
  *   cfg.c: configurations (DFA state + stack), closures, byte steps
@@ -98,6 +99,15 @@ typedef struct gebnf_plan {
  * other left recursion (TR_ERR_UNSUPPORTED naming the rules), decides
  * what to inline and substitutes it. Errors with the diag set. */
 tr_status tr_ebnf_analyze(gcc *cc, gebnf *e, gebnf_plan *plan);
+
+/* The NFA of a grammar (ebnf_nfa.c): bodies[i] (the plan's, modified:
+ * equal nodes merged) entered at starts[i], every one ending in the one
+ * shared final state ("the rule may return here"). A GRE_REF node to rule
+ * r becomes a CALL edge on symbol sym_of_rule[r]; GRE_DFA nodes are copied
+ * state by state; a piece built twice into the same state is built once.
+ * Heap arrays accounted in cc; free with tr_nfa_free. */
+tr_status tr_ebnf_nfa_build(gcc *cc, gre_node *const *bodies, uint32_t n,
+                            const uint32_t *sym_of_rule, gnfa *out, uint32_t *starts);
 
 /* ---------------------------------------------------------------------
  * The grammar's automaton, built lazily (cfg_dfa.c)

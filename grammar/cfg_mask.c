@@ -53,12 +53,19 @@ typedef struct gcfg_entry {
     uint64_t bits[];  /* [n_words] tokens allowed whatever the stack */
 } gcfg_entry;
 
+/* Slots come in chunks of MEMO_CH, allocated on first use: a grammar
+ * may make up to max_dfa_states (50,000) states but a request visits a
+ * few dozen, and zeroing 50,000 slots up front cost ~700,000 instructions
+ * per grammar (more than compiling a small schema). */
+#define MEMO_CH 256u
+typedef _Atomic(gcfg_entry *) memo_chunk[MEMO_CH];
+
 struct gcfg_memo {
     uint64_t vocab_uid;
-    uint32_t n_states;
+    uint32_t n_chunks;
     uint64_t budget;
     atomic_uint_fast64_t used;
-    _Atomic(gcfg_entry *) *slots; /* [n_states] */
+    _Atomic(memo_chunk *) *chunks; /* [n_chunks] */
     struct gcfg_memo *next;
 };
 
@@ -91,28 +98,51 @@ typedef struct gcfg_walker {
 static struct gcfg_memo *memo_new(const grammar *g, const grammar_vocab *v) {
     struct gcfg_memo *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->slots = calloc(g->cfg->max_states, sizeof *c->slots);
-    if (!c->slots) {
+    c->n_chunks = (g->cfg->max_states + MEMO_CH - 1) / MEMO_CH;
+    c->chunks = calloc(c->n_chunks, sizeof *c->chunks);
+    if (!c->chunks) {
         free(c);
         return NULL;
     }
     c->vocab_uid = v->uid;
-    c->n_states = g->cfg->max_states;
     c->budget = g->mask_budget;
     atomic_init(&c->used, 0);
-    for (uint32_t s = 0; s < c->n_states; s++) atomic_init(&c->slots[s], NULL);
+    for (uint32_t i = 0; i < c->n_chunks; i++) atomic_init(&c->chunks[i], NULL);
     return c;
 }
 
 void tr_cfg_memo_free(struct gcfg_memo *c) {
     while (c) {
         struct gcfg_memo *n = c->next;
-        for (uint32_t s = 0; s < c->n_states; s++)
-            free(atomic_load_explicit(&c->slots[s], memory_order_relaxed));
-        free(c->slots);
+        for (uint32_t i = 0; i < c->n_chunks; i++) {
+            memo_chunk *ch = atomic_load_explicit(&c->chunks[i], memory_order_relaxed);
+            for (uint32_t j = 0; ch && j < MEMO_CH; j++)
+                free(atomic_load_explicit(&(*ch)[j], memory_order_relaxed));
+            free(ch);
+        }
+        free(c->chunks);
         free(c);
         c = n;
     }
+}
+
+/* The slot of state s, its chunk made if needed (NULL on out-of-memory:
+ * the caller computes without keeping). */
+static _Atomic(gcfg_entry *) *memo_slot(struct gcfg_memo *c, uint32_t s, bool make) {
+    memo_chunk *ch = atomic_load_explicit(&c->chunks[s / MEMO_CH], memory_order_acquire);
+    if (!ch) {
+        if (!make) return NULL;
+        memo_chunk *fresh = calloc(1, sizeof *fresh);
+        if (!fresh) return NULL;
+        for (uint32_t j = 0; j < MEMO_CH; j++) atomic_init(&(*fresh)[j], NULL);
+        if (atomic_compare_exchange_strong_explicit(&c->chunks[s / MEMO_CH], &ch, fresh,
+                                                    memory_order_acq_rel,
+                                                    memory_order_acquire))
+            ch = fresh;
+        else
+            free(fresh); /* another thread's chunk is in ch */
+    }
+    return &(*ch)[s % MEMO_CH];
 }
 
 struct gcfg_memo *tr_cfg_memo_for(grammar *g, const grammar_vocab *v) {
@@ -507,13 +537,15 @@ static size_t entry_size(const gcfg_entry *e, size_t nw) {
 static const gcfg_entry *entry_of(gcfg_matcher *c, const grammar_vocab *v,
                                   uint32_t s, bool *computed, gcfg_entry **owned) {
     struct gcfg_memo *memo = c->memo;
-    if (memo) {
-        gcfg_entry *e = atomic_load_explicit(&memo->slots[s], memory_order_acquire);
+    _Atomic(gcfg_entry *) *slot = memo ? memo_slot(memo, s, false) : NULL;
+    if (slot) {
+        gcfg_entry *e = atomic_load_explicit(slot, memory_order_acquire);
         if (e) return e;
     }
     *computed = true;
     gcfg_entry *e = compute_entry(c->w, v, s);
-    if (!e || !memo) {
+    if (memo && !slot) slot = memo_slot(memo, s, true);
+    if (!e || !slot) {
         *owned = e;
         return e;
     }
@@ -525,7 +557,7 @@ static const gcfg_entry *entry_of(gcfg_matcher *c, const grammar_vocab *v,
         return e;
     }
     gcfg_entry *expected = NULL;
-    if (!atomic_compare_exchange_strong_explicit(&memo->slots[s], &expected, e,
+    if (!atomic_compare_exchange_strong_explicit(slot, &expected, e,
                                                  memory_order_acq_rel,
                                                  memory_order_acquire)) {
         free(e); /* another thread published the same entry first */

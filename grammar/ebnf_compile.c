@@ -3,7 +3,7 @@
  * its DFA lazily.
  *
  * Layering: grammar/ entry point tr_grammar_compile_ebnf (grammar.h) over
- * ebnf_parse.c, ebnf_analyze.c, nfa.c and cfg_dfa.c. Runs on any thread;
+ * ebnf_parse.c, ebnf_analyze.c, ebnf_nfa.c and cfg_dfa.c. Runs on any thread;
  * the result grows only through its lazily made DFA states and its mask
  * memos, both shared and thread-safe.
  *
@@ -35,8 +35,7 @@ static tr_status build(gcc *cc, const char *text, size_t len, grammar **out,
         if (!starts || !name_lens || !names) st = cc->err;
     }
     if (!st)
-        st = tr_nfa_build_rules(cc, (const gre_node *const *)plan.bodies,
-                                plan.n_kept, plan.sym_of_rule, &nfa, starts);
+        st = tr_ebnf_nfa_build(cc, plan.bodies, plan.n_kept, plan.sym_of_rule, &nfa, starts);
     *nfa_states = nfa.n_states;
     uint32_t n_calls = 0;
     for (uint32_t i = 0; !st && i < nfa.n_edges; i++) n_calls += nfa.edges[i].kind == GNFA_CALL;

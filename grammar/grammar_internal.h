@@ -179,15 +179,18 @@ typedef struct gnfa {
 /* Builds the NFA of the AST (heap arrays accounted in cc; free with
  * tr_nfa_free). */
 tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out);
-/* The NFA of a grammar: one fragment per body, bodies[i] entered at
- * starts[i], every fragment ending in the one shared final state
- * ("the rule may return here"). A GRE_REF node to rule r becomes a CALL
- * edge on symbol sym_of_rule[r] (every remaining reference is a call:
- * inlining happened in the IR); GRE_DFA nodes are copied state by state. */
-tr_status tr_nfa_build_rules(gcc *cc, const gre_node *const *bodies, uint32_t n,
-                             const uint32_t *sym_of_rule, gnfa *out,
-                             uint32_t *starts);
+/* A new state / edge of n (budgets: max_nfa_states, memory, time). */
+tr_status tr_nfa_new_state(gcc *cc, gnfa *n, uint32_t *id);
+tr_status tr_nfa_add_edge(gcc *cc, gnfa *n, uint32_t from, uint32_t to, int kind, uint8_t lo,
+                          uint8_t hi);
 void tr_nfa_free(gcc *cc, gnfa *n);
+
+/* UTF-8 expansion of the code points [lo, hi] (no surrogates inside):
+ * fn is called once per product of byte ranges, bytes a[i]..z[i] at
+ * position i of n (U+0800..U+FFFF: [E0][A0-BF][80-BF], then
+ * [E1-EF][80-BF][80-BF]); its first error stops the split. */
+typedef tr_status (*gutf8_seq_fn)(void *ctx, const uint8_t *a, const uint8_t *z, int n);
+tr_status tr_utf8_split(uint32_t lo, uint32_t hi, gutf8_seq_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------------
  * DFA (dfa.c)

@@ -28,34 +28,30 @@
 typedef struct nb {
     gcc *cc;
     gnfa *n;
-    const uint32_t *sym_of_rule; /* grammars: GRE_REF -> call symbol */
     /* suffix cache for the UTF-8 expansion of one set */
     uint64_t *keys; /* (lo << 40) | (hi << 32) | next, 0 = empty slot */
     uint32_t *vals;
     uint32_t cache_cap, cache_n;
 } nb;
 
-static tr_status new_state(nb *b, uint32_t *id) {
-    gnfa *n = b->n;
-    if (n->n_states >= b->cc->lim.max_nfa_states)
-        return tr_gcc_fail(b->cc, TR_ERR_LIMIT, 0,
-                        "NFA larger than max_nfa_states = %u",
-                        b->cc->lim.max_nfa_states);
-    tr_status st = tr_gcc_poll_time(b->cc);
+tr_status tr_nfa_new_state(gcc *cc, gnfa *n, uint32_t *id) {
+    if (n->n_states >= cc->lim.max_nfa_states)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "NFA larger than max_nfa_states = %u",
+                           cc->lim.max_nfa_states);
+    tr_status st = tr_gcc_poll_time(cc);
     if (st) return st;
-    st = tr_gcc_grow(b->cc, (void **)&n->head, &n->cap_states, sizeof *n->head,
-                  (uint64_t)n->n_states + 1);
+    st = tr_gcc_grow(cc, (void **)&n->head, &n->cap_states, sizeof *n->head,
+                     (uint64_t)n->n_states + 1);
     if (st) return st;
     n->head[n->n_states] = NO_EDGE;
     *id = n->n_states++;
     return TR_OK;
 }
 
-static tr_status add_edge(nb *b, uint32_t from, uint32_t to, int kind,
-                          uint8_t lo, uint8_t hi) {
-    gnfa *n = b->n;
-    tr_status st = tr_gcc_grow(b->cc, (void **)&n->edges, &n->cap_edges,
-                            sizeof *n->edges, (uint64_t)n->n_edges + 1);
+tr_status tr_nfa_add_edge(gcc *cc, gnfa *n, uint32_t from, uint32_t to, int kind, uint8_t lo,
+                          uint8_t hi) {
+    tr_status st = tr_gcc_grow(cc, (void **)&n->edges, &n->cap_edges, sizeof *n->edges,
+                               (uint64_t)n->n_edges + 1);
     if (st) return st;
     gnfa_edge *e = &n->edges[n->n_edges];
     e->to = to;
@@ -66,6 +62,15 @@ static tr_status add_edge(nb *b, uint32_t from, uint32_t to, int kind,
     e->next = n->head[from];
     n->head[from] = n->n_edges++;
     return TR_OK;
+}
+
+static tr_status new_state(nb *b, uint32_t *id) {
+    *id = 0;
+    return tr_nfa_new_state(b->cc, b->n, id);
+}
+
+static tr_status add_edge(nb *b, uint32_t from, uint32_t to, int kind, uint8_t lo, uint8_t hi) {
+    return tr_nfa_add_edge(b->cc, b->n, from, to, kind, lo, hi);
 }
 
 /* ---- UTF-8 expansion ---- */
@@ -127,32 +132,32 @@ static tr_status emit_seq(nb *b, uint32_t from, uint32_t to, const uint8_t *a,
     return add_edge(b, from, next, GNFA_BYTE, a[0], z[0]);
 }
 
-/* Splits [lo, hi] (no surrogates inside) into products of byte ranges. */
-static tr_status utf8_range(nb *b, uint32_t from, uint32_t to, uint32_t lo,
-                            uint32_t hi) {
+/* Splits [lo, hi] (no surrogates inside) into products of byte ranges:
+ * f(ctx, a, z, n) once per product, bytes a[i]..z[i] at position i. */
+tr_status tr_utf8_split(uint32_t lo, uint32_t hi, gutf8_seq_fn f, void *ctx) {
     static const uint32_t len_bounds[] = {0x7F, 0x7FF, 0xFFFF};
     for (size_t i = 0; i < TR_ARRAY_LEN(len_bounds); i++) {
         uint32_t m = len_bounds[i];
         if (lo <= m && hi > m) {
-            tr_status st = utf8_range(b, from, to, lo, m);
-            return st ? st : utf8_range(b, from, to, m + 1, hi);
+            tr_status st = tr_utf8_split(lo, m, f, ctx);
+            return st ? st : tr_utf8_split(m + 1, hi, f, ctx);
         }
     }
     if (hi < 0x80) {
         uint8_t a = (uint8_t)lo, z = (uint8_t)hi;
-        return emit_seq(b, from, to, &a, &z, 1);
+        return f(ctx, &a, &z, 1);
     }
     /* make every continuation byte span full or equal in lo and hi */
     for (int i = 1; i < 4; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0) {
-                tr_status st = utf8_range(b, from, to, lo, lo | m);
-                return st ? st : utf8_range(b, from, to, (lo | m) + 1, hi);
+                tr_status st = tr_utf8_split(lo, lo | m, f, ctx);
+                return st ? st : tr_utf8_split((lo | m) + 1, hi, f, ctx);
             }
             if ((hi & m) != m) {
-                tr_status st = utf8_range(b, from, to, lo, (hi & ~m) - 1);
-                return st ? st : utf8_range(b, from, to, hi & ~m, hi);
+                tr_status st = tr_utf8_split(lo, (hi & ~m) - 1, f, ctx);
+                return st ? st : tr_utf8_split(hi & ~m, hi, f, ctx);
             }
         }
     }
@@ -160,7 +165,17 @@ static tr_status utf8_range(nb *b, uint32_t from, uint32_t to, uint32_t lo,
     int n = tr_utf8_encode(lo, a);
     int n2 = tr_utf8_encode(hi, z);
     TR_ASSERT(n == n2);
-    return emit_seq(b, from, to, a, z, n);
+    return f(ctx, a, z, n);
+}
+
+typedef struct seq_ctx {
+    nb *b;
+    uint32_t from, to;
+} seq_ctx;
+
+static tr_status emit_seq_cb(void *ctx, const uint8_t *a, const uint8_t *z, int n) {
+    seq_ctx *c = ctx;
+    return emit_seq(c->b, c->from, c->to, a, z, n);
 }
 
 /* ---- fragments ---- */
@@ -177,7 +192,8 @@ static tr_status build_set(nb *b, const gre_node *x, uint32_t *s,
     b->vals = NULL;
     b->cache_cap = b->cache_n = 0;
     for (uint32_t i = 0; i < x->set.n; i++) {
-        st = utf8_range(b, *s, *e, x->set.r[i][0], x->set.r[i][1]);
+        seq_ctx c = {b, *s, *e};
+        st = tr_utf8_split(x->set.r[i][0], x->set.r[i][1], emit_seq_cb, &c);
         if (st) return st;
     }
     return TR_OK;
@@ -233,41 +249,6 @@ static tr_status build_repeat(nb *b, const gre_node *x, uint32_t *s,
     return TR_OK;
 }
 
-/* A compiled terminal DFA, state by state: entry = its start, every
- * accepting state linked to the exit. */
-static tr_status build_dfa(nb *b, const gdfa *d, uint32_t *s, uint32_t *e) {
-    uint32_t *map = tr_gcc_alloc(b->cc, (size_t)d->n_states * sizeof *map);
-    if (!map) return b->cc->err;
-    tr_status st = new_state(b, e);
-    for (uint32_t q = 1; q < d->n_states && !st; q++) st = new_state(b, &map[q]);
-    if (st) return st;
-    /* each class as byte ranges, once */
-    uint8_t rlo[256], rhi[256], rcls[256];
-    uint32_t nr = 0;
-    for (int x = 0; x < 256;) {
-        int y = x;
-        while (y + 1 < 256 && d->cls[y + 1] == d->cls[x]) y++;
-        rlo[nr] = (uint8_t)x, rhi[nr] = (uint8_t)y, rcls[nr] = d->cls[x];
-        nr++;
-        x = y + 1;
-    }
-    for (uint32_t q = 1; q < d->n_states; q++) {
-        for (uint32_t r = 0; r < nr; r++) {
-            uint32_t t = d->trans[(size_t)q * d->n_classes + rcls[r]];
-            if (t == GDFA_DEAD) continue;
-            st = add_edge(b, map[q], map[t], GNFA_BYTE, rlo[r], rhi[r]);
-            if (st) return st;
-        }
-        if (d->accept[q] && (st = add_edge(b, map[q], *e, GNFA_EPS, 0, 0)))
-            return st;
-    }
-    if (d->start != GDFA_DEAD) {
-        *s = map[d->start];
-        return TR_OK;
-    }
-    return new_state(b, s); /* empty language: nothing reaches the exit */
-}
-
 static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     tr_status st;
     switch (x->kind) {
@@ -319,18 +300,9 @@ static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     }
     case GRE_REPEAT:
         return build_repeat(b, x, s, e);
-    case GRE_REF: {
-        uint32_t sym = b->sym_of_rule ? b->sym_of_rule[x->ref] : UINT32_MAX;
-        if (sym >= GNFA_MAX_SYMS) break; /* not a call: a compiler bug */
-        st = new_state(b, s);
-        if (!st) st = new_state(b, e);
-        if (!st)
-            st = add_edge(b, *s, *e, GNFA_CALL, (uint8_t)(sym & 0xFF),
-                          (uint8_t)(sym >> 8));
-        return st;
-    }
+    case GRE_REF: /* grammars only: ebnf_nfa.c */
     case GRE_DFA:
-        return build_dfa(b, x->dfa, s, e);
+        break;
     }
     return tr_gcc_fail(b->cc, TR_ERR_INTERNAL, x->offset, "unknown AST node");
 }
@@ -343,27 +315,6 @@ tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out) {
         tr_nfa_free(cc, out);
         return st;
     }
-    return TR_OK;
-}
-
-tr_status tr_nfa_build_rules(gcc *cc, const gre_node *const *bodies, uint32_t n,
-                             const uint32_t *sym_of_rule, gnfa *out,
-                             uint32_t *starts) {
-    memset(out, 0, sizeof *out);
-    nb b = {.cc = cc, .n = out, .sym_of_rule = sym_of_rule};
-    uint32_t fin;
-    tr_status st = new_state(&b, &fin);
-    for (uint32_t i = 0; i < n && !st; i++) {
-        uint32_t e;
-        st = build(&b, bodies[i], &starts[i], &e);
-        if (!st) st = add_edge(&b, e, fin, GNFA_EPS, 0, 0);
-    }
-    if (st) {
-        tr_nfa_free(cc, out);
-        return st;
-    }
-    out->start = n ? starts[0] : fin;
-    out->final = fin;
     return TR_OK;
 }
 
