@@ -286,3 +286,97 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
     if (out->never || out->types == 0) out->never = true;
     return TR_OK;
 }
+
+/* ---- annotations: the members that evaluate for a member ---- */
+
+static int32_t member_index(const js_norm *n, const json_t *node) {
+    for (uint32_t i = 0; i < n->n; i++)
+        if (n->nodes[i].node == node) return (int32_t)i;
+    return -1;
+}
+
+/* Whether node holds in the conjunction: a member, or a pointer-only
+ * node (left out of memo keys) whose targets all hold. */
+static bool holds(js_ctx *x, const js_norm *n, const json_t *node, uint32_t depth) {
+    if (member_index(n, node) >= 0) return true;
+    if (!json_is_object(node) || !tr_js_trivial(node) || depth > 64) return false;
+    const json_t *ref = json_object_get(node, "$ref"), *all = json_object_get(node, "allOf");
+    const json_t *t;
+    if (json_is_string(ref) && (tr_js_resolve_ref(x, node, json_string_value(ref), &t) ||
+                                !holds(x, n, t, depth + 1)))
+        return false;
+    for (size_t i = 0; json_is_array(all) && i < json_array_size(all); i++)
+        if (!holds(x, n, json_array_get(all, i), depth + 1)) return false;
+    return true;
+}
+
+/* Marks kid, or what a pointer-only kid stands for. */
+static void visit(js_ctx *x, const js_norm *n, const json_t *kid, uint8_t *mark,
+                  uint32_t *stack, uint32_t *sp, uint32_t depth) {
+    int32_t i = member_index(n, kid);
+    if (i >= 0) {
+        if (!mark[i]) mark[i] = 1, stack[(*sp)++] = (uint32_t)i;
+        return;
+    }
+    /* a pointer-only node annotates only when all it points to holds */
+    if (!json_is_object(kid) || !tr_js_trivial(kid) || depth > 64 || !holds(x, n, kid, depth))
+        return;
+    const json_t *ref = json_object_get(kid, "$ref"), *all = json_object_get(kid, "allOf");
+    const json_t *t;
+    if (json_is_string(ref) && !tr_js_resolve_ref(x, kid, json_string_value(ref), &t))
+        visit(x, n, t, mark, stack, sp, depth + 1);
+    for (size_t k = 0; json_is_array(all) && k < json_array_size(all); k++)
+        visit(x, n, json_array_get(all, k), mark, stack, sp, depth + 1);
+}
+
+tr_status tr_js_in_place(js_ctx *x, const js_norm *n, uint32_t at, uint8_t *mark) {
+    memset(mark, 0, n->n);
+    uint32_t *stack = tr_gcc_alloc(x->cc, (size_t)(n->n + 1) * sizeof *stack);
+    if (!stack) return x->cc->err;
+    uint32_t sp = 0;
+    mark[at] = 1;
+    stack[sp++] = at;
+    while (sp) {
+        const json_t *m = n->nodes[stack[--sp]].node;
+        const json_t *ref = json_object_get(m, "$ref");
+        if (json_is_string(ref)) {
+            const json_t *t;
+            tr_status st = tr_js_resolve_ref(x, m, json_string_value(ref), &t);
+            if (st) return st;
+            visit(x, n, t, mark, stack, &sp, 0);
+        }
+        static const char *const lists[] = {"allOf", "anyOf", "oneOf", "extends"};
+        for (size_t k = 0; k < TR_ARRAY_LEN(lists); k++) {
+            const json_t *l = json_object_get(m, lists[k]);
+            if (json_is_object(l)) visit(x, n, l, mark, stack, &sp, 0);
+            for (size_t i = 0; json_is_array(l) && i < json_array_size(l); i++)
+                visit(x, n, json_array_get(l, i), mark, stack, &sp, 0);
+        }
+        /* dependentSchemas: where the conjunction says the property is
+         * there (the member json_not.c made for it holds) */
+        static const char *const deps[] = {"dependentSchemas", "dependencies"};
+        for (size_t k = 0; k < TR_ARRAY_LEN(deps); k++) {
+            const json_t *d = json_object_get(m, deps[k]);
+            const char *name;
+            json_t *sv;
+            uint64_t w;
+            if (json_is_object(d))
+                json_object_foreach((json_t *)d, name, sv) if (
+                    tr_js_ptrmap_get(&x->dep_with, sv, &w) &&
+                    holds(x, n, (const json_t *)(uintptr_t)w, 0))
+                    visit(x, n, sv, mark, stack, &sp, 0);
+        }
+        /* then / else count only when the condition's outcome is known
+         * from the conjunction: `if` itself, or its complement, is in it */
+        const json_t *ifs = json_object_get(m, "if");
+        if (!ifs) continue;
+        visit(x, n, ifs, mark, stack, &sp, 0);
+        uint64_t neg;
+        const json_t *th = json_object_get(m, "then"), *el = json_object_get(m, "else");
+        if (th && holds(x, n, ifs, 0)) visit(x, n, th, mark, stack, &sp, 0);
+        if (el && tr_js_ptrmap_get(&x->neg, ifs, &neg) &&
+            holds(x, n, (const json_t *)(uintptr_t)neg, 0))
+            visit(x, n, el, mark, stack, &sp, 0);
+    }
+    return TR_OK;
+}

@@ -79,7 +79,7 @@ static tr_status push_job(js_ctx *x, uint32_t rule, const js_conj *c, uint32_t d
 
 /* A member that only points elsewhere ($ref, allOf) and annotates: once
  * flattened, its targets are listed and it adds nothing. */
-static bool trivial(const json_t *node) {
+bool tr_js_trivial(const json_t *node) {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)node, k, v) {
@@ -108,7 +108,7 @@ tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char
         k.v[k.n++] = (js_item){json_false(), JS_EXPANDED};
     else
         for (uint32_t i = 0; i < n.n; i++)
-            if (!trivial(n.nodes[i].node)) k.v[k.n++] = n.nodes[i];
+            if (!tr_js_trivial(n.nodes[i].node)) k.v[k.n++] = n.nodes[i];
     /* the job keeps the members in schema order (property order follows
      * it); the memo key is the same set sorted */
     js_conj job = {tr_gcc_alloc(cc, (size_t)(k.n + 1) * sizeof *job.v), k.n};

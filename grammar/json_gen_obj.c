@@ -778,16 +778,74 @@ static tr_status collect_deps(objc *o) {
     return TR_OK;
 }
 
-tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
+/* unevaluatedProperties U of member at: a synthetic member {properties:
+ * {names: true}, patternProperties: {patterns: true},
+ * additionalProperties: U} with the names and patterns its in-place
+ * members evaluate; NULL when one of them evaluates every property
+ * (additionalProperties, or an unevaluatedProperties of its own). */
+static tr_status unevaluated_member(js_ctx *x, const js_norm *n, uint32_t at, const json_t *u,
+                                    const json_t **out) {
+    *out = NULL;
+    uint8_t *mark = tr_gcc_alloc(x->cc, n->n + 1);
+    if (!mark) return x->cc->err;
+    tr_status st = tr_js_in_place(x, n, at, mark);
+    if (st) return st;
+    json_t *o = tr_js_synth_new(x), *props = json_object(), *pats = json_object();
+    bool ok = o && props && pats && !json_object_set(o, "properties", props) &&
+              !json_object_set(o, "patternProperties", pats) &&
+              !json_object_set(o, "additionalProperties", (json_t *)u);
+    for (uint32_t i = 0; ok && i < n->n; i++) {
+        if (!mark[i]) continue;
+        const json_t *node = n->nodes[i].node;
+        if (json_object_get(node, "additionalProperties") ||
+            (i != at && json_object_get(node, "unevaluatedProperties"))) {
+            json_decref(props), json_decref(pats);
+            return TR_OK; /* every property evaluated */
+        }
+        static const char *const kws[] = {"properties", "patternProperties"};
+        for (int k = 0; k < 2 && ok; k++) {
+            const json_t *m = json_object_get(node, kws[k]);
+            const char *name;
+            json_t *v;
+            if (json_is_object(m))
+                json_object_foreach((json_t *)m, name, v) ok = ok &&
+                    !json_object_set(k ? pats : props, name, json_true());
+        }
+    }
+    json_decref(props), json_decref(pats);
+    if (!ok) return x->cc->err ? x->cc->err : tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    *out = o;
+    return TR_OK;
+}
+
+/* n plus the synthetic members of its unevaluatedProperties */
+static tr_status with_unevaluated(js_ctx *x, const js_norm *n, js_norm *out) {
+    *out = *n;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *u = json_object_get(n->nodes[i].node, "unevaluatedProperties");
+        if (!u || json_is_true(u)) continue;
+        const json_t *m;
+        tr_status st = unevaluated_member(x, n, i, u, &m);
+        if (st) return st;
+        if (!m) continue;
+        js_item *v = tr_gcc_alloc(x->cc, (size_t)(out->n + 1) * sizeof *v);
+        if (!v) return x->cc->err;
+        memcpy(v, out->nodes, out->n * sizeof *v);
+        v[out->n++] = (js_item){m, 0};
+        out->nodes = v;
+    }
+    return TR_OK;
+}
+
+tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **out) {
+    js_norm nu;
+    tr_status st = with_unevaluated(x, n0, &nu);
+    if (st) return st;
+    const js_norm *n = &nu;
     objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX};
     tr_js_ws(x, depth, &o.ws);
-    tr_status st;
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
-        const json_t *u = json_object_get(node, "unevaluatedProperties");
-        if (u && !json_is_true(u) &&
-            (st = tr_js_unsupported(x, node, "unevaluatedProperties", "not enforced")))
-            return st;
         for (int k = 0; k < 2; k++) {
             const char *name = k ? "maxProperties" : "minProperties";
             const json_t *v = json_object_get(node, name);

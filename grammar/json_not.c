@@ -692,10 +692,17 @@ static const json_t *if_member(js_ctx *x, const json_t *node, tr_status *st) {
     const json_t *ifs = json_object_get(node, "if"), *th = json_object_get(node, "then"),
                  *el = json_object_get(node, "else");
     *st = TR_OK;
-    if (!ifs || (!th && !el)) return NULL;
+    if (!ifs) return NULL;
+    /* `if` alone constrains nothing, but when it holds it annotates:
+     * split on it where unevaluated* will look */
+    bool alone = !th && !el;
+    if (alone && !json_object_get(node, "unevaluatedProperties") &&
+        !json_object_get(node, "unevaluatedItems"))
+        return NULL;
     const json_t *ni;
     const char *why;
     if ((*st = tr_js_negate(x, ifs, &ni, &why))) return NULL;
+    if (!ni && alone) return NULL; /* no split: fewer annotations, stricter */
     if (!ni) {
         char msg[256];
         snprintf(msg, sizeof msg, "if/then/else needs the complement of `if`, and there is none "
@@ -726,6 +733,7 @@ static json_t *dep_member(js_ctx *x, const char *name, const json_t *s) {
     json_t *no = typed(x, JT_ALL & ~JT_OBJ), *without = typed(x, JT_OBJ), *with = typed(x, JT_OBJ);
     json_t *all = json_array();
     bool ok = o && alts && no && without && with && all &&
+              !tr_js_ptrmap_put(x->cc, &x->dep_with, s, (uint64_t)(uintptr_t)with) &&
               put_new(x, without, "properties", one_prop(x, name, json_false())) &&
               put_new(x, with, "required", one_name(x, name)) && !json_array_append(all, (json_t *)s) &&
               put(x, with, "allOf", all) && push(x, alts, no) && push(x, alts, without) &&

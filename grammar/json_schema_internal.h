@@ -430,6 +430,8 @@ typedef struct js_ctx {
     js_ptrmap neg;      /* schema -> the node of its complement */
     js_ptrmap neg_fail; /* schema -> why it has none (const char *) */
     js_ptrmap cond;     /* node -> its if/then/else + dependentSchemas member */
+    js_ptrmap dep_with; /* dependentSchemas value -> the member "has the
+                           property and satisfies it" */
 } js_ctx;
 
 /* Takes a reference to a synthetic node for the compile's lifetime
@@ -527,6 +529,15 @@ typedef struct js_norm {
 } js_norm;
 
 tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out);
+/* mark[i] = 1 for the members of n whose annotations reach member at
+ * (unevaluatedProperties / unevaluatedItems): at itself and what it
+ * applies in place ($ref, allOf, anyOf / oneOf branches, if, then / else
+ * when the conjunction holds if / its complement), following only
+ * members of n (they hold, so their annotations count). Fewer than the
+ * validator's (dependentSchemas, branches not chosen): the generators
+ * then ask more of the unevaluated members, never less. mark has n->n
+ * bytes. */
+tr_status tr_js_in_place(js_ctx *x, const js_norm *n, uint32_t at, uint8_t *mark);
 /* JSON equality as JSON Schema defines it (numbers by value). */
 bool tr_js_json_equal(gcc *cc, const json_t *a, const json_t *b);
 /* The JT_* bits of a value's type. */
@@ -541,6 +552,9 @@ uint32_t tr_js_value_type(gcc *cc, const json_t *v);
 tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char *hint,
                          uint32_t *rule);
 tr_status tr_js_rule_for_node(js_ctx *x, const json_t *node, uint32_t depth, uint32_t *rule);
+/* A member that only points elsewhere ($ref, allOf) and annotates: once
+ * flattened its targets are listed, so memo keys leave it out. */
+bool tr_js_trivial(const json_t *node);
 /* Builds the body of one queued rule. */
 tr_status tr_js_build(js_ctx *x, const js_job *j);
 void tr_js_ws(const js_ctx *x, uint32_t depth, js_ws *ws);

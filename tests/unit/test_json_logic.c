@@ -123,12 +123,85 @@ static void test_dependent_schemas(void **s) {
     tjc_check("{'dependentSchemas':{'a':false}}", Y("{}", "{'b': 1}"), Y("{'a': 1}"));
 }
 
+static void test_contains(void **s) {
+    (void)s;
+    tjc_check("{'contains':{'type':'integer'}}", Y("[1]", "['a', 2, 'b']", "[1, 2]", "{}", "'x'"),
+              Y("[]", "['a']", "['a', 1.5]"));
+    tjc_check("{'contains':{'type':'integer'},'minContains':2,'maxContains':3}",
+              Y("[1, 2]", "['a', 1, 'b', 2, 3]"), Y("[1]", "[1, 2, 3, 4]", "['a', 'b']"));
+    tjc_check("{'contains':{'const':1},'minContains':0,'maxContains':0}", Y("[]", "[2, 3]"),
+              Y("[1]", "[2, 1]"));
+    tjc_check("{'contains':{'const':1},'minContains':0}", Y("[]", "[1, 1]"), NULL);
+    /* with tuples and lengths */
+    tjc_check("{'prefixItems':[{'type':'string'}],'items':{'type':'number'},'maxItems':3,"
+              "'contains':{'type':'number','minimum':10}}",
+              Y("['a', 10]", "['a', 1, 20]", "['x', 10, 10]"),
+              Y("['a', 1]", "['a', 1, 2, 30]", "[]", "[10]"));
+    /* two contains at once (allOf) */
+    tjc_check("{'allOf':[{'contains':{'const':'a'}},{'contains':{'const':'b'},'maxContains':1}]}",
+              Y("['a', 'b']", "['b', 'x', 'a', 'a']"), Y("['a']", "['a', 'b', 'b']", "['b']"));
+    /* not items: some item fails (counted from the prefix's end) */
+    tjc_check("{'not':{'items':{'type':'integer'}}}", Y("[1, 'a']", "['a']", "[1.5]"),
+              Y("[]", "[1, 2]", "1", "'s'"));
+    tjc_check("{'not':{'prefixItems':[{'type':'integer'}],'items':{'type':'string'}}}",
+              Y("['a']", "[1, 2]", "[1, 'a', 3]"), Y("[]", "[1]", "[1, 'a', 'b']", "{}"));
+    tjc_check("{'not':{'contains':{'const':1},'maxContains':1}}",
+              Y("[1, 1]", "[1, 2, 1]", "[]", "[2]"), Y("[1]", "[2, 1]", "null"));
+}
+
+static void test_unique_items(void **s) {
+    (void)s;
+    tjc_check("{'type':'array','items':{'enum':['a','b','c']},'uniqueItems':true}",
+              Y("[]", "['a']", "['c', 'a', 'b']"), Y("['a', 'a']", "['a', 'b', 'a']", "['d']"));
+    tjc_check("{'prefixItems':[{'type':'boolean'},{'type':'boolean'}],'items':false,"
+              "'uniqueItems':true}",
+              Y("[]", "[true]", "[false, true]"), Y("[true, true]", "[false, false]", "[1]"));
+    /* numbers compare by value: 1 and 1.0 are one value */
+    tjc_check("{'items':{'enum':[1,2]},'uniqueItems':true}", Y("[1, 2]", "[2.0, 1]"),
+              Y("[1, 1.0]", "[2, 2]"));
+    tjc_check("{'items':{'enum':[1,2,3]},'uniqueItems':true,'contains':{'const':3}}",
+              Y("[3]", "[1, 3, 2]"), Y("[1, 2]", "[3, 3]"));
+    tjc_refused("{'items':{'type':'string'},'uniqueItems':true}", TR_ERR_UNSUPPORTED,
+                "uniqueItems");
+    /* at most one item: unique by construction */
+    tjc_check("{'items':{'type':'string'},'uniqueItems':true,'maxItems':1}", Y("[]", "['a']"),
+              Y("['a', 'b']"));
+}
+
+static void test_unevaluated(void **s) {
+    (void)s;
+    tjc_check("{'allOf':[{'properties':{'a':{}}}],'properties':{'b':{}},"
+              "'unevaluatedProperties':false}",
+              Y("{}", "{'a': 1}", "{'b': 2}"), Y("{'c': 1}", "{'a': 1, 'c': 2}"));
+    /* a nested unevaluatedProperties sees only its own subtree */
+    tjc_check("{'properties':{'a':{}},'allOf':[{'unevaluatedProperties':false}]}",
+              Y("{}"), Y("{'a': 1}", "{'b': 1}"));
+    tjc_check("{'anyOf':[{'properties':{'a':{'type':'string'}},'required':['a']},"
+              "{'properties':{'b':{'type':'integer'}},'required':['b']}],"
+              "'unevaluatedProperties':{'type':'boolean'}}",
+              Y("{'a': 'x'}", "{'b': 1}", "{'a': 'x', 'c': true}"),
+              Y("{'a': 'x', 'c': 1}", "{'c': true}"));
+    tjc_check("{'patternProperties':{'^x-':{}},'unevaluatedProperties':false,"
+              "'if':{'properties':{'k':{'const':1}},'required':['k']},'then':{'properties':{'v':{}}}}",
+              Y("{'x-a': 1}", "{'k': 1, 'v': 2}"), Y("{'k': 2, 'v': 2}", "{'y': 1}"));
+    tjc_check("{'dependentSchemas':{'a':{'properties':{'b':{}}}},'properties':{'a':{}},"
+              "'unevaluatedProperties':false}",
+              Y("{'a': 1, 'b': 2}", "{'a': 1}"), Y("{'b': 2}"));
+    tjc_check("{'prefixItems':[{'type':'string'}],'unevaluatedItems':false}", Y("[]", "['a']"),
+              Y("['a', 1]"));
+    tjc_check("{'prefixItems':[{}],'contains':{'type':'string'},'unevaluatedItems':{'type':'null'}}",
+              Y("['a']", "[1, 'a', null]", "[null, 'b']"), Y("[1, 2, 'a']", "[1]"));
+    tjc_check("{'allOf':[{'items':{'type':'integer'}}],'unevaluatedItems':false}",
+              Y("[]", "[1, 2]"), Y("['a']"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_types_values),  cmocka_unit_test(test_not_strings_numbers),
         cmocka_unit_test(test_not_arrays_objects), cmocka_unit_test(test_not_refused),
         cmocka_unit_test(test_if_then_else),       cmocka_unit_test(test_oneof_exact),
-        cmocka_unit_test(test_dependent_schemas),
+        cmocka_unit_test(test_dependent_schemas),  cmocka_unit_test(test_contains),
+        cmocka_unit_test(test_unique_items),       cmocka_unit_test(test_unevaluated),
     };
     return cmocka_run_group_tests(tests, tjc_setup, tjc_teardown);
 }
