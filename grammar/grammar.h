@@ -302,9 +302,9 @@ void tr_grammar_dump(const grammar *g, FILE *f);
  * additional properties), every JSON string escape a JSON parser reads
  * back as the same string (raw characters, \" \\ \/ \b \f \n \r
  * \t, \u00XX for control characters, any \uXXXX in unconstrained
- * strings). A keyword it cannot enforce (uniqueItems, if/then/else,
- * dependentSchemas, unevaluated*, $dynamicRef, an unenforceable oneOf,
- * `not` beyond simple forms...) is an error in strict mode (the default:
+ * strings). A keyword it cannot enforce (uniqueItems over unbounded
+ * items, $dynamicRef, a `not` / `if` / oneOf whose complement cannot be
+ * written...) is an error in strict mode (the default:
  * TR_ERR_UNSUPPORTED, the diag names the keyword and its JSON pointer)
  * and ignored with a warning in lenient mode. Never the other way
  * round: without lenient, no text the schema forbids is accepted.

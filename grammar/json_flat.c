@@ -9,12 +9,14 @@
  * stricter). A node met twice counts once (A and A is A), which also
  * ends allOf / $ref cycles; a node met once with a disjunction already
  * expanded and once without keeps it pending (the second occurrence
- * still requires it). Then the cheap facts are computed: the JSON types
- * every member allows (`type`), the values every `enum` / `const`
- * allows (intersection by JSON equality: 1 == 1.0), the first
- * anyOf/oneOf still to expand, and what the simple forms of `not`
- * exclude. The type-specific keywords stay on the member nodes, read by
- * the type generators.
+ * still requires it). `not S` joins as the node of S's complement, and
+ * if/then/else and dependentSchemas as a node of their disjunctions
+ * (json_not.c). Then the cheap facts are computed: the JSON types every
+ * member allows (`type`), the values every `enum` / `const` allows
+ * (intersection by JSON equality: 1 == 1.0), the first anyOf/oneOf
+ * still to expand, and what synthetic members exclude (values, string
+ * languages). The type-specific keywords stay on the member nodes, read
+ * by the type generators.
  */
 #include <string.h>
 
@@ -135,6 +137,18 @@ static tr_status expand(flat *f, const json_t *node) {
             if (st) return st;
         }
     }
+    const json_t *nt = json_object_get(node, "not");
+    if (nt) {
+        const json_t *neg;
+        const char *why;
+        tr_status st = tr_js_negate(x, nt, &neg, &why);
+        if (st) return st;
+        if (neg && (st = add_node(f, neg, 0, true))) return st;
+        if (!neg && (st = tr_js_unsupported(x, node, "not", why))) return st;
+    }
+    const json_t *cond;
+    tr_status cst = tr_js_conditionals(x, node, &cond);
+    if (cst || (cond && (cst = add_node(f, cond, 0, true)))) return cst;
     static const char *const dyn[] = {"$dynamicRef", "$recursiveRef"};
     for (size_t k = 0; k < TR_ARRAY_LEN(dyn); k++)
         if (json_object_get(node, dyn[k])) {
@@ -198,17 +212,7 @@ static tr_status values_of(flat *f, const json_t *node) {
     return TR_OK;
 }
 
-/* ---- `not`, simple forms ---- */
-
-static bool is_annotation(const char *k) {
-    static const char *const a[] = {
-        "title", "description", "default", "examples", "example", "$comment", "deprecated",
-        "readOnly", "writeOnly", "$schema", "$id", "id", "$anchor", "$defs", "definitions",
-        "$vocabulary", "contentMediaType", "contentEncoding", "$dynamicAnchor"};
-    for (size_t i = 0; i < TR_ARRAY_LEN(a); i++)
-        if (strcmp(a[i], k) == 0) return true;
-    return k[0] == 'x' && k[1] == '-';
-}
+/* ---- exclusions carried by synthetic members ---- */
 
 static tr_status push_ptr(gcc *cc, void ***v, uint32_t *n, const void *p) {
     void **nv = tr_gcc_alloc(cc, (size_t)(*n + 1) * sizeof *nv);
@@ -219,60 +223,16 @@ static tr_status push_ptr(gcc *cc, void ***v, uint32_t *n, const void *p) {
     return TR_OK;
 }
 
-/* What `not S` leaves: exact for S made only of type / enum / const /
- * pattern / a single required name; anything else is refused (strict)
- * or ignored (lenient). */
-static tr_status apply_not(js_ctx *x, const json_t *node, js_norm *n) {
-    const json_t *sub = json_object_get(node, "not");
-    js_item it = {sub, 0};
-    js_conj c = {&it, 1};
-    js_norm s;
-    tr_status st = tr_js_flatten(x, &c, &s);
-    if (st) return st;
-    if (s.never) return TR_OK; /* not false */
-    const json_t *pat = NULL, *req = NULL;
-    bool other = s.split != UINT32_MAX;
-    for (uint32_t i = 0; i < s.n && !other; i++) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)s.nodes[i].node, k, v) {
-            if (is_annotation(k) || !strcmp(k, "type") || !strcmp(k, "enum") ||
-                !strcmp(k, "const") || !strcmp(k, "$ref") || !strcmp(k, "allOf"))
-                continue;
-            if (!strcmp(k, "pattern") && json_is_string(v) && !pat)
-                pat = v;
-            else if (!strcmp(k, "required") && json_is_array(v) && json_array_size(v) == 1 &&
-                     json_is_string(json_array_get(v, 0)) && !req)
-                req = json_array_get(v, 0);
-            else
-                other = true;
-        }
-    }
-    if (other || (pat && req) || ((pat || req) && s.has_values))
-        return tr_js_unsupported(x, node, "not",
-                                 "only `not` of type, enum/const, a pattern or one required "
-                                 "name is enforced");
-    if (s.has_values) {
-        /* not (T and V) excludes the values of V that have a type of T */
-        for (uint32_t i = 0; i < s.n_vals; i++)
-            if ((tr_js_value_type(x->cc, s.vals[i]) & s.types) &&
-                (st = push_ptr(x->cc, (void ***)&n->not_vals, &n->n_not_vals, s.vals[i])))
-                return st;
-        return TR_OK;
-    }
-    if (pat) {
-        n->types &= ~s.types | JT_STR;
-        if (s.types & JT_STR)
-            return push_ptr(x->cc, (void ***)&n->not_pats, &n->n_not_pats, pat);
-        return TR_OK;
-    }
-    if (req) {
-        n->types &= ~s.types | JT_OBJ;
-        if (s.types & JT_OBJ)
-            return push_ptr(x->cc, (void ***)&n->forbid, &n->n_forbid, json_string_value(req));
-        return TR_OK;
-    }
-    n->types &= ~s.types; /* not {type: T} (or not {} / not true: nothing) */
+static tr_status private_kws(js_ctx *x, const json_t *node, js_norm *n) {
+    const json_t *t = json_object_get(node, JS_KW_TYPES);
+    if (json_is_integer(t)) n->types &= (uint32_t)json_integer_value(t) & JT_ALL;
+    const json_t *nv = json_object_get(node, JS_KW_NOT_VALUES);
+    tr_status st;
+    for (size_t i = 0; json_is_array(nv) && i < json_array_size(nv); i++)
+        if ((st = push_ptr(x->cc, (void ***)&n->not_vals, &n->n_not_vals, json_array_get(nv, i))))
+            return st;
+    const json_t *ns = json_object_get(node, JS_KW_NOT_STRING);
+    if (ns && (st = push_ptr(x->cc, (void ***)&n->not_strs, &n->n_not_strs, ns))) return st;
     return TR_OK;
 }
 
@@ -315,6 +275,7 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
             out->types &= bits;
         }
         if ((st = values_of(&f, node))) return st;
+        if (tr_js_is_synthetic(x, node) && (st = private_kws(x, node, out))) return st;
         if (out->split == UINT32_MAX) {
             if (json_object_get(node, "anyOf") && !(out->nodes[i].done & JS_DONE_ANYOF))
                 out->split = i, out->split_kw = "anyOf";
@@ -322,14 +283,100 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
                 out->split = i, out->split_kw = "oneOf";
         }
     }
-    if (out->never || out->types == 0) {
-        out->never = true;
-        return TR_OK;
+    if (out->never || out->types == 0) out->never = true;
+    return TR_OK;
+}
+
+/* ---- annotations: the members that evaluate for a member ---- */
+
+static int32_t member_index(const js_norm *n, const json_t *node) {
+    for (uint32_t i = 0; i < n->n; i++)
+        if (n->nodes[i].node == node) return (int32_t)i;
+    return -1;
+}
+
+/* Whether node holds in the conjunction: a member, or a pointer-only
+ * node (left out of memo keys) whose targets all hold. */
+static bool holds(js_ctx *x, const js_norm *n, const json_t *node, uint32_t depth) {
+    if (member_index(n, node) >= 0) return true;
+    if (!json_is_object(node) || !tr_js_trivial(node) || depth > 64) return false;
+    const json_t *ref = json_object_get(node, "$ref"), *all = json_object_get(node, "allOf");
+    const json_t *t;
+    if (json_is_string(ref) && (tr_js_resolve_ref(x, node, json_string_value(ref), &t) ||
+                                !holds(x, n, t, depth + 1)))
+        return false;
+    for (size_t i = 0; json_is_array(all) && i < json_array_size(all); i++)
+        if (!holds(x, n, json_array_get(all, i), depth + 1)) return false;
+    return true;
+}
+
+/* Marks kid, or what a pointer-only kid stands for. */
+static void visit(js_ctx *x, const js_norm *n, const json_t *kid, uint8_t *mark,
+                  uint32_t *stack, uint32_t *sp, uint32_t depth) {
+    int32_t i = member_index(n, kid);
+    if (i >= 0) {
+        if (!mark[i]) mark[i] = 1, stack[(*sp)++] = (uint32_t)i;
+        return;
     }
-    for (uint32_t i = 0; i < out->n; i++)
-        if (json_object_get(out->nodes[i].node, "not") &&
-            (st = apply_not(x, out->nodes[i].node, out)))
-            return st;
-    if (out->types == 0) out->never = true;
+    /* a pointer-only node annotates only when all it points to holds */
+    if (!json_is_object(kid) || !tr_js_trivial(kid) || depth > 64 || !holds(x, n, kid, depth))
+        return;
+    const json_t *ref = json_object_get(kid, "$ref"), *all = json_object_get(kid, "allOf");
+    const json_t *t;
+    if (json_is_string(ref) && !tr_js_resolve_ref(x, kid, json_string_value(ref), &t))
+        visit(x, n, t, mark, stack, sp, depth + 1);
+    for (size_t k = 0; json_is_array(all) && k < json_array_size(all); k++)
+        visit(x, n, json_array_get(all, k), mark, stack, sp, depth + 1);
+}
+
+tr_status tr_js_in_place(js_ctx *x, const js_norm *n, uint32_t at, uint8_t *mark) {
+    memset(mark, 0, n->n);
+    uint32_t *stack = tr_gcc_alloc(x->cc, (size_t)(n->n + 1) * sizeof *stack);
+    if (!stack) return x->cc->err;
+    uint32_t sp = 0;
+    mark[at] = 1;
+    stack[sp++] = at;
+    while (sp) {
+        const json_t *m = n->nodes[stack[--sp]].node;
+        const json_t *ref = json_object_get(m, "$ref");
+        if (json_is_string(ref)) {
+            const json_t *t;
+            tr_status st = tr_js_resolve_ref(x, m, json_string_value(ref), &t);
+            if (st) return st;
+            visit(x, n, t, mark, stack, &sp, 0);
+        }
+        static const char *const lists[] = {"allOf", "anyOf", "oneOf", "extends"};
+        for (size_t k = 0; k < TR_ARRAY_LEN(lists); k++) {
+            const json_t *l = json_object_get(m, lists[k]);
+            if (json_is_object(l)) visit(x, n, l, mark, stack, &sp, 0);
+            for (size_t i = 0; json_is_array(l) && i < json_array_size(l); i++)
+                visit(x, n, json_array_get(l, i), mark, stack, &sp, 0);
+        }
+        /* dependentSchemas: where the conjunction says the property is
+         * there (the member json_not.c made for it holds) */
+        static const char *const deps[] = {"dependentSchemas", "dependencies"};
+        for (size_t k = 0; k < TR_ARRAY_LEN(deps); k++) {
+            const json_t *d = json_object_get(m, deps[k]);
+            const char *name;
+            json_t *sv;
+            uint64_t w;
+            if (json_is_object(d))
+                json_object_foreach((json_t *)d, name, sv) if (
+                    tr_js_ptrmap_get(&x->dep_with, sv, &w) &&
+                    holds(x, n, (const json_t *)(uintptr_t)w, 0))
+                    visit(x, n, sv, mark, stack, &sp, 0);
+        }
+        /* then / else count only when the condition's outcome is known
+         * from the conjunction: `if` itself, or its complement, is in it */
+        const json_t *ifs = json_object_get(m, "if");
+        if (!ifs) continue;
+        visit(x, n, ifs, mark, stack, &sp, 0);
+        uint64_t neg;
+        const json_t *th = json_object_get(m, "then"), *el = json_object_get(m, "else");
+        if (th && holds(x, n, ifs, 0)) visit(x, n, th, mark, stack, &sp, 0);
+        if (el && tr_js_ptrmap_get(&x->neg, ifs, &neg) &&
+            holds(x, n, (const json_t *)(uintptr_t)neg, 0))
+            visit(x, n, el, mark, stack, &sp, 0);
+    }
     return TR_OK;
 }

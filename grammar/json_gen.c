@@ -16,11 +16,10 @@
  * anyOf expands into alternatives, each a new conjunction: the members
  * so far (already flattened, the disjunction marked decided) plus the
  * branch; nested and sibling disjunctions multiply out this way. oneOf
- * is an anyOf when its branches are provably pairwise disjoint (by type,
- * by enum/const values checked with the validator, or by a required
- * property whose values differ: the usual discriminator); otherwise it
- * cannot be enforced and is refused (strict) or read as anyOf
- * (lenient, with a warning).
+ * is an anyOf whose branches are made pairwise disjoint (json_oneof.c:
+ * proven by type, values, languages or a discriminator, else "not the
+ * other branch"); when that fails it is refused (strict) or read as
+ * anyOf (lenient, with a warning).
  */
 #include <string.h>
 
@@ -80,7 +79,7 @@ static tr_status push_job(js_ctx *x, uint32_t rule, const js_conj *c, uint32_t d
 
 /* A member that only points elsewhere ($ref, allOf) and annotates: once
  * flattened, its targets are listed and it adds nothing. */
-static bool trivial(const json_t *node) {
+bool tr_js_trivial(const json_t *node) {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)node, k, v) {
@@ -109,7 +108,7 @@ tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char
         k.v[k.n++] = (js_item){json_false(), JS_EXPANDED};
     else
         for (uint32_t i = 0; i < n.n; i++)
-            if (!trivial(n.nodes[i].node)) k.v[k.n++] = n.nodes[i];
+            if (!tr_js_trivial(n.nodes[i].node)) k.v[k.n++] = n.nodes[i];
     /* the job keeps the members in schema order (property order follows
      * it); the memo key is the same set sorted */
     js_conj job = {tr_gcc_alloc(cc, (size_t)(k.n + 1) * sizeof *job.v), k.n};
@@ -398,18 +397,6 @@ static tr_status values(js_ctx *x, const js_job *j, const js_norm *n, gx **out) 
     return *out ? TR_OK : cc->err;
 }
 
-static tr_status unsupported_generic(js_ctx *x, const js_norm *n) {
-    for (uint32_t i = 0; i < n->n; i++) {
-        const json_t *node = n->nodes[i].node;
-        if (json_object_get(node, "if") &&
-            (json_object_get(node, "then") || json_object_get(node, "else"))) {
-            tr_status st = tr_js_unsupported(x, node, "if", "if/then/else is not enforced");
-            if (st) return st;
-        }
-    }
-    return TR_OK;
-}
-
 tr_status tr_js_build(js_ctx *x, const js_job *j) {
     gcc *cc = x->cc;
     js_norm n;
@@ -420,8 +407,6 @@ tr_status tr_js_build(js_ctx *x, const js_job *j) {
         body = tr_gx_never(cc);
     else if (n.split != UINT32_MAX)
         st = split(x, j, &n, &body);
-    else if ((st = unsupported_generic(x, &n)))
-        return st;
     else if (n.has_values)
         st = values(x, j, &n, &body);
     else {

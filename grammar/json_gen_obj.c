@@ -96,12 +96,6 @@ static tr_status add_name(objc *o, const char *name, size_t len) {
     return TR_OK;
 }
 
-static bool is_forbidden(const js_norm *n, const char *name) {
-    for (uint32_t i = 0; i < n->n_forbid; i++)
-        if (!strcmp(n->forbid[i], name)) return true;
-    return false;
-}
-
 /* Whether key matches the pattern (a pattern ignored in lenient mode
  * matches nothing). */
 static tr_status key_matches(js_ctx *x, const json_t *node, const char *pat, const char *key,
@@ -286,7 +280,7 @@ static tr_status listed_members(objc *o, const js_conj *pn) {
     o->n_all = o->nm;
     for (uint32_t i = 0; i < o->nm; i++) {
         member *m = &o->m[i];
-        ok[i] = !memchr(m->name, 0, m->len) ? !is_forbidden(o->n, m->name) : true;
+        ok[i] = true;
         if (ok[i] && pn->n) {
             json_t *name = json_stringn(m->name, m->len);
             if (!name) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
@@ -506,7 +500,7 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
         acc = r;
     }
     *ast = NULL;
-    uint32_t nx = o->n_all + o->n->n_forbid;
+    uint32_t nx = o->n_all;
     if (!nx) {
         *any = !have;
         if (!have) return TR_OK;
@@ -518,9 +512,8 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
     if (!vs || !vl) return cc->err;
     uint32_t L = 0;
     for (uint32_t i = 0; i < nx; i++) {
-        bool listed_name = i < o->n_all;
-        vs[i] = listed_name ? o->all_names[i] : o->n->forbid[i - o->n_all];
-        vl[i] = listed_name ? o->all_lens[i] : strlen(vs[i]);
+        vs[i] = o->all_names[i];
+        vl[i] = o->all_lens[i];
         uint32_t cps = 0;
         for (size_t k = 0; k < vl[i]; k++) cps += ((unsigned char)vs[i][k] & 0xC0) != 0x80;
         L = TR_MAX(L, cps);
@@ -753,13 +746,8 @@ static tr_status collect_deps(objc *o) {
             json_t *v;
             json_object_foreach((json_t *)d, t, v) {
                 size_t nd = json_is_array(v) ? json_array_size(v) : 1;
-                if (!json_is_array(v) && !json_is_string(v)) {
-                    tr_status st = tr_js_unsupported(x, node, kws[k],
-                                                     "schema dependencies (dependentSchemas) "
-                                                     "are not enforced");
-                    if (st) return st;
-                    continue;
-                }
+                if (!json_is_array(v) && !json_is_string(v))
+                    continue; /* a schema: json_not.c's conditionals */
                 for (size_t j = 0; j < nd; j++) {
                     const json_t *dn = json_is_array(v) ? json_array_get(v, j) : v;
                     if (!json_is_string(dn))
@@ -790,21 +778,74 @@ static tr_status collect_deps(objc *o) {
     return TR_OK;
 }
 
-tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
+/* unevaluatedProperties U of member at: a synthetic member {properties:
+ * {names: true}, patternProperties: {patterns: true},
+ * additionalProperties: U} with the names and patterns its in-place
+ * members evaluate; NULL when one of them evaluates every property
+ * (additionalProperties, or an unevaluatedProperties of its own). */
+static tr_status unevaluated_member(js_ctx *x, const js_norm *n, uint32_t at, const json_t *u,
+                                    const json_t **out) {
+    *out = NULL;
+    uint8_t *mark = tr_gcc_alloc(x->cc, n->n + 1);
+    if (!mark) return x->cc->err;
+    tr_status st = tr_js_in_place(x, n, at, mark);
+    if (st) return st;
+    json_t *o = tr_js_synth_new(x), *props = json_object(), *pats = json_object();
+    bool ok = o && props && pats && !json_object_set(o, "properties", props) &&
+              !json_object_set(o, "patternProperties", pats) &&
+              !json_object_set(o, "additionalProperties", (json_t *)u);
+    for (uint32_t i = 0; ok && i < n->n; i++) {
+        if (!mark[i]) continue;
+        const json_t *node = n->nodes[i].node;
+        if (json_object_get(node, "additionalProperties") ||
+            (i != at && json_object_get(node, "unevaluatedProperties"))) {
+            json_decref(props), json_decref(pats);
+            return TR_OK; /* every property evaluated */
+        }
+        static const char *const kws[] = {"properties", "patternProperties"};
+        for (int k = 0; k < 2 && ok; k++) {
+            const json_t *m = json_object_get(node, kws[k]);
+            const char *name;
+            json_t *v;
+            if (json_is_object(m))
+                json_object_foreach((json_t *)m, name, v) ok = ok &&
+                    !json_object_set(k ? pats : props, name, json_true());
+        }
+    }
+    json_decref(props), json_decref(pats);
+    if (!ok) return x->cc->err ? x->cc->err : tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    *out = o;
+    return TR_OK;
+}
+
+/* n plus the synthetic members of its unevaluatedProperties */
+static tr_status with_unevaluated(js_ctx *x, const js_norm *n, js_norm *out) {
+    *out = *n;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *u = json_object_get(n->nodes[i].node, "unevaluatedProperties");
+        if (!u || json_is_true(u)) continue;
+        const json_t *m;
+        tr_status st = unevaluated_member(x, n, i, u, &m);
+        if (st) return st;
+        if (!m) continue;
+        js_item *v = tr_gcc_alloc(x->cc, (size_t)(out->n + 1) * sizeof *v);
+        if (!v) return x->cc->err;
+        memcpy(v, out->nodes, out->n * sizeof *v);
+        v[out->n++] = (js_item){m, 0};
+        out->nodes = v;
+    }
+    return TR_OK;
+}
+
+tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **out) {
+    js_norm nu;
+    tr_status st = with_unevaluated(x, n0, &nu);
+    if (st) return st;
+    const js_norm *n = &nu;
     objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX};
     tr_js_ws(x, depth, &o.ws);
-    tr_status st;
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
-        const json_t *ds = json_object_get(node, "dependentSchemas");
-        if (ds && !(json_is_object(ds) && json_object_size(ds) == 0) &&
-            (st = tr_js_unsupported(x, node, "dependentSchemas",
-                                    "schema dependencies are not enforced")))
-            return st;
-        const json_t *u = json_object_get(node, "unevaluatedProperties");
-        if (u && !json_is_true(u) &&
-            (st = tr_js_unsupported(x, node, "unevaluatedProperties", "not enforced")))
-            return st;
         for (int k = 0; k < 2; k++) {
             const char *name = k ? "maxProperties" : "minProperties";
             const json_t *v = json_object_get(node, name);

@@ -280,11 +280,18 @@ static tr_status str_cpdfa(js_ctx *x, const js_norm *n, const str_c *c, cpdfa *o
         if ((st = tr_cpdfa_from_ast(cc, c->ast[i], &d)) || (st = and_dfa(x, &acc, &have, &d, CPD_AND)))
             return st;
     }
-    for (uint32_t i = 0; i < n->n_not_pats; i++) {
-        cpdfa *d;
-        st = tr_js_pattern_cpdfa(x, n->nodes[0].node, json_string_value(n->not_pats[i]), &d);
-        if (st) return st;
-        if (d && (st = and_dfa(x, &acc, &have, d, CPD_MINUS))) return st;
+    for (uint32_t i = 0; i < n->n_not_strs; i++) {
+        js_item it = {n->not_strs[i], 0};
+        js_conj c1 = {&it, 1};
+        cpdfa d;
+        bool all;
+        if ((st = tr_js_string_lang(x, &c1, &d, &all))) return st;
+        if (all) { /* every string is excluded */
+            memset(&acc, 0, sizeof acc);
+            have = true;
+            continue;
+        }
+        if ((st = and_dfa(x, &acc, &have, &d, CPD_MINUS))) return st;
     }
     const char *vs[256];
     size_t vl[256];
@@ -408,7 +415,7 @@ tr_status tr_js_gen_string(js_ctx *x, const js_norm *n, gx **out) {
     tr_status st = collect_str(x, n, &c);
     if (st) return st;
     if (c.min > c.max) return (*out = tr_gx_never(x->cc)), TR_OK;
-    bool excl = n->n_not_pats > 0;
+    bool excl = n->n_not_strs > 0;
     for (uint32_t i = 0; i < n->n_not_vals && !excl; i++) excl = json_is_string(n->not_vals[i]);
     if (c.n_ast == 0 && !excl) {
         *out = any_string(x, c.min, c.max);
@@ -474,7 +481,7 @@ tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r) {
 
 /* The remainder automaton of "integer text divisible by k" (sign,
  * digits, optional .0+), over code points. */
-static tr_status mod_dfa(gcc *cc, uint64_t k, cpdfa *out) {
+static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
     /* states: 0 start, 1 after '-', 2 + r (digits read, remainder r),
      * 2 + k + r (inside a .0+ fraction: needs a digit), 2 + 2k + r
      * (fraction digits read) */
@@ -499,12 +506,12 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, cpdfa *out) {
         uint64_t r = (s - 2) % k;
         uint32_t part = (uint32_t)((s - 2) / k);
         if (part == 0) {
-            out->acc[s] = r == 0;
+            out->acc[s] = (r == 0) != non;
             out->e[e++] = (cpd_edge){'.', '.', (uint32_t)(2 + k + r)};
             for (uint32_t d = 0; d < 10; d++)
                 out->e[e++] = (cpd_edge){'0' + d, '0' + d, (uint32_t)(2 + (r * 10 + d) % k)};
         } else {
-            out->acc[s] = part == 2 && r == 0;
+            out->acc[s] = part == 2 && (r == 0) != non;
             out->e[e++] = (cpd_edge){'0', '0', (uint32_t)(2 + 2 * k + r)};
         }
     }
@@ -565,6 +572,94 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
     return TR_OK;
 }
 
+/* Non-multiples of the integral steps of notMultipleOf (complements of
+ * multipleOf): integers with a nonzero remainder or numbers with a
+ * nonzero fraction digit, written without exponent (1.5e1 is 15: the
+ * exponent forms are dropped, sound). */
+static tr_status minus_multiples(js_ctx *x, const js_norm *n, js_buf *b, bool *some) {
+    gcc *cc = x->cc;
+    cpdfa acc;
+    bool have = false;
+    tr_status st = TR_OK;
+    for (uint32_t i = 0; !st && i < n->n; i++) {
+        const json_t *node = n->nodes[i].node;
+        const json_t *k = tr_js_is_synthetic(x, node) ? json_object_get(node, JS_KW_NOT_MULTIPLE)
+                                                     : NULL;
+        if (!k) continue;
+        json_int_t kv = json_is_integer(k) ? json_integer_value(k) : 0;
+        if (kv <= 0 && json_is_real(k) && json_real_value(k) == (double)(json_int_t)json_real_value(k))
+            kv = (json_int_t)json_real_value(k);
+        if (kv <= 0 || kv > 1000000)
+            return tr_js_fail(x, TR_ERR_INTERNAL, node, "notMultipleOf needs an integral step");
+        if (!have) {
+            gre_node *ast;
+            cpdfa all;
+            if ((st = tr_regex_parse(cc, b->p, b->n, &ast)) || (st = tr_cpdfa_from_ast(cc, ast, &all)))
+                return st;
+            acc = all;
+            have = true;
+        }
+        static const char frac[] = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*";
+        gre_node *ast;
+        cpdfa m, f, u, r;
+        if ((st = mod_dfa(cc, (uint64_t)kv, true, &m)) ||
+            (st = tr_regex_parse(cc, frac, strlen(frac), &ast)) ||
+            (st = tr_cpdfa_from_ast(cc, ast, &f)) || (st = tr_cpdfa_product(cc, &m, &f, CPD_OR, &u)) ||
+            (st = tr_cpdfa_product(cc, &acc, &u, CPD_AND, &r)))
+            return st;
+        acc = r;
+    }
+    if (!have) return TR_OK;
+    gre_node *res = NULL;
+    if ((st = tr_js_ast_of_cpdfa(x, &acc, n->nodes[0].node, "not", &res))) return st;
+    b->n = 0;
+    *some = res != NULL;
+    if (res) tr_js_ast_regex(res, b);
+    return js_buf_ok(b) ? TR_OK : cc->err;
+}
+
+/* Numbers excluded by value (complements of enum/const): the language
+ * in b loses exponent forms (whose values cannot be told apart by a
+ * regular language: 1e0 = 10e-1 = 1) and then every plain spelling of
+ * each excluded value. */
+static tr_status minus_values(js_ctx *x, const js_norm *n, js_buf *b, bool *some) {
+    gcc *cc = x->cc;
+    bool any = false;
+    for (uint32_t i = 0; i < n->n_not_vals && !any; i++) any = json_is_number(n->not_vals[i]);
+    if (!any) return TR_OK;
+    static const char plain[] = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?";
+    gre_node *ast;
+    cpdfa all, p, acc;
+    tr_status st = tr_regex_parse(cc, b->p, b->n, &ast);
+    if (!st) st = tr_cpdfa_from_ast(cc, ast, &all);
+    if (!st) st = tr_regex_parse(cc, plain, strlen(plain), &ast);
+    if (!st) st = tr_cpdfa_from_ast(cc, ast, &p);
+    if (!st) st = tr_cpdfa_product(cc, &all, &p, CPD_AND, &acc);
+    for (uint32_t i = 0; !st && i < n->n_not_vals; i++) {
+        if (!json_is_number(n->not_vals[i])) continue;
+        js_range r = {.has_lo = true, .has_hi = true};
+        if (!tr_js_dec_from_json(cc, n->not_vals[i], &r.lo)) continue; /* not finite: never written */
+        r.hi = r.lo;
+        js_buf vb;
+        tr_js_buf_init(&vb, cc);
+        if (tr_js_num_regex(cc, &r, false, &vb) && js_buf_ok(&vb)) {
+            cpdfa v, m;
+            st = tr_regex_parse(cc, vb.p, vb.n, &ast);
+            if (!st) st = tr_cpdfa_from_ast(cc, ast, &v);
+            if (!st) st = tr_cpdfa_product(cc, &acc, &v, CPD_MINUS, &m);
+            if (!st) acc = m;
+        }
+        tr_js_buf_free(&vb);
+    }
+    gre_node *res = NULL;
+    if (!st) st = tr_js_ast_of_cpdfa(x, &acc, n->nodes[0].node, "not", &res);
+    if (st) return st;
+    b->n = 0;
+    *some = res != NULL;
+    if (res) tr_js_ast_regex(res, b);
+    return js_buf_ok(b) ? TR_OK : cc->err;
+}
+
 tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     gcc *cc = x->cc;
     js_range r;
@@ -575,11 +670,6 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     int32_t q;
     if ((st = collect_step(x, n, integer, &step, &q))) return st;
     if (step) integer = true; /* integral steps: only integral values */
-    /* values excluded by `not`: split the range around each */
-    for (uint32_t i = 0; i < n->n_not_vals; i++)
-        if (json_is_number(n->not_vals[i]))
-            return tr_js_unsupported(x, n->nodes[0].node, "not",
-                                     "excluding single numbers is not enforced");
     js_buf b;
     tr_js_buf_init(&b, cc);
     bool some;
@@ -622,7 +712,7 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
             tr_js_buf_free(&f);
             if (!st) st = tr_cpdfa_from_ast(cc, ast, &m);
         } else
-            st = mod_dfa(cc, step, &m);
+            st = mod_dfa(cc, step, false, &m);
         if (!st) st = tr_regex_parse(cc, b.p, b.n, &ast);
         if (!st) st = tr_cpdfa_from_ast(cc, ast, &a);
         if (!st) st = tr_cpdfa_product(cc, &a, &m, CPD_AND, &p);
@@ -641,6 +731,8 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
         some = !st && res;
         if (some) tr_js_ast_regex(res, &b);
     }
+    if (!st && some) st = minus_values(x, n, &b, &some);
+    if (!st && some) st = minus_multiples(x, n, &b, &some);
     if (st) {
         tr_js_buf_free(&b);
         return st;

@@ -12,11 +12,13 @@
  *     for objects, a property both require has values pinned apart (the
  *     discriminator), or one requires a property the other does not
  *     allow (additionalProperties: false);
- *   - t is object and j requires a property p that i does not: branch i
- *     gets "objects have no p", so no value it accepts satisfies j
- *     (sound; values of i that carry p and still fail j are lost);
  *   - neither constrains t at all: every value of type t satisfies both,
- *     so none satisfies exactly one; t leaves branch i (exact).
+ *     so none satisfies exactly one; t leaves branch i (exact);
+ *   - branch i gets "not j" (json_not.c; exact);
+ *   - j has no complement, t is object and j requires a property p that
+ *     i does not: branch i gets "objects have no p", so no value it
+ *     accepts satisfies j (sound; values of i that carry p and still
+ *     fail j are lost).
  * Branch i then compiles as B_i plus those constraints (synthetic schema
  * nodes owned by the compile), and the oneOf as the anyOf of them.
  * Each step is sound, so the result accepts only values that satisfy
@@ -50,12 +52,14 @@ static const char *const *kw_of(uint32_t t) {
 }
 
 /* Every value of type t satisfies the branch. */
-static bool unconstrained(const facts *f, uint32_t t) {
+static bool unconstrained(js_ctx *x, const facts *f, uint32_t t) {
     if (f->pending || f->n.has_values || f->n.never || !(f->n.types & t)) return false;
     const char *const *kws = kw_of(t);
     for (uint32_t i = 0; i < f->n.n; i++) {
         const json_t *node = f->n.nodes[i].node;
-        if (json_object_get(node, "not") || json_object_get(node, "if")) return false;
+        if (json_object_get(node, "not") || json_object_get(node, "if") ||
+            tr_js_is_synthetic(x, node))
+            return false;
         for (int k = 0; kws && kws[k]; k++)
             if (json_object_get(node, kws[k])) return false;
     }
@@ -232,35 +236,45 @@ static uint32_t eff_types(js_ctx *x, const js_norm *n) {
     return t & n->types;
 }
 
-static json_t *forbid_node(const char *name) {
-    return json_pack("{s:{s:s,s:[s]}}", "not", "type", "object", "required", name);
-}
-
-static const char *type_name(uint32_t t) {
-    switch (t) {
-    case JT_NULL: return "null";
-    case JT_BOOL: return "boolean";
-    case JT_STR: return "string";
-    case JT_ARR: return "array";
-    case JT_OBJ: return "object";
-    default: return NULL; /* numbers: handled as a pair */
+/* "objects have no name" */
+static const json_t *forbid_node(js_ctx *x, const char *name) {
+    json_t *o = tr_js_synth_new(x), *p = json_object();
+    if (!o || !p || json_object_set_new(p, name, json_false()) ||
+        json_object_set_new(o, "properties", p)) {
+        if (!o) json_decref(p);
+        return x->cc->err ? NULL : (tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory"), NULL);
     }
+    return o;
 }
 
-/* A synthetic node removing the types in drop; NULL when they cannot be
- * named (non-integral numbers without the integers). */
-static json_t *drop_node(uint32_t drop, bool *nameable) {
-    *nameable = !((drop & JT_FRAC) && !(drop & JT_INT));
-    if (!*nameable) return NULL;
-    json_t *arr = json_array();
-    if (!arr) return NULL;
+static tr_status add_extra(gcc *cc, js_item **extra, uint32_t *n, const json_t *node) {
+    js_item *v = tr_gcc_alloc(cc, (*n + 2) * sizeof *v);
+    if (!v) return cc->err;
+    if (*n) memcpy(v, *extra, *n * sizeof *v);
+    v[(*n)++] = (js_item){node, 0};
+    *extra = v;
+    return TR_OK;
+}
+
+/* For branch i against branch j: which common types are not proven
+ * disjoint (and not droppable); drops go to *drop. */
+static tr_status pair_gaps(js_ctx *x, facts *f, size_t i, size_t j, uint32_t *drop,
+                           uint32_t *gaps) {
+    *gaps = 0;
+    uint32_t common = f[i].types & f[j].types & ~*drop;
     for (uint32_t t = 1; t < JT_ALL; t <<= 1) {
-        if (!(drop & t) || t == JT_FRAC) continue;
-        const char *name = type_name(t);
-        if (!name) name = (drop & JT_FRAC) ? "number" : "integer";
-        json_array_append_new(arr, json_string(name));
+        if (!(common & t)) continue;
+        bool dis;
+        tr_status st = disjoint_on(x, &f[i], &f[j], t, &dis);
+        if (st) return st;
+        if (dis) continue;
+        if (unconstrained(x, &f[i], t) && unconstrained(x, &f[j], t)) {
+            *drop |= t;
+            continue;
+        }
+        *gaps |= t;
     }
-    return json_pack("{s:{s:o}}", "not", "type", arr);
+    return TR_OK;
 }
 
 tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
@@ -285,47 +299,37 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
         n_extra[i] = 0;
         for (size_t j = 0; j < k; j++) {
             if (i == j) continue;
-            uint32_t common = f[i].types & f[j].types & ~drop[i];
-            for (uint32_t t = 1; t < JT_ALL; t <<= 1) {
-                if (!(common & t)) continue;
-                bool dis;
-                tr_status st = disjoint_on(x, &f[i], &f[j], t, &dis);
-                if (st) return st;
-                if (dis) continue;
-                if (unconstrained(&f[i], t) && unconstrained(&f[j], t)) {
-                    drop[i] |= t;
-                    continue;
-                }
-                if (t != JT_OBJ) return TR_OK; /* not provable */
-                /* objects: forbid in i a property j requires and i does not */
-                const char *p = NULL;
-                for (uint32_t m = 0; m < f[j].n.n && !p; m++) {
-                    const json_t *r = json_object_get(f[j].n.nodes[m].node, "required");
-                    for (size_t q = 0; json_is_array(r) && q < json_array_size(r) && !p; q++) {
-                        const char *name = json_string_value(json_array_get(r, q));
-                        if (name && !requires(&f[i], name)) p = name;
-                    }
-                }
-                if (!p) return TR_OK;
-                json_t *fb = forbid_node(p);
-                if (!fb || tr_js_keep(x, fb)) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
-                js_item *v = tr_gcc_alloc(cc, (n_extra[i] + 2) * sizeof *v);
-                if (!v) return cc->err;
-                if (n_extra[i]) memcpy(v, extra[i], n_extra[i] * sizeof *v);
-                v[n_extra[i]++] = (js_item){fb, 0};
-                extra[i] = v;
+            uint32_t gaps;
+            tr_status st = pair_gaps(x, f, i, j, &drop[i], &gaps);
+            if (st) return st;
+            if (!gaps) continue;
+            /* exact: branch i also satisfies "not branch j" */
+            const json_t *neg;
+            const char *why;
+            if ((st = tr_js_negate(x, f[j].b, &neg, &why))) return st;
+            if (neg) {
+                if ((st = add_extra(cc, &extra[i], &n_extra[i], neg))) return st;
+                continue;
             }
+            /* objects only: forbid in i a property j requires and i does
+             * not (sound: values of i that carry it and fail j are lost) */
+            if (gaps != JT_OBJ) return TR_OK;
+            const char *p = NULL;
+            for (uint32_t m = 0; m < f[j].n.n && !p; m++) {
+                const json_t *r = json_object_get(f[j].n.nodes[m].node, "required");
+                for (size_t q = 0; json_is_array(r) && q < json_array_size(r) && !p; q++) {
+                    const char *name = json_string_value(json_array_get(r, q));
+                    if (name && !requires(&f[i], name)) p = name;
+                }
+            }
+            if (!p) return TR_OK;
+            const json_t *fb = forbid_node(x, p);
+            if (!fb || (st = add_extra(cc, &extra[i], &n_extra[i], fb))) return cc->err;
         }
         if (drop[i]) {
-            bool nameable;
-            json_t *dn = drop_node(drop[i], &nameable);
-            if (!nameable) return TR_OK;
-            if (!dn || tr_js_keep(x, dn)) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
-            js_item *v = tr_gcc_alloc(cc, (n_extra[i] + 2) * sizeof *v);
-            if (!v) return cc->err;
-            if (n_extra[i]) memcpy(v, extra[i], n_extra[i] * sizeof *v);
-            v[n_extra[i]++] = (js_item){dn, 0};
-            extra[i] = v;
+            const json_t *dn = tr_js_synth_types(x, JT_ALL & ~drop[i]);
+            tr_status st;
+            if (!dn || (st = add_extra(cc, &extra[i], &n_extra[i], dn))) return cc->err;
         }
     }
     (void)node;

@@ -99,6 +99,15 @@ tr_status tr_js_keep(js_ctx *x, json_t *v) {
     return TR_OK;
 }
 
+void tr_js_release(js_ctx *x) {
+    /* synthetic nodes may hold each other in cycles (a recursive
+     * schema's complement): empty them all, then drop the references */
+    for (uint32_t i = 0; i < x->n_owned; i++)
+        if (json_is_object(x->owned[i])) json_object_clear(x->owned[i]);
+    for (uint32_t i = 0; i < x->n_owned; i++) json_decref(x->owned[i]);
+    x->n_owned = 0;
+}
+
 /* ---- the compile ---- */
 
 static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
@@ -134,7 +143,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
     }
     gx_emit_opts eo = {.max_repeat = cc->lim.max_repeat};
     if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);
-    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    tr_js_release(&x);
     if (st) return cc->err ? cc->err : st;
     return TR_OK;
 }
@@ -252,7 +261,7 @@ tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst
         st = tr_js_validate(&x, &c, v, 0, valid);
     }
     if (st && diag) *diag = own;
-    for (uint32_t i = 0; i < x.n_owned; i++) json_decref(x.owned[i]);
+    tr_js_release(&x);
     tr_gcc_deinit(&cc);
     json_decref(v);
     json_decref(doc);

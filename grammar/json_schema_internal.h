@@ -424,11 +424,53 @@ typedef struct js_ctx {
     uint32_t n_owned, cap_owned;
     bool valid_skip_values; /* validator: the top-level enum/const is known
                                to hold (filtering a schema's own values) */
+    /* schema nodes this compile made (json_not.c) */
+    js_ptrmap synth;    /* node -> 1 */
+    uint32_t n_synth;
+    js_ptrmap neg;      /* schema -> the node of its complement */
+    js_ptrmap neg_fail; /* schema -> why it has none (const char *) */
+    js_ptrmap cond;     /* node -> its if/then/else + dependentSchemas member */
+    js_ptrmap dep_with; /* dependentSchemas value -> the member "has the
+                           property and satisfies it" */
 } js_ctx;
 
 /* Takes a reference to a synthetic node for the compile's lifetime
  * (json_schema.c); TR_ERR_NOMEM (v released) on failure. */
 tr_status tr_js_keep(js_ctx *x, json_t *v);
+/* Releases what tr_js_keep holds (objects are emptied first: synthetic
+ * nodes may refer to each other in cycles). */
+void tr_js_release(js_ctx *x);
+
+/* ---------------------------------------------------------------------
+ * Synthetic schema nodes and complements (json_not.c)
+ *
+ * Private keywords, read only on nodes this compile made (a user's
+ * schema that spells them means nothing by it):
+ * ------------------------------------------------------------------- */
+
+#define JS_KW_TYPES "\x01" "types"              /* integer: JT_* bits allowed */
+#define JS_KW_NOT_VALUES "\x01" "notValues"     /* array: values excluded */
+#define JS_KW_NOT_STRING "\x01" "notString"     /* schema: strings in its string
+                                                language are excluded */
+#define JS_KW_NOT_MULTIPLE "\x01" "notMultipleOf" /* k: multiples of k excluded */
+#define JS_KW_CONTAINS_FROM "\x01" "containsFrom" /* f: `contains` counts the
+                                                  items at positions >= f */
+
+/* A new empty schema object owned by the compile (borrowed; budgets:
+ * NULL with the error set). */
+json_t *tr_js_synth_new(js_ctx *x);
+bool tr_js_is_synthetic(const js_ctx *x, const json_t *node);
+/* A synthetic node allowing only the JT_* types given (0: nothing). */
+json_t *tr_js_synth_types(js_ctx *x, uint32_t types);
+/* The node of "not s" (memoized; recursive schemas give recursive
+ * complements). *out NULL with *why set when some keyword of s has no
+ * complement here (the caller refuses or falls back); errors are the
+ * compile's (budgets, a $ref that does not resolve). */
+tr_status tr_js_negate(js_ctx *x, const json_t *s, const json_t **out, const char **why);
+/* The member standing for node's if/then/else and dependentSchemas
+ * (schema-form dependencies) as disjunctions, or NULL when it has none;
+ * refusals as for the keywords (strict) or ignored (lenient). */
+tr_status tr_js_conditionals(js_ctx *x, const json_t *node, const json_t **out);
 
 /* Whether the JSON text inst is valid under the schema, by the validator
  * (json_valid.c) alone: the tests' and the fuzzer's oracle for what the
@@ -478,16 +520,24 @@ typedef struct js_norm {
      * branch is still to be chosen; UINT32_MAX if none */
     uint32_t split;
     const char *split_kw; /* "anyOf" or "oneOf" */
-    /* from `not` (its simple forms; json_flat.c): */
+    /* exclusions of synthetic members (complements, json_not.c): */
     json_t **not_vals;  /* values excluded */
     uint32_t n_not_vals;
-    const json_t **not_pats; /* pattern strings a string must NOT match */
-    uint32_t n_not_pats;
-    const char **forbid; /* property names an object must not have */
-    uint32_t n_forbid;
+    const json_t **not_strs; /* schemas whose string language a string
+                                must NOT be in */
+    uint32_t n_not_strs;
 } js_norm;
 
 tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out);
+/* mark[i] = 1 for the members of n whose annotations reach member at
+ * (unevaluatedProperties / unevaluatedItems): at itself and what it
+ * applies in place ($ref, allOf, anyOf / oneOf branches, if, then / else
+ * when the conjunction holds if / its complement), following only
+ * members of n (they hold, so their annotations count). Fewer than the
+ * validator's (dependentSchemas, branches not chosen): the generators
+ * then ask more of the unevaluated members, never less. mark has n->n
+ * bytes. */
+tr_status tr_js_in_place(js_ctx *x, const js_norm *n, uint32_t at, uint8_t *mark);
 /* JSON equality as JSON Schema defines it (numbers by value). */
 bool tr_js_json_equal(gcc *cc, const json_t *a, const json_t *b);
 /* The JT_* bits of a value's type. */
@@ -502,6 +552,9 @@ uint32_t tr_js_value_type(gcc *cc, const json_t *v);
 tr_status tr_js_rule_for(js_ctx *x, const js_conj *c, uint32_t depth, const char *hint,
                          uint32_t *rule);
 tr_status tr_js_rule_for_node(js_ctx *x, const json_t *node, uint32_t depth, uint32_t *rule);
+/* A member that only points elsewhere ($ref, allOf) and annotates: once
+ * flattened its targets are listed, so memo keys leave it out. */
+bool tr_js_trivial(const json_t *node);
 /* Builds the body of one queued rule. */
 tr_status tr_js_build(js_ctx *x, const js_job *j);
 void tr_js_ws(const js_ctx *x, uint32_t depth, js_ws *ws);

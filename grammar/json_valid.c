@@ -1,18 +1,23 @@
 /* json_valid.c — a JSON Schema validator for concrete values, used where
  * the compiler must know whether one value is valid: which enum/const
  * values survive the rest of the schema, propertyNames of listed names,
- * oneOf branches told apart by their values.
+ * oneOf branches told apart by their values; and the tests' and the
+ * fuzzer's oracle.
  *
  * Layering: grammar/ internal (json_schema_internal.h). Single-threaded
  * per compile. It shares the compiler's reading of every keyword
  * (patterns are ECMAScript searches, formats the regexes of
  * json_format.c, numbers exact decimals), and decides more than the
- * generator can enforce (not, if/then/else, uniqueItems, contains,
- * dependencies: all easy on a value). What it cannot decide
- * (unevaluated*, dynamic refs, a multipleOf beyond 64 bits) is an error
- * of the usual kind (refusal in strict mode). Recursion through $ref is
- * bounded (JS_VALID_MAX_DEPTH) so that an unguarded cycle ends as a
- * clear error.
+ * generator can enforce (uniqueItems, any `not`: all easy on a value).
+ * unevaluatedProperties / unevaluatedItems are decided with annotations
+ * as draft 2020-12 defines them: each schema collects the property
+ * names / item positions it and its successful in-place subschemas
+ * (allOf, anyOf, oneOf, $ref, if/then/else, dependentSchemas) evaluated;
+ * `not` contributes none. Synthetic nodes (json_not.c) are read with
+ * their private keywords. What it cannot decide (dynamic refs, a
+ * multipleOf beyond 64 bits) is an error of the usual kind (refusal in
+ * strict mode). Recursion through $ref is bounded (JS_VALID_MAX_DEPTH)
+ * so that an unguarded cycle ends as a clear error.
  */
 #include <string.h>
 
@@ -20,8 +25,12 @@
 
 #define JS_VALID_MAX_DEPTH 256u
 
+static tr_status valid_here(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
+                            bool *ok, uint8_t *ev);
+/* ev: NULL, or one flag per property (in the object's order) / item,
+ * raised for those this schema evaluated when it holds. */
 static tr_status valid_node(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
-                            bool *ok);
+                            bool *ok, uint8_t *ev);
 
 static uint64_t cp_len(const char *s, size_t n) {
     uint64_t k = 0;
@@ -124,7 +133,7 @@ static tr_status valid_string(js_ctx *x, const json_t *s, const json_t *v, bool 
 }
 
 static tr_status valid_array(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
-                             bool *ok) {
+                             bool *ok, uint8_t *ev) {
     size_t n = json_array_size(v);
     uint64_t b;
     bool has;
@@ -140,7 +149,8 @@ static tr_status valid_array(js_ctx *x, const json_t *s, const json_t *v, uint32
     size_t np = prefix ? json_array_size(prefix) : 0;
     for (size_t i = 0; i < n && *ok; i++) {
         const json_t *sch = i < np ? json_array_get(prefix, i) : rest;
-        if (sch && (st = valid_node(x, sch, json_array_get(v, i), depth + 1, ok))) return st;
+        if (sch && (st = valid_node(x, sch, json_array_get(v, i), depth + 1, ok, NULL))) return st;
+        if (sch) ev[i] = 1;
     }
     if (*ok && json_is_true(json_object_get(s, "uniqueItems")))
         for (size_t i = 0; i < n && *ok; i++)
@@ -153,10 +163,14 @@ static tr_status valid_array(js_ctx *x, const json_t *s, const json_t *v, uint32
         if (has) lo = b;
         if ((st = kw_uint(x, s, "maxContains", &b, &has))) return st;
         if (has) hi = b;
-        for (size_t i = 0; i < n; i++) {
+        const json_t *from = tr_js_is_synthetic(x, s) ? json_object_get(s, JS_KW_CONTAINS_FROM)
+                                                       : NULL;
+        size_t f = json_is_integer(from) ? (size_t)json_integer_value(from) : 0;
+        for (size_t i = f; i < n; i++) {
             bool m = true;
-            if ((st = valid_node(x, c, json_array_get(v, i), depth + 1, &m))) return st;
+            if ((st = valid_node(x, c, json_array_get(v, i), depth + 1, &m, NULL))) return st;
             hits += m;
+            if (m) ev[i] = 1;
         }
         *ok = hits >= lo && hits <= hi;
     }
@@ -164,7 +178,7 @@ static tr_status valid_array(js_ctx *x, const json_t *s, const json_t *v, uint32
 }
 
 static tr_status valid_object(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
-                              bool *ok) {
+                              bool *ok, uint8_t *ev) {
     uint64_t b;
     bool has;
     size_t n = json_object_size(v);
@@ -184,13 +198,14 @@ static tr_status valid_object(js_ctx *x, const json_t *s, const json_t *v, uint3
     const char *k;
     size_t kl;
     json_t *e;
+    size_t ki = 0;
     json_object_keylen_foreach((json_t *)v, k, kl, e) {
         if (!*ok) break;
         bool covered = false;
         const json_t *ps = json_is_object(props) ? json_object_getn(props, k, kl) : NULL;
         if (ps) {
             covered = true;
-            if ((st = valid_node(x, ps, e, depth + 1, ok))) return st;
+            if ((st = valid_node(x, ps, e, depth + 1, ok, NULL))) return st;
         }
         const char *pk;
         json_t *psch;
@@ -200,17 +215,19 @@ static tr_status valid_object(js_ctx *x, const json_t *s, const json_t *v, uint3
                 if ((st = tr_js_pattern_cpdfa(x, s, pk, &d))) return st;
                 if (d && tr_cpdfa_matches(d, k, kl)) {
                     covered = true;
-                    if (*ok && (st = valid_node(x, psch, e, depth + 1, ok))) return st;
+                    if (*ok && (st = valid_node(x, psch, e, depth + 1, ok, NULL))) return st;
                 }
             }
-        if (!covered && ap && *ok && (st = valid_node(x, ap, e, depth + 1, ok))) return st;
+        if (!covered && ap && *ok && (st = valid_node(x, ap, e, depth + 1, ok, NULL))) return st;
+        if (covered || ap) ev[ki] = 1;
         if (pn && *ok) {
             json_t *name = json_stringn(k, kl);
             if (!name) return tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
-            st = valid_node(x, pn, name, depth + 1, ok);
+            st = valid_node(x, pn, name, depth + 1, ok, NULL);
             json_decref(name);
             if (st) return st;
         }
+        ki++;
     }
     static const char *const deps[] = {"dependentRequired", "dependencies", "dependentSchemas"};
     for (size_t i = 0; i < TR_ARRAY_LEN(deps) && *ok; i++) {
@@ -225,7 +242,7 @@ static tr_status valid_object(js_ctx *x, const json_t *s, const json_t *v, uint3
                     const json_t *r = json_array_get(dv, j);
                     if (json_is_string(r) && !json_object_get(v, json_string_value(r))) *ok = false;
                 }
-            } else if ((st = valid_node(x, dv, v, depth + 1, ok)))
+            } else if ((st = valid_node(x, dv, v, depth + 1, ok, ev)))
                 return st;
         }
     }
@@ -234,8 +251,10 @@ static tr_status valid_object(js_ctx *x, const json_t *s, const json_t *v, uint3
 
 static tr_status valid_type(js_ctx *x, const json_t *s, const json_t *v, bool *ok) {
     const json_t *t = json_object_get(s, "type");
-    if (!t) return TR_OK;
     uint32_t vt = tr_js_value_type(x->cc, v), bits = 0;
+    const json_t *pt = tr_js_is_synthetic(x, s) ? json_object_get(s, JS_KW_TYPES) : NULL;
+    if (json_is_integer(pt) && !(vt & (uint32_t)json_integer_value(pt))) return (*ok = false), TR_OK;
+    if (!t) return TR_OK;
     size_t n = json_is_array(t) ? json_array_size(t) : 1;
     for (size_t i = 0; i < n; i++) {
         const json_t *e = json_is_array(t) ? json_array_get(t, i) : t;
@@ -255,40 +274,96 @@ static tr_status valid_type(js_ctx *x, const json_t *s, const json_t *v, bool *o
 }
 
 static tr_status valid_combinators(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
-                                   bool *ok) {
+                                   bool *ok, uint8_t *ev) {
     tr_status st;
     const json_t *l;
-    if (json_is_array(l = json_object_get(s, "allOf")))
-        for (size_t i = 0; i < json_array_size(l) && *ok; i++)
-            if ((st = valid_node(x, json_array_get(l, i), v, depth + 1, ok))) return st;
+    static const char *const alls[] = {"allOf", "extends"};
+    for (size_t k = 0; k < TR_ARRAY_LEN(alls) && *ok; k++) {
+        l = json_object_get(s, alls[k]);
+        if (json_is_object(l) && k == 1 && (st = valid_node(x, l, v, depth + 1, ok, ev))) return st;
+        for (size_t i = 0; json_is_array(l) && i < json_array_size(l) && *ok; i++)
+            if ((st = valid_node(x, json_array_get(l, i), v, depth + 1, ok, ev))) return st;
+    }
+    /* every branch is tried: each successful one annotates */
     for (int one = 0; one < 2 && *ok; one++) {
         if (!json_is_array(l = json_object_get(s, one ? "oneOf" : "anyOf"))) continue;
         size_t hits = 0;
         for (size_t i = 0; i < json_array_size(l); i++) {
             bool m = true;
-            if ((st = valid_node(x, json_array_get(l, i), v, depth + 1, &m))) return st;
+            if ((st = valid_node(x, json_array_get(l, i), v, depth + 1, &m, ev))) return st;
             hits += m;
-            if (m && !one) break;
         }
         *ok = one ? hits == 1 : hits >= 1;
     }
     const json_t *sub;
     if (*ok && (sub = json_object_get(s, "not"))) {
         bool m = true;
-        if ((st = valid_node(x, sub, v, depth + 1, &m))) return st;
+        if ((st = valid_node(x, sub, v, depth + 1, &m, NULL))) return st;
         *ok = !m;
     }
     if (*ok && (sub = json_object_get(s, "if"))) {
         bool m = true;
-        if ((st = valid_node(x, sub, v, depth + 1, &m))) return st;
+        if ((st = valid_node(x, sub, v, depth + 1, &m, ev))) return st;
         const json_t *br = json_object_get(s, m ? "then" : "else");
-        if (br && (st = valid_node(x, br, v, depth + 1, ok))) return st;
+        if (br && (st = valid_node(x, br, v, depth + 1, ok, ev))) return st;
     }
     return TR_OK;
 }
 
+/* Private keywords of synthetic nodes (json_not.c). */
+static tr_status valid_private(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
+                               bool *ok) {
+    const json_t *nv = json_object_get(s, JS_KW_NOT_VALUES);
+    for (size_t i = 0; json_is_array(nv) && i < json_array_size(nv) && *ok; i++)
+        if (tr_js_json_equal(x->cc, json_array_get(nv, i), v)) *ok = false;
+    const json_t *ns = json_object_get(s, JS_KW_NOT_STRING);
+    if (*ok && ns && json_is_string(v)) {
+        bool m = true;
+        tr_status st = valid_node(x, ns, v, depth + 1, &m, NULL);
+        if (st) return st;
+        *ok = !m;
+    }
+    const json_t *nm = json_object_get(s, JS_KW_NOT_MULTIPLE);
+    if (*ok && nm && json_is_number(v)) {
+        js_dec d, k;
+        if (!tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_from_json(x->cc, nm, &k))
+            return (*ok = false), TR_OK;
+        bool yes;
+        tr_status st = multiple_of(x, s, &d, &k, &yes);
+        if (st) return st;
+        *ok = !yes;
+    }
+    return TR_OK;
+}
+
+/* unevaluatedProperties / unevaluatedItems: what no keyword of this
+ * schema (nor a successful in-place subschema) evaluated. */
+static tr_status valid_unevaluated(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
+                                   bool *ok, uint8_t *ev) {
+    const json_t *u = json_object_get(s, json_is_object(v) ? "unevaluatedProperties"
+                                                            : "unevaluatedItems");
+    if (!u || !*ok) return TR_OK;
+    tr_status st;
+    size_t i = 0;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e) {
+            if (!ev[i] && *ok && (st = valid_node(x, u, e, depth + 1, ok, NULL))) return st;
+            ev[i++] = 1;
+        }
+    } else
+        for (; i < json_array_size(v); i++) {
+            if (!ev[i] && *ok &&
+                (st = valid_node(x, u, json_array_get(v, i), depth + 1, ok, NULL)))
+                return st;
+            ev[i] = 1;
+        }
+    return TR_OK;
+}
+
 static tr_status valid_node(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
-                            bool *ok) {
+                            bool *ok, uint8_t *ev_out) {
     *ok = true;
     if (json_is_true(s)) return TR_OK;
     if (json_is_false(s)) return (*ok = false), TR_OK;
@@ -298,18 +373,28 @@ static tr_status valid_node(js_ctx *x, const json_t *s, const json_t *v, uint32_
                           "validating a value recursed deeper than %u schemas ($ref cycle "
                           "without progress?)",
                           JS_VALID_MAX_DEPTH);
-    static const char *const undecided[] = {"unevaluatedProperties", "unevaluatedItems",
-                                            "$dynamicRef", "$recursiveRef"};
-    for (size_t i = 0; i < TR_ARRAY_LEN(undecided); i++) {
-        const json_t *u = json_object_get(s, undecided[i]);
-        if (u && !json_is_true(u)) return tr_js_unsupported(x, s, undecided[i], "not decided");
-    }
+    static const char *const undecided[] = {"$dynamicRef", "$recursiveRef"};
+    for (size_t i = 0; i < TR_ARRAY_LEN(undecided); i++)
+        if (json_object_get(s, undecided[i]))
+            return tr_js_unsupported(x, s, undecided[i], "not decided");
+    /* this schema's annotations, merged into the caller's if it holds */
+    size_t nev = json_is_object(v) ? json_object_size(v) : json_is_array(v) ? json_array_size(v) : 0;
+    uint8_t *ev = tr_gcc_alloc(x->cc, nev + 1);
+    if (!ev) return x->cc->err;
+    tr_status st = valid_here(x, s, v, depth, ok, ev);
+    if (!st && *ok && ev_out)
+        for (size_t i = 0; i < nev; i++) ev_out[i] |= ev[i];
+    return st;
+}
+
+static tr_status valid_here(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
+                            bool *ok, uint8_t *ev) {
     tr_status st;
     const json_t *ref = json_object_get(s, "$ref");
     if (json_is_string(ref)) {
         const json_t *t;
         if ((st = tr_js_resolve_ref(x, s, json_string_value(ref), &t)) ||
-            (st = valid_node(x, t, v, depth + 1, ok)) || !*ok)
+            (st = valid_node(x, t, v, depth + 1, ok, ev)) || !*ok)
             return st;
     }
     if ((st = valid_type(x, s, v, ok)) || !*ok) return st;
@@ -330,17 +415,20 @@ static tr_status valid_node(js_ctx *x, const json_t *s, const json_t *v, uint32_
     else if (json_is_string(v))
         st = valid_string(x, s, v, ok);
     else if (json_is_array(v))
-        st = valid_array(x, s, v, depth, ok);
+        st = valid_array(x, s, v, depth, ok, ev);
     else if (json_is_object(v))
-        st = valid_object(x, s, v, depth, ok);
+        st = valid_object(x, s, v, depth, ok, ev);
     if (st || !*ok) return st;
-    return valid_combinators(x, s, v, depth, ok);
+    if (tr_js_is_synthetic(x, s) && ((st = valid_private(x, s, v, depth, ok)) || !*ok)) return st;
+    if ((st = valid_combinators(x, s, v, depth, ok, ev)) || !*ok) return st;
+    if (json_is_object(v) || json_is_array(v)) return valid_unevaluated(x, s, v, depth, ok, ev);
+    return TR_OK;
 }
 
 tr_status tr_js_validate(js_ctx *x, const js_conj *c, const json_t *v, uint32_t depth, bool *ok) {
     *ok = true;
     for (uint32_t i = 0; i < c->n && *ok; i++) {
-        tr_status st = valid_node(x, c->v[i].node, v, depth, ok);
+        tr_status st = valid_node(x, c->v[i].node, v, depth, ok, NULL);
         if (st) return st;
     }
     return TR_OK;

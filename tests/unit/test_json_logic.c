@@ -1,0 +1,207 @@
+/* test_json_logic.c — the JSON Schema keywords built on complements
+ * (json_not.c): `not` of every keyword group, if/then/else, oneOf made
+ * exact by "not the other branches", dependentSchemas; through the real
+ * matcher, the reference recognizer and the validator (test_json_check.h).
+ */
+#include "tests/unit/test_json_check.h"
+
+#define Y TJC_Y
+
+static void test_not_types_values(void **s) {
+    (void)s;
+    tjc_check("{'not':{'type':['string','null']}}", Y("1", "[]", "{}", "true"),
+              Y("'a'", "null"));
+    tjc_check("{'not':{'type':'integer'}}", Y("1.5", "'1'"), Y("1", "1.0", "-0"));
+    tjc_check("{'type':'number','not':{'type':'integer'}}", Y("1.5", "-0.25"), Y("1", "'x'"));
+    /* numbers excluded by value: every plain spelling goes */
+    tjc_check("{'type':'number','not':{'enum':[1,2.5]}}", Y("0", "3", "2.25", "-1", "2.55"),
+              Y("1", "1.0", "1.00", "2.5", "2.50"));
+    tjc_check("{'not':{'const':0}}", Y("1", "0.5", "'0'", "null"), Y("0", "-0", "0.0", "-0.0"));
+    /* arrays and objects excluded element-wise */
+    tjc_check("{'not':{'enum':[[1,2],{'a':1}]}}",
+              Y("[1]", "[1, 2, 3]", "[2, 1]", "[1, 3]", "{'a': 2}", "{'a': 1, 'b': 2}", "{}", "3"),
+              Y("[1, 2]", "[1.0, 2]", "{'a': 1}", "{'a': 1.0}"));
+    tjc_check("{'not':{'const':{'a':[1,{'b':null}]}}}",
+              Y("{'a': [1, {'b': 0}]}", "{'a': [1]}", "{'a': [1, {'b': null, 'c': 1}]}"),
+              Y("{'a': [1, {'b': null}]}"));
+    tjc_check("{'not':{'type':'string','enum':['a','b']}}", Y("'c'", "1"), Y("'a'", "'b'"));
+}
+
+static void test_not_strings_numbers(void **s) {
+    (void)s;
+    tjc_check("{'not':{'pattern':'^a'}}", Y("'ba'", "''"), Y("'a'", "'abc'", "1", "null"));
+    tjc_check("{'type':'string','not':{'minLength':3}}", Y("''", "'ab'"), Y("'abc'", "'abcd'"));
+    tjc_check("{'not':{'maxLength':2,'pattern':'x'}}", Y("'abc'", "'ab'", "'xxx'"),
+              Y("'x'", "'ax'", "'xx'", "1"));
+    tjc_check("{'not':{'format':'date'}}", Y("'2020-13-01'", "'x'"), Y("'2020-01-31'", "1"));
+    tjc_check("{'type':'integer','not':{'minimum':3,'maximum':7}}", Y("2", "8", "-1", "100"),
+              Y("3", "5", "7"));
+    tjc_check("{'not':{'exclusiveMinimum':0}}", Y("0", "-0.5"), Y("0.001", "5", "'a'"));
+    tjc_check("{'type':'integer','not':{'multipleOf':3}}", Y("1", "2", "4", "-5"),
+              Y("0", "3", "-6", "9"));
+    tjc_check("{'not':{'multipleOf':2}}", Y("1.5", "3"), Y("4", "0", "'x'"));
+    /* not of not */
+    tjc_check("{'not':{'not':{'type':'string','minLength':2}}}", Y("'ab'"), Y("'a'", "1"));
+}
+
+static void test_not_arrays_objects(void **s) {
+    (void)s;
+    tjc_check("{'not':{'prefixItems':[{'type':'integer'}]}}", Y("['a']", "[1.5, 2]"),
+              Y("[]", "[1]", "[1, 'a']", "{}"));
+    tjc_check("{'not':{'minItems':2}}", Y("[]", "[1]"), Y("[1, 2]", "null"));
+    tjc_check("{'not':{'required':['a','b']}}", Y("{}", "{'a': 1}", "{'b': 1}"),
+              Y("{'a': 1, 'b': 2}", "{'b': 1, 'a': 2}", "1", "[]"));
+    tjc_check("{'not':{'properties':{'a':{'type':'string'}}}}", Y("{'a': 1}", "{'a': null, 'b': 0}"),
+              Y("{}", "{'a': 'x'}", "{'b': 1}", "'a'"));
+    tjc_check("{'not':{'maxProperties':1}}", Y("{'a': 1, 'b': 2}"), Y("{}", "{'a': 1}", "3"));
+    tjc_check("{'not':{'dependentRequired':{'a':['b']}}}", Y("{'a': 1}", "{'a': 1, 'c': 1}"),
+              Y("{'a': 1, 'b': 2}", "{'b': 1}", "{}"));
+    /* recursion: a chain of objects through c that ends in a string, negated */
+    tjc_check("{'$defs':{'t':{'anyOf':[{'type':'string'},"
+              "{'type':'object','properties':{'c':{'$ref':'#/$defs/t'}}}]}},"
+              "'not':{'$ref':'#/$defs/t'}}",
+              Y("1", "[]", "{'c': 1}", "{'c': {'c': null}}"),
+              Y("'a'", "{}", "{'d': 1}", "{'c': 'a'}", "{'c': {}}", "{'c': {'c': {'c': 'x'}}}"));
+}
+
+static void test_not_refused(void **s) {
+    (void)s;
+    tjc_refused("{'not':{'uniqueItems':true}}", TR_ERR_UNSUPPORTED, "uniqueItems");
+    tjc_refused("{'not':{'additionalProperties':false}}", TR_ERR_UNSUPPORTED, "additionalProperties");
+    tjc_refused("{'not':{'propertyNames':{'maxLength':2}}}", TR_ERR_UNSUPPORTED, "propertyNames");
+    tjc_refused("{'not':{'unevaluatedItems':false}}", TR_ERR_UNSUPPORTED, "unevaluatedItems");
+    /* lenient: ignored, with a warning */
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.lenient = true;
+    assert_true(tjc_accepts_opt("{'type':'array','not':{'uniqueItems':true}}", &o, "[1, 1]"));
+}
+
+static void test_if_then_else(void **s) {
+    (void)s;
+    const char *k = "{'if':{'properties':{'kind':{'const':'a'}}},"
+                    "'then':{'required':['x']},'else':{'required':['y']}}";
+    tjc_check(k, Y("{'kind': 'a', 'x': 1}", "{'kind': 'b', 'y': 1}", "{'x': 1}", "3"),
+              Y("{'kind': 'a', 'y': 1}", "{'kind': 'b', 'x': 1}", "{'y': 1}", "{}"));
+    tjc_check("{'if':{'minimum':10},'then':{'multipleOf':5}}", Y("5", "1", "10", "15", "'a'"),
+              Y("11", "12"));
+    tjc_check("{'if':{'type':'string'},'else':{'type':'integer'}}", Y("'a'", "3"),
+              Y("1.5", "null"));
+    tjc_check("{'type':'object','properties':{'country':{'enum':['US','CA']}},"
+              "'if':{'properties':{'country':{'const':'US'}}},"
+              "'then':{'properties':{'zip':{'pattern':'^[0-9]{5}$'}}},"
+              "'else':{'properties':{'zip':{'pattern':'^[A-Z][0-9][A-Z]$'}}}}",
+              Y("{'country': 'US', 'zip': '12345'}", "{'country': 'CA', 'zip': 'K1A'}"),
+              Y("{'country': 'US', 'zip': 'K1A'}", "{'country': 'CA', 'zip': '12345'}"));
+    /* if alone, then alone: no constraint */
+    tjc_check("{'if':{'type':'string'}}", Y("1", "'a'"), NULL);
+    tjc_check("{'then':{'type':'string'}}", Y("1", "'a'"), NULL);
+    tjc_refused("{'if':{'uniqueItems':true},'then':{'minItems':1}}", TR_ERR_UNSUPPORTED, "if");
+}
+
+static void test_oneof_exact(void **s) {
+    (void)s;
+    /* overlapping branches: exactly one must hold */
+    tjc_check("{'oneOf':[{'minimum':1},{'maximum':5}]}", Y("0", "6", "0.5"),
+              Y("3", "1", "5", "'a'", "null"));
+    tjc_check("{'oneOf':[{'type':'integer'},{'minimum':2}]}", Y("1", "2.5", "-3"),
+              Y("2", "7", "1.5"));
+    tjc_check("{'type':'object','oneOf':[{'required':['a']},{'required':['b']}]}",
+              Y("{'a': 1}", "{'b': 1}"), Y("{'a': 1, 'b': 1}", "{}"));
+    tjc_check("{'oneOf':[{'pattern':'a'},{'pattern':'b'},{'maxLength':1}]}",
+              Y("'xa'", "'xb'", "'c'", "''"), Y("'ab'", "'a'", "'b'", "'xy'", "1"));
+}
+
+static void test_dependent_schemas(void **s) {
+    (void)s;
+    const char *d = "{'dependentSchemas':{'card':{'required':['billing'],"
+                    "'properties':{'billing':{'type':'string'}}}}}";
+    tjc_check(d, Y("{}", "{'name': 1}", "{'billing': 'x', 'card': 1}", "{'billing': 1}", "[]"),
+              Y("{'card': 1}", "{'card': 1, 'billing': 2}"));
+    tjc_check("{'dependencies':{'a':{'maxProperties':1}}}", Y("{'a': 1}", "{'b': 1, 'c': 2}"),
+              Y("{'a': 1, 'b': 2}"));
+    tjc_check("{'dependentSchemas':{'a':false}}", Y("{}", "{'b': 1}"), Y("{'a': 1}"));
+}
+
+static void test_contains(void **s) {
+    (void)s;
+    tjc_check("{'contains':{'type':'integer'}}", Y("[1]", "['a', 2, 'b']", "[1, 2]", "{}", "'x'"),
+              Y("[]", "['a']", "['a', 1.5]"));
+    tjc_check("{'contains':{'type':'integer'},'minContains':2,'maxContains':3}",
+              Y("[1, 2]", "['a', 1, 'b', 2, 3]"), Y("[1]", "[1, 2, 3, 4]", "['a', 'b']"));
+    tjc_check("{'contains':{'const':1},'minContains':0,'maxContains':0}", Y("[]", "[2, 3]"),
+              Y("[1]", "[2, 1]"));
+    tjc_check("{'contains':{'const':1},'minContains':0}", Y("[]", "[1, 1]"), NULL);
+    /* with tuples and lengths */
+    tjc_check("{'prefixItems':[{'type':'string'}],'items':{'type':'number'},'maxItems':3,"
+              "'contains':{'type':'number','minimum':10}}",
+              Y("['a', 10]", "['a', 1, 20]", "['x', 10, 10]"),
+              Y("['a', 1]", "['a', 1, 2, 30]", "[]", "[10]"));
+    /* two contains at once (allOf) */
+    tjc_check("{'allOf':[{'contains':{'const':'a'}},{'contains':{'const':'b'},'maxContains':1}]}",
+              Y("['a', 'b']", "['b', 'x', 'a', 'a']"), Y("['a']", "['a', 'b', 'b']", "['b']"));
+    /* not items: some item fails (counted from the prefix's end) */
+    tjc_check("{'not':{'items':{'type':'integer'}}}", Y("[1, 'a']", "['a']", "[1.5]"),
+              Y("[]", "[1, 2]", "1", "'s'"));
+    tjc_check("{'not':{'prefixItems':[{'type':'integer'}],'items':{'type':'string'}}}",
+              Y("['a']", "[1, 2]", "[1, 'a', 3]"), Y("[]", "[1]", "[1, 'a', 'b']", "{}"));
+    tjc_check("{'not':{'contains':{'const':1},'maxContains':1}}",
+              Y("[1, 1]", "[1, 2, 1]", "[]", "[2]"), Y("[1]", "[2, 1]", "null"));
+}
+
+static void test_unique_items(void **s) {
+    (void)s;
+    tjc_check("{'type':'array','items':{'enum':['a','b','c']},'uniqueItems':true}",
+              Y("[]", "['a']", "['c', 'a', 'b']"), Y("['a', 'a']", "['a', 'b', 'a']", "['d']"));
+    tjc_check("{'prefixItems':[{'type':'boolean'},{'type':'boolean'}],'items':false,"
+              "'uniqueItems':true}",
+              Y("[]", "[true]", "[false, true]"), Y("[true, true]", "[false, false]", "[1]"));
+    /* numbers compare by value: 1 and 1.0 are one value */
+    tjc_check("{'items':{'enum':[1,2]},'uniqueItems':true}", Y("[1, 2]", "[2.0, 1]"),
+              Y("[1, 1.0]", "[2, 2]"));
+    tjc_check("{'items':{'enum':[1,2,3]},'uniqueItems':true,'contains':{'const':3}}",
+              Y("[3]", "[1, 3, 2]"), Y("[1, 2]", "[3, 3]"));
+    tjc_refused("{'items':{'type':'string'},'uniqueItems':true}", TR_ERR_UNSUPPORTED,
+                "uniqueItems");
+    /* at most one item: unique by construction */
+    tjc_check("{'items':{'type':'string'},'uniqueItems':true,'maxItems':1}", Y("[]", "['a']"),
+              Y("['a', 'b']"));
+}
+
+static void test_unevaluated(void **s) {
+    (void)s;
+    tjc_check("{'allOf':[{'properties':{'a':{}}}],'properties':{'b':{}},"
+              "'unevaluatedProperties':false}",
+              Y("{}", "{'a': 1}", "{'b': 2}"), Y("{'c': 1}", "{'a': 1, 'c': 2}"));
+    /* a nested unevaluatedProperties sees only its own subtree */
+    tjc_check("{'properties':{'a':{}},'allOf':[{'unevaluatedProperties':false}]}",
+              Y("{}"), Y("{'a': 1}", "{'b': 1}"));
+    tjc_check("{'anyOf':[{'properties':{'a':{'type':'string'}},'required':['a']},"
+              "{'properties':{'b':{'type':'integer'}},'required':['b']}],"
+              "'unevaluatedProperties':{'type':'boolean'}}",
+              Y("{'a': 'x'}", "{'b': 1}", "{'a': 'x', 'c': true}"),
+              Y("{'a': 'x', 'c': 1}", "{'c': true}"));
+    tjc_check("{'patternProperties':{'^x-':{}},'unevaluatedProperties':false,"
+              "'if':{'properties':{'k':{'const':1}},'required':['k']},'then':{'properties':{'v':{}}}}",
+              Y("{'x-a': 1}", "{'k': 1, 'v': 2}"), Y("{'k': 2, 'v': 2}", "{'y': 1}"));
+    tjc_check("{'dependentSchemas':{'a':{'properties':{'b':{}}}},'properties':{'a':{}},"
+              "'unevaluatedProperties':false}",
+              Y("{'a': 1, 'b': 2}", "{'a': 1}"), Y("{'b': 2}"));
+    tjc_check("{'prefixItems':[{'type':'string'}],'unevaluatedItems':false}", Y("[]", "['a']"),
+              Y("['a', 1]"));
+    tjc_check("{'prefixItems':[{}],'contains':{'type':'string'},'unevaluatedItems':{'type':'null'}}",
+              Y("['a']", "[1, 'a', null]", "[null, 'b']"), Y("[1, 2, 'a']", "[1]"));
+    tjc_check("{'allOf':[{'items':{'type':'integer'}}],'unevaluatedItems':false}",
+              Y("[]", "[1, 2]"), Y("['a']"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_not_types_values),  cmocka_unit_test(test_not_strings_numbers),
+        cmocka_unit_test(test_not_arrays_objects), cmocka_unit_test(test_not_refused),
+        cmocka_unit_test(test_if_then_else),       cmocka_unit_test(test_oneof_exact),
+        cmocka_unit_test(test_dependent_schemas),  cmocka_unit_test(test_contains),
+        cmocka_unit_test(test_unique_items),       cmocka_unit_test(test_unevaluated),
+    };
+    return cmocka_run_group_tests(tests, tjc_setup, tjc_teardown);
+}
