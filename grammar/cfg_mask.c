@@ -160,10 +160,15 @@ struct gcfg_memo *tr_cfg_memo_for(grammar *g, const grammar_vocab *v) {
 
 void tr_cfg_memo_stats(const struct gcfg_memo *c, uint64_t *bytes, uint64_t *masks) {
     for (; c; c = c->next) {
-        *bytes += sizeof *c + (uint64_t)c->n_states * sizeof *c->slots +
+        *bytes += sizeof *c + (uint64_t)c->n_chunks * sizeof *c->chunks +
                   atomic_load_explicit(&c->used, memory_order_relaxed);
-        for (uint32_t s = 0; s < c->n_states; s++)
-            *masks += atomic_load_explicit(&c->slots[s], memory_order_relaxed) != NULL;
+        for (uint32_t i = 0; i < c->n_chunks; i++) {
+            memo_chunk *ch = atomic_load_explicit(&c->chunks[i], memory_order_acquire);
+            if (!ch) continue;
+            *bytes += sizeof *ch;
+            for (uint32_t s = 0; s < MEMO_CH; s++)
+                *masks += atomic_load_explicit(&(*ch)[s], memory_order_relaxed) != NULL;
+        }
     }
 }
 
