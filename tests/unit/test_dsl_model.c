@@ -255,6 +255,35 @@ static void test_batch_fewshot(void **state) {
     tr_dsl_script_free(s);
 }
 
+/* A JSON Schema constraint through the DSL: the value is the parsed
+ * object with the required integer (the engine compiles the schema). */
+static void test_json_schema(void **state) {
+    (void)state;
+    prog p;
+    prog_open(&p,
+              "fn main() {\n"
+              "  user { \"Describe a cat as JSON.\" }\n"
+              "  assistant { gen cat(max_tokens=60, json_schema={type: \"object\",\n"
+              "    properties: {legs: {type: \"integer\"}}, required: [\"legs\"],\n"
+              "    additionalProperties: false}) }\n"
+              "  return cat\n"
+              "}\n",
+              NULL);
+    tr_dsl_result r = run(&p, "main", NULL);
+    /* NAME is the parsed value */
+    json_t *doc = r.ret;
+    if (!json_is_object(doc)) {
+        char *t = json_dumps(doc, JSON_ENCODE_ANY);
+        fprintf(stderr, "not an object: %s\n", t ? t : "(null)");
+        free(t);
+    }
+    assert_true(json_is_object(doc));
+    assert_true(json_is_integer(json_object_get(doc, "legs")));
+    assert_int_equal(json_object_size(doc), 1);
+    tr_dsl_result_deinit(&r);
+    prog_close(&p);
+}
+
 static void test_engine_errors(void **state) {
     (void)state;
     prog p;
@@ -269,7 +298,7 @@ static void test_engine_errors(void **state) {
               "}\n"
               "fn schema() {\n"
               "  \"x\"\n"
-              "  gen z(json_schema={type: \"object\"})\n"
+              "  gen z(json_schema={type: \"frobnicate\"})\n"
               "}\n",
               NULL);
     const char *fns[] = {"long", "bad_regex", "schema"};
@@ -292,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_fork_parallel_spawn),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_batch_fewshot),
+        cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_engine_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
