@@ -169,9 +169,18 @@ typedef struct trellis_engine_info {
     bool add_bos;
     bool no_radix, overlap;
     int32_t load;        /* TRELLIS_LOAD_MMAP or _READ: what AUTO chose */
+    const char *arch;    /* the model's architecture ("llama", "gemma3",
+                            ...; "custom" for an engine on a custom
+                            compute object); lives as long as the engine */
+    int32_t n_layers;    /* 0 when unknown */
 } trellis_engine_info;
 
 TRELLIS_API void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);
+
+/* Layer `layer`'s attention: its sliding window in tokens (a local layer
+ * attends to at most that many positions back), 0 for global attention,
+ * -1 when layer is outside [0, n_layers). */
+TRELLIS_API int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer);
 
 /* ------------------------------------------------------------------ */
 /* Grammars: compiled constraints, shared by handle                    */

@@ -104,6 +104,27 @@ static void print_tensors(const gguf_file *f) {
     printf("\n");
 }
 
+/* Per layer, as the model runs it: G = global attention, L = a
+ * sliding window (local). */
+static void print_attention(const trellis_engine *e) {
+    trellis_engine_info in;
+    trellis_engine_get_info(e, &in);
+    if (in.n_layers <= 0) return;
+    int32_t n_local = 0, window = 0;
+    for (int32_t l = 0; l < in.n_layers; l++) {
+        int32_t w = trellis_engine_layer_window(e, l);
+        if (w > 0) n_local++, window = w;
+    }
+    printf("attention:      ");
+    if (n_local)
+        printf("%d local (window %d), %d global: ", n_local, window, in.n_layers - n_local);
+    else
+        printf("global in every layer: ");
+    for (int32_t l = 0; l < in.n_layers; l++)
+        putchar(trellis_engine_layer_window(e, l) > 0 ? 'L' : 'G');
+    printf("\n");
+}
+
 /* Opens the model through the engine, as small as it goes: "yes", or
  * "no: why" (the engine's own sentence). */
 static void print_runnable(const char *path) {
@@ -117,6 +138,7 @@ static void print_runnable(const char *path) {
     trellis_engine *e = NULL;
     char err[1024];
     if (trellis_engine_new(path, &eo, &e, err, sizeof err) == TRELLIS_OK) {
+        print_attention(e);
         printf("runnable:       yes\n");
         trellis_engine_free(e);
     } else {

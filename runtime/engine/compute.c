@@ -47,7 +47,12 @@ static void mc_destroy(void *ctx) {
     free(mc);
 }
 
-static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy};
+static int32_t mc_layer_window(void *ctx, int32_t layer) {
+    model_compute *mc = ctx;
+    return tr_model_layer_window(mc->m, layer);
+}
+
+static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_window};
 
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                    int32_t page_size, bool own, engine_compute *out) {
@@ -74,6 +79,8 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .page_size = page_size,
         .threads = tr_backend_get_info(be).threads,
         .device = tr_backend_get_info(be).name,
+        .arch = hp->arch,
+        .n_layers = hp->n_layers,
     };
     return TR_OK;
 }

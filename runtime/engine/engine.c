@@ -716,6 +716,14 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->overlap = !e->opt.no_overlap;
     o->load = e->file && tr_gguf_load_used(e->file) == GGUF_LOAD_READ ? TRELLIS_LOAD_READ
                                                                    : TRELLIS_LOAD_MMAP;
+    o->arch = e->compute.arch ? e->compute.arch : "custom";
+    o->n_layers = e->compute.n_layers;
+}
+
+int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer) {
+    if (!e || layer < 0 || layer >= e->compute.n_layers) return -1;
+    const engine_compute *c = &e->compute;
+    return c->ops->layer_window ? c->ops->layer_window(c->ctx, layer) : 0;
 }
 
 /* ---- queues (any thread) ---- */

@@ -66,6 +66,9 @@ typedef struct engine_compute_ops {
     tr_status (*forward)(void *ctx, const tr_batch *b, const int32_t *tokens,
                          const int32_t *rows, int32_t n_rows, float *logits);
     void (*destroy)(void *ctx); /* may be NULL */
+    /* Layer l's sliding attention window, 0 for global attention (may be
+     * NULL: every layer global). l is in [0, n_layers). */
+    int32_t (*layer_window)(void *ctx, int32_t layer);
 } engine_compute_ops;
 
 typedef struct engine_compute {
@@ -79,6 +82,9 @@ typedef struct engine_compute {
     int32_t threads;   /* for reports */
     const char *device; /* backend name for reports (static); NULL:
                            "custom" */
+    const char *arch;   /* architecture for reports (lives as long as the
+                           compute object); NULL: "custom" */
+    int32_t n_layers;   /* for reports; 0 when unknown */
 } engine_compute;
 
 /* Starts an engine on a compute object and a tokenizer. Takes ownership of

@@ -101,7 +101,8 @@ def ignore_eos_runs_to_length():
 def info_describes_model():
     rc, out, err = run("info")
     assert rc == 0, err
-    for n in ("llama", "layers:         30", "49152", "Q4_1", "Q8_0", "<|im_end|>", "runnable:       yes"):
+    for n in ("llama", "layers:         30", "49152", "Q4_1", "Q8_0", "<|im_end|>", "runnable:       yes",
+              "attention:      global in every layer: " + "G" * 30 + "\n"):
         assert n in out, (n, out[:2000])
 
 @case

@@ -114,7 +114,7 @@ static inline void fake_destroy(void *ctx) {
     free(f);
 }
 
-static const engine_compute_ops k_fake_ops = {fake_forward, fake_destroy};
+static const engine_compute_ops k_fake_ops = {fake_forward, fake_destroy, NULL};
 
 typedef struct fake_cfg {
     int32_t n_pages, page_size, max_batch, max_running, chunk;
