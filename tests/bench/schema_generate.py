@@ -236,9 +236,19 @@ def chat_body(schema, temperature, seed, max_tokens, constrained=True, **extra):
     return b
 
 
-def run_all(fn, items, concurrency):
+def run_all(fn, items, concurrency, label=None):
+    """fn over items, concurrency in flight, results in order; with a label, progress on stderr
+    (a long run on a loaded machine shows it is moving)."""
+    out = [None] * len(items)
+    t0 = time.time()
     with cf.ThreadPoolExecutor(concurrency) as ex:
-        return list(ex.map(fn, items))
+        futs = {ex.submit(fn, x): i for i, x in enumerate(items)}
+        for done, f in enumerate(cf.as_completed(futs), 1):
+            out[futs[f]] = f.result()
+            if label and (done % 25 == 0 or done == len(items)):
+                sys.stderr.write("%s: %d/%d in %.0f s\n" % (label, done, len(items),
+                                                            time.time() - t0))
+    return out
 
 
 # ---------------------------------------------------------------- validity
@@ -284,7 +294,7 @@ def validity(a, cl, rows):
         return res
 
     t0 = time.time()
-    results = run_all(one, jobs, a.concurrency)
+    results = run_all(one, jobs, a.concurrency, "validity")
     wall = time.time() - t0
     by_id = {r["id"]: r for r in rows}
     report = {"schemas": len(rows), "wall_s": round(wall, 1), "per_temp": {}, "refused": {},
