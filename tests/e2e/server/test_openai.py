@@ -230,6 +230,12 @@ def test_errors_constraints(server):
         param="choices")
     err(server, "/generate",
         {"text": "x", "sampling_params": {"regex": "(?=a)b"}}, 400, code="unsupported_constraint")
+    # an unresolved $ref is the schema's fault too, named as such
+    e = err(server, "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "response_format": {
+                "type": "json_schema", "json_schema": {"name": "s", "schema": {
+                    "$ref": "#/$defs/missing"}}}}, 400, code="invalid_constraint")
+    assert "missing" in e["message"], e
 
 
 def test_errors_model_route_method(server):
