@@ -17,12 +17,13 @@ validity    one chat request per dev schema (N spread evenly over the file, defa
             `format` (grammar/README.md). Reports schemas, compiled, refused (400, by reason),
             finished, valid among finished (target 100%), cut by max_tokens. Any invalid
             finished output, or any answer other than 200/400, is a failure (exit 1).
-throughput  32 streams (C), closed loop: constrained (json_schema, greedy) against
+throughput  32 streams (C): constrained (json_schema, greedy) against
             unconstrained at equal token counts: the same prompts, each unconstrained request
             asked for exactly the tokens its constrained twin produced (max_tokens = that,
             ignore_eos). Radix cache flushed before each side, grammars compiled beforehand
             (a 1-token pass), so both sides do the same prefill and decode the same number of
-            tokens; output tok/s = tokens / wall time. Target: constrained >= 0.95x.
+            tokens; output tok/s = tokens / wall time, sides alternated over --tp-rounds
+            (default 2). Target: constrained >= 0.95x.
 jump        schemas with fixed keys (every listed property required, no other properties: the
             key names are forced text), greedy, C in flight, with jump-forward on and off (the
             per-request `jump_forward` field). Forward passes per sequence come from /metrics:
@@ -39,6 +40,9 @@ machine from the repository root, after `cmake --build build`:
   python3 tests/bench/schema_generate.py --bin build/trellis --schemas 200 \\
       --parts validity,throughput,jump --json /tmp/schema_generate.json
   python3 tests/bench/schema_generate.py --bin build/trellis --quick     # the ctest
+
+(On a loaded 2-core machine the whole default run takes well over an hour; the noisy run
+behind the current figures used --max-tokens 128 --jump-schemas 32 --tp-requests 32.)
 
 Needs `jsonschema` (the server e2e venv has it: BUILD/e2e-venv/bin/python; the script re-runs
 itself there when the interpreter lacks it).
@@ -404,10 +408,15 @@ def throughput(a, cl, rows):
         out = run_all(one, rows, a.concurrency)
         return time.time() - t0, dict(out)
 
-    t_con, lengths = side(True, None)
-    t_free, got = side(False, lengths)
-    n_con, n_free = sum(lengths.values()), sum(got.values())
-    rep = {"requests": len(rows), "concurrency": a.concurrency,
+    # rounds alternate the sides, so that a load that drifts over the run hits both alike
+    t_con = t_free = 0.0
+    n_con = n_free = 0
+    for _ in range(a.tp_rounds):
+        t, lengths = side(True, None)
+        t_con, n_con = t_con + t, n_con + sum(lengths.values())
+        t, got = side(False, lengths)
+        t_free, n_free = t_free + t, n_free + sum(got.values())
+    rep = {"requests": len(rows), "rounds": a.tp_rounds, "concurrency": a.concurrency,
            "constrained": {"tokens": n_con, "wall_s": round(t_con, 2),
                            "tok_s": round(n_con / t_con, 1)},
            "unconstrained": {"tokens": n_free, "wall_s": round(t_free, 2),
@@ -418,9 +427,9 @@ def throughput(a, cl, rows):
 
 def print_throughput(rep):
     c, u = rep["constrained"], rep["unconstrained"]
-    print("throughput at %d streams, %d requests (noisy): constrained %d tokens in %.1f s = %.1f "
+    print("throughput at %d streams, %d requests x %d rounds (noisy): constrained %d tokens in %.1f s = %.1f "
           "tok/s; unconstrained %d tokens in %.1f s = %.1f tok/s; ratio %.3f (target >= 0.95)"
-          % (rep["concurrency"], rep["requests"], c["tokens"], c["wall_s"], c["tok_s"],
+          % (rep["concurrency"], rep["requests"], rep["rounds"], c["tokens"], c["wall_s"], c["tok_s"],
              u["tokens"], u["wall_s"], u["tok_s"], rep["ratio"]))
 
 
@@ -497,6 +506,7 @@ def main():
     ap.add_argument("--kv-mem", type=int, default=1536, help="MiB (32 streams of ~900 tokens)")
     ap.add_argument("--parts", default="validity")
     ap.add_argument("--tp-requests", type=int, default=64)
+    ap.add_argument("--tp-rounds", type=int, default=2, help="constrained, unconstrained, ...")
     ap.add_argument("--jump-schemas", type=int, default=64)
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--quick", action="store_true", help="the ctest: 10 schemas, validity")
