@@ -5,7 +5,7 @@
  *
  *   trellis bench maskbench FILE.jsonl[.gz] [-m MODEL] [--limit N]
  *       [--timeout S] [--json] [--csv OUT] [--lenient] [--mem-limit-gb G]
- *       [--reasons N] [--quiet]
+ *       [--reasons N] [--quiet] [--clock wall|cpu] [--fork-each]
  *
  * FILE: one JSON object a line, {"id", "schema", "tests": [{"valid",
  * "data"}]} (../shared/data/maskbench-dev.jsonl.gz). Per schema:
@@ -23,8 +23,15 @@
  *     reason kept), validation_error (a valid test rejected),
  *     invalidation_error (an invalid test accepted); when several tests
  *     fail the last one decides (MaskBench's runner); timeout (compile +
- *     tests over --timeout s: the schema runs in a forked child, killed
- *     then); crash (the child died).
+ *     tests over --timeout s: the worker process is killed then); crash
+ *     (the worker died).
+ * Isolation, as the peers' runner: schemas run one at a time in a worker
+ * process (forked once, warmed up by one small untimed schema); a worker
+ * that timed out or died is replaced by a fresh one for the next schema.
+ * --fork-each forks a fresh child per schema instead (no warm-up): every
+ * heap page a compile touches is then a page fault, ~150 of them at ~5 us
+ * here, which the peers' warm workers do not pay (TTFM p50 ~1,200 us
+ * against ~700 us with the worker, --clock cpu, 200 dev schemas).
  * Summary: MaskBench's rows (TBM and TTFM avg, p25..p100, with the
  * peers' percentile rule sorted[min(int(n*p/100), n-1)]; TTFM of a schema
  * that timed out before compiling counts as the timeout), the counts, and
@@ -32,7 +39,7 @@
  * JSON (the keys of maskbench_peers.py's summary); --csv writes one row
  * per schema with the peers' CSV columns.
  *
- * Single-threaded: one child at a time; the parent only waits. Layering:
+ * Single-threaded: one worker at a time; the parent only waits. Layering:
  * applications (runtime/bench) over grammar/, the tokenizer and zlib.
  */
 #include <errno.h>
@@ -68,7 +75,8 @@ typedef struct mb_opts {
     long limit;
     double timeout_s, mem_gb;
     bool json, lenient, quiet;
-    bool cpu; /* --clock cpu: this thread's CPU time, not wall time */
+    bool cpu;       /* --clock cpu: this thread's CPU time, not wall time */
+    bool fork_each; /* a fresh child per schema instead of one worker */
     int reasons;
 } mb_opts;
 
@@ -374,53 +382,158 @@ static void mb_parse(const mb_buf *b, mb_rec *r) {
     }
 }
 
-static void mb_run_schema(const mb_ctx *c, json_t *item, mb_rec *r) {
-    int fds[2];
-    r->ttfm_ns = -1;
-    r->status = MB_CRASH;
-    if (pipe(fds) != 0) {
-        snprintf(r->reason, sizeof r->reason, "pipe: %s", strerror(errno));
-        return;
+/* Whether b holds a whole record (the C line, the R line, the reason and
+ * the n_steps samples). */
+static bool mb_complete(const mb_buf *b) {
+    const char *R = b->p ? strstr(b->p, "\nR ") : NULL;
+    if (!R) return false;
+    const char *nl = strchr(R + 1, '\n');
+    const char *nl2 = nl ? strchr(nl + 1, '\n') : NULL;
+    if (!nl2) return false;
+    const char *sp = nl;
+    while (sp > R + 1 && sp[-1] != ' ') sp--;
+    size_t ns = (size_t)strtoull(sp, NULL, 10);
+    return b->n - (size_t)(nl2 + 1 - b->p) >= ns * sizeof(int64_t);
+}
+
+static bool mb_read_full(int fd, void *p, size_t n) {
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p = (char *)p + k;
+        n -= (size_t)k;
     }
-    uint64_t t0 = tr_now_ns();
+    return true;
+}
+
+/* The worker: schemas arrive on `in` as (uint64 length, JSON line), each
+ * answered on `out` by mb_child's record; ends at EOF. As the peers'
+ * workers (maskbench_peers.py), it first runs one small schema untimed, so
+ * the first timed one does not pay the heap's first page faults: in a
+ * fresh child every page the compile touches is a fault (~5 us here, 150
+ * of them per compile: 2/3 of a fork-per-schema TTFM was kernel time). */
+static void mb_worker_main(const mb_ctx *c, int in, int out, bool warm_up) {
+    if (warm_up) {
+        json_t *w = json_loads("{\"schema\": {\"type\": \"object\", \"properties\": "
+                               "{\"a\": {\"type\": \"string\"}, \"b\": {\"type\": "
+                               "\"integer\"}}, \"required\": [\"a\"]}, \"tests\": "
+                               "[{\"valid\": true, \"data\": {\"a\": \"x y\", \"b\": 1}}]}",
+                               0, NULL);
+        int nul = open("/dev/null", O_WRONLY);
+        if (w && nul >= 0) mb_child(c, w, nul);
+        if (nul >= 0) close(nul);
+        json_decref(w);
+    }
+    for (;;) {
+        uint64_t len;
+        if (!mb_read_full(in, &len, sizeof len) || len > ((uint64_t)1 << 34)) return;
+        char *text = malloc((size_t)len + 1);
+        if (!text || !mb_read_full(in, text, (size_t)len)) {
+            free(text);
+            return;
+        }
+        text[len] = 0;
+        json_t *item = json_loadb(text, (size_t)len, JSON_ALLOW_NUL, NULL);
+        free(text);
+        if (!item) item = json_object(); /* the parent read it: out of memory */
+        mb_child(c, item, out);
+        json_decref(item);
+    }
+}
+
+/* The worker process (pid 0: none running). */
+typedef struct mb_worker {
+    pid_t pid;
+    int to, from;
+} mb_worker;
+
+static void mb_worker_stop(mb_worker *w, bool kill_it, int *ws) {
+    if (!w->pid) return;
+    close(w->to);
+    if (kill_it) kill(w->pid, SIGKILL);
+    int st = 0;
+    while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    close(w->from);
+    if (ws) *ws = st;
+    *w = (mb_worker){0};
+}
+
+static bool mb_worker_start(const mb_ctx *c, mb_worker *w, char *err, size_t cap) {
+    int a[2], b[2];
+    if (pipe(a) != 0) {
+        snprintf(err, cap, "pipe: %s", strerror(errno));
+        return false;
+    }
+    if (pipe(b) != 0) {
+        snprintf(err, cap, "pipe: %s", strerror(errno));
+        close(a[0]), close(a[1]);
+        return false;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        close(fds[0]);
-        mb_child(c, item, fds[1]);
-        close(fds[1]);
+        close(a[1]);
+        close(b[0]);
+        mb_worker_main(c, a[0], b[1], !c->o->fork_each);
         _exit(0);
     }
-    close(fds[1]);
+    close(a[0]);
+    close(b[1]);
     if (pid < 0) {
-        close(fds[0]);
-        snprintf(r->reason, sizeof r->reason, "fork: %s", strerror(errno));
-        return;
+        snprintf(err, cap, "fork: %s", strerror(errno));
+        close(a[1]), close(b[0]);
+        return false;
     }
-    mb_buf b = {0};
-    bool timed_out = false;
-    double limit_ms = c->o->timeout_s * 1000.0;
-    for (;;) {
-        double left = limit_ms - (double)(tr_now_ns() - t0) / 1e6;
-        if (left <= 0) {
-            timed_out = true;
-            break;
-        }
-        struct pollfd pf = {fds[0], POLLIN, 0};
-        int pr = poll(&pf, 1, (int)TR_MIN(left, 1e9) + 1);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) continue;
-        char chunk[65536];
-        ssize_t k = read(fds[0], chunk, sizeof chunk);
+    *w = (mb_worker){pid, a[1], b[0]};
+    return true;
+}
+
+static bool mb_write_all(int fd, const void *p, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, p, n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        if (!mb_buf_add(&b, chunk, (size_t)k)) break;
+        if (k <= 0) return false;
+        p = (const char *)p + k;
+        n -= (size_t)k;
     }
-    if (timed_out) kill(pid, SIGKILL);
+    return true;
+}
+
+/* Runs the schema line `text` in the worker (started if none runs), with
+ * the deadline; a worker that timed out or died is replaced at the next
+ * schema. --fork-each: a fresh worker for every schema, no warm-up. */
+static void mb_run_schema(const mb_ctx *c, mb_worker *w, const char *text, mb_rec *r) {
+    r->ttfm_ns = -1;
+    r->status = MB_CRASH;
+    uint64_t t0 = tr_now_ns();
+    if (!w->pid && !mb_worker_start(c, w, r->reason, sizeof r->reason)) return;
+    uint64_t len = strlen(text);
+    mb_buf b = {0};
+    bool timed_out = false, done = false;
+    if (mb_write_all(w->to, &len, sizeof len) && mb_write_all(w->to, text, len)) {
+        double limit_ms = c->o->timeout_s * 1000.0;
+        while (!done) {
+            double left = limit_ms - (double)(tr_now_ns() - t0) / 1e6;
+            if (left <= 0) {
+                timed_out = true;
+                break;
+            }
+            struct pollfd pf = {w->from, POLLIN, 0};
+            int pr = poll(&pf, 1, (int)TR_MIN(left, 1e9) + 1);
+            if (pr < 0 && errno == EINTR) continue;
+            if (pr <= 0) continue;
+            char chunk[65536];
+            ssize_t k = read(w->from, chunk, sizeof chunk);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;
+            if (!mb_buf_add(&b, chunk, (size_t)k)) break;
+            done = mb_complete(&b);
+        }
+    }
     int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
-    close(fds[0]);
+    if (!done || c->o->fork_each) mb_worker_stop(w, timed_out || !done, &ws);
     r->elapsed_s = (double)(tr_now_ns() - t0) / 1e9;
     mb_parse(&b, r);
     free(b.p);
@@ -604,7 +717,10 @@ static void mb_usage(void) {
             "  --reasons N        most frequent compile-error reasons listed (default 15)\n"
             "  --clock wall|cpu   TBM and TTFM in wall time (default, as the peers' runner)\n"
             "                     or in this thread's CPU time (a loaded machine)\n"
-            "  --quiet            no progress on stderr\n");
+            "  --quiet            no progress on stderr\n"
+            "  --fork-each        a fresh child per schema, no warm-up (default: one worker\n"
+            "                     process, replaced after a timeout or crash, warmed up by\n"
+            "                     one untimed schema, as the peers' runner does)\n");
 }
 
 static bool mb_num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -656,6 +772,8 @@ static int mb_parse_args(int argc, char **argv, mb_opts *o) {
             o->lenient = true;
         else if (!strcmp(a, "--quiet"))
             o->quiet = true;
+        else if (!strcmp(a, "--fork-each"))
+            o->fork_each = true;
         else if (a[0] == '-') {
             fprintf(stderr, "trellis bench maskbench: unknown option '%s'\n", a);
             return 2;
@@ -748,6 +866,8 @@ int bench_maskbench(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0;
     uint64_t t_all = tr_now_ns();
+    mb_worker worker = {0};
+    signal(SIGPIPE, SIG_IGN); /* a dead worker's pipe: write fails, recorded as a crash */
     for (long k = 0; (!o.limit || k < o.limit) && mb_getline(in, &line, &cap); k++) {
         json_error_t je;
         json_t *item = json_loads(line, JSON_ALLOW_NUL, &je);
@@ -775,7 +895,7 @@ int bench_maskbench(int argc, char **argv) {
                 snprintf(r->id, sizeof r->id, "%s", json_string_value(id));
             else
                 snprintf(r->id, sizeof r->id, "%ld", k);
-            mb_run_schema(&c, item, r);
+            mb_run_schema(&c, &worker, line, r);
             json_decref(item);
         }
         mb_add(&sum, r, o.timeout_s);
@@ -786,6 +906,7 @@ int bench_maskbench(int argc, char **argv) {
             fprintf(stderr, "  %ld schemas: %ld passing, %.0f s\n", k + 1,
                     sum.counts[MB_PASSING], (double)(tr_now_ns() - t_all) / 1e9);
     }
+    mb_worker_stop(&worker, false, NULL);
     free(line);
     /* qsort(NULL, 0, ...) is undefined: no samples when every schema failed */
     if (sum.tbm.n) qsort(sum.tbm.v, sum.tbm.n, sizeof *sum.tbm.v, mb_cmp_i64);
