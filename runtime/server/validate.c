@@ -213,8 +213,29 @@ static int read_logit_bias(rd *r, json_t *o) {
     return 1;
 }
 
+/* "whitespace" (extension; JSON kinds): what the grammar lets the model
+ * put between JSON tokens: "flexible" (the default), "compact" (none:
+ * every `": "`-free separator is forced, so jump-forward skips more
+ * forward passes) or "pretty" (newlines and indentation). */
+static int read_whitespace(rd *r, json_t *o) {
+    const char *s = NULL;
+    int k = get_str(r, o, "whitespace", &s, NULL);
+    if (k <= 0) return k;
+    static const char *const names[] = {"flexible", "compact", "pretty"};
+    static const int32_t modes[] = {TRELLIS_WS_FLEXIBLE, TRELLIS_WS_COMPACT, TRELLIS_WS_PRETTY};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            r->g->con_ws = modes[i];
+            return 1;
+        }
+    tr_srv_error *err = r->err;
+    char p[96];
+    return BAD(pname(r, "whitespace", p, sizeof p),
+               "'%s' must be \"flexible\", \"compact\" or \"pretty\"", p);
+}
+
 /* temperature, top_p, top_k, min_p, penalties, seed, ignore_eos,
- * jump_forward, n */
+ * jump_forward, whitespace, n */
 static int read_sampling(rd *r, json_t *o) {
     trellis_request *q = &r->g->req;
     tr_srv_error *err = r->err;
@@ -254,6 +275,7 @@ static int read_sampling(rd *r, json_t *o) {
     bool jf = true;
     if (get_bool(r, o, "jump_forward", &jf) < 0) return -1;
     q->no_jump_forward = !jf;
+    if (read_whitespace(r, o) < 0) return -1;
     if ((k = get_int(r, o, "n", 1, r->lim->max_n, &x)) < 0) return -1;
     if (k) q->n = (int32_t)x;
     if ((k = get_int(r, o, "best_of", 1, r->lim->max_n, &x)) < 0) return -1;
@@ -683,6 +705,7 @@ int tr_srv_gen_parse(tr_srv_api api, const char *body, size_t len,
                      const tr_srv_limits *lim, tr_srv_gen *g, tr_srv_error *err) {
     memset(g, 0, sizeof *g);
     g->api = api;
+    g->con_ws = -1;
     trellis_request_default(&g->req);
     json_error_t je;
     g->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

@@ -105,6 +105,8 @@ typedef struct tr_srv_gen {
     const char *const *choices; /* TR_CON_CHOICE: the strings */
     int32_t n_choices;
     bool con_strict;            /* json_schema.strict */
+    int32_t con_ws;             /* JSON kinds: TRELLIS_WS_* ("whitespace"
+                                   extension), -1 = the compiler's default */
 
     const char *model;          /* as asked, or NULL */
     const char *rid;            /* generate: "rid", or NULL */

@@ -446,7 +446,8 @@ def jump(a, cl, rows):
 
         def one(r):
             st, o = cl.json("POST", "/v1/chat/completions",
-                            chat_body(r["schema"], 0, a.seed, a.max_tokens, jump_forward=jf))
+                            chat_body(r["schema"], 0, a.seed, a.max_tokens, jump_forward=jf,
+                                      whitespace=a.whitespace))
             if st == 400:
                 return None
             if st != 200:
@@ -510,6 +511,8 @@ def main():
     ap.add_argument("--tp-requests", type=int, default=64)
     ap.add_argument("--tp-rounds", type=int, default=2, help="constrained, unconstrained, ...")
     ap.add_argument("--jump-schemas", type=int, default=64)
+    ap.add_argument("--whitespace", default="flexible", choices=["flexible", "compact", "pretty"],
+                    help="the jump part's JSON whitespace (the server's `whitespace` extension)")
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--quick", action="store_true", help="the ctest: 10 schemas, validity")
     a = ap.parse_args()

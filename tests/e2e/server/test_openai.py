@@ -149,6 +149,25 @@ def test_json_schema_response_format(client):
     assert e.value.status_code == 400
 
 
+def test_json_whitespace_extension(client):
+    """`whitespace: compact` leaves no byte between JSON tokens; an unknown
+    mode is a 400 naming the field."""
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "A person as JSON."}],
+        max_tokens=80, temperature=0,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}},
+        extra_body={"whitespace": "compact"})
+    text = r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop", text
+    assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False), text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+            extra_body={"whitespace": "tabs", "regex": "a"})
+    assert e.value.status_code == 400 and "whitespace" in e.value.message
+
+
 def test_json_object_response_format(client):
     """Any JSON object: complete when the model stops, a prefix of one
     when max_tokens cuts it."""
