@@ -123,6 +123,8 @@ typedef struct gcfg_walker {
     uint32_t rg_state[RG_MAX];  /* label -> state */
     uint32_t rg_key[RG_HT], rg_val[RG_HT]; /* state + 1 -> label */
     uint64_t rg_pred[RG_MAX];   /* exploration: predecessors (bit per index) */
+    uint64_t rg_succ[RG_MAX];   /* and successors */
+    uint64_t rg_live[RG_MAX][4]; /* and live byte classes */
     uint8_t rg_table[RG_MAX * 256];
     uint32_t (*rx)[2];          /* exits found: (trie node, label) */
     uint32_t n_rx, cap_rx;
@@ -584,9 +586,12 @@ static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0);
  * state's walk reads, through the tokens that contain the closing quote,
  * the next key, which differs per property.
  *
- * So the walk of a looping state s is split. Its region R is the set of
- * states without calls or returns that lie on a cycle through s (found
- * among the first RG_MAX such states reachable from s). A token either
+ * So the walk of a state s is split. Its region R is the set of states
+ * without calls or returns that lie on a cycle through s, plus those
+ * reached from them through states live on the same bytes as s (the
+ * counter states of a bounded run of blanks, which the flexible JSON
+ * whitespace makes before every value, key and bracket), found among
+ * the first RG_MAX such states reachable from s. A token either
  * stays in R for all its bytes, or leaves R at a first byte (an exit: a
  * trie node), or dies before. The tokens that stay in R, and the exit
  * nodes with the region state before them, depend only on R's structure
@@ -647,13 +652,11 @@ static bool gl_made(gcfg *g, uint32_t t) {
 }
 
 /* Explores the states without calls or returns reachable from s (at most
- * RG_MAX); returns a bit set of those (by exploration index, in ex[]) that
- * lead back to s, or 0 when s cannot have a region. */
+ * RG_MAX); returns a bit set of those (by exploration index, in ex[]) in
+ * its region, or 0 when s has none worth it (alone, without a loop). */
 static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
     gcfg *g = w->x.cfg;
     if (gl_flags(g, s) != GCFG_BYTES) return 0;
-    const uint64_t *lp = gl_aloop(g, s);
-    if (!lp[0] && !lp[1]) return 0; /* no loop of its own: little to share */
     /* exploring makes states; never let it be what exhausts the budget */
     if (tr_cfg_n_states(g) + RG_MAX >= g->max_states) return 0;
     memset(w->rg_key, 0, sizeof w->rg_key);
@@ -664,9 +667,12 @@ static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
     for (uint32_t u = 0; u < n; u++) {
         gl_chunk *ch = gl_ready(g, ex[u]);
         const uint32_t *row = ch->rows + (size_t)(ex[u] % GL_CH) * g->n_cls;
+        w->rg_succ[u] = 0;
+        memset(w->rg_live[u], 0, sizeof w->rg_live[u]);
         for (uint32_t c = 0; c < g->n_cls; c++) {
             uint32_t t = row[c];
             if (t == GDFA_DEAD) continue;
+            w->rg_live[u][c >> 6] |= 1ull << (c & 63);
             uint32_t l = rg_label(w, t);
             if (l == RG_NONE) {
                 if (n == RG_MAX || (u && !gl_made(g, t)) || gl_flags(g, t) != GCFG_BYTES)
@@ -677,6 +683,7 @@ static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
                 rg_put(w, t, l);
             }
             w->rg_pred[l] |= 1ull << u;
+            w->rg_succ[u] |= 1ull << l;
         }
     }
     if (gl_failed(g)) return 0;
@@ -688,6 +695,20 @@ static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
         in |= fresh;
         todo |= fresh;
     }
+    /* and the states reached through states that take the same bytes as
+     * s (a bounded run of blanks: a chain of counter states, no cycle) */
+    uint64_t same = 0;
+    for (uint32_t u = 0; u < n; u++)
+        same |= (uint64_t)!memcmp(w->rg_live[u], w->rg_live[0], sizeof w->rg_live[0]) << u;
+    todo = in;
+    while (todo) {
+        uint32_t u = (uint32_t)__builtin_ctzll(todo);
+        todo &= todo - 1;
+        uint64_t fresh = w->rg_succ[u] & same & ~in;
+        in |= fresh;
+        todo |= fresh;
+    }
+    if (in == 1 && !(gl_aloop(g, s)[0] | gl_aloop(g, s)[1])) return 0; /* nothing to share */
     return in;
 }
 
