@@ -175,6 +175,10 @@ typedef struct trellis_engine_info {
                             ...; "custom" for an engine on a custom
                             compute object); lives as long as the engine */
     int32_t n_layers;    /* 0 when unknown */
+    const char *chat_template; /* the GGUF's tokenizer.chat_template text
+                                  (Jinja, as the file has it), NULL when
+                                  the file has none; lives as long as the
+                                  engine */
 } trellis_engine_info;
 
 TRELLIS_API void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *out);

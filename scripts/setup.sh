@@ -102,6 +102,30 @@ for m in "${extra_models[@]}"; do
   rm -rf "$gtmp"
 done
 
+# ---- the JSON-Schema-Test-Suite (tests only) ----
+# test_json_schema_suite reads draft2020-12 from ../shared/data beside the
+# tree when it is there; elsewhere from the copy of the suite that the
+# `jsonschema` sdist on PyPI carries (json/tests/), unpacked into the cache.
+suite_dir="$cache/json-schema-test-suite"
+suite_pkg="jsonschema==4.25.1"
+suite_sha256="e4a9655ce0da0c0b67a085847e00a3a51449e1157f4f75e9fb5aa545e122eb85"
+if [ ! -d "$here/../shared/data/json-schema-test-suite/tests/draft2020-12" ] &&
+   [ ! -d "$suite_dir/tests/draft2020-12" ]; then
+  log "fetching the JSON-Schema-Test-Suite from PyPI ($suite_pkg sdist)"
+  stmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
+      -d "$stmp" "$suite_pkg"
+  if ! echo "$suite_sha256  $(ls "$stmp"/jsonschema-*.tar.gz)" | sha256sum -c --status; then
+    log "SHA-256 mismatch for the $suite_pkg sdist: refusing to use it"; exit 1
+  fi
+  tar -xzf "$stmp"/jsonschema-*.tar.gz -C "$stmp"
+  mkdir -p "$suite_dir"
+  rm -rf "$suite_dir/tests"
+  cp -r "$stmp"/jsonschema-*/json/tests "$suite_dir/tests"
+  cp "$stmp"/jsonschema-*/json/LICENSE "$suite_dir/" 2>/dev/null || true
+  rm -rf "$stmp"
+fi
+
 # ---- build ----
 if [ "$build" = 1 ]; then
   cmake -S "$here" -B "$here/build" -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -429,6 +429,7 @@ static void engine_destroy(trellis_engine *e) {
     tr_tokenizer_free(e->tok);
     tr_gguf_close(e->file);
     free(e->chat_system);
+    free(e->chat_template);
     free(e->is_eog);
     free(e->eog_ids);
     free(e->piece);
@@ -476,7 +477,7 @@ static void load_chat_template(trellis_engine *e) {
     } else {
         tr_log(TR_LOG_INFO, "engine: no chat template (%s)", d.message);
     }
-    free(tmpl);
+    e->chat_template = tmpl; /* reported as is, even when not recognised */
 }
 
 tr_status tr_engine_new_custom(const trellis_engine_options *options,
@@ -718,6 +719,7 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
                                                                    : TRELLIS_LOAD_MMAP;
     o->arch = e->compute.arch ? e->compute.arch : "custom";
     o->n_layers = e->compute.n_layers;
+    o->chat_template = e->chat_template;
 }
 
 int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer) {

@@ -254,6 +254,8 @@ struct trellis_engine {
                                              processed after it */
     int chat_kind;           /* chat_template_kind; 0 = none */
     char *chat_system;       /* the template's default system prompt */
+    char *chat_template;     /* the GGUF's template text, or NULL
+                                (trellis_engine_info.chat_template) */
     engine_event_box *ev_head, *ev_tail; /* this step's events */
     int32_t ev_n;
     trellis_stats st;        /* running counters (snapshotted) */

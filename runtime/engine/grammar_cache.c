@@ -295,14 +295,16 @@ static tr_status compile_handle(gcache *c, trellis_grammar_kind kind,
 }
 
 /* "bad regex: <diag> (at byte N)": what was compiled, what is wrong,
- * where. */
+ * where. The regex parser's messages end with their position already
+ * ("... at byte N"): the offset is added only to those that lack it, so
+ * it is said once. */
 static void format_error(char *buf, size_t cap, trellis_grammar_kind kind,
                          tr_status st, const tr_diag *d) {
     const char *what = tr_grammar_kind_name(kind);
     const char *msg = d->message[0] ? d->message : tr_status_message(st);
     if (!what)
         snprintf(buf, cap, "%s", msg);
-    else if (kind == TRELLIS_GRAMMAR_REGEX && st != TR_ERR_NOMEM)
+    else if (kind == TRELLIS_GRAMMAR_REGEX && st != TR_ERR_NOMEM && !strstr(msg, "at byte "))
         snprintf(buf, cap, "bad regex: %s (at byte %llu)", msg,
                  (unsigned long long)d->offset);
     else

@@ -35,8 +35,11 @@ typedef struct opt_spec {
 #define OPT(f, d, l, h, u, w) \
     {#f, offsetof(trellis_engine_options, f), d, l, h, u, w}
 
+/* threads: the public bound (trellis.h), the one the CLI and embedders
+ * see; a larger count would only fail later, in the backend (its pool has
+ * the same limit), with a message that does not name the option. */
 static const opt_spec k_opts[] = {
-    OPT(threads, 0, 0, INT32_MAX, UNSET_NONPOS, "0 = one per core"),
+    OPT(threads, 0, 0, TRELLIS_MAX_THREADS, UNSET_NONPOS, "0 = one per core"),
     OPT(max_batch_tokens, 512, 1, 65536, UNSET_NONPOS, ""),
     OPT(max_running, 64, 1, INT32_MAX, UNSET_NONPOS, ""),
     OPT(chunk_size, 256, 1, INT32_MAX, UNSET_NONPOS, ""),

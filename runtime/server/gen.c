@@ -104,6 +104,7 @@ static void job(uv_work_t *w) {
     int rc = tr_srv_constraint_prepare(q, e, q->submit_err, sizeof q->submit_err);
     if (rc != TRELLIS_OK) {
         q->submit_status = rc;
+        q->con_failed = true;
         return;
     }
     for (int32_t i = 0; i < q->n_prompts; i++) {
@@ -150,8 +151,13 @@ static void submit_error(tr_srv_req *q) {
         break;
     default: break;
     }
+    /* Whatever the compiler said (syntax, a budget, an unresolved $ref:
+     * TRELLIS_ERR_NOT_FOUND), a constraint that did not compile is the
+     * request's fault and is named as such; out of memory stays a 503. */
     if (!code && q->gen.con != TR_CON_NONE && !q->subs[0].submitted &&
-        (st == TRELLIS_ERR_FORMAT || st == TRELLIS_ERR_UNSUPPORTED || st == TRELLIS_ERR_LIMIT))
+        (q->con_failed ? status == 400
+                       : (st == TRELLIS_ERR_FORMAT || st == TRELLIS_ERR_UNSUPPORTED ||
+                          st == TRELLIS_ERR_LIMIT)))
         code = st == TRELLIS_ERR_UNSUPPORTED ? "unsupported_constraint" : "invalid_constraint";
     tr_http_conn *c = q->conn;
     q->conn = NULL;

@@ -139,6 +139,11 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               "tokens generated per second over the last second", st.tokens_per_s);
     rc |= one(o, "counter", "trellis_jump_forward_tokens_total",
               "output tokens placed by grammar jump-forward", (double)st.forced_tokens);
+    /* Per sequence, not per step: in a batch a row saved is not a step
+     * saved (trellis_stats.forward_passes_saved). */
+    rc |= one(o, "counter", "trellis_forward_passes_saved_total",
+              "sequence forward passes jump-forward made unnecessary",
+              (double)st.forward_passes_saved);
     {
         trellis_grammar_cache_stats gs;
         memset(&gs, 0, sizeof gs);

@@ -191,13 +191,17 @@ static void ep_models(tr_srv *s, tr_http_conn *c, const char *path) {
 /* No model_path or tokenizer_path: SGLang's router takes a path it cannot
  * find on its own disk for a model hub id and tries to download a
  * tokenizer from the network; without them it routes on text alone. The
- * server's file paths are not given out either. */
+ * server's file paths are not given out either. chat_template is the
+ * GGUF's template text (null when it has none, or while loading), as
+ * llama-server's /props gives it: clients that render prompts themselves
+ * (and send them to /generate) need it. */
 static void ep_model_info(tr_srv *s, tr_http_conn *c) {
     tr_srv_send_json(s, c, 200,
-                     json_pack("{s:s,s:s,s:b,s:n,s:s,s:i}", "model_id", s->model_id,
+                     json_pack("{s:s,s:s,s:b,s:n,s:s,s:i,s:s?}", "model_id", s->model_id,
                                "served_model_name", s->model_id, "is_generation", 1,
                                "preferred_sampling_params", "weight_version", "default",
-                               "max_context_length", s->engine ? s->info.n_ctx : 0));
+                               "max_context_length", s->engine ? s->info.n_ctx : 0,
+                               "chat_template", s->info.chat_template));
 }
 
 static json_t *engine_json(tr_srv *s) {

@@ -14,6 +14,10 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: trellis serve [options]\n\n"
+        "An OpenAI-compatible server (/v1/chat/completions, /v1/completions, /v1/models)\n"
+        "and SGLang's native /generate. Structured output: response_format json_schema\n"
+        "(JSON Schema) and json_object, regex, choices, ebnf (EBNF and llama.cpp GBNF).\n"
+        "Reference: runtime/server/README.md.\n\n"
         "  -m, --model PATH          GGUF model (default: the cached default model)\n"
         "  --host ADDR               address to bind (default 127.0.0.1: loopback only)\n"
         "  --port N                  port (default 8080; 0 = any free port)\n"

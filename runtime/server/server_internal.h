@@ -139,6 +139,7 @@ struct tr_srv_req {
     bool finished;       /* its response is complete (or nobody to send to) */
     bool stream_open;
     int submit_status;   /* written by the job */
+    bool con_failed;     /* the job: the constraint did not compile */
     char submit_err[512];
     trellis_grammar *grammar; /* the compiled constraint (a reference), or NULL */
     trellis_event **held; /* streaming: events that came before the stream

@@ -213,7 +213,8 @@ static int read_logit_bias(rd *r, json_t *o) {
     return 1;
 }
 
-/* temperature, top_p, top_k, min_p, penalties, seed, ignore_eos, n */
+/* temperature, top_p, top_k, min_p, penalties, seed, ignore_eos,
+ * jump_forward, n */
 static int read_sampling(rd *r, json_t *o) {
     trellis_request *q = &r->g->req;
     tr_srv_error *err = r->err;
@@ -246,6 +247,13 @@ static int read_sampling(rd *r, json_t *o) {
     if ((k = get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x)) < 0) return -1;
     if (k) q->seed = (uint64_t)x;
     if (get_bool(r, o, "ignore_eos", &q->ignore_eos) < 0) return -1;
+    /* jump_forward (default true): false samples every token, even those
+     * the constraint forces (trellis_request.no_jump_forward); for
+     * measuring what jump-forward saves, and for clients that want the
+     * model's own tokenization of forced text. */
+    bool jf = true;
+    if (get_bool(r, o, "jump_forward", &jf) < 0) return -1;
+    q->no_jump_forward = !jf;
     if ((k = get_int(r, o, "n", 1, r->lim->max_n, &x)) < 0) return -1;
     if (k) q->n = (int32_t)x;
     if ((k = get_int(r, o, "best_of", 1, r->lim->max_n, &x)) < 0) return -1;
@@ -603,6 +611,10 @@ static int parse_completion(rd *r, json_t *o) {
     tr_srv_gen *g = r->g;
     tr_srv_error *err = r->err;
     g->req.max_tokens = 16; /* OpenAI's default for completions */
+    /* A raw prompt is the text the model sees: `<|im_start|>` in it is the
+     * control token, as llama-server (tokenize with parse_special) and
+     * vLLM (Hugging Face tokenizers split added tokens out) read it. */
+    g->req.parse_special = true;
     json_t *p = json_object_get(o, "prompt");
     if (!p || json_is_null(p)) return BAD("prompt", "'prompt' is required");
     bool batch;
@@ -626,6 +638,10 @@ static int parse_generate(rd *r, json_t *o) {
     tr_srv_gen *g = r->g;
     tr_srv_error *err = r->err;
     g->req.max_tokens = 128; /* SGLang's default max_new_tokens */
+    /* SGLang tokenizes `text` with special tokens recognised: a client
+     * that renders its own chat template sends `<|im_start|>` meaning the
+     * control token (the DSL does). */
+    g->req.parse_special = true;
     json_t *text = json_object_get(o, "text");
     json_t *ids = json_object_get(o, "input_ids");
     if (json_is_null(text)) text = NULL;

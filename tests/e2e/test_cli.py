@@ -245,7 +245,8 @@ def bad_regex_is_a_clear_error():
     rc, out, err = run("generate", "-p", "x", "--regex", "a(?=b)")
     expect_error(rc, err, "lookahead", "byte 1")
     rc, out, err = run("generate", "-p", "x", "--regex", "(a")
-    expect_error(rc, err, "--regex: bad regex: missing )")
+    expect_error(rc, err, "--regex: bad regex: missing ) for group at byte 0")
+    assert err.count("at byte") == 1, err  # the position, said once
     rc, out, err = run("generate", "-p", "x", "--regex", "a", "--choice", "b")
     expect_error(rc, err, "not both")
 

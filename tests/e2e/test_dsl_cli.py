@@ -246,10 +246,14 @@ def remote_fork_and_constraints(url):
 
 
 @remote_case
-def remote_needs_template(url):
-    rc, out, err = run(sample("chain.tr"), "--server", url)
-    assert rc == 1, (rc, err)
-    assert "pass --chat-template" in err and "chain.tr:" in err, err
+def remote_template_from_server(url):
+    """No --chat-template: the server's /model_info gives the GGUF's template text."""
+    args = (sample("chain.tr"), "--arg", "question=How do I make tea?")
+    rc, local, err = run(*args, *ENGINE)
+    assert rc == 0, err
+    rc, remote, err = run(*args, "--server", url)
+    assert rc == 0, err
+    assert remote == local, (remote, local)
 
 
 @case

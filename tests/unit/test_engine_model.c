@@ -117,6 +117,9 @@ static void test_device_option(void **state) {
     trellis_engine_get_info(e, &info);
     assert_string_equal(info.device, "cpu");
     assert_int_equal(info.threads, 1);
+    /* the GGUF's template text, as the file has it (SmolLM2: ChatML) */
+    assert_non_null(info.chat_template);
+    assert_non_null(strstr(info.chat_template, "<|im_start|>"));
     trellis_engine_free(e);
 }
 

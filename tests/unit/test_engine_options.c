@@ -124,6 +124,7 @@ static void big_batch(trellis_engine_options *o) { o->max_batch_tokens = 65537; 
 static void neg_pages(trellis_engine_options *o) { o->kv_pages = -1; }
 static void neg_ctx(trellis_engine_options *o) { o->ctx = -2; }
 static void bad_load(trellis_engine_options *o) { o->load = 3; }
+static void many_threads(trellis_engine_options *o) { o->threads = TRELLIS_MAX_THREADS + 1; }
 
 static void test_out_of_range(void **state) {
     (void)state;
@@ -133,6 +134,21 @@ static void test_out_of_range(void **state) {
     expect_bad(neg_pages, "(0 = from kv_mb)");
     expect_bad(neg_ctx, "options.ctx is -2");
     expect_bad(bad_load, "options.load is 3, expected 0..2 (a TRELLIS_LOAD_* mode)");
+    /* the public bound, not a local one */
+    char frag[96];
+    snprintf(frag, sizeof frag, "options.threads is %d, expected 0..%d", TRELLIS_MAX_THREADS + 1,
+             TRELLIS_MAX_THREADS);
+    expect_bad(many_threads, frag);
+}
+
+/* TRELLIS_MAX_THREADS itself is accepted and kept. */
+static void test_threads_bound(void **state) {
+    (void)state;
+    trellis_engine_options o, r;
+    trellis_engine_options_default(&o);
+    o.threads = TRELLIS_MAX_THREADS;
+    assert_int_equal(tr_engine_options_resolve(&o, &r, NULL, 0), TR_OK);
+    assert_int_equal(r.threads, TRELLIS_MAX_THREADS);
 }
 
 int main(void) {
@@ -140,6 +156,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_unset_and_kept),
         cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_threads_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,6 +82,19 @@ static void expect_error(gcache *c, trellis_grammar_kind kind, const char *text,
     assert_ptr_equal(h, (trellis_grammar *)0x1); /* untouched */
 }
 
+/* A bad regex's message names its byte offset exactly once. */
+static void expect_position_once(gcache *c, const char *regex) {
+    trellis_grammar *h = NULL;
+    char err[512] = "";
+    assert_int_not_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_REGEX, regex, 0, NULL, &h, err,
+                                           sizeof err),
+                         TR_OK);
+    const char *at = strstr(err, "at byte ");
+    if (!at || strstr(at + 1, "at byte ")) fprintf(stderr, "'%s': '%s'\n", regex, err);
+    assert_non_null(at);
+    assert_null(strstr(at + 1, "at byte "));
+}
+
 static trellis_grammar_cache_stats stats(gcache *c) {
     trellis_grammar_cache_stats s;
     tr_gcache_get_stats(c, &s);
@@ -153,9 +166,13 @@ static void test_errors(void **state) {
     gcache *c;
     assert_int_equal(tr_gcache_new(v, 64u << 20, &c), TR_OK);
     expect_error(c, TRELLIS_GRAMMAR_REGEX, "ab(c", TR_ERR_FORMAT, "bad regex: ");
-    expect_error(c, TRELLIS_GRAMMAR_REGEX, "ab(c", TR_ERR_FORMAT, "(at byte ");
+    expect_error(c, TRELLIS_GRAMMAR_REGEX, "ab(c", TR_ERR_FORMAT, "for group at byte 2");
     expect_error(c, TRELLIS_GRAMMAR_REGEX, "a(?=b)", TR_ERR_UNSUPPORTED, "lookahead");
     expect_error(c, TRELLIS_GRAMMAR_REGEX, "a(?=b)", TR_ERR_UNSUPPORTED, "at byte 1");
+    /* the position is said once (the parser's message has it already) */
+    expect_position_once(c, "ab(c");
+    expect_position_once(c, "(a");
+    expect_position_once(c, "a(?=b)");
     expect_error(c, TRELLIS_GRAMMAR_REGEX, "[a-z]\xff", TR_ERR_FORMAT, "UTF-8");
     /* a DFA of 2^17 states: over the 50,000-state budget (or, in a slow
      * sanitizer build, the 2 s budget first); the message names it */

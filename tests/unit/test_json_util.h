@@ -79,7 +79,10 @@ static inline char *tj_dumps(const json_t *v) {
 }
 
 /* $TRELLIS_SHARED_DATA, else ../shared/data beside the source tree (CI),
- * else ../../shared/data (a worktree one level deeper). */
+ * else ../../shared/data (a worktree one level deeper), else the cache
+ * where scripts/setup.sh unpacks the JSON-Schema-Test-Suite when neither
+ * is there ($TRELLIS_CACHE, else $XDG_CACHE_HOME or ~/.cache under
+ * trellis/): it holds json-schema-test-suite/ only. */
 static inline const char *tj_shared_data(char *buf, size_t cap) {
     const char *e = getenv("TRELLIS_SHARED_DATA");
     if (e && *e) {
@@ -95,7 +98,11 @@ static inline const char *tj_shared_data(char *buf, size_t cap) {
     if (access(buf, R_OK) == 0) return buf;
     snprintf(buf, cap, "%s/../../shared/data", src);
     if (access(buf, R_OK) == 0) return buf;
-    snprintf(buf, cap, "%s/../shared/data", src);
+    const char *cache = getenv("TRELLIS_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (cache && *cache) snprintf(buf, cap, "%s", cache);
+    else if (xdg && *xdg) snprintf(buf, cap, "%s/trellis", xdg);
+    else snprintf(buf, cap, "%s/.cache/trellis", home ? home : ".");
     return buf;
 }
 

@@ -241,7 +241,10 @@ static void test_completions_and_generate(void **state) {
     assert_int_equal(parse(TR_API_GENERATE, "{\"input_ids\":[1,2,3]}", &g, &e), 0);
     assert_false(g.batch);
     assert_int_equal(g.req.max_tokens, 128);
+    assert_false(g.req.no_jump_forward); /* jump-forward is on by default */
     tr_srv_gen_free(&g);
+    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"sampling_params\":{\"jump_forward\":1}}",
+                 "sampling_params.jump_forward", "true or false");
     expect_error(TR_API_GENERATE, "{}", "text", "exactly one");
     expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"input_ids\":[1]}", "text", "exactly one");
     expect_error(TR_API_GENERATE, "{\"text\":5}", "text", NULL);
@@ -253,6 +256,40 @@ static void test_completions_and_generate(void **state) {
                  "sampling_params.max_new_tokens", NULL);
     expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"top_logprobs_num\":2}", "top_logprobs_num",
                  NULL);
+}
+
+/* Raw text prompts (/generate, /v1/completions) are tokenized with
+ * special tokens recognised, as SGLang, llama-server and vLLM do; the
+ * per-request jump_forward switch reaches the engine request. */
+static void test_special_tokens_and_jump_forward(void **state) {
+    (void)state;
+    tr_srv_gen g;
+    tr_srv_error e;
+    assert_int_equal(parse(TR_API_GENERATE, "{\"text\":\"<|im_start|>user\"}", &g, &e), 0);
+    assert_true(g.req.parse_special);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_COMPLETION, "{\"prompt\":\"<|im_start|>user\"}", &g, &e), 0);
+    assert_true(g.req.parse_special);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_GENERATE,
+                           "{\"text\":\"x\",\"sampling_params\":{\"jump_forward\":false,"
+                           "\"regex\":\"ab+\"}}",
+                           &g, &e),
+                     0);
+    assert_true(g.req.no_jump_forward);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_GENERATE,
+                           "{\"text\":\"x\",\"sampling_params\":{\"jump_forward\":true}}", &g,
+                           &e),
+                     0);
+    assert_false(g.req.no_jump_forward);
+    tr_srv_gen_free(&g);
+    /* an extension on the OpenAI routes too, as ignore_eos is */
+    assert_int_equal(parse(TR_API_COMPLETION, "{\"prompt\":\"x\",\"jump_forward\":false}", &g,
+                           &e),
+                     0);
+    assert_true(g.req.no_jump_forward);
+    tr_srv_gen_free(&g);
 }
 
 static void test_sbuf(void **state) {
@@ -314,6 +351,8 @@ static void test_metrics_text(void **state) {
         "trellis_ready 1\n",
         "trellis_kv_pages_used 0\n",
         "trellis_grammar_cache_hits_total 0\n",
+        "trellis_jump_forward_tokens_total 0\n",
+        "trellis_forward_passes_saved_total 0\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(o.data, want[i])) fail_msg("metrics lack: %s", want[i]);
@@ -349,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_chat_errors),
         cmocka_unit_test(test_constraints),
         cmocka_unit_test(test_completions_and_generate),
+        cmocka_unit_test(test_special_tokens_and_jump_forward),
         cmocka_unit_test(test_sbuf),
         cmocka_unit_test(test_metrics_text),
         cmocka_unit_test(test_auth),

@@ -224,12 +224,18 @@ def test_errors_constraints(server):
     e = err(server, "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "x"}], "regex": "a(b"}, 400,
             code="invalid_constraint")
-    assert "byte" in e["message"]
+    assert e["message"].count("at byte 1") == 1, e  # the position, said once
     err(server, "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "regex": "a", "choices": ["b"]}, 400,
         param="choices")
     err(server, "/generate",
         {"text": "x", "sampling_params": {"regex": "(?=a)b"}}, 400, code="unsupported_constraint")
+    # an unresolved $ref is the schema's fault too, named as such
+    e = err(server, "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "response_format": {
+                "type": "json_schema", "json_schema": {"name": "s", "schema": {
+                    "$ref": "#/$defs/missing"}}}}, 400, code="invalid_constraint")
+    assert "missing" in e["message"], e
 
 
 def test_errors_model_route_method(server):
@@ -269,6 +275,47 @@ def test_generate_native(server):
     assert s == 200 and len(r["output_ids"]) <= 3
 
 
+def test_raw_prompts_parse_special_tokens(server):
+    """/generate `text` and /v1/completions `prompt` read `<|im_start|>` as the control token
+    (SGLang, llama-server and vLLM do); /tokenize agrees; token ids stay literal."""
+    s, tok = server.post("/tokenize", {"prompt": "<|im_start|>user"})
+    assert s == 200 and tok["count"] == 2 and tok["tokens"][0] == 1  # <|im_start|> is id 1
+    s, r = server.post("/generate", {"text": "<|im_start|>user",
+                                     "sampling_params": {"max_new_tokens": 1}})
+    assert s == 200 and r["meta_info"]["prompt_tokens"] == 2, r
+    s, r = server.post("/v1/completions", {"model": MODEL, "prompt": "<|im_start|>user",
+                                           "max_tokens": 1})
+    assert s == 200 and r["usage"]["prompt_tokens"] == 2, r
+    # a chat turn rendered by the client through /generate costs what the chat route costs
+    turn = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    s, r = server.post("/generate", {"text": turn, "sampling_params": {"max_new_tokens": 1}})
+    s2, t = server.post("/tokenize", {"prompt": turn})
+    assert s == 200 and s2 == 200 and r["meta_info"]["prompt_tokens"] == t["count"] < 12
+
+
+def test_generate_jump_forward_switch(server):
+    """jump_forward false samples every token: nothing forced, the same valid JSON."""
+    schema = {"type": "object", "properties": {"first_name": {"type": "string", "maxLength": 8},
+                                               "year_of_birth": {"type": "integer"}},
+              "required": ["first_name", "year_of_birth"], "additionalProperties": False}
+    out = {}
+    for jf in (True, False):
+        _, before = server.get("/metrics")
+        s, r = server.post("/generate", {"text": "A person as JSON:", "sampling_params": {
+            "max_new_tokens": 64, "temperature": 0, "json_schema": json.dumps(schema),
+            "jump_forward": jf}})
+        assert s == 200 and r["meta_info"]["finish_reason"]["type"] == "stop", r
+        jsonschema.validate(json.loads(r["text"]), schema)
+        _, after = server.get("/metrics")
+
+        def forced(text):
+            line = [x for x in text.split("\n")
+                    if x.startswith("trellis_jump_forward_tokens_total ")][0]
+            return float(line.split()[1])
+        out[jf] = forced(after) - forced(before)
+    assert out[True] > 0 and out[False] == 0, out
+
+
 def test_generate_stream(server):
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
@@ -304,6 +351,8 @@ def test_info_metrics_health(server):
     for path in ("/model_info", "/get_model_info"):
         s, r = server.get(path)
         assert s == 200 and r["is_generation"] is True
+        # the GGUF's template text (SmolLM2: ChatML, in Jinja)
+        assert "<|im_start|>" in r["chat_template"] and "{%" in r["chat_template"]
     s, text = server.get("/metrics")
     assert s == 200
     for series in ("trellis_requests_running", "trellis_requests_waiting",
@@ -312,7 +361,9 @@ def test_info_metrics_health(server):
                    "trellis_time_per_output_token_seconds_count",
                    "trellis_e2e_request_latency_seconds_sum", "trellis_queue_time_seconds_bucket",
                    "trellis_radix_cache_hit_rate", "trellis_kv_pages_used",
-                   "trellis_kv_pages_free", "trellis_grammar_cache_hits_total"):
+                   "trellis_kv_pages_free", "trellis_grammar_cache_hits_total",
+                   "trellis_engine_steps_total", "trellis_jump_forward_tokens_total",
+                   "trellis_forward_passes_saved_total"):
         assert f"\n{series}" in text, series
     s, r = server.post("/flush_cache", {})
     assert s == 200 and r["success"]
