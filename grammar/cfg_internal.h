@@ -379,6 +379,10 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *mask);
 void tr_cfg_walker_free(struct gcfg_walker *w);
 struct gcfg_memo *tr_cfg_memo_for(grammar *g, const grammar_vocab *v);
 void tr_cfg_memo_free(struct gcfg_memo *c);
+/* Tests and benchmarks only: true makes every cold entry a whole walk
+ * (regions, cfg_mask.c, unused), to compare the two. Set it before
+ * any matcher runs. */
+extern bool tr_cfg_regions_off;
 /* Adds the memos' bytes (slot tables and entries) and memoized states of
  * the list c to *bytes and *masks (tr_grammar_get_memo_stats; called
  * under the grammar's lock, which guards the list). */

@@ -69,6 +69,32 @@ struct gcfg_memo {
     struct gcfg_memo *next;
 };
 
+/* Regions (see "Regions" below). */
+#define RG_MAX 48u          /* states explored from a looping state */
+#define RG_HT 128u          /* state -> label table (power of two) */
+#define RG_NONE UINT32_MAX
+#define RG_DEAD 0xFFu       /* table codes besides labels */
+#define RG_OUT 0xFEu
+#define RG_BUCKETS 1024u
+/* Bytes of region entries one vocabulary keeps (all grammars together):
+ * a JSON string body's entry is ~6.5 KiB with SmolLM2, so 16 MiB holds
+ * ~2,500 distinct regions; the 200 dev schemas make far fewer. */
+#define RG_BUDGET (16ull << 20)
+
+typedef struct gcfg_region {
+    struct gcfg_region *next; /* bucket chain, never changed once published */
+    uint64_t hash;
+    uint32_t n_lab, n_exit;
+    uint8_t *table;           /* [n_lab * 256] canonical structure */
+    uint32_t (*exit)[2];      /* [n_exit] (trie node, label of the state before) */
+    uint64_t bits[];          /* [n_words] tokens that stay in the region */
+} gcfg_region;
+
+struct gcfg_rcache {
+    _Atomic(gcfg_region *) head[RG_BUCKETS];
+    atomic_uint_fast64_t used;
+};
+
 typedef struct gcfg_walker {
     gcfg_ctx x;
     gfstore none;     /* the persistent store of a stack-independent walk */
@@ -91,6 +117,17 @@ typedef struct gcfg_walker {
     uint8_t rc_flags[64];
     uint32_t *done;   /* fill: states whose bits are in the mask */
     uint32_t n_done, cap_done;
+    /* the region of the state being computed ("Regions" below) */
+    bool region;                /* walk: leaving the region is an exit */
+    uint32_t rg_n;              /* its states, labelled 0..rg_n-1 */
+    uint32_t rg_state[RG_MAX];  /* label -> state */
+    uint32_t rg_key[RG_HT], rg_val[RG_HT]; /* state + 1 -> label */
+    uint64_t rg_pred[RG_MAX];   /* exploration: predecessors (bit per index) */
+    uint64_t rg_succ[RG_MAX];   /* and successors */
+    uint64_t rg_live[RG_MAX][4]; /* and live byte classes */
+    uint8_t rg_table[RG_MAX * 256];
+    uint32_t (*rx)[2];          /* exits found: (trie node, label) */
+    uint32_t n_rx, cap_rx;
 } gcfg_walker;
 
 /* ---- the memo ---- */
@@ -189,6 +226,7 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     free(w->esc);
     free(w->bits);
     free(w->done);
+    free(w->rx);
     free(w);
 }
 
@@ -371,6 +409,37 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     return 2 * live > seen;
 }
 
+/* Label of state st in the current region, RG_NONE if outside. */
+static inline uint32_t rg_label(const gcfg_walker *w, uint32_t st) {
+    for (uint32_t j = (st * 0x9E3779B1u) >> 25 & (RG_HT - 1); w->rg_key[j];
+         j = (j + 1) & (RG_HT - 1))
+        if (w->rg_key[j] == st + 1) return w->rg_val[j];
+    return RG_NONE;
+}
+
+static void rg_put(gcfg_walker *w, uint32_t st, uint32_t label) {
+    uint32_t j = (st * 0x9E3779B1u) >> 25 & (RG_HT - 1);
+    while (w->rg_key[j] && w->rg_key[j] != st + 1) j = (j + 1) & (RG_HT - 1);
+    w->rg_key[j] = st + 1;
+    w->rg_val[j] = label;
+}
+
+static void rg_exit(gcfg_walker *w, uint32_t node, uint32_t label) {
+    if (w->n_rx == w->cap_rx) {
+        uint32_t nc = w->cap_rx ? w->cap_rx * 2 : 64;
+        uint32_t(*e)[2] = realloc(w->rx, (size_t)nc * sizeof *e);
+        if (!e) {
+            if (!w->x.err) w->x.err = TR_ERR_NOMEM;
+            return;
+        }
+        w->rx = e;
+        w->cap_rx = nc;
+    }
+    w->rx[w->n_rx][0] = node;
+    w->rx[w->n_rx][1] = label;
+    w->n_rx++;
+}
+
 /* Walks the trie nodes [i0, i1) (all deeper than d0) from the closed set
  * w->tmp placed at depth d0, OR-ing allowed tokens into mask (n_words + 1
  * words; bit n_vocab is scratch), or, with comp, clearing the tokens that
@@ -440,6 +509,11 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             nk = w->kern.n;
             if (nk == 1) k1 = w->kern.c[0];
         }
+        if (w->region && nk && rg_label(w, k1.state) == RG_NONE) {
+            /* leaves the region: walked per grammar (region_entry) */
+            rg_exit(w, i, rg_label(w, src[0].state));
+            nk = 0;
+        }
         if (nk == 0) {
             if (comp) clear_nodes(tr, i, next[i], mask);
             i = next[i];
@@ -498,6 +572,293 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
     }
 }
 
+static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0);
+
+
+/* ---- regions: the looping part of a lexer, shared across states and grammars ----
+ *
+ * Grammars inline their terminals, so the inside of every string property
+ * is its own copy of the JSON string automaton (body, escapes, \uXXXX,
+ * UTF-8 continuations), and one vocabulary serves many grammars with the
+ * same copies. Over the 200 MaskBench dev schemas, 4,241 of the 5,000
+ * entries computed duplicated an earlier one, most of them permissive
+ * string states (150-200 us each). Comparing whole walks fails: a string
+ * state's walk reads, through the tokens that contain the closing quote,
+ * the next key, which differs per property.
+ *
+ * So the walk of a state s is split. Its region R is the set of states
+ * without calls or returns that lie on a cycle through s, plus those
+ * reached from them through states live on the same bytes as s (the
+ * counter states of a bounded run of blanks, which the flexible JSON
+ * whitespace makes before every value, key and bracket), found among
+ * the first RG_MAX such states reachable from s. A token either
+ * stays in R for all its bytes, or leaves R at a first byte (an exit: a
+ * trie node), or dies before. The tokens that stay in R, and the exit
+ * nodes with the region state before them, depend only on R's structure
+ * and the vocabulary: they are computed once per vocabulary and kept in
+ * a cache keyed by R's canonical form (states numbered in breadth-first
+ * order over bytes 0..255 from s, each byte's target a label, dead, or
+ * out; compared in full, so no collision can pass). The entry of s is
+ * that set plus, per exit node, a walk of its subtree from the grammar's
+ * own state before it (the closing quote and what follows it): a few
+ * hundred nodes instead of the ~100,000 of a permissive state. Exact by
+ * construction: every token is in exactly one of the three cases.
+ *
+ * The cache hangs off the vocabulary (grammar_vocab.rcache), bounded by
+ * RG_BUDGET; buckets are lists pushed by compare-and-swap and never
+ * changed afterwards, read without a lock (a race may insert one region
+ * twice: harmless). */
+
+bool tr_cfg_regions_off; /* tests: compare with the plain walk */
+#include <stdio.h>
+
+static struct gcfg_rcache *rcache_of(const grammar_vocab *v) {
+    _Atomic(struct gcfg_rcache *) *p = &((grammar_vocab *)v)->rcache;
+    struct gcfg_rcache *rc = atomic_load_explicit(p, memory_order_acquire);
+    if (rc) return rc;
+    struct gcfg_rcache *fresh = malloc(sizeof *fresh);
+    if (!fresh) return NULL;
+    for (uint32_t i = 0; i < RG_BUCKETS; i++) atomic_init(&fresh->head[i], NULL);
+    atomic_init(&fresh->used, sizeof *fresh);
+    if (atomic_compare_exchange_strong_explicit(p, &rc, fresh, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return fresh;
+    free(fresh); /* another thread's cache is in rc */
+    return rc;
+}
+
+void tr_cfg_rcache_free(struct gcfg_rcache *rc) {
+    if (!rc) return;
+    for (uint32_t i = 0; i < RG_BUCKETS; i++) {
+        gcfg_region *r = atomic_load_explicit(&rc->head[i], memory_order_relaxed);
+        while (r) {
+            gcfg_region *n = r->next;
+            free(r);
+            r = n;
+        }
+    }
+    free(rc);
+}
+
+/* Whether state t's row is made (a region search makes s's successors
+ * and no further: making every state within a few bytes of a string's
+ * body made 39 states per search over the dev schemas, 3,000 cycles
+ * each, most of them never used; a state a token can reach is made by
+ * the first walk that reaches it, so later searches see more of the
+ * region: each form is a region of its own, all exact). */
+static bool gl_made(gcfg *g, uint32_t t) {
+    gl_chunk *ch = atomic_load_explicit(&g->chunks[t / GL_CH], memory_order_acquire);
+    return ch && atomic_load_explicit(&ch->ready[t % GL_CH], memory_order_acquire);
+}
+
+/* Explores the states without calls or returns reachable from s (at most
+ * RG_MAX); returns a bit set of those (by exploration index, in ex[]) in
+ * its region, or 0 when s has none worth it (alone, without a loop). */
+static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
+    gcfg *g = w->x.cfg;
+    if (gl_flags(g, s) != GCFG_BYTES) return 0;
+    /* exploring makes states; never let it be what exhausts the budget */
+    if (tr_cfg_n_states(g) + RG_MAX >= g->max_states) return 0;
+    memset(w->rg_key, 0, sizeof w->rg_key);
+    uint32_t n = 1;
+    ex[0] = s;
+    w->rg_pred[0] = 0;
+    rg_put(w, s, 0);
+    for (uint32_t u = 0; u < n; u++) {
+        gl_chunk *ch = gl_ready(g, ex[u]);
+        const uint32_t *row = ch->rows + (size_t)(ex[u] % GL_CH) * g->n_cls;
+        w->rg_succ[u] = 0;
+        memset(w->rg_live[u], 0, sizeof w->rg_live[u]);
+        for (uint32_t c = 0; c < g->n_cls; c++) {
+            uint32_t t = row[c];
+            if (t == GDFA_DEAD) continue;
+            w->rg_live[u][c >> 6] |= 1ull << (c & 63);
+            uint32_t l = rg_label(w, t);
+            if (l == RG_NONE) {
+                if (n == RG_MAX || (u && !gl_made(g, t)) || gl_flags(g, t) != GCFG_BYTES)
+                    continue;
+                l = n++;
+                ex[l] = t;
+                w->rg_pred[l] = 0;
+                rg_put(w, t, l);
+            }
+            w->rg_pred[l] |= 1ull << u;
+            w->rg_succ[u] |= 1ull << l;
+        }
+    }
+    if (gl_failed(g)) return 0;
+    uint64_t in = 1, todo = 1;
+    while (todo) {
+        uint32_t u = (uint32_t)__builtin_ctzll(todo);
+        todo &= todo - 1;
+        uint64_t fresh = w->rg_pred[u] & ~in;
+        in |= fresh;
+        todo |= fresh;
+    }
+    /* and the states reached through states that take the same bytes as
+     * s (a bounded run of blanks: a chain of counter states, no cycle) */
+    uint64_t same = 0;
+    for (uint32_t u = 0; u < n; u++)
+        same |= (uint64_t)!memcmp(w->rg_live[u], w->rg_live[0], sizeof w->rg_live[0]) << u;
+    todo = in;
+    while (todo) {
+        uint32_t u = (uint32_t)__builtin_ctzll(todo);
+        todo &= todo - 1;
+        uint64_t fresh = w->rg_succ[u] & same & ~in;
+        in |= fresh;
+        todo |= fresh;
+    }
+    if (in == 1 && !(gl_aloop(g, s)[0] | gl_aloop(g, s)[1])) return 0; /* nothing to share */
+    return in;
+}
+
+/* The region of s in canonical form: w->rg_n labels (rg_state, rg_key),
+ * rg_table; returns rg_n (0: none) and its hash. */
+static uint32_t region_find(gcfg_walker *w, uint32_t s, uint64_t *hash) {
+    gcfg *g = w->x.cfg;
+    uint32_t ex[RG_MAX], canon[RG_MAX], order[RG_MAX];
+    uint64_t in = region_explore(w, s, ex);
+    if (!in) return 0;
+    for (uint32_t e = 0; e < RG_MAX; e++) canon[e] = RG_NONE;
+    canon[0] = 0;
+    order[0] = 0;
+    uint32_t m = 1;
+    uint8_t code[256];
+    for (uint32_t k = 0; k < m; k++) {
+        const uint32_t *row = gl_ready(g, ex[order[k]])->rows +
+                              (size_t)(ex[order[k]] % GL_CH) * g->n_cls;
+        bool seen[256] = {false};
+        uint8_t *tb = w->rg_table + (size_t)k * 256;
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t c = g->cls[b];
+            if (!seen[c]) { /* labels in order of first byte: canonical */
+                seen[c] = true;
+                uint32_t t = row[c], e = t == GDFA_DEAD ? RG_NONE : rg_label(w, t);
+                if (t == GDFA_DEAD)
+                    code[c] = RG_DEAD;
+                else if (e == RG_NONE || !(in >> e & 1))
+                    code[c] = RG_OUT;
+                else {
+                    if (canon[e] == RG_NONE) {
+                        canon[e] = m;
+                        order[m++] = e;
+                    }
+                    code[c] = (uint8_t)canon[e];
+                }
+            }
+            tb[b] = code[c];
+        }
+    }
+    memset(w->rg_key, 0, sizeof w->rg_key);
+    for (uint32_t k = 0; k < m; k++) {
+        w->rg_state[k] = ex[order[k]];
+        rg_put(w, ex[order[k]], k);
+    }
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ m;
+    for (size_t j = 0; j < (size_t)m * 256; j += 8) {
+        uint64_t x;
+        memcpy(&x, w->rg_table + j, 8);
+        h = (h ^ x) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    *hash = h;
+    w->rg_n = m;
+    return m;
+}
+
+/* Walks the vocabulary through the region of s (labelled by region_find):
+ * a new region entry (heap), or NULL. */
+static gcfg_region *region_compute(gcfg_walker *w, const grammar_vocab *v, uint32_t s,
+                                   uint64_t hash, size_t *bytes) {
+    gcfg_ctx *x = &w->x;
+    size_t nw = v->n_words, tb = (size_t)w->rg_n * 256;
+    x->per = &w->none;
+    x->per_fh = NULL;
+    tr_cfg_ctx_reset(x);
+    w->ci = true;
+    w->n_esc = 0;
+    w->n_rx = 0;
+    gcfg_config start = {s, 0};
+    w->tmp.n = 0;
+    tr_cfg_closure(x, &start, 1, &w->tmp);
+    bool comp = !x->err && prefer_complement(w, v);
+    if (comp)
+        memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
+    else
+        memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
+    w->region = true;
+    if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
+    w->region = false;
+    /* a region has no return, so no escape point: anything else is a bug */
+    if (x->err || gl_failed(x->cfg) || w->n_esc) return NULL;
+    *bytes = sizeof(gcfg_region) + nw * sizeof(uint64_t) + (size_t)w->n_rx * 8 + tb;
+    gcfg_region *r = malloc(*bytes);
+    if (!r) return NULL;
+    r->next = NULL;
+    r->hash = hash;
+    r->n_lab = w->rg_n;
+    r->n_exit = w->n_rx;
+    memcpy(r->bits, w->bits, nw * sizeof *r->bits);
+    r->exit = (uint32_t(*)[2])(r->bits + nw);
+    if (w->n_rx) memcpy(r->exit, w->rx, (size_t)w->n_rx * 8);
+    r->table = (uint8_t *)(r->exit + w->n_rx);
+    memcpy(r->table, w->rg_table, tb);
+    return r;
+}
+
+/* Publishes r in rc if the budget allows (then rc owns it). */
+static bool region_publish(struct gcfg_rcache *rc, gcfg_region *r, size_t bytes) {
+    uint64_t before = atomic_fetch_add_explicit(&rc->used, bytes, memory_order_relaxed);
+    if (before + bytes > RG_BUDGET) {
+        atomic_fetch_sub_explicit(&rc->used, bytes, memory_order_relaxed);
+        return false;
+    }
+    _Atomic(gcfg_region *) *hd = &rc->head[r->hash % RG_BUCKETS];
+    gcfg_region *old = atomic_load_explicit(hd, memory_order_acquire);
+    do {
+        r->next = old;
+    } while (!atomic_compare_exchange_weak_explicit(hd, &old, r, memory_order_release,
+                                                    memory_order_acquire));
+    return true;
+}
+
+/* The entry of s through its region (heap), or NULL: s has no region, or
+ * something failed (the caller then walks as usual). */
+static gcfg_entry *region_entry(gcfg_walker *w, const grammar_vocab *v, uint32_t s) {
+    uint64_t h;
+    if (tr_cfg_regions_off || !region_find(w, s, &h)) return NULL;
+    struct gcfg_rcache *rc = rcache_of(v);
+    if (!rc) return NULL;
+    size_t tb = (size_t)w->rg_n * 256, nw = v->n_words, bytes = 0;
+    const gcfg_region *r = atomic_load_explicit(&rc->head[h % RG_BUCKETS], memory_order_acquire);
+    while (r && !(r->hash == h && r->n_lab == w->rg_n && !memcmp(r->table, w->rg_table, tb)))
+        r = r->next;
+    gcfg_region *own = NULL;
+    if (!r) {
+        if (!(own = region_compute(w, v, s, h, &bytes))) return NULL;
+        r = own;
+        if (region_publish(rc, own, bytes)) own = NULL;
+    }
+    gcfg_ctx *x = &w->x;
+    x->per = &w->none;
+    x->per_fh = NULL;
+    tr_cfg_ctx_reset(x);
+    w->ci = true;
+    w->n_esc = 0;
+    memcpy(w->bits, r->bits, nw * sizeof *w->bits);
+    w->bits[nw] = 0;
+    const gtrie *tr = &v->trie;
+    for (uint32_t k = 0; k < r->n_exit && !x->err; k++) {
+        uint32_t node = r->exit[k][0];
+        w->tmp.n = 0;
+        gcfg_config from = {w->rg_state[r->exit[k][1]], 0};
+        tr_cfg_closure(x, &from, 1, &w->tmp); /* itself: no call, no return */
+        if (!x->err) walk(w, v, tr->depth[node] - 1u, node, tr->next[node], w->bits, false);
+    }
+    free(own);
+    return entry_pack(w, nw, false);
+}
+
 /* The stack-independent entry of state s (heap; NULL on out-of-memory). */
 static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
                                  uint32_t s) {
@@ -517,6 +878,13 @@ static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
     else
         memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
     if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
+    return entry_pack(w, nw, esc0);
+}
+
+/* The entry made of w->bits and w->esc after a stack-independent walk
+ * (heap; NULL when the walk failed or on out-of-memory). */
+static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0) {
+    gcfg_ctx *x = &w->x;
     bool overflow = x->err == TR_ERR_LIMIT;
     if ((x->err && !overflow) || gl_failed(x->cfg)) return NULL; /* never memoized */
     uint32_t n_esc = overflow ? 0 : w->n_esc;
@@ -548,7 +916,8 @@ static const gcfg_entry *entry_of(gcfg_matcher *c, const grammar_vocab *v,
         if (e) return e;
     }
     *computed = true;
-    gcfg_entry *e = compute_entry(c->w, v, s);
+    gcfg_entry *e = region_entry(c->w, v, s);
+    if (!e) e = compute_entry(c->w, v, s);
     if (memo && !slot) slot = memo_slot(memo, s, true);
     if (!e || !slot) {
         *owned = e;

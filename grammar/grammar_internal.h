@@ -341,7 +341,14 @@ struct grammar_vocab {
     uint32_t n_dups;
     uint32_t max_len; /* longest token in the trie */
     uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
+    /* Token sets of looping lexer regions (the inside of a JSON string,
+     * digits...), shared by every grammar using this vocabulary
+     * (cfg_mask.c, "Regions"); made on first use, lock-free. */
+    _Atomic(struct gcfg_rcache *) rcache;
 };
+
+/* Frees a vocabulary's region cache (cfg_mask.c; vocab_destroy). */
+void tr_cfg_rcache_free(struct gcfg_rcache *rc);
 
 /* ---------------------------------------------------------------------
  * Token masks (mask.c)

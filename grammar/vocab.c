@@ -57,6 +57,7 @@ static void vocab_destroy(grammar_vocab *v) {
     for (uint32_t c = 0; v->trie.cmask && c < v->trie.n_checks; c++) free(v->trie.cmask[c]);
     free(v->trie.cmask);
     free(v->dups);
+    tr_cfg_rcache_free(atomic_load_explicit(&v->rcache, memory_order_acquire));
     free(v);
 }
 
@@ -281,6 +282,7 @@ tr_status tr_grammar_vocab_new(const grammar_vocab_desc *desc,
                                desc->eog_ids[i]);
     grammar_vocab *v = calloc(1, sizeof *v);
     if (!v) return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
+    atomic_init(&v->rcache, NULL);
     v->n_vocab = n;
     v->n_words = ((size_t)n + 63) / 64;
     v->bytes = malloc(total ? (size_t)total : 1);

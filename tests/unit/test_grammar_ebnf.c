@@ -1246,6 +1246,97 @@ static void test_memo_threads(void **state) {
     tr_grammar_vocab_free(v);
 }
 
+/* Regions (cfg_mask.c): the entries of looping lexer states, built from
+ * the vocabulary's shared region cache plus per-grammar exit walks, equal
+ * the plain walk's, mask for mask, on several grammars sharing one
+ * vocabulary (so later grammars hit regions made by earlier ones), and
+ * 4 threads filling a fresh vocabulary's cache at once agree. */
+static uint64_t walk_hash(grammar *g, grammar_vocab *v, uint64_t seed, int steps) {
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t *mask = malloc(nw * 8), h = 0xcbf29ce484222325ULL;
+    grammar_matcher *m;
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    tg_rng r = {seed};
+    for (int i = 0; i < steps; i++) {
+        tr_status st = tr_grammar_matcher_fill_mask(m, mask, nw);
+        h = hash_words(h ^ (uint64_t)(st + 1000), mask, st ? 0 : nw);
+        size_t cnt = st ? 0 : tr_grammar_mask_count(mask, nw);
+        if (cnt == 0) break; /* a budget (C's stacks): same on both sides */
+        int32_t id = tr_grammar_mask_nth(mask, nw, tg_below(&r, (uint32_t)cnt));
+        if (tr_grammar_vocab_is_eog(v, id)) {
+            tr_grammar_matcher_reset(m);
+            continue;
+        }
+        assert_int_equal(tr_grammar_matcher_accept_token(m, id), TR_OK);
+    }
+    tr_grammar_matcher_free(m);
+    free(mask);
+    return h;
+}
+
+static void test_regions(void **state) {
+    (void)state;
+    static const char *const names[] = {"json.gbnf", "schema_tree.gbnf", "schema_flat.gbnf",
+                                        "list.gbnf", "c.gbnf"};
+    int steps = small_scale() ? 100 : 600;
+    for (int pass = 0; pass < 2; pass++) {
+        tg_rng r = {0x5EED + (uint64_t)pass};
+        grammar_vocab *v = pass == 0 ? char_vocab(&r, k_chars, (int)TR_ARRAY_LEN(k_chars), 3000)
+                                     : (model_present() ? tg_vocab_smollm2() : NULL);
+        if (!v) continue;
+        for (size_t gi = 0; gi < TR_ARRAY_LEN(names); gi++) {
+            size_t len;
+            char *text = read_data(names[gi], &len);
+            grammar *a = NULL, *b = NULL;
+            assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &a, NULL), TR_OK);
+            assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &b, NULL), TR_OK);
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                tr_cfg_regions_off = true;
+                uint64_t want = walk_hash(a, v, seed * 7919 + gi, steps);
+                tr_cfg_regions_off = false;
+                uint64_t got = walk_hash(b, v, seed * 7919 + gi, steps);
+                if (got != want) fail_msg("%s seed %d: masks differ with regions", names[gi], (int)seed);
+            }
+            tr_grammar_free(a);
+            tr_grammar_free(b);
+            free(text);
+        }
+        tr_grammar_vocab_free(v);
+    }
+    /* a fresh vocabulary's cache filled by 4 threads on 4 grammars */
+    tg_rng r = {0xC0FFEE};
+    grammar_vocab *v = char_vocab(&r, k_chars, (int)TR_ARRAY_LEN(k_chars), 3000);
+    size_t len;
+    char *text = read_data("json.gbnf", &len);
+    grammar *g[4];
+    tr_cfg_regions_off = true;
+    uint64_t want;
+    {
+        grammar *ref = NULL;
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &ref, NULL), TR_OK);
+        walk_job j = {ref, v, 99, steps, 0};
+        run_walk(&j);
+        want = j.hash;
+        tr_grammar_free(ref);
+    }
+    tr_cfg_regions_off = false;
+    pthread_t th[4];
+    walk_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &g[i], NULL), TR_OK);
+        jobs[i] = (walk_job){g[i], v, 99, steps, 0};
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, run_walk, &jobs[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(jobs[i].hash == want);
+        tr_grammar_free(g[i]);
+    }
+    free(text);
+    tr_grammar_vocab_free(v);
+}
+
 static void test_stats_dump(void **state) {
     (void)state;
     size_t len;
@@ -1284,6 +1375,7 @@ int main(void) {
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_random_grammars),
         cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_regions),
         cmocka_unit_test(test_api_stacks),
         cmocka_unit_test(test_stacks_budget),
         cmocka_unit_test(test_budgets),
