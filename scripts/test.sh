@@ -12,9 +12,11 @@
 #              test against it; a leak or UB report makes the server exit
 #              non-zero, which fails its test
 #   tsan       the engine's fake-model tests (test_engine, test_end_span)
-#              and the grammar-cache tests under ThreadSanitizer (small
-#              scale): submit, cancel, events, the compute thread sampling
-#              half the rows, concurrent compiles and shared memos
+#              and the grammar tests that share state across threads
+#              (test_grammar_cache; test_grammar_ebnf's regions and memo
+#              threads) under ThreadSanitizer (small scale): submit,
+#              cancel, events, the compute thread sampling half the rows,
+#              concurrent compiles, shared memos and region caches
 #   core-only  the model core (base, kernels, gguf, model) and its tests,
 #              configured with every other package disabled: what a GPU
 #              test machine without our dependencies builds
@@ -82,7 +84,7 @@ stage_tsan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target test_engine test_grammar_cache test_end_span \
-          >/dev/null || return 1
+          test_grammar_ebnf >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
     # test_measure_real) are left out: the same engine threads and queues
@@ -94,6 +96,8 @@ stage_tsan() {
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
+    TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_regions' "$b/tests/test_grammar_ebnf" &&
+    TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_memo_threads' "$b/tests/test_grammar_ebnf" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_SKIP='*_real' "$b/tests/test_end_span"
 }
 

@@ -1382,5 +1382,9 @@ int main(void) {
         cmocka_unit_test(test_memo_threads),
         cmocka_unit_test(test_stats_dump),
     };
+    /* TRELLIS_TEST_FILTER=<glob> runs a subset (the tsan stage: the
+     * threaded ones) */
+    const char *filter = getenv("TRELLIS_TEST_FILTER");
+    if (filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
