@@ -16,8 +16,8 @@
 #              test machine without our dependencies builds
 #   install    cmake --install into a temporary prefix, then the samples
 #              built against it with pkg-config (shared and static) and run
-#   fuzz       every libFuzzer target for FUZZ_SECONDS (default 10) from
-#              its checked-in corpus (clang)
+#   fuzz       tests/fuzz/run.sh: every libFuzzer target for FUZZ_SECONDS
+#              (default 10) from its checked-in corpus (clang)
 #
 # STAGES="release asan" runs only those stages.
 set -uo pipefail
@@ -109,30 +109,8 @@ stage_install() {
 }
 
 stage_fuzz() {
-    if ! command -v clang >/dev/null 2>&1; then
-        echo "  clang not found"; return 1
-    fi
-    CC=clang cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_BUILD_TYPE=Debug \
-          -DTRELLIS_FUZZ=ON -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null || return 1
-    local targets=() t name
-    for src in "$here"/tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
-    cmake --build "$here/build-fuzz" -j "$jobs" --target "${targets[@]}" >/dev/null || return 1
-    for t in "${targets[@]}"; do
-        name="${t#fuzz_}"
-        mkdir -p "$work/fuzz/$name"
-        cp -r "$here/tests/fuzz/corpus/$name/." "$work/fuzz/$name/" 2>/dev/null || true
-        if ! (cd "$work/fuzz" && "$here/build-fuzz/tests/$t" "$work/fuzz/$name" \
-                -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=4096 \
-                >"$work/fuzz/$name.log" 2>&1); then
-            tail -40 "$work/fuzz/$name.log"
-            mkdir -p "$here/tests/fuzz/artifacts"
-            cp "$work"/fuzz/crash-* "$work"/fuzz/leak-* "$work"/fuzz/timeout-* \
-               "$here/tests/fuzz/artifacts/" 2>/dev/null || true
-            echo "fuzz target $t failed (inputs saved in tests/fuzz/artifacts/)" >&2
-            return 1
-        fi
-        echo "  $t: $(grep -o 'Done [0-9]* runs' "$work/fuzz/$name.log" || echo ok)"
-    done
+    # one table row per target; crash inputs land in tests/fuzz/artifacts/
+    bash "$here/tests/fuzz/run.sh" "${FUZZ_SECONDS:-10}"
 }
 
 run_stage setup stage_setup
