@@ -16,7 +16,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 secs="${1:-}"
-if ! [[ "$secs" =~ ^[0-9]+$ ]]; then
+if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2
     exit 2
 fi
