@@ -159,3 +159,59 @@ def test_model_file_removed_while_serving():
                 s.stop()
     finally:
         shutil.rmtree(d)
+
+
+def test_grammar_budgets_are_400s():
+    s = Server("--max-body", "1048576")
+    try:
+        msgs = [{"role": "user", "content": "x"}]
+        cases = [
+            ({"regex": "(a|b)*a(a|b){20}"}, "max_dfa_states"),
+            ({"regex": "a{1001}"}, "max_repeat"),
+            ({"regex": "a" * (300 * 1024)}, "262144"),
+            ({"ebnf": "root ::= " + "(" * 300 + '"a"' + ")" * 300}, None),
+            ({"response_format": {"type": "json_schema", "json_schema": {"name": "d", "schema":
+              {"enum": ["%0100d" % i for i in range(3000)]}}}}, None),
+        ]
+        for extra, needle in cases:
+            st, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, **extra})
+            assert st == 400, (list(extra), st, r)
+            assert r["error"]["code"] in ("invalid_constraint", "unsupported_constraint", None), r
+            if needle:
+                assert needle in r["error"]["message"], r
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_max_connections_503():
+    import socket
+    import time
+    s = Server("--max-connections", "4")
+    try:
+        # connections their clients closed free their slot at once
+        assert [s.get("/health")[0] for _ in range(20)] == [200] * 20
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(4)]
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while True:
+            b = extra.recv(4096)
+            if not b:
+                break
+            got += b
+        assert got.startswith(b"HTTP/1.1 503"), got[:200]
+        for h in held:
+            h.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if s.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
