@@ -70,7 +70,8 @@ def metrics(port):
     c.close()
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^(trellis_kv_pages_\w+|trellis_requests_\w+|trellis_http_connections)\s+(\S+)$", line)
+        m = re.match(r"^(trellis_kv_pages_\w+|trellis_requests_\w+|trellis_http_connections|"
+                     r"trellis_grammar_cache_bytes)\s+(\S+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out
@@ -225,14 +226,15 @@ def main():
                for i in range(a.concurrency)]
     for t in threads:
         t.start()
-    samples = []  # (seconds, rss KiB, pages used, pages free)
+    samples = []  # (seconds, rss KiB, pages used, pages free, grammar cache bytes)
     while time.time() < until:
         time.sleep(min(10, max(0.1, until - time.time())))
         el = time.time() - t0
         m = metrics(port)
         if el >= warm:
             samples.append((el, rss_kib(proc.pid), m.get("trellis_kv_pages_used"),
-                            m.get("trellis_kv_pages_free")))
+                            m.get("trellis_kv_pages_free"),
+                            m.get("trellis_grammar_cache_bytes", 0)))
     for t in threads:
         t.join(timeout=600)
     m1, idle = wait_idle(port)
@@ -253,6 +255,10 @@ def main():
     print("  mix: " + ", ".join(f"{k} {v}" for k, v in sorted(st.counts.items())))
     print(f"  rss after warm-up {rss0 / 1024:.1f} MiB, at the end {rss1 / 1024:.1f} MiB, "
           f"growth {growth:+.2f} % (idle after: {rss_end / 1024:.1f} MiB)")
+    if samples:  # the RSS curve at fifths of the run after warm-up
+        pts = [samples[min(len(samples) - 1, i * (len(samples) - 1) // 5)] for i in range(6)]
+        print("  rss MiB / grammar cache MiB at t: " + ", ".join(
+            f"{p[0]:.0f}s {p[1] / 1024:.1f}/{p[4] / 2**20:.1f}" for p in pts))
     print(f"  pages: total {m1.get('trellis_kv_pages_total', 0):.0f}, free at start "
           f"{m0.get('trellis_kv_pages_free', 0):.0f}, idle at the end: free "
           f"{m1.get('trellis_kv_pages_free', 0):.0f} + cached "
