@@ -7,10 +7,12 @@
 #   release    unit tests, fuzz-corpus replays, symbol check, end-to-end
 #              tests under ctest (Release build in build/)
 #   asan       the unit tests again under AddressSanitizer + UBSan
-#   tsan       the engine's fake-model tests (test_engine, test_end_span)
-#              and the grammar-cache tests under ThreadSanitizer (small
-#              scale): submit, cancel, events, the compute thread sampling
-#              half the rows, concurrent compiles and shared memos
+#   tsan       the engine's fake-model tests (test_engine, test_end_span),
+#              the grammar-cache tests, the server's unit tests and the
+#              DSL's threaded tests (fork, parallel, spawned calls, batches;
+#              over the fake engine and over HTTP) under ThreadSanitizer
+#              (small scale): submit, cancel, events, the compute thread
+#              sampling half the rows, concurrent compiles and shared memos
 #   core-only  the model core (base, kernels, gguf, model) and its tests,
 #              configured with every other package disabled: what a GPU
 #              test machine without our dependencies builds
@@ -63,7 +65,7 @@ stage_tsan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target test_engine test_grammar_cache test_end_span \
-          >/dev/null || return 1
+          test_server test_dsl_interp test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
     # test_measure_real) are left out: the same engine threads and queues
@@ -75,7 +77,10 @@ stage_tsan() {
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
-    TRELLIS_TEST_SCALE=small TRELLIS_TEST_SKIP='*_real' "$b/tests/test_end_span"
+    TRELLIS_TEST_SCALE=small TRELLIS_TEST_SKIP='*_real' "$b/tests/test_end_span" &&
+    "$b/tests/test_server" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_dsl_interp" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_dsl_http"
 }
 
 stage_core_only() {
