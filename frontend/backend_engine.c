@@ -10,9 +10,8 @@
  * object -> a grammar handle (trellis_grammar_compile*, on the submitting
  * task's thread). Both go through the engine's grammar cache, so a
  * select or schema used by every run of a batch compiles once and its
- * token masks are shared. A kind the engine cannot compile yet (JSON
- * Schema before the grammar's JSON Schema part is in the build) fails
- * with the engine's message.
+ * token masks are shared. A constraint the engine cannot compile (a bad
+ * schema, a keyword it cannot enforce) fails with the engine's message.
  */
 #include <pthread.h>
 #include <stdatomic.h>

@@ -38,7 +38,7 @@ static const char usage_text[] =
     "                         (default: what the server reports)\n"
     "  --timeout SECONDS      with --server: longest silence of the server (600)\n"
     "engine (in-process):\n"
-    "  --threads N  --kv-mem MIB  --max-running N  --ctx N  --load auto|mmap|read\n"
+    "  -t, --threads N  --kv-mem MIB  --max-running N  --ctx N  --load auto|mmap|read\n"
     "  --no-radix             no prefix cache across requests (for comparisons)\n"
     "output:\n"
     "  --json                 print {\"return\", \"vars\", \"text\", \"stats\"}\n"
@@ -144,7 +144,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             continue;
         }
         NUM("--parallel", 1, 4096, &o->parallel)
-        NUM("--threads", 0, 1024, &o->threads)
+        if (strcmp(a, "-t") == 0) a = "--threads"; /* as generate and bench */
+        NUM("--threads", 0, TRELLIS_MAX_THREADS, &o->threads)
         NUM("--kv-mem", 1, 1 << 20, &o->kv_mem)
         NUM("--max-running", 1, 4096, &o->max_running)
         NUM("--ctx", 0, 1 << 24, &o->ctx)

@@ -99,7 +99,8 @@ typedef void (*trellis_wake_fn)(void *user);
  *         the page cache and other processes.
  *   READ  read the whole file into memory advised for transparent huge
  *         pages: a copy of the file, and faster passes over the weights (no
- *         TLB miss every 4 KiB; README, "Weights in huge pages").
+ *         TLB miss every 4 KiB; docs/performance.md, "Weights in huge
+ *         pages").
  *   AUTO  READ when transparent huge pages are enabled and the file takes
  *         at most a quarter of the RAM, else MMAP (also MMAP if the memory
  *         for READ cannot be had). */
@@ -107,9 +108,10 @@ enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {
     const char *device;       /* compute backend by name: NULL or "cpu"
-                                 (default); "cuda" where built with CUDA and
-                                 a GPU is present. An unknown or unavailable
-                                 name fails trellis_engine_new, err listing
+                                 (default; the only backend in this
+                                 tree: "cuda" comes with kernels/cuda).
+                                 An unknown or unavailable name fails
+                                 trellis_engine_new, err listing
                                  the backends there are. Borrowed for the
                                  call only. */
     int32_t threads;          /* CPU compute threads, at most

@@ -5,7 +5,7 @@ another GGUF: --model PATH, or --model gemma3-270m for the cached Gemma 3
 
     python3 scripts/bench_cpu.py [--rounds 3] [--threads 1,2] [--model M]
 
-Runs build/tests/bench/bench_model (Trellis) and llama.cpp through
+Runs build/tests/bench_model (Trellis) and llama.cpp through
 llama-cpp-python (venv at ~/.cache/trellis/refvenv, see
 scripts/ref/make_model_ref.py) alternately, same GGUF, same threads, the
 same synthetic 512-token prompt (id_i = (i*7919) % 49000 + 100) prefilled as

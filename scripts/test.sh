@@ -7,6 +7,10 @@
 #   release    unit tests, fuzz-corpus replays, symbol check, end-to-end
 #              tests under ctest (Release build in build/)
 #   asan       the unit tests again under AddressSanitizer + UBSan
+#   server-asan  `trellis` built with ASan + UBSan (RelWithDebInfo, in
+#              build-asan-rel/): the server's e2e tests and the short load
+#              test against it; a leak or UB report makes the server exit
+#              non-zero, which fails its test
 #   tsan       the engine's fake-model tests (test_engine, test_end_span),
 #              the grammar-cache tests, the server's unit tests and the
 #              DSL's threaded tests (fork, parallel, spawned calls, batches;
@@ -21,11 +25,12 @@
 #   fuzz       tests/fuzz/run.sh: every libFuzzer target for FUZZ_SECONDS
 #              (default 10) from its checked-in corpus (clang)
 #
-# STAGES="release asan" runs only those stages.
+# STAGES="release asan" runs only those stages. The setup stage also
+# fetches Gemma 3 270M (238 MB, once; scripts/setup.sh --model gemma3-270m).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
-stages="${STAGES:-release asan tsan core-only install fuzz}"
+stages="${STAGES:-release asan server-asan tsan core-only install fuzz}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 summary=()
@@ -46,7 +51,9 @@ run_stage() { # name function
     fi
 }
 
-stage_setup() { "$here/scripts/setup.sh"; }
+# Gemma 3 270M too: its parity and tokenizer tests (label gemma) are part
+# of every test run; `ctest -LE gemma` leaves them out by hand.
+stage_setup() { "$here/scripts/setup.sh" --model gemma3-270m; }
 
 stage_release() {
     ctest --test-dir "$here/build" --output-on-failure -j "$jobs"
@@ -58,6 +65,18 @@ stage_asan() {
     cmake --build "$here/build-asan" -j "$jobs" >/dev/null &&
     TRELLIS_TEST_SCALE=small ASAN_OPTIONS=detect_leaks=1 \
         ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" -E "^(e2e_|symbols)"
+}
+
+stage_server_asan() {
+    local b="$here/build-asan-rel"
+    cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_SANITIZE=ON \
+          -DTRELLIS_TESTS=OFF -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
+    cmake --build "$b" -j "$jobs" --target trellis >/dev/null || return 1
+    # the release build's venv (build/e2e-venv) serves; only the binary changes
+    export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+    TRELLIS_BIN="$b/trellis" bash "$here/tests/e2e/server/run.sh" "$here/build" -q &&
+    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 200 --concurrency 16 \
+        --max-tokens 8
 }
 
 stage_tsan() {

@@ -569,7 +569,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"--prompt-min", NULL, CLI_INT, &pmin, 1, 2000, "random: shortest prompt", "32"},
         {"--prompt-max", NULL, CLI_INT, &pmax, 1, 2000, "random: longest prompt", "256"},
         {"--device", NULL, CLI_STR, &o->device, 1, 0,
-         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
+         "compute backend (built in today: cpu; a CUDA backend plugs in under this name)", "cpu", .meta = "NAME"},
         {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
          "CPU threads; 0 = one per core", "2"},
         {"--max-batch-tokens", NULL, CLI_INT, &max_batch, 1, 65536,

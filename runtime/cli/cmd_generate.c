@@ -111,7 +111,7 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
         {"--no-jump-forward", NULL, CLI_FLAG, &o->no_jump_forward, 1, 0,
          "sample every token, even those a constraint forces", "off"},
         {"--device", NULL, CLI_STR, &o->device, 1, 0,
-         "compute backend: cpu, or cuda where built with CUDA", "cpu", .meta = "NAME"},
+         "compute backend (built in today: cpu; a CUDA backend plugs in under this name)", "cpu", .meta = "NAME"},
         {"--threads", "-t", CLI_INT, &o->threads, 0, TRELLIS_MAX_THREADS,
          "CPU threads; 0 = one per core", "0"},
         {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,

@@ -1,7 +1,8 @@
-/* constraint.h — the glue between grammar/ and a tokenizer that both the
- * engine and the single-sequence CLI driver (runtime/cli/cmd_generate.c,
- * `trellis bench grammar`) use, so that there is ONE implementation of
- * each piece:
+/* constraint.h — the glue between grammar/ and a tokenizer that the
+ * engine uses (applications reach it only through runtime/trellis.h:
+ * `trellis generate` is a client of the engine; `trellis bench grammar`'s
+ * micro part drives grammar/ directly, without this file), so that there
+ * is ONE implementation of each piece:
  *
  *   - the grammar vocabulary of a tokenizer (token bytes, specials, EOG),
  *   - trellis_constraint_ops over a bare grammar_matcher,

@@ -5,9 +5,9 @@
  * Layering: runtime/engine -> runtime/model (forward), radix (pool + tree),
  * runtime/sampler, runtime/tokenizer, runtime/chat, grammar. The only
  * module that ties them together. The server (runtime/server) and the CLI
- * reach it through runtime/trellis.h only, except constraint.h: the glue
- * between grammar/ and the tokenizer (vocabulary, jump-forward re-encoding)
- * that the CLI's single-sequence `generate` shares with the engine.
+ * reach it through runtime/trellis.h only. constraint.h is the engine's
+ * glue between grammar/ and the tokenizer (vocabulary, jump-forward
+ * re-encoding); no application includes it.
  *
  * The engine in one paragraph. One engine thread runs a loop of steps.
  * Each step it takes new requests and cancellations off its input queue,

@@ -737,8 +737,8 @@ tr_status tr_gguf_open_memory(const void *data, size_t size, gguf_file **out,
 /* The whole file in anonymous memory advised for transparent huge pages,
  * its start 2 MiB-aligned. A forward pass streams every weight once per
  * step; from 4 KiB pages of a file mapping that is a TLB miss every 4 KiB,
- * and the page walks cost decode several percent (README, "Weights in
- * huge pages"). NULL with errno set on failure; *raw / *raw_size are what
+ * and the page walks cost decode several percent (docs/performance.md,
+ * "Weights in huge pages"). NULL with errno set on failure; *raw / *raw_size are what
  * munmap takes. */
 #define GGUF_HUGE (2u << 20)
 static void *read_resident(int fd, size_t size, void **raw, size_t *raw_size,

@@ -89,7 +89,7 @@ typedef struct gguf_file gguf_file;
  *   READ  the whole file read into anonymous memory advised for transparent
  *         huge pages (2 MiB-aligned): costs a copy of the file and the time
  *         to read it, and makes every pass over the weights cheaper (no TLB
- *         miss per 4 KiB; measured in README, "Weights in huge pages").
+ *         miss per 4 KiB; measured in docs/performance.md, "Weights in huge pages").
  *   AUTO  READ if transparent huge pages are enabled (see
  *         tr_gguf_huge_pages_available), the file takes at most a quarter of
  *         the machine's RAM and the memory can be had, else MMAP. */

@@ -2,7 +2,7 @@
  * are made of one core issues per cycle, alone and mixed (x86-64 with
  * AVX2+FMA only; elsewhere it says so and exits 0).
  *
- * Why it exists: README's account of the 32-stream ceiling rests on these
+ * Why it exists: docs/performance.md's account of the 32-stream ceiling rests on these
  * figures (which instructions share execution ports on this CPU, and what
  * the inner loops of the Q4_1 and Q8_0 kernels cost per 256 multiply-adds
  * at best). Each line times a loop of independent register-only

@@ -80,6 +80,7 @@ def usage_errors():
                          ((sample("chain.tr"), "--bogus"), "unknown option '--bogus'"),
                          ((sample("chain.tr"), "--arg", "novalue"), "NAME=VALUE"),
                          ((sample("chain.tr"), "--parallel", "0"), "--parallel needs an integer"),
+                         ((sample("chain.tr"), "-t", "99999"), "--threads needs an integer in 0..512"),
                          ((sample("chain.tr"), "-m", "x.gguf", "--server", "http://h:1"),
                           "not both"),
                          (("/nonexistent/x.tr",), "cannot open /nonexistent/x.tr"),

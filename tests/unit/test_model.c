@@ -43,7 +43,7 @@
 #include "runtime/model/model.h"
 #include "tests/unit/test_env.h"
 
-/* Tolerances, measured and justified in README ("Parity with llama.cpp"):
+/* Tolerances, measured and justified in docs/performance.md ("Parity with llama.cpp"):
  * both engines quantize activations to 8 bits before the integer dot
  * products and sum in different orders, so logits differ by rounding noise
  * that grows through 30 layers. Logits of this model span about +-30. */
