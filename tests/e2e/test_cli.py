@@ -13,9 +13,12 @@ import json, os, re, subprocess, sys, tempfile
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 TRELLIS = os.path.join(BUILD, "trellis")
+# found as the binary finds it (base/paths.h): TRELLIS_MODEL, else
+# TRELLIS_CACHE/models, else $XDG_CACHE_HOME or ~/.cache under trellis/models
 MODEL = os.environ.get("TRELLIS_MODEL") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-    "trellis", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    os.environ.get("TRELLIS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trellis"),
+    "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 TMP = tempfile.mkdtemp(prefix="trellis-e2e-")
 results = []
 
