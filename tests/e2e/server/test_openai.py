@@ -392,9 +392,11 @@ def test_sigterm_lets_inflight_finish():
                                                   "ignore_eos": True}))
     t = threading.Thread(target=long_req)
     t.start()
-    deadline = time.time() + 10
+    # generous: under ASan on a loaded machine the request takes seconds to arrive
+    deadline = time.time() + 60
     while s.get("/server_info")[1]["in_flight"] == 0 and time.time() < deadline:
         time.sleep(0.01)
+    assert s.get("/server_info")[1]["in_flight"] == 1  # SIGTERM must find it in flight
     s.proc.send_signal(__import__("signal").SIGTERM)
     t.join()
     assert results[0][0] == 200 and results[0][1]["usage"]["completion_tokens"] == 60
