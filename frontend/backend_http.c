@@ -85,7 +85,7 @@ static void error_message(const tr_dsl_buf *body, char *out, size_t cap) {
         if (!m) m = json_string_value(json_object_get(j, "detail"));
     }
     snprintf(out, cap, "%.400s", m ? m : body->p ? body->p : "(no body)");
-    json_decref(j);
+    tr_dsl_unref(j);
 }
 
 /* ---- one request ---- */
@@ -121,7 +121,7 @@ static void sse_line(stream_state *st, const char *l, size_t n) {
         error_message(&b, st->error, sizeof st->error);
         tr_dsl_buf_free(&b);
         st->bad = true;
-        json_decref(j);
+        tr_dsl_unref(j);
         return;
     }
     const char *text = json_string_value(json_object_get(j, "text"));
@@ -139,7 +139,7 @@ static void sse_line(stream_state *st, const char *l, size_t n) {
             tr_dsl_buf_put(&st->text, add, add_len);
         }
     }
-    json_decref(st->last);
+    tr_dsl_unref(st->last);
     st->last = j;
 }
 
@@ -207,7 +207,7 @@ static tr_status post_json(http_backend *b, const char *path, json_t *body, json
     *out = resp.body.p ? json_loadb(resp.body.p, resp.body.len, 0, NULL) : NULL;
     tr_dsl_buf_free(&resp.body);
     if (!json_is_object(*out)) {
-        json_decref(*out);
+        tr_dsl_unref(*out);
         snprintf(err, cap, "POST %s: the answer is not a JSON object", path);
         return TR_ERR_FORMAT;
     }
@@ -219,15 +219,15 @@ static tr_status tokenize(http_backend *b, json_t *text, json_t **ids, char *err
     json_t *req = json_pack("{s:O}", "text", text), *ans = NULL;
     if (!req) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
     tr_status s = post_json(b, "/tokenize", req, &ans, err, cap);
-    json_decref(req);
+    tr_dsl_unref(req);
     if (s) return s;
     json_t *t = json_object_get(ans, "tokens");
     if (!json_is_array(t)) {
-        json_decref(ans);
+        tr_dsl_unref(ans);
         return fail(err, cap, TR_ERR_FORMAT, "POST /tokenize: no \"tokens\" in the answer");
     }
-    *ids = json_incref(t);
-    json_decref(ans);
+    *ids = tr_dsl_ref(t);
+    tr_dsl_unref(ans);
     return TR_OK;
 }
 
@@ -300,7 +300,7 @@ static void run_job(http_backend *b, job *jb) {
                 memcpy(out.text, json_string_value(text), out.len + 1);
             }
         }
-        json_decref(j);
+        tr_dsl_unref(j);
     }
     if (out.status != TR_OK) {
         free(out.text);
@@ -310,7 +310,7 @@ static void run_job(http_backend *b, job *jb) {
     tr_dsl_buf_free(&resp.body);
     tr_dsl_buf_free(&st.line);
     tr_dsl_buf_free(&st.text);
-    json_decref(st.last);
+    tr_dsl_unref(st.last);
     jb->sink.done(jb->sink.user, &out);
     tr_dsl_gen_out_deinit(&out);
 }
@@ -330,7 +330,7 @@ static void *worker_main(void *arg) {
         if (!b->head) b->tail = NULL;
         pthread_mutex_unlock(&b->mu);
         run_job(b, jb);
-        json_decref(jb->body);
+        tr_dsl_unref(jb->body);
         free(jb);
         pthread_mutex_lock(&b->mu);
     }
@@ -364,7 +364,7 @@ static json_t *request_json(const tr_dsl_gen_req *r, char *err, size_t cap) {
     case TR_DSL_CONSTRAINT_CHOICES: {
         char *re = tr_dsl_choices_regex(r->choices, r->n_choices);
         if (!re) {
-            json_decref(sp);
+            tr_dsl_unref(sp);
             return NULL;
         }
         json_object_set_new(sp, "regex", json_string(re));
@@ -380,7 +380,7 @@ static json_t *request_json(const tr_dsl_gen_req *r, char *err, size_t cap) {
     }
     json_t *text = json_stringn(r->prompt, r->prompt_len);
     if (!text) {
-        json_decref(sp);
+        tr_dsl_unref(sp);
         snprintf(err, cap, "the prompt is not valid UTF-8");
         return NULL;
     }
@@ -396,7 +396,7 @@ static tr_status http_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
     if (!j) return err[0] ? TR_ERR_INVALID_ARG : fail(err, cap, TR_ERR_NOMEM, "out of memory");
     job *jb = calloc(1, sizeof *jb);
     if (!jb) {
-        json_decref(j);
+        tr_dsl_unref(j);
         return fail(err, cap, TR_ERR_NOMEM, "out of memory");
     }
     jb->body = j;
@@ -422,7 +422,7 @@ static tr_status http_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
         pthread_mutex_unlock(&b->mu);
         if (mine) {
             run_job(b, jb);
-            json_decref(jb->body);
+            tr_dsl_unref(jb->body);
             free(jb);
         }
     }
@@ -484,7 +484,7 @@ static tr_status probe(http_backend *b, char *err, size_t cap) {
             json_t *j = json_loadb(resp.body.p ? resp.body.p : "", resp.body.len, 0, NULL);
             const char *t = json_string_value(json_object_get(j, "chat_template"));
             if (t && !b->chat_template) b->chat_template = strdup(t);
-            json_decref(j);
+            tr_dsl_unref(j);
             tr_dsl_buf_free(&resp.body);
             return TR_OK;
         }
@@ -517,7 +517,7 @@ static tr_status probe_special(http_backend *b, char *err, size_t cap) {
     json_t *ids = NULL, *ans = NULL;
     char e[512];
     if (!t || tokenize(b, t, &ids, e, sizeof e) != TR_OK) {
-        json_decref(t);
+        tr_dsl_unref(t);
         return TR_OK; /* no /tokenize: text it is */
     }
     json_t *req = json_pack("{s:O, s:{s:i, s:f}}", "text", t, "sampling_params",
@@ -527,10 +527,10 @@ static tr_status probe_special(http_backend *b, char *err, size_t cap) {
             json_object_get(json_object_get(ans, "meta_info"), "prompt_tokens"));
         b->send_ids = n > (json_int_t)json_array_size(ids);
     }
-    json_decref(req);
-    json_decref(ans);
-    json_decref(ids);
-    json_decref(t);
+    tr_dsl_unref(req);
+    tr_dsl_unref(ans);
+    tr_dsl_unref(ids);
+    tr_dsl_unref(t);
     return TR_OK;
 }
 

@@ -88,7 +88,7 @@ static void flush(batch *b) {
         size_t i = b->emitted++;
         if (line) {
             b->emit(b->user, i, line);
-            json_decref(line);
+            tr_dsl_unref(line);
         }
     }
 }
@@ -200,7 +200,7 @@ tr_status tr_dsl_batch_run(tr_dsl_session *s, const char *fn, json_t *const *inp
     for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
     pthread_cond_destroy(&b.cv);
     pthread_mutex_destroy(&b.mu);
-    for (size_t i = 0; i < n; i++) json_decref(b.slots[i].line);
+    for (size_t i = 0; i < n; i++) tr_dsl_unref(b.slots[i].line);
     free(b.slots);
     free(th);
     st->sum.wall_ms = (double)(tr_now_ns() - t0) / 1e6;

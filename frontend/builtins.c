@@ -61,7 +61,7 @@ static tr_status b_len(tr_dsl_builtin_env *env, json_t *const *args, int32_t n, 
 }
 
 static tr_status b_str(tr_dsl_builtin_env *env, json_t *const *args, int32_t n, json_t **out) {
-    if (json_is_string(args[0])) return ret(json_incref(args[0]), out);
+    if (json_is_string(args[0])) return ret(tr_dsl_ref(args[0]), out);
     tr_dsl_buf b = {0};
     tr_status s = tr_dsl_value_append_text(&b, args[0]);
     if (s == TR_OK) s = ret_str(env, b.p ? b.p : "", b.len, out);
@@ -113,12 +113,12 @@ static tr_status load_jsonl(tr_dsl_builtin_env *env, const char *path, const cha
             json_error_t je;
             json_t *v = json_loadb(text + a, b - a, JSON_DECODE_ANY, &je);
             if (!v) {
-                json_decref(list);
+                tr_dsl_unref(list);
                 return fail(env, TR_ERR_FORMAT, "load: %s line %d is not JSON: %s (column %d)",
                             path, line, je.text, je.column);
             }
             if (json_array_append_new(list, v)) {
-                json_decref(list);
+                tr_dsl_unref(list);
                 return TR_ERR_NOMEM;
             }
         }
@@ -199,7 +199,7 @@ static tr_status b_range(tr_dsl_builtin_env *env, json_t *const *args, int32_t n
     if (!list) return TR_ERR_NOMEM;
     for (json_int_t i = a; i < b; i++)
         if (json_array_append_new(list, json_integer(i))) {
-            json_decref(list);
+            tr_dsl_unref(list);
             return TR_ERR_NOMEM;
         }
     *out = list;
@@ -249,14 +249,14 @@ static tr_status b_split(tr_dsl_builtin_env *env, json_t *const *args, int32_t n
     size_t pos = 0;
     for (;;) {
         if ((int64_t)json_array_size(list) >= env->max_items) {
-            json_decref(list);
+            tr_dsl_unref(list);
             return fail(env, TR_ERR_LIMIT, "split: more than %lld pieces",
                         (long long)env->max_items);
         }
         const char *hit = memmem(s + pos, len - pos, sep, sl);
         size_t end = hit ? (size_t)(hit - s) : len;
         if (json_array_append_new(list, json_stringn_nocheck(s + pos, end - pos))) {
-            json_decref(list);
+            tr_dsl_unref(list);
             return TR_ERR_NOMEM;
         }
         if (!hit) break;
@@ -337,7 +337,7 @@ static tr_status b_ends_with(tr_dsl_builtin_env *env, json_t *const *args, int32
 /* int("42"), int(3.9) == 3, int(true) == 1 */
 static tr_status b_int(tr_dsl_builtin_env *env, json_t *const *args, int32_t n, json_t **out) {
     const json_t *v = args[0];
-    if (json_is_integer(v)) return ret(json_incref((json_t *)v), out);
+    if (json_is_integer(v)) return ret(tr_dsl_ref((json_t *)v), out);
     if (json_is_real(v)) {
         double d = json_real_value(v);
         if (!(d > -9.2e18 && d < 9.2e18))
@@ -387,7 +387,7 @@ static tr_status b_keys(tr_dsl_builtin_env *env, json_t *const *args, int32_t n,
     json_t *v;
     json_object_keylen_foreach(args[0], k, kl, v) {
         if (json_array_append_new(list, json_stringn_nocheck(k, kl))) {
-            json_decref(list);
+            tr_dsl_unref(list);
             return TR_ERR_NOMEM;
         }
     }
@@ -414,7 +414,7 @@ static tr_status fold(tr_dsl_builtin_env *env, const char *name, json_t *const *
         if ((which == 0 && xv < bv) || ((which == 1 || which == 3) && xv > bv)) best = i;
     }
     if (which == 3) return ret(json_integer((json_int_t)best), out);
-    if (which != 2) return ret(json_incref(json_array_get(args[0], best)), out);
+    if (which != 2) return ret(tr_dsl_ref(json_array_get(args[0], best)), out);
     if (all_int) {
         json_int_t s = 0;
         for (size_t i = 0; i < n; i++)

@@ -14,6 +14,7 @@
 
 #include "base/util.h"
 #include "frontend/dsl.h"
+#include "frontend/value.h"
 
 static const char usage_text[] =
     "usage: trellis run SCRIPT [FUNCTION] [options]\n"
@@ -316,7 +317,7 @@ static int run_batch(const run_opts *o, tr_dsl_session *sess, const tr_dsl_scrip
                      "%s line %ld is not a JSON object of arguments ({\"name\": value})",
                      o->batch, lineno);
             errs[n] = strdup(msg);
-            json_decref(inputs[n]);
+            tr_dsl_unref(inputs[n]);
             inputs[n] = NULL;
         }
         n++;
@@ -346,7 +347,7 @@ static int run_batch(const run_opts *o, tr_dsl_session *sess, const tr_dsl_scrip
         }
     }
     for (size_t i = 0; i < n; i++) {
-        json_decref(inputs[i]);
+        tr_dsl_unref(inputs[i]);
         free(errs[i]);
     }
     free(inputs);
@@ -368,14 +369,14 @@ static int run_once(const run_opts *o, tr_dsl_session *sess, const tr_dsl_script
             if (!v) {
                 fprintf(stderr, "trellis run: --arg-json %s: not JSON: %s\n", o->args[i][0],
                         je.text);
-                json_decref(args);
+                tr_dsl_unref(args);
                 return 2;
             }
         } else {
             v = json_string(o->args[i][1]);
             if (!v) {
                 fprintf(stderr, "trellis run: --arg %s: not valid UTF-8\n", o->args[i][0]);
-                json_decref(args);
+                tr_dsl_unref(args);
                 return 2;
             }
         }
@@ -384,7 +385,7 @@ static int run_once(const run_opts *o, tr_dsl_session *sess, const tr_dsl_script
     tr_dsl_result r;
     tr_dsl_error err;
     tr_status s = tr_dsl_session_run(sess, fn, args, &r, &err);
-    json_decref(args);
+    tr_dsl_unref(args);
     if (o->stream) fputc('\n', o->json ? stderr : stdout);
     if (s != TR_OK) {
         char buf[2048];
@@ -398,7 +399,7 @@ static int run_once(const run_opts *o, tr_dsl_session *sess, const tr_dsl_script
         char *j = out ? json_dumps(out, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
         if (j) printf("%s\n", j);
         free(j);
-        json_decref(out);
+        tr_dsl_unref(out);
     } else if (!json_is_null(r.ret)) {
         print_value(stdout, r.ret);
     } else {

@@ -19,7 +19,15 @@ tr_status tr_dsl_resolve_slot(tr_dsl_task *t, tr_dsl_slot *s) {
     if (!s->fut) return TR_OK;
     tr_dsl_future_wait(s->fut);
     if (s->fut->error.code != TR_OK) return tr_dsl_fail_with(t, &s->fut->error);
-    s->value = json_incref(s->fut->value);
+    /* a copy: the future's value was made on another thread (the engine's
+     * or a spawned task's) and is freed by whichever thread drops the
+     * future last; values shared across threads that way would be freed
+     * by one thread's last decrement inside jansson, which is not ordered
+     * after the others' reads (value.h, tr_dsl_ref) */
+    json_t *v = s->fut->value ? json_deep_copy(s->fut->value) : NULL;
+    if (s->fut->value && !v) return tr_dsl_fail(t, 0, TR_ERR_NOMEM, "out of memory");
+    s->value = v;
+    s->origin = s->fut->value;
     tr_dsl_future_release(s->fut);
     s->fut = NULL;
     return TR_OK;
@@ -29,7 +37,7 @@ tr_status tr_dsl_read_var(tr_dsl_task *t, const char *name, uint32_t off, json_t
     tr_dsl_slot *s = tr_dsl_env_find(&t->frame->env, name);
     if (s) {
         TRY(tr_dsl_resolve_slot(t, s));
-        *out = json_incref(s->value);
+        *out = tr_dsl_ref(s->value);
         return TR_OK;
     }
     const tr_dsl_session *sess = t->run->sess;
@@ -38,7 +46,7 @@ tr_status tr_dsl_read_var(tr_dsl_task *t, const char *name, uint32_t off, json_t
             if (!sess->globals[i])
                 return tr_dsl_fail(t, off, TR_ERR_STATE,
                                    "top-level '%s' is used before it is defined", name);
-            *out = json_incref(sess->globals[i]);
+            *out = tr_dsl_ref(sess->globals[i]);
             return TR_OK;
         }
     return tr_dsl_fail(t, off, TR_ERR_NOT_FOUND,
@@ -60,7 +68,7 @@ static tr_status eval_string(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out)
             s = tr_dsl_eval(t, seg->expr, &v);
             if (s == TR_OK) {
                 if (tr_dsl_value_append_text(&b, v) != TR_OK) s = nomem(t, e->off);
-                json_decref(v);
+                tr_dsl_unref(v);
             }
         }
         if (s == TR_OK && b.len > max)
@@ -98,7 +106,7 @@ static tr_status eval_builtin(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out
         if (s != TR_OK)
             tr_dsl_fail(t, e->off, s, "%s", err[0] ? err : "out of memory");
     }
-    for (int32_t i = 0; i < got; i++) json_decref(args[i]);
+    for (int32_t i = 0; i < got; i++) tr_dsl_unref(args[i]);
     return s;
 }
 
@@ -110,7 +118,7 @@ static tr_status eval_list(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
         tr_status s = tr_dsl_eval(t, e->u.list.items[i], &v);
         if (s == TR_OK && json_array_append_new(list, v)) s = nomem(t, e->off);
         if (s) {
-            json_decref(list);
+            tr_dsl_unref(list);
             return s;
         }
     }
@@ -126,7 +134,7 @@ static tr_status eval_object(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out)
         tr_status s = tr_dsl_eval(t, e->u.object.values[i], &v);
         if (s == TR_OK && json_object_set_new(obj, e->u.object.keys[i], v)) s = nomem(t, e->off);
         if (s) {
-            json_decref(obj);
+            tr_dsl_unref(obj);
             return s;
         }
     }
@@ -140,7 +148,7 @@ static tr_status eval_ops(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
     TRY(tr_dsl_eval(t, e->u.op.a, &a));
     if (op == TR_DSL_OP_NOT) {
         *out = json_boolean(!tr_dsl_truthy(a));
-        json_decref(a);
+        tr_dsl_unref(a);
         return TR_OK;
     }
     if (op == TR_DSL_OP_NEG) {
@@ -152,7 +160,7 @@ static tr_status eval_ops(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
         else
             s = tr_dsl_fail(t, e->off, TR_ERR_INVALID_ARG, "cannot negate %s",
                             tr_dsl_type_name(a));
-        json_decref(a);
+        tr_dsl_unref(a);
         return s;
     }
     if (op == TR_DSL_OP_AND || op == TR_DSL_OP_OR) { /* short-circuit, value-returning */
@@ -161,20 +169,20 @@ static tr_status eval_ops(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
             *out = a;
             return TR_OK;
         }
-        json_decref(a);
+        tr_dsl_unref(a);
         return tr_dsl_eval(t, e->u.op.b, out);
     }
     json_t *b;
     tr_status s = tr_dsl_eval(t, e->u.op.b, &b);
     if (s) {
-        json_decref(a);
+        tr_dsl_unref(a);
         return s;
     }
     char err[512] = "";
     s = tr_dsl_binary(op, a, b, t->run->lim->max_string_bytes, out, err, sizeof err);
     if (s != TR_OK) tr_dsl_fail(t, e->off, s, "%s", err[0] ? err : "out of memory");
-    json_decref(a);
-    json_decref(b);
+    tr_dsl_unref(a);
+    tr_dsl_unref(b);
     return s;
 }
 
@@ -187,7 +195,7 @@ tr_status tr_dsl_eval(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
     }
     tr_status s = TR_OK;
     switch (e->kind) {
-    case TR_DSL_E_CONST: *out = json_incref(e->u.value); break;
+    case TR_DSL_E_CONST: *out = tr_dsl_ref(e->u.value); break;
     case TR_DSL_E_STRING: s = eval_string(t, e, out); break;
     case TR_DSL_E_VAR: s = tr_dsl_read_var(t, e->u.name, e->off, out); break;
     case TR_DSL_E_FIELD: {
@@ -204,9 +212,9 @@ tr_status tr_dsl_eval(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
                 s = tr_dsl_fail(t, e->off, TR_ERR_NOT_FOUND, "the object has no field '%s'",
                                 e->u.field.name);
             else
-                *out = json_incref(v);
+                *out = tr_dsl_ref(v);
         }
-        json_decref(base);
+        tr_dsl_unref(base);
         break;
     }
     case TR_DSL_E_INDEX: {
@@ -218,9 +226,9 @@ tr_status tr_dsl_eval(tr_dsl_task *t, const tr_dsl_expr *e, json_t **out) {
             char err[512] = "";
             s = tr_dsl_index(base, index, out, err, sizeof err);
             if (s) tr_dsl_fail(t, e->off, s, "%s", err);
-            json_decref(index);
+            tr_dsl_unref(index);
         }
-        json_decref(base);
+        tr_dsl_unref(base);
         break;
     }
     case TR_DSL_E_CALL:

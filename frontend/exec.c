@@ -34,7 +34,7 @@ static tr_status append_value(tr_dsl_task *t, json_t *v, uint32_t off) {
         tr_dsl_buf_free(&b);
         if (!text) return tr_dsl_fail(t, off, TR_ERR_NOMEM, "out of memory");
     } else {
-        json_incref(text);
+        tr_dsl_ref(text);
     }
     tr_status s = TR_OK;
     if (json_string_length(text) == 0) goto out;
@@ -48,7 +48,7 @@ static tr_status append_value(tr_dsl_task *t, json_t *v, uint32_t off) {
     if (tr_dsl_prompt_push(&t->prompt, TR_DSL_ITEM_TEXT, text, NULL, NULL))
         s = tr_dsl_fail(t, off, TR_ERR_NOMEM, "out of memory");
 out:
-    json_decref(text);
+    tr_dsl_unref(text);
     return s;
 }
 
@@ -68,7 +68,7 @@ static tr_status exec_expr_stmt(tr_dsl_task *t, const tr_dsl_stmt *st) {
     json_t *v;
     TRY(tr_dsl_eval(t, e, &v));
     tr_status s = append_value(t, v, st->off);
-    json_decref(v);
+    tr_dsl_unref(v);
     return s;
 }
 
@@ -104,7 +104,7 @@ static tr_status exec_let(tr_dsl_task *t, const tr_dsl_stmt *st) {
     json_t *v;
     TRY(tr_dsl_eval(t, e, &v));
     tr_status s = tr_dsl_env_set(&t->frame->env, name, v, NULL, false);
-    json_decref(v);
+    tr_dsl_unref(v);
     return s ? tr_dsl_fail(t, st->off, s, "out of memory") : TR_OK;
 }
 
@@ -138,7 +138,7 @@ static tr_status exec_if(tr_dsl_task *t, const tr_dsl_stmt *st) {
         json_t *c;
         TRY(tr_dsl_eval(t, st->u.if_.conds[i], &c));
         bool yes = tr_dsl_truthy(c);
-        json_decref(c);
+        tr_dsl_unref(c);
         if (yes) return tr_dsl_exec_block(t, &st->u.if_.blocks[i]);
     }
     return st->u.if_.has_else ? tr_dsl_exec_block(t, &st->u.if_.else_block) : TR_OK;
@@ -162,12 +162,12 @@ static tr_status exec_for(tr_dsl_task *t, const tr_dsl_stmt *st) {
         for (size_t i = 0; s == TR_OK && i < n; i++) {
             json_t *item, *index;
             if (json_is_array(iter)) {
-                item = json_incref(json_array_get(iter, i));
+                item = tr_dsl_ref(json_array_get(iter, i));
                 index = json_integer((json_int_t)i);
             } else {
                 index = json_string(json_object_iter_key(it));
-                item = st->u.loop.index_name ? json_incref(json_object_iter_value(it))
-                                             : json_incref(index);
+                item = st->u.loop.index_name ? tr_dsl_ref(json_object_iter_value(it))
+                                             : tr_dsl_ref(index);
                 it = json_object_iter_next(iter, it);
             }
             if (!item || !index) s = tr_dsl_fail(t, st->off, TR_ERR_NOMEM, "out of memory");
@@ -177,8 +177,8 @@ static tr_status exec_for(tr_dsl_task *t, const tr_dsl_stmt *st) {
             if (s == TR_OK &&
                 tr_dsl_env_set(&t->frame->env, st->u.loop.item_name, item, NULL, false))
                 s = tr_dsl_fail(t, st->off, TR_ERR_NOMEM, "out of memory");
-            json_decref(item);
-            json_decref(index);
+            tr_dsl_unref(item);
+            tr_dsl_unref(index);
             if (s == TR_OK) s = tr_dsl_exec_block(t, &st->u.loop.body);
             if (t->frame->returned) break;
         }
@@ -187,7 +187,7 @@ static tr_status exec_for(tr_dsl_task *t, const tr_dsl_stmt *st) {
                         "for loops go over a list or an object, not %s (range(n) counts)",
                         tr_dsl_type_name(iter));
     }
-    json_decref(iter);
+    tr_dsl_unref(iter);
     return s;
 }
 
@@ -208,7 +208,7 @@ static tr_status exec_stmt(tr_dsl_task *t, const tr_dsl_stmt *st) {
         json_t *v = NULL;
         if (st->u.expr) TRY(tr_dsl_eval(t, st->u.expr, &v));
         else v = json_null();
-        json_decref(t->frame->ret);
+        tr_dsl_unref(t->frame->ret);
         t->frame->ret = v;
         t->frame->returned = true;
         return TR_OK;

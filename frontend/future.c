@@ -30,8 +30,8 @@ tr_dsl_future *tr_dsl_future_ref(tr_dsl_future *f) {
 
 void tr_dsl_future_release(tr_dsl_future *f) {
     if (!f || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
-    json_decref(f->value);
-    json_decref(f->text);
+    tr_dsl_unref(f->value);
+    tr_dsl_unref(f->text);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     free(f);

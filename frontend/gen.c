@@ -35,7 +35,7 @@ typedef struct gen_args {
 } gen_args;
 
 static void gen_args_free(gen_args *a) {
-    for (int32_t i = 0; i < a->n_held; i++) json_decref(a->held[i]);
+    for (int32_t i = 0; i < a->n_held; i++) tr_dsl_unref(a->held[i]);
     free(a->choices);
     free(a->schema_text);
 }
@@ -192,11 +192,11 @@ static tr_status apply_option(tr_dsl_task *t, const tr_dsl_genopt *o, json_t *v,
         }
         if (!json_is_object(schema) && !json_is_boolean(schema)) {
             tr_status s = bad(t, o, "a JSON Schema (an object, or its JSON text)", schema);
-            json_decref(parsed);
+            tr_dsl_unref(parsed);
             return s;
         }
         a->schema_text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
-        json_decref(parsed);
+        tr_dsl_unref(parsed);
         if (!a->schema_text) return tr_dsl_fail(t, o->off, TR_ERR_NOMEM, "out of memory");
         r->constraint_text = a->schema_text;
         return TR_OK;
@@ -267,13 +267,13 @@ static void gen_done(void *user, tr_dsl_gen_out *out) {
                 char msg[400];
                 snprintf(msg, sizeof msg, "%s (column %d) in: %.200s", je.text, je.column,
                          out->text);
-                json_decref(text);
+                tr_dsl_unref(text);
                 gen_error(f, TR_ERR_FORMAT, "%s: the output is not valid JSON: %s", what, msg);
             } else {
                 tr_dsl_future_complete(f, value, text, NULL);
             }
         } else {
-            tr_dsl_future_complete(f, json_incref(text), text, NULL);
+            tr_dsl_future_complete(f, tr_dsl_ref(text), text, NULL);
         }
     }
     tr_dsl_gen_out_deinit(out);

@@ -127,6 +127,8 @@ typedef struct tr_dsl_slot {
     const char *name;
     json_t *value;       /* owned; NULL while fut pending */
     tr_dsl_future *fut;  /* owned reference, or NULL */
+    const json_t *origin; /* the future value that value copies (identity
+                             only, never read: see same_slot); else NULL */
     bool captured;       /* bound by gen/select (or joined from branches) */
 } tr_dsl_slot;
 

@@ -15,6 +15,7 @@
 
 #include "frontend/builtins.h"
 #include "frontend/lexer.h"
+#include "frontend/value.h"
 
 const char *const tr_dsl_gen_option_names[TR_DSL_GEN_OPT_COUNT_] = {
 #define TR_DSL_GEN_OPT_NAME_(name, text) text,
@@ -124,7 +125,7 @@ static tr_status add_const(parser *p, json_t *v, uint32_t off, tr_dsl_expr **out
         int32_t cap = s->cap_consts ? s->cap_consts * 2 : 16;
         json_t **nc = realloc(s->consts, (size_t)cap * sizeof *nc);
         if (!nc) {
-            json_decref(v);
+            tr_dsl_unref(v);
             return nomem(p);
         }
         s->consts = nc;

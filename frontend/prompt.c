@@ -22,7 +22,7 @@ static const char SENTINEL[] = "\x1e\x1f\x1e";
 
 void tr_dsl_prompt_deinit(tr_dsl_prompt *p) {
     for (int32_t i = 0; i < p->n; i++) {
-        json_decref(p->items[i].text);
+        tr_dsl_unref(p->items[i].text);
         tr_dsl_future_release(p->items[i].fut);
     }
     free(p->items);
@@ -45,7 +45,7 @@ tr_status tr_dsl_prompt_copy(const tr_dsl_prompt *src, tr_dsl_prompt *dst) {
     if (!reserve(dst, src->n)) return TR_ERR_NOMEM;
     for (int32_t i = 0; i < src->n; i++) {
         dst->items[i] = src->items[i];
-        json_incref(dst->items[i].text);
+        tr_dsl_ref(dst->items[i].text);
         if (dst->items[i].fut) tr_dsl_future_ref(dst->items[i].fut);
     }
     dst->n = src->n;
@@ -60,7 +60,7 @@ tr_status tr_dsl_prompt_push(tr_dsl_prompt *p, tr_dsl_item_kind kind, json_t *te
     if (!reserve(p, p->n + 1)) return TR_ERR_NOMEM;
     tr_dsl_item *it = &p->items[p->n++];
     it->kind = kind;
-    it->text = text ? json_incref(text) : NULL;
+    it->text = text ? tr_dsl_ref(text) : NULL;
     it->fut = fut ? tr_dsl_future_ref(fut) : NULL;
     it->role = role;
     if (text) p->bytes += json_string_length(text);
@@ -75,8 +75,13 @@ static json_t *item_text(tr_dsl_task *t, tr_dsl_item *it) {
         tr_dsl_fail_with(t, &it->fut->error);
         return NULL;
     }
-    /* settle it: later renders need not look at the future again */
-    json_t *text = json_incref(it->fut->text);
+    /* settle it: later renders need not look at the future again (with a
+     * copy of its text, made on another thread: see tr_dsl_resolve_slot) */
+    json_t *text = it->fut->text ? json_deep_copy(it->fut->text) : NULL;
+    if (it->fut->text && !text) {
+        tr_dsl_fail(t, 0, TR_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
     tr_dsl_future_release(it->fut);
     it->fut = NULL;
     it->kind = TR_DSL_ITEM_TEXT;

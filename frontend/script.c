@@ -11,6 +11,7 @@
 #include "frontend/ast.h"
 #include "frontend/dsl.h"
 #include "frontend/parser.h"
+#include "frontend/value.h"
 
 void tr_dsl_limits_default(tr_dsl_limits *l) {
     l->max_script_bytes = (size_t)1 << 20;
@@ -59,7 +60,7 @@ static void set_error(tr_dsl_error *err, const tr_dsl_script *s, tr_status code,
 
 void tr_dsl_script_free(tr_dsl_script *s) {
     if (!s) return;
-    for (int32_t i = 0; i < s->n_consts; i++) json_decref(s->consts[i]);
+    for (int32_t i = 0; i < s->n_consts; i++) tr_dsl_unref(s->consts[i]);
     free(s->consts);
     tr_dsl_arena_deinit(&s->arena);
     free(s->src);

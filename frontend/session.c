@@ -16,8 +16,8 @@ void tr_dsl_session_options_default(tr_dsl_session_options *o) {
 }
 
 void tr_dsl_result_deinit(tr_dsl_result *r) {
-    json_decref(r->ret);
-    json_decref(r->vars);
+    tr_dsl_unref(r->ret);
+    tr_dsl_unref(r->vars);
     free(r->text);
     memset(r, 0, sizeof *r);
 }
@@ -116,7 +116,7 @@ tr_status tr_dsl_session_new(const tr_dsl_script *script, tr_dsl_backend *b,
 void tr_dsl_session_free(tr_dsl_session *s) {
     if (!s) return;
     if (s->globals)
-        for (int32_t i = 0; i < s->script->n_globals; i++) json_decref(s->globals[i]);
+        for (int32_t i = 0; i < s->script->n_globals; i++) tr_dsl_unref(s->globals[i]);
     free(s->globals);
     pthread_mutex_destroy(&s->stream_mu);
     free(s);
@@ -208,7 +208,7 @@ tr_status tr_dsl_session_run_hooked(tr_dsl_session *s, const char *fn_name, json
     char *text = NULL;
     size_t len = 0;
     if (st == TR_OK) {
-        ret = f.returned ? json_incref(f.ret) : json_null();
+        ret = f.returned ? tr_dsl_ref(f.ret) : json_null();
         t.frame = &f;
         st = tr_dsl_frame_captures(&t, &f, &vars);
     }
@@ -223,12 +223,12 @@ tr_status tr_dsl_session_run_hooked(tr_dsl_session *s, const char *fn_name, json
     atomic_fetch_add(&run.interp_ns, cpu - t.backend_ns);
     atomic_fetch_add(&run.backend_ns, t.backend_ns);
     tr_dsl_env_deinit(&f.env);
-    json_decref(f.ret);
+    tr_dsl_unref(f.ret);
     tr_dsl_task_deinit(&t);
     run_deinit(&run);
     if (st != TR_OK) {
-        json_decref(ret);
-        json_decref(vars);
+        tr_dsl_unref(ret);
+        tr_dsl_unref(vars);
         free(text);
         return st;
     }

@@ -114,7 +114,7 @@ tr_status tr_dsl_step(tr_dsl_task *t, uint32_t off) {
 
 void tr_dsl_env_deinit(tr_dsl_env *e) {
     for (int32_t i = 0; i < e->n; i++) {
-        json_decref(e->slots[i].value);
+        tr_dsl_unref(e->slots[i].value);
         tr_dsl_future_release(e->slots[i].fut);
     }
     free(e->slots);
@@ -144,10 +144,11 @@ tr_status tr_dsl_env_set(tr_dsl_env *e, const char *name, json_t *value,
     }
     json_t *old = s->value;
     tr_dsl_future *old_fut = s->fut;
-    s->value = value ? json_incref(value) : NULL;
+    s->value = value ? tr_dsl_ref(value) : NULL;
     s->fut = fut ? tr_dsl_future_ref(fut) : NULL;
+    s->origin = NULL;
     s->captured = captured;
-    json_decref(old);
+    tr_dsl_unref(old);
     tr_dsl_future_release(old_fut);
     return TR_OK;
 }
@@ -159,7 +160,7 @@ tr_status tr_dsl_env_copy(const tr_dsl_env *src, tr_dsl_env *dst) {
     if (!dst->slots) return TR_ERR_NOMEM;
     for (int32_t i = 0; i < src->n; i++) {
         dst->slots[i] = src->slots[i];
-        json_incref(dst->slots[i].value);
+        tr_dsl_ref(dst->slots[i].value);
         if (dst->slots[i].fut) tr_dsl_future_ref(dst->slots[i].fut);
     }
     dst->n = dst->cap = src->n;
@@ -212,7 +213,7 @@ tr_status tr_dsl_frame_captures(tr_dsl_task *t, tr_dsl_frame *f, json_t **out) {
         if (st == TR_OK && json_object_set(obj, s->name, s->value))
             st = tr_dsl_fail(t, 0, TR_ERR_NOMEM, "out of memory");
         if (st) {
-            json_decref(obj);
+            tr_dsl_unref(obj);
             return st;
         }
     }
@@ -244,7 +245,7 @@ static tr_status bind_args(tr_dsl_task *t, const tr_dsl_expr *call, const tr_dsl
         json_t *v;
         TRY(tr_dsl_eval(t, a, &v));
         tr_status s = tr_dsl_env_set(env, pname, v, NULL, false);
-        json_decref(v);
+        tr_dsl_unref(v);
         if (s) return tr_dsl_fail(t, a->off, s, "out of memory");
     }
     return TR_OK;
@@ -260,7 +261,7 @@ tr_status tr_dsl_bind_defaults(tr_dsl_task *t, const tr_dsl_fn *fn) {
         json_t *v;
         TRY(tr_dsl_eval(t, fn->params[k].def, &v));
         tr_status s = tr_dsl_env_set(&t->frame->env, fn->params[k].name, v, NULL, false);
-        json_decref(v);
+        tr_dsl_unref(v);
         if (s) return tr_dsl_fail(t, fn->params[k].off, s, "out of memory");
     }
     return TR_OK;
@@ -275,7 +276,7 @@ static tr_status run_body(tr_dsl_task *t, tr_dsl_frame *f, json_t **out) {
     tr_status s = tr_dsl_bind_defaults(t, f->fn);
     if (s == TR_OK) s = tr_dsl_exec_block(t, &f->fn->body);
     if (s == TR_OK && out) {
-        if (f->returned) *out = json_incref(f->ret);
+        if (f->returned) *out = tr_dsl_ref(f->ret);
         else s = tr_dsl_frame_captures(t, f, out);
     }
     t->calls--;
@@ -309,7 +310,7 @@ tr_status tr_dsl_call(tr_dsl_task *t, const tr_dsl_expr *call, bool inline_, jso
         }
     }
     tr_dsl_env_deinit(&f.env);
-    json_decref(f.ret);
+    tr_dsl_unref(f.ret);
     return s;
 }
 
@@ -363,11 +364,11 @@ static void *spawn_main(void *arg) {
     account(t, cpu0);
     atomic_fetch_sub(&t->run->live_tasks, 1);
     if (s != TR_OK) {
-        json_decref(value);
+        tr_dsl_unref(value);
         value = NULL;
     }
     tr_dsl_env_deinit(&c->frame.env);
-    json_decref(c->frame.ret);
+    tr_dsl_unref(c->frame.ret);
     c->frame.ret = NULL;
     tr_dsl_task_deinit(t);
     tr_dsl_future *result = c->result;
@@ -464,13 +465,13 @@ static void *branch_main(void *arg) {
 static bool same_slot(const tr_dsl_slot *parent, const tr_dsl_slot *branch) {
     if (parent->fut == branch->fut && parent->value == branch->value) return true;
     return parent->fut && !branch->fut && parent->fut->done &&
-           parent->fut->value == branch->value;
+           parent->fut->value == branch->origin;
 }
 
 static void free_children(child *cs, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         tr_dsl_env_deinit(&cs[i].frame.env);
-        json_decref(cs[i].frame.ret);
+        tr_dsl_unref(cs[i].frame.ret);
         tr_dsl_task_deinit(&cs[i].task);
     }
     free(cs);
@@ -544,39 +545,39 @@ tr_status tr_dsl_exec_fork(tr_dsl_task *t, const tr_dsl_stmt *st) {
                             ? "fork NAME in LIST needs a list, not %s"
                             : "fork N needs an integer count of branches, not %s",
                         tr_dsl_type_name(iter));
-        json_decref(iter);
+        tr_dsl_unref(iter);
         return s;
     }
     if (n < 1 || n > t->run->lim->max_fork_width) {
-        json_decref(iter);
+        tr_dsl_unref(iter);
         return tr_dsl_fail(t, st->u.loop.iter->off, TR_ERR_LIMIT,
                            "a fork of %lld branches (expected 1..max_fork_width, %d)",
                            (long long)n, t->run->lim->max_fork_width);
     }
     if (t->run->sess->opt.warm_forks && n > 1 && t->prompt.n > 0 && st->u.loop.generates &&
         (s = tr_dsl_warm(t, st->off)) != TR_OK) {
-        json_decref(iter);
+        tr_dsl_unref(iter);
         return s;
     }
     child *cs;
     if ((s = make_children(t, st->off, (int32_t)n, &cs))) {
-        json_decref(iter);
+        tr_dsl_unref(iter);
         return s;
     }
     for (int32_t i = 0; i < n && s == TR_OK; i++) {
         cs[i].body = &st->u.loop.body;
         json_t *index = json_integer(i);
-        json_t *item = st->u.loop.item_name ? json_incref(json_array_get(iter, (size_t)i))
+        json_t *item = st->u.loop.item_name ? tr_dsl_ref(json_array_get(iter, (size_t)i))
                                             : NULL;
         const char *iname = st->u.loop.item_name ? st->u.loop.index_name : NULL;
         if (!index ||
             (iname && tr_dsl_env_set(&cs[i].frame.env, iname, index, NULL, false)) ||
             (item && tr_dsl_env_set(&cs[i].frame.env, st->u.loop.item_name, item, NULL, false)))
             s = tr_dsl_fail(t, st->off, TR_ERR_NOMEM, "out of memory");
-        json_decref(index);
-        json_decref(item);
+        tr_dsl_unref(index);
+        tr_dsl_unref(item);
     }
-    json_decref(iter);
+    tr_dsl_unref(iter);
     if (s == TR_OK) s = run_children(t, st->off, cs, (int32_t)n, "fork");
     /* the join: every variable a branch set becomes a list */
     tr_dsl_env before = {0};
@@ -607,13 +608,13 @@ tr_status tr_dsl_exec_fork(tr_dsl_task *t, const tr_dsl_stmt *st) {
                 bool set = js && (!ps || !same_slot(ps, js));
                 if (set && js->captured) captured = true;
                 if (json_array_append(list, set ? js->value : json_null())) {
-                    json_decref(list);
+                    tr_dsl_unref(list);
                     list = NULL;
                 }
             }
             if (!list || tr_dsl_env_set(&t->frame->env, bs->name, list, NULL, captured))
                 s = tr_dsl_fail(t, st->off, TR_ERR_NOMEM, "out of memory");
-            json_decref(list);
+            tr_dsl_unref(list);
         }
     }
     tr_dsl_env_deinit(&before);

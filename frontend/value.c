@@ -221,7 +221,7 @@ static tr_status add(const json_t *a, const json_t *b, size_t max_string, json_t
     if (json_is_array(a) && json_is_array(b)) {
         *out = json_array();
         if (!*out || json_array_extend(*out, (json_t *)a) || json_array_extend(*out, (json_t *)b)) {
-            json_decref(*out);
+            tr_dsl_unref(*out);
             return TR_ERR_NOMEM;
         }
         return TR_OK;
@@ -230,7 +230,7 @@ static tr_status add(const json_t *a, const json_t *b, size_t max_string, json_t
         *out = json_object();
         if (!*out || json_object_update(*out, (json_t *)a) ||
             json_object_update(*out, (json_t *)b)) {
-            json_decref(*out);
+            tr_dsl_unref(*out);
             return TR_ERR_NOMEM;
         }
         return TR_OK;
@@ -343,7 +343,7 @@ tr_status tr_dsl_index(const json_t *v, const json_t *index, json_t **out, char 
         if (!r)
             return format(err, cap, TR_ERR_NOT_FOUND, "the object has no key \"%.200s\"",
                           json_string_value(index));
-        *out = json_incref(r);
+        *out = tr_dsl_ref(r);
         return TR_OK;
     }
     if (!json_is_array(v) && !json_is_string(v))
@@ -364,7 +364,7 @@ tr_status tr_dsl_index(const json_t *v, const json_t *index, json_t **out, char 
                       json_integer_value(index), json_is_array(v) ? "list" : "string", n,
                       json_is_array(v) ? "items" : "characters");
     if (json_is_array(v)) {
-        *out = json_incref(json_array_get(v, (size_t)i));
+        *out = tr_dsl_ref(json_array_get(v, (size_t)i));
         return TR_OK;
     }
     const char *s = json_string_value(v);

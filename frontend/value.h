@@ -2,9 +2,9 @@
  * operations the language defines on them (frontend/README.md,
  * "Values"): text form, truth, equality, ordering, arithmetic.
  *
- * Layering: frontend, internal. Pure functions; thread-safe (jansson's
- * reference counts are atomic, and no function here mutates a value it
- * did not create).
+ * Layering: frontend, internal. Pure functions; thread-safe (values are
+ * shared across threads only through tr_dsl_ref/tr_dsl_unref, and no
+ * function here mutates a value it did not create).
  */
 #ifndef TR_FRONTEND_VALUE_H
 #define TR_FRONTEND_VALUE_H
@@ -15,6 +15,32 @@
 #include <jansson.h>
 
 #include "base/status.h"
+
+/* Reference counting for values shared across threads (fork branches,
+ * batch workers, AST constants, futures completed on the engine's
+ * thread): every incref/decref in frontend/ goes through these two.
+ * jansson's own json_incref/json_decref (its header, 2.14) read the count
+ * with a plain load (the test for its immortal constants, refcount
+ * (size_t)-1) and drop it with release order only, so the thread that
+ * frees a value is not ordered after another thread's last use of it:
+ * ThreadSanitizer reports both, and on a weakly ordered CPU the second
+ * can free memory another thread still reads. These use an atomic load
+ * and an acquire-release decrement (as shared_ptr does). jansson must
+ * itself count atomically: its containers incref their members inside
+ * the library. */
+#if !JSON_HAVE_ATOMIC_BUILTINS && !JSON_HAVE_SYNC_BUILTINS
+#error "frontend/ shares jansson values across threads: jansson must count references atomically"
+#endif
+static inline json_t *tr_dsl_ref(json_t *v) {
+    if (v && __atomic_load_n(&v->refcount, __ATOMIC_RELAXED) != (size_t)-1)
+        __atomic_add_fetch(&v->refcount, 1, __ATOMIC_RELAXED);
+    return v;
+}
+static inline void tr_dsl_unref(json_t *v) {
+    if (v && __atomic_load_n(&v->refcount, __ATOMIC_RELAXED) != (size_t)-1 &&
+        __atomic_sub_fetch(&v->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+        json_delete(v); /* what json_decref calls: the last reference is gone */
+}
 
 /* A growable byte buffer (malloc'd, NUL-terminated when not empty). */
 typedef struct tr_dsl_buf {

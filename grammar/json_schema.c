@@ -167,6 +167,10 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
                            len, JS_MAX_SCHEMA_BYTES);
     json_error_t je;
     json_t *doc = json_loadb(schema ? schema : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    /* jansson reports every syntax error with a message; out of memory
+     * either says so or (its lexer's first buffer) leaves the text empty */
+    if (!doc && (json_error_code(&je) == json_error_out_of_memory || !je.text[0]))
+        return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory reading the schema");
     if (!doc)
         return tr_diag_set_at(diag, TR_ERR_FORMAT, (uint64_t)(je.position > 0 ? je.position : 0),
                               je.line, je.column, "schema is not valid JSON: %s", je.text);

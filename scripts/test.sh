@@ -11,19 +11,19 @@
 #              build-asan-rel/): the server's e2e tests and the short load
 #              test against it; a leak or UB report makes the server exit
 #              non-zero, which fails its test
-#   tsan       the engine's fake-model tests (test_engine, test_end_span)
-#              and the grammar tests that share state across threads
+#   tsan       the engine's fake-model tests (test_engine, test_end_span),
+#              the grammar tests that share state across threads
 #              (test_grammar_cache; test_grammar_ebnf's regions and memo
-#              threads) under ThreadSanitizer (small scale): submit,
-#              cancel, events, the compute thread sampling half the rows,
-#              concurrent compiles, shared memos and region caches
+#              threads), the server's unit tests and the DSL's threaded
+#              tests (fork, parallel, spawned calls, batches; over the fake
+#              engine and over HTTP) under ThreadSanitizer (small scale)
 #   core-only  the model core (base, kernels, gguf, model) and its tests,
 #              configured with every other package disabled: what a GPU
 #              test machine without our dependencies builds
 #   install    cmake --install into a temporary prefix, then the samples
 #              built against it with pkg-config (shared and static) and run
-#   fuzz       every libFuzzer target for FUZZ_SECONDS (default 10) from
-#              its checked-in corpus (clang)
+#   fuzz       tests/fuzz/run.sh: every libFuzzer target for FUZZ_SECONDS
+#              (default 10) from its checked-in corpus (clang)
 #
 # STAGES="release asan" runs only those stages. The setup stage also
 # fetches Gemma 3 270M (238 MB, once; scripts/setup.sh --model gemma3-270m).
@@ -72,11 +72,17 @@ stage_server_asan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_SANITIZE=ON \
           -DTRELLIS_TESTS=OFF -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target trellis >/dev/null || return 1
-    # the release build's venv (build/e2e-venv) serves; only the binary changes
+    # the release build's venv (build/e2e-venv) serves; only the binary
+    # changes. The OpenAI-client and protocol tests (one server, a few
+    # more for keys, the queue and SIGTERM) and a short load test: the
+    # hardening tests start a server each, which ASan makes slow. RSS is
+    # not judged here (ASan's quarantine keeps freed memory); LeakSanitizer
+    # at the server's exit is the check, and the release stage checks RSS.
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-    TRELLIS_BIN="$b/trellis" bash "$here/tests/e2e/server/run.sh" "$here/build" -q &&
-    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 200 --concurrency 16 \
-        --max-tokens 8
+    TRELLIS_BIN="$b/trellis" bash "$here/tests/e2e/server/run.sh" "$here/build" -q \
+        test_openai.py test_protocol.py &&
+    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
+        --max-tokens 8 --rss-growth 10
 }
 
 stage_tsan() {
@@ -84,7 +90,7 @@ stage_tsan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target test_engine test_grammar_cache test_end_span \
-          test_grammar_ebnf >/dev/null || return 1
+          test_grammar_ebnf test_server test_dsl_interp test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
     # test_measure_real) are left out: the same engine threads and queues
@@ -98,7 +104,10 @@ stage_tsan() {
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_regions' "$b/tests/test_grammar_ebnf" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_memo_threads' "$b/tests/test_grammar_ebnf" &&
-    TRELLIS_TEST_SCALE=small TRELLIS_TEST_SKIP='*_real' "$b/tests/test_end_span"
+    TRELLIS_TEST_SCALE=small TRELLIS_TEST_SKIP='*_real' "$b/tests/test_end_span" &&
+    "$b/tests/test_server" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_dsl_interp" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_dsl_http"
 }
 
 stage_core_only() {
@@ -132,30 +141,8 @@ stage_install() {
 }
 
 stage_fuzz() {
-    if ! command -v clang >/dev/null 2>&1; then
-        echo "  clang not found"; return 1
-    fi
-    CC=clang cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_BUILD_TYPE=Debug \
-          -DTRELLIS_FUZZ=ON -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null || return 1
-    local targets=() t name
-    for src in "$here"/tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
-    cmake --build "$here/build-fuzz" -j "$jobs" --target "${targets[@]}" >/dev/null || return 1
-    for t in "${targets[@]}"; do
-        name="${t#fuzz_}"
-        mkdir -p "$work/fuzz/$name"
-        cp -r "$here/tests/fuzz/corpus/$name/." "$work/fuzz/$name/" 2>/dev/null || true
-        if ! (cd "$work/fuzz" && "$here/build-fuzz/tests/$t" "$work/fuzz/$name" \
-                -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=4096 \
-                >"$work/fuzz/$name.log" 2>&1); then
-            tail -40 "$work/fuzz/$name.log"
-            mkdir -p "$here/tests/fuzz/artifacts"
-            cp "$work"/fuzz/crash-* "$work"/fuzz/leak-* "$work"/fuzz/timeout-* \
-               "$here/tests/fuzz/artifacts/" 2>/dev/null || true
-            echo "fuzz target $t failed (inputs saved in tests/fuzz/artifacts/)" >&2
-            return 1
-        fi
-        echo "  $t: $(grep -o 'Done [0-9]* runs' "$work/fuzz/$name.log" || echo ok)"
-    done
+    # one table row per target; crash inputs land in tests/fuzz/artifacts/
+    bash "$here/tests/fuzz/run.sh" "${FUZZ_SECONDS:-10}"
 }
 
 run_stage setup stage_setup

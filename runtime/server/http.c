@@ -162,7 +162,9 @@ static void arm(tr_http_conn *c, int mode, uint64_t ms);
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
     tr_http_conn *c = req->data;
-    if (status != 0 || uv_is_closing((uv_handle_t *)&c->tcp)) {
+    /* not reading: the client's EOF came already, nothing can be unread,
+     * and lingering would only hold a --max-connections slot */
+    if (status != 0 || uv_is_closing((uv_handle_t *)&c->tcp) || !c->reading) {
         close_now(c);
         return;
     }
@@ -704,6 +706,9 @@ static void on_connection(uv_stream_t *ls, int status) {
         const char *msg = s->draining ? "the server is shutting down"
                                       : "too many connections";
         respond_error_and_close(c, 503, msg);
+        /* read (and drop) its request while the answer goes out, so that its
+         * EOF frees the slot and unread bytes cannot reset the connection */
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
         return;
     }
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {

@@ -1005,6 +1005,38 @@ static void test_bad_arguments_change_nothing(void **state) {
     env_free(e);
 }
 
+/* Pool and tree constructors: the k-th allocation fails for every k:
+ * TR_ERR_NOMEM, *out untouched, no block left. */
+static void test_constructors_allocation_failure(void **state) {
+    (void)state;
+    test_alloc ta = {.fail_at = -1};
+    radix_allocator a = {ta_alloc, ta_free, &ta};
+    int64_t k = 0;
+    for (;; k++) {
+        ta = (test_alloc){.fail_at = k};
+        kv_pool *pool = (kv_pool *)&ta; /* a sentinel */
+        radix_tree *t = (radix_tree *)&ta;
+        tr_status st = tr_kv_pool_new(64, 4, &a, &pool);
+        if (st == TR_OK) {
+            st = tr_radix_tree_new(pool, &a, &t);
+            if (st == TR_OK) {
+                check_all(t);
+                tr_radix_tree_free(t);
+            } else {
+                assert_int_equal(st, TR_ERR_NOMEM);
+                assert_ptr_equal(t, (radix_tree *)&ta);
+            }
+            tr_kv_pool_free(pool);
+        } else {
+            assert_int_equal(st, TR_ERR_NOMEM);
+            assert_ptr_equal(pool, (kv_pool *)&ta);
+        }
+        assert_int_equal(ta.live, 0);
+        if (ta.calls <= k) break; /* nothing failed: every index was tried */
+    }
+    assert_true(k >= 2); /* pool and tree each allocate */
+}
+
 /* Each scenario: an insert whose k-th allocation fails for every k. */
 static void test_allocation_failure_injection(void **state) {
     (void)state;
@@ -1126,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(test_locks_protect),
         cmocka_unit_test(test_bad_arguments_change_nothing),
         cmocka_unit_test(test_allocation_failure_injection),
+        cmocka_unit_test(test_constructors_allocation_failure),
         cmocka_unit_test(test_high_fanout_removals),
         cmocka_unit_test(test_free_with_locks_held),
         cmocka_unit_test(test_differential_ps1),

@@ -140,6 +140,59 @@ static void test_chat_errors(void **state) {
                  "messages[0].content", "NUL");
 }
 
+/* Every count and length limit of a request body at its edge: the limit
+ * itself passes, one past it is a 400 naming the field (docs/reliability.md,
+ * "Limits"). */
+static void test_limits_at_the_edge(void **state) {
+    (void)state;
+    char *body = malloc(1 << 16);
+    assert_non_null(body);
+    tr_srv_gen g;
+    tr_srv_error e;
+    for (int n = TRELLIS_MAX_STOP; n <= TRELLIS_MAX_STOP + 1; n++) { /* stop count */
+        int k = snprintf(body, 1 << 16, "{" MSG ",\"stop\":[");
+        for (int i = 0; i < n; i++) k += snprintf(body + k, 64, "%s\"s%d\"", i ? "," : "", i);
+        snprintf(body + k, 8, "]}");
+        if (n == TRELLIS_MAX_STOP) {
+            assert_int_equal(parse(TR_API_CHAT, body, &g, &e), 0);
+            tr_srv_gen_free(&g);
+        } else {
+            expect_error(TR_API_CHAT, body, "stop", "at most");
+        }
+    }
+    for (int len = TRELLIS_MAX_STOP_LEN; len <= TRELLIS_MAX_STOP_LEN + 1; len++) {
+        int k = snprintf(body, 1 << 16, "{" MSG ",\"stop\":\"");
+        memset(body + k, 'a', (size_t)len);
+        snprintf(body + k + len, 8, "\"}");
+        if (len == TRELLIS_MAX_STOP_LEN) {
+            assert_int_equal(parse(TR_API_CHAT, body, &g, &e), 0);
+            tr_srv_gen_free(&g);
+        } else {
+            expect_error(TR_API_CHAT, body, "stop", NULL);
+        }
+    }
+    /* prompts per batch (default 64) */
+    tr_srv_limits l = lim();
+    int k = snprintf(body, 1 << 16, "{\"prompt\":[");
+    for (int i = 0; i <= l.max_prompts; i++) k += snprintf(body + k, 16, "%s\"p\"", i ? "," : "");
+    snprintf(body + k, 8, "]}");
+    expect_error(TR_API_COMPLETION, body, "prompt", NULL);
+    /* n (default 64) and top_logprobs (20) at their edges */
+    assert_int_equal(parse(TR_API_CHAT, "{" MSG ",\"n\":64}", &g, &e), 0);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":20}", &g, &e), 0);
+    tr_srv_gen_free(&g);
+    /* max_tokens over --max-tokens-limit */
+    l.max_tokens = 100;
+    memset(&e, 0, sizeof e);
+    const char *mt = "{" MSG ",\"max_tokens\":101}";
+    assert_int_equal(tr_srv_gen_parse(TR_API_CHAT, mt, strlen(mt), &l, &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "max_tokens");
+    tr_srv_gen_free(&g);
+    free(body);
+}
+
 static void test_constraints(void **state) {
     (void)state;
     tr_srv_gen g;
@@ -386,6 +439,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),
         cmocka_unit_test(test_chat_errors),
+        cmocka_unit_test(test_limits_at_the_edge),
         cmocka_unit_test(test_constraints),
         cmocka_unit_test(test_completions_and_generate),
         cmocka_unit_test(test_special_tokens_and_jump_forward),

@@ -4,7 +4,8 @@
 # in a venv this script makes from PyPI under BUILD_DIR/e2e-venv (build
 # output, ignored by git; made once, reused after). Needs the default model
 # (label `model`: fails when it is missing). TRELLIS_ROUTER=1 also installs
-# sglang-router==0.3.2 for test_router.py (skipped without it).
+# sglang-router==0.3.2 for test_router.py (skipped without it). TRELLIS_BIN
+# runs another binary (the server-asan stage: an ASan build) with this venv.
 #   e.g. run.sh build -k stream   narrows the run.
 set -euo pipefail
 build="$(cd "$1" && pwd)"
@@ -18,7 +19,7 @@ fi
 if [ "${TRELLIS_ROUTER:-0}" = 1 ] && ! "$venv/bin/python" -c 'import sglang_router' 2>/dev/null; then
     "$venv/bin/pip" install -q --disable-pip-version-check sglang-router==0.3.2
 fi
-export TRELLIS_BIN="$build/trellis"
+export TRELLIS_BIN="${TRELLIS_BIN:-$build/trellis}" # another build (sanitizers) may be named
 cd "$here"
 # exit 5 (no test collected) is a failure here too
 exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"

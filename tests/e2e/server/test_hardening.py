@@ -1,0 +1,217 @@
+"""Faults and security of `trellis serve` (docs/reliability.md): the
+loopback default, prompts and keys kept out of the log, no request field
+that reaches a file, KV pool exhaustion, and the model file removed while
+serving."""
+import json
+import os
+import shutil
+import tempfile
+import threading
+
+from conftest import Server
+
+MARK = "zebra-quartz-7731"
+MODEL_PATH = os.environ.get("TRELLIS_MODEL") or os.path.join(
+    os.environ.get("TRELLIS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trellis"),
+    "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def listen_addrs(port):
+    """Local addresses of the sockets listening on port (/proc/net/tcp*)."""
+    out = []
+    for path, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            addr, p = f[1].split(":")
+            if int(p, 16) == port and f[3] == "0A":  # LISTEN
+                out.append((width, addr))
+    return out
+
+
+def test_loopback_by_default():
+    s = Server()
+    try:
+        addrs = listen_addrs(s.port)
+        assert addrs, "no listening socket found"
+        for width, addr in addrs:
+            # 127.0.0.1 is 0100007F in /proc's byte order; ::1 ends in 01000000
+            assert (width, addr) in ((8, "0100007F"), (32, "00000000000000000000000001000000")), addrs
+    finally:
+        s.stop()
+
+
+def chat_with_mark(s, headers=None):
+    st, r = s.post("/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": f"Repeat {MARK}."}], "max_tokens": 4},
+                   headers=headers)
+    assert st == 200, r
+
+
+def test_prompts_logged_only_with_flag():
+    s = Server("--log-requests", "--api-key", "k3y-" + MARK[::-1])
+    try:
+        chat_with_mark(s, {"Authorization": "Bearer k3y-" + MARK[::-1]})
+        # a bad request too: its error message must not quote the prompt
+        st, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": MARK}],
+                                                "max_tokens": -1},
+                       headers={"Authorization": "Bearer k3y-" + MARK[::-1]})
+        assert st == 400
+    finally:
+        s.stop()
+    log = s.read_log()
+    assert "POST /v1/chat/completions" in log  # --log-requests works
+    assert MARK not in log
+    assert MARK[::-1] not in log  # the key
+
+    s = Server("--log-requests", "--log-prompts", "--api-key", "k3y-" + MARK[::-1])
+    try:
+        chat_with_mark(s, {"Authorization": "Bearer k3y-" + MARK[::-1]})
+    finally:
+        s.stop()
+    log = s.read_log()
+    assert MARK in log  # the flag does log prompts (so the check above can fail)
+    assert MARK[::-1] not in log  # never the key
+
+
+def test_no_request_field_names_a_file(server):
+    secret_dir = tempfile.mkdtemp(prefix="trellis-secret-")
+    secret = os.path.join(secret_dir, "schema.json")
+    with open(secret, "w") as f:
+        json.dump({"type": "string", "const": MARK}, f)
+    msgs = [{"role": "user", "content": "hi"}]
+    for body in (
+        {"model": secret, "messages": msgs},
+        {"model": "/etc/passwd", "messages": msgs},
+        {"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"$ref": "file://" + secret}}}},
+        {"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"$ref": secret}}}},
+        {"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"$ref": "schema.json#"}}}},
+        {"messages": msgs, "ebnf": f'root ::= "@include {secret}"', "max_tokens": 40},
+    ):
+        st, r = server.post("/v1/chat/completions", body)
+        text = json.dumps(r)
+        assert MARK not in text, (body, r)
+        if "ebnf" in body:  # a literal, generated as such: never a file's content
+            assert st == 200 and r["choices"][0]["message"]["content"] == "@include " + secret
+        else:
+            assert st in (400, 404), (body, st, r)
+    for path in ("/model_info", "/server_info", "/v1/models"):
+        st, r = server.get(path)
+        assert st == 200 and ".gguf" not in json.dumps(r), (path, r)
+    shutil.rmtree(secret_dir)
+
+
+def test_kv_pool_exhaustion():
+    # 2 MiB of KV: a few pages; 6 concurrent long requests cannot all fit:
+    # the engine preempts and resumes, every request completes, and a
+    # request larger than the whole pool is refused with a clean error.
+    s = Server("--kv-mem", "2", "--max-running", "6", "--ctx", "2048")
+    try:
+        info = s.engine()
+        results = []
+
+        def run(i):
+            results.append(s.post("/v1/completions", {"prompt": f"Story {i}:", "max_tokens": 48,
+                                                      "ignore_eos": True}))
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert [st for st, _ in results] == [200] * 6, results
+        assert all(r["usage"]["completion_tokens"] == 48 for _, r in results)
+        st, r = s.get("/metrics")
+        assert st == 200
+        preempt = [ln for ln in r.splitlines() if ln.startswith("trellis_preemptions_total")]
+        assert preempt and float(preempt[0].split()[1]) > 0, (info, preempt)
+        st, r = s.post("/v1/completions", {"prompt": "word " * 400, "max_tokens": 1500,
+                                           "ignore_eos": True})
+        assert st == 400 and "the whole pool has" in r["error"]["message"], (st, r)
+        e = s.wait_idle()
+        assert e["pages_used"] == 0
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_model_file_removed_while_serving():
+    d = tempfile.mkdtemp(prefix="trellis-model-")
+    try:
+        for load in ("mmap", "read"):
+            copy = os.path.join(d, f"m-{load}.gguf")
+            shutil.copyfile(MODEL_PATH, copy)
+            s = Server("-m", copy, "--load", load, "--served-model-name", "m")
+            try:
+                os.remove(copy)
+                for _ in range(2):
+                    st, r = s.post("/v1/completions", {"model": "m", "prompt": "Hello",
+                                                       "max_tokens": 4})
+                    assert st == 200 and r["usage"]["completion_tokens"] >= 1, (load, st, r)
+                assert s.get("/health")[0] == 200
+            finally:
+                s.stop()
+    finally:
+        shutil.rmtree(d)
+
+
+def test_grammar_budgets_are_400s():
+    s = Server("--max-body", "1048576")
+    try:
+        msgs = [{"role": "user", "content": "x"}]
+        cases = [
+            ({"regex": "(a|b)*a(a|b){20}"}, "max_dfa_states"),
+            ({"regex": "a{1001}"}, "max_repeat"),
+            ({"regex": "a" * (300 * 1024)}, "262144"),
+            ({"ebnf": "root ::= " + "(" * 300 + '"a"' + ")" * 300}, None),
+            ({"response_format": {"type": "json_schema", "json_schema": {"name": "d", "schema":
+              {"enum": ["%0100d" % i for i in range(3000)]}}}}, None),
+        ]
+        for extra, needle in cases:
+            st, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, **extra})
+            assert st == 400, (list(extra), st, r)
+            assert r["error"]["code"] in ("invalid_constraint", "unsupported_constraint", None), r
+            if needle:
+                assert needle in r["error"]["message"], r
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_max_connections_503():
+    import socket
+    import time
+    s = Server("--max-connections", "4")
+    try:
+        # connections their clients closed free their slot at once
+        assert [s.get("/health")[0] for _ in range(20)] == [200] * 20
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(4)]
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while True:
+            b = extra.recv(4096)
+            if not b:
+                break
+            got += b
+        assert got.startswith(b"HTTP/1.1 503"), got[:200]
+        for h in held:
+            h.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if s.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
