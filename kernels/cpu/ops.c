@@ -873,19 +873,21 @@ typedef struct attn_pf {
     int32_t rows;     /* its rows per kind; 0: nothing to request */
     int32_t per_call; /* rows to request per kernel call */
     int32_t next;     /* next row to request: K rows, then V rows */
+    size_t col;       /* elements into each row where the request starts */
+    size_t bytes;     /* bytes of each row requested (0: the whole row) */
 } attn_pf;
 
 static void attn_pf_step(const attn_args *a, attn_pf *pf) {
     const tr_kv_layout *kv = a->kv;
     int32_t ps = kv->page_size;
     const int32_t *pt = a->b->page_table[a->b->seq[pf->t]];
-    size_t row_bytes = a->kv_dim * a->esize;
+    size_t row_bytes = pf->bytes ? pf->bytes : a->kv_dim * a->esize;
     int32_t stop = TR_MIN(2 * pf->rows, pf->next + pf->per_call);
     for (; pf->next < stop; pf->next++) {
         int c = pf->next >= pf->rows;
         int32_t j = pf->first + pf->next - c * pf->rows;
         const char *row = (const char *)kv->base +
-                          kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) *
+                          (kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) + pf->col) *
                               a->esize;
         for (size_t o = 0; o < row_bytes; o += 64)
             __builtin_prefetch(row + o, 0, 3);
@@ -1046,33 +1048,60 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
     }
 }
 
+/* Phase-1 item i of the split schedule: token *t (advanced from its
+ * current value: items are visited in increasing order), KV head, block. */
+static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *kvh,
+                       int32_t *lb) {
+    int32_t n_kv = a->kv->n_kv_heads;
+    while (a->boff[*t + 1] * n_kv <= i) (*t)++;
+    int64_t local = i - a->boff[*t] * n_kv;
+    int32_t nb = (int32_t)(a->boff[*t + 1] - a->boff[*t]);
+    *kvh = (int32_t)(local / nb);
+    *lb = (int32_t)(local % nb);
+}
+
 /* Split schedule. Phase-1 item i: the tokens' items are laid out token by
- * token, (kv head, block) within a token. */
+ * token, (kv head, block) within a token. Items go out in order, so this
+ * thread's next one is most likely nth items on: while it computes a
+ * block, it prefetches that one's K and V slices (one KV head's columns),
+ * as the per-unit schedule does with whole rows. Measured on one stream
+ * decoding at ~1,500 positions, where this schedule runs: see
+ * docs/performance.md. */
 static void attn_split_task(void *ctx, int ith, int nth) {
     (void)ith;
-    (void)nth;
     attn_args *a = ctx;
     float scores[ATTN_SCORES_FLOATS];
-    int32_t n_kv = a->kv->n_kv_heads, hd = a->hd;
+    int32_t hd = a->hd;
     int32_t n_tok = a->b->n_tokens;
     size_t pstride = (size_t)hd + 2;
-    int64_t n_items = a->boff[n_tok] * n_kv;
+    int64_t n_items = a->boff[n_tok] * a->kv->n_kv_heads;
     int32_t t = 0;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&a->next, 1,
                                               memory_order_relaxed);
         if (i >= n_items) break;
-        /* Items are claimed in increasing order: advance t. */
-        while (a->boff[t + 1] * n_kv <= i) t++;
-        int64_t local = i - a->boff[t] * n_kv;
-        int32_t nb = (int32_t)(a->boff[t + 1] - a->boff[t]);
-        int32_t kvh = (int32_t)(local / nb), lb = (int32_t)(local % nb);
+        int32_t kvh, lb;
+        split_item(a, i, &t, &kvh, &lb);
         int32_t blk = attn_first_blk(a->window, a->b->pos[t]) + lb;
+        attn_pf pf = {0};
+        if (i + nth < n_items) {
+            int32_t tn = t, kn, ln;
+            split_item(a, i + nth, &tn, &kn, &ln);
+            int32_t pn = a->b->pos[tn];
+            int32_t bn = attn_first_blk(a->window, pn) + ln;
+            pf.t = tn;
+            pf.first = TR_MAX(bn * CPU_ATTN_BLOCK, attn_lo(a->window, pn));
+            pf.rows = TR_MIN((bn + 1) * CPU_ATTN_BLOCK, pn + 1) - pf.first;
+            int32_t calls = 2 * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
+            pf.per_call = 2 * pf.rows / calls + 1;
+            pf.col = (size_t)kn * (size_t)hd;
+            pf.bytes = (size_t)hd * a->esize;
+        }
         int32_t h0 = kvh * a->group;
         float *dst = a->part +
                      ((size_t)(a->boff[t] + lb) * (size_t)a->n_heads +
                       (size_t)h0) * pstride;
-        attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores, NULL);
+        attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores, pf.rows ? &pf : NULL);
     }
     tr_cpu_pool_barrier(a->pool);
     int64_t n_out = (int64_t)n_tok * a->n_heads;
