@@ -276,6 +276,9 @@ static void process(trellis_engine *e, engine_msg *m) {
         break;
     case MSG_FLUSH:
         tr_radix_tree_flush(e->tree);
+        /* before the caller returns: stats read right after a flush must
+         * show the freed pages (an idle engine publishes nothing else) */
+        tr_engine_publish_stats(e);
         sync_done(e, m->sync, TR_OK);
         break;
     case MSG_CHECK:

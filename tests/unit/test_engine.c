@@ -361,6 +361,36 @@ static void test_preemption_fake(void **state) {
     trellis_engine_free(e);
 }
 
+/* trellis_flush_cache returns after the stats show the freed pages: a
+ * caller that reads them next (the server's /flush_cache, then
+ * /server_info) must not see the cached pages of before. */
+static void test_flush_publishes_stats(void **state) {
+    (void)state;
+    fake *f;
+    fake_cfg c = fake_default();
+    trellis_engine *e = fake_engine(&c, &f);
+    int32_t prompt[200];
+    rand_tokens(3, prompt, 200);
+    for (int round = 0; round < 20; round++) {
+        trellis_request q;
+        trellis_request_default(&q);
+        q.tokens = prompt;
+        q.n_tokens = 200;
+        q.max_tokens = 4;
+        result r;
+        run1(e, &q, &r);
+        result_free(&r);
+        trellis_stats st;
+        stats_now(e, &st);
+        assert_true(st.pages_cached > 0);
+        assert_int_equal(trellis_flush_cache(e), 0);
+        trellis_get_stats(e, &st); /* no round trip in between */
+        assert_int_equal(st.pages_cached, 0);
+        assert_int_equal(st.pages_free, st.pages_total);
+    }
+    trellis_engine_free(e);
+}
+
 static void test_prefix_sharing(void **state) {
     (void)state;
     fake *f;
@@ -1172,6 +1202,7 @@ int main(void) {
         cmocka_unit_test(test_random_configs),
         cmocka_unit_test(test_preemption_fake),
         cmocka_unit_test(test_prefix_sharing),
+        cmocka_unit_test(test_flush_publishes_stats),
         cmocka_unit_test(test_fork_n),
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_logprobs_and_greedy),
