@@ -886,12 +886,25 @@ static gcfg_entry *region_entry(gcfg_walker *w, const grammar_vocab *v, uint32_t
     memcpy(w->bits, r->bits, nw * sizeof *w->bits);
     w->bits[nw] = 0;
     const gtrie *tr = &v->trie;
+    /* A region state has neither call nor return: its closure is itself,
+     * and a leaf exit (a token whose last byte leaves the region) is one
+     * step, as walk() would take it (17 exits per entry on the dev
+     * schemas). */
+    if (!tr_cset_reserve(&w->tmp, 1)) {
+        free(own);
+        return NULL;
+    }
     for (uint32_t k = 0; k < r->n_exit && !x->err; k++) {
-        uint32_t node = r->exit[k][0];
-        w->tmp.n = 0;
-        gcfg_config from = {w->rg_state[r->exit[k][1]], 0};
-        tr_cfg_closure(x, &from, 1, &w->tmp); /* itself: no call, no return */
-        if (!x->err) walk(w, v, tr->depth[node] - 1u, node, tr->next[node], w->bits, false);
+        uint32_t node = r->exit[k][0], st = w->rg_state[r->exit[k][1]];
+        if (tr->next[node] == node + 1) {
+            uint32_t id = tr->tok[node];
+            if (gl_step(x->cfg, st, tr->byte[node]) != GDFA_DEAD)
+                w->bits[id >> 6] |= 1ull << (id & 63);
+            continue;
+        }
+        w->tmp.c[0] = (gcfg_config){st, 0};
+        w->tmp.n = 1;
+        walk(w, v, tr->depth[node] - 1u, node, tr->next[node], w->bits, false);
     }
     free(own);
     return entry_pack(w, nw, false);
