@@ -761,30 +761,27 @@ static uint32_t region_find(gcfg_walker *w, uint32_t s, uint64_t *hash) {
     canon[0] = 0;
     order[0] = 0;
     uint32_t m = 1;
-    uint8_t code[256];
     for (uint32_t k = 0; k < m; k++) {
         const uint32_t *row = gl_ready(g, ex[order[k]])->rows +
                               (size_t)(ex[order[k]] % GL_CH) * g->n_cls;
-        bool seen[256] = {false};
         uint8_t *tb = w->rg_table + (size_t)k * 256;
-        for (uint32_t b = 0; b < 256; b++) {
-            uint32_t c = g->cls[b];
-            if (!seen[c]) { /* labels in order of first byte: canonical */
-                seen[c] = true;
-                uint32_t t = row[c], e = t == GDFA_DEAD ? RG_NONE : rg_label(w, t);
-                if (t == GDFA_DEAD)
-                    code[c] = RG_DEAD;
-                else if (e == RG_NONE || !(in >> e & 1))
-                    code[c] = RG_OUT;
-                else {
-                    if (canon[e] == RG_NONE) {
-                        canon[e] = m;
-                        order[m++] = e;
-                    }
-                    code[c] = (uint8_t)canon[e];
+        /* classes are ranges of bytes in increasing order, so labels go
+         * in order of first byte (canonical) taking a class at a time */
+        for (uint32_t c = 0, b0 = 0; c < g->n_cls; b0 = g->cls_byte[c] + 1u, c++) {
+            uint32_t t = row[c], e = t == GDFA_DEAD ? RG_NONE : rg_label(w, t);
+            uint8_t code;
+            if (t == GDFA_DEAD)
+                code = RG_DEAD;
+            else if (e == RG_NONE || !(in >> e & 1))
+                code = RG_OUT;
+            else {
+                if (canon[e] == RG_NONE) {
+                    canon[e] = m;
+                    order[m++] = e;
                 }
+                code = (uint8_t)canon[e];
             }
-            tb[b] = code[c];
+            memset(tb + b0, code, g->cls_byte[c] + 1u - b0);
         }
     }
     memset(w->rg_key, 0, sizeof w->rg_key);
