@@ -250,10 +250,15 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
 /* ------------------------------------------------------------------ */
 /* matmul                                                              */
 
-/* The matmul splits the union of all matrices' rows into one contiguous
- * range per thread, balanced by weight bytes (at decode the op streams the
- * weights once: it is memory-bound), cut at multiples of MATMUL_ROW_ALIGN
- * rows within a matrix (the quant kernels' register tile is 8 rows).
+/* The matmul splits the union of all matrices' rows into MATMUL_PIECES
+ * contiguous pieces per thread, balanced by weight bytes (at decode the op
+ * streams the weights once: it is memory-bound), cut at multiples of
+ * MATMUL_ROW_ALIGN rows within a matrix (the quant kernels' register tile
+ * is 8 rows). Threads take pieces from a shared counter rather than owning
+ * a fixed share: when another process preempts one worker (a server's
+ * event loop and its clients wake once per streamed token on a machine
+ * with as many cores as workers), the others take its pieces instead of
+ * idling at the barrier for the whole preemption.
  * Inside its range a thread walks blocks of MATMUL_ROW_BLOCK rows x
  * MATMUL_TOK_BLOCK tokens so that a block of weights stays in cache while
  * the token rows go by (prefill). The quant kernels' contract makes every
@@ -269,6 +274,11 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
 /* Matrices per call (Q, K, V; gate, up): a fixed bound keeps the
  * per-call state on the stack. */
 #define MATMUL_MAX_MATS 8
+/* Pieces per thread: enough that a preempted thread's share is taken up by
+ * the others, few enough that a piece still holds several row blocks. */
+#ifndef MATMUL_PIECES
+#define MATMUL_PIECES 4
+#endif
 
 typedef struct matmul_args {
     const cpu_quant_kernels *qk;
@@ -288,6 +298,8 @@ typedef struct matmul_args {
     size_t fmt_row_bytes[MATMUL_MAX_MATS];
     uint8_t *fmt_data[MATMUL_MAX_MATS];
     int32_t mat_fmt[MATMUL_MAX_MATS]; /* matrix -> format index */
+    int n_pieces;                      /* of the row space, this run */
+    atomic_int next_piece;             /* the next piece not yet taken */
 } matmul_args;
 
 typedef struct row_pos {
@@ -317,8 +329,10 @@ static row_pos matmul_boundary(const matmul_args *a, int k, int nth) {
     return (row_pos){a->n_mats, 0};
 }
 
+static void matmul_piece(const matmul_args *a, row_pos from, row_pos to);
+
 static void matmul_task(void *ctx, int ith, int nth) {
-    const matmul_args *a = ctx;
+    matmul_args *a = ctx; /* shared: only next_piece is written */
     /* Phase 1: quantize the activations, token rows split across
      * threads. */
     int64_t lo, hi;
@@ -330,9 +344,18 @@ static void matmul_task(void *ctx, int ith, int nth) {
                                     a->cols);
     tr_cpu_pool_barrier(a->pool);
 
-    /* Phase 2: this thread's rows of every matrix, for all tokens. */
-    row_pos from = matmul_boundary(a, ith, nth);
-    row_pos to = matmul_boundary(a, ith + 1, nth);
+    /* Phase 2: pieces of the row space, for all tokens, until none is
+     * left. */
+    for (;;) {
+        int k = atomic_fetch_add_explicit(&a->next_piece, 1, memory_order_relaxed);
+        if (k >= a->n_pieces) break;
+        matmul_piece(a, matmul_boundary(a, k, a->n_pieces),
+                     matmul_boundary(a, k + 1, a->n_pieces));
+    }
+}
+
+/* Rows [from, to) of the concatenated row space, for all tokens. */
+static void matmul_piece(const matmul_args *a, row_pos from, row_pos to) {
     for (int32_t i = from.mat; i <= to.mat && i < a->n_mats; i++) {
         int64_t r0 = i == from.mat ? from.row : 0;
         int64_t r1 = i == to.mat ? to.row : a->w[i]->rows;
@@ -412,6 +435,8 @@ void tr_cpu_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
         int nth = op_threads(c, work, 131072);
         nth = (int)TR_MIN((int64_t)nth,
                           TR_MAX(1, rows_total / (2 * MATMUL_ROW_ALIGN)));
+        a.n_pieces = nth == 1 ? 1 : nth * MATMUL_PIECES;
+        atomic_store_explicit(&a.next_piece, 0, memory_order_relaxed);
         tr_cpu_pool_run(c->pool, nth, matmul_task, &a);
     }
 }

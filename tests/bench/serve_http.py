@@ -134,8 +134,11 @@ class Conn:
         self.reader = self.writer = None
 
     async def open(self):
+        """Opens a connection unless one is kept alive; True if it is new."""
         if self.writer is None or self.writer.is_closing():
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            return True
+        return False
 
     def close(self):
         if self.writer:
@@ -144,14 +147,27 @@ class Conn:
 
     async def stream(self, path, body, res, abort_after=None):
         """POSTs body and reads SSE events; abort_after=k closes after k deltas."""
-        await self.open()
+        fresh = await self.open()
         data = json.dumps(body).encode()
         req = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(data)}\r\n{self.headers}\r\n").encode() + data
         t0 = time.perf_counter()
-        self.writer.write(req)
-        await self.writer.drain()
-        status, hdr = await read_response_head(self.reader)
+        try:
+            self.writer.write(req)
+            await self.writer.drain()
+            status, hdr = await read_response_head(self.reader)
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            # A kept-alive connection the server closed while it was idle
+            # (llama-server does so) answers nothing: retry once on a new
+            # one, as HTTP clients do; the clock restarts with the resend.
+            if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
+                raise
+            self.close()
+            await self.open()
+            t0 = time.perf_counter()
+            self.writer.write(req)
+            await self.writer.drain()
+            status, hdr = await read_response_head(self.reader)
         times = []
         usage = None
         buf = b""

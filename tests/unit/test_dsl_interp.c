@@ -569,6 +569,61 @@ static void test_globals_load(void **state) {
     tr_dsl_script_free(s);
 }
 
+/* A session whose global load()s the file named in src from dir; returns
+ * the status of tr_dsl_session_new and fills err. */
+static tr_status session_with_load(const char *dir, const tr_dsl_session_options *o,
+                                   tr_dsl_error *err) {
+    const char *src = "let big = load(\"big.txt\")\nfn main() { return len(big) }\n";
+    tr_dsl_script *s;
+    assert_int_equal(tr_dsl_script_parse("t.tr", dir, src, strlen(src), NULL, &s, err), TR_OK);
+    fake_backend *fb = fake_new(0);
+    tr_dsl_session *sess = NULL;
+    tr_status st = tr_dsl_session_new(s, &fb->base, o, &sess, err);
+    if (st == TR_OK) tr_dsl_session_free(sess);
+    tr_dsl_backend_free(&fb->base);
+    tr_dsl_script_free(s);
+    return st;
+}
+
+/* load() reads at most max_file_bytes (64 MiB by default): one byte more
+ * is an error naming the file and the limit, at the load's line. */
+static void test_load_file_limit(void **state) {
+    (void)state;
+    char dir[] = "/tmp/trellis-dsl-load-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[sizeof dir + 16];
+    snprintf(path, sizeof path, "%s/big.txt", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), ((off_t)64 << 20) + 1), 0); /* sparse */
+    fclose(f);
+    tr_dsl_error err;
+    assert_int_equal(session_with_load(dir, NULL, &err), TR_ERR_LIMIT);
+    assert_int_equal(err.line, 1);
+    assert_non_null(strstr(err.message, "big.txt is larger than max_file_bytes (67108864)"));
+    /* exactly at a (smaller) limit loads; one byte over does not */
+    tr_dsl_session_options o;
+    tr_dsl_session_options_default(&o);
+    o.limits.max_file_bytes = 4096;
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 4096; i++) fputc('x', f);
+    fclose(f);
+    assert_int_equal(session_with_load(dir, &o, &err), TR_OK);
+    f = fopen(path, "ab");
+    assert_non_null(f);
+    fputc('x', f);
+    fclose(f);
+    assert_int_equal(session_with_load(dir, &o, &err), TR_ERR_LIMIT);
+    assert_non_null(strstr(err.message, "larger than max_file_bytes (4096)"));
+    /* 0 disables load() */
+    o.limits.max_file_bytes = 0;
+    assert_int_equal(session_with_load(dir, &o, &err), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "reading files is disabled"));
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_limits_runtime(void **state) {
     (void)state;
     tr_dsl_session_options o;
@@ -703,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_calls_and_captures),
         cmocka_unit_test(test_globals_load),
+        cmocka_unit_test(test_load_file_limit),
         cmocka_unit_test(test_limits_runtime),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_batch_in_order),

@@ -215,3 +215,62 @@ def test_max_connections_503():
         assert s.get("/health")[0] == 200
     finally:
         s.stop()
+
+
+def metric(server, name):
+    """The value of one Prometheus sample of /metrics (name with labels)."""
+    status, text = server.get("/metrics")
+    assert status == 200
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_write_timeout_cancels_a_client_that_stops_reading():
+    # A streaming client that never reads: once the socket buffers are full
+    # and no byte has gone out for --write-timeout seconds, the connection
+    # is closed and its generation cancelled long before max_tokens.
+    import socket
+    import time
+    s = Server("--write-timeout", "2", "--kv-mem", "512")
+    try:
+        cancelled = 'trellis_request_finished_total{reason="cancelled"}'
+        before = metric(s, cancelled)
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # before connect: small window
+        c.connect(("127.0.0.1", s.port))
+        # 8 samples with 20 logprobs each: ~12 KB of SSE per step, so the
+        # socket buffers (up to 4 MiB) fill within seconds
+        n, max_tokens = 8, 2500
+        body = json.dumps({"prompt": "Count:", "max_tokens": max_tokens, "ignore_eos": True,
+                           "stream": True, "logprobs": 20, "n": n}).encode()
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(1)
+        head = c.recv(64, socket.MSG_PEEK)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        deadline = time.time() + 240
+        while metric(s, cancelled) == before:
+            assert time.time() < deadline, "the stalled stream was never cancelled"
+            time.sleep(0.2)
+        e = s.wait_idle(timeout=30)
+        assert e["pages_used"] == 0
+        generated = metric(s, "trellis_generation_tokens_total")
+        assert 0 < generated < n * max_tokens, generated
+        # the server closed its end: what was buffered, then EOF or a reset
+        c.settimeout(10)
+        got = b""
+        try:
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                got += b
+        except ConnectionResetError:
+            pass
+        assert b"data: [DONE]" not in got
+        c.close()
+        assert s.get("/health")[0] == 200
+    finally:
+        s.stop()
