@@ -740,6 +740,7 @@ static void test_random_grammars(void **state) {
             }
             free(s.p);
             check_walks(g, v, &c, &r, 3, 10);
+            assert_int_equal(tr_grammar_check(g), TR_OK); /* the states the walks made */
             cut += g_budget_hits > hits;
             rf_chart_free(&c);
             tr_grammar_free(g);
@@ -1337,6 +1338,86 @@ static void test_regions(void **state) {
     tr_grammar_vocab_free(v);
 }
 
+/* ---- expansion: by ranges of columns against per column ---- */
+
+/* Expands grammar g's states in order of creation until none is left or
+ * cap are made; returns how many there are. */
+static uint32_t expand_all(grammar *g, uint32_t cap) {
+    gcfg *c = g->cfg;
+    uint32_t s = 0;
+    for (; s < tr_cfg_n_states(c) && s < cap; s++) gl_ready(c, s);
+    return s;
+}
+
+/* Whether states s of a and b (made the same way) have equal rows,
+ * calls and facts. */
+static bool same_state(gcfg *a, gcfg *b, uint32_t s) {
+    gl_chunk *x = gl_ready(a, s), *y = gl_ready(b, s);
+    uint32_t i = s % GL_CH, nc = a->n_cls;
+    if (memcmp(x->rows + (size_t)i * nc, y->rows + (size_t)i * nc, nc * sizeof(uint32_t)) ||
+        x->flags[i] != y->flags[i] || x->only[i] != y->only[i] || x->tail[i] != y->tail[i] ||
+        x->accept[i] != y->accept[i] || x->ncall[i] != y->ncall[i] ||
+        memcmp(x->aloop[i], y->aloop[i], sizeof x->aloop[i]))
+        return false;
+    return x->ncall[i] == 0 || !memcmp(x->calls[i], y->calls[i], x->ncall[i] * sizeof(gl_call));
+}
+
+/* Expansion computes a state's targets per range of columns when its
+ * subset has few edges, per column otherwise (cfg_dfa.c): both ways must
+ * make the same automaton, state by state, and the same masks. The
+ * generated grammar's start has one edge per alternative (48 > the range
+ * way's limit), its words share letters (ranges that overlap). */
+static void test_expand_ways(void **state) {
+    (void)state;
+    static const char *const names[] = {"json.gbnf", "schema_tree.gbnf", "schema_flat.gbnf",
+                                        "list.gbnf", "c.gbnf", NULL};
+    tg_str gen = {0};
+    tg_puts(&gen, "root ::= (");
+    for (int i = 0; i < 48; i++) {
+        char alt[64];
+        snprintf(alt, sizeof alt, "%s\"%c%c%s\" x", i ? " | " : "", 'a' + i % 26,
+                 'a' + (i * 7) % 26, i % 3 ? "q" : "[a-f]z");
+        tg_puts(&gen, alt);
+    }
+    tg_puts(&gen, ")+\nx ::= [0-9]* | \"(\" root \")\" | [^a-z()]\n");
+    tg_rng r = {0xE4A9D};
+    grammar_vocab *v = char_vocab(&r, k_chars, (int)TR_ARRAY_LEN(k_chars), 3000);
+    int steps = small_scale() ? 100 : 400;
+    for (size_t gi = 0; gi < TR_ARRAY_LEN(names); gi++) {
+        size_t len = gen.len;
+        char *text = names[gi] ? read_data(names[gi], &len) : gen.p;
+        grammar *a = NULL, *b = NULL;
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &a, NULL), TR_OK);
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &b, NULL), TR_OK);
+        tr_cfg_expand_by_column = true;
+        uint32_t na = expand_all(a, 4000);
+        tr_cfg_expand_by_column = false;
+        uint32_t nb = expand_all(b, 4000);
+        assert_int_equal(na, nb);
+        for (uint32_t s = 0; s < na; s++)
+            if (!same_state(a->cfg, b->cfg, s))
+                fail_msg("%s: state %u differs", names[gi] ? names[gi] : "generated", s);
+        assert_int_equal(tr_grammar_check(a), TR_OK);
+        assert_int_equal(tr_grammar_check(b), TR_OK);
+        tr_grammar_free(a);
+        tr_grammar_free(b);
+        /* masks of random walks, each way from a fresh grammar */
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &a, NULL), TR_OK);
+        assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &b, NULL), TR_OK);
+        tr_cfg_expand_by_column = true;
+        uint64_t want = walk_hash(a, v, 77 + gi, steps);
+        tr_cfg_expand_by_column = false;
+        uint64_t got = walk_hash(b, v, 77 + gi, steps);
+        if (got != want) fail_msg("%s: masks differ", names[gi] ? names[gi] : "generated");
+        assert_int_equal(tr_grammar_check(b), TR_OK);
+        tr_grammar_free(a);
+        tr_grammar_free(b);
+        if (names[gi]) free(text);
+    }
+    free(gen.p);
+    tr_grammar_vocab_free(v);
+}
+
 static void test_stats_dump(void **state) {
     (void)state;
     size_t len;
@@ -1376,6 +1457,7 @@ int main(void) {
         cmocka_unit_test(test_random_grammars),
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_regions),
+        cmocka_unit_test(test_expand_ways),
         cmocka_unit_test(test_api_stacks),
         cmocka_unit_test(test_stacks_budget),
         cmocka_unit_test(test_budgets),
