@@ -310,7 +310,14 @@ static uint32_t target(gcfg *c, uint32_t *seg, uint32_t len, uint32_t *n_memo) {
     return t;
 }
 
-bool tr_cfg_expand_by_column; /* tests: compare the two ways */
+/* Sorts seg[0..len) (len >= 1) and drops repeats; returns the count kept. */
+static uint32_t sorted_unique(uint32_t *seg, uint32_t len) {
+    uint32_t w = 1;
+    sort_u32(seg, len);
+    for (uint32_t x = 1; x < len; x++)
+        if (seg[x] != seg[w - 1]) seg[w++] = seg[x];
+    return w;
+}
 
 /* Past this many consuming edges in a subset, its targets are bucketed
  * per column (bucket_targets) instead of per range of columns. */
@@ -363,7 +370,7 @@ static uint32_t targets_by_range(gcfg *c, const uint32_t *key, uint32_t klen,
     gl_run *runs = c->runs; /* a local: stores could alias c */
     for (uint32_t wd = 0; wd <= k >> 6; wd++)
         for (uint64_t bits = bm[wd]; bits; bits &= bits - 1) {
-            uint32_t lo = wd * 64 + (uint32_t)__builtin_ctzll(bits), len = 0, w = 1;
+            uint32_t lo = wd * 64 + (uint32_t)__builtin_ctzll(bits), len = 0;
             if (lo >= k) break;
             uint32_t keep = 0, t = GDFA_DEAD, *seg = c->bucket + used;
             for (uint32_t q = 0; q < n_act; q++)
@@ -372,9 +379,7 @@ static uint32_t targets_by_range(gcfg *c, const uint32_t *key, uint32_t klen,
             while (nx < n_e && c->c_edge[eidx[nx]].c0 == lo) act[n_act++] = eidx[nx++];
             for (uint32_t q = 0; q < n_act; q++) seg[len++] = c->c_edge[act[q]].to;
             if (len) {
-                sort_u32(seg, len);
-                for (uint32_t x = 1; x < len; x++)
-                    if (seg[x] != seg[w - 1]) seg[w++] = seg[x];
+                uint32_t w = sorted_unique(seg, len);
                 used += w;
                 t = target(c, seg, w, n_memo);
             }
@@ -395,11 +400,8 @@ static uint32_t targets_by_column(gcfg *c, const uint32_t *key, uint32_t klen,
     for (uint32_t col = 0; col < c->k; col++) {
         uint32_t end = c->bo[col], t = GDFA_DEAD;
         if (end > start) {
-            uint32_t *seg = c->bucket + start, len = end - start, w = 1;
-            sort_u32(seg, len);
-            for (uint32_t x = 1; x < len; x++)
-                if (seg[x] != seg[w - 1]) seg[w++] = seg[x];
-            t = target(c, seg, w, n_memo);
+            uint32_t *seg = c->bucket + start;
+            t = target(c, seg, sorted_unique(seg, end - start), n_memo);
         }
         start = end;
         c->runs[col] = (gl_run){col, t};
@@ -450,7 +452,7 @@ static void expand_locked(gcfg *c, uint32_t s) {
     const uint32_t *key = c->pool + c->koff[s];
     uint32_t n_memo = 0, n_calls = 0, n_runs = 0;
     if (s != GDFA_DEAD) {
-        if (!tr_cfg_expand_by_column) n_runs = targets_by_range(c, key, c->klen[s], &n_memo);
+        if (!c->by_column) n_runs = targets_by_range(c, key, c->klen[s], &n_memo);
         if (!n_runs && !gl_failed(c)) n_runs = targets_by_column(c, key, c->klen[s], &n_memo);
     }
     for (uint32_t x = 0; x < n_memo; x++) c->memo_len[c->memo_used[x]] = 0;

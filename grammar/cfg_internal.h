@@ -194,6 +194,10 @@ typedef struct gcfg {
     uint32_t kcap, ht_cap;
     uint32_t *stack, *mark, *out, *bo, *bucket, *memo_t, *memo_used;
     struct gl_run *runs; /* [k] an expansion's targets, runs of columns */
+    bool by_column;      /* tests: bucket every state's targets per column
+                          * (the way for subsets with many edges), to
+                          * compare with the way by ranges; set before any
+                          * state is expanded */
     uint64_t *memo_h;
     uint32_t *memo_off, *memo_len;
     uint32_t gen, bucket_cap, memo_cap;
@@ -207,10 +211,6 @@ tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
                      const char *const *names, const uint32_t *name_lens,
                      uint32_t n_kept, gcfg **out);
 void tr_cfg_free(gcfg *c);
-/* Tests only: true makes expansions bucket targets per column for every
- * state (the way for subsets with many edges), to compare with the way
- * by ranges of columns. Set it before any state is expanded. */
-extern bool tr_cfg_expand_by_column;
 /* Makes state s's row and info (slow path, takes the lock). */
 void tr_cfg_expand(gcfg *c, uint32_t s);
 /* Invariants of the NFA tables and of every state made so far (each

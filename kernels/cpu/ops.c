@@ -259,7 +259,7 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
  * event loop and its clients wake once per streamed token on a machine
  * with as many cores as workers), the others take its pieces instead of
  * idling at the barrier for the whole preemption.
- * Inside its range a thread walks blocks of MATMUL_ROW_BLOCK rows x
+ * Inside a piece a thread walks blocks of MATMUL_ROW_BLOCK rows x
  * MATMUL_TOK_BLOCK tokens so that a block of weights stays in cache while
  * the token rows go by (prefill). The quant kernels' contract makes every
  * output value independent of these blockings. */

@@ -151,11 +151,14 @@ class Conn:
         data = json.dumps(body).encode()
         req = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(data)}\r\n{self.headers}\r\n").encode() + data
-        t0 = time.perf_counter()
-        try:
+        async def send():
             self.writer.write(req)
             await self.writer.drain()
-            status, hdr = await read_response_head(self.reader)
+            return await read_response_head(self.reader)
+
+        t0 = time.perf_counter()
+        try:
+            status, hdr = await send()
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             # A kept-alive connection the server closed while it was idle
             # (llama-server does so) answers nothing: retry once on a new
@@ -165,9 +168,7 @@ class Conn:
             self.close()
             await self.open()
             t0 = time.perf_counter()
-            self.writer.write(req)
-            await self.writer.drain()
-            status, hdr = await read_response_head(self.reader)
+            status, hdr = await send()
         times = []
         usage = None
         buf = b""

@@ -1389,9 +1389,8 @@ static void test_expand_ways(void **state) {
         grammar *a = NULL, *b = NULL;
         assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &a, NULL), TR_OK);
         assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &b, NULL), TR_OK);
-        tr_cfg_expand_by_column = true;
+        a->cfg->by_column = true;
         uint32_t na = expand_all(a, 4000);
-        tr_cfg_expand_by_column = false;
         uint32_t nb = expand_all(b, 4000);
         assert_int_equal(na, nb);
         for (uint32_t s = 0; s < na; s++)
@@ -1404,9 +1403,8 @@ static void test_expand_ways(void **state) {
         /* masks of random walks, each way from a fresh grammar */
         assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &a, NULL), TR_OK);
         assert_int_equal(tr_grammar_compile_ebnf(text, len, NULL, &b, NULL), TR_OK);
-        tr_cfg_expand_by_column = true;
+        a->cfg->by_column = true;
         uint64_t want = walk_hash(a, v, 77 + gi, steps);
-        tr_cfg_expand_by_column = false;
         uint64_t got = walk_hash(b, v, 77 + gi, steps);
         if (got != want) fail_msg("%s: masks differ", names[gi] ? names[gi] : "generated");
         assert_int_equal(tr_grammar_check(b), TR_OK);
