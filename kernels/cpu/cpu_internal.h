@@ -58,6 +58,8 @@ typedef struct cpu_op_kernels {
     void (*add)(float *out, const float *x, int64_t n);
     /* dst[n] (F16 or F32) = src[n]. */
     void (*store_row)(void *dst, const float *src, int32_t n, bool f16);
+    /* dst[n] = src[n] (F16 or F32): exact, the inverse of store_row. */
+    void (*load_row)(float *dst, const void *src, int32_t n, bool f16);
 
     /* The g query heads of one KV head (grouped-query attention) against
      * the same K rows, so that each row is read and converted once:
@@ -130,9 +132,19 @@ typedef struct cpu_backend {
     uint64_t rope_clock;
 } cpu_backend;
 
+/* The backend a stream of it belongs to. */
+static inline cpu_backend *cpu_of(tr_stream *s) { return (cpu_backend *)s->be; }
+
 /* Grows *buf to at least `bytes` (64-byte aligned; contents not kept).
  * Returns false on allocation failure, leaving the old buffer. */
 bool tr_cpu_scratch_reserve(void **buf, size_t *cap, size_t bytes);
+
+/* Threads for an op of `work` units when a thread should get at least
+ * `min_share` of them to be worth waking (1 .. the backend's threads). */
+int tr_cpu_op_threads(const cpu_backend *c, int64_t work, int64_t min_share);
+
+/* Rows [lo, hi) of n for thread ith of nth. */
+void tr_cpu_share_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi);
 
 /* ---- op entry points (ops.c), the contracts are in kernels/backend.h ---- */
 void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,

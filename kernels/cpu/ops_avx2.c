@@ -188,6 +188,19 @@ static void store_row_avx2(void *dst, const float *src, int32_t n, bool f16) {
     for (; i < n; i++) d[i] = cpu_fp32_to_fp16(src[i]);
 }
 
+static void load_row_avx2(float *dst, const void *src, int32_t n, bool f16) {
+    if (!f16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = src;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      (const __m128i *)(s + i))));
+    for (; i < n; i++) dst[i] = cpu_fp16_to_fp32(s[i]);
+}
+
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* 8 elements of a KV row at element index idx. With f16 and hd constant
@@ -486,6 +499,7 @@ const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
     .geglu = geglu_avx2,
     .add = add_avx2,
     .store_row = store_row_avx2,
+    .load_row = load_row_avx2,
     .attn_scores = attn_scores_avx2,
     .attn_exp_sum = attn_exp_sum_avx2,
     .attn_accum = attn_accum_avx2,

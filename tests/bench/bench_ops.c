@@ -117,18 +117,21 @@ typedef struct attn_bench {
 
 static void run_attn(void *ctx) {
     attn_bench *a = ctx;
-    a->be->ops->attention(a->be->stream, a->out, a->q, &a->kv, 0, &a->b, a->n_heads,
-                          0.125f);
+    for (int32_t l = 0; l < a->kv.n_layers; l++)
+        a->be->ops->attention(a->be->stream, a->out, a->q, &a->kv, l, &a->b,
+                              a->n_heads, 0.125f);
 }
 
-/* One sequence of `ctx_len` positions, page size 16, F16 KV; the batch is
- * the last `n_tok` positions. */
+/* One sequence of `ctx_len` positions, page size 16, through n_layers
+ * layers (1: K/V warm in the caches; 30: about 36 MB at 1,600 positions,
+ * read cold as in a forward pass); the batch is the last `n_tok`
+ * positions. */
 static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
-                              tr_dtype type) {
+                              tr_dtype type, int n_layers) {
     const int n_heads = 9, n_kv = 3, hd = 64, ps = 16;
     int n_pages = (ctx_len + ps - 1) / ps;
     size_t es = type == TR_DTYPE_F16 ? 2 : 4;
-    size_t bytes = (size_t)n_pages * 2 * ps * n_kv * hd * es;
+    size_t bytes = (size_t)n_pages * n_layers * 2 * ps * n_kv * hd * es;
     attn_bench a = {.be = be, .n_heads = n_heads};
     void *mem = NULL;
     be->ops->alloc(be, bytes, &mem);
@@ -140,14 +143,15 @@ static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
     for (int i = 0; i < ctx_len; i++) pos[i] = i;
     const int32_t *const pts[1] = {pt};
     int32_t np[1] = {n_pages};
-    a.kv = (tr_kv_layout){mem, n_pages, 1, ps, n_kv, hd, type, NULL};
+    a.kv = (tr_kv_layout){mem, n_pages, n_layers, ps, n_kv, hd, type, NULL};
     /* Fill the whole context with random K/V. */
     float *k = malloc(sizeof(float) * ctx_len * n_kv * hd);
     float *v = malloc(sizeof(float) * ctx_len * n_kv * hd);
     fill(k, (size_t)ctx_len * n_kv * hd);
     fill(v, (size_t)ctx_len * n_kv * hd);
     tr_batch all = {ctx_len, pos, seq, 1, pts, np};
-    be->ops->kv_store(be->stream, &a.kv, 0, k, v, &all);
+    for (int l = 0; l < n_layers; l++)
+        be->ops->kv_store(be->stream, &a.kv, l, k, v, &all);
     a.b = (tr_batch){n_tok, pos + ctx_len - n_tok, seq, 1, pts, np};
     a.q = malloc(sizeof(float) * n_tok * n_heads * hd);
     a.out = malloc(sizeof(float) * n_tok * n_heads * hd);
@@ -380,13 +384,20 @@ int main(int argc, char **argv) {
             for (int ti = 0; ti < 2; ti++) {
                 tr_dtype t = ti ? TR_DTYPE_F32 : TR_DTYPE_F16;
                 const char *tn = ti ? "F32" : "F16";
-                double d512 = bench_attention(be, 512, 1, t);
-                double d2048 = bench_attention(be, 2048, 1, t);
-                double p512 = bench_attention(be, 512, 512, t);
+                double d512 = bench_attention(be, 512, 1, t, 1);
+                double d2048 = bench_attention(be, 2048, 1, t, 1);
+                double p512 = bench_attention(be, 512, 512, t, 1);
                 printf("  attention %s KV: decode ctx 512 %7.1f us, ctx 2048 "
                        "%7.1f us; prefill 512 tokens %7.2f ms\n",
                        tn, d512 / 1e3, d2048 / 1e3, p512 / 1e6);
             }
+            /* a few-shot question after its cached prompt, and one decode
+             * step there: 43 and 1 tokens at ~1,593 positions, 30 layers */
+            double sfx = bench_attention(be, 1593, 43, TR_DTYPE_F16, 30);
+            double dec = bench_attention(be, 1594, 1, TR_DTYPE_F16, 30);
+            printf("  attention F16 KV, 30 layers at ~1,593 positions (cold): "
+                   "43-token suffix %7.2f ms, decode %7.2f ms\n",
+                   sfx / 1e6, dec / 1e6);
             int ctx_total = 0;
             double d32 = bench_attention_decode32(be, &ctx_total);
             printf("  attention F16 KV: decode 32 sequences x 30 layers "
