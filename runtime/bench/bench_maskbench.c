@@ -186,14 +186,18 @@ typedef struct mb_ctx {
 
 /* Feeds one test; *accepted when every token was in its mask and EOS
  * closed it. Steps appended to st. */
+/* Runs one test; *stop is the number of tokens taken before a refusal
+ * (n when every token was taken, whatever the end's verdict). */
 static void mb_run_test(const mb_ctx *c, grammar *g, const int32_t *ids, size_t n,
-                        uint64_t *mask, mb_i64 *st, bool *accepted, bool *inconsistent) {
+                        uint64_t *mask, mb_i64 *st, bool *accepted, bool *inconsistent,
+                        size_t *stop) {
     grammar_matcher *m = NULL;
     *accepted = false;
     *inconsistent = false;
+    *stop = 0;
     if (tr_grammar_matcher_new(g, c->v, 0, &m) != TR_OK) return;
     bool ok = true;
-    for (size_t i = 0; i < n && ok; i++) {
+    for (size_t i = 0; i < n && ok; i++, *stop += ok) {
         uint64_t t0 = mb_now();
         tr_grammar_matcher_fill_mask(m, mask, c->nw);
         int32_t id = ids[i];
@@ -211,6 +215,34 @@ static void mb_run_test(const mb_ctx *c, grammar *g, const int32_t *ids, size_t 
     }
     *accepted = ok;
     tr_grammar_matcher_free(m);
+}
+
+/* "valid test I rejected at byte B: ...<text before>|<the refused token>"
+ * (or "at the end" when every token was taken), quotes and controls
+ * escaped so the reason stays one CSV field. */
+static void mb_rejected_at(const mb_ctx *c, size_t test, const char *text, size_t len,
+                           const int32_t *ids, size_t n, size_t stop, char *out,
+                           size_t cap) {
+    if (stop >= n) {
+        snprintf(out, cap, "valid test %zu rejected at the end (EOS refused)", test);
+        return;
+    }
+    size_t at = 0, tl = 0;
+    for (size_t j = 0; j < stop; j++) {
+        tr_tokenizer_token_bytes(c->tok, ids[j], &tl);
+        at += tl;
+    }
+    tr_tokenizer_token_bytes(c->tok, ids[stop], &tl);
+    size_t from = at > 40 ? at - 40 : 0, to = TR_MIN(len, at + tl);
+    char snip[160];
+    size_t k = 0;
+    for (size_t j = from; j < to && k + 5 < sizeof snip; j++) {
+        if (j == at) snip[k++] = '|';
+        unsigned char ch = (unsigned char)text[j];
+        snip[k++] = ch < 0x20 || ch == '"' || ch == ',' ? '.' : (char)ch;
+    }
+    snip[k] = 0;
+    snprintf(out, cap, "valid test %zu rejected at byte %zu: %s", test, at, snip);
 }
 
 /* Writes all of buf to fd. */
@@ -298,7 +330,8 @@ static void mb_child(const mb_ctx *c, json_t *item, int fd) {
                 skipped++;
             } else {
                 bool acc, bad;
-                mb_run_test(c, g, ids, nid, mask, &steps, &acc, &bad);
+                size_t stop;
+                mb_run_test(c, g, ids, nid, mask, &steps, &acc, &bad, &stop);
                 n_tests++;
                 incons += bad;
                 if (acc && valid) vok++;
@@ -306,7 +339,7 @@ static void mb_child(const mb_ctx *c, json_t *item, int fd) {
                 else if (valid) {
                     vrej++;
                     status = MB_VALIDATION_ERROR;
-                    snprintf(reason, sizeof reason, "valid test %zu rejected", i);
+                    mb_rejected_at(c, i, inst, il, ids, nid, stop, reason, sizeof reason);
                 } else {
                     iacc++;
                     status = MB_INVALIDATION_ERROR;
