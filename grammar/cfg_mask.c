@@ -45,13 +45,32 @@
 
 #include "grammar/cfg_internal.h"
 
+/* The tokens allowed whatever the stack are kept as a bitmap of n_words
+ * words (dense), or, when at most n_words / 4 of its words are nonzero,
+ * as those words and their indexes (sparse): most states of a schema
+ * allow a few tokens (a key's next letters, punctuation), and a dense
+ * entry cost a 6 KiB copy to make and a 6 KiB OR from memory that is
+ * rarely still in cache on every later use (~1,500 cycles of a mask
+ * that takes ~15,000; dev schemas). */
+#define ENTRY_DENSE UINT32_MAX
 typedef struct gcfg_entry {
     uint32_t n_esc;
     uint8_t escape0;  /* the rule may return before any byte */
     uint8_t overflow; /* too ambiguous to memoize: walk at run time */
+    uint32_t n_nz;    /* sparse: words kept; ENTRY_DENSE: bitmap */
+    uint32_t *idx;    /* sparse: [n_nz] word indexes, increasing */
     uint32_t (*esc)[2]; /* [n_esc] (trie node, depth) escape points */
-    uint64_t bits[];  /* [n_words] tokens allowed whatever the stack */
+    uint64_t bits[];  /* [n_words] dense, or [n_nz] the nonzero words */
 } gcfg_entry;
+
+/* ORs entry e's stack-independent tokens into mask. */
+static void entry_or(const gcfg_entry *e, size_t nw, uint64_t *mask) {
+    if (e->n_nz == ENTRY_DENSE) {
+        for (size_t j = 0; j < nw; j++) mask[j] |= e->bits[j];
+        return;
+    }
+    for (uint32_t k = 0; k < e->n_nz; k++) mask[e->idx[k]] |= e->bits[k];
+}
 
 /* Slots come in chunks of MEMO_CH, allocated on first use: a grammar
  * may make up to max_dfa_states (50,000) states but a request visits a
@@ -109,6 +128,7 @@ typedef struct gcfg_walker {
     uint32_t n_esc, cap_esc;
     bool ci;          /* stack-independent walk (escape points recorded) */
     uint64_t *bits;   /* [n_words + 1] an entry's bits while computing */
+    uint32_t *nzi;    /* [n_words + 1] entry_pack: indexes of nonzero words */
     gcset work;       /* fill: configurations whose masks are pending */
     /* states' rows and flags, direct-mapped (a walk steps into the same
      * few states again and again; a ready row never changes) */
@@ -225,6 +245,7 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     tr_cset_free(&w->work);
     free(w->esc);
     free(w->bits);
+    free(w->nzi);
     free(w->done);
     free(w->rx);
     free(w);
@@ -238,7 +259,8 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     w->pend = malloc(nd * sizeof *w->pend);
     w->ftop = malloc(nd * sizeof *w->ftop);
     w->bits = malloc((v->n_words + 1) * sizeof *w->bits);
-    if (!w->pstart || !w->pend || !w->ftop || !w->bits) {
+    w->nzi = malloc((v->n_words + 1) * sizeof *w->nzi);
+    if (!w->pstart || !w->pend || !w->ftop || !w->bits || !w->nzi) {
         tr_cfg_walker_free(w);
         return NULL;
     }
@@ -392,17 +414,18 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     const gtrie *tr = &v->trie;
     uint32_t n = tr->pfirst[tr->n_nodes], live = 0, seen = 0;
     gcfg *g = w->x.cfg;
-    /* first the first bytes alone (235 steps for SmolLM2): an upper bound
+    /* first the first bytes alone (a step per byte class and state): an upper bound
      * that rules out the restrictive states cheaply */
     uint64_t first = 0;
-    bool live1[256] = {false}; /* per byte: some state of the set takes it */
+    bool live1[256] = {false}; /* per class: some state of the set takes it */
     for (uint32_t k = 0; k < w->tmp.n; k++) {
         const uint32_t *row = gl_ready(g, w->tmp.c[k].state)->rows +
                               (size_t)(w->tmp.c[k].state % GL_CH) * g->n_cls;
-        for (uint32_t b = 0; b < 256; b++) live1[b] |= row[g->cls[b]] != GDFA_DEAD;
+        for (uint32_t c = 0; c < g->n_cls; c++) live1[c] |= row[c] != GDFA_DEAD;
     }
-    for (uint32_t j = 1; j < tr->n_nodes; j = tr->next[j])
-        if (live1[tr->byte[j]]) first += tr->pfirst[tr->next[j]] - tr->pfirst[j];
+    /* classes are ranges of bytes, in order; cls_byte[c] ends class c */
+    for (uint32_t c = 0, b0 = 0; c < g->n_cls; b0 = g->cls_byte[c] + 1u, c++)
+        if (live1[c]) first += tr->root_cum[g->cls_byte[c] + 1u] - tr->root_cum[b0];
     if (2 * first <= n) return false;
     for (uint32_t k = 0; k < n; k += 256, seen++) {
         uint32_t id = tr->ptoks[k];
@@ -466,6 +489,17 @@ static uint32_t skip_dead(const gcfg_walker *w, const grammar_vocab *v, uint32_t
     const uint32_t *row = w->prow[ps], *next = tr->next;
     const uint8_t *cls = w->x.cfg->cls, *byte = tr->byte;
     const uint16_t *depth = tr->depth;
+    if (dp == 1 && !comp) {
+        /* the root's children: by byte, without touching the dead ones
+         * (children are in byte order, so the next live one is the first
+         * node left; past i1, none is) */
+        if (i >= i1) return i;
+        for (uint32_t b = byte[i]; b < 256; b++) {
+            uint32_t j = tr->root[b];
+            if (j && row[cls[b]] != GDFA_DEAD) return j < i1 ? j : i1;
+        }
+        return i1;
+    }
     while (i < i1 && depth[i] == dp && row[cls[byte[i]]] == GDFA_DEAD) {
         if (comp) clear_nodes(tr, i, next[i], mask);
         i = next[i];
@@ -936,21 +970,49 @@ static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0) {
     bool overflow = x->err == TR_ERR_LIMIT;
     if ((x->err && !overflow) || gl_failed(x->cfg)) return NULL; /* never memoized */
     uint32_t n_esc = overflow ? 0 : w->n_esc;
-    size_t size = sizeof(gcfg_entry) + nw * sizeof(uint64_t) +
-                  (size_t)n_esc * sizeof *w->esc;
+    /* the nonzero words, found a block of 4 at a time (a narrow state's
+     * few tokens sit in a few blocks); their indexes into w->nzi */
+    size_t nz = 0, j = 0;
+    const uint64_t *bw = w->bits;
+    for (; j + 4 <= nw && nz <= nw / 4; j += 4)
+        if (bw[j] | bw[j + 1] | bw[j + 2] | bw[j + 3])
+            for (size_t q = j; q < j + 4; q++) {
+                w->nzi[nz] = (uint32_t)q;
+                nz += bw[q] != 0;
+            }
+    for (; j < nw && nz <= nw / 4; j++) {
+        w->nzi[nz] = (uint32_t)j;
+        nz += bw[j] != 0;
+    }
+    bool dense = nz > nw / 4;
+    size_t n_bits = dense ? nw : nz;
+    size_t size = sizeof(gcfg_entry) + n_bits * sizeof(uint64_t) +
+                  (size_t)n_esc * sizeof *w->esc + (dense ? 0 : nz * sizeof(uint32_t));
     gcfg_entry *e = malloc(size);
     if (!e) return NULL;
     e->n_esc = n_esc;
     e->escape0 = esc0;
     e->overflow = overflow;
-    memcpy(e->bits, w->bits, nw * sizeof *e->bits);
-    e->esc = (uint32_t(*)[2])(e->bits + nw);
+    e->esc = (uint32_t(*)[2])(e->bits + n_bits);
     if (n_esc) memcpy(e->esc, w->esc, n_esc * sizeof *w->esc);
+    if (dense) {
+        e->n_nz = ENTRY_DENSE;
+        e->idx = NULL;
+        memcpy(e->bits, w->bits, nw * sizeof *e->bits);
+        return e;
+    }
+    e->n_nz = (uint32_t)nz;
+    e->idx = (uint32_t *)(e->esc + n_esc);
+    for (size_t k = 0; k < nz; k++) {
+        e->idx[k] = w->nzi[k];
+        e->bits[k] = bw[w->nzi[k]];
+    }
     return e;
 }
 
 static size_t entry_size(const gcfg_entry *e, size_t nw) {
-    return sizeof *e + nw * sizeof(uint64_t) + (size_t)e->n_esc * 8;
+    size_t n = e->n_nz == ENTRY_DENSE ? nw * sizeof(uint64_t) : e->n_nz * 12u;
+    return sizeof *e + n + (size_t)e->n_esc * 8;
 }
 
 /* The entry of state s: from the memo, or computed (and kept if the
@@ -1056,7 +1118,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
             eog |= walk_real(w, v, c, cf.state, cf.frame, 0, 1, tr->n_nodes, mask);
         } else {
             if (done_add(w, cf.state))
-                for (size_t j = 0; j < nw; j++) mask[j] |= e->bits[j];
+                entry_or(e, nw, mask);
             if (cf.frame != 0) {
                 uint32_t rs = c->per.ret[cf.frame], rf = c->per.parent[cf.frame];
                 for (uint32_t j = 0; j < e->n_esc && !w->x.err; j++) {
