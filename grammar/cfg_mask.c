@@ -1087,14 +1087,26 @@ static bool walk_real(gcfg_walker *w, const grammar_vocab *v,
     return end;
 }
 
+/* The mask being built, moved from the caller's words to the matcher's
+ * scratch (n_words + 1 words) before a run-time walk: a walk sets the
+ * "no token" bit n_vocab, past the caller's last word when n_vocab is a
+ * multiple of 64 (SmolLM2). Masks made of memo entries alone (most) are
+ * built in place, without a 6 KiB clear and copy more. */
+static uint64_t *in_scratch(grammar_matcher *m, uint64_t *mask, size_t nw) {
+    if (mask == m->scratch) return mask;
+    memcpy(m->scratch, mask, nw * sizeof *mask);
+    m->scratch[nw] = 0;
+    return m->scratch;
+}
+
 tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
     gcfg_matcher *c = m->cfg;
     const grammar_vocab *v = m->v;
     size_t nw = v->n_words;
     if (!c->w && !(c->w = walker_new(m->g, v))) return TR_ERR_NOMEM;
     gcfg_walker *w = c->w;
-    uint64_t *mask = m->scratch; /* n_words + 1 */
-    memset(mask, 0, (nw + 1) * sizeof *mask);
+    uint64_t *mask = out;
+    memset(mask, 0, nw * sizeof *mask); /* also the empty mask of a failure */
     w->work.n = 0;
     w->n_done = 0;
     w->x.err = TR_OK;
@@ -1115,12 +1127,14 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         }
         w->x.err = TR_OK;
         if (e->overflow) {
+            mask = in_scratch(m, mask, nw);
             eog |= walk_real(w, v, c, cf.state, cf.frame, 0, 1, tr->n_nodes, mask);
         } else {
             if (done_add(w, cf.state))
                 entry_or(e, nw, mask);
             if (cf.frame != 0) {
                 uint32_t rs = c->per.ret[cf.frame], rf = c->per.parent[cf.frame];
+                if (e->n_esc) mask = in_scratch(m, mask, nw);
                 for (uint32_t j = 0; j < e->n_esc && !w->x.err; j++) {
                     uint32_t node = e->esc[j][0], dp = e->esc[j][1];
                     walk_real(w, v, c, rs, rf, dp, node + 1, tr->next[node], mask);
@@ -1134,10 +1148,13 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         free(owned);
     }
     if (!st) st = gl_failed(m->g->cfg); /* a state could not be made */
-    if (st) return st;
+    if (st) {
+        memset(out, 0, nw * sizeof *out);
+        return st;
+    }
     /* the "no token" bit, duplicates of allowed tokens, end of generation */
     uint32_t none = (uint32_t)v->n_vocab;
-    mask[none >> 6] &= ~(1ull << (none & 63));
+    if (mask != out || none >> 6 < nw) mask[none >> 6] &= ~(1ull << (none & 63));
     for (uint32_t j = 0; j < v->n_dups; j++) {
         int32_t r = v->dups[j][0], u = v->dups[j][1];
         if (mask[(uint32_t)r >> 6] >> (r & 63) & 1)
@@ -1146,7 +1163,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
     if (eog)
         for (size_t e = 0; e < v->n_eog; e++)
             mask[v->eog[e] >> 6] |= 1ull << (v->eog[e] & 63);
-    memcpy(out, mask, nw * sizeof *out);
+    if (mask != out) memcpy(out, mask, nw * sizeof *out);
     if (computed) m->n_computed++;
     return TR_OK;
 }
