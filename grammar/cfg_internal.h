@@ -142,6 +142,8 @@ typedef struct gl_chunk {
     uint32_t ncall[GL_CH];
     gl_call *calls[GL_CH];
     uint64_t aloop[GL_CH][2]; /* ASCII bytes leading back to the state */
+    uint64_t live[GL_CH][4];  /* bytes with a transition (mask walks find a
+                               * state's next live byte in a word) */
     uint32_t rows[];          /* [GL_CH * n_cls] next state per class */
 } gl_chunk;
 
@@ -241,6 +243,9 @@ static inline bool gl_tail(gcfg *c, uint32_t s) { return gl_ready(c, s)->tail[s 
 static inline int16_t gl_only(gcfg *c, uint32_t s) { return gl_ready(c, s)->only[s % GL_CH]; }
 static inline const uint64_t *gl_aloop(gcfg *c, uint32_t s) {
     return gl_ready(c, s)->aloop[s % GL_CH];
+}
+static inline const uint64_t *gl_live(gcfg *c, uint32_t s) {
+    return gl_ready(c, s)->live[s % GL_CH];
 }
 static inline const gl_call *gl_calls(gcfg *c, uint32_t s, uint32_t *n) {
     gl_chunk *ch = gl_ready(c, s);

@@ -490,13 +490,18 @@ static uint32_t skip_dead(const gcfg_walker *w, const grammar_vocab *v, uint32_t
     const uint8_t *cls = w->x.cfg->cls, *byte = tr->byte;
     const uint16_t *depth = tr->depth;
     if (dp == 1 && !comp) {
-        /* the root's children: by byte, without touching the dead ones
-         * (children are in byte order, so the next live one is the first
+        /* the root's children: the next byte both live in the state and
+         * starting a token, a word of bytes at a time, without touching
+         * the dead children (in byte order, so that child is the first
          * node left; past i1, none is) */
         if (i >= i1) return i;
-        for (uint32_t b = byte[i]; b < 256; b++) {
-            uint32_t j = tr->root[b];
-            if (j && row[cls[b]] != GDFA_DEAD) return j < i1 ? j : i1;
+        const uint64_t *lv = gl_live(w->x.cfg, w->pool[ps].state);
+        for (uint32_t wd = byte[i] >> 6, lo = byte[i] & 63; wd < 4; wd++, lo = 0) {
+            uint64_t m = lv[wd] & tr->root_bits[wd] & (~0ull << lo);
+            if (m) {
+                uint32_t j = tr->root[wd * 64 + (uint32_t)__builtin_ctzll(m)];
+                return j < i1 ? j : i1;
+            }
         }
         return i1;
     }
@@ -534,7 +539,8 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         uint32_t ps = w->pstart[dp - 1], pe = w->pend[dp - 1];
         if (i >= next_check) {
             if (i > next_check) {
-                ck = first_check(tr, ck + 1, i);
+                /* a root child (the root skip jumps far): known */
+                ck = depth[i] == 1 ? tr->root_ck[byte[i]] : first_check(tr, ck + 1, i);
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
             }
             if (i == next_check) {

@@ -310,6 +310,8 @@ typedef struct gtrie {
      * byte class, counts in one subtraction). */
     uint32_t root[256];
     uint32_t root_cum[257];
+    uint64_t root_bits[4]; /* the bytes b with root[b] */
+    uint32_t root_ck[256]; /* the first check node at or after root[b] */
 } gtrie;
 
 #define GTRIE_CMASK_BYTES (4u << 20)

@@ -167,7 +167,13 @@ static tr_status build_checks(grammar_vocab *v) {
         tr->root[tr->byte[j]] = j;
         per_byte[tr->byte[j]] = pcount[tr->next[j]] - pcount[j];
     }
-    for (uint32_t b = 0; b < 256; b++) tr->root_cum[b + 1] = tr->root_cum[b] + per_byte[b];
+    for (uint32_t b = 0, ck = 0; b < 256; b++) {
+        tr->root_cum[b + 1] = tr->root_cum[b] + per_byte[b];
+        if (!tr->root[b]) continue;
+        tr->root_bits[b >> 6] |= 1ull << (b & 63);
+        while (ck < nc && tr->check[ck] < tr->root[b]) ck++;
+        tr->root_ck[b] = ck;
+    }
     if (check_masks(v) != TR_OK) return TR_ERR_NOMEM;
     /* every token the trie holds, as a mask */
     v->trie_bits = calloc(v->n_words + 1, sizeof *v->trie_bits);
@@ -485,12 +491,15 @@ tr_status tr_grammar_vocab_check(const grammar_vocab *v) {
         uint32_t j = tr->root[b], toks = tr->root_cum[b + 1] - tr->root_cum[b];
         if (tr->root_cum[b + 1] < tr->root_cum[b]) st = TR_ERR_INTERNAL;
         if (!j) {
-            if (toks) st = TR_ERR_INTERNAL;
+            if (toks || (tr->root_bits[b >> 6] >> (b & 63) & 1)) st = TR_ERR_INTERNAL;
             continue;
         }
         n_listed++;
+        uint32_t ck = tr->root_ck[b];
         if (j >= tr->n_nodes || tr->depth[j] != 1 || tr->byte[j] != b ||
-            toks != tr->pfirst[tr->next[j]] - tr->pfirst[j])
+            toks != tr->pfirst[tr->next[j]] - tr->pfirst[j] ||
+            !(tr->root_bits[b >> 6] >> (b & 63) & 1) || ck > tr->n_checks ||
+            (ck < tr->n_checks && tr->check[ck] < j) || (ck > 0 && tr->check[ck - 1] >= j))
             st = TR_ERR_INTERNAL;
     }
     if (st == TR_OK && (n_listed != n_root || tr->root_cum[0] != 0 ||
