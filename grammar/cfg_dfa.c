@@ -237,7 +237,8 @@ static uint32_t intern(gcfg *c, uint32_t n) {
          * all 256 rows (n_cls * 1 KiB: 40-120 KiB) when a document visits a
          * few dozen states; in MaskBench's forked child every page touched
          * is a fault (~5 us): this saved ~10 faults per compile. */
-        size_t bytes = sizeof(gl_chunk) + (size_t)GL_CH * c->n_cls * sizeof(uint32_t);
+        size_t bytes = sizeof(gl_chunk) + (size_t)GL_CH * c->n_cls * sizeof(uint32_t) +
+                       (size_t)GL_CH * 4 * sizeof(uint64_t); /* the live bytes */
         ch = malloc(bytes);
         if (!ch) goto nomem;
         memset(ch, 0, offsetof(gl_chunk, rows));
@@ -448,7 +449,7 @@ static void row_facts(gcfg *c, uint32_t s, const gl_run *runs, uint32_t n_runs,
     if (live_bytes != 1) only = live_bytes ? -1 : -2;
     ch->aloop[i][0] = lp[0];
     ch->aloop[i][1] = lp[1];
-    memcpy(ch->live[i], lv, sizeof lv);
+    memcpy(gl_chunk_live(ch, nc, i), lv, sizeof lv);
     ch->only[i] = (int16_t)only;
     ch->flags[i] = (uint8_t)(live_bytes ? GCFG_BYTES : 0);
 }
@@ -466,6 +467,7 @@ static void expand_locked(gcfg *c, uint32_t s) {
     for (uint32_t x = 0; x < n_memo; x++) c->memo_len[c->memo_used[x]] = 0;
     if (!n_runs) {
         memset(ch->rows + (size_t)i * nc, 0, nc * sizeof(uint32_t));
+        memset(gl_chunk_live(ch, nc, i), 0, 4 * sizeof(uint64_t));
         atomic_store_explicit(&ch->ready[i], 1, memory_order_release);
         return;
     }
@@ -733,7 +735,8 @@ static tr_status check_state(gcfg *c, uint32_t s, uint32_t ns) {
         if (!gl_failed(c) && recompute(c, s, c->cls[b]) != t)
             return TR_ERR_INTERNAL;
         live += t != GDFA_DEAD;
-        if (((ch->live[i][b >> 6] >> (b & 63)) & 1) != (t != GDFA_DEAD)) return TR_ERR_INTERNAL;
+        if (((gl_chunk_live(ch, c->n_cls, i)[b >> 6] >> (b & 63)) & 1) != (t != GDFA_DEAD))
+            return TR_ERR_INTERNAL;
         bool loop = b < 128 && ((ch->aloop[i][b >> 6] >> (b & 63)) & 1);
         if (b < 128 && loop != (t == s)) return TR_ERR_INTERNAL;
     }
