@@ -237,7 +237,8 @@ static uint32_t intern(gcfg *c, uint32_t n) {
          * all 256 rows (n_cls * 1 KiB: 40-120 KiB) when a document visits a
          * few dozen states; in MaskBench's forked child every page touched
          * is a fault (~5 us): this saved ~10 faults per compile. */
-        size_t bytes = sizeof(gl_chunk) + (size_t)GL_CH * c->n_cls * sizeof(uint32_t);
+        size_t bytes = sizeof(gl_chunk) + (size_t)GL_CH * c->n_cls * sizeof(uint32_t) +
+                       (size_t)GL_CH * 4 * sizeof(uint64_t); /* the live bytes */
         ch = malloc(bytes);
         if (!ch) goto nomem;
         memset(ch, 0, offsetof(gl_chunk, rows));
@@ -412,6 +413,12 @@ static uint32_t targets_by_column(gcfg *c, const uint32_t *key, uint32_t klen,
 /* Bits lo..hi of a word (lo <= hi <= 63). */
 static uint64_t span(uint32_t lo, uint32_t hi) { return (~0ull >> (63 - hi)) & (~0ull << lo); }
 
+/* Sets the bits of bytes lo..hi (lo <= hi <= 255) in bits[4]. */
+static void byte_range(uint64_t bits[4], uint32_t lo, uint32_t hi) {
+    for (uint32_t w = lo >> 6; w <= hi >> 6; w++)
+        bits[w] |= span(w == lo >> 6 ? lo & 63 : 0, w == hi >> 6 ? hi & 63 : 63);
+}
+
 /* Sets the bits of bytes lo..hi (lo <= hi) below 128 in bits. */
 static void ascii_range(uint64_t bits[2], uint32_t lo, uint32_t hi) {
     if (lo > 127) return;
@@ -427,7 +434,7 @@ static void row_facts(gcfg *c, uint32_t s, const gl_run *runs, uint32_t n_runs,
                       gl_chunk *ch, uint32_t i) {
     uint32_t nc = c->n_cls, live_bytes = 0, *row = ch->rows + (size_t)i * nc;
     int only = -2;
-    uint64_t lp[2] = {0, 0};
+    uint64_t lp[2] = {0, 0}, lv[4] = {0, 0, 0, 0};
     for (uint32_t r = 0; r < n_runs && runs[r].lo < nc; r++) {
         uint32_t lo = runs[r].lo, hi = r + 1 < n_runs ? runs[r + 1].lo : c->k, t = runs[r].t;
         if (hi > nc) hi = nc;
@@ -435,12 +442,14 @@ static void row_facts(gcfg *c, uint32_t s, const gl_run *runs, uint32_t n_runs,
         if (t == GDFA_DEAD) continue;
         uint32_t b0 = lo ? c->cls_byte[lo - 1] + 1u : 0, b1 = c->cls_byte[hi - 1];
         live_bytes += b1 - b0 + 1;
+        byte_range(lv, b0, b1);
         only = (int)b1;
         if (t == s) ascii_range(lp, b0, b1);
     }
     if (live_bytes != 1) only = live_bytes ? -1 : -2;
     ch->aloop[i][0] = lp[0];
     ch->aloop[i][1] = lp[1];
+    memcpy(gl_chunk_live(ch, nc, i), lv, sizeof lv);
     ch->only[i] = (int16_t)only;
     ch->flags[i] = (uint8_t)(live_bytes ? GCFG_BYTES : 0);
 }
@@ -458,6 +467,7 @@ static void expand_locked(gcfg *c, uint32_t s) {
     for (uint32_t x = 0; x < n_memo; x++) c->memo_len[c->memo_used[x]] = 0;
     if (!n_runs) {
         memset(ch->rows + (size_t)i * nc, 0, nc * sizeof(uint32_t));
+        memset(gl_chunk_live(ch, nc, i), 0, 4 * sizeof(uint64_t));
         atomic_store_explicit(&ch->ready[i], 1, memory_order_release);
         return;
     }
@@ -725,6 +735,8 @@ static tr_status check_state(gcfg *c, uint32_t s, uint32_t ns) {
         if (!gl_failed(c) && recompute(c, s, c->cls[b]) != t)
             return TR_ERR_INTERNAL;
         live += t != GDFA_DEAD;
+        if (((gl_chunk_live(ch, c->n_cls, i)[b >> 6] >> (b & 63)) & 1) != (t != GDFA_DEAD))
+            return TR_ERR_INTERNAL;
         bool loop = b < 128 && ((ch->aloop[i][b >> 6] >> (b & 63)) & 1);
         if (b < 128 && loop != (t == s)) return TR_ERR_INTERNAL;
     }

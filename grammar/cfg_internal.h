@@ -142,8 +142,21 @@ typedef struct gl_chunk {
     uint32_t ncall[GL_CH];
     gl_call *calls[GL_CH];
     uint64_t aloop[GL_CH][2]; /* ASCII bytes leading back to the state */
-    uint32_t rows[];          /* [GL_CH * n_cls] next state per class */
+    uint32_t rows[];          /* [GL_CH * n_cls] next state per class, then
+                               * [GL_CH][4] uint64_t: the bytes with a
+                               * transition (gl_chunk_live; mask walks find
+                               * a state's next live byte in a word). Both
+                               * written when the state is made, never
+                               * cleared before: a chunk's header is
+                               * cleared when it is created, and every
+                               * page a compile touches costs a fault in
+                               * MaskBench's worker (~5 us) */
 } gl_chunk;
+
+/* State i of chunk ch's live bytes (4 words; n_cls columns per row). */
+static inline uint64_t *gl_chunk_live(gl_chunk *ch, uint32_t n_cls, uint32_t i) {
+    return (uint64_t *)(ch->rows + (size_t)GL_CH * n_cls) + (size_t)i * 4;
+}
 
 /* The automaton of a grammar: the kept rules' NFA (immutable), and its
  * DFA made state by state the first time a matcher needs one (subset
@@ -241,6 +254,9 @@ static inline bool gl_tail(gcfg *c, uint32_t s) { return gl_ready(c, s)->tail[s 
 static inline int16_t gl_only(gcfg *c, uint32_t s) { return gl_ready(c, s)->only[s % GL_CH]; }
 static inline const uint64_t *gl_aloop(gcfg *c, uint32_t s) {
     return gl_ready(c, s)->aloop[s % GL_CH];
+}
+static inline const uint64_t *gl_live(gcfg *c, uint32_t s) {
+    return gl_chunk_live(gl_ready(c, s), c->n_cls, s % GL_CH);
 }
 static inline const gl_call *gl_calls(gcfg *c, uint32_t s, uint32_t *n) {
     gl_chunk *ch = gl_ready(c, s);

@@ -45,13 +45,32 @@
 
 #include "grammar/cfg_internal.h"
 
+/* The tokens allowed whatever the stack are kept as a bitmap of n_words
+ * words (dense), or, when at most n_words / 4 of its words are nonzero,
+ * as those words and their indexes (sparse): most states of a schema
+ * allow a few tokens (a key's next letters, punctuation), and a dense
+ * entry cost a 6 KiB copy to make and a 6 KiB OR from memory that is
+ * rarely still in cache on every later use (~1,500 cycles of a mask
+ * that takes ~15,000; dev schemas). */
+#define ENTRY_DENSE UINT32_MAX
 typedef struct gcfg_entry {
     uint32_t n_esc;
     uint8_t escape0;  /* the rule may return before any byte */
     uint8_t overflow; /* too ambiguous to memoize: walk at run time */
+    uint32_t n_nz;    /* sparse: words kept; ENTRY_DENSE: bitmap */
+    uint32_t *idx;    /* sparse: [n_nz] word indexes, increasing */
     uint32_t (*esc)[2]; /* [n_esc] (trie node, depth) escape points */
-    uint64_t bits[];  /* [n_words] tokens allowed whatever the stack */
+    uint64_t bits[];  /* [n_words] dense, or [n_nz] the nonzero words */
 } gcfg_entry;
+
+/* ORs entry e's stack-independent tokens into mask. */
+static void entry_or(const gcfg_entry *e, size_t nw, uint64_t *mask) {
+    if (e->n_nz == ENTRY_DENSE) {
+        for (size_t j = 0; j < nw; j++) mask[j] |= e->bits[j];
+        return;
+    }
+    for (uint32_t k = 0; k < e->n_nz; k++) mask[e->idx[k]] |= e->bits[k];
+}
 
 /* Slots come in chunks of MEMO_CH, allocated on first use: a grammar
  * may make up to max_dfa_states (50,000) states but a request visits a
@@ -109,6 +128,8 @@ typedef struct gcfg_walker {
     uint32_t n_esc, cap_esc;
     bool ci;          /* stack-independent walk (escape points recorded) */
     uint64_t *bits;   /* [n_words + 1] an entry's bits while computing */
+    uint32_t *nzi;    /* [n_words + 1] entry_pack: indexes of nonzero words */
+    bool bits_clean;  /* every word of bits is 0 */
     gcset work;       /* fill: configurations whose masks are pending */
     /* states' rows and flags, direct-mapped (a walk steps into the same
      * few states again and again; a ready row never changes) */
@@ -225,6 +246,7 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     tr_cset_free(&w->work);
     free(w->esc);
     free(w->bits);
+    free(w->nzi);
     free(w->done);
     free(w->rx);
     free(w);
@@ -238,7 +260,8 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     w->pend = malloc(nd * sizeof *w->pend);
     w->ftop = malloc(nd * sizeof *w->ftop);
     w->bits = malloc((v->n_words + 1) * sizeof *w->bits);
-    if (!w->pstart || !w->pend || !w->ftop || !w->bits) {
+    w->nzi = malloc((v->n_words + 1) * sizeof *w->nzi);
+    if (!w->pstart || !w->pend || !w->ftop || !w->bits || !w->nzi) {
         tr_cfg_walker_free(w);
         return NULL;
     }
@@ -392,17 +415,18 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     const gtrie *tr = &v->trie;
     uint32_t n = tr->pfirst[tr->n_nodes], live = 0, seen = 0;
     gcfg *g = w->x.cfg;
-    /* first the first bytes alone (235 steps for SmolLM2): an upper bound
+    /* first the first bytes alone (a step per byte class and state): an upper bound
      * that rules out the restrictive states cheaply */
     uint64_t first = 0;
-    bool live1[256] = {false}; /* per byte: some state of the set takes it */
+    bool live1[256] = {false}; /* per class: some state of the set takes it */
     for (uint32_t k = 0; k < w->tmp.n; k++) {
         const uint32_t *row = gl_ready(g, w->tmp.c[k].state)->rows +
                               (size_t)(w->tmp.c[k].state % GL_CH) * g->n_cls;
-        for (uint32_t b = 0; b < 256; b++) live1[b] |= row[g->cls[b]] != GDFA_DEAD;
+        for (uint32_t c = 0; c < g->n_cls; c++) live1[c] |= row[c] != GDFA_DEAD;
     }
-    for (uint32_t j = 1; j < tr->n_nodes; j = tr->next[j])
-        if (live1[tr->byte[j]]) first += tr->pfirst[tr->next[j]] - tr->pfirst[j];
+    /* classes are ranges of bytes, in order; cls_byte[c] ends class c */
+    for (uint32_t c = 0, b0 = 0; c < g->n_cls; b0 = g->cls_byte[c] + 1u, c++)
+        if (live1[c]) first += tr->root_cum[g->cls_byte[c] + 1u] - tr->root_cum[b0];
     if (2 * first <= n) return false;
     for (uint32_t k = 0; k < n; k += 256, seen++) {
         uint32_t id = tr->ptoks[k];
@@ -466,6 +490,22 @@ static uint32_t skip_dead(const gcfg_walker *w, const grammar_vocab *v, uint32_t
     const uint32_t *row = w->prow[ps], *next = tr->next;
     const uint8_t *cls = w->x.cfg->cls, *byte = tr->byte;
     const uint16_t *depth = tr->depth;
+    if (dp == 1 && !comp) {
+        /* the root's children: the next byte both live in the state and
+         * starting a token, a word of bytes at a time, without touching
+         * the dead children (in byte order, so that child is the first
+         * node left; past i1, none is) */
+        if (i >= i1) return i;
+        const uint64_t *lv = gl_live(w->x.cfg, w->pool[ps].state);
+        for (uint32_t wd = byte[i] >> 6, lo = byte[i] & 63; wd < 4; wd++, lo = 0) {
+            uint64_t m = lv[wd] & tr->root_bits[wd] & (~0ull << lo);
+            if (m) {
+                uint32_t j = tr->root[wd * 64 + (uint32_t)__builtin_ctzll(m)];
+                return j < i1 ? j : i1;
+            }
+        }
+        return i1;
+    }
     while (i < i1 && depth[i] == dp && row[cls[byte[i]]] == GDFA_DEAD) {
         if (comp) clear_nodes(tr, i, next[i], mask);
         i = next[i];
@@ -500,7 +540,8 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
         uint32_t ps = w->pstart[dp - 1], pe = w->pend[dp - 1];
         if (i >= next_check) {
             if (i > next_check) {
-                ck = first_check(tr, ck + 1, i);
+                /* a root child (the root skip jumps far): known */
+                ck = depth[i] == 1 ? tr->root_ck[byte[i]] : first_check(tr, ck + 1, i);
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
             }
             if (i == next_check) {
@@ -608,6 +649,18 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
 }
 
 static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0);
+
+/* w->bits at the start of a stack-independent walk: every trie token
+ * (comp) or none. Packing a sparse entry clears the words it read, so
+ * the common narrow walk skips a 6 KiB clear (~450 cycles). */
+static void bits_start(gcfg_walker *w, const grammar_vocab *v, bool comp) {
+    size_t nw = v->n_words;
+    if (comp)
+        memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
+    else if (!w->bits_clean)
+        memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
+    w->bits_clean = false;
+}
 
 
 /* ---- regions: the looping part of a lexer, shared across states and grammars ----
@@ -817,10 +870,7 @@ static gcfg_region *region_compute(gcfg_walker *w, const grammar_vocab *v, uint3
     w->tmp.n = 0;
     tr_cfg_closure(x, &start, 1, &w->tmp);
     bool comp = !x->err && prefer_complement(w, v);
-    if (comp)
-        memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
-    else
-        memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
+    bits_start(w, v, comp);
     w->region = true;
     if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
     w->region = false;
@@ -882,6 +932,7 @@ static gcfg_entry *region_entry(gcfg_walker *w, const grammar_vocab *v, uint32_t
     w->n_esc = 0;
     memcpy(w->bits, r->bits, nw * sizeof *w->bits);
     w->bits[nw] = 0;
+    w->bits_clean = false;
     const gtrie *tr = &v->trie;
     /* A region state has neither call nor return: its closure is itself,
      * and a leaf exit (a token whose last byte leaves the region) is one
@@ -921,10 +972,7 @@ static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
     w->tmp.n = 0;
     bool esc0 = tr_cfg_closure(x, &start, 1, &w->tmp);
     bool comp = !x->err && prefer_complement(w, v);
-    if (comp)
-        memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
-    else
-        memset(w->bits, 0, (nw + 1) * sizeof *w->bits);
+    bits_start(w, v, comp);
     if (!x->err) walk(w, v, 0, 1, v->trie.n_nodes, w->bits, comp);
     return entry_pack(w, nw, esc0);
 }
@@ -936,21 +984,52 @@ static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0) {
     bool overflow = x->err == TR_ERR_LIMIT;
     if ((x->err && !overflow) || gl_failed(x->cfg)) return NULL; /* never memoized */
     uint32_t n_esc = overflow ? 0 : w->n_esc;
-    size_t size = sizeof(gcfg_entry) + nw * sizeof(uint64_t) +
-                  (size_t)n_esc * sizeof *w->esc;
+    /* the nonzero words, found a block of 4 at a time (a narrow state's
+     * few tokens sit in a few blocks); their indexes into w->nzi */
+    size_t nz = 0, j = 0;
+    const uint64_t *bw = w->bits;
+    for (; j + 4 <= nw && nz <= nw / 4; j += 4)
+        if (bw[j] | bw[j + 1] | bw[j + 2] | bw[j + 3])
+            for (size_t q = j; q < j + 4; q++) {
+                w->nzi[nz] = (uint32_t)q;
+                nz += bw[q] != 0;
+            }
+    for (; j < nw && nz <= nw / 4; j++) {
+        w->nzi[nz] = (uint32_t)j;
+        nz += bw[j] != 0;
+    }
+    bool dense = nz > nw / 4;
+    size_t n_bits = dense ? nw : nz;
+    size_t size = sizeof(gcfg_entry) + n_bits * sizeof(uint64_t) +
+                  (size_t)n_esc * sizeof *w->esc + (dense ? 0 : nz * sizeof(uint32_t));
     gcfg_entry *e = malloc(size);
     if (!e) return NULL;
     e->n_esc = n_esc;
     e->escape0 = esc0;
     e->overflow = overflow;
-    memcpy(e->bits, w->bits, nw * sizeof *e->bits);
-    e->esc = (uint32_t(*)[2])(e->bits + nw);
+    e->esc = (uint32_t(*)[2])(e->bits + n_bits);
     if (n_esc) memcpy(e->esc, w->esc, n_esc * sizeof *w->esc);
+    if (dense) {
+        e->n_nz = ENTRY_DENSE;
+        e->idx = NULL;
+        memcpy(e->bits, w->bits, nw * sizeof *e->bits);
+        return e;
+    }
+    e->n_nz = (uint32_t)nz;
+    e->idx = (uint32_t *)(e->esc + n_esc);
+    for (size_t k = 0; k < nz; k++) {
+        e->idx[k] = w->nzi[k];
+        e->bits[k] = bw[w->nzi[k]];
+        w->bits[w->nzi[k]] = 0;
+    }
+    w->bits[nw] = 0; /* the "no token" bit */
+    w->bits_clean = true;
     return e;
 }
 
 static size_t entry_size(const gcfg_entry *e, size_t nw) {
-    return sizeof *e + nw * sizeof(uint64_t) + (size_t)e->n_esc * 8;
+    size_t n = e->n_nz == ENTRY_DENSE ? nw * sizeof(uint64_t) : e->n_nz * 12u;
+    return sizeof *e + n + (size_t)e->n_esc * 8;
 }
 
 /* The entry of state s: from the memo, or computed (and kept if the
@@ -1025,14 +1104,26 @@ static bool walk_real(gcfg_walker *w, const grammar_vocab *v,
     return end;
 }
 
+/* The mask being built, moved from the caller's words to the matcher's
+ * scratch (n_words + 1 words) before a run-time walk: a walk sets the
+ * "no token" bit n_vocab, past the caller's last word when n_vocab is a
+ * multiple of 64 (SmolLM2). Masks made of memo entries alone (most) are
+ * built in place, without a 6 KiB clear and copy more. */
+static uint64_t *in_scratch(grammar_matcher *m, uint64_t *mask, size_t nw) {
+    if (mask == m->scratch) return mask;
+    memcpy(m->scratch, mask, nw * sizeof *mask);
+    m->scratch[nw] = 0;
+    return m->scratch;
+}
+
 tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
     gcfg_matcher *c = m->cfg;
     const grammar_vocab *v = m->v;
     size_t nw = v->n_words;
     if (!c->w && !(c->w = walker_new(m->g, v))) return TR_ERR_NOMEM;
     gcfg_walker *w = c->w;
-    uint64_t *mask = m->scratch; /* n_words + 1 */
-    memset(mask, 0, (nw + 1) * sizeof *mask);
+    uint64_t *mask = out;
+    memset(mask, 0, nw * sizeof *mask); /* also the empty mask of a failure */
     w->work.n = 0;
     w->n_done = 0;
     w->x.err = TR_OK;
@@ -1053,12 +1144,14 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         }
         w->x.err = TR_OK;
         if (e->overflow) {
+            mask = in_scratch(m, mask, nw);
             eog |= walk_real(w, v, c, cf.state, cf.frame, 0, 1, tr->n_nodes, mask);
         } else {
             if (done_add(w, cf.state))
-                for (size_t j = 0; j < nw; j++) mask[j] |= e->bits[j];
+                entry_or(e, nw, mask);
             if (cf.frame != 0) {
                 uint32_t rs = c->per.ret[cf.frame], rf = c->per.parent[cf.frame];
+                if (e->n_esc) mask = in_scratch(m, mask, nw);
                 for (uint32_t j = 0; j < e->n_esc && !w->x.err; j++) {
                     uint32_t node = e->esc[j][0], dp = e->esc[j][1];
                     walk_real(w, v, c, rs, rf, dp, node + 1, tr->next[node], mask);
@@ -1072,10 +1165,13 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         free(owned);
     }
     if (!st) st = gl_failed(m->g->cfg); /* a state could not be made */
-    if (st) return st;
+    if (st) {
+        memset(out, 0, nw * sizeof *out);
+        return st;
+    }
     /* the "no token" bit, duplicates of allowed tokens, end of generation */
     uint32_t none = (uint32_t)v->n_vocab;
-    mask[none >> 6] &= ~(1ull << (none & 63));
+    if (mask != out || none >> 6 < nw) mask[none >> 6] &= ~(1ull << (none & 63));
     for (uint32_t j = 0; j < v->n_dups; j++) {
         int32_t r = v->dups[j][0], u = v->dups[j][1];
         if (mask[(uint32_t)r >> 6] >> (r & 63) & 1)
@@ -1084,7 +1180,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
     if (eog)
         for (size_t e = 0; e < v->n_eog; e++)
             mask[v->eog[e] >> 6] |= 1ull << (v->eog[e] & 63);
-    memcpy(out, mask, nw * sizeof *out);
+    if (mask != out) memcpy(out, mask, nw * sizeof *out);
     if (computed) m->n_computed++;
     return TR_OK;
 }

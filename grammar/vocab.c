@@ -162,6 +162,18 @@ static tr_status build_checks(grammar_vocab *v) {
     tr->n_checks = nc;
     free(asc);
     tr->pfirst = pcount; /* kept: slices of ptoks per node */
+    uint32_t per_byte[256] = {0};
+    for (uint32_t j = 1; j < n; j = tr->next[j]) {
+        tr->root[tr->byte[j]] = j;
+        per_byte[tr->byte[j]] = pcount[tr->next[j]] - pcount[j];
+    }
+    for (uint32_t b = 0, ck = 0; b < 256; b++) {
+        tr->root_cum[b + 1] = tr->root_cum[b] + per_byte[b];
+        if (!tr->root[b]) continue;
+        tr->root_bits[b >> 6] |= 1ull << (b & 63);
+        while (ck < nc && tr->check[ck] < tr->root[b]) ck++;
+        tr->root_ck[b] = ck;
+    }
     if (check_masks(v) != TR_OK) return TR_ERR_NOMEM;
     /* every token the trie holds, as a mask */
     v->trie_bits = calloc(v->n_words + 1, sizeof *v->trie_bits);
@@ -472,6 +484,27 @@ tr_status tr_grammar_vocab_check(const grammar_vocab *v) {
         c++;
     }
     if (st == TR_OK && c != tr->n_checks) st = TR_ERR_INTERNAL;
+    /* the root's children by byte, each with its token count */
+    uint32_t n_root = 0, n_listed = 0;
+    for (uint32_t j = 1; j < tr->n_nodes && st == TR_OK; j = tr->next[j]) n_root++;
+    for (uint32_t b = 0; b < 256 && st == TR_OK; b++) {
+        uint32_t j = tr->root[b], toks = tr->root_cum[b + 1] - tr->root_cum[b];
+        if (tr->root_cum[b + 1] < tr->root_cum[b]) st = TR_ERR_INTERNAL;
+        if (!j) {
+            if (toks || (tr->root_bits[b >> 6] >> (b & 63) & 1)) st = TR_ERR_INTERNAL;
+            continue;
+        }
+        n_listed++;
+        uint32_t ck = tr->root_ck[b];
+        if (j >= tr->n_nodes || tr->depth[j] != 1 || tr->byte[j] != b ||
+            toks != tr->pfirst[tr->next[j]] - tr->pfirst[j] ||
+            !(tr->root_bits[b >> 6] >> (b & 63) & 1) || ck > tr->n_checks ||
+            (ck < tr->n_checks && tr->check[ck] < j) || (ck > 0 && tr->check[ck - 1] >= j))
+            st = TR_ERR_INTERNAL;
+    }
+    if (st == TR_OK && (n_listed != n_root || tr->root_cum[0] != 0 ||
+                        tr->root_cum[256] != tr->pfirst[tr->n_nodes]))
+        st = TR_ERR_INTERNAL;
     free(asc);
     free(seen), free(path), free(pre);
     return st;

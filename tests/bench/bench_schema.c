@@ -14,7 +14,9 @@
  * MaskBench runs it (json.dumps text, the model's tokens, from a fresh
  * matcher: fill_mask + check + accept per token = TBM, EOS at the end).
  * --dump prints the grammar text of the schemas run (with --only: one).
- * The summary has MaskBench's rows; the CSV one line per schema with the
+ * The summary has MaskBench's rows, TBM split into cold steps (the mask
+ * was computed: a state the grammar had not met) and warm ones (from the
+ * memo); the CSV one line per schema with the
  * grammar's stats (NFA states, rules kept, DFA states made by the end).
  *
  * Clock: CLOCK_THREAD_CPUTIME_ID (a system call, ~600 ns here), minus
@@ -102,12 +104,18 @@ typedef struct result {
 } result;
 
 /* One test from a fresh matcher; true when every token passed and EOS closed it. */
+/* TBM split by whether the step's mask was computed (a state this
+ * grammar had not met: cold) or read from the memo (warm). */
+static i64s g_tbm_cold, g_tbm_warm;
+
 static bool run_test(grammar *g, const int32_t *ids, size_t n, uint64_t *mask, size_t nw,
                      i64s *tbm, result *r) {
     grammar_matcher *m = NULL;
     if (tr_grammar_matcher_new(g, g_vocab, 0, &m) != TR_OK) return false;
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
+        uint64_t c0, c1;
+        tr_grammar_matcher_mask_counts(m, NULL, &c0);
         uint64_t t0 = cpu_ns();
         tr_grammar_matcher_fill_mask(m, mask, nw);
         int32_t id = ids[i];
@@ -115,6 +123,8 @@ static bool run_test(grammar *g, const int32_t *ids, size_t n, uint64_t *mask, s
         ok = bit && tr_grammar_matcher_accept_token(m, id) == TR_OK;
         int64_t dt = since(t0);
         push(tbm, dt);
+        tr_grammar_matcher_mask_counts(m, NULL, &c1);
+        push(c1 != c0 ? &g_tbm_cold : &g_tbm_warm, dt);
         r->tokens++;
         r->tbm_sum += dt;
         if (dt > r->tbm_max) r->tbm_max = dt;
@@ -284,12 +294,14 @@ int main(int argc, char **argv) {
     if (csv) fclose(csv);
     printf("thread CPU time, us (clock overhead %.2f us subtracted)\n", (double)g_over / 1e3);
     row("TBM", &tbm);
+    row("cold", &g_tbm_cold);
+    row("warm", &g_tbm_warm);
     row("TTFM", &ttfm);
     row("text", &text);
     printf("schemas %ld: passing %ld, compile error %ld, valid rejected %ld, invalid accepted "
            "%ld\n",
            done, counts[0], counts[1], counts[2], counts[3]);
-    free(tbm.v), free(ttfm.v), free(text.v);
+    free(tbm.v), free(ttfm.v), free(text.v), free(g_tbm_cold.v), free(g_tbm_warm.v);
     tr_grammar_vocab_free(g_vocab);
     tr_tokenizer_free(g_tok);
     return 0;

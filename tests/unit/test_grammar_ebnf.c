@@ -19,7 +19,9 @@
  *     the mask is exactly the set of tokens whose bytes keep the text
  *     viable (EOG iff accepting);
  *   - SmolLM2's vocabulary on a JSON grammar: masks against each token
- *     checked on its own (all 49,152 tokens, many steps);
+ *     checked on its own (all 49,152 tokens, many steps); the same on
+ *     JSON Schema grammars in flexible whitespace (MaskBench's setting),
+ *     with the memo on and off;
  *   - matcher API on stacks: rollback, forced bytes through rule
  *     boundaries, EOG and termination, deep nesting (the frame collector),
  *     the stacks budget on an exponentially ambiguous grammar, compile
@@ -913,6 +915,73 @@ static void test_smollm2(void **state) {
     tr_grammar_vocab_free(v);
 }
 
+/* JSON Schema grammars as MaskBench runs them (flexible whitespace: runs
+ * of blanks before every key and value; fixed keys, enums, patterns,
+ * nesting) on SmolLM2: every mask of random walks against each token
+ * checked on its own, from fresh matchers on one grammar (the first walk
+ * computes the memo's entries, sparse and dense ones, the later ones read
+ * them), and the same walks with the memo off (every entry computed and
+ * dropped) give the same masks. */
+static uint64_t walk_hash(grammar *g, grammar_vocab *v, uint64_t seed, int steps);
+
+static const char *const k_mb_schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0},\"tags\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\",\"maxLength\":8}}},\"required\":[\"name\"]}",
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"apiVersion\",\"Pod\","
+    "\"Service\"]},\"spec\":{\"type\":\"object\",\"properties\":{\"replicas\":{\"type\":"
+    "\"number\"},\"ok\":{\"type\":\"boolean\"},\"note\":{\"type\":[\"string\",\"null\"]}}}},"
+    "\"required\":[\"kind\",\"spec\"],\"additionalProperties\":false}",
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"value\":{\"type\":"
+    "\"string\",\"pattern\":\"^[a-z]+[0-9]*$\"},\"children\":{\"type\":\"array\","
+    "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"value\"]}},"
+    "\"$ref\":\"#/$defs/node\"}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+};
+
+static void test_schema_masks(void **state) {
+    (void)state;
+    if (!model_present())
+        fail_msg("the default model is needed for its vocabulary (scripts/setup.sh "
+                 "fetches it)");
+    grammar_vocab *v = tg_vocab_smollm2();
+    assert_non_null(v);
+    assert_int_equal(tr_grammar_vocab_check(v), TR_OK);
+    int steps = small_scale() ? 12 : 30, walks = small_scale() ? 2 : 3;
+    for (size_t si = 0; si < TR_ARRAY_LEN(k_mb_schemas); si++) {
+        const char *sc = k_mb_schemas[si];
+        grammar_json_options jo;
+        tr_grammar_json_options_default(&jo);
+        grammar_limits lim;
+        tr_grammar_limits_default(&lim);
+        grammar *g = NULL, *off = NULL;
+        tr_diag d = {0};
+        tr_status st = tr_grammar_compile_json_schema(sc, strlen(sc), &jo, &lim, &g, &d);
+        if (st) fail_msg("schema %zu: %s", si, d.message);
+        lim.mask_cache_bytes = 0;
+        assert_int_equal(tr_grammar_compile_json_schema(sc, strlen(sc), &jo, &lim, &off, &d),
+                         TR_OK);
+        for (int k = 0; k < walks; k++) {
+            grammar_matcher *m;
+            assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+            vocab_check vc = {.c = NULL, .r = {0x5C4E + si * 31 + (uint64_t)k}};
+            check_walk_vocab(m, v, &vc, steps);
+            tr_grammar_matcher_free(m);
+            uint64_t seed = 0xA11CE + si * 7 + (uint64_t)k;
+            if (walk_hash(g, v, seed, 4 * steps) != walk_hash(off, v, seed, 4 * steps))
+                fail_msg("schema %zu walk %d: masks differ with the memo off", si, k);
+        }
+        grammar_memo_stats ms;
+        tr_grammar_get_memo_stats(g, &ms);
+        assert_true(ms.masks > 0);
+        tr_grammar_get_memo_stats(off, &ms);
+        assert_true(ms.masks == 0);
+        tr_grammar_free(g);
+        tr_grammar_free(off);
+    }
+    tr_grammar_vocab_free(v);
+}
+
 /* ---- the matcher API on stacks ---- */
 
 static grammar_vocab *byte_vocab(void) {
@@ -1454,6 +1523,7 @@ int main(void) {
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_random_grammars),
         cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_schema_masks),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_expand_ways),
         cmocka_unit_test(test_api_stacks),
