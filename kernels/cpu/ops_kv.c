@@ -140,7 +140,6 @@ typedef struct attn_args {
     int32_t window;         /* 0, or this layer's sliding window */
     int32_t heads_per_pass; /* query heads whose partials fit the stack */
     int32_t unit_kv;        /* per-unit schedule: KV heads per unit */
-    int32_t item_kv;        /* split schedule: KV heads per item */
 
     _Atomic int64_t next;  /* next unit / phase-1 item */
     _Atomic int64_t next2; /* next phase-2 item */
@@ -485,27 +484,23 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
 
 /* Phase-1 item i of the split schedule: token *t (advanced from its
  * current value: items are visited in increasing order), KV head, block. */
-static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *kv0,
+static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *kvh,
                        int32_t *lb) {
-    int32_t groups = a->kv->n_kv_heads / a->item_kv;
-    while (a->boff[*t + 1] * groups <= i) (*t)++;
-    int64_t local = i - a->boff[*t] * groups;
+    int32_t n_kv = a->kv->n_kv_heads;
+    while (a->boff[*t + 1] * n_kv <= i) (*t)++;
+    int64_t local = i - a->boff[*t] * n_kv;
     int32_t nb = (int32_t)(a->boff[*t + 1] - a->boff[*t]);
-    *kv0 = (int32_t)(local / nb) * a->item_kv;
+    *kvh = (int32_t)(local / nb);
     *lb = (int32_t)(local % nb);
 }
 
 /* Split schedule. Phase-1 item i: the tokens' items are laid out token by
- * token, (KV heads, block) within a token; an item is item_kv KV heads of
- * a block: all of them once there are blocks enough for every thread, so
- * that an item reads whole rows (the KV heads of a row lie side by side:
- * contiguous runs of a page, where a slice of each row is a strided read
- * whose neighbouring lines the prefetchers bring in for nothing). Items go
- * out in order, so this thread's next one is most likely nth items on:
- * while it computes a block, it prefetches that one's K and V rows (the
- * item's columns), as the per-unit schedule does with whole rows.
- * Measured on one stream decoding at ~1,500 positions, where this
- * schedule runs: see docs/performance.md. */
+ * token, (kv head, block) within a token. Items go out in order, so this
+ * thread's next one is most likely nth items on: while it computes a
+ * block, it prefetches that one's K and V slices (one KV head's columns),
+ * as the per-unit schedule does with whole rows. Measured on one stream
+ * decoding at ~1,500 positions, where this schedule runs: see
+ * docs/performance.md. */
 static void attn_split_task(void *ctx, int ith, int nth) {
     (void)ith;
     attn_args *a = ctx;
@@ -513,14 +508,14 @@ static void attn_split_task(void *ctx, int ith, int nth) {
     int32_t hd = a->hd;
     int32_t n_tok = a->b->n_tokens;
     size_t pstride = (size_t)hd + 2;
-    int64_t n_items = a->boff[n_tok] * (a->kv->n_kv_heads / a->item_kv);
+    int64_t n_items = a->boff[n_tok] * a->kv->n_kv_heads;
     int32_t t = 0;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&a->next, 1,
                                               memory_order_relaxed);
         if (i >= n_items) break;
-        int32_t kv0, lb;
-        split_item(a, i, &t, &kv0, &lb);
+        int32_t kvh, lb;
+        split_item(a, i, &t, &kvh, &lb);
         int32_t blk = attn_first_blk(a->window, a->b->pos[t]) + lb;
         attn_pf pf = {0};
         if (i + nth < n_items) {
@@ -531,19 +526,17 @@ static void attn_split_task(void *ctx, int ith, int nth) {
             pf.t = tn;
             pf.first = TR_MAX(bn * CPU_ATTN_BLOCK, attn_lo(a->window, pn));
             pf.rows = TR_MIN((bn + 1) * CPU_ATTN_BLOCK, pn + 1) - pf.first;
-            int32_t calls = 2 * a->item_kv * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
+            int32_t calls = 2 * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
             pf.per_call = 2 * pf.rows / calls + 1;
             pf.col = (size_t)kn * (size_t)hd;
-            pf.bytes = (size_t)a->item_kv * (size_t)hd * a->esize;
+            pf.bytes = (size_t)hd * a->esize;
         }
-        for (int32_t kvh = kv0; kvh < kv0 + a->item_kv; kvh++) {
-            int32_t h0 = kvh * a->group;
-            float *dst = a->part +
-                         ((size_t)(a->boff[t] + lb) * (size_t)a->n_heads +
-                          (size_t)h0) * pstride;
-            attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores,
-                       pf.rows ? &pf : NULL, NULL);
-        }
+        int32_t h0 = kvh * a->group;
+        float *dst = a->part +
+                     ((size_t)(a->boff[t] + lb) * (size_t)a->n_heads +
+                      (size_t)h0) * pstride;
+        attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores,
+                   pf.rows ? &pf : NULL, NULL);
     }
     tr_cpu_pool_barrier(a->pool);
     int64_t n_out = (int64_t)n_tok * a->n_heads;
@@ -682,7 +675,6 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
                 boff[t + 1] = boff[t] + attn_blocks(a.window, b->pos[t]);
             a.part = c->attn;
             a.boff = boff;
-            a.item_kv = blocks >= 4 * nth ? n_kv : 1;
             tr_cpu_pool_run(c->pool, nth, attn_split_task, &a);
             return;
         }

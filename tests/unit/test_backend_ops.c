@@ -976,10 +976,8 @@ static void determinism_rows(tb *a, tb *b) {
  * alone, and the batch in reverse order: the same bits. */
 static void determinism_attention(tb *a, tb *b) {
     for (int ti = 0; ti < 2; ti++) {
-        /* (the F16 round with a sliding window of 100). Alone, the decode
-         * at 699 (11 blocks) splits into one item per KV head and block
-         * on 3 threads, the one at 799 (13 blocks) into one item per
-         * block with every KV head (4 per thread at least). */
+        /* (the F16 round with a sliding window of 100). Alone, the
+         * decodes at 699 and 799 take the split schedule. */
         world w = {.n_seqs = 4, .len = {700, 90, 130, 800}, .from = {699, 0, 125, 799},
                    .n_heads = 9, .n_kv = 3, .hd = 64, .n_layers = 1, .layer = 0,
                    .page_size = 16, .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
