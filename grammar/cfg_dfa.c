@@ -25,7 +25,7 @@
  * loads, so a reader that sees a state ready sees its row. Creating and
  * expanding states takes `lock` (once per state, rare after warm-up); the
  * subset keys, their hash table and the expansion scratch are touched
- * only under it. Past max_states (max_dfa_states) a state cannot be made:
+ * only under it. Past max_states (max_lazy_dfa_states) a state cannot be made:
  * the transition leads to the dead state and `failed` is set for good,
  * which every matcher call checks and reports as TR_ERR_LIMIT, so a
  * grammar never silently answers with a truncated automaton.
@@ -250,6 +250,8 @@ static uint32_t intern(gcfg *c, uint32_t n) {
     c->koff[d] = (uint32_t)c->pool_n;
     c->klen[d] = n;
     c->pool_n += n;
+    /* the key, its offset and length, ~2 hash slots (amortized growth) */
+    atomic_fetch_add_explicit(&c->bytes, (uint64_t)n * sizeof *k + 16, memory_order_relaxed);
     ch->accept[d % GL_CH] = (uint8_t)k[0];
     if (d % GL_CH == 0)
         atomic_store_explicit(&c->chunks[d / GL_CH], ch, memory_order_release);
@@ -652,7 +654,7 @@ tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
     }
     c->n_kept = n_kept;
     c->max_stacks = cc->lim.max_stacks;
-    c->max_states = cc->lim.max_dfa_states < 2 ? 2 : cc->lim.max_dfa_states;
+    c->max_states = cc->lim.max_lazy_dfa_states < 2 ? 2 : cc->lim.max_lazy_dfa_states;
     classes(nfa, c);
     c->n_sym = n_kept;
     c->k = c->n_cls + n_kept;
@@ -682,7 +684,7 @@ tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
         if (s == UINT32_MAX || s == GDFA_DEAD)
             st = tr_gcc_fail(cc, s == GDFA_DEAD ? TR_ERR_INTERNAL : TR_ERR_LIMIT, 0,
                              s == GDFA_DEAD ? "a kept rule compiled to nothing"
-                                            : "DFA larger than max_dfa_states = %u",
+                                            : "DFA larger than max_lazy_dfa_states = %u",
                              c->max_states);
         else
             c->rule_start[i] = s;

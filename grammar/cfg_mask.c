@@ -73,9 +73,9 @@ static void entry_or(const gcfg_entry *e, size_t nw, uint64_t *mask) {
 }
 
 /* Slots come in chunks of MEMO_CH, allocated on first use: a grammar
- * may make up to max_dfa_states (50,000) states but a request visits a
- * few dozen, and zeroing 50,000 slots up front cost ~700,000 instructions
- * per grammar (more than compiling a small schema). */
+ * may make up to max_lazy_dfa_states (200,000) states but a request
+ * visits a few dozen, and zeroing 50,000 slots up front cost ~700,000
+ * instructions per grammar (more than compiling a small schema). */
 #define MEMO_CH 256u
 typedef _Atomic(gcfg_entry *) memo_chunk[MEMO_CH];
 

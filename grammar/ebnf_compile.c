@@ -72,7 +72,7 @@ tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
     uint64_t t0 = tr_now_ns();
     gcc cc;
     tr_gcc_init(&cc, limits, diag);
-    if (cc.lim.max_dfa_states > (1u << 23)) cc.lim.max_dfa_states = 1u << 23;
+    if (cc.lim.max_lazy_dfa_states > (1u << 23)) cc.lim.max_lazy_dfa_states = 1u << 23;
     if (cc.lim.max_nfa_states > (1u << 30)) cc.lim.max_nfa_states = 1u << 30;
     if (cc.lim.max_stacks == 0) cc.lim.max_stacks = 1;
     if (len > cc.lim.max_grammar_bytes) {

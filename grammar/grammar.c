@@ -16,6 +16,7 @@ void tr_grammar_limits_default(grammar_limits *l) {
     l->max_repeat = 1000;
     l->max_nfa_states = 500000;
     l->max_dfa_states = 50000;
+    l->max_lazy_dfa_states = 200000;
     l->max_compile_bytes = 512ull << 20;
     l->max_compile_us = 2000000;
     l->mask_cache_bytes = 64ull << 20;
@@ -116,7 +117,10 @@ void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st) {
     }
     tr_cfg_memo_stats(g->cfg_memos, &st->bytes, &st->masks);
     pthread_mutex_unlock(&g->lock);
+    if (g->cfg) st->bytes += atomic_load_explicit(&g->cfg->bytes, memory_order_relaxed);
 }
+
+bool tr_grammar_exhausted(const grammar *g) { return g->cfg && gl_failed(g->cfg) != TR_OK; }
 
 tr_status tr_grammar_check(const grammar *g) {
     if (!g) return TR_ERR_INTERNAL;

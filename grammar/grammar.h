@@ -98,9 +98,10 @@
  *   one is TR_ERR_LIMIT with a diag naming the budget. Whatever the input,
  *   compiling neither exhausts memory nor hangs. For EBNF: max_grammar_bytes
  *   bounds the text, max_nesting the parentheses, max_nfa_states also the
- *   IR, max_dfa_states the DFA states made over the grammar's life (past
- *   it, every matcher call on the grammar returns TR_ERR_LIMIT, the
- *   boolean queries false), and max_stacks the configurations (parse
+ *   IR, max_lazy_dfa_states the DFA states made over the grammar's life
+ *   (past it the grammar is exhausted: every matcher call on it returns
+ *   TR_ERR_LIMIT, the boolean queries false, tr_grammar_exhausted true; a
+ *   cache then compiles it afresh for later users), and max_stacks the configurations (parse
  *   stacks) one matcher
  *   follows at once: an ambiguous grammar can make them multiply (each
  *   is a different parse of the text so far; equal stacks are merged); a
@@ -209,8 +210,12 @@ typedef struct grammar_limits {
     uint32_t max_nesting;       /* groups/quantifiers deep; default 200 */
     uint32_t max_repeat;        /* largest m, n in {m,n}; default 1000 */
     uint32_t max_nfa_states;    /* default 500000 */
-    uint32_t max_dfa_states;    /* before minimization; EBNF: states made
-                                   over the grammar's life; default 50000 */
+    uint32_t max_dfa_states;    /* a regex's DFA before minimization;
+                                   default 50000 */
+    uint32_t max_lazy_dfa_states; /* EBNF and JSON Schema: DFA states made
+                                   over the grammar's life (~300-450 bytes
+                                   each with ~70 byte classes); default
+                                   200000 */
     uint64_t max_compile_bytes; /* scratch + result; default 512 MiB */
     uint64_t max_compile_us;    /* wall clock; default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
@@ -248,7 +253,8 @@ grammar *tr_grammar_ref(grammar *g);
 void tr_grammar_free(grammar *g); /* drops one reference; NULL ok */
 
 /* Whether the whole of bytes[0..len) is in the grammar's language (false
- * also when an EBNF grammar's max_stacks or max_dfa_states is exceeded).
+ * also when an EBNF grammar's max_stacks or max_lazy_dfa_states is
+ * exceeded).
  * Thread-safe like every use of a grammar. */
 bool tr_grammar_matches(const grammar *g, const void *bytes, size_t len);
 
@@ -271,8 +277,16 @@ typedef struct grammar_stats {
 } grammar_stats;
 void tr_grammar_get_stats(const grammar *g, grammar_stats *st);
 
-/* What the grammar's mask memos hold now, over every vocabulary it was
- * matched with: bytes (masks and slot tables) and memoized states. For
+/* True once an EBNF or JSON Schema grammar's DFA reached
+ * max_lazy_dfa_states (or memory ran out while making a state): every
+ * matcher on it fails from then on, so a cache should drop it and compile
+ * the text again for the next request. False for regexes. Thread-safe. */
+bool tr_grammar_exhausted(const grammar *g);
+
+/* What the grammar's parts that grow after compiling hold now: bytes of
+ * its mask memos over every vocabulary it was matched with (masks and slot
+ * tables) and of an EBNF or JSON Schema grammar's lazily made DFA states,
+ * and the memoized masks. For
  * caches that keep grammars under a byte budget (runtime/engine's grammar
  * cache adds it to grammar_stats.bytes). Thread-safe, callable while
  * matchers fill the memo; a mask being stored by another thread at that

@@ -304,6 +304,10 @@ typedef struct trellis_grammar_cache_stats {
     uint64_t masks_computed; /* masks computed by walking the vocabulary,
                                 over all grammars */
     uint64_t masks_reused;   /* masks taken from a grammar's memo */
+    uint64_t exhausted;      /* grammars dropped because their automaton
+                                reached its state budget (every request on
+                                them fails from then on); the next lookup
+                                compiles the text afresh */
 } trellis_grammar_cache_stats;
 
 TRELLIS_API void trellis_grammar_cache_get_stats(trellis_engine *e,

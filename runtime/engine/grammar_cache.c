@@ -50,7 +50,7 @@ struct gcache {
     gentry *lru_head, *lru_tail;
     int32_t n_ready;
     uint64_t bytes;              /* sum of READY entries' bytes */
-    uint64_t hits, misses, compiles, failures, evictions;
+    uint64_t hits, misses, compiles, failures, evictions, exhausted;
     /* ---- atomics ---- */
     gcache_mask_counters masks;
 };
@@ -156,6 +156,8 @@ void tr_gcache_free(gcache *c) {
     tr_grammar_vocab_free(c->v);
     free(c);
 }
+
+void tr_gcache_set_limits(gcache *c, const grammar_limits *lim) { c->lim = *lim; }
 
 gcache_mask_counters *tr_gcache_counters(gcache *c) { return &c->masks; }
 
@@ -338,6 +340,23 @@ static tr_status take_found(gcache *c, gentry *x, trellis_grammar **out, char *e
     return st;
 }
 
+/* A ready entry whose grammar is exhausted (its automaton reached the
+ * state budget, so every matcher on it fails) leaves the table and the
+ * LRU (mu held): the lookup compiles the text afresh, and the requests
+ * still holding the old handle keep it. Entries with waiters stay (they
+ * are about to take the handle); the next lookup drops them. */
+static bool drop_if_exhausted(gcache *c, gentry *x) {
+    if (x->state != GE_READY || x->waiters > 0 || !tr_grammar_exhausted(x->h->g))
+        return false;
+    lru_unlink(c, x);
+    table_remove(c, x);
+    c->bytes -= TR_MIN(c->bytes, x->bytes);
+    c->n_ready--;
+    c->exhausted++;
+    x->hnext = NULL;
+    return true;
+}
+
 /* A miss (mu held): a COMPILING entry for the key, in the table, so that
  * lookups of the same key wait for it. NULL when out of memory. */
 static gentry *insert_compiling(gcache *c, uint64_t hash, trellis_grammar_kind kind,
@@ -415,11 +434,13 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
     uint64_t hash = key_hash(kind, &o, text, len);
 
     pthread_mutex_lock(&c->mu);
-    gentry *x = *bucket(c, hash);
+    gentry *x = *bucket(c, hash), *stale = NULL;
     while (x && !key_equal(x, hash, kind, &o, text, len)) x = x->hnext;
-    if (x) return take_found(c, x, out, err, err_cap);
+    if (x && !drop_if_exhausted(c, x)) return take_found(c, x, out, err, err_cap);
+    if (x) stale = x;
     x = insert_compiling(c, hash, kind, &o, text, len);
     pthread_mutex_unlock(&c->mu);
+    release_victims(stale);
     if (!x) return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
 
     /* no lock held: x stays in the table, COMPILING, until finish_compile */
@@ -442,6 +463,7 @@ void tr_gcache_get_stats(gcache *c, trellis_grammar_cache_stats *out) {
     out->compiles = c->compiles;
     out->failures = c->failures;
     out->evictions = c->evictions;
+    out->exhausted = c->exhausted;
     out->entries = c->n_ready;
     out->bytes = c->bytes;
     out->budget_bytes = c->budget;

@@ -100,6 +100,9 @@ typedef struct gcache_mask_counters {
 tr_status tr_gcache_new(grammar_vocab *v, uint64_t budget_bytes, gcache **out);
 /* Drops the cache's references (handles in use live on). NULL is a no-op. */
 void tr_gcache_free(gcache *c);
+/* The budgets later compiles run under (default: tr_grammar_limits_default,
+ * the memo capped at the cache's budget). Tests; before any compile. */
+void tr_gcache_set_limits(gcache *c, const grammar_limits *lim);
 
 /* Finds (kind, options, text[0..len)) or compiles it (see trellis.h,
  * trellis_grammar_compile: len 0 means strlen, options NULL the defaults).

@@ -132,7 +132,10 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     tr_status st = (tr_status)e->row_st[row];
     if (s->status != 0) {
         tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
-                       "the constraint could not compute a token mask");
+                          s->status == TR_ERR_LIMIT
+                              ? "the constraint reached a budget of its grammar (automaton "
+                                "states or parse stacks) computing a token mask"
+                              : "the constraint could not compute a token mask");
         return;
     }
     if (st != TR_OK) {

@@ -156,6 +156,9 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
                   (double)gs.bytes);
         rc |= one(o, "counter", "trellis_grammar_masks_reused_total",
                   "token masks taken from a grammar's memo", (double)gs.masks_reused);
+        rc |= one(o, "counter", "trellis_grammar_cache_exhausted_total",
+                  "grammars recompiled because their automaton reached its state budget",
+                  (double)gs.exhausted);
     }
     return rc;
 }

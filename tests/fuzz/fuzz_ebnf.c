@@ -61,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tr_grammar_limits_default(&lim);
     lim.max_nfa_states = 20000;
     lim.max_dfa_states = 2000;
+    lim.max_lazy_dfa_states = 2000;
     lim.max_repeat = 50;
     lim.max_nesting = 50;
     lim.max_compile_bytes = 32u << 20;

@@ -73,6 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tr_grammar_limits_default(&lim);
     lim.max_nfa_states = 50000;
     lim.max_dfa_states = 5000;
+    lim.max_lazy_dfa_states = 5000;
     lim.max_compile_bytes = 64u << 20;
     lim.max_compile_us = 300000;
     for (int lenient = 0; lenient < 2; lenient++) {

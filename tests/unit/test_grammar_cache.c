@@ -13,6 +13,8 @@
  *     without text, a CFG grammar's memo measured;
  *   - choices: all printable ASCII, control characters and UTF-8 escape
  *     correctly (the grammar matches exactly the choices);
+ *   - a grammar whose automaton reached its state budget is dropped and
+ *     compiled afresh at the next lookup, its old handle still usable;
  *   - LRU eviction under a small budget, with evicted handles still
  *     serving matchers, and memo growth counted against the budget;
  *   - single flight: 8 threads x 1,000 compiles over 20 regexes compile
@@ -295,6 +297,54 @@ static void test_json_and_ebnf(void **state) {
     assert_int_equal(st.compiles, 4);
     trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) trellis_grammar_release(hs[i]);
+    tr_gcache_free(c);
+    tr_grammar_vocab_free(v);
+}
+
+/* A grammar whose automaton reaches its state budget fails every matcher
+ * from then on: the cache drops it at the next lookup and compiles the
+ * text afresh (counted as exhausted and as a miss), while the requests
+ * holding the old handle keep it. */
+static void test_exhausted_recompiled(void **state) {
+    (void)state;
+    grammar_vocab *v = small_vocab();
+    gcache *c;
+    assert_int_equal(tr_gcache_new(v, 64u << 20, &c), TR_OK);
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_lazy_dfa_states = 40;
+    tr_gcache_set_limits(c, &lim);
+    /* the 10th symbol from the end: each new window is a new state */
+    const char *text = "root ::= [ab]* \"a\" [ab]{9}";
+    trellis_grammar *h1 = compile_ok(c, TRELLIS_GRAMMAR_EBNF, text);
+    grammar_matcher *m = NULL;
+    assert_int_equal(tr_grammar_matcher_new(h1->g, h1->v, 0, &m), TR_OK);
+    tr_status st = TR_OK;
+    uint32_t x = 1;
+    for (int i = 0; i < 400 && st == TR_OK; i++) {
+        x = x * 1103515245u + 12345u;
+        st = tr_grammar_matcher_accept_bytes(m, (x >> 16) & 1 ? "a" : "b", 1);
+    }
+    assert_int_equal(st, TR_ERR_LIMIT);
+    assert_true(tr_grammar_exhausted(h1->g));
+    trellis_grammar *h2 = compile_ok(c, TRELLIS_GRAMMAR_EBNF, text);
+    assert_ptr_not_equal(h1, h2);
+    assert_false(tr_grammar_exhausted(h2->g));
+    assert_true(tr_grammar_matches(h2->g, "abbbbbbbbb", 10));
+    trellis_grammar *h3 = compile_ok(c, TRELLIS_GRAMMAR_EBNF, text); /* a hit */
+    assert_ptr_equal(h2, h3);
+    trellis_grammar_cache_stats s = stats(c);
+    assert_int_equal(s.exhausted, 1);
+    assert_int_equal(s.compiles, 2);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.entries, 1);
+    /* the old handle still answers (with the error) and is freed last */
+    assert_int_equal(tr_grammar_matcher_accept_bytes(m, "a", 1), TR_ERR_LIMIT);
+    tr_grammar_matcher_free(m);
+    trellis_grammar_release(h1);
+    trellis_grammar_release(h2);
+    trellis_grammar_release(h3);
     tr_gcache_free(c);
     tr_grammar_vocab_free(v);
 }
@@ -1055,6 +1105,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_json_and_ebnf),
+        cmocka_unit_test(test_exhausted_recompiled),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_single_flight),
         cmocka_unit_test(test_churn_threads),

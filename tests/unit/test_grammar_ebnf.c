@@ -1158,7 +1158,7 @@ typedef struct budget_case {
 
 static void set_text(grammar_limits *l) { l->max_grammar_bytes = 16; }
 static void set_nfa(grammar_limits *l) { l->max_nfa_states = 50; }
-static void set_dfa(grammar_limits *l) { l->max_dfa_states = 20; }
+static void set_dfa(grammar_limits *l) { l->max_lazy_dfa_states = 20; }
 static void set_repeat(grammar_limits *l) { l->max_repeat = 10; }
 static void set_nesting(grammar_limits *l) { l->max_nesting = 3; }
 static void set_bytes(grammar_limits *l) { l->max_compile_bytes = 20000; }
@@ -1197,9 +1197,10 @@ static void test_budgets(void **state) {
         assert_null(g);
     }
     free(huge.p);
-    /* DFA states are made as matchers reach them: past max_dfa_states the
-     * call that needs one fails with TR_ERR_LIMIT (matcher unchanged),
-     * and so does every later call on that grammar */
+    /* DFA states are made as matchers reach them: past max_lazy_dfa_states
+     * the call that needs one fails with TR_ERR_LIMIT (matcher unchanged),
+     * and so does every later call on that grammar, which says it is
+     * exhausted; the states made count in its memo stats */
     grammar_limits lim;
     tr_grammar_limits_default(&lim);
     set_dfa(&lim);
@@ -1211,10 +1212,16 @@ static void test_budgets(void **state) {
     uint64_t *mask = malloc(nw * 8);
     grammar_matcher *m;
     assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    grammar_memo_stats ms0, ms1;
+    tr_grammar_get_memo_stats(g, &ms0);
+    assert_false(tr_grammar_exhausted(g));
     tr_status st = TR_OK;
     int i;
     for (i = 0; i < 64 && st == TR_OK; i++) st = tr_grammar_matcher_accept_bytes(m, i % 3 ? "a" : "b", 1);
     assert_int_equal(st, TR_ERR_LIMIT);
+    assert_true(tr_grammar_exhausted(g));
+    tr_grammar_get_memo_stats(g, &ms1);
+    assert_true(ms1.bytes > ms0.bytes);
     assert_int_equal(tr_grammar_matcher_history_len(m), (uint32_t)i - 1);
     assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_ERR_LIMIT);
     assert_int_equal(tr_grammar_matcher_accept_bytes(m, "a", 1), TR_ERR_LIMIT);
@@ -1228,6 +1235,7 @@ static void test_budgets(void **state) {
     /* within the default budgets the same blow-up compiles and runs */
     g = compile(big);
     assert_true(tr_grammar_matches(g, "babbbbbbbbbbbb()", 16));
+    assert_false(tr_grammar_exhausted(g));
     assert_false(tr_grammar_matches(g, "bbbbbbbbbbbbbb()", 16));
     tr_grammar_free(g);
 }
