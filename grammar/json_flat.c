@@ -78,6 +78,7 @@ typedef struct flat {
     js_ctx *x;
     js_norm *n;
     uint32_t cap;
+    uint32_t ins; /* where the next new member goes; UINT32_MAX: the end */
 } flat;
 
 /* from_new: the node comes from expanding a member that was not yet
@@ -107,7 +108,10 @@ static tr_status add_node(flat *f, const json_t *node, uint32_t done, bool from_
         n->nodes = v;
         f->cap = nc;
     }
-    n->nodes[n->n++] = (js_item){node, done};
+    uint32_t at = f->ins == UINT32_MAX ? n->n : f->ins++;
+    memmove(n->nodes + at + 1, n->nodes + at, (n->n - at) * sizeof *n->nodes);
+    n->nodes[at] = (js_item){node, done};
+    n->n++;
     return TR_OK;
 }
 
@@ -242,11 +246,15 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
     memset(out, 0, sizeof *out);
     out->types = JT_ALL;
     out->split = UINT32_MAX;
-    flat f = {.x = x, .n = out};
+    flat f = {.x = x, .n = out, .ins = UINT32_MAX};
     tr_status st;
     for (uint32_t i = 0; i < c->n; i++)
         if ((st = add_node(&f, c->v[i].node, c->v[i].done, false))) return st;
-    /* breadth-first: the list grows while it is read */
+    /* The list grows while it is read: a member's new members go right
+     * after it, so the list ends in depth-first pre-order, the order in
+     * which the schema's text names them. Object properties follow it:
+     * allOf [{$ref: base}, {properties: extra}] lists base's properties
+     * before the extra ones, as a writer of such a schema means. */
     uint32_t kept = 0;
     for (uint32_t i = 0; i < out->n; i++) {
         const json_t *node = out->nodes[i].node;
@@ -258,8 +266,11 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
         if (!json_is_object(node))
             return tr_js_fail(x, TR_ERR_FORMAT, node, "a schema must be an object or a boolean");
         if (out->nodes[i].done & JS_EXPANDED) continue;
-        if ((st = expand(&f, node))) return st;
         out->nodes[i].done |= JS_EXPANDED;
+        f.ins = i + 1;
+        st = expand(&f, node);
+        f.ins = UINT32_MAX;
+        if (st) return st;
         if ((st = tr_gcc_poll_time(x->cc))) return st;
     }
     /* keep the objects only, in order */

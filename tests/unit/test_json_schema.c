@@ -322,7 +322,13 @@ static void test_combinators(void **s) {
           "\"required\":[\"k\"]},{\"properties\":{\"k\":{\"const\":\"y\"}},\"required\":[\"k\"]}]}",
           Y("{\"k\": \"x\", \"v\": 1}", "{\"k\": \"y\"}"), Y("{\"k\": \"z\"}", "{\"k\": \"x\", \"v\": \"s\"}", "3"));
     check("{\"oneOf\":[{\"format\":\"hostname\"},{\"format\":\"ipv4\"}]}", Y("\"a.com\"", "\"1.2.3.4\""),
-          Y("5"));
+          Y("5"));    /* properties merged through allOf / $ref come in the schema's text
+     * order (depth first): a base's before an extension's */
+    check("{\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},"
+          "\"mid\":{\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"b\":{\"type\":\"string\"}}}]}},"
+          "\"allOf\":[{\"$ref\":\"#/$defs/mid\"},{\"properties\":{\"c\":{\"const\":true}}}],"
+          "\"required\":[\"a\",\"b\",\"c\"]}",
+          Y("{\"a\": 1, \"b\": \"x\", \"c\": true}"), Y("{\"a\": 1, \"b\": \"x\"}", "{\"a\": \"1\", \"b\": \"x\", \"c\": true}"));
 }
 
 static void test_refs(void **s) {
