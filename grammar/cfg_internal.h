@@ -79,8 +79,16 @@ typedef struct gebnf {
 
 /* Parses text[0..len) into e (IR in cc's arena). Errors TR_ERR_FORMAT /
  * TR_ERR_UNSUPPORTED / TR_ERR_LIMIT with the diag's offset, line and
- * column at the fault. */
-tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, gebnf *e);
+ * column at the fault. ext[0..n_ext) are automata the text may name as
+ * terminals, `%dfaN` for ext[N] (borrowed; NULL/0: the syntax is an
+ * error, as in every user's grammar). */
+tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
+                        uint32_t n_ext, gebnf *e);
+/* tr_grammar_compile_ebnf whose text may also name ext's automata as
+ * terminals (%dfaN; borrowed for the call: the grammar copies them). */
+tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *const *ext,
+                                      uint32_t n_ext, const grammar_limits *limits,
+                                      grammar **out, tr_diag *diag);
 void tr_ebnf_free(gebnf *e);
 /* Fills the diag's line and column for a byte offset of e's text (the
  * first error only: a later call leaves an earlier position alone). */

@@ -18,7 +18,9 @@
  * states with the fewest in x out edges. State elimination can blow up
  * on automata with many crossing loops; the tree size of the expression
  * is tracked as it grows and capped (TR_ERR_LIMIT), so callers can
- * refuse the schema instead of producing a gigantic grammar.
+ * refuse the schema instead of producing a gigantic grammar, or take the
+ * direct way: tr_cpdfa_encode makes the byte DFA of the language's JSON
+ * encodings, which the grammar takes as a terminal of its own.
  *
  * Representation: state s has edges e[off[s] .. off[s+1]), sorted by
  * code point, disjoint; a code point with no edge dies. n == 0 is the
@@ -529,54 +531,107 @@ bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n) {
 
 /* ---- Moore minimization ---- */
 
+/* A state's signature under a partition: its edges with targets replaced
+ * by their classes, adjacent ranges of one class merged (across the
+ * surrogate gap too, which no edge covers), read one merged range at a
+ * time from edge *i on. */
+typedef struct sig_range {
+    uint32_t lo, hi, cls;
+} sig_range;
+
+static bool sig_next(const cpdfa *a, const uint32_t *cls, uint32_t s, uint32_t *i,
+                     sig_range *r) {
+    uint32_t e = *i, end = a->off[s + 1];
+    if (e >= end) return false;
+    *r = (sig_range){a->e[e].lo, a->e[e].hi, cls[a->e[e].to]};
+    for (e++; e < end && cls[a->e[e].to] == r->cls; e++) {
+        uint32_t lo = a->e[e].lo;
+        bool next = lo == r->hi + 1 || (r->hi == GCP_SURR_LO - 1 && lo == GCP_SURR_HI + 1);
+        if (!next) break;
+        r->hi = a->e[e].hi;
+    }
+    *i = e;
+    return true;
+}
+
+static uint64_t sig_hash(const cpdfa *a, const uint32_t *cls, uint32_t s) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ cls[s];
+    uint32_t i = a->off[s];
+    sig_range r;
+    while (sig_next(a, cls, s, &i, &r)) {
+        h = (h ^ r.lo) * 0x100000001b3ull;
+        h = (h ^ r.hi) * 0x100000001b3ull;
+        h = (h ^ r.cls) * 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+static bool sig_equal(const cpdfa *a, const uint32_t *cls, uint32_t s, uint32_t t) {
+    if (cls[s] != cls[t]) return false;
+    uint32_t i = a->off[s], j = a->off[t];
+    sig_range x, y;
+    for (;;) {
+        bool hx = sig_next(a, cls, s, &i, &x), hy = sig_next(a, cls, t, &j, &y);
+        if (hx != hy) return false;
+        if (!hx) return true;
+        if (x.lo != y.lo || x.hi != y.hi || x.cls != y.cls) return false;
+    }
+}
+
+/* One round of refinement: ncls[s] = the class of (cls[s], signature),
+ * numbered in order of first state; returns the number of classes. */
+static uint32_t refine(const cpdfa *a, const uint32_t *cls, uint32_t *ncls, uint64_t *hk,
+                       uint32_t *hv, uint32_t cap) {
+    memset(hv, 0, (size_t)cap * sizeof *hv);
+    uint32_t nk = 0;
+    for (uint32_t s = 0; s < a->n; s++) {
+        uint64_t h = sig_hash(a, cls, s);
+        uint32_t j = (uint32_t)(h ^ (h >> 29)) & (cap - 1);
+        for (; hv[j]; j = (j + 1) & (cap - 1))
+            if (hk[j] == h && sig_equal(a, cls, s, hv[j] - 1)) break;
+        if (hv[j]) {
+            ncls[s] = ncls[hv[j] - 1];
+            continue;
+        }
+        hk[j] = h;
+        hv[j] = s + 1;
+        ncls[s] = nk++;
+    }
+    return nk;
+}
+
 tr_status tr_cpdfa_minimize(gcc *cc, const cpdfa *a, cpdfa *out) {
     uint32_t n = a->n;
-    if (n == 0 || n > 4000) { /* quadratic below: large ones stay as they are */
+    if (n == 0 || n > CPD_MAX_STATES) {
         *out = *a;
         return TR_OK;
     }
+    uint32_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
     uint32_t *cls = tr_gcc_alloc(cc, (size_t)n * sizeof *cls);
     uint32_t *ncls = tr_gcc_alloc(cc, (size_t)n * sizeof *ncls);
-    if (!cls || !ncls) return cc->err;
+    uint64_t *hk = tr_gcc_alloc(cc, (size_t)cap * sizeof *hk);
+    uint32_t *hv = tr_gcc_alloc(cc, (size_t)cap * sizeof *hv);
+    if (!cls || !ncls || !hk || !hv) return cc->err;
     bool some_acc = false, some_rej = false;
     for (uint32_t s = 0; s < n; s++) {
-        cls[s] = a->acc[s];
+        cls[s] = a->acc[s] != 0;
         some_acc |= a->acc[s] != 0;
         some_rej |= a->acc[s] == 0;
     }
     uint32_t k = (uint32_t)some_acc + (uint32_t)some_rej; /* classes so far */
+    uint64_t work = 0;
     for (;;) {
-        /* new class = first state with the same (class, edge signature) */
-        uint32_t nk = 0;
-        for (uint32_t s = 0; s < n; s++) {
-            ncls[s] = UINT32_MAX;
-            for (uint32_t t = 0; t < s && ncls[s] == UINT32_MAX; t++) {
-                if (cls[t] != cls[s]) continue;
-                /* same signature: ranges with targets' classes, merged */
-                uint32_t i = a->off[s], j = a->off[t];
-                uint32_t ie = a->off[s + 1], je = a->off[t + 1];
-                bool same = true;
-                uint32_t cp = 0;
-                while (same) {
-                    while (i < ie && a->e[i].hi < cp) i++;
-                    while (j < je && a->e[j].hi < cp) j++;
-                    bool ini = i < ie && a->e[i].lo <= cp, inj = j < je && a->e[j].lo <= cp;
-                    if (ini != inj || (ini && cls[a->e[i].to] != cls[a->e[j].to])) {
-                        same = false;
-                        break;
-                    }
-                    uint32_t end = GCP_MAX;
-                    if (i < ie) end = TR_MIN(end, ini ? a->e[i].hi : a->e[i].lo - 1);
-                    if (j < je) end = TR_MIN(end, inj ? a->e[j].hi : a->e[j].lo - 1);
-                    if ((i >= ie && j >= je) || end == GCP_MAX) break;
-                    cp = end + 1;
-                }
-                if (same) ncls[s] = ncls[t];
-            }
-            if (ncls[s] == UINT32_MAX) ncls[s] = nk++;
-        }
+        /* classes only split, so an unchanged count is the fixpoint */
+        uint32_t nk = refine(a, cls, ncls, hk, hv, cap);
         tr_status st = tr_gcc_poll_time(cc);
         if (st) return st;
+        /* rounds can number n (a long chain): past ~50M state visits
+         * the automaton stays as it is (correct, only larger) */
+        if ((work += n) > 50000000u) {
+            *out = *a;
+            return TR_OK;
+        }
         memcpy(cls, ncls, (size_t)n * sizeof *cls);
         if (nk == k) break;
         k = nk;
@@ -767,4 +822,62 @@ tr_status tr_cpdfa_to_ast(gcc *cc, const cpdfa *a, uint32_t max_nodes, gre_node 
                            (unsigned long long)size, depth);
     *out = r;
     return TR_OK;
+}
+
+/* ---- the direct way: the encodings as a byte DFA ---- */
+
+/* The set of code points that lead from state s to state `to`. */
+static tr_status edge_set(gcc *cc, const cpdfa *a, uint32_t s, uint32_t to, gcpset *out) {
+    memset(out, 0, sizeof *out);
+    for (uint32_t j = a->off[s]; j < a->off[s + 1]; j++)
+        if (a->e[j].to == to && tr_cpset_add(cc, out, a->e[j].lo, a->e[j].hi)) return cc->err;
+    tr_cpset_normalize(out);
+    return TR_OK;
+}
+
+/* Links from -> to in n by the JSON encodings of the code points of set
+ * (tr_js_str_unit_regex's regex, built as an NFA fragment). */
+static tr_status encoded_edge(gcc *cc, gnfa *n, const gcpset *set, uint32_t from, uint32_t to,
+                              js_buf *b) {
+    b->n = 0;
+    tr_js_str_unit_regex(set, b);
+    if (!js_buf_ok(b)) return cc->err ? cc->err : TR_ERR_NOMEM;
+    gre_node *ast;
+    uint32_t fs, fe;
+    tr_status st = tr_regex_parse(cc, b->p, b->n, &ast);
+    if (!st) st = tr_nfa_add_fragment(cc, n, ast, &fs, &fe);
+    if (!st) st = tr_nfa_add_edge(cc, n, from, fs, GNFA_EPS, 0, 0);
+    if (!st) st = tr_nfa_add_edge(cc, n, fe, to, GNFA_EPS, 0, 0);
+    return st;
+}
+
+tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, gdfa *out) {
+    if (a->n == 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "string constraint matches nothing");
+    gnfa nfa = {0};
+    uint32_t *st_of = tr_gcc_alloc(cc, (size_t)a->n * sizeof *st_of);
+    uint32_t fin = 0;
+    tr_status st = st_of ? tr_nfa_new_state(cc, &nfa, &fin) : cc->err;
+    for (uint32_t s = 0; !st && s < a->n; s++) st = tr_nfa_new_state(cc, &nfa, &st_of[s]);
+    js_buf b;
+    tr_js_buf_init(&b, cc);
+    for (uint32_t s = 0; !st && s < a->n; s++) {
+        if (a->acc[s]) st = tr_nfa_add_edge(cc, &nfa, st_of[s], fin, GNFA_EPS, 0, 0);
+        /* one fragment per target state, for the union of its ranges */
+        for (uint32_t i = a->off[s]; !st && i < a->off[s + 1]; i++) {
+            uint32_t to = a->e[i].to, j = a->off[s];
+            while (j < i && a->e[j].to != to) j++;
+            if (j < i) continue; /* done with an earlier range */
+            gcpset set;
+            st = edge_set(cc, a, s, to, &set);
+            if (!st) st = encoded_edge(cc, &nfa, &set, st_of[s], st_of[to], &b);
+        }
+    }
+    tr_js_buf_free(&b);
+    if (!st) {
+        nfa.start = st_of[a->start];
+        nfa.final = fin;
+        st = tr_dfa_build(cc, &nfa, out);
+    }
+    tr_nfa_free(cc, &nfa);
+    return st;
 }

@@ -18,13 +18,13 @@
 
 #include "grammar/cfg_internal.h"
 
-static tr_status build(gcc *cc, const char *text, size_t len, grammar **out,
-                       uint32_t *nfa_states) {
+static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
+                       uint32_t n_ext, grammar **out, uint32_t *nfa_states) {
     gebnf e;
     gebnf_plan plan;
     gnfa nfa = {0};
     gcfg *cfg = NULL;
-    tr_status st = tr_ebnf_parse(cc, text, len, &e);
+    tr_status st = tr_ebnf_parse(cc, text, len, ext, n_ext, &e);
     if (!st) st = tr_ebnf_analyze(cc, &e, &plan);
     uint32_t *starts = NULL, *name_lens = NULL;
     const char **names = NULL;
@@ -66,6 +66,12 @@ static tr_status build(gcc *cc, const char *text, size_t len, grammar **out,
 tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
                                   const grammar_limits *limits, grammar **out,
                                   tr_diag *diag) {
+    return tr_grammar_compile_ebnf_ext(text, len, NULL, 0, limits, out, diag);
+}
+
+tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *const *ext,
+                                      uint32_t n_ext, const grammar_limits *limits,
+                                      grammar **out, tr_diag *diag) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!out || (!text && len > 0))
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
@@ -83,7 +89,7 @@ tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
     }
     grammar *g = NULL;
     uint32_t nfa_states = 0;
-    tr_status st = build(&cc, text ? text : "", len, &g, &nfa_states);
+    tr_status st = build(&cc, text ? text : "", len, ext, n_ext, &g, &nfa_states);
     tr_gcc_deinit(&cc);
     if (st) return st;
     g->mask_budget = cc.lim.mask_cache_bytes;

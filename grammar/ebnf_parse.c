@@ -44,6 +44,8 @@ typedef struct ep {
     const uint8_t *s;
     size_t len, pos;
     uint32_t depth;
+    const gdfa *const *ext; /* automata named %dfaN (internal callers) */
+    uint32_t n_ext;
 } ep;
 
 void tr_ebnf_diag_at(gcc *cc, const gebnf *e, uint64_t off) {
@@ -466,10 +468,32 @@ static tr_status parse_braces(ep *p, uint32_t *mn, uint32_t *mx) {
     return TR_OK;
 }
 
+/* %dfaN: the internal caller's automaton N, as a terminal. */
+static tr_status parse_ext(ep *p, gre_node **out) {
+    size_t off = p->pos;
+    p->pos += 4;
+    uint64_t i = 0;
+    bool digits = false;
+    while (peek(p) >= '0' && peek(p) <= '9' && i < p->n_ext) {
+        i = i * 10 + (uint64_t)(peek(p) - '0');
+        p->pos++;
+        digits = true;
+    }
+    if (!digits || i >= p->n_ext)
+        return fail(p, TR_ERR_FORMAT, off, "no automaton %%dfa%llu", (unsigned long long)i);
+    gre_node *n = node_new(p, GRE_DFA, off);
+    if (!n) return p->cc->err;
+    n->dfa = p->ext[i];
+    *out = n;
+    return TR_OK;
+}
+
 static tr_status parse_item(ep *p, gre_node **out) {
     size_t off = p->pos;
     int c = peek(p);
     if (c == '"') return parse_literal(p, out);
+    if (c == '%' && p->n_ext && p->pos + 4 <= p->len && !memcmp(p->s + p->pos, "%dfa", 4))
+        return parse_ext(p, out);
     if (c == '[') return parse_class(p, out);
     if (c == '/') return parse_regex(p, out);
     if (c == '.') {
@@ -630,11 +654,13 @@ static tr_status parse_rule(ep *p) {
     return TR_OK;
 }
 
-tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, gebnf *e) {
+tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
+                        uint32_t n_ext, gebnf *e) {
     memset(e, 0, sizeof *e);
     e->text = (const uint8_t *)text;
     e->len = len;
-    ep p = {.cc = cc, .e = e, .s = (const uint8_t *)text, .len = len};
+    ep p = {.cc = cc, .e = e, .s = (const uint8_t *)text, .len = len, .ext = ext,
+            .n_ext = n_ext};
     for (;;) {
         skip_ws(&p, true);
         if (at_end(&p)) break;

@@ -179,6 +179,10 @@ typedef struct gnfa {
 /* Builds the NFA of the AST (heap arrays accounted in cc; free with
  * tr_nfa_free). */
 tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out);
+/* Adds the fragment of ast to n: its strings lead from *s to *e, two new
+ * states that nothing else links yet. */
+tr_status tr_nfa_add_fragment(gcc *cc, gnfa *n, const gre_node *ast, uint32_t *s,
+                              uint32_t *e);
 /* A new state / edge of n (budgets: max_nfa_states, memory, time). */
 tr_status tr_nfa_new_state(gcc *cc, gnfa *n, uint32_t *id);
 tr_status tr_nfa_add_edge(gcc *cc, gnfa *n, uint32_t from, uint32_t to, int kind, uint8_t lo,

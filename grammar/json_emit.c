@@ -86,6 +86,7 @@ static gx *simp(em *e, gx *x, uint32_t depth) {
     case GX_NEVER:
     case GX_EMPTY:
     case GX_RX:
+    case GX_DFA:
         return x;
     case GX_REF:
         if (e->prod && !e->prod[x->n]) return tr_gx_never(e->cc);
@@ -124,7 +125,8 @@ static bool prod_expr(const em *e, const gx *x) {
     switch (x->kind) {
     case GX_NEVER: return false;
     case GX_EMPTY:
-    case GX_RX: return true;
+    case GX_RX:
+    case GX_DFA: return true;
     case GX_REF: return e->prod[x->n];
     case GX_SEQ:
         for (uint32_t i = 0; i < x->n; i++)
@@ -143,7 +145,8 @@ static bool null_expr(const em *e, const gx *x) {
     switch (x->kind) {
     case GX_NEVER: return false;
     case GX_EMPTY: return true;
-    case GX_RX: return x->nullable;
+    case GX_RX:
+    case GX_DFA: return x->nullable;
     case GX_REF: return e->nullable[x->n];
     case GX_SEQ:
         for (uint32_t i = 0; i < x->n; i++)
@@ -215,7 +218,8 @@ static tr_status refs_of(em *e, const gx *x, bool left_only, u32v *out) {
     switch (x->kind) {
     case GX_NEVER:
     case GX_EMPTY:
-    case GX_RX: return TR_OK;
+    case GX_RX:
+    case GX_DFA: return TR_OK;
     case GX_REF: return u32v_push(e->cc, out, x->n);
     case GX_SEQ:
         for (uint32_t i = 0; i < x->n; i++) {
@@ -385,7 +389,8 @@ static gx *substitute(em *e, gx *x, uint32_t depth) {
     switch (x->kind) {
     case GX_NEVER:
     case GX_EMPTY:
-    case GX_RX: return x;
+    case GX_RX:
+    case GX_DFA: return x;
     case GX_REF: return e->inl[x->n] ? e->g->rules[x->n].body : x;
     case GX_SEQ:
     case GX_ALT: {
@@ -490,7 +495,8 @@ static bool regular(gx *x) {
     case GX_NEVER:
     case GX_EMPTY:
     case GX_RX: r = true; break;
-    case GX_REF: r = false; break;
+    case GX_REF:
+    case GX_DFA: r = false; break; /* never part of a regex text */
     case GX_SEQ:
     case GX_ALT:
         for (uint32_t i = 0; i < x->n && r; i++) r = regular(x->kids[i]);
@@ -525,7 +531,8 @@ static uint64_t rx_size(gx *x) {
     case GX_NEVER:
     case GX_EMPTY: s = 1; break;
     case GX_RX: s = (uint64_t)x->rx_len + 4; break;
-    case GX_REF: s = UINT64_MAX; break;
+    case GX_REF:
+    case GX_DFA: s = UINT64_MAX; break;
     case GX_SEQ:
     case GX_ALT:
         s = 6;
@@ -546,7 +553,8 @@ static uint64_t weight(gx *x) {
     case GX_NEVER:
     case GX_EMPTY: w = 1; break;
     case GX_RX: w = x->rx_len / 8 + 1; break;
-    case GX_REF: w = UINT64_MAX; break;
+    case GX_REF:
+    case GX_DFA: w = UINT64_MAX; break;
     case GX_SEQ:
     case GX_ALT:
         w = 0;
@@ -594,7 +602,8 @@ static void to_rx(gx *x, int prec, js_buf *b) {
         if (wrap) tr_js_buf_putc(b, ')');
         return;
     }
-    case GX_REF: return; /* not regular: never asked */
+    case GX_REF:
+    case GX_DFA: return; /* not regular: never asked */
     case GX_SEQ: {
         bool wrap = prec == P_ATOM;
         if (wrap) tr_js_buf_puts(b, "(?:");
@@ -739,11 +748,12 @@ static void gbnf(em *e, gx *x, int prec, js_buf *b) {
     }
     switch (x->kind) {
     case GX_REF: tr_js_buf_puts(b, e->g->rules[x->n].name); return;
+    case GX_DFA: tr_js_buf_printf(b, "%%dfa%u", x->n); return;
     case GX_SEQ:
     case GX_ALT: gbnf_list(e, x, prec, b); return;
     case GX_REP: {
         gx *k = x->kids[0];
-        bool atom = k->kind == GX_REF || fits(e, k);
+        bool atom = k->kind == GX_REF || k->kind == GX_DFA || fits(e, k);
         if (!atom) tr_js_buf_puts(b, "( ");
         gbnf(e, k, P_ALT, b);
         if (!atom) tr_js_buf_puts(b, " )");

@@ -343,16 +343,61 @@ static tr_status cpdfa_ast(js_ctx *x, const cpdfa *d, const json_t *node, const 
     return st;
 }
 
-static tr_status str_by_automaton(js_ctx *x, const js_norm *n, const str_c *c, gre_node **out) {
+/* The string value of a (minimized) automaton whose regex would be too
+ * large: the byte DFA of its encodings, a terminal the grammar text names
+ * (%dfaN), between quotes. */
+static tr_status str_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, gx **out) {
+    gcc *cc = x->cc;
+    js_dfas *t = x->dfas;
+    gdfa *g = tr_gcc_alloc(cc, sizeof *g);
+    tr_status st = g ? TR_OK : cc->err;
+    if (!st && t->n == t->cap) {
+        uint32_t nc = t->cap ? t->cap * 2 : 8;
+        gdfa **v = tr_gcc_alloc(cc, (size_t)nc * sizeof *v);
+        if (!v) return cc->err;
+        if (t->n) memcpy(v, t->v, t->n * sizeof *v);
+        t->v = v;
+        t->cap = nc;
+    }
+    if (!st) st = tr_cpdfa_encode(cc, m, g);
+    if (st == TR_ERR_LIMIT) {
+        char msg[384];
+        take_error(x, msg, sizeof msg);
+        return tr_js_unsupported(x, node, "pattern", msg);
+    }
+    if (st) return st;
+    t->v[t->n] = g;
+    gx *q = tr_gx_lit(cc, "\"", 1);
+    *out = tr_gx_seq3(cc, q, tr_gx_dfa(cc, t->n++, m->acc[m->start]), q);
+    return *out ? TR_OK : cc->err;
+}
+
+/* The string language of the constraints through the automaton route:
+ * an AST (*out; NULL: no string), or, when its regex would be too large
+ * and the grammar may name automata, the string's gx (*gout). */
+static tr_status str_by_automaton(js_ctx *x, const js_norm *n, const str_c *c, gre_node **out,
+                                  gx **gout) {
     cpdfa d;
     bool any;
+    *gout = NULL;
     tr_status st = str_cpdfa(x, n, c, &d, &any);
     if (st) return st;
     if (any) {
         *out = tr_js_rep_any(x->cc);
         return *out ? TR_OK : x->cc->err;
     }
-    return cpdfa_ast(x, &d, c->node ? c->node : n->nodes[0].node, "pattern", out);
+    const json_t *node = c->node ? c->node : n->nodes[0].node;
+    if (!x->dfas || !x->dfas->allowed) return cpdfa_ast(x, &d, node, "pattern", out);
+    *out = NULL;
+    if (tr_cpdfa_is_empty(&d)) return TR_OK;
+    cpdfa m;
+    if ((st = tr_cpdfa_minimize(x->cc, &d, &m))) return st;
+    st = tr_cpdfa_to_ast(x->cc, &m, JS_AST_MAX_NODES, out);
+    if (st != TR_ERR_LIMIT) return st;
+    char msg[384];
+    take_error(x, msg, sizeof msg);
+    *out = NULL;
+    return str_dfa_gx(x, &m, node, gout);
 }
 
 tr_status tr_js_string_lang(js_ctx *x, const js_conj *conj, cpdfa *out, bool *any) {
@@ -422,14 +467,16 @@ tr_status tr_js_gen_string(js_ctx *x, const js_norm *n, gx **out) {
         return *out ? TR_OK : x->cc->err;
     }
     gre_node *a = NULL;
+    gx *direct = NULL;
     if (c.n_ast == 1 && !excl) {
         bool fits = true;
         a = c.min > 0 || c.max < GRE_INF ? tr_js_with_length(x->cc, c.ast[0], c.min, c.max, &fits)
                                          : c.ast[0];
-        if (!fits && (st = str_by_automaton(x, n, &c, &a))) return st;
-    } else if ((st = str_by_automaton(x, n, &c, &a)))
+        if (!fits && (st = str_by_automaton(x, n, &c, &a, &direct))) return st;
+    } else if ((st = str_by_automaton(x, n, &c, &a, &direct)))
         return st;
     if (x->cc->err) return x->cc->err;
+    if (direct) return (*out = direct), TR_OK;
     *out = a ? ast_gx(x, a) : tr_gx_never(x->cc);
     return *out ? TR_OK : x->cc->err;
 }

@@ -69,6 +69,14 @@ gx *tr_gx_ref(gcc *cc, uint32_t rule) {
     return x;
 }
 
+gx *tr_gx_dfa(gcc *cc, uint32_t i, bool nullable) {
+    gx *x = gx_new(cc, GX_DFA);
+    if (!x) return NULL;
+    x->n = i;
+    x->nullable = nullable;
+    return x;
+}
+
 static gx *gx_list_node(gcc *cc, gx_kind k, gx *const *kids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++)
         if (!kids[i]) return NULL;

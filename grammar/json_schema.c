@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "grammar/cfg_internal.h"
 #include "grammar/json_schema_internal.h"
 
 #define JS_MAX_SCHEMA_BYTES (64u << 20)
@@ -124,9 +125,11 @@ static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
     return TR_OK;
 }
 
-/* The translation proper, into out (charged to cc). */
-static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt, js_buf *out) {
-    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc};
+/* The translation proper, into out (charged to cc); automata the text
+ * names go to dfas. */
+static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
+                           js_dfas *dfas, js_buf *out) {
+    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc, .dfas = dfas};
     if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]{0,%u}", opt->max_ws_run);
     tr_status st = tr_js_index_build(&x);
@@ -148,10 +151,20 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
     return TR_OK;
 }
 
-typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n);
+/* The grammar text and the automata it names (%dfaN). */
+typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n, const gdfa *const *ext,
+                             uint32_t n_ext);
 
+void tr_js_dfas_free(js_dfas *d) {
+    for (uint32_t i = 0; i < d->n; i++) tr_dfa_free(d->v[i]);
+    d->n = 0;
+}
+
+/* automata: whether the text may name automata (a compile) or must
+ * stand alone (the text export). */
 static tr_status run(const char *schema, size_t len, const grammar_json_options *opt,
-                     const grammar_limits *lim, tr_diag *diag, js_sink sink, void *ctx) {
+                     const grammar_limits *lim, tr_diag *diag, bool automata, js_sink sink,
+                     void *ctx) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!schema && len)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL schema");
@@ -179,8 +192,10 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     tr_gcc_init(&cc, lim, &own);
     js_buf text;
     tr_js_buf_init(&text, &cc);
-    st = translate(&cc, doc, &o, &text);
-    if (!st) st = sink(ctx, text.p ? text.p : "", text.n);
+    js_dfas dfas = {.allowed = automata};
+    st = translate(&cc, doc, &o, &dfas, &text);
+    if (!st) st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n);
+    tr_js_dfas_free(&dfas);
     if (st && diag) {
         if (own.code) *diag = own;
         else if (!diag->code) tr_diag_set(diag, st, 0, "%s", tr_status_message(st));
@@ -196,7 +211,10 @@ typedef struct text_out {
     size_t *len;
 } text_out;
 
-static tr_status to_text(void *ctx, const char *t, size_t n) {
+static tr_status to_text(void *ctx, const char *t, size_t n, const gdfa *const *ext,
+                         uint32_t n_ext) {
+    (void)ext;
+    if (n_ext) return TR_ERR_INTERNAL; /* run() was told: none */
     text_out *o = ctx;
     char *s = malloc(n + 1);
     if (!s) return TR_ERR_NOMEM;
@@ -213,7 +231,7 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
                                          size_t *text_len, tr_diag *diag) {
     if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     text_out o = {text, text_len};
-    return run(schema_json, len, opt, limits, diag, to_text, &o);
+    return run(schema_json, len, opt, limits, diag, false, to_text, &o);
 }
 
 typedef struct compile_out {
@@ -222,9 +240,10 @@ typedef struct compile_out {
     tr_diag *diag;
 } compile_out;
 
-static tr_status to_grammar(void *ctx, const char *t, size_t n) {
+static tr_status to_grammar(void *ctx, const char *t, size_t n, const gdfa *const *ext,
+                            uint32_t n_ext) {
     compile_out *o = ctx;
-    return tr_grammar_compile_ebnf(t, n, o->lim, o->out, o->diag);
+    return tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, o->lim, o->out, o->diag);
 }
 
 tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
@@ -233,7 +252,7 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
                                          tr_diag *diag) {
     if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     compile_out o = {limits, out, diag};
-    return run(schema_json, len, opt, limits, diag, to_grammar, &o);
+    return run(schema_json, len, opt, limits, diag, true, to_grammar, &o);
 }
 
 tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,

@@ -26,7 +26,10 @@
  * encodings. Boolean operations on decoded languages (pattern AND
  * length, keys NOT in the listed names, patternProperties regions) go
  * through code-point automata (cpdfa.c): AST -> byte DFA (nfa.c, dfa.c)
- * -> code-point DFA -> product / complement -> state elimination -> AST.
+ * -> code-point DFA -> product / complement -> state elimination -> AST;
+ * a string value whose AST would be too large becomes the byte DFA of
+ * its encodings instead (tr_cpdfa_encode), a %dfaN terminal of the
+ * grammar text (js_dfas).
  *
  * Everything is allocated in one compile context (gcc: arena, byte and
  * time budgets, the diag) and freed at once; jansson values are borrowed
@@ -92,6 +95,7 @@ typedef enum gx_kind {
     GX_SEQ,    /* kids in order */
     GX_ALT,    /* any one kid */
     GX_REP,    /* kid{min,max}; max GX_INF = unbounded */
+    GX_DFA,    /* the compile's automaton n (js_dfas), printed %dfaN */
 } gx_kind;
 
 #define GX_INF UINT32_MAX
@@ -127,6 +131,8 @@ gx *tr_gx_rx_ne(gcc *cc, const char *rx, size_t len);
 gx *tr_gx_lit(gcc *cc, const char *s, size_t n);
 gx *tr_gx_litz(gcc *cc, const char *s);
 gx *tr_gx_ref(gcc *cc, uint32_t rule);
+/* Automaton i of the compile's js_dfas; nullable: it accepts "". */
+gx *tr_gx_dfa(gcc *cc, uint32_t i, bool nullable);
 /* SEQ/ALT of kids[0..n) (the array is copied); NULL kids mean failure
  * (the result is NULL then, so a chain of constructors can be checked
  * once at the end). */
@@ -275,12 +281,20 @@ tr_status tr_cpdfa_product(gcc *cc, const cpdfa *a, const cpdfa *b, cpd_op op,
 tr_status tr_cpdfa_complement(gcc *cc, const cpdfa *a, cpdfa *out);
 bool tr_cpdfa_is_empty(const cpdfa *a);
 bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n);
-/* Moore-minimized copy (small automata: O(n^2 * edges)). */
+/* Moore-minimized copy (hashed signatures: O(edges) per round, rounds up
+ * to the longest chain; past ~50M state visits the copy is unminimized). */
 tr_status tr_cpdfa_minimize(gcc *cc, const cpdfa *a, cpdfa *out);
 /* A regex AST of a's language by state elimination; TR_ERR_LIMIT when
  * the expression would print to more than max_nodes nodes. */
 tr_status tr_cpdfa_to_ast(gcc *cc, const cpdfa *a, uint32_t max_nodes,
                           gre_node **out);
+/* The byte DFA (minimized; free with tr_dfa_free) of the JSON string
+ * bodies that encode a's strings, each code point spelled as
+ * tr_js_str_unit_regex allows (quotes not included): the way into a
+ * grammar for automata whose regex would be too large (the grammar text
+ * names it, tr_grammar_compile_ebnf_ext). Budgets: max_nfa_states,
+ * max_dfa_states, memory, time. */
+tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, gdfa *out);
 
 /* ---------------------------------------------------------------------
  * Strings (json_str.c): decoded-language ASTs and their JSON encoding.
@@ -403,8 +417,20 @@ typedef struct js_ws {
     const char *pre, *first, *sep, *post, *colon; /* regex texts */
 } js_ws;
 
+/* Byte DFAs of string languages that the grammar text names as %dfaN
+ * terminals (their regex would be too large); heap tables, freed by
+ * tr_js_dfas_free after the grammar is compiled. Not allowed when the
+ * text must stand alone (tr_grammar_json_schema_to_ebnf). */
+typedef struct js_dfas {
+    gdfa **v;
+    uint32_t n, cap;
+    bool allowed;
+} js_dfas;
+void tr_js_dfas_free(js_dfas *d);
+
 typedef struct js_ctx {
     gcc *cc;
+    js_dfas *dfas; /* NULL: none allowed */
     grammar_json_options opt;
     json_t *doc;
     js_index idx;

@@ -318,6 +318,12 @@ tr_status tr_nfa_build(gcc *cc, const gre_node *root, gnfa *out) {
     return TR_OK;
 }
 
+tr_status tr_nfa_add_fragment(gcc *cc, gnfa *n, const gre_node *ast, uint32_t *s,
+                              uint32_t *e) {
+    nb b = {.cc = cc, .n = n};
+    return build(&b, ast, s, e);
+}
+
 void tr_nfa_free(gcc *cc, gnfa *n) {
     tr_gcc_refund(cc, (size_t)n->cap_states * sizeof *n->head);
     tr_gcc_refund(cc, (size_t)n->cap_edges * sizeof *n->edges);

@@ -106,6 +106,8 @@ static void test_errors(void **state) {
         {"root ::= \"\\U00110000\"\n", TR_ERR_FORMAT, 1, 11, "not a character"},
         {"root ::= \"\xff\"\n", TR_ERR_FORMAT, 1, 11, "invalid UTF-8"},
         {"root ::= \"x\" @\n", TR_ERR_FORMAT, 1, 14, "unexpected '@'"},
+        /* %dfaN names an automaton of an internal caller only */
+        {"root ::= %dfa0\n", TR_ERR_FORMAT, 1, 10, "unexpected '%'"},
         {"root ::= <token>\n", TR_ERR_UNSUPPORTED, 1, 10, "token references"},
         {"::= \"x\"\n", TR_ERR_FORMAT, 1, 1, "expected a rule name"},
         {"root ::= \"a\"\n  \"b\"\n", TR_ERR_FORMAT, 2, 3,

@@ -222,6 +222,63 @@ static void test_patterns(void **s) {
           Y("\"ab\"", "\"c\""));
 }
 
+/* String constraints whose regex would be too large (a pattern with a
+ * length; a count of words): the text export refuses them, the compile
+ * names their automaton as a terminal. Random strings near and past the
+ * bounds, with escapes, against the compiler's validator. */
+static void test_automaton_terminals(void **s) {
+    (void)s;
+    const char *schemas[] = {
+        "{\"type\":\"string\",\"pattern\":\"[a-zA-Z0-9_.-]+\",\"minLength\":3,\"maxLength\":255}",
+        "{\"type\":\"string\",\"pattern\":\"^[a-z\\\\d]+(?:-[a-z\\\\d]+)*$\",\"minLength\":1,"
+        "\"maxLength\":200}",
+        "{\"type\":\"string\",\"pattern\":\"a[^b]*b\",\"minLength\":4,\"maxLength\":250}",
+    };
+    /* units as Python's json.dumps spells them, and their decoded length */
+    static const char *const units[] = {"a", "z", "7", "-", "_", ".", " ", "A", "\\n", "\\\"",
+                                        "\\\\", "\\t", "\\u0001", "b", "c", "a-"};
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int n = small_scale_json() ? 80 : 400;
+    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
+        const char *sc = schemas[k];
+        char *gt = NULL;
+        size_t gn;
+        tr_diag d;
+        assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
+                         TR_ERR_UNSUPPORTED);
+        assert_non_null(strstr(d.message, "too complex"));
+        grammar *g = compile_opt(sc, NULL, &d);
+        assert_non_null(g);
+        int yes = 0, no = 0;
+        for (int i = 0; i < n; i++) {
+            char t[4096];
+            size_t m = 0;
+            t[m++] = '"';
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int len = (int)(rng >> 33) % 320;
+            bool plain = (rng >> 20) % 3 != 0; /* mostly slug-like units */
+            for (int j = 0; j < len; j++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t u = (uint32_t)(rng >> 35) % (plain ? 4 : TR_ARRAY_LEN(units));
+                if (plain && u == 3 && j % 3) u = 0; /* fewer dashes */
+                const char *un = units[u];
+                memcpy(t + m, un, strlen(un));
+                m += strlen(un);
+            }
+            t[m++] = '"';
+            t[m] = 0;
+            bool valid;
+            assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, m, &valid, &d), TR_OK);
+            bool acc = tj_accepts(g, V, t, m);
+            if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", sc, t, acc, valid);
+            yes += valid;
+            no += !valid;
+        }
+        if (yes < n / 20 || no < n / 20) fail_msg("%s: %d valid, %d invalid", sc, yes, no);
+        tr_grammar_free(g);
+    }
+}
+
 static void test_formats(void **s) {
     (void)s;
     check("{\"format\":\"date\"}", Y("\"2020-02-29\"", "\"1999-12-31\"", "5"),
@@ -564,6 +621,7 @@ int main(void) {
         cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_number_ranges),
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_automaton_terminals),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
         cmocka_unit_test(test_refs),          cmocka_unit_test(test_errors),
