@@ -27,7 +27,11 @@
  *   ipv6       RFC 4291 text forms, with "::" and a trailing IPv4;
  *   uuid       8-4-4-4-12 hex digits;
  *   uri, uri-reference  RFC 3986 exactly (IPvFuture and zone ids aside);
- *   json-pointer, relative-json-pointer  RFC 6901 / the draft.
+ *   json-pointer, relative-json-pointer  RFC 6901 / the draft;
+ *   uri-template  RFC 6570 level 4 with ASCII literals and the defined
+ *              operators;
+ *   iri, iri-reference, idn-email  their ASCII forms (uri,
+ *              uri-reference, email).
  */
 #include <string.h>
 
@@ -66,6 +70,9 @@
     "(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?\\.){0,2})?"          \
     "[A-Za-z](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?"
 
+#define EMAIL                                                                   \
+    "[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+)*@" HOSTNAME
+
 #define UNRESERVED "A-Za-z0-9\\-._~"
 #define SUBDELIMS "!$&'()*+,;="
 #define PCT "%[0-9A-Fa-f]{2}"
@@ -86,6 +93,15 @@
 #define URI                                                                     \
     "[A-Za-z][A-Za-z0-9+\\-.]*:(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE \
     "|" PATH_ROOTLESS "|)" QUERY FRAGMENT
+/* RFC 6570 (level 4): literals of ASCII (ucschar and iprivate left out),
+ * expressions with the operators the RFC defines (its reserved ones left
+ * out), variable names of ALPHA / DIGIT / "_" with inner dots, prefix
+ * modifiers 1..9999 or explode */
+#define UT_LITERAL "(?:[!#$&(-;=?-\\[\\]_a-z~]|" PCT ")"
+#define UT_VARSPEC "[A-Za-z0-9_](?:\\.?[A-Za-z0-9_])*(?::[1-9][0-9]{0,3}|\\*)?"
+#define UT_EXPR "\\{[+#./;?&]?" UT_VARSPEC "(?:," UT_VARSPEC ")*\\}"
+#define URI_TEMPLATE "(?:" UT_LITERAL "|" UT_EXPR ")*"
+
 #define RELATIVE_REF                                                              \
     "(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE "|" PATH_NOSCHEME "|)" QUERY \
     FRAGMENT
@@ -103,8 +119,7 @@ static const fmt formats[] = {
      "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
      "(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
      "|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)|[0-9]+W)"},
-    {"email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+)*@"
-              HOSTNAME},
+    {"email", EMAIL},
     {"hostname", HOSTNAME},
     {"host-name", HOSTNAME},
     {"ipv4", IPV4},
@@ -115,12 +130,15 @@ static const fmt formats[] = {
     {"uri-reference", "(?:" URI "|" RELATIVE_REF ")"},
     {"json-pointer", "(?:/(?:[^~/]|~[01])*)*"},
     {"relative-json-pointer", "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)"},
-    /* asserted by common validators, not enforced here: refused */
-    {"idn-email", NULL},
+    {"uri-template", URI_TEMPLATE},
+    /* internationalized forms: their ASCII subsets (every URI is an IRI,
+     * every ASCII address an idn-email) */
+    {"iri", URI},
+    {"iri-reference", "(?:" URI "|" RELATIVE_REF ")"},
+    {"idn-email", EMAIL},
+    /* asserted by common validators, not enforced here: refused
+     * (idn-hostname: IDNA refuses some ASCII labels, such as "ab--c") */
     {"idn-hostname", NULL},
-    {"iri", NULL},
-    {"iri-reference", NULL},
-    {"uri-template", NULL},
     {"regex", NULL},
     {"color", NULL},
 };

@@ -297,6 +297,14 @@ static void test_formats(void **s) {
           Y("\"P\"", "\"PT1D\"", "\"1D\""));
     check("{\"format\":\"hostname\"}", Y("\"example.com\"", "\"a-b.c\""),
           Y("\"-a.com\"", "\"1.2.3.4\"", "\"a..b\""));
+    check("{\"format\":\"uri-template\"}",
+          Y("\"http://example.com/{user}/{+path}{?q,lang}\"", "\"{var:3}\"", "\"{list*}\"",
+            "\"/a{.b}{;x,y.z}\"", "\"%20x\""),
+          Y("\"{\"", "\"{}\"", "\"{a b}\"", "\"{=a}\"", "\"a b\"", "\"{a:0}\"", "\"%2\""));
+    /* internationalized forms: their ASCII subsets */
+    check("{\"format\":\"iri\"}", Y("\"http://a.b/c?d#e\""), Y("\"//a.b\"", "\"a b\""));
+    check("{\"format\":\"iri-reference\"}", Y("\"//a.b\"", "\"c/d\""), Y("\"a b\""));
+    check("{\"format\":\"idn-email\"}", Y("\"a.b@example.com\""), Y("\"ab\"", "\"a@\""));
     check("{\"format\":\"int64\"}", Y("\"anything\""), NULL); /* unknown: annotation */
 }
 
