@@ -31,7 +31,9 @@
  *   uri-template  RFC 6570 level 4 with ASCII literals and the defined
  *              operators;
  *   iri, iri-reference, idn-email  their ASCII forms (uri,
- *              uri-reference, email).
+ *              uri-reference, email);
+ *   regex      a subset of what both ECMA-262 and Python's re compile
+ *              (below).
  */
 #include <string.h>
 
@@ -139,9 +141,59 @@ static const fmt formats[] = {
     /* asserted by common validators, not enforced here: refused
      * (idn-hostname: IDNA refuses some ASCII labels, such as "ab--c") */
     {"idn-hostname", NULL},
-    {"regex", NULL},
     {"color", NULL},
 };
+
+/* ---- "regex": a subset of the regexes both ECMA-262 and Python's re
+ * compile, as a regex (written out here, its ranges and counts
+ * enumerated so that only valid ones appear) ----
+ *
+ * Pieces: a literal (any character but the metacharacters and controls),
+ * `.`, an escape (\d \D \w \W \s \S \n \t \r, a metacharacter or `/`;
+ * `\-` only in classes, as ECMA-262's unicode mode wants), a class (`[`, `^`?, literals, escapes and ranges within
+ * digits, lowercase or uppercase with low <= high, a `-` last, `]`) or a
+ * group (`(` or `(?:`, a regex, `)`, nested 3 deep), each with at most one
+ * quantifier (* + ? {n} {n,} {n,m}, one digit each, n <= m) and a lazy
+ * `?`; anchors (^ $ \b \B) without quantifiers; `|` anywhere (empty
+ * alternatives are valid in both). */
+#define RX_NESTING 3
+
+static void rx_ranges(js_buf *b, char lo, char hi) {
+    for (char c = lo; c <= hi; c++)
+        tr_js_buf_printf(b, "|%c-[%c-%c]", c, c, hi);
+}
+
+static void rx_piece_common(js_buf *b) {
+    tr_js_buf_puts(b, "[^.^$*+?()\\[\\]{}|\\\\\\x00-\\x1f]|\\.");
+    tr_js_buf_puts(b, "|\\\\[dDwWsSntr.^$*+?()\\[\\]{}|\\\\/]");
+    /* class */
+    tr_js_buf_puts(b, "|\\[\\^?(?:[^\\]\\[\\\\\\-^\\x00-\\x1f]"
+                      "|\\\\[dDwWsSntr.^\\[\\]\\\\/\\-]");
+    rx_ranges(b, '0', '9');
+    rx_ranges(b, 'a', 'z');
+    rx_ranges(b, 'A', 'Z');
+    tr_js_buf_puts(b, ")+-?\\]");
+}
+
+static void rx_quant(js_buf *b) {
+    tr_js_buf_puts(b, "(?:(?:[*+?]|\\{[0-9],?\\}");
+    for (char c = '0'; c <= '9'; c++) tr_js_buf_printf(b, "|\\{%c,[%c-9]\\}", c, c);
+    tr_js_buf_puts(b, ")\\?" "?)?"); /* split: ??) is a trigraph */
+}
+
+/* The regexes nested up to depth levels of groups. */
+static void rx_alt(js_buf *b, int depth) {
+    tr_js_buf_puts(b, "(?:(?:");
+    rx_piece_common(b);
+    if (depth > 0) {
+        tr_js_buf_puts(b, "|\\((?:\\?:)?");
+        rx_alt(b, depth - 1);
+        tr_js_buf_puts(b, "\\)");
+    }
+    tr_js_buf_puts(b, ")");
+    rx_quant(b);
+    tr_js_buf_puts(b, "|[\\^$|]|\\\\[bB])*");
+}
 
 static const fmt *find(const char *name) {
     for (size_t i = 0; i < TR_ARRAY_LEN(formats); i++)
@@ -149,12 +201,23 @@ static const fmt *find(const char *name) {
     return NULL;
 }
 
-bool tr_js_format_is_asserted(const char *name) { return find(name) != NULL; }
+bool tr_js_format_is_asserted(const char *name) {
+    return find(name) != NULL || strcmp(name, "regex") == 0;
+}
 
 tr_status tr_js_format_ast(gcc *cc, const char *name, gre_node **out, bool *known) {
+    *out = NULL;
+    if (strcmp(name, "regex") == 0) {
+        *known = true;
+        js_buf b;
+        tr_js_buf_init(&b, cc);
+        rx_alt(&b, RX_NESTING);
+        tr_status st = js_buf_ok(&b) ? tr_regex_parse(cc, b.p, b.n, out) : cc->err;
+        tr_js_buf_free(&b);
+        return st;
+    }
     const fmt *f = find(name);
     *known = f && f->rx;
-    *out = NULL;
     if (!*known) return TR_OK;
     return tr_regex_parse(cc, f->rx, strlen(f->rx), out);
 }

@@ -301,6 +301,14 @@ static void test_formats(void **s) {
           Y("\"http://example.com/{user}/{+path}{?q,lang}\"", "\"{var:3}\"", "\"{list*}\"",
             "\"/a{.b}{;x,y.z}\"", "\"%20x\""),
           Y("\"{\"", "\"{}\"", "\"{a b}\"", "\"{=a}\"", "\"a b\"", "\"{a:0}\"", "\"%2\""));
+    /* regexes both ECMA-262 and Python compile (a subset: deeper groups,
+     * other constructs are left out) */
+    check("{\"format\":\"regex\"}",
+          Y("\"^example$\"", "\"old text\"", "\"^/api/(.*)$\"", "\"[a-zA-Z0-9_.-]+\"",
+            "\"(?:a|b)*?\"", "\"\\\\d{1,3}\"", "\"\"", "\"a||b\"", "\"((a))\"", "\"[\\\\w.\\\\-]\"",
+            "\"x{2,}\"", "\"\\\\bword\\\\b\""),
+          Y("\"[\"", "\"(\"", "\"a)\"", "\"*a\"", "\"a**\"", "\"[z-a]\"", "\"a{3,1}\"",
+            "\"(?i)a\"", "\"^*\"", "\"\\\\\"", "\"[]\"", "\"[^]\"", "\"a{\"", "\"((((a))))\""));
     /* internationalized forms: their ASCII subsets */
     check("{\"format\":\"iri\"}", Y("\"http://a.b/c?d#e\""), Y("\"//a.b\"", "\"a b\""));
     check("{\"format\":\"iri-reference\"}", Y("\"//a.b\"", "\"c/d\""), Y("\"a b\""));
