@@ -363,13 +363,15 @@ static tr_status complement_long(js_ctx *x, const gre_node *p, uint32_t L, gre_n
     if (other->set.n) {
         gre_node *has = tr_js_ast_cat(cc, tr_js_ast_cat(cc, tr_js_rep_any(cc), other),
                                       tr_js_rep_any(cc));
-        cpdfa d, len, r;
+        cpdfa d, len, r, m;
         tr_status st;
+        bool big = false;
         if (!has || (st = tr_cpdfa_from_ast(cc, has, &d)) ||
             (st = tr_cpdfa_length(cc, L + 1, UINT32_MAX, &len)) ||
             (st = tr_cpdfa_product(cc, &d, &len, CPD_AND, &r)) ||
-            (st = tr_js_ast_of_cpdfa(x, &r, NULL, "patternProperties", &a)))
+            (st = tr_js_ast_of_cpdfa_or_big(x, &r, NULL, "patternProperties", &a, &big, &m)))
             return cc->err ? cc->err : TR_ERR_NOMEM;
+        if (big) return TR_OK; /* *fits false: the caller's automaton way */
     }
     if (p->max != GRE_INF) {
         uint32_t from = TR_MAX(p->max + 1, L + 1);
@@ -473,7 +475,7 @@ static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint3
  * shape (so ^[a-z]{1,255}$ minus a few names stays a counted repetition
  * instead of a 255-state chain turned inside out). */
 static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
-                             gre_node **ast, bool *any) {
+                             gre_node **ast, bool *any, gx **direct) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
     cpdfa acc;
@@ -500,11 +502,16 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
         acc = r;
     }
     *ast = NULL;
+    *direct = NULL;
+    const json_t *node = o->n->n ? o->n->nodes[0].node : NULL;
     uint32_t nx = o->n_all;
+    bool big = false;
+    cpdfa m;
     if (!nx) {
         *any = !have;
         if (!have) return TR_OK;
-        return tr_js_ast_of_cpdfa(x, &acc, o->n->nodes[0].node, "patternProperties", ast);
+        st = tr_js_ast_of_cpdfa_or_big(x, &acc, node, "patternProperties", ast, &big, &m);
+        return st || !big ? st : tr_js_string_dfa_gx(x, &m, node, "patternProperties", direct);
     }
     *any = false;
     const char **vs = tr_gcc_alloc(cc, nx * sizeof *vs);
@@ -527,7 +534,7 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
         (st = tr_cpdfa_product(cc, &sh, &names, CPD_MINUS, &r)))
         return st;
     gre_node *short_ast = NULL, *long_ast = NULL;
-    if ((st = tr_js_ast_of_cpdfa(x, &r, o->n->nodes[0].node, "patternProperties", &short_ast)))
+    if ((st = tr_js_ast_of_cpdfa_or_big(x, &r, node, "patternProperties", &short_ast, &big, &m)))
         return st;
     /* long keys: the region's own shape, longer than every name */
     if (!have)
@@ -544,13 +551,22 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
             else if (pa && (st = complement_long(x, pa, L, &long_ast, &fits)))
                 return st;
         }
-        if (!fits) {
+        if (!fits && !big) {
             cpdfa lg;
             if ((st = and_len(cc, &acc, false, L + 1, UINT32_MAX, &lg)) ||
-                (st = tr_js_ast_of_cpdfa(x, &lg, o->n->nodes[0].node, "patternProperties",
-                                         &long_ast)))
+                (st = tr_js_ast_of_cpdfa_or_big(x, &lg, node, "patternProperties", &long_ast,
+                                                &big, &m)))
                 return st;
         }
+    }
+    if (big) { /* a part's regex would be too large: the whole region as an automaton */
+        cpdfa whole;
+        *ast = NULL;
+        if ((st = tr_cpdfa_product(cc, &acc, &names, CPD_MINUS, &whole)) ||
+            (st = tr_cpdfa_minimize(cc, &whole, &m)))
+            return st;
+        return tr_cpdfa_is_empty(&m) ? TR_OK
+                                     : tr_js_string_dfa_gx(x, &m, node, "patternProperties", direct);
     }
     if (cc->err) return cc->err;
     *ast = short_ast && long_ast ? tr_js_ast_alt(cc, short_ast, long_ast)
@@ -573,17 +589,20 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         if ((st = value_conj(o, NULL, 0, pset, &c))) return st;
         if (conj_false(&c)) continue;
         gre_node *ast;
+        gx *key = NULL;
         bool any;
-        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any))) return st;
-        if (!any && !ast) continue;
-        js_buf b;
-        tr_js_buf_init(&b, cc);
-        if (any)
-            tr_js_str_any_regex(0, GRE_INF, &b);
-        else
-            st = tr_js_str_regex(cc, ast, &b);
-        gx *key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
-        tr_js_buf_free(&b);
+        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key))) return st;
+        if (!any && !ast && !key) continue;
+        if (!key) {
+            js_buf b;
+            tr_js_buf_init(&b, cc);
+            if (any)
+                tr_js_str_any_regex(0, GRE_INF, &b);
+            else
+                st = tr_js_str_regex(cc, ast, &b);
+            key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+            tr_js_buf_free(&b);
+        }
         gx *val;
         if (st || (st = value_ref(o, &c, NULL, &val))) return st;
         if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))

@@ -610,6 +610,17 @@ tr_status tr_js_string_lang(js_ctx *x, const js_conj *c, cpdfa *out, bool *any);
  * the expression would be too large. */
 tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
                              gre_node **out);
+/* Where the grammar may name automata (a compile, not the text export):
+ * tr_js_ast_of_cpdfa that answers a too-large expression with *big (the
+ * compile's error cleared, *min the minimized automaton) instead of
+ * refusing; elsewhere the same as it. */
+tr_status tr_js_ast_of_cpdfa_or_big(js_ctx *x, const cpdfa *d, const json_t *node,
+                                    const char *kw, gre_node **out, bool *big, cpdfa *min);
+/* The JSON string (quotes included) of the strings of the minimized
+ * automaton m as an automaton the grammar names (%dfaN); refused through
+ * kw at node past its budgets. */
+tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
+                              gx **out);
 /* [any code point]* */
 gre_node *tr_js_rep_any(gcc *cc);
 /* A pattern's search language (cached; NULL when lenient mode ignores

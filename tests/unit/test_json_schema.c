@@ -279,6 +279,62 @@ static void test_automaton_terminals(void **s) {
     }
 }
 
+/* Keys of additional properties whose regex would be too large (many
+ * listed names, a patternProperties region): the text export refuses
+ * them, the compile names the key automaton as a terminal. Single-key
+ * objects with random keys near the names, against the validator. */
+static void test_automaton_keys(void **s) {
+    (void)s;
+    static const char *const words[] = {"Align", "Consecutive", "Macros", "Assignments",
+                                        "Bitfields", "Escaped", "Newlines", "Operands",
+                                        "Trailing", "Comments", "Allow", "Short", "Blocks"};
+    enum { NN = 120 };
+    static char names[NN][64], sc[16384];
+    size_t m = (size_t)snprintf(sc, sizeof sc, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < NN; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s%s%s", words[i % 13], words[(i / 13 + 3) % 13],
+                 words[(i * 5 + 1) % 13], i % 2 ? words[(i * 7 + 2) % 13] : "");
+        m += (size_t)snprintf(sc + m, sizeof sc - m, "%s\"%s\":{\"type\":\"boolean\"}",
+                              i ? "," : "", names[i]);
+    }
+    snprintf(sc + m, sizeof sc - m, "},\"patternProperties\":{\"^x-\":{}},"
+                                    "\"additionalProperties\":{\"type\":\"integer\"}}");
+    char *gt = NULL;
+    size_t gn;
+    tr_diag d;
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
+                     TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(d.message, "too complex"));
+    grammar *g = compile_opt(sc, NULL, &d);
+    assert_non_null(g);
+    uint64_t rng = 12345;
+    int yes = 0, no = 0, n = small_scale_json() ? 150 : 600;
+    for (int i = 0; i < n; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        char key[64];
+        const char *base = names[(rng >> 33) % NN];
+        size_t kl = strlen(base);
+        memcpy(key, base, kl + 1);
+        switch ((rng >> 40) % 5) { /* a name, cut, changed, longer, or x- */
+        case 1: key[kl = 1 + (rng >> 45) % kl] = 0; break;
+        case 2: key[(rng >> 45) % kl] = "aZx-"[(rng >> 50) % 4]; break;
+        case 3: memcpy(key + kl, "s", 2); break;
+        case 4: memcpy(key, "x-", 2); break;
+        default: break;
+        }
+        char t[160];
+        size_t tl = (size_t)snprintf(t, sizeof t, "{\"%s\": %s}", key, (rng >> 55) & 1 ? "7" : "true");
+        bool valid;
+        assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, tl, &valid, &d), TR_OK);
+        bool acc = tj_accepts(g, V, t, tl);
+        if (acc != valid) fail_msg("%s accepted %d, valid %d", t, acc, valid);
+        yes += valid;
+        no += !valid;
+    }
+    if (yes < n / 10 || no < n / 10) fail_msg("%d valid, %d invalid", yes, no);
+    tr_grammar_free(g);
+}
+
 static void test_formats(void **s) {
     (void)s;
     check("{\"format\":\"date\"}", Y("\"2020-02-29\"", "\"1999-12-31\"", "5"),
@@ -637,7 +693,7 @@ int main(void) {
         cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_number_ranges),
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
-        cmocka_unit_test(test_automaton_terminals),
+        cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
         cmocka_unit_test(test_refs),          cmocka_unit_test(test_errors),
