@@ -473,7 +473,10 @@ static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint3
  * names are excluded where they live: keys no longer than the longest
  * name go through the automaton, longer ones keep the patterns' own
  * shape (so ^[a-z]{1,255}$ minus a few names stays a counted repetition
- * instead of a 255-state chain turned inside out). */
+ * instead of a 255-state chain turned inside out). Out: *any (every
+ * string), else *ast, or, when a part's regex would be too large and the
+ * grammar may name automata, *direct: the whole region's key (quotes
+ * included) as an automaton. */
 static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
                              gre_node **ast, bool *any, gx **direct) {
     js_ctx *x = o->x;
