@@ -326,28 +326,30 @@ static tr_status str_cpdfa(js_ctx *x, const js_norm *n, const str_c *c, cpdfa *o
     return TR_OK;
 }
 
-/* An automaton back to an AST (NULL: empty language); a too complex one
- * is refused through the keyword that made it. */
-static tr_status cpdfa_ast(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
-                           gre_node **out) {
+tr_status tr_js_ast_of_cpdfa_or_big(js_ctx *x, const cpdfa *d, const json_t *node,
+                                    const char *kw, gre_node **out, bool *big, cpdfa *min) {
+    if (big) *big = false;
     *out = NULL;
     if (tr_cpdfa_is_empty(d)) return TR_OK;
-    cpdfa m;
-    tr_status st = tr_cpdfa_minimize(x->cc, d, &m);
-    if (!st) st = tr_cpdfa_to_ast(x->cc, &m, JS_AST_MAX_NODES, out);
-    if (st == TR_ERR_LIMIT) {
-        char msg[384];
-        take_error(x, msg, sizeof msg);
-        return tr_js_unsupported(x, node, kw, msg);
-    }
-    return st;
+    tr_status st = tr_cpdfa_minimize(x->cc, d, min);
+    if (!st) st = tr_cpdfa_to_ast(x->cc, min, JS_AST_MAX_NODES, out);
+    if (st != TR_ERR_LIMIT) return st;
+    char msg[384];
+    take_error(x, msg, sizeof msg);
+    *out = NULL;
+    if (!big || !x->dfas || !x->dfas->allowed) return tr_js_unsupported(x, node, kw, msg);
+    *big = true;
+    return TR_OK;
 }
 
-/* The string value of a (minimized) automaton whose regex would be too
- * large: the byte DFA of its encodings, a terminal the grammar text names
- * (%dfaN), between quotes. */
-static tr_status str_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
-                            gx **out) {
+tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
+                             gre_node **out) {
+    cpdfa m;
+    return tr_js_ast_of_cpdfa_or_big(x, d, node, kw, out, NULL, &m);
+}
+
+tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
+                              gx **out) {
     gcc *cc = x->cc;
     js_dfas *t = x->dfas;
     gdfa *g = tr_gcc_alloc(cc, sizeof *g);
@@ -392,7 +394,7 @@ static tr_status str_by_automaton(js_ctx *x, const js_norm *n, const str_c *c, g
     cpdfa m;
     if ((st = tr_js_ast_of_cpdfa_or_big(x, &d, node, "pattern", out, &big, &m)) || !big)
         return st;
-    return str_dfa_gx(x, &m, node, "pattern", gout);
+    return tr_js_string_dfa_gx(x, &m, node, "pattern", gout);
 }
 
 tr_status tr_js_string_lang(js_ctx *x, const js_conj *conj, cpdfa *out, bool *any) {
@@ -423,32 +425,6 @@ tr_status tr_js_string_lang(js_ctx *x, const js_conj *conj, cpdfa *out, bool *an
     if ((st = collect_str(x, &n, &c))) return st;
     if (c.min > c.max) return TR_OK;
     return str_cpdfa(x, &n, &c, out, any);
-}
-
-tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
-                             gre_node **out) {
-    return cpdfa_ast(x, d, node, kw, out);
-}
-
-tr_status tr_js_ast_of_cpdfa_or_big(js_ctx *x, const cpdfa *d, const json_t *node,
-                                    const char *kw, gre_node **out, bool *big, cpdfa *min) {
-    *big = false;
-    if (!x->dfas || !x->dfas->allowed) return cpdfa_ast(x, d, node, kw, out);
-    *out = NULL;
-    if (tr_cpdfa_is_empty(d)) return TR_OK;
-    tr_status st = tr_cpdfa_minimize(x->cc, d, min);
-    if (!st) st = tr_cpdfa_to_ast(x->cc, min, JS_AST_MAX_NODES, out);
-    if (st != TR_ERR_LIMIT) return st;
-    char msg[384];
-    take_error(x, msg, sizeof msg);
-    *out = NULL;
-    *big = true;
-    return TR_OK;
-}
-
-tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
-                              gx **out) {
-    return str_dfa_gx(x, m, node, kw, out);
 }
 
 static gx *ast_gx(js_ctx *x, const gre_node *a) { return tr_js_str_gx(x->cc, a); }

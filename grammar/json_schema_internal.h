@@ -610,10 +610,10 @@ tr_status tr_js_string_lang(js_ctx *x, const js_conj *c, cpdfa *out, bool *any);
  * the expression would be too large. */
 tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, const char *kw,
                              gre_node **out);
-/* Where the grammar may name automata (a compile, not the text export):
- * tr_js_ast_of_cpdfa that answers a too-large expression with *big (the
- * compile's error cleared, *min the minimized automaton) instead of
- * refusing; elsewhere the same as it. */
+/* tr_js_ast_of_cpdfa with the minimized automaton in *min; where the
+ * grammar may name automata (a compile, not the text export) and big is
+ * not NULL, a too-large expression sets *big (the compile's error
+ * cleared, *out NULL) instead of refusing. */
 tr_status tr_js_ast_of_cpdfa_or_big(js_ctx *x, const cpdfa *d, const json_t *node,
                                     const char *kw, gre_node **out, bool *big, cpdfa *min);
 /* The JSON string (quotes included) of the strings of the minimized

@@ -434,10 +434,10 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
     uint64_t hash = key_hash(kind, &o, text, len);
 
     pthread_mutex_lock(&c->mu);
-    gentry *x = *bucket(c, hash), *stale = NULL;
+    gentry *x = *bucket(c, hash);
     while (x && !key_equal(x, hash, kind, &o, text, len)) x = x->hnext;
     if (x && !drop_if_exhausted(c, x)) return take_found(c, x, out, err, err_cap);
-    if (x) stale = x;
+    gentry *stale = x; /* NULL, or the exhausted entry just dropped */
     x = insert_compiling(c, hash, kind, &o, text, len);
     pthread_mutex_unlock(&c->mu);
     release_victims(stale);

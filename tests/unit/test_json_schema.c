@@ -222,6 +222,32 @@ static void test_patterns(void **s) {
           Y("\"ab\"", "\"c\""));
 }
 
+/* A schema whose regex would be too large: the text export refuses it,
+ * saying so, and the compile takes it (its automaton as a terminal). */
+static grammar *compile_automaton_only(const char *sc) {
+    char *gt = NULL;
+    size_t gn;
+    tr_diag d;
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
+                     TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(d.message, "too complex"));
+    grammar *g = compile_opt(sc, NULL, &d);
+    assert_non_null(g);
+    return g;
+}
+
+/* The matcher and the compiler's validator agree on t; counts it. */
+static void agrees_with_validator(grammar *g, const char *sc, const char *t, size_t tl,
+                                  int *yes, int *no) {
+    bool valid;
+    tr_diag d;
+    assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, tl, &valid, &d), TR_OK);
+    bool acc = tj_accepts(g, V, t, tl);
+    if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", sc, t, acc, valid);
+    *yes += valid;
+    *no += !valid;
+}
+
 /* String constraints whose regex would be too large (a pattern with a
  * length; a count of words): the text export refuses them, the compile
  * names their automaton as a terminal. Random strings near and past the
@@ -241,14 +267,7 @@ static void test_automaton_terminals(void **s) {
     int n = small_scale_json() ? 80 : 400;
     for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
         const char *sc = schemas[k];
-        char *gt = NULL;
-        size_t gn;
-        tr_diag d;
-        assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
-                         TR_ERR_UNSUPPORTED);
-        assert_non_null(strstr(d.message, "too complex"));
-        grammar *g = compile_opt(sc, NULL, &d);
-        assert_non_null(g);
+        grammar *g = compile_automaton_only(sc);
         int yes = 0, no = 0;
         for (int i = 0; i < n; i++) {
             char t[4096];
@@ -267,12 +286,7 @@ static void test_automaton_terminals(void **s) {
             }
             t[m++] = '"';
             t[m] = 0;
-            bool valid;
-            assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, m, &valid, &d), TR_OK);
-            bool acc = tj_accepts(g, V, t, m);
-            if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", sc, t, acc, valid);
-            yes += valid;
-            no += !valid;
+            agrees_with_validator(g, sc, t, m, &yes, &no);
         }
         if (yes < n / 20 || no < n / 20) fail_msg("%s: %d valid, %d invalid", sc, yes, no);
         tr_grammar_free(g);
@@ -299,14 +313,7 @@ static void test_automaton_keys(void **s) {
     }
     snprintf(sc + m, sizeof sc - m, "},\"patternProperties\":{\"^x-\":{}},"
                                     "\"additionalProperties\":{\"type\":\"integer\"}}");
-    char *gt = NULL;
-    size_t gn;
-    tr_diag d;
-    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
-                     TR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(d.message, "too complex"));
-    grammar *g = compile_opt(sc, NULL, &d);
-    assert_non_null(g);
+    grammar *g = compile_automaton_only(sc);
     uint64_t rng = 12345;
     int yes = 0, no = 0, n = small_scale_json() ? 150 : 600;
     for (int i = 0; i < n; i++) {
@@ -324,12 +331,7 @@ static void test_automaton_keys(void **s) {
         }
         char t[160];
         size_t tl = (size_t)snprintf(t, sizeof t, "{\"%s\": %s}", key, (rng >> 55) & 1 ? "7" : "true");
-        bool valid;
-        assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, tl, &valid, &d), TR_OK);
-        bool acc = tj_accepts(g, V, t, tl);
-        if (acc != valid) fail_msg("%s accepted %d, valid %d", t, acc, valid);
-        yes += valid;
-        no += !valid;
+        agrees_with_validator(g, sc, t, tl, &yes, &no);
     }
     if (yes < n / 10 || no < n / 10) fail_msg("%d valid, %d invalid", yes, no);
     tr_grammar_free(g);
