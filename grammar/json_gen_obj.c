@@ -577,6 +577,32 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
     return TR_OK;
 }
 
+/* The key terminal of a region: its regex text, or, when that text is
+ * longer than a regex terminal may be (the complement of many long
+ * names spells every name's prefixes with every other character) and
+ * the grammar may name automata, the automaton of the same keys. */
+static tr_status key_terminal(objc *o, bool any, const gre_node *ast, gx **key) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    js_buf b;
+    tr_js_buf_init(&b, cc);
+    tr_status st = TR_OK;
+    if (any)
+        tr_js_str_any_regex(0, GRE_INF, &b);
+    else
+        st = tr_js_str_regex(cc, ast, &b);
+    bool by_automaton = !st && !any && js_buf_ok(&b) && b.n > cc->lim.max_pattern_bytes &&
+                        x->dfas && x->dfas->allowed;
+    *key = !st && !by_automaton && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
+    tr_js_buf_free(&b);
+    if (st || !by_automaton) return st ? st : *key ? TR_OK : cc->err;
+    cpdfa d, m;
+    const json_t *node = o->n->n ? o->n->nodes[0].node : NULL;
+    if ((st = tr_cpdfa_from_ast(cc, ast, &d)) || (st = tr_cpdfa_minimize(cc, &d, &m)))
+        return st;
+    return tr_js_string_dfa_gx(x, &m, node, "additionalProperties", key);
+}
+
 static tr_status additional(objc *o, const js_conj *pnc) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
@@ -596,16 +622,7 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         bool any;
         if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key))) return st;
         if (!any && !ast && !key) continue;
-        if (!key) {
-            js_buf b;
-            tr_js_buf_init(&b, cc);
-            if (any)
-                tr_js_str_any_regex(0, GRE_INF, &b);
-            else
-                st = tr_js_str_regex(cc, ast, &b);
-            key = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
-            tr_js_buf_free(&b);
-        }
+        if (!key && (st = key_terminal(o, any, ast, &key))) return st;
         gx *val;
         if (st || (st = value_ref(o, &c, NULL, &val))) return st;
         if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))

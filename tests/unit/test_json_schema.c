@@ -337,6 +337,61 @@ static void test_automaton_keys(void **s) {
     tr_grammar_free(g);
 }
 
+/* Any key but many long listed names (questions as keys): the
+ * complement of their trie spells every prefix with every other
+ * character, a regex past max_pattern_bytes; the compile names its
+ * automaton instead. The exported text keeps the regex and so does not
+ * compile (its terminal is over the budget). Random keys near the names
+ * against the validator. */
+static void test_automaton_key_complement(void **s) {
+    (void)s;
+    static const char *const words[] = {"Which", "size", "would", "best", "describe", "the",
+                                        "place", "of", "work", "you", "are", "in", "now"};
+    enum { NN = 40 }; /* distinct: the first two words are i's base-13 digits */
+    static char names[NN][160], sc[16384];
+    size_t m = (size_t)snprintf(sc, sizeof sc, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < NN; i++) {
+        size_t k = 0;
+        for (int w = 0; w < 8; w++)
+            k += (size_t)snprintf(names[i] + k, sizeof names[i] - k, "%s%s", w ? " " : "",
+                                  words[w == 0 ? i % 13 : w == 1 ? i / 13 : (i * 7 + w * 5) % 13]);
+        m += (size_t)snprintf(sc + m, sizeof sc - m, "%s\"%s\":{\"type\":\"boolean\"}",
+                              i ? "," : "", names[i]);
+    }
+    snprintf(sc + m, sizeof sc - m, "},\"additionalProperties\":{\"type\":\"integer\"}}");
+    char *gt = NULL;
+    size_t gn;
+    tr_diag d;
+    tr_status st = tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d);
+    if (st) fail_msg("export: %s", d.message);
+    grammar *g = NULL;
+    assert_int_equal(tr_grammar_compile_ebnf(gt, gn, NULL, &g, &d), TR_ERR_LIMIT);
+    assert_non_null(strstr(d.message, "max_pattern_bytes"));
+    free(gt);
+    g = compile_opt(sc, NULL, &d);
+    assert_non_null(g);
+    uint64_t rng = 777;
+    int yes = 0, no = 0, n = small_scale_json() ? 150 : 600;
+    for (int i = 0; i < n; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        char key[160];
+        const char *base = names[(rng >> 33) % NN];
+        size_t kl = strlen(base);
+        memcpy(key, base, kl + 1);
+        switch ((rng >> 40) % 4) { /* a name, cut, changed, or longer */
+        case 1: key[1 + (rng >> 45) % (kl - 1)] = 0; break;
+        case 2: key[(rng >> 45) % kl] = "aZx?"[(rng >> 50) % 4]; break;
+        case 3: memcpy(key + kl, "?", 2); break;
+        default: break;
+        }
+        char t[256];
+        size_t tl = (size_t)snprintf(t, sizeof t, "{\"%s\": %s}", key, (rng >> 55) & 1 ? "7" : "true");
+        agrees_with_validator(g, sc, t, tl, &yes, &no);
+    }
+    if (yes < n / 10 || no < n / 10) fail_msg("%d valid, %d invalid", yes, no);
+    tr_grammar_free(g);
+}
+
 static void test_formats(void **s) {
     (void)s;
     check("{\"format\":\"date\"}", Y("\"2020-02-29\"", "\"1999-12-31\"", "5"),
@@ -696,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
+        cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
         cmocka_unit_test(test_refs),          cmocka_unit_test(test_errors),
