@@ -836,22 +836,32 @@ static tr_status edge_set(gcc *cc, const cpdfa *a, uint32_t s, uint32_t to, gcps
 }
 
 /* Links from -> to in n by the JSON encodings of the code points of set
- * (tr_js_str_unit_regex's regex, built as an NFA fragment). */
-static tr_status encoded_edge(gcc *cc, gnfa *n, const gcpset *set, uint32_t from, uint32_t to,
-                              js_buf *b) {
-    b->n = 0;
-    tr_js_str_unit_regex(set, b);
-    if (!js_buf_ok(b)) return cc->err ? cc->err : TR_ERR_NOMEM;
-    gre_node *ast;
+ * (tr_js_str_unit_regex's regex, built as an NFA fragment), or, plain,
+ * by their UTF-8 bytes. */
+static tr_status encoded_edge(gcc *cc, gnfa *n, const gcpset *set, bool plain, uint32_t from,
+                              uint32_t to, js_buf *b) {
+    gre_node *ast = NULL;
+    tr_status st = TR_OK;
+    if (plain) {
+        for (uint32_t i = 0; i < set->n; i++) {
+            gre_node *r = tr_js_ast_set(cc, set->r[i][0], set->r[i][1]);
+            ast = ast && r ? tr_js_ast_alt(cc, ast, r) : r;
+        }
+        if (!ast) return cc->err ? cc->err : TR_ERR_NOMEM;
+    } else {
+        b->n = 0;
+        tr_js_str_unit_regex(set, b);
+        if (!js_buf_ok(b)) return cc->err ? cc->err : TR_ERR_NOMEM;
+        st = tr_regex_parse(cc, b->p, b->n, &ast);
+    }
     uint32_t fs, fe;
-    tr_status st = tr_regex_parse(cc, b->p, b->n, &ast);
     if (!st) st = tr_nfa_add_fragment(cc, n, ast, &fs, &fe);
     if (!st) st = tr_nfa_add_edge(cc, n, from, fs, GNFA_EPS, 0, 0);
     if (!st) st = tr_nfa_add_edge(cc, n, fe, to, GNFA_EPS, 0, 0);
     return st;
 }
 
-tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, gdfa *out) {
+tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, bool plain, gdfa *out) {
     if (a->n == 0) return tr_gcc_fail(cc, TR_ERR_FORMAT, 0, "string constraint matches nothing");
     gnfa nfa = {0};
     uint32_t *st_of = tr_gcc_alloc(cc, (size_t)a->n * sizeof *st_of);
@@ -869,7 +879,7 @@ tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, gdfa *out) {
             if (j < i) continue; /* done with an earlier range */
             gcpset set;
             st = edge_set(cc, a, s, to, &set);
-            if (!st) st = encoded_edge(cc, &nfa, &set, st_of[s], st_of[to], &b);
+            if (!st) st = encoded_edge(cc, &nfa, &set, plain, st_of[s], st_of[to], &b);
         }
     }
     tr_js_buf_free(&b);

@@ -348,8 +348,10 @@ tr_status tr_js_ast_of_cpdfa(js_ctx *x, const cpdfa *d, const json_t *node, cons
     return tr_js_ast_of_cpdfa_or_big(x, d, node, kw, out, NULL, &m);
 }
 
-tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
-                              gx **out) {
+/* Registers the byte DFA of m (JSON string bodies, or plain text) as the
+ * compile's next automaton; *dfa its gx. */
+static tr_status dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw, bool plain,
+                        gx **dfa) {
     gcc *cc = x->cc;
     js_dfas *t = x->dfas;
     gdfa *g = tr_gcc_alloc(cc, sizeof *g);
@@ -362,7 +364,7 @@ tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, con
         t->v = v;
         t->cap = nc;
     }
-    if (!st) st = tr_cpdfa_encode(cc, m, g);
+    if (!st) st = tr_cpdfa_encode(cc, m, plain, g);
     if (st == TR_ERR_LIMIT) {
         char msg[384];
         take_error(x, msg, sizeof msg);
@@ -370,9 +372,23 @@ tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, con
     }
     if (st) return st;
     t->v[t->n] = g;
-    gx *q = tr_gx_lit(cc, "\"", 1);
-    *out = tr_gx_seq3(cc, q, tr_gx_dfa(cc, t->n++, m->acc[m->start]), q);
-    return *out ? TR_OK : cc->err;
+    *dfa = tr_gx_dfa(cc, t->n++, m->acc[m->start]);
+    return *dfa ? TR_OK : cc->err;
+}
+
+tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
+                              gx **out) {
+    gx *d;
+    tr_status st = dfa_gx(x, m, node, kw, false, &d);
+    if (st) return st;
+    gx *q = tr_gx_lit(x->cc, "\"", 1);
+    *out = tr_gx_seq3(x->cc, q, d, q);
+    return *out ? TR_OK : x->cc->err;
+}
+
+tr_status tr_js_text_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
+                            gx **out) {
+    return dfa_gx(x, m, node, kw, true, out);
 }
 
 /* The string language of the constraints through the automaton route:
@@ -611,16 +627,47 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
     return TR_OK;
 }
 
+/* A number language while it is built: regex text (b) until a step
+ * needs an automaton, then the automaton (acc), which becomes a regex
+ * again at the end, or stays an automaton when its regex would be too
+ * large. */
+typedef struct num_lang {
+    js_buf b;
+    cpdfa acc;
+    bool dfa;       /* acc holds the language; b is stale */
+    bool some;      /* the language is not empty */
+    const char *kw; /* the keyword whose step made the automaton */
+} num_lang;
+
+static tr_status lang_of_regex(gcc *cc, const char *rx, size_t len, cpdfa *out) {
+    gre_node *ast;
+    tr_status st = tr_regex_parse(cc, rx, len, &ast);
+    return st ? st : tr_cpdfa_from_ast(cc, ast, out);
+}
+
+/* l's language op d (CPD_AND, CPD_MINUS), minimized; kw names the step. */
+static tr_status lang_apply(js_ctx *x, num_lang *l, const cpdfa *d, cpd_op op, const char *kw) {
+    gcc *cc = x->cc;
+    cpdfa a, r;
+    tr_status st = l->dfa ? (a = l->acc, TR_OK) : lang_of_regex(cc, l->b.p, l->b.n, &a);
+    if (!st) st = tr_cpdfa_product(cc, &a, d, op, &r);
+    if (!st && !tr_cpdfa_is_empty(&r)) st = tr_cpdfa_minimize(cc, &r, &l->acc);
+    if (st) return st;
+    if (tr_cpdfa_is_empty(&r)) l->acc = r;
+    l->dfa = true;
+    l->some = !tr_cpdfa_is_empty(&l->acc);
+    l->kw = kw;
+    return TR_OK;
+}
+
 /* Non-multiples of the integral steps of notMultipleOf (complements of
  * multipleOf): integers with a nonzero remainder or numbers with a
  * nonzero fraction digit, written without exponent (1.5e1 is 15: the
  * exponent forms are dropped, sound). */
-static tr_status minus_multiples(js_ctx *x, const js_norm *n, js_buf *b, bool *some) {
+static tr_status minus_multiples(js_ctx *x, const js_norm *n, num_lang *l) {
     gcc *cc = x->cc;
-    cpdfa acc;
-    bool have = false;
     tr_status st = TR_OK;
-    for (uint32_t i = 0; !st && i < n->n; i++) {
+    for (uint32_t i = 0; !st && l->some && i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
         const json_t *k = tr_js_is_synthetic(x, node) ? json_object_get(node, JS_KW_NOT_MULTIPLE)
                                                      : NULL;
@@ -630,51 +677,31 @@ static tr_status minus_multiples(js_ctx *x, const js_norm *n, js_buf *b, bool *s
             kv = (json_int_t)json_real_value(k);
         if (kv <= 0 || kv > 1000000)
             return tr_js_fail(x, TR_ERR_INTERNAL, node, "notMultipleOf needs an integral step");
-        if (!have) {
-            gre_node *ast;
-            cpdfa all;
-            if ((st = tr_regex_parse(cc, b->p, b->n, &ast)) || (st = tr_cpdfa_from_ast(cc, ast, &all)))
-                return st;
-            acc = all;
-            have = true;
-        }
         static const char frac[] = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*";
-        gre_node *ast;
-        cpdfa m, f, u, r;
+        cpdfa m, f, u;
         if ((st = mod_dfa(cc, (uint64_t)kv, true, &m)) ||
-            (st = tr_regex_parse(cc, frac, strlen(frac), &ast)) ||
-            (st = tr_cpdfa_from_ast(cc, ast, &f)) || (st = tr_cpdfa_product(cc, &m, &f, CPD_OR, &u)) ||
-            (st = tr_cpdfa_product(cc, &acc, &u, CPD_AND, &r)))
+            (st = lang_of_regex(cc, frac, strlen(frac), &f)) ||
+            (st = tr_cpdfa_product(cc, &m, &f, CPD_OR, &u)))
             return st;
-        acc = r;
+        st = lang_apply(x, l, &u, CPD_AND, "not");
     }
-    if (!have) return TR_OK;
-    gre_node *res = NULL;
-    if ((st = tr_js_ast_of_cpdfa(x, &acc, n->nodes[0].node, "not", &res))) return st;
-    b->n = 0;
-    *some = res != NULL;
-    if (res) tr_js_ast_regex(res, b);
-    return js_buf_ok(b) ? TR_OK : cc->err;
+    return st;
 }
 
 /* Numbers excluded by value (complements of enum/const): the language
- * in b loses exponent forms (whose values cannot be told apart by a
- * regular language: 1e0 = 10e-1 = 1) and then every plain spelling of
- * each excluded value. */
-static tr_status minus_values(js_ctx *x, const js_norm *n, js_buf *b, bool *some) {
+ * loses exponent forms (whose values cannot be told apart by a regular
+ * language: 1e0 = 10e-1 = 1) and then every plain spelling of each
+ * excluded value. */
+static tr_status minus_values(js_ctx *x, const js_norm *n, num_lang *l) {
     gcc *cc = x->cc;
     bool any = false;
     for (uint32_t i = 0; i < n->n_not_vals && !any; i++) any = json_is_number(n->not_vals[i]);
     if (!any) return TR_OK;
     static const char plain[] = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?";
-    gre_node *ast;
-    cpdfa all, p, acc;
-    tr_status st = tr_regex_parse(cc, b->p, b->n, &ast);
-    if (!st) st = tr_cpdfa_from_ast(cc, ast, &all);
-    if (!st) st = tr_regex_parse(cc, plain, strlen(plain), &ast);
-    if (!st) st = tr_cpdfa_from_ast(cc, ast, &p);
-    if (!st) st = tr_cpdfa_product(cc, &all, &p, CPD_AND, &acc);
-    for (uint32_t i = 0; !st && i < n->n_not_vals; i++) {
+    cpdfa p;
+    tr_status st = lang_of_regex(cc, plain, strlen(plain), &p);
+    if (!st) st = lang_apply(x, l, &p, CPD_AND, "not");
+    for (uint32_t i = 0; !st && l->some && i < n->n_not_vals; i++) {
         if (!json_is_number(n->not_vals[i])) continue;
         js_range r = {.has_lo = true, .has_hi = true};
         if (!tr_js_dec_from_json(cc, n->not_vals[i], &r.lo)) continue; /* not finite: never written */
@@ -682,21 +709,49 @@ static tr_status minus_values(js_ctx *x, const js_norm *n, js_buf *b, bool *some
         js_buf vb;
         tr_js_buf_init(&vb, cc);
         if (tr_js_num_regex(cc, &r, false, &vb) && js_buf_ok(&vb)) {
-            cpdfa v, m;
-            st = tr_regex_parse(cc, vb.p, vb.n, &ast);
-            if (!st) st = tr_cpdfa_from_ast(cc, ast, &v);
-            if (!st) st = tr_cpdfa_product(cc, &acc, &v, CPD_MINUS, &m);
-            if (!st) acc = m;
+            cpdfa v;
+            st = lang_of_regex(cc, vb.p, vb.n, &v);
+            if (!st) st = lang_apply(x, l, &v, CPD_MINUS, "not");
         }
         tr_js_buf_free(&vb);
     }
-    gre_node *res = NULL;
-    if (!st) st = tr_js_ast_of_cpdfa(x, &acc, n->nodes[0].node, "not", &res);
-    if (st) return st;
-    b->n = 0;
-    *some = res != NULL;
-    if (res) tr_js_ast_regex(res, b);
-    return js_buf_ok(b) ? TR_OK : cc->err;
+    return st;
+}
+
+/* Only the values the step allows: integral multiples of step, or (step
+ * <= 1) at most q fraction digits. */
+static tr_status apply_step(js_ctx *x, num_lang *l, uint64_t step, int32_t q) {
+    gcc *cc = x->cc;
+    cpdfa m;
+    tr_status st;
+    if (step <= 1) {
+        js_buf f;
+        tr_js_buf_init(&f, cc);
+        tr_js_buf_printf(&f, "-?[0-9]+(?:\\.[0-9]{0,%d}0*)?", q);
+        st = js_buf_ok(&f) ? lang_of_regex(cc, f.p, f.n, &m) : cc->err;
+        tr_js_buf_free(&f);
+    } else
+        st = mod_dfa(cc, step, false, &m);
+    return st ? st : lang_apply(x, l, &m, CPD_AND, "multipleOf");
+}
+
+/* The terminal of l: its regex, or its automaton when the regex would be
+ * too large (a compile that may name automata; otherwise refused). */
+static tr_status lang_gx(js_ctx *x, num_lang *l, const json_t *node, gx **out) {
+    gcc *cc = x->cc;
+    if (l->some && l->dfa) {
+        gre_node *res;
+        bool big;
+        cpdfa m;
+        tr_status st = tr_js_ast_of_cpdfa_or_big(x, &l->acc, node, l->kw, &res, &big, &m);
+        if (st) return st;
+        if (big) return tr_js_text_dfa_gx(x, &m, node, l->kw, out);
+        l->b.n = 0;
+        l->some = res != NULL;
+        if (res) tr_js_ast_regex(res, &l->b);
+    }
+    *out = l->some && js_buf_ok(&l->b) ? tr_gx_rx_ne(cc, l->b.p, l->b.n) : tr_gx_never(cc);
+    return *out ? TR_OK : cc->err;
 }
 
 tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
@@ -709,74 +764,28 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     int32_t q;
     if ((st = collect_step(x, n, integer, &step, &q))) return st;
     if (step) integer = true; /* integral steps: only integral values */
-    js_buf b;
-    tr_js_buf_init(&b, cc);
-    bool some;
+    const json_t *node = n->nodes ? n->nodes[0].node : NULL;
+    num_lang l = {.kw = "type"};
+    tr_js_buf_init(&l.b, cc);
     if (!r.has_lo && !r.has_hi && step <= 1 && q < 0) {
-        tr_js_buf_puts(&b, integer ? "-?(?:0|[1-9][0-9]*)(?:\\.0+)?(?:[eE]\\+?[0-9]+)?"
-                                   : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?");
-        some = true;
+        tr_js_buf_puts(&l.b, integer ? "-?(?:0|[1-9][0-9]*)(?:\\.0+)?(?:[eE]\\+?[0-9]+)?"
+                                     : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?");
+        l.some = true;
     } else
-        some = tr_js_num_regex(cc, &r, integer, &b);
+        l.some = tr_js_num_regex(cc, &r, integer, &l.b);
     bool frac_only = !(n->types & JT_INT);
-    if (frac_only && integer) some = false; /* integral steps, no integers */
-    if (some && frac_only) {
+    if (frac_only && integer) l.some = false; /* integral steps, no integers */
+    if (l.some && frac_only) {
         /* non-integral values only: a nonzero fraction digit, no exponent */
-        gre_node *ast, *res = NULL;
-        cpdfa a, m, p;
-        const char *fx = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*";
-        st = tr_regex_parse(cc, fx, strlen(fx), &ast);
-        if (!st) st = tr_cpdfa_from_ast(cc, ast, &m);
-        if (!st) st = tr_regex_parse(cc, b.p, b.n, &ast);
-        if (!st) st = tr_cpdfa_from_ast(cc, ast, &a);
-        if (!st) st = tr_cpdfa_product(cc, &a, &m, CPD_AND, &p);
-        if (!st) st = tr_js_ast_of_cpdfa(x, &p, n->nodes ? n->nodes[0].node : NULL, "type", &res);
-        if (st) {
-            tr_js_buf_free(&b);
-            return st;
-        }
-        b.n = 0;
-        some = res != NULL;
-        if (some) tr_js_ast_regex(res, &b);
+        static const char fx[] = "-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*";
+        cpdfa m;
+        st = lang_of_regex(cc, fx, strlen(fx), &m);
+        if (!st) st = lang_apply(x, &l, &m, CPD_AND, "type");
     }
-    if (some && (step > 1 || (q >= 0 && !integer))) {
-        /* intersect with the step's automaton */
-        gre_node *ast = NULL, *res = NULL;
-        cpdfa a, m, p;
-        if (step <= 1) {
-            js_buf f;
-            tr_js_buf_init(&f, cc);
-            tr_js_buf_printf(&f, "-?[0-9]+(?:\\.[0-9]{0,%d}0*)?", q);
-            st = js_buf_ok(&f) ? tr_regex_parse(cc, f.p, f.n, &ast) : cc->err;
-            tr_js_buf_free(&f);
-            if (!st) st = tr_cpdfa_from_ast(cc, ast, &m);
-        } else
-            st = mod_dfa(cc, step, false, &m);
-        if (!st) st = tr_regex_parse(cc, b.p, b.n, &ast);
-        if (!st) st = tr_cpdfa_from_ast(cc, ast, &a);
-        if (!st) st = tr_cpdfa_product(cc, &a, &m, CPD_AND, &p);
-        if (!st && !tr_cpdfa_is_empty(&p)) {
-            cpdfa mm;
-            st = tr_cpdfa_minimize(cc, &p, &mm);
-            if (!st) st = tr_cpdfa_to_ast(cc, &mm, JS_AST_MAX_NODES, &res);
-        }
-        if (st == TR_ERR_LIMIT) {
-            char msg[384];
-            take_error(x, msg, sizeof msg);
-            tr_js_buf_free(&b);
-            return tr_js_unsupported(x, n->nodes[0].node, "multipleOf", msg);
-        }
-        b.n = 0;
-        some = !st && res;
-        if (some) tr_js_ast_regex(res, &b);
-    }
-    if (!st && some) st = minus_values(x, n, &b, &some);
-    if (!st && some) st = minus_multiples(x, n, &b, &some);
-    if (st) {
-        tr_js_buf_free(&b);
-        return st;
-    }
-    *out = some && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
-    tr_js_buf_free(&b);
-    return *out ? TR_OK : cc->err;
+    if (!st && l.some && (step > 1 || (q >= 0 && !integer))) st = apply_step(x, &l, step, q);
+    if (!st && l.some) st = minus_values(x, n, &l);
+    if (!st && l.some) st = minus_multiples(x, n, &l);
+    if (!st) st = lang_gx(x, &l, node, out);
+    tr_js_buf_free(&l.b);
+    return st;
 }

@@ -290,11 +290,12 @@ tr_status tr_cpdfa_to_ast(gcc *cc, const cpdfa *a, uint32_t max_nodes,
                           gre_node **out);
 /* The byte DFA (minimized; free with tr_dfa_free) of the JSON string
  * bodies that encode a's strings, each code point spelled as
- * tr_js_str_unit_regex allows (quotes not included): the way into a
- * grammar for automata whose regex would be too large (the grammar text
- * names it, tr_grammar_compile_ebnf_ext). Budgets: max_nfa_states,
+ * tr_js_str_unit_regex allows (quotes not included), or, plain, of the
+ * strings' UTF-8 bytes themselves (number text): the way into a grammar
+ * for automata whose regex would be too large (the grammar text names
+ * it, tr_grammar_compile_ebnf_ext). Budgets: max_nfa_states,
  * max_dfa_states, memory, time. */
-tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, gdfa *out);
+tr_status tr_cpdfa_encode(gcc *cc, const cpdfa *a, bool plain, gdfa *out);
 
 /* ---------------------------------------------------------------------
  * Strings (json_str.c): decoded-language ASTs and their JSON encoding.
@@ -621,6 +622,10 @@ tr_status tr_js_ast_of_cpdfa_or_big(js_ctx *x, const cpdfa *d, const json_t *nod
  * kw at node past its budgets. */
 tr_status tr_js_string_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
                               gx **out);
+/* The same for text that is not a JSON string (a number): m's strings
+ * as their own UTF-8 bytes, no quotes. */
+tr_status tr_js_text_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const char *kw,
+                            gx **out);
 /* [any code point]* */
 gre_node *tr_js_rep_any(gcc *cc);
 /* A pattern's search language (cached; NULL when lenient mode ignores

@@ -293,6 +293,52 @@ static void test_automaton_terminals(void **s) {
     }
 }
 
+/* Number constraints whose regex would be too large (a step with a
+ * bound, steps combined through not): the text export refuses them, the
+ * compile names their automaton (the number's own bytes) as a terminal.
+ * Random integers, fractions and exponent forms against the validator. */
+static void test_automaton_numbers(void **s) {
+    (void)s;
+    const char *schemas[] = {
+        "{\"type\":\"number\",\"multipleOf\":11,\"minimum\":100}",
+        "{\"type\":\"integer\",\"minimum\":1,\"anyOf\":[{\"multipleOf\":3},{\"multipleOf\":5}],"
+        "\"not\":{\"multipleOf\":8}}",
+    };
+    uint64_t rng = 4242;
+    int n = small_scale_json() ? 150 : 600;
+    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
+        const char *sc = schemas[k];
+        grammar *g = compile_automaton_only(sc);
+        int yes = 0, no = 0;
+        for (int i = 0; i < n; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            long long v = (long long)((rng >> 33) % 2000) - 300;
+            if ((rng >> 20) % 4 == 0) v = v * 11; /* more multiples */
+            if ((rng >> 22) % 4 == 1) v = v * 15;
+            static const char *const tails[] = {"", "", "", ".0", ".5", "e1", ".00", "0"};
+            char t[64];
+            const char *tail = tails[(rng >> 40) % 8];
+            size_t tl = (size_t)snprintf(t, sizeof t, "%lld%s", v, tail);
+            if (tail[0] != 'e') {
+                agrees_with_validator(g, sc, t, tl, &yes, &no);
+                continue;
+            }
+            /* exponent forms of multiples are left out (sound): never an
+             * invalid one accepted */
+            bool valid;
+            tr_diag d;
+            assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, tl, &valid, &d), TR_OK);
+            if (tj_accepts(g, V, t, tl) && !valid) fail_msg("%s: %s accepted, invalid", sc, t);
+        }
+        if (yes < n / 20 || no < n / 20) fail_msg("%s: %d valid, %d invalid", sc, yes, no);
+        /* the number's own bytes: no JSON string escapes (110 spelled
+         * with \u0031) */
+        assert_false(tj_accepts(g, V, "\\u0031\\u0031\\u0030", 18));
+        assert_true(tj_accepts(g, V, "330", 3));
+        tr_grammar_free(g);
+    }
+}
+
 /* Keys of additional properties whose regex would be too large (many
  * listed names, a patternProperties region): the text export refuses
  * them, the compile names the key automaton as a terminal. Single-key
@@ -751,6 +797,7 @@ int main(void) {
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
+        cmocka_unit_test(test_automaton_numbers),
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
