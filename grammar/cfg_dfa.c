@@ -449,6 +449,11 @@ static void row_facts(gcfg *c, uint32_t s, const gl_run *runs, uint32_t n_runs,
         if (t == s) ascii_range(lp, b0, b1);
     }
     if (live_bytes != 1) only = live_bytes ? -1 : -2;
+    bool wsl = c->ws_bound && row[c->cls[' ']] == s && row[c->cls['\t']] == s &&
+               row[c->cls['\n']] == s && row[c->cls['\r']] == s;
+    if (wsl) /* a mask walk must count these bytes, not take them whole */
+        lp[0] &= ~((1ull << ' ') | (1ull << '\t') | (1ull << '\n') | (1ull << '\r'));
+    ch->wsl[i] = wsl;
     ch->aloop[i][0] = lp[0];
     ch->aloop[i][1] = lp[1];
     memcpy(gl_chunk_live(ch, nc, i), lv, sizeof lv);
@@ -645,7 +650,7 @@ static tr_status scratch(gcc *cc, gcfg *c) {
 
 tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
                      const char *const *names, const uint32_t *name_lens,
-                     uint32_t n_kept, gcfg **out) {
+                     uint32_t n_kept, uint32_t ws_bound, gcfg **out) {
     gcfg *c = calloc(1, sizeof *c);
     if (!c) return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
@@ -653,6 +658,7 @@ tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
         return tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
     }
     c->n_kept = n_kept;
+    c->ws_bound = ws_bound;
     c->max_stacks = cc->lim.max_stacks;
     c->max_states = cc->lim.max_lazy_dfa_states < 2 ? 2 : cc->lim.max_lazy_dfa_states;
     classes(nfa, c);
@@ -740,8 +746,12 @@ static tr_status check_state(gcfg *c, uint32_t s, uint32_t ns) {
         if (((gl_chunk_live(ch, c->n_cls, i)[b >> 6] >> (b & 63)) & 1) != (t != GDFA_DEAD))
             return TR_ERR_INTERNAL;
         bool loop = b < 128 && ((ch->aloop[i][b >> 6] >> (b & 63)) & 1);
-        if (b < 128 && loop != (t == s)) return TR_ERR_INTERNAL;
+        bool counted = ch->wsl[i] && tr_is_json_ws((uint8_t)b);
+        if (b < 128 && loop != (t == s && !counted)) return TR_ERR_INTERNAL;
     }
+    bool wsl = c->ws_bound && row[c->cls[' ']] == s && row[c->cls['\t']] == s &&
+               row[c->cls['\n']] == s && row[c->cls['\r']] == s;
+    if (ch->wsl[i] != wsl) return TR_ERR_INTERNAL;
     int only = live == 1 ? -3 : live ? -1 : -2;
     for (int b = 0; b < 256 && only == -3; b++)
         if (row[c->cls[b]] != GDFA_DEAD) only = b;

@@ -87,8 +87,9 @@ tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, const gdfa *const
 /* tr_grammar_compile_ebnf whose text may also name ext's automata as
  * terminals (%dfaN; borrowed for the call: the grammar copies them). */
 tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *const *ext,
-                                      uint32_t n_ext, const grammar_limits *limits,
-                                      grammar **out, tr_diag *diag);
+                                      uint32_t n_ext, uint32_t ws_bound,
+                                      const grammar_limits *limits, grammar **out,
+                                      tr_diag *diag);
 void tr_ebnf_free(gebnf *e);
 /* Fills the diag's line and column for a byte offset of e's text (the
  * first error only: a later call leaves an earlier position alone). */
@@ -149,7 +150,9 @@ typedef struct gl_chunk {
     int16_t only[GL_CH];  /* the one live byte, -1 several, -2 none */
     uint32_t ncall[GL_CH];
     gl_call *calls[GL_CH];
-    uint64_t aloop[GL_CH][2]; /* ASCII bytes leading back to the state */
+    uint64_t aloop[GL_CH][2]; /* ASCII bytes leading back to the state
+                               * (bounded whitespace excepted: gl_wsl) */
+    uint8_t wsl[GL_CH];       /* a bounded whitespace loop (gl_wsl) */
     uint32_t rows[];          /* [GL_CH * n_cls] next state per class, then
                                * [GL_CH][4] uint64_t: the bytes with a
                                * transition (gl_chunk_live; mask walks find
@@ -195,6 +198,18 @@ typedef struct gcfg {
     char **rule_name;
     uint32_t max_stacks;  /* live configurations a matcher may track */
     uint32_t max_states;
+    /* Bounded whitespace (JSON's flexible mode; 0: none). A state whose
+     * four whitespace bytes (space, tab, LF, CR) all lead back to itself
+     * is a whitespace loop (gl_wsl); a whitespace byte that lands in one
+     * extends the current run, any other byte ends it, and a run longer
+     * than ws_bound is refused (tr_cfg_ws_run). The automaton thus keeps
+     * one state per place where blanks may go instead of a counter state
+     * per length, which multiplied the states a mask walk makes at every
+     * key and value; matchers, mask walks and the memo's run-time
+     * correction count instead. Sound for grammars where such a loop is
+     * the only way to consume raw whitespace at that point (JSON: raw
+     * tab, LF and CR never occur inside a string). */
+    uint32_t ws_bound;
     /* The bytes that can come right after a rule returns, in any context
      * (what every call's return point can consume first). A mask walk
      * only records a return inside a token where the next byte of some
@@ -230,7 +245,7 @@ typedef struct gcfg {
  * copied in compact form). Errors set cc's diag. */
 tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
                      const char *const *names, const uint32_t *name_lens,
-                     uint32_t n_kept, gcfg **out);
+                     uint32_t n_kept, uint32_t ws_bound, gcfg **out);
 void tr_cfg_free(gcfg *c);
 /* Makes state s's row and info (slow path, takes the lock). */
 void tr_cfg_expand(gcfg *c, uint32_t s);
@@ -262,6 +277,11 @@ static inline bool gl_tail(gcfg *c, uint32_t s) { return gl_ready(c, s)->tail[s 
 static inline int16_t gl_only(gcfg *c, uint32_t s) { return gl_ready(c, s)->only[s % GL_CH]; }
 static inline const uint64_t *gl_aloop(gcfg *c, uint32_t s) {
     return gl_ready(c, s)->aloop[s % GL_CH];
+}
+/* Whether s is a bounded whitespace loop (see gcfg.ws_bound). */
+static inline bool gl_wsl(gcfg *c, uint32_t s) { return gl_ready(c, s)->wsl[s % GL_CH]; }
+static inline bool tr_is_json_ws(uint8_t b) {
+    return b == ' ' || b == '\t' || b == '\n' || b == '\r';
 }
 static inline const uint64_t *gl_live(gcfg *c, uint32_t s) {
     return gl_chunk_live(gl_ready(c, s), c->n_cls, s % GL_CH);
@@ -297,6 +317,17 @@ typedef struct gcset {
     gcfg_config *c;
     uint32_t n, cap;
 } gcset;
+
+/* The whitespace run after byte b took a configuration set to the n
+ * configurations of set, from a run of `run` bytes before it (see
+ * gcfg.ws_bound); past the bound, UINT32_MAX: the byte is refused. */
+static inline uint32_t tr_cfg_ws_run(gcfg *c, const gcfg_config *set, uint32_t n, uint8_t b,
+                                     uint32_t run) {
+    if (!c->ws_bound || !tr_is_json_ws(b)) return 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (gl_wsl(c, set[k].state)) return run + 1 > c->ws_bound ? UINT32_MAX : run + 1;
+    return 0;
+}
 
 /* Slot of frame (ret, parent) in a hash table of cap (a power of two)
  * entries; shared by the persistent and the scratch tables. */
@@ -364,6 +395,7 @@ void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n,
 typedef struct gcfg_hist {
     gcfg_config *c;
     uint32_t n, cap;
+    uint32_t ws_run;
 } gcfg_hist;
 
 struct gcfg_walker;
@@ -380,6 +412,8 @@ typedef struct gcfg_matcher {
     uint32_t *fh;          /* (ret, parent) -> id, open addressing, 0 empty */
     uint32_t fh_cap;
     gcset cur;
+    uint32_t ws_run;       /* whitespace bytes just taken (gcfg.ws_bound) */
+    uint32_t a_run;        /* run_bytes: the run after its bytes */
     gcfg_hist *hist;       /* [the matcher's hist_cap] */
     gcfg_ctx x;            /* scratch frames and closure lists */
     gcset a, b;            /* scratch sets */

@@ -123,6 +123,8 @@ typedef struct gcfg_walker {
     uint8_t *pflags;       /* [pool_cap] and its flags */
     uint32_t pool_cap;
     uint32_t *pstart, *pend, *ftop; /* [max_len + 2] per depth */
+    uint32_t *run;    /* [max_len + 2] per depth: the whitespace run there */
+    uint32_t run0;    /* a walk's run at its start depth (gcfg.ws_bound) */
     gcset kern, tmp;
     uint32_t (*esc)[2];
     uint32_t n_esc, cap_esc;
@@ -241,6 +243,7 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     free(w->pstart);
     free(w->pend);
     free(w->ftop);
+    free(w->run);
     tr_cset_free(&w->kern);
     tr_cset_free(&w->tmp);
     tr_cset_free(&w->work);
@@ -259,9 +262,10 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     w->pstart = malloc(nd * sizeof *w->pstart);
     w->pend = malloc(nd * sizeof *w->pend);
     w->ftop = malloc(nd * sizeof *w->ftop);
+    w->run = malloc(nd * sizeof *w->run);
     w->bits = malloc((v->n_words + 1) * sizeof *w->bits);
     w->nzi = malloc((v->n_words + 1) * sizeof *w->nzi);
-    if (!w->pstart || !w->pend || !w->ftop || !w->bits || !w->nzi) {
+    if (!w->pstart || !w->pend || !w->ftop || !w->run || !w->bits || !w->nzi) {
         tr_cfg_walker_free(w);
         return NULL;
     }
@@ -532,6 +536,7 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
     w->pstart[d0] = 0;
     w->pend[d0] = w->tmp.n;
     w->ftop[d0] = x->scr.n;
+    w->run[d0] = w->run0;
     uint32_t ck = first_check(tr, 0, i0);
     uint32_t next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
     uint32_t i = i0;
@@ -582,6 +587,11 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             if (x->err) return;
             nk = w->kern.n;
             if (nk == 1) k1 = w->kern.c[0];
+        }
+        if (nk && g->ws_bound) { /* bounded whitespace: one blank too many dies */
+            uint32_t r = tr_cfg_ws_run(g, nk == 1 ? &k1 : w->kern.c, nk, b, w->run[dp - 1]);
+            if (r == UINT32_MAX) nk = 0;
+            w->run[dp] = r;
         }
         if (w->region && nk && rg_label(w, k1.state) == RG_NONE) {
             /* leaves the region: walked per grammar (region_entry) */
@@ -748,6 +758,8 @@ static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
      * narrow a state is short (a key's letters, punctuation: 59% of the
      * entries the 200 dev schemas compute; exploring them made states) */
     if (gl_flags(g, s) != GCFG_BYTES || gl_only(g, s) >= 0) return 0;
+    /* bounded whitespace is counted by the plain walk, never shared */
+    if (g->ws_bound && gl_wsl(g, s)) return 0;
     /* exploring makes states; never let it be what exhausts the budget */
     if (tr_cfg_n_states(g) + RG_MAX >= g->max_states) return 0;
     memset(w->rg_key, 0, sizeof w->rg_key);
@@ -766,7 +778,8 @@ static uint64_t region_explore(gcfg_walker *w, uint32_t s, uint32_t *ex) {
             w->rg_live[u][c >> 6] |= 1ull << (c & 63);
             uint32_t l = rg_label(w, t);
             if (l == RG_NONE) {
-                if (n == RG_MAX || (u && !gl_made(g, t)) || gl_flags(g, t) != GCFG_BYTES)
+                if (n == RG_MAX || (u && !gl_made(g, t)) || gl_flags(g, t) != GCFG_BYTES ||
+                    (g->ws_bound && gl_wsl(g, t)))
                     continue;
                 l = n++;
                 ex[l] = t;
@@ -866,6 +879,7 @@ static gcfg_region *region_compute(gcfg_walker *w, const grammar_vocab *v, uint3
     w->ci = true;
     w->n_esc = 0;
     w->n_rx = 0;
+    w->run0 = 0;
     gcfg_config start = {s, 0};
     w->tmp.n = 0;
     tr_cfg_closure(x, &start, 1, &w->tmp);
@@ -930,6 +944,7 @@ static gcfg_entry *region_entry(gcfg_walker *w, const grammar_vocab *v, uint32_t
     tr_cfg_ctx_reset(x);
     w->ci = true;
     w->n_esc = 0;
+    w->run0 = 0; /* an exit leaves a region state: no run before it */
     memcpy(w->bits, r->bits, nw * sizeof *w->bits);
     w->bits[nw] = 0;
     w->bits_clean = false;
@@ -967,6 +982,7 @@ static gcfg_entry *compute_entry(gcfg_walker *w, const grammar_vocab *v,
     tr_cfg_ctx_reset(x);
     w->ci = true;
     w->n_esc = 0;
+    w->run0 = 0; /* after a run of blanks, fill_mask drops the tokens too long */
     size_t nw = v->n_words;
     gcfg_config start = {s, 0};
     w->tmp.n = 0;
@@ -1082,12 +1098,38 @@ static bool done_add(gcfg_walker *w, uint32_t s) {
     return true;
 }
 
+/* The whitespace run at an escape point (trie node at depth dp): the
+ * blanks that end the node's dp bytes, plus the matcher's own run when
+ * they are all blanks. Counted on the text, which may count more blanks
+ * than the automaton does (never fewer): at worst a token is refused
+ * that could have been taken. JSON's escape points follow a closing
+ * bracket, where the run is 0. */
+static uint32_t escape_run(const grammar_vocab *v, const gcfg_matcher *c, uint32_t node,
+                           uint32_t dp) {
+    if (!c->x.cfg->ws_bound) return 0;
+    const gtrie *tr = &v->trie;
+    int32_t id = (int32_t)tr->ptoks[tr->pfirst[node]]; /* its first dp bytes are the node's */
+    const uint8_t *p = v->bytes + v->offs[id];
+    uint32_t r = 0;
+    while (r < dp && tr_is_json_ws(p[dp - 1 - r])) r++;
+    return r == dp ? r + c->ws_run : r;
+}
+
+/* Clears the tokens whose leading blanks are more than `room` (after a
+ * run of blanks, a mask made from a memo entry counts from 0). */
+static void drop_long_blanks(const grammar_vocab *v, uint32_t room, uint64_t *mask) {
+    for (uint32_t k = 0; k < v->n_ws_lead && v->ws_lead_len[k] > room; k++) {
+        int32_t id = v->ws_lead_ids[k];
+        mask[(uint32_t)id >> 6] &= ~(1ull << (id & 63));
+    }
+}
+
 /* Run-time walk from configuration (s, f) with the real stack, over the
  * trie nodes [i0, i1) below depth d0. Returns whether the input may end
  * at (s, f) itself. */
 static bool walk_real(gcfg_walker *w, const grammar_vocab *v,
                       const gcfg_matcher *c, uint32_t s,
-                      uint32_t f, uint32_t d0, uint32_t i0, uint32_t i1,
+                      uint32_t f, uint32_t d0, uint32_t run0, uint32_t i0, uint32_t i1,
                       uint64_t *mask) {
     gcfg_ctx *x = &w->x;
     x->per = &c->per;
@@ -1097,6 +1139,7 @@ static bool walk_real(gcfg_walker *w, const grammar_vocab *v,
     tr_cfg_ctx_reset(x);
     x->err = keep;
     w->ci = false;
+    w->run0 = run0;
     gcfg_config start = {s, f};
     w->tmp.n = 0;
     bool end = tr_cfg_closure(x, &start, 1, &w->tmp);
@@ -1145,7 +1188,7 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         w->x.err = TR_OK;
         if (e->overflow) {
             mask = in_scratch(m, mask, nw);
-            eog |= walk_real(w, v, c, cf.state, cf.frame, 0, 1, tr->n_nodes, mask);
+            eog |= walk_real(w, v, c, cf.state, cf.frame, 0, c->ws_run, 1, tr->n_nodes, mask);
         } else {
             if (done_add(w, cf.state))
                 entry_or(e, nw, mask);
@@ -1154,7 +1197,8 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
                 if (e->n_esc) mask = in_scratch(m, mask, nw);
                 for (uint32_t j = 0; j < e->n_esc && !w->x.err; j++) {
                     uint32_t node = e->esc[j][0], dp = e->esc[j][1];
-                    walk_real(w, v, c, rs, rf, dp, node + 1, tr->next[node], mask);
+                    walk_real(w, v, c, rs, rf, dp, escape_run(v, c, node, dp), node + 1,
+                              tr->next[node], mask);
                 }
                 if (e->escape0 && !w->x.err) tr_cset_add(&w->x, &w->work, rs, rf);
             } else if (e->escape0) {
@@ -1169,9 +1213,11 @@ tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *out) {
         memset(out, 0, nw * sizeof *out);
         return st;
     }
-    /* the "no token" bit, duplicates of allowed tokens, end of generation */
+    /* the "no token" bit, blanks past the bound, duplicates of allowed
+     * tokens, end of generation */
     uint32_t none = (uint32_t)v->n_vocab;
     if (mask != out || none >> 6 < nw) mask[none >> 6] &= ~(1ull << (none & 63));
+    if (c->ws_run) drop_long_blanks(v, m->g->cfg->ws_bound - c->ws_run, mask);
     for (uint32_t j = 0; j < v->n_dups; j++) {
         int32_t r = v->dups[j][0], u = v->dups[j][1];
         if (mask[(uint32_t)r >> 6] >> (r & 63) & 1)

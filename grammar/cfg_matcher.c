@@ -172,6 +172,7 @@ void tr_cfgm_reset(grammar_matcher *m) {
     c->cur.n = 1;
     c->cur.c[0].state = m->g->cfg->rule_start[0];
     c->cur.c[0].frame = 0;
+    c->ws_run = 0;
     m->terminated = false;
     m->hist_head = 0;
     m->hist_len = 0;
@@ -179,9 +180,11 @@ void tr_cfgm_reset(grammar_matcher *m) {
 
 /* ---- running bytes on scratch frames ---- */
 
-/* Runs bytes from the configurations in c->a; the result replaces c->a.
- * False if the bytes are rejected or on error (c->x.err). */
+/* Runs bytes from the configurations in c->a, after a whitespace run of
+ * c->ws_run bytes; the result replaces c->a, the run after them goes to
+ * c->a_run. False if the bytes are rejected or on error (c->x.err). */
 static bool run_bytes(gcfg_matcher *c, const uint8_t *p, size_t n) {
+    uint32_t run = c->ws_run;
     for (size_t i = 0; i < n; i++) {
         c->b.n = 0;
         tr_cfg_closure(&c->x, c->a.c, c->a.n, &c->b);
@@ -189,7 +192,12 @@ static bool run_bytes(gcfg_matcher *c, const uint8_t *p, size_t n) {
         c->a.n = 0;
         tr_cfg_step(&c->x, c->b.c, c->b.n, p[i], &c->a);
         if (c->x.err || c->a.n == 0) break;
+        if ((run = tr_cfg_ws_run(c->x.cfg, c->a.c, c->a.n, p[i], run)) == UINT32_MAX) {
+            c->a.n = 0; /* one blank too many */
+            break;
+        }
     }
+    c->a_run = run;
     /* an automaton that could not make a state answers nothing */
     tr_status f = gl_failed(c->x.cfg);
     if (f && !c->x.err) c->x.err = f;
@@ -243,6 +251,7 @@ static void push_history(grammar_matcher *m) {
     /* the caller reserved room (so that this cannot fail) */
     memcpy(h->c, c->cur.c, c->cur.n * sizeof *h->c);
     h->n = c->cur.n;
+    h->ws_run = c->ws_run;
     m->hist_term[m->hist_head] = m->terminated;
     m->hist_head = (m->hist_head + 1) % m->hist_cap;
     if (m->hist_len < m->hist_cap) m->hist_len++;
@@ -293,6 +302,7 @@ tr_status tr_cfgm_accept(grammar_matcher *m, const uint8_t *bytes, size_t len,
     push_history(m);
     memcpy(c->cur.c, c->b.c, c->a.n * sizeof *c->cur.c);
     c->cur.n = c->a.n;
+    c->ws_run = c->a_run;
     if (c->per.n >= c->gc_at) collect(m);
     return TR_OK;
 }
@@ -306,6 +316,7 @@ tr_status tr_cfgm_rollback(grammar_matcher *m, uint32_t n) {
     if (!tr_cset_reserve(&c->cur, h->n)) return TR_ERR_NOMEM;
     memcpy(c->cur.c, h->c, h->n * sizeof *h->c);
     c->cur.n = h->n;
+    c->ws_run = h->ws_run;
     m->terminated = m->hist_term[idx];
     m->hist_head = idx;
     m->hist_len -= n;
@@ -346,12 +357,14 @@ bool tr_cfg_matches(const grammar *g, const uint8_t *bytes, size_t len) {
     tr_cfg_ctx_init(&x, g->cfg, &none);
     gcset a = {0}, b = {0};
     bool ok = tr_cset_add(&x, &a, g->cfg->rule_start[0], 0);
+    uint32_t run = 0;
     for (size_t i = 0; i < len && ok; i++) {
         b.n = 0;
         tr_cfg_closure(&x, a.c, a.n, &b);
         a.n = 0;
         tr_cfg_step(&x, b.c, b.n, bytes[i], &a);
-        ok = !x.err && a.n > 0;
+        ok = !x.err && a.n > 0 &&
+             (run = tr_cfg_ws_run(g->cfg, a.c, a.n, bytes[i], run)) != UINT32_MAX;
     }
     if (ok) {
         b.n = 0;

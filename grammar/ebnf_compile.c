@@ -19,7 +19,7 @@
 #include "grammar/cfg_internal.h"
 
 static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
-                       uint32_t n_ext, grammar **out, uint32_t *nfa_states) {
+                       uint32_t n_ext, uint32_t ws_bound, grammar **out, uint32_t *nfa_states) {
     gebnf e;
     gebnf_plan plan;
     gnfa nfa = {0};
@@ -43,7 +43,7 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
         names[i] = e.rules[plan.kept[i]].name;
         name_lens[i] = e.rules[plan.kept[i]].name_len;
     }
-    if (!st) st = tr_cfg_new(cc, &nfa, starts, names, name_lens, plan.n_kept, &cfg);
+    if (!st) st = tr_cfg_new(cc, &nfa, starts, names, name_lens, plan.n_kept, ws_bound, &cfg);
     tr_nfa_free(cc, &nfa);
     tr_ebnf_free(&e);
     if (st) return st;
@@ -66,12 +66,13 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
 tr_status tr_grammar_compile_ebnf(const char *text, size_t len,
                                   const grammar_limits *limits, grammar **out,
                                   tr_diag *diag) {
-    return tr_grammar_compile_ebnf_ext(text, len, NULL, 0, limits, out, diag);
+    return tr_grammar_compile_ebnf_ext(text, len, NULL, 0, 0, limits, out, diag);
 }
 
 tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *const *ext,
-                                      uint32_t n_ext, const grammar_limits *limits,
-                                      grammar **out, tr_diag *diag) {
+                                      uint32_t n_ext, uint32_t ws_bound,
+                                      const grammar_limits *limits, grammar **out,
+                                      tr_diag *diag) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!out || (!text && len > 0))
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
@@ -89,7 +90,7 @@ tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *
     }
     grammar *g = NULL;
     uint32_t nfa_states = 0;
-    tr_status st = build(&cc, text ? text : "", len, ext, n_ext, &g, &nfa_states);
+    tr_status st = build(&cc, text ? text : "", len, ext, n_ext, ws_bound, &g, &nfa_states);
     tr_gcc_deinit(&cc);
     if (st) return st;
     g->mask_budget = cc.lim.mask_cache_bytes;

@@ -356,6 +356,13 @@ struct grammar_vocab {
     uint32_t n_dups;
     uint32_t max_len; /* longest token in the trie */
     uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
+    /* The trie's tokens that start with whitespace (space, tab, LF, CR),
+     * by the length of that run, longest first: a JSON grammar's mask
+     * after a run of blanks drops those that would make it too long
+     * (cfg_mask.c). */
+    int32_t *ws_lead_ids;  /* [n_ws_lead] */
+    uint32_t *ws_lead_len; /* [n_ws_lead] */
+    uint32_t n_ws_lead;
     /* Token sets of looping lexer regions (the inside of a JSON string,
      * digits...), shared by every grammar using this vocabulary
      * (cfg_mask.c, "Regions"); made on first use, lock-free. */

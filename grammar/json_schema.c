@@ -125,12 +125,22 @@ static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
     return TR_OK;
 }
 
+/* The bound a compiled grammar's matchers put on whitespace runs (its
+ * text then writes each run as an unbounded loop: see gcfg.ws_bound);
+ * 0 where the text spells the bound itself (the text export, which must
+ * stand alone) or there is none to count. */
+static uint32_t counted_ws_bound(const grammar_json_options *o, bool automata) {
+    return automata && o->whitespace == GRAMMAR_JSON_WS_FLEXIBLE ? o->max_ws_run : 0;
+}
+
 /* The translation proper, into out (charged to cc); automata the text
  * names go to dfas. */
 static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
                            js_dfas *dfas, js_buf *out) {
     js_ctx x = {.cc = cc, .opt = *opt, .doc = doc, .dfas = dfas};
-    if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
+    if (counted_ws_bound(opt, dfas->allowed))
+        snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]*");
+    else if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]{0,%u}", opt->max_ws_run);
     tr_status st = tr_js_index_build(&x);
     uint32_t root;
@@ -151,9 +161,10 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
     return TR_OK;
 }
 
-/* The grammar text and the automata it names (%dfaN). */
+/* The grammar text, the automata it names (%dfaN) and the bound its
+ * matchers put on whitespace runs (counted_ws_bound). */
 typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n, const gdfa *const *ext,
-                             uint32_t n_ext);
+                             uint32_t n_ext, uint32_t ws_bound);
 
 void tr_js_dfas_free(js_dfas *d) {
     for (uint32_t i = 0; i < d->n; i++) tr_dfa_free(d->v[i]);
@@ -194,7 +205,9 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     tr_js_buf_init(&text, &cc);
     js_dfas dfas = {.allowed = automata};
     st = translate(&cc, doc, &o, &dfas, &text);
-    if (!st) st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n);
+    if (!st)
+        st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
+                  counted_ws_bound(&o, automata));
     tr_js_dfas_free(&dfas);
     if (st && diag) {
         if (own.code) *diag = own;
@@ -212,9 +225,9 @@ typedef struct text_out {
 } text_out;
 
 static tr_status to_text(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                         uint32_t n_ext) {
+                         uint32_t n_ext, uint32_t ws_bound) {
     (void)ext;
-    if (n_ext) return TR_ERR_INTERNAL; /* run() was told: none */
+    if (n_ext || ws_bound) return TR_ERR_INTERNAL; /* run() was told: none */
     text_out *o = ctx;
     char *s = malloc(n + 1);
     if (!s) return TR_ERR_NOMEM;
@@ -241,9 +254,9 @@ typedef struct compile_out {
 } compile_out;
 
 static tr_status to_grammar(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                            uint32_t n_ext) {
+                            uint32_t n_ext, uint32_t ws_bound) {
     compile_out *o = ctx;
-    return tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, o->lim, o->out, o->diag);
+    return tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, ws_bound, o->lim, o->out, o->diag);
 }
 
 tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,

@@ -54,6 +54,8 @@ static void vocab_destroy(grammar_vocab *v) {
     free(v->trie.plen);
     free(v->trie.pfirst);
     free(v->trie_bits);
+    free(v->ws_lead_ids);
+    free(v->ws_lead_len);
     for (uint32_t c = 0; v->trie.cmask && c < v->trie.n_checks; c++) free(v->trie.cmask[c]);
     free(v->trie.cmask);
     free(v->dups);
@@ -109,6 +111,51 @@ static tr_status check_masks(grammar_vocab *v) {
         used += bytes;
     }
     free(by);
+    return TR_OK;
+}
+
+/* The length of the whitespace run that starts token id. */
+static uint32_t ws_lead(const grammar_vocab *v, int32_t id) {
+    const uint8_t *p = v->bytes + v->offs[id];
+    size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
+    uint32_t L = 0;
+    while (L < len && (p[L] == ' ' || p[L] == '\t' || p[L] == '\n' || p[L] == '\r')) L++;
+    return L;
+}
+
+/* The whitespace-led tokens of the trie's np, longest run first (a
+ * counting sort: start[L] is where the tokens of run L begin). */
+static tr_status ws_leads(grammar_vocab *v, uint32_t np) {
+    const gtrie *tr = &v->trie;
+    uint32_t n = 0, max = 0;
+    for (uint32_t k = 0; k < np; k++) {
+        uint32_t L = ws_lead(v, (int32_t)tr->ptoks[k]);
+        n += L > 0;
+        max = L > max ? L : max;
+    }
+    v->n_ws_lead = n;
+    if (!n) return TR_OK;
+    v->ws_lead_ids = malloc((size_t)n * sizeof *v->ws_lead_ids);
+    v->ws_lead_len = malloc((size_t)n * sizeof *v->ws_lead_len);
+    uint32_t *start = calloc((size_t)max + 2, sizeof *start);
+    if (!v->ws_lead_ids || !v->ws_lead_len || !start) {
+        free(start);
+        return TR_ERR_NOMEM;
+    }
+    for (uint32_t k = 0; k < np; k++) start[ws_lead(v, (int32_t)tr->ptoks[k])]++;
+    for (uint32_t L = max, at = 0; L >= 1; L--) {
+        uint32_t c = start[L];
+        start[L] = at;
+        at += c;
+    }
+    for (uint32_t k = 0; k < np; k++) {
+        int32_t id = (int32_t)tr->ptoks[k];
+        uint32_t L = ws_lead(v, id);
+        if (!L) continue;
+        v->ws_lead_ids[start[L]] = id;
+        v->ws_lead_len[start[L]++] = L;
+    }
+    free(start);
     return TR_OK;
 }
 
@@ -180,7 +227,7 @@ static tr_status build_checks(grammar_vocab *v) {
     if (!v->trie_bits) return TR_ERR_NOMEM;
     for (uint32_t k = 0; k < np; k++)
         v->trie_bits[tr->ptoks[k] >> 6] |= 1ull << (tr->ptoks[k] & 63);
-    return TR_OK;
+    return ws_leads(v, np);
 }
 
 static tr_status build_trie(grammar_vocab *v) {

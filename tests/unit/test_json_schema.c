@@ -711,6 +711,137 @@ static void test_whitespace(void **s) {
     assert_false(accepts_opt(sch, &o, " {\"a\":[1,2],\"b\":{}}"));    /* leading */
 }
 
+/* A vocabulary for whitespace runs: every byte, then blank runs of 2..40
+ * spaces, LF + 0..30 spaces, tabs, and blanks glued to punctuation on
+ * either side; EOG last. */
+static grammar_vocab *ws_vocab(int32_t *n_out) {
+    static char store[400][48];
+    static const char *const glue[] = {"\",", ":", "{", "}", "[", "]", "\"", ",", "1"};
+    const uint8_t *tb[512];
+    uint32_t tl[512];
+    int32_t n = 0, k = 0;
+    for (int b = 0; b < 256; b++, n++) {
+        store[k][0] = (char)b;
+        tb[n] = (const uint8_t *)store[k++];
+        tl[n] = 1;
+    }
+    for (int r = 2; r <= 40; r++, n++) { /* spaces */
+        memset(store[k], ' ', (size_t)r);
+        tb[n] = (const uint8_t *)store[k++];
+        tl[n] = (uint32_t)r;
+    }
+    for (int r = 0; r <= 30; r += 2, n++) { /* LF + indentation */
+        store[k][0] = '\n';
+        memset(store[k] + 1, ' ', (size_t)r);
+        tb[n] = (const uint8_t *)store[k++];
+        tl[n] = (uint32_t)r + 1;
+    }
+    for (int r = 2; r <= 8; r += 3, n++) { /* tabs, CR LF */
+        for (int j = 0; j < r; j++) store[k][j] = j % 3 == 2 ? '\r' : '\t';
+        tb[n] = (const uint8_t *)store[k++];
+        tl[n] = (uint32_t)r;
+    }
+    for (size_t gi = 0; gi < TR_ARRAY_LEN(glue); gi++)
+        for (int r = 1; r <= 9; r += 4) { /* blanks before, after, around */
+            for (int side = 0; side < 3; side++, n++) {
+                size_t gl = strlen(glue[gi]), m = 0;
+                if (side != 1) memset(store[k] + m, side == 2 ? '\n' : ' ', (size_t)r), m += (size_t)r;
+                memcpy(store[k] + m, glue[gi], gl), m += gl;
+                if (side != 0) memset(store[k] + m, ' ', (size_t)r), m += (size_t)r;
+                tb[n] = (const uint8_t *)store[k++];
+                tl[n] = (uint32_t)m;
+            }
+        }
+    tb[n] = NULL;
+    tl[n] = 0;
+    uint8_t sp[512] = {0};
+    sp[n] = 1;
+    int32_t eog = n++;
+    grammar_vocab_desc d = {.n_vocab = n, .token_bytes = tb, .token_lens = tl,
+                            .is_special = sp, .eog_ids = &eog, .n_eog = 1};
+    grammar_vocab *v = NULL;
+    assert_int_equal(tr_grammar_vocab_new(&d, &v, NULL), TR_OK);
+    *n_out = n;
+    return v;
+}
+
+/* Flexible whitespace is counted by the matcher (the compiled grammar
+ * loops on blanks) instead of spelled as a bounded repetition at every
+ * place (the exported text): the two must allow exactly the same tokens.
+ * Random walks through both, biased to blank tokens, masks compared bit
+ * for bit at every step, token_allowed checked against the mask, and
+ * rollbacks that restore the run. */
+static void test_whitespace_counted(void **s) {
+    (void)s;
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":"
+                      "{\"type\":\"integer\"}},\"b\":{\"type\":\"object\",\"properties\":{\"c\":"
+                      "{\"type\":\"string\"}}},\"d\":{\"enum\":[1,\"x\",[]]}},\"required\":[\"a\"]}";
+    int32_t nv;
+    grammar_vocab *v = ws_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t rng = 99;
+    static const uint32_t bounds[] = {1, 3, 7, 24};
+    for (size_t bi = 0; bi < TR_ARRAY_LEN(bounds); bi++) {
+        grammar_json_options o;
+        tr_grammar_json_options_default(&o);
+        o.max_ws_run = bounds[bi];
+        tr_diag d;
+        char *text = NULL;
+        size_t tn;
+        assert_int_equal(tr_grammar_json_schema_to_ebnf(sch, strlen(sch), &o, NULL, &text, &tn, &d),
+                         TR_OK);
+        grammar *ref = NULL, *g = compile_opt(sch, &o, &d);
+        assert_int_equal(tr_grammar_compile_ebnf(text, tn, NULL, &ref, &d), TR_OK);
+        free(text);
+        assert_non_null(g);
+        int walks = small_scale_json() ? 30 : 120;
+        for (int wk = 0; wk < walks; wk++) {
+            grammar_matcher *m = NULL, *r = NULL;
+            assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+            assert_int_equal(tr_grammar_matcher_new(ref, v, 0, &r), TR_OK);
+            uint64_t mm[16], mr[16];
+            int taken = 0;
+            for (int step = 0; step < 80; step++) {
+                assert_int_equal(tr_grammar_matcher_fill_mask(m, mm, nw), TR_OK);
+                assert_int_equal(tr_grammar_matcher_fill_mask(r, mr, nw), TR_OK);
+                for (int32_t t = 0; t < nv; t++) {
+                    bool a = mm[t >> 6] >> (t & 63) & 1, b = mr[t >> 6] >> (t & 63) & 1;
+                    if (a != b)
+                        fail_msg("bound %u, walk %d, step %d: token %d counted %d, spelled %d",
+                                 bounds[bi], wk, step, t, a, b);
+                    if ((t % 7 == 0 || t >= 256) && tr_grammar_matcher_token_allowed(m, t) != a)
+                        fail_msg("bound %u: token %d allowed disagrees with the mask", bounds[bi], t);
+                }
+                int32_t cand[512], nc = 0, blank = 0;
+                for (int32_t t = 0; t < nv; t++)
+                    if (mm[t >> 6] >> (t & 63) & 1) cand[nc++] = t, blank += t >= 256;
+                if (!nc) break;
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                int32_t pick = cand[(rng >> 33) % (uint64_t)nc];
+                if (blank && (rng >> 20) % 3) /* mostly a multi-byte token */
+                    while (pick < 256) {
+                        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                        pick = cand[(rng >> 33) % (uint64_t)nc];
+                    }
+                if (pick == nv - 1) break; /* EOG */
+                assert_int_equal(tr_grammar_matcher_accept_token(m, pick), TR_OK);
+                assert_int_equal(tr_grammar_matcher_accept_token(r, pick), TR_OK);
+                taken++;
+                if ((rng >> 40) % 5 == 0 && taken >= 2) { /* undo two */
+                    assert_int_equal(tr_grammar_matcher_rollback(m, 2), TR_OK);
+                    assert_int_equal(tr_grammar_matcher_rollback(r, 2), TR_OK);
+                    taken -= 2;
+                }
+            }
+            tr_grammar_matcher_free(m);
+            tr_grammar_matcher_free(r);
+        }
+        tr_grammar_free(g);
+        tr_grammar_free(ref);
+    }
+    tr_grammar_vocab_free(v);
+}
+
 /* ---- budgets and hostile schemas ---- */
 
 static void test_budgets(void **s) {
@@ -797,6 +928,7 @@ int main(void) {
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
+        cmocka_unit_test(test_whitespace_counted),
         cmocka_unit_test(test_automaton_numbers),
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
