@@ -29,7 +29,9 @@ jump        schemas with fixed keys (every listed property required, no other pr
             per-request `jump_forward` field). Forward passes per sequence come from /metrics:
             completion tokens minus trellis_forward_passes_saved_total (each step that feeds a
             sequence m tokens at once is one pass, not m). Reports passes on and off, passes per
-            output byte, and the cut (target >= 30%).
+            output byte, and the cut (target >= 30%). --jump-outputs FILE keeps the outputs made
+            without it: tests/bench/bench_forced reads them for the most any jump-forward
+            could cut on them.
 
 --quick (ctest `schema_generate_quick`, label model): validity only, 10 schemas, max_tokens 128;
 asserts that every finished output validates and that something finished.
@@ -452,20 +454,24 @@ def jump(a, cl, rows):
                 return None
             if st != 200:
                 raise RuntimeError("jump: %d %s" % (st, o))
-            return o["usage"]["completion_tokens"], len(o["choices"][0]["message"]["content"]
-                                                        .encode())
+            text = o["choices"][0]["message"]["content"]
+            return o["usage"]["completion_tokens"], len(text.encode()), r["schema"], text
 
         t0 = time.time()
         out = [x for x in run_all(one, rows, a.concurrency) if x]
         wall = time.time() - t0
+        if a.jump_outputs and not jf:  # for tests/bench/bench_forced.c
+            with open(a.jump_outputs, "w") as f:
+                for t, _, sc, text in out:
+                    f.write(json.dumps({"schema": sc, "text": text, "completion_tokens": t}) + "\n")
         m1 = cl.metrics()
 
         def d(k):
             return m1.get(k, 0) - m0.get(k, 0)
 
-        tokens = sum(t for t, _ in out)
+        tokens = sum(x[0] for x in out)
         saved = d("trellis_forward_passes_saved_total")
-        return {"requests": len(out), "tokens": tokens, "bytes": sum(b for _, b in out),
+        return {"requests": len(out), "tokens": tokens, "bytes": sum(x[1] for x in out),
                 "forced_tokens": d("trellis_jump_forward_tokens_total"), "saved": saved,
                 "passes": tokens - saved, "engine_steps": d("trellis_engine_steps_total"),
                 "wall_s": round(wall, 2)}
@@ -511,6 +517,8 @@ def main():
     ap.add_argument("--tp-requests", type=int, default=64)
     ap.add_argument("--tp-rounds", type=int, default=2, help="constrained, unconstrained, ...")
     ap.add_argument("--jump-schemas", type=int, default=64)
+    ap.add_argument("--jump-outputs", help="jump: write the outputs without jump-forward here "
+                    "(JSON lines: schema, text, completion_tokens), for tests/bench/bench_forced")
     ap.add_argument("--whitespace", default="flexible", choices=["flexible", "compact", "pretty"],
                     help="the jump part's JSON whitespace (the server's `whitespace` extension)")
     ap.add_argument("--json", help="write every figure to this file")
