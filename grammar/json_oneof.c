@@ -18,7 +18,11 @@
  *   - j has no complement, t is object and j requires a property p that
  *     i does not: branch i gets "objects have no p", so no value it
  *     accepts satisfies j (sound; values of i that carry p and still
- *     fail j are lost).
+ *     fail j are lost);
+ *   - else, j closed (additionalProperties false): branch i gets "some
+ *     property i lists and j does not allow is present" (sound; the
+ *     objects of i with only keys j allows are lost: for branches over
+ *     disjoint keys, the empty object, which satisfies them all).
  * Branch i then compiles as B_i plus those constraints (synthetic schema
  * nodes owned by the compile), and the oneOf as the anyOf of them.
  * Each step is sound, so the result accepts only values that satisfy
@@ -247,6 +251,67 @@ static const json_t *forbid_node(js_ctx *x, const char *name) {
     return o;
 }
 
+/* Whether name is among the keys j's objects may have, when j is closed
+ * (a member with additionalProperties false and no patternProperties:
+ * its listed properties, less those set to false). */
+static bool closed_allows(const facts *j, const char *name, bool *closed) {
+    bool ok = true;
+    *closed = false;
+    for (uint32_t m = 0; m < j->n.n; m++) {
+        const json_t *node = j->n.nodes[m].node;
+        if (!json_is_false(json_object_get(node, "additionalProperties")) ||
+            json_object_get(node, "patternProperties"))
+            continue;
+        *closed = true;
+        const json_t *props = json_object_get(node, "properties");
+        const json_t *s = json_is_object(props) ? json_object_get(props, name) : NULL;
+        if (!s || json_is_false(s)) ok = false;
+    }
+    return ok;
+}
+
+/* For objects of branch i against a closed branch j (see closed_allows):
+ * "some property j does not allow is present", over the properties i
+ * lists, as {anyOf: [{required: [k]}, ...]} (a single {required: [k]}
+ * for one key); such an object fails j whatever its values. *need NULL
+ * when j is not closed or i lists no such key. Sound; the objects of i
+ * that carry only keys j allows are lost (exactly the empty object when
+ * the branches list disjoint keys, and {} then satisfies every such
+ * branch, so no oneOf holds for it anyway). */
+static tr_status key_outside(js_ctx *x, const facts *i, const facts *j, const json_t **need) {
+    *need = NULL;
+    json_t *alts = json_array();
+    if (!alts) return tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    bool closed = false;
+    for (uint32_t m = 0; m < i->n.n; m++) {
+        const json_t *props = json_object_get(i->n.nodes[m].node, "properties");
+        const char *k;
+        json_t *v;
+        if (!json_is_object(props)) continue;
+        json_object_foreach((json_t *)props, k, v) {
+            if (json_is_false(v) || closed_allows(j, k, &closed) || !closed) continue;
+            json_t *o = json_object(), *r = json_array();
+            if (!o || !r || json_array_append_new(r, json_string(k)) ||
+                json_object_set_new(o, "required", r) || json_array_append_new(alts, o)) {
+                if (!o) json_decref(r);
+                json_decref(alts);
+                return tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+            }
+        }
+    }
+    if (!json_array_size(alts)) {
+        json_decref(alts);
+        return TR_OK;
+    }
+    json_t *o = tr_js_synth_new(x);
+    if (!o || json_object_set_new(o, "anyOf", alts)) {
+        if (!o) json_decref(alts);
+        return x->cc->err ? x->cc->err : tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    }
+    *need = o;
+    return TR_OK;
+}
+
 static tr_status add_extra(gcc *cc, js_item **extra, uint32_t *n, const json_t *node) {
     js_item *v = tr_gcc_alloc(cc, (*n + 2) * sizeof *v);
     if (!v) return cc->err;
@@ -322,7 +387,13 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
                     if (name && !requires(&f[i], name)) p = name;
                 }
             }
-            if (!p) return TR_OK;
+            if (!p) { /* j closed: i keeps a key j does not allow */
+                const json_t *need;
+                if ((st = key_outside(x, &f[i], &f[j], &need))) return st;
+                if (!need) return TR_OK;
+                if ((st = add_extra(cc, &extra[i], &n_extra[i], need))) return st;
+                continue;
+            }
             const json_t *fb = forbid_node(x, p);
             if (!fb || (st = add_extra(cc, &extra[i], &n_extra[i], fb))) return cc->err;
         }

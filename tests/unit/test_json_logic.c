@@ -110,6 +110,20 @@ static void test_oneof_exact(void **s) {
               Y("{'a': 1}", "{'b': 1}"), Y("{'a': 1, 'b': 1}", "{}"));
     tjc_check("{'oneOf':[{'pattern':'a'},{'pattern':'b'},{'maxLength':1}]}",
               Y("'xa'", "'xb'", "'c'", "''"), Y("'ab'", "'a'", "'b'", "'xy'", "1"));
+    /* closed objects over disjoint keys, nothing required (a condition
+     * tree: and / or / not): {} satisfies all three, so none is valid */
+    const char *tree = "{'type':'object','oneOf':["
+                       "{'properties':{'and':{'type':'array'}},'additionalProperties':false},"
+                       "{'properties':{'or':{'type':'array'}},'additionalProperties':false},"
+                       "{'properties':{'not':{'type':'integer'}},'additionalProperties':false}]}";
+    tjc_check(tree, Y("{'and': []}", "{'or': [1]}", "{'not': 3}"),
+              Y("{}", "{'and': [], 'or': []}", "{'not': 'x'}", "{'x': 1}"));
+    /* closed, sharing a discriminator key: the other key tells them apart */
+    tjc_check("{'oneOf':[{'properties':{'kind':{},'first':{'type':'string'}},"
+              "'additionalProperties':false},"
+              "{'properties':{'kind':{},'second':{'type':'string'}},'additionalProperties':false}]}",
+              Y("{'kind': 1, 'first': 'a'}", "{'second': 'b'}"),
+              Y("{'kind': 1}", "{}", "{'first': 'a', 'second': 'b'}", "{'first': 1}", "1"));
 }
 
 static void test_dependent_schemas(void **s) {
