@@ -227,7 +227,7 @@ static bool branch_search(gcc *cc, gre_node *br, gre_node **out) {
     return true;
 }
 
-tr_status tr_js_pattern_parse(gcc *cc, const char *pat, size_t len, gre_node **out) {
+static tr_status parse_plain(gcc *cc, const char *pat, size_t len, gre_node **out) {
     js_buf b;
     tr_js_buf_init(&b, cc);
     ecma_rewrite(&b, pat, len);
@@ -260,6 +260,147 @@ tr_status tr_js_pattern_parse(gcc *cc, const char *pat, size_t len, gre_node **o
     cpdfa d;
     if ((st = tr_cpdfa_from_ast(cc, wrapped, &d))) return st;
     return tr_cpdfa_to_ast(cc, &d, 20000, out);
+}
+
+/* ---- lookaheads ----
+ *
+ * The regex engine has no lookaround. Two shapes of negative and
+ * positive lookahead that schemas use are regular and rewritten here
+ * into automaton products (then back to an AST by state elimination):
+ *   ^(?!X)R  ^(?=X)R     the strings of ^R with (without) a prefix in X;
+ *                        several in a row nest (^(?=A)(?!B)R);
+ *   ^((?!X1)...(?!Xk).)*$  (or a (?: group): strings of non-line-
+ *                        terminators in which no Xi starts anywhere.
+ * Anything else with a lookahead stays refused, as before. */
+
+/* Index of the ')' closing the group that opens at t[open] ('('), past
+ * escapes and character classes; len when unbalanced. */
+static size_t group_end(const char *t, size_t len, size_t open) {
+    int depth = 0;
+    bool cls = false;
+    for (size_t i = open; i < len; i++) {
+        if (t[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (cls) {
+            cls = t[i] != ']';
+            continue;
+        }
+        if (t[i] == '[') cls = true;
+        else if (t[i] == '(') depth++;
+        else if (t[i] == ')' && --depth == 0) return i;
+    }
+    return len;
+}
+
+static bool starts(const char *t, size_t len, size_t at, const char *w) {
+    size_t n = strlen(w);
+    return at + n <= len && memcmp(t + at, w, n) == 0;
+}
+
+/* The full-string language (automaton) of pattern text a b c. */
+static tr_status lang_of(gcc *cc, const char *a, size_t an, const char *b, size_t bn,
+                         const char *c, size_t cn, int depth, cpdfa *out) {
+    js_buf t;
+    tr_js_buf_init(&t, cc);
+    tr_js_buf_add(&t, a, an);
+    tr_js_buf_add(&t, b, bn);
+    tr_js_buf_add(&t, c, cn);
+    gre_node *ast = NULL;
+    tr_status st = !js_buf_ok(&t) ? cc->err : depth > 8 ? TR_ERR_UNSUPPORTED : TR_OK;
+    if (!st) st = parse_plain(cc, t.p ? t.p : "", t.n, &ast);
+    tr_js_buf_free(&t);
+    if (!st) st = tr_cpdfa_from_ast(cc, ast, out);
+    return st;
+}
+
+/* pat as a lookahead shape above: its language in *out (*shaped false
+ * when it has neither shape). depth bounds the nesting. */
+static tr_status lookahead_lang(gcc *cc, const char *pat, size_t len, int depth, cpdfa *out,
+                                bool *shaped);
+
+static tr_status tempered(gcc *cc, const char *pat, size_t len, cpdfa *out, bool *shaped) {
+    size_t at = starts(pat, len, 0, "^(?:") ? 4 : starts(pat, len, 0, "^(") ? 2 : 0;
+    if (!at || !starts(pat, len, at, "(?!")) return TR_OK;
+    size_t x0[8], x1[8], k = 0;
+    while (k < 8 && starts(pat, len, at, "(?!")) {
+        size_t e = group_end(pat, len, at);
+        if (e >= len) return TR_OK;
+        x0[k] = at + 3;
+        x1[k++] = e;
+        at = e + 1;
+    }
+    if (!(len == at + 4 && starts(pat, len, at, ".)*$"))) return TR_OK;
+    *shaped = true;
+    tr_status st = lang_of(cc, "^(?:.)*$", 8, "", 0, "", 0, 0, out);
+    for (size_t i = 0; !st && i < k; i++) {
+        cpdfa x, r;
+        st = lang_of(cc, "(?:", 3, pat + x0[i], x1[i] - x0[i], ")", 1, 0, &x);
+        if (!st) st = tr_cpdfa_product(cc, out, &x, CPD_MINUS, &r);
+        if (!st) *out = r;
+    }
+    return st;
+}
+
+static tr_status lookahead_lang(gcc *cc, const char *pat, size_t len, int depth, cpdfa *out,
+                                bool *shaped) {
+    *shaped = false;
+    if (depth > 8) return TR_OK;
+    tr_status st = tempered(cc, pat, len, out, shaped);
+    if (st || *shaped) return st;
+    bool neg = starts(pat, len, 0, "^(?!");
+    if (!neg && !starts(pat, len, 0, "^(?=")) return TR_OK;
+    size_t e = group_end(pat, len, 1);
+    if (e >= len) return TR_OK;
+    *shaped = true;
+    cpdfa rest, x, r;
+    bool inner = false;
+    /* the rest: ^R, itself perhaps a lookahead shape */
+    js_buf t;
+    tr_js_buf_init(&t, cc);
+    tr_js_buf_putc(&t, '^');
+    tr_js_buf_add(&t, pat + e + 1, len - e - 1);
+    st = js_buf_ok(&t) ? lookahead_lang(cc, t.p, t.n, depth + 1, &rest, &inner) : cc->err;
+    if (!st && !inner) st = lang_of(cc, t.p, t.n, "", 0, "", 0, depth, &rest);
+    tr_js_buf_free(&t);
+    if (!st) st = lang_of(cc, "^(?:", 4, pat + 4, e - 4, ")", 1, depth, &x);
+    if (!st) st = tr_cpdfa_product(cc, &rest, &x, neg ? CPD_MINUS : CPD_AND, &r);
+    if (!st) *out = r;
+    return st;
+}
+
+static bool has_lookahead(const char *pat, size_t len) {
+    for (size_t i = 0; i + 3 <= len; i++)
+        if (pat[i] == '\\') i++;
+        else if (pat[i] == '(' && pat[i + 1] == '?' && (pat[i + 2] == '!' || pat[i + 2] == '='))
+            return true;
+    return false;
+}
+
+tr_status tr_js_pattern_parse(gcc *cc, const char *pat, size_t len, gre_node **out) {
+    tr_status st = parse_plain(cc, pat, len, out);
+    if (st != TR_ERR_UNSUPPORTED || !has_lookahead(pat, len)) return st;
+    tr_diag keep = cc->diag ? *cc->diag : (tr_diag){0};
+    cc->err = TR_OK;
+    if (cc->diag) memset(cc->diag, 0, sizeof *cc->diag);
+    cpdfa d, m;
+    bool shaped = false;
+    tr_status st2 = lookahead_lang(cc, pat, len, 0, &d, &shaped);
+    if (!st2 && shaped && !tr_cpdfa_is_empty(&d)) {
+        st2 = tr_cpdfa_minimize(cc, &d, &m);
+        if (!st2) st2 = tr_cpdfa_to_ast(cc, &m, 20000, out);
+        if (!st2) return TR_OK;
+    }
+    if (st2 && st2 != TR_ERR_UNSUPPORTED && st2 != TR_ERR_FORMAT && st2 != TR_ERR_LIMIT)
+        return st2; /* out of memory, time */
+    if (shaped && !st2 && tr_cpdfa_is_empty(&d))
+        return tr_gcc_fail(cc, TR_ERR_UNSUPPORTED, 0, "pattern matches no string");
+    /* not a shape handled here, or too large: the regex engine's refusal */
+    cc->err = TR_OK;
+    if (cc->diag) *cc->diag = keep;
+    cc->err = st;
+    return st;
 }
 
 /* ---- encoding ---- */

@@ -220,6 +220,18 @@ static void test_patterns(void **s) {
           Y("\"ab-cd\"", "\"a-b-c\""), Y("\"ab-cde\"", "\"-a\""));
     check("{\"type\":\"string\",\"pattern\":\"a\",\"not\":{\"pattern\":\"b\"}}", Y("\"a\"", "\"ca\""),
           Y("\"ab\"", "\"c\""));
+    /* lookaheads at the start, and the tempered dot */
+    check("{\"type\":\"string\",\"pattern\":\"^(?!foo)[a-z]+$\"}", Y("\"bar\"", "\"fo\"", "\"afoo\""),
+          Y("\"foo\"", "\"fooo\"", "\"\"", "\"Bar\""));
+    check("{\"type\":\"string\",\"pattern\":\"^((?!mode)(?!Mode).)*$\"}",
+          Y("\"abc\"", "\"mod\"", "\"\"", "\"MODE\""),
+          Y("\"xmodex\"", "\"Mode\"", "\"a\\nb\"", "\"mode\""));
+    check("{\"type\":\"string\",\"pattern\":\"^(?=[^=]+$)(?!\\\\s+$)(.|\\\\n)+$\"}",
+          Y("\"a b\"", "\"x\\ny\""), Y("\"a=b\"", "\"   \"", "\"\""));
+    check("{\"type\":\"string\",\"pattern\":\"^(?![i|I][o|O][b|B])\"}", Y("\"abc\"", "\"iox\"", "\"\""),
+          Y("\"iobroker\"", "\"IOB\"", "\"|||\""));
+    check("{\"type\":\"string\",\"pattern\":\"^(?=.*[0-9])(?=.*[a-z]).{4,}$\"}",
+          Y("\"ab12\"", "\"1xyz\""), Y("\"abcd\"", "\"1234\"", "\"a1\""));
 }
 
 /* A schema whose regex would be too large: the text export refuses it,
@@ -636,6 +648,8 @@ static void test_errors(void **s) {
         {"false", TR_ERR_FORMAT, {"no JSON value", NULL, NULL}},
         {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", TR_ERR_UNSUPPORTED, {"recursion", NULL, NULL}},
         {ONEOF_OPEN, TR_ERR_UNSUPPORTED, {"oneOf", NULL, NULL}},
+        /* a lookahead in the middle: not one of the shapes rewritten */
+        {"{\"pattern\":\"a(?!b)c\"}", TR_ERR_UNSUPPORTED, {"pattern", "lookahead", NULL}},
     };
     for (size_t i = 0; i < TR_ARRAY_LEN(cases); i++) {
         grammar *g = NULL;
