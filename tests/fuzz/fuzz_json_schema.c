@@ -5,7 +5,9 @@
  * or fail with a diagnostic (code set, message non-empty). A compiled
  * grammar is driven over the instance byte by byte through a matcher on
  * a byte vocabulary: a byte's token must be in the mask iff accepting it
- * succeeds. If the whole instance is accepted in strict mode, it must be
+ * succeeds. Strict mode bounds whitespace runs at 1-4 bytes (by the
+ * input's size): an accepted instance must not hold a longer run outside
+ * its strings. If the whole instance is accepted in strict mode, it must be
  * valid JSON that the compiler's own validator (json_valid.c) declares
  * valid against the schema: the grammar never lets through what the
  * schema forbids. Any broken invariant aborts. Replayed over
@@ -64,6 +66,23 @@ static bool drive(grammar *g, const uint8_t *s, size_t n) {
     return ok;
 }
 
+/* The longest run of JSON blanks outside strings in t. */
+static size_t longest_blank_run(const uint8_t *t, size_t n) {
+    size_t run = 0, best = 0;
+    bool str = false;
+    for (size_t i = 0; i < n; i++) {
+        if (str) {
+            if (t[i] == '\\') i++;
+            else if (t[i] == '"') str = false;
+            continue;
+        }
+        str = t[i] == '"';
+        run = (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r') ? run + 1 : 0;
+        best = run > best ? run : best;
+    }
+    return best;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *nul = memchr(data, 0, size);
     size_t slen = nul ? (size_t)(nul - data) : size;
@@ -80,6 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         grammar_json_options o;
         tr_grammar_json_options_default(&o);
         o.lenient = lenient;
+        if (!lenient) o.max_ws_run = 1 + (uint32_t)(size % 4); /* counted by the matcher */
         grammar *g = NULL;
         tr_diag d;
         tr_status st = tr_grammar_compile_json_schema((const char *)data, slen, &o, &lim, &g, &d);
@@ -91,6 +111,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool acc = drive(g, inst, ilen);
         tr_grammar_free(g);
         if (!acc || lenient) continue;
+        if (longest_blank_run(inst, ilen) > o.max_ws_run) {
+            fprintf(stderr, "accepted a run of blanks over %u: %.*s\n", o.max_ws_run, (int)ilen,
+                    (const char *)inst);
+            abort();
+        }
         bool valid = false;
         tr_diag vd;
         st = tr_js_check_instance((const char *)data, slen, (const char *)inst, ilen, &valid, &vd);
