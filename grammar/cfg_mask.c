@@ -132,6 +132,11 @@ typedef struct gcfg_walker {
     uint64_t *bits;   /* [n_words + 1] an entry's bits while computing */
     uint32_t *nzi;    /* [n_words + 1] entry_pack: indexes of nonzero words */
     bool bits_clean;  /* every word of bits is 0 */
+    /* which words of bits a walk set, a bit per word (entry_pack visits
+     * those instead of all n_words), while `sum_ok`: a walk that takes
+     * whole check subtrees, or bits from a region, clears it */
+    uint64_t *sum;    /* [n_words / 64 + 1] */
+    bool sum_ok;
     gcset work;       /* fill: configurations whose masks are pending */
     /* states' rows and flags, direct-mapped (a walk steps into the same
      * few states again and again; a ready row never changes) */
@@ -249,6 +254,7 @@ void tr_cfg_walker_free(gcfg_walker *w) {
     tr_cset_free(&w->work);
     free(w->esc);
     free(w->bits);
+    free(w->sum);
     free(w->nzi);
     free(w->done);
     free(w->rx);
@@ -264,8 +270,9 @@ static gcfg_walker *walker_new(const grammar *g, const grammar_vocab *v) {
     w->ftop = malloc(nd * sizeof *w->ftop);
     w->run = malloc(nd * sizeof *w->run);
     w->bits = malloc((v->n_words + 1) * sizeof *w->bits);
+    w->sum = calloc(v->n_words / 64 + 1, sizeof *w->sum);
     w->nzi = malloc((v->n_words + 1) * sizeof *w->nzi);
-    if (!w->pstart || !w->pend || !w->ftop || !w->run || !w->bits || !w->nzi) {
+    if (!w->pstart || !w->pend || !w->ftop || !w->run || !w->bits || !w->nzi || !w->sum) {
         tr_cfg_walker_free(w);
         return NULL;
     }
@@ -419,6 +426,10 @@ static bool prefer_complement(const gcfg_walker *w, const grammar_vocab *v) {
     const gtrie *tr = &v->trie;
     uint32_t n = tr->pfirst[tr->n_nodes], live = 0, seen = 0;
     gcfg *g = w->x.cfg;
+    if (w->tmp.n == 1) { /* one live byte (a key's next letter): its tokens, at once */
+        int16_t b = gl_only(g, w->tmp.c[0].state);
+        if (b >= 0 && 2 * (tr->root_cum[b + 1] - tr->root_cum[b]) <= n) return false;
+    }
     /* first the first bytes alone (a step per byte class and state): an upper bound
      * that rules out the restrictive states cheaply */
     uint64_t first = 0;
@@ -551,7 +562,10 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             }
             if (i == next_check) {
                 bool all = subtree_loops(g, tr, ck, w->pool + ps, pe - ps);
-                if (all && !comp) gtrie_take_check(tr, ck, v->n_words, mask);
+                if (all && !comp) {
+                    gtrie_take_check(tr, ck, v->n_words, mask);
+                    w->sum_ok = false;
+                }
                 ck++;
                 next_check = ck < tr->n_checks ? tr->check[ck] : UINT32_MAX;
                 if (all) {
@@ -606,7 +620,10 @@ static void walk(gcfg_walker *w, const grammar_vocab *v, uint32_t d0,
             continue;
         }
         uint32_t id = tok[i];
-        if (!comp) mask[id >> 6] |= 1ull << (id & 63);
+        if (!comp) {
+            mask[id >> 6] |= 1ull << (id & 63);
+            w->sum[id >> 12] |= 1ull << (id >> 6 & 63);
+        }
         if (leaf) {
             i++;
             continue;
@@ -665,6 +682,8 @@ static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0);
  * the common narrow walk skips a 6 KiB clear (~450 cycles). */
 static void bits_start(gcfg_walker *w, const grammar_vocab *v, bool comp) {
     size_t nw = v->n_words;
+    memset(w->sum, 0, (nw / 64 + 1) * sizeof *w->sum);
+    w->sum_ok = !comp;
     if (comp)
         memcpy(w->bits, v->trie_bits, (nw + 1) * sizeof *w->bits);
     else if (!w->bits_clean)
@@ -948,6 +967,7 @@ static gcfg_entry *region_entry(gcfg_walker *w, const grammar_vocab *v, uint32_t
     memcpy(w->bits, r->bits, nw * sizeof *w->bits);
     w->bits[nw] = 0;
     w->bits_clean = false;
+    w->sum_ok = false;
     const gtrie *tr = &v->trie;
     /* A region state has neither call nor return: its closure is itself,
      * and a leaf exit (a token whose last byte leaves the region) is one
@@ -1004,6 +1024,14 @@ static gcfg_entry *entry_pack(gcfg_walker *w, size_t nw, bool esc0) {
      * few tokens sit in a few blocks); their indexes into w->nzi */
     size_t nz = 0, j = 0;
     const uint64_t *bw = w->bits;
+    if (w->sum_ok) { /* the words the walk set, in increasing order */
+        for (size_t k = 0; k <= nw / 64 && nz <= nw / 4; k++)
+            for (uint64_t m = w->sum[k]; m && nz <= nw / 4; m &= m - 1) {
+                size_t q = k * 64 + (size_t)__builtin_ctzll(m);
+                if (q < nw) w->nzi[nz++] = (uint32_t)q;
+            }
+        j = nw; /* skip the scan */
+    }
     for (; j + 4 <= nw && nz <= nw / 4; j += 4)
         if (bw[j] | bw[j + 1] | bw[j + 2] | bw[j + 3])
             for (size_t q = j; q < j + 4; q++) {
