@@ -137,6 +137,10 @@ tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es,
 
 tr_status tr_gcc_poll_time(gcc *cc) {
     if ((++cc->tick & 1023u) != 0) return TR_OK;
+    return tr_gcc_check_time(cc);
+}
+
+tr_status tr_gcc_check_time(gcc *cc) {
     if (tr_now_ns() > cc->deadline_ns)
         return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
                         "compile time budget exceeded (max_compile_us = %llu)",

@@ -67,6 +67,9 @@ tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es, uint64_t need
 /* TR_ERR_LIMIT (diag set) when the time budget is spent; cheap: reads the
  * clock once every 1024 calls. */
 tr_status tr_gcc_poll_time(gcc *cc);
+/* The same check at every call: for loops whose steps are long (one
+ * state of an array automaton can take a millisecond). */
+tr_status tr_gcc_check_time(gcc *cc);
 /* Records an error (the first one wins: later ones are consequences),
  * fills the diag, and returns the recorded error. */
 tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,

@@ -402,6 +402,7 @@ static gx *state_ref(arrc *a, const astate *s, bool first) {
     uint64_t key = state_key(s, first);
     uint64_t id;
     if (tr_js_ptrmap_get(&a->ids, (const void *)(uintptr_t)key, &id)) return tr_gx_ref(cc, (uint32_t)id);
+    if (tr_gcc_check_time(cc)) return NULL; /* a state can cost a millisecond */
     if (++a->made > JS_MAX_ARRAY_STATES) {
         tr_js_fail(x, TR_ERR_LIMIT, a->n->nodes[0].node,
                    "an array with contains / uniqueItems needs over %u states",

@@ -887,6 +887,17 @@ static void test_budgets(void **s) {
     st = tr_grammar_compile_json_schema(b.p, b.n, NULL, NULL, &g, &d);
     if (st != TR_ERR_LIMIT) fail_msg("deep nesting: %s: %s", tr_status_name(st), d.message);
     assert_non_null(strstr(d.message, "deeper"));
+    /* distinct items over 15 strings: 2^15 array states, each slow to
+     * make; the time budget must stop it (it ran 28 s past a 2 s one) */
+    b.n = 0;
+    tr_js_buf_puts(&b, "{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[");
+    for (int i = 0; i < 15; i++) tr_js_buf_printf(&b, "%s\"option-%d\"", i ? "," : "", i);
+    tr_js_buf_puts(&b, "]}}");
+    lim.max_compile_bytes = 256u << 20;
+    t0 = tr_now_ns();
+    st = tr_grammar_compile_json_schema(b.p, b.n, NULL, &lim, &g, &d);
+    assert_int_equal(st, TR_ERR_LIMIT);
+    assert_true((tr_now_ns() - t0) / 1000000 < 5000);
     tr_js_buf_free(&b);
     tr_gcc_deinit(&cc);
     /* a budget smaller than the schema needs */
