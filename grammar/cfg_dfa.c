@@ -429,6 +429,13 @@ static void ascii_range(uint64_t bits[2], uint32_t lo, uint32_t hi) {
     if (hi >= 64) bits[1] |= span(lo < 64 ? 0 : lo - 64, hi - 64);
 }
 
+/* Whether state s (its row) is a bounded whitespace loop: every blank
+ * leads back to it (gcfg.ws_bound). */
+static bool ws_loops(const gcfg *c, const uint32_t *row, uint32_t s) {
+    return c->ws_bound && row[c->cls[' ']] == s && row[c->cls['\t']] == s &&
+           row[c->cls['\n']] == s && row[c->cls['\r']] == s;
+}
+
 /* State s's row and facts from its runs (lo < n_cls), per run rather
  * than per column: a class is a range of bytes, so a run of classes is
  * one too. */
@@ -449,8 +456,7 @@ static void row_facts(gcfg *c, uint32_t s, const gl_run *runs, uint32_t n_runs,
         if (t == s) ascii_range(lp, b0, b1);
     }
     if (live_bytes != 1) only = live_bytes ? -1 : -2;
-    bool wsl = c->ws_bound && row[c->cls[' ']] == s && row[c->cls['\t']] == s &&
-               row[c->cls['\n']] == s && row[c->cls['\r']] == s;
+    bool wsl = ws_loops(c, row, s);
     if (wsl) /* a mask walk must count these bytes, not take them whole */
         lp[0] &= ~((1ull << ' ') | (1ull << '\t') | (1ull << '\n') | (1ull << '\r'));
     ch->wsl[i] = wsl;
@@ -749,9 +755,7 @@ static tr_status check_state(gcfg *c, uint32_t s, uint32_t ns) {
         bool counted = ch->wsl[i] && tr_is_json_ws((uint8_t)b);
         if (b < 128 && loop != (t == s && !counted)) return TR_ERR_INTERNAL;
     }
-    bool wsl = c->ws_bound && row[c->cls[' ']] == s && row[c->cls['\t']] == s &&
-               row[c->cls['\n']] == s && row[c->cls['\r']] == s;
-    if (ch->wsl[i] != wsl) return TR_ERR_INTERNAL;
+    if (ch->wsl[i] != ws_loops(c, row, s)) return TR_ERR_INTERNAL;
     int only = live == 1 ? -3 : live ? -1 : -2;
     for (int b = 0; b < 256 && only == -3; b++)
         if (row[c->cls[b]] != GDFA_DEAD) only = b;

@@ -280,9 +280,6 @@ static inline const uint64_t *gl_aloop(gcfg *c, uint32_t s) {
 }
 /* Whether s is a bounded whitespace loop (see gcfg.ws_bound). */
 static inline bool gl_wsl(gcfg *c, uint32_t s) { return gl_ready(c, s)->wsl[s % GL_CH]; }
-static inline bool tr_is_json_ws(uint8_t b) {
-    return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
 static inline const uint64_t *gl_live(gcfg *c, uint32_t s) {
     return gl_chunk_live(gl_ready(c, s), c->n_cls, s % GL_CH);
 }

@@ -64,6 +64,10 @@ void tr_gcc_refund(gcc *cc, size_t size);
  * (doubling), accounting the growth. TR_OK, TR_ERR_LIMIT or TR_ERR_NOMEM
  * (diag set; *p unchanged). */
 tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es, uint64_t need);
+/* JSON's whitespace bytes: space, tab, LF, CR. */
+static inline bool tr_is_json_ws(uint8_t b) {
+    return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
 /* TR_ERR_LIMIT (diag set) when the time budget is spent; cheap: reads the
  * clock once every 1024 calls. */
 tr_status tr_gcc_poll_time(gcc *cc);

@@ -301,24 +301,19 @@ static bool starts(const char *t, size_t len, size_t at, const char *w) {
 
 /* The full-string language (automaton) of pattern text a b c. */
 static tr_status lang_of(gcc *cc, const char *a, size_t an, const char *b, size_t bn,
-                         const char *c, size_t cn, int depth, cpdfa *out) {
+                         const char *c, size_t cn, cpdfa *out) {
     js_buf t;
     tr_js_buf_init(&t, cc);
     tr_js_buf_add(&t, a, an);
     tr_js_buf_add(&t, b, bn);
     tr_js_buf_add(&t, c, cn);
     gre_node *ast = NULL;
-    tr_status st = !js_buf_ok(&t) ? cc->err : depth > 8 ? TR_ERR_UNSUPPORTED : TR_OK;
+    tr_status st = js_buf_ok(&t) ? TR_OK : cc->err;
     if (!st) st = parse_plain(cc, t.p ? t.p : "", t.n, &ast);
     tr_js_buf_free(&t);
     if (!st) st = tr_cpdfa_from_ast(cc, ast, out);
     return st;
 }
-
-/* pat as a lookahead shape above: its language in *out (*shaped false
- * when it has neither shape). depth bounds the nesting. */
-static tr_status lookahead_lang(gcc *cc, const char *pat, size_t len, int depth, cpdfa *out,
-                                bool *shaped);
 
 static tr_status tempered(gcc *cc, const char *pat, size_t len, cpdfa *out, bool *shaped) {
     size_t at = starts(pat, len, 0, "^(?:") ? 4 : starts(pat, len, 0, "^(") ? 2 : 0;
@@ -333,16 +328,18 @@ static tr_status tempered(gcc *cc, const char *pat, size_t len, cpdfa *out, bool
     }
     if (!(len == at + 4 && starts(pat, len, at, ".)*$"))) return TR_OK;
     *shaped = true;
-    tr_status st = lang_of(cc, "^(?:.)*$", 8, "", 0, "", 0, 0, out);
+    tr_status st = lang_of(cc, "^(?:.)*$", 8, "", 0, "", 0, out);
     for (size_t i = 0; !st && i < k; i++) {
         cpdfa x, r;
-        st = lang_of(cc, "(?:", 3, pat + x0[i], x1[i] - x0[i], ")", 1, 0, &x);
+        st = lang_of(cc, "(?:", 3, pat + x0[i], x1[i] - x0[i], ")", 1, &x);
         if (!st) st = tr_cpdfa_product(cc, out, &x, CPD_MINUS, &r);
         if (!st) *out = r;
     }
     return st;
 }
 
+/* pat as a lookahead shape above: its language in *out (*shaped false
+ * when it has neither shape). depth bounds the nesting. */
 static tr_status lookahead_lang(gcc *cc, const char *pat, size_t len, int depth, cpdfa *out,
                                 bool *shaped) {
     *shaped = false;
@@ -362,9 +359,9 @@ static tr_status lookahead_lang(gcc *cc, const char *pat, size_t len, int depth,
     tr_js_buf_putc(&t, '^');
     tr_js_buf_add(&t, pat + e + 1, len - e - 1);
     st = js_buf_ok(&t) ? lookahead_lang(cc, t.p, t.n, depth + 1, &rest, &inner) : cc->err;
-    if (!st && !inner) st = lang_of(cc, t.p, t.n, "", 0, "", 0, depth, &rest);
+    if (!st && !inner) st = lang_of(cc, t.p, t.n, "", 0, "", 0, &rest);
     tr_js_buf_free(&t);
-    if (!st) st = lang_of(cc, "^(?:", 4, pat + 4, e - 4, ")", 1, depth, &x);
+    if (!st) st = lang_of(cc, "^(?:", 4, pat + 4, e - 4, ")", 1, &x);
     if (!st) st = tr_cpdfa_product(cc, &rest, &x, neg ? CPD_MINUS : CPD_AND, &r);
     if (!st) *out = r;
     return st;
@@ -397,7 +394,6 @@ tr_status tr_js_pattern_parse(gcc *cc, const char *pat, size_t len, gre_node **o
     if (shaped && !st2 && tr_cpdfa_is_empty(&d))
         return tr_gcc_fail(cc, TR_ERR_UNSUPPORTED, 0, "pattern matches no string");
     /* not a shape handled here, or too large: the regex engine's refusal */
-    cc->err = TR_OK;
     if (cc->diag) *cc->diag = keep;
     cc->err = st;
     return st;

@@ -119,7 +119,7 @@ static uint32_t ws_lead(const grammar_vocab *v, int32_t id) {
     const uint8_t *p = v->bytes + v->offs[id];
     size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
     uint32_t L = 0;
-    while (L < len && (p[L] == ' ' || p[L] == '\t' || p[L] == '\n' || p[L] == '\r')) L++;
+    while (L < len && tr_is_json_ws(p[L])) L++;
     return L;
 }
 
