@@ -118,9 +118,10 @@ void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
  *   (prefill, or decode of many sequences: plenty of units); adjacent
  *   tokens of one sequence (a prefill chunk) go as a tile, which reads
  *   each block of their common context once for all of them (attn_tile);
- * - split: phase 1 computes every (unit, block) partial into scratch,
- *   barrier, phase 2 folds each (token, head) (decode of a few sequences
- *   over long contexts: few units, many blocks). */
+ * - split: phase 1 computes every (token, block) partial of all KV heads
+ *   into scratch, barrier, phase 2 folds each (token, head) (decode of a
+ *   few sequences over long contexts: few units, many blocks; on one
+ *   thread too, for the prefetching of its blocks' rows). */
 
 /* Stack floats per unit pass: 2 partials per head + the block's scores
  * (ATTN_SCORES_FLOATS, defined with attn_block). */
@@ -174,21 +175,19 @@ typedef struct attn_pf {
     int32_t rows;     /* its rows per kind; 0: nothing to request */
     int32_t per_call; /* rows to request per kernel call */
     int32_t next;     /* next row to request: K rows, then V rows */
-    size_t col;       /* elements into each row where the request starts */
-    size_t bytes;     /* bytes of each row requested (0: the whole row) */
 } attn_pf;
 
 static void attn_pf_step(const attn_args *a, attn_pf *pf) {
     const tr_kv_layout *kv = a->kv;
     int32_t ps = kv->page_size;
     const int32_t *pt = a->b->page_table[a->b->seq[pf->t]];
-    size_t row_bytes = pf->bytes ? pf->bytes : a->kv_dim * a->esize;
+    size_t row_bytes = a->kv_dim * a->esize;
     int32_t stop = TR_MIN(2 * pf->rows, pf->next + pf->per_call);
     for (; pf->next < stop; pf->next++) {
         int c = pf->next >= pf->rows;
         int32_t j = pf->first + pf->next - c * pf->rows;
         const char *row = (const char *)kv->base +
-                          (kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) + pf->col) *
+                          kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) *
                               a->esize;
         for (size_t o = 0; o < row_bytes; o += 64)
             __builtin_prefetch(row + o, 0, 3);
@@ -483,60 +482,57 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
 }
 
 /* Phase-1 item i of the split schedule: token *t (advanced from its
- * current value: items are visited in increasing order), KV head, block. */
-static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *kvh,
-                       int32_t *lb) {
-    int32_t n_kv = a->kv->n_kv_heads;
-    while (a->boff[*t + 1] * n_kv <= i) (*t)++;
-    int64_t local = i - a->boff[*t] * n_kv;
-    int32_t nb = (int32_t)(a->boff[*t + 1] - a->boff[*t]);
-    *kvh = (int32_t)(local / nb);
-    *lb = (int32_t)(local % nb);
+ * current value: items are visited in increasing order) and its block
+ * index *lb (from its first block). */
+static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *lb) {
+    while (a->boff[*t + 1] <= i) (*t)++;
+    *lb = (int32_t)(i - a->boff[*t]);
 }
 
-/* Split schedule. Phase-1 item i: the tokens' items are laid out token by
- * token, (kv head, block) within a token. Items go out in order, so this
- * thread's next one is most likely nth items on: while it computes a
- * block, it prefetches that one's K and V slices (one KV head's columns),
- * as the per-unit schedule does with whole rows. Measured on one stream
- * decoding at ~1,500 positions, where this schedule runs: see
- * docs/performance.md. */
+/* Split schedule. Phase-1 item i is block i of the tokens' blocks laid
+ * out token by token, for all KV heads: a block's cached rows hold the KV
+ * heads side by side, so an item reads whole rows, page run by page run.
+ * Items go out in order, so this thread's next one is most likely nth
+ * items on: while it computes a block, it prefetches that one's rows.
+ * Measured on one stream decoding at ~1,500 positions, where this
+ * schedule runs: see docs/performance.md. */
 static void attn_split_task(void *ctx, int ith, int nth) {
     (void)ith;
     attn_args *a = ctx;
     float scores[ATTN_SCORES_FLOATS];
-    int32_t hd = a->hd;
+    int32_t hd = a->hd, n_kv = a->kv->n_kv_heads;
     int32_t n_tok = a->b->n_tokens;
     size_t pstride = (size_t)hd + 2;
-    int64_t n_items = a->boff[n_tok] * a->kv->n_kv_heads;
+    int64_t n_items = a->boff[n_tok];
     int32_t t = 0;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&a->next, 1,
                                               memory_order_relaxed);
         if (i >= n_items) break;
-        int32_t kvh, lb;
-        split_item(a, i, &t, &kvh, &lb);
+        int32_t lb;
+        split_item(a, i, &t, &lb);
         int32_t blk = attn_first_blk(a->window, a->b->pos[t]) + lb;
         attn_pf pf = {0};
         if (i + nth < n_items) {
-            int32_t tn = t, kn, ln;
-            split_item(a, i + nth, &tn, &kn, &ln);
+            int32_t tn = t, ln;
+            split_item(a, i + nth, &tn, &ln);
             int32_t pn = a->b->pos[tn];
             int32_t bn = attn_first_blk(a->window, pn) + ln;
             pf.t = tn;
             pf.first = TR_MAX(bn * CPU_ATTN_BLOCK, attn_lo(a->window, pn));
             pf.rows = TR_MIN((bn + 1) * CPU_ATTN_BLOCK, pn + 1) - pf.first;
-            int32_t calls = 2 * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
+            int32_t calls =
+                2 * n_kv * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
             pf.per_call = 2 * pf.rows / calls + 1;
-            pf.col = (size_t)kn * (size_t)hd;
-            pf.bytes = (size_t)hd * a->esize;
         }
-        int32_t h0 = kvh * a->group;
-        float *dst = a->part +
-                     ((size_t)(a->boff[t] + lb) * (size_t)a->n_heads +
-                      (size_t)h0) * pstride;
-        attn_block(a, t, kvh, h0, h0 + a->group, blk, dst, scores,
-                   pf.rows ? &pf : NULL, NULL);
+        float *dst = a->part + (size_t)(a->boff[t] + lb) *
+                                   (size_t)a->n_heads * pstride;
+        for (int32_t kvh = 0; kvh < n_kv; kvh++) {
+            int32_t h0 = kvh * a->group;
+            attn_block(a, t, kvh, h0, h0 + a->group, blk,
+                       dst + (size_t)h0 * pstride, scores,
+                       pf.rows ? &pf : NULL, NULL);
+        }
     }
     tr_cpu_pool_barrier(a->pool);
     int64_t n_out = (int64_t)n_tok * a->n_heads;
@@ -554,6 +550,14 @@ static void attn_split_task(void *ctx, int ith, int nth) {
                        a->part + ((size_t)blk * a->n_heads + h) * pstride, hd);
         attn_finish(a->out + i * hd, state, hd);
     }
+}
+
+/* Whether no two adjacent tokens of the batch belong to one sequence
+ * (a decode step: no tiles form). */
+static bool attn_decode_only(const tr_batch *b) {
+    for (int32_t t = 1; t < b->n_tokens; t++)
+        if (b->seq[t] == b->seq[t - 1]) return false;
+    return true;
 }
 
 /* End of the run of adjacent tokens of token t's sequence. */
@@ -659,7 +663,17 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
      * --concurrency 1, 4 of 4). Bigger batches split anyway. */
     int nth = tr_cpu_op_threads(c, work, 8192);
     int64_t units = (int64_t)n_tok * n_kv;
-    bool split = nth > 1 && max_nb > 1 && units < 4 * (int64_t)nth;
+    /* Split when units are too few to share out, and for a decode batch
+     * of fewer tokens than 4 per thread: the per-unit schedule would
+     * then give a unit one KV head and prefetch nothing, and the cached
+     * rows come from DRAM (one stream at ~1,600 positions, 30 layers, KV
+     * cold: 19-20 ms per step on one thread, 8-10 ms split; on two
+     * threads 6.8-10.2 vs 5.9-8.4 ms, 4 alternating rounds, a noisy
+     * machine). A prefill chunk keeps its tiles, which read each block
+     * once for all of its tokens. */
+    bool split = max_nb > 1 &&
+                 (units < 4 * (int64_t)nth ||
+                  (n_tok < 4 * nth && attn_decode_only(b)));
     if (split) {
         size_t part_bytes = (size_t)blocks * (size_t)n_heads *
                             ((size_t)hd + 2) * sizeof(float);

@@ -815,6 +815,19 @@ static void grid_attention(pair *p) {
         for (size_t pi = 0; pi < TR_ARRAY_LEN(pages); pi++)
             for (int ti = 0; ti < 2; ti++, c++) {
                 if (small_scale() && c % 3) continue;
+                /* (a decode step of three sequences: the split
+                 * schedule over several tokens) */
+                if (c % 4 == 1) {
+                    world d = {.n_seqs = 3, .len = {400, 130, 65}, .from = {399, 129, 64},
+                               .n_heads = heads[hi].nh, .n_kv = heads[hi].nkv,
+                               .hd = heads[hi].hd, .n_layers = 2, .layer = 1,
+                               .page_size = pages[pi], .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
+                               .scale = 1.0f / sqrtf((float)heads[hi].hd)};
+                    if (p->t->be->ops->supports(p->t->be, TR_BACKEND_CAP_KV, d.type)) {
+                        check_attention(p, &d);
+                        world_free(&d);
+                    }
+                }
                 /* a one-token prompt; a decode at 399 (past several 64-
                  * position blocks); a prefill chunk 100..149 after a
                  * cached prefix; decodes at exactly 64 and 129; a second
@@ -975,13 +988,18 @@ static void determinism_rows(tb *a, tb *b) {
 /* Attention: the whole ragged batch on a and on b (threads), each token
  * alone, and the batch in reverse order: the same bits. */
 static void determinism_attention(tb *a, tb *b) {
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < 3; ti++) {
         /* (the F16 round with a sliding window of 100). Alone, the
-         * decodes at 699 and 799 take the split schedule. */
+         * decodes at 699 and 799 take the split schedule; the third round
+         * is a decode step of three sequences, which takes it whole. */
         world w = {.n_seqs = 4, .len = {700, 90, 130, 800}, .from = {699, 0, 125, 799},
                    .n_heads = 9, .n_kv = 3, .hd = 64, .n_layers = 1, .layer = 0,
                    .page_size = 16, .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
-                   .scale = 0.125f, .window = ti ? 100 : 0, .in_order = !ti};
+                   .scale = 0.125f, .window = ti == 1 ? 100 : 0, .in_order = !ti};
+        if (ti == 2) {
+            w.n_seqs = 3;
+            w.len[1] = 300, w.from[1] = 299, w.from[2] = 129;
+        }
         world_build(&w);
         size_t row = (size_t)w.n_heads * w.hd;
         float *base = NULL;
