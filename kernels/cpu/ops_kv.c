@@ -148,6 +148,7 @@ typedef struct attn_args {
     /* split schedule only */
     float *part;          /* [blocks][n_heads][hd + 2] */
     const int64_t *boff;  /* [n_tokens + 1] first block of each token */
+    const int64_t *toff;  /* [n_tiles + 1] first item of each tile */
     /* per-unit schedule: tiles of tokens (see attn_tile) */
     int32_t n_tiles;
     const int32_t *tile;  /* [n_tiles + 1] first token of each; NULL: one
@@ -195,19 +196,20 @@ static void attn_pf_step(const attn_args *a, attn_pf *pf) {
 }
 
 /* Requests rows [from, to) of kind c (0 K, 1 V) of token t's sequence,
- * the hd elements from col of each, as far as its pages go. The rows of a
+ * the width elements from col of each, as far as its pages go. The rows of a
  * page are contiguous but pages lie far apart, so the hardware prefetcher
  * starts over at each page: reading page by page, request the next one
  * (attn_stage; measured on a 43-token suffix over ~1,593 cached
  * positions, 30 layers, 1 thread, with and without: 119-143 vs 124-193
  * ms in 3 rounds each, on a busy machine). */
 static void attn_prefetch_rows(const attn_args *a, int32_t t, int c,
-                               int32_t from, int32_t to, size_t col) {
+                               int32_t from, int32_t to, size_t col,
+                               size_t width) {
     const tr_kv_layout *kv = a->kv;
     int32_t s = a->b->seq[t], ps = kv->page_size;
     const int32_t *pt = a->b->page_table[s];
     to = TR_MIN(to, a->b->n_pages[s] * ps);
-    size_t bytes = (size_t)a->hd * a->esize;
+    size_t bytes = width * a->esize;
     for (int32_t j = from; j < to; j++) {
         const char *row =
             (const char *)kv->base +
@@ -236,6 +238,7 @@ static int32_t attn_blocks(int32_t window, int32_t p) {
  * paged cache instead when given none. */
 typedef struct attn_rows {
     const float *k, *v;
+    size_t stride; /* floats from one row to the next */
     int32_t base;
 } attn_rows;
 
@@ -268,7 +271,8 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
         for (int32_t h = 0; h < g; h++) m[h] = -INFINITY;
         if (rows)
             a->k->attn_scores(scores, CPU_ATTN_BLOCK, m, q, g,
-                              rows->k + (size_t)(j0 - rows->base) * hd, hd,
+                              rows->k + (size_t)(j0 - rows->base) * rows->stride,
+                              rows->stride,
                               len, hd, false, a->scale);
         /* Scores, page run by page run (rows of a run are contiguous). */
         for (int32_t j = rows ? j1 : j0; j < j1;) {
@@ -291,7 +295,8 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
         }
         if (rows)
             a->k->attn_accum(part + 2, pstride, scores, CPU_ATTN_BLOCK, g,
-                             rows->v + (size_t)(j0 - rows->base) * hd, hd,
+                             rows->v + (size_t)(j0 - rows->base) * rows->stride,
+                             rows->stride,
                              len, hd, false);
         for (int32_t j = rows ? j1 : j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
@@ -368,27 +373,28 @@ static inline int32_t tile_first(const attn_args *a, int32_t i) {
     return a->tile ? a->tile[i] : i;
 }
 
-/* Stages positions [from, to) of KV head kvh of token t's sequence as F32
- * rows (exact conversion): kbuf and vbuf, hd floats per row. */
-static void attn_stage(const attn_args *a, int32_t t, int32_t kvh,
-                       int32_t from, int32_t to, float *kbuf, float *vbuf) {
+/* Stages positions [from, to) of token t's sequence as F32 rows (exact
+ * conversion): elements [col, col + width) of each cached row into kbuf
+ * and vbuf, width floats per row (one KV head's slice, or whole rows). */
+static void attn_stage(const attn_args *a, int32_t t, size_t col,
+                       size_t width, int32_t from, int32_t to, float *kbuf,
+                       float *vbuf) {
     const tr_kv_layout *kv = a->kv;
     const int32_t *pt = a->b->page_table[a->b->seq[t]];
-    int32_t ps = kv->page_size, hd = a->hd;
-    size_t head_off = (size_t)kvh * (size_t)hd;
+    int32_t ps = kv->page_size;
     const uint8_t *base = kv->base;
     for (int32_t j = from; j < to; j++) {
-        size_t r = (size_t)(j - from) * (size_t)hd;
+        size_t r = (size_t)(j - from) * width;
         /* a page ahead, a row at a time: the requests spread over the
          * conversions instead of queueing up in a burst */
-        attn_prefetch_rows(a, t, 0, j + ps, j + ps + 1, head_off);
-        attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, head_off);
+        attn_prefetch_rows(a, t, 0, j + ps, j + ps + 1, col, width);
+        attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, col, width);
         size_t k_off = kv_row_offset(kv, a->layer, pt[j / ps], 0, j % ps);
         size_t v_off = kv_row_offset(kv, a->layer, pt[j / ps], 1, j % ps);
-        a->k->load_row(kbuf + r, base + (k_off + head_off) * a->esize, hd,
-                       a->f16);
-        a->k->load_row(vbuf + r, base + (v_off + head_off) * a->esize, hd,
-                       a->f16);
+        a->k->load_row(kbuf + r, base + (k_off + col) * a->esize,
+                       (int32_t)width, a->f16);
+        a->k->load_row(vbuf + r, base + (v_off + col) * a->esize,
+                       (int32_t)width, a->f16);
     }
 }
 
@@ -416,8 +422,8 @@ static void attn_tile(const attn_args *a, int32_t t0, int32_t nt,
         hi = TR_MAX(hi, pos[i] + 1);
     }
     for (int32_t blk = b0; blk <= b1; blk++) {
-        attn_rows rows = {kbuf, vbuf, TR_MAX(blk * CPU_ATTN_BLOCK, lo)};
-        attn_stage(a, t0, kvh, rows.base,
+        attn_rows rows = {kbuf, vbuf, (size_t)hd, TR_MAX(blk * CPU_ATTN_BLOCK, lo)};
+        attn_stage(a, t0, (size_t)kvh * (size_t)hd, (size_t)hd, rows.base,
                    TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
         for (int32_t i = 0; i < nt; i++) {
             int32_t fb = attn_first_blk(a->window, pos[i]);
@@ -481,60 +487,110 @@ static void attn_unit_task(void *ctx, int ith, int nth) {
     }
 }
 
-/* Phase-1 item i of the split schedule: token *t (advanced from its
- * current value: items are visited in increasing order) and its block
- * index *lb (from its first block). */
-static void split_item(const attn_args *a, int64_t i, int32_t *t, int32_t *lb) {
-    while (a->boff[*t + 1] <= i) (*t)++;
-    *lb = (int32_t)(i - a->boff[*t]);
+/* A tile's blocks: *b0 .. *b1, the union of its tokens'. */
+static void tile_blocks(const attn_args *a, int32_t ti, int32_t *b0,
+                        int32_t *b1) {
+    *b0 = INT32_MAX, *b1 = 0;
+    for (int32_t t = tile_first(a, ti); t < tile_first(a, ti + 1); t++) {
+        *b0 = TR_MIN(*b0, attn_first_blk(a->window, a->b->pos[t]));
+        *b1 = TR_MAX(*b1, a->b->pos[t] / CPU_ATTN_BLOCK);
+    }
 }
 
-/* Split schedule. Phase-1 item i is block i of the tokens' blocks laid
- * out token by token, for all KV heads: a block's cached rows hold the KV
- * heads side by side, so an item reads whole rows, page run by page run.
- * Items go out in order, so this thread's next one is most likely nth
- * items on: while it computes a block, it prefetches that one's rows.
- * Measured on one stream decoding at ~1,500 positions, where this
- * schedule runs: see docs/performance.md. */
+/* Phase-1 item i of the split schedule: tile *ti (advanced from its
+ * current value: items are visited in increasing order) and its block
+ * *blk. */
+static void split_item(const attn_args *a, int64_t i, int32_t *ti,
+                       int32_t *blk) {
+    while (a->toff[*ti + 1] <= i) (*ti)++;
+    int32_t b0, b1;
+    tile_blocks(a, *ti, &b0, &b1);
+    *blk = b0 + (int32_t)(i - a->toff[*ti]);
+}
+
+/* Token t's partials of block blk, every head. */
+static float *split_part(const attn_args *a, int32_t t, int32_t blk) {
+    int64_t i = a->boff[t] + blk - attn_first_blk(a->window, a->b->pos[t]);
+    return a->part + (size_t)i * (size_t)a->n_heads * ((size_t)a->hd + 2);
+}
+
+/* Block blk of the tokens of tile ti, every KV head, into their partials.
+ * One token reads the cache (prefetching pf's rows meanwhile); more stage
+ * the block's whole rows as F32 once (ws) and read them from there, each
+ * token the blocks it attends to (bitwise as from the cache, attn_block). */
+static void split_tile_block(const attn_args *a, int32_t ti, int32_t blk,
+                             float *ws, float *scores, attn_pf *pf) {
+    int32_t t0 = tile_first(a, ti), t1 = tile_first(a, ti + 1);
+    int32_t hd = a->hd, g = a->group, n_kv = a->kv->n_kv_heads;
+    size_t pstride = (size_t)hd + 2;
+    bool staged = t1 - t0 > 1;
+    float *kbuf = ws, *vbuf = NULL;
+    int32_t from = 0;
+    if (staged) {
+        vbuf = ws + (size_t)CPU_ATTN_BLOCK * a->kv_dim;
+        int32_t lo = INT32_MAX, hi = 0;
+        for (int32_t t = t0; t < t1; t++) {
+            lo = TR_MIN(lo, attn_lo(a->window, a->b->pos[t]));
+            hi = TR_MAX(hi, a->b->pos[t] + 1);
+        }
+        from = TR_MAX(blk * CPU_ATTN_BLOCK, lo);
+        attn_stage(a, t0, 0, a->kv_dim, from,
+                   TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
+    }
+    for (int32_t t = t0; t < t1; t++) {
+        int32_t p = a->b->pos[t];
+        if (blk < attn_first_blk(a->window, p) || blk > p / CPU_ATTN_BLOCK)
+            continue;
+        float *dst = split_part(a, t, blk);
+        for (int32_t kvh = 0; kvh < n_kv; kvh++) {
+            attn_rows rows = {0};
+            if (staged)
+                rows = (attn_rows){kbuf + (size_t)kvh * hd,
+                                   vbuf + (size_t)kvh * hd, a->kv_dim, from};
+            attn_block(a, t, kvh, kvh * g, (kvh + 1) * g, blk,
+                       dst + (size_t)kvh * g * pstride, scores,
+                       staged ? NULL : pf, staged ? &rows : NULL);
+        }
+    }
+}
+
+/* Split schedule. Phase-1 item i is one block of one tile (a token, or a
+ * run of adjacent tokens of a sequence: a prefill chunk), for every KV
+ * head: a block's cached rows hold the KV heads side by side, so an item
+ * reads whole rows, page run by page run, and a tile's tokens share that
+ * read. Items go out in order, so this thread's next one is most likely
+ * nth items on: while a one-token item computes, it prefetches that one's
+ * rows (a staged tile prefetches its own, a page ahead). */
 static void attn_split_task(void *ctx, int ith, int nth) {
-    (void)ith;
     attn_args *a = ctx;
     float scores[ATTN_SCORES_FLOATS];
     int32_t hd = a->hd, n_kv = a->kv->n_kv_heads;
-    int32_t n_tok = a->b->n_tokens;
     size_t pstride = (size_t)hd + 2;
-    int64_t n_items = a->boff[n_tok];
-    int32_t t = 0;
+    int64_t n_items = a->toff[a->n_tiles];
+    float *ws = a->ws ? a->ws + (size_t)ith * a->ws_floats : NULL;
+    int32_t ti = 0;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&a->next, 1,
                                               memory_order_relaxed);
         if (i >= n_items) break;
-        int32_t lb;
-        split_item(a, i, &t, &lb);
-        int32_t blk = attn_first_blk(a->window, a->b->pos[t]) + lb;
+        int32_t blk;
+        split_item(a, i, &ti, &blk);
         attn_pf pf = {0};
-        if (i + nth < n_items) {
-            int32_t tn = t, ln;
-            split_item(a, i + nth, &tn, &ln);
-            int32_t pn = a->b->pos[tn];
-            int32_t bn = attn_first_blk(a->window, pn) + ln;
-            pf.t = tn;
+        int32_t tn = ti, bn;
+        if (i + nth < n_items) split_item(a, i + nth, &tn, &bn);
+        if (i + nth < n_items && tile_first(a, tn + 1) - tile_first(a, tn) == 1) {
+            int32_t t = tile_first(a, tn), pn = a->b->pos[t];
+            pf.t = t;
             pf.first = TR_MAX(bn * CPU_ATTN_BLOCK, attn_lo(a->window, pn));
             pf.rows = TR_MIN((bn + 1) * CPU_ATTN_BLOCK, pn + 1) - pf.first;
             int32_t calls =
                 2 * n_kv * (CPU_ATTN_BLOCK / a->kv->page_size + 1);
             pf.per_call = 2 * pf.rows / calls + 1;
         }
-        float *dst = a->part + (size_t)(a->boff[t] + lb) *
-                                   (size_t)a->n_heads * pstride;
-        for (int32_t kvh = 0; kvh < n_kv; kvh++) {
-            int32_t h0 = kvh * a->group;
-            attn_block(a, t, kvh, h0, h0 + a->group, blk,
-                       dst + (size_t)h0 * pstride, scores,
-                       pf.rows ? &pf : NULL, NULL);
-        }
+        split_tile_block(a, ti, blk, ws, scores, pf.rows ? &pf : NULL);
     }
     tr_cpu_pool_barrier(a->pool);
+    int32_t n_tok = a->b->n_tokens;
     int64_t n_out = (int64_t)n_tok * a->n_heads;
     float state[CPU_ATTN_MAX_HEAD_DIM + 2];
     for (;;) {
@@ -567,17 +623,14 @@ static int32_t attn_run_end(const tr_batch *b, int32_t t) {
     return e;
 }
 
-/* Cuts the batch into tiles for the per-unit schedule: each run of
- * adjacent tokens of one sequence into the fewest tiles of at most
- * ATTN_TILE_TOKENS that still make 2 units (tile, KV head) per thread
- * (a 14-token question on 3 KV heads and 2 threads: 2 tiles, 6 units, not
- * 1 tile whose 3 units leave a thread idle a third of the time), of equal
- * sizes (+-1) so that units cost alike; writes the first token of each
- * into tile (when not NULL); returns their count. */
-static int32_t attn_cut_tiles(const tr_batch *b, int32_t n_kv, int nth,
+/* Cuts the batch into tiles: each run of adjacent tokens of one sequence
+ * into the fewest tiles of at most ATTN_TILE_TOKENS, at least min_k (as
+ * far as its tokens go), of equal sizes (+-1) so that they cost alike;
+ * writes the first token of each into tile (when not NULL); returns their
+ * count. */
+static int32_t attn_cut_tiles(const tr_batch *b, int32_t min_k,
                               int32_t *tile) {
     int32_t n = 0;
-    int32_t min_k = (2 * nth + n_kv - 1) / n_kv;
     for (int32_t t = 0, e; t < b->n_tokens; t = e) {
         e = attn_run_end(b, t);
         int32_t len = e - t;
@@ -590,12 +643,21 @@ static int32_t attn_cut_tiles(const tr_batch *b, int32_t n_kv, int nth,
     return n;
 }
 
+/* Tiles per run of the per-unit schedule, at least: enough for 2 units
+ * (tile, KV head) per thread (a 14-token question on 3 KV heads and 2
+ * threads: 2 tiles, 6 units, not 1 tile whose 3 units leave a thread idle
+ * a third of the time). */
+static int32_t unit_min_tiles(int32_t n_kv, int nth) {
+    return (2 * nth + n_kv - 1) / n_kv;
+}
+
 /* The tiles of the per-unit schedule. A batch without two adjacent tokens
  * of a sequence (decode), or whose work space cannot be had, keeps one
  * token per tile: the same result, only slower. */
 static void attn_make_tiles(cpu_backend *c, attn_args *a, int nth) {
     int32_t n_kv = a->kv->n_kv_heads;
-    int32_t n_tiles = attn_cut_tiles(a->b, n_kv, nth, NULL);
+    int32_t min_k = unit_min_tiles(n_kv, nth);
+    int32_t n_tiles = attn_cut_tiles(a->b, min_k, NULL);
     a->n_tiles = a->b->n_tokens;
     a->tile = NULL;
     if (n_tiles == a->b->n_tokens) return;
@@ -606,8 +668,56 @@ static void attn_make_tiles(cpu_backend *c, attn_args *a, int nth) {
         return;
     a->ws = c->attn;
     int32_t *tile = (int32_t *)((uint8_t *)c->attn + ws_bytes);
-    a->n_tiles = attn_cut_tiles(a->b, n_kv, nth, tile);
+    a->n_tiles = attn_cut_tiles(a->b, min_k, tile);
     a->tile = tile;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* The split schedule's scratch: partials of every (token, block), the
+ * token and tile offsets, the tiles (runs of a sequence's adjacent tokens,
+ * ATTN_TILE_TOKENS at most, as few as possible: each reads the context
+ * once) and, when a tile has more than one token, staging space per
+ * thread. Returns false when the memory cannot be had. */
+static bool attn_split_setup(cpu_backend *c, attn_args *a, int nth,
+                             int64_t blocks) {
+    const tr_batch *b = a->b;
+    int32_t n_tok = b->n_tokens;
+    int32_t n_tiles = attn_cut_tiles(b, 1, NULL);
+    bool tiled = n_tiles < n_tok;
+    size_t part_bytes = align64((size_t)blocks * (size_t)a->n_heads *
+                                ((size_t)a->hd + 2) * sizeof(float));
+    size_t boff_bytes = align64(((size_t)n_tok + 1) * sizeof(int64_t));
+    size_t toff_bytes = align64(((size_t)n_tiles + 1) * sizeof(int64_t));
+    size_t tile_bytes =
+        tiled ? align64(((size_t)n_tiles + 1) * sizeof(int32_t)) : 0;
+    a->ws_floats = tiled ? 2 * (size_t)CPU_ATTN_BLOCK * a->kv_dim : 0;
+    size_t ws_bytes = align64((size_t)nth * a->ws_floats * sizeof(float));
+    if (!tr_cpu_scratch_reserve(&c->attn, &c->attn_cap,
+                                part_bytes + boff_bytes + toff_bytes +
+                                    tile_bytes + ws_bytes))
+        return false;
+    uint8_t *m = c->attn;
+    a->part = (float *)m;
+    int64_t *boff = (int64_t *)(m += part_bytes);
+    int64_t *toff = (int64_t *)(m += boff_bytes);
+    int32_t *tile = (int32_t *)(m += toff_bytes);
+    a->ws = tiled ? (float *)(m + tile_bytes) : NULL;
+    boff[0] = 0;
+    for (int32_t t = 0; t < n_tok; t++)
+        boff[t + 1] = boff[t] + attn_blocks(a->window, b->pos[t]);
+    a->boff = boff;
+    a->n_tiles = n_tiles;
+    a->tile = tiled ? tile : NULL;
+    if (tiled) attn_cut_tiles(b, 1, tile);
+    toff[0] = 0;
+    for (int32_t ti = 0; ti < n_tiles; ti++) {
+        int32_t b0, b1;
+        tile_blocks(a, ti, &b0, &b1);
+        toff[ti + 1] = toff[ti] + (b1 - b0 + 1);
+    }
+    a->toff = toff;
+    return true;
 }
 
 void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
@@ -662,36 +772,24 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
      * (bench_model -p 16 -n 256, 6 of 6 rounds) and 1.045x (bench_serve
      * --concurrency 1, 4 of 4). Bigger batches split anyway. */
     int nth = tr_cpu_op_threads(c, work, 8192);
-    int64_t units = (int64_t)n_tok * n_kv;
-    /* Split when units are too few to share out, and for a decode batch
+    int64_t units =
+        (int64_t)attn_cut_tiles(b, unit_min_tiles(n_kv, nth), NULL) * n_kv;
+    /* Split when the per-unit schedule's units are too few to share out
+     * (a question after a cached prompt: its tiles each read the whole
+     * context, one KV head's slice of each row), and for a decode batch
      * of fewer tokens than 4 per thread: the per-unit schedule would
      * then give a unit one KV head and prefetch nothing, and the cached
      * rows come from DRAM (one stream at ~1,600 positions, 30 layers, KV
      * cold: 19-20 ms per step on one thread, 8-10 ms split; on two
      * threads 6.8-10.2 vs 5.9-8.4 ms, 4 alternating rounds, a noisy
-     * machine). A prefill chunk keeps its tiles, which read each block
-     * once for all of its tokens. */
+     * machine). On allocation failure the per-unit schedule gives the
+     * same result, just with less parallelism. */
     bool split = max_nb > 1 &&
                  (units < 4 * (int64_t)nth ||
                   (n_tok < 4 * nth && attn_decode_only(b)));
-    if (split) {
-        size_t part_bytes = (size_t)blocks * (size_t)n_heads *
-                            ((size_t)hd + 2) * sizeof(float);
-        part_bytes = (part_bytes + 63) & ~(size_t)63; /* boff alignment */
-        size_t off_bytes = ((size_t)n_tok + 1) * sizeof(int64_t);
-        /* On allocation failure the per-unit schedule gives the same
-         * result, just with less parallelism. */
-        if (tr_cpu_scratch_reserve(&c->attn, &c->attn_cap,
-                                part_bytes + off_bytes)) {
-            int64_t *boff = (int64_t *)((uint8_t *)c->attn + part_bytes);
-            boff[0] = 0;
-            for (int32_t t = 0; t < n_tok; t++)
-                boff[t + 1] = boff[t] + attn_blocks(a.window, b->pos[t]);
-            a.part = c->attn;
-            a.boff = boff;
-            tr_cpu_pool_run(c->pool, nth, attn_split_task, &a);
-            return;
-        }
+    if (split && attn_split_setup(c, &a, nth, blocks)) {
+        tr_cpu_pool_run(c->pool, nth, attn_split_task, &a);
+        return;
     }
     attn_make_tiles(c, &a, nth);
     /* Whole tiles per unit once there are 4 per thread at least. */

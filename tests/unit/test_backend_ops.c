@@ -988,10 +988,12 @@ static void determinism_rows(tb *a, tb *b) {
 /* Attention: the whole ragged batch on a and on b (threads), each token
  * alone, and the batch in reverse order: the same bits. */
 static void determinism_attention(tb *a, tb *b) {
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         /* (the F16 round with a sliding window of 100). Alone, the
          * decodes at 699 and 799 take the split schedule; the third round
-         * is a decode step of three sequences, which takes it whole. */
+         * is a decode step of three sequences, and the fourth a 14-token
+         * question after a cached prompt of 690, which take it whole (the
+         * question as one staged tile). */
         world w = {.n_seqs = 4, .len = {700, 90, 130, 800}, .from = {699, 0, 125, 799},
                    .n_heads = 9, .n_kv = 3, .hd = 64, .n_layers = 1, .layer = 0,
                    .page_size = 16, .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
@@ -999,6 +1001,10 @@ static void determinism_attention(tb *a, tb *b) {
         if (ti == 2) {
             w.n_seqs = 3;
             w.len[1] = 300, w.from[1] = 299, w.from[2] = 129;
+        }
+        if (ti == 3) {
+            w.n_seqs = 1;
+            w.len[0] = 704, w.from[0] = 690, w.in_order = true;
         }
         world_build(&w);
         size_t row = (size_t)w.n_heads * w.hd;
