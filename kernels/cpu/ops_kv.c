@@ -118,10 +118,12 @@ void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
  *   (prefill, or decode of many sequences: plenty of units); adjacent
  *   tokens of one sequence (a prefill chunk) go as a tile, which reads
  *   each block of their common context once for all of them (attn_tile);
- * - split: phase 1 computes every (token, block) partial of all KV heads
- *   into scratch, barrier, phase 2 folds each (token, head) (decode of a
- *   few sequences over long contexts: few units, many blocks; on one
- *   thread too, for the prefetching of its blocks' rows). */
+ * - split: phase 1 computes every (tile, block) partial of all KV heads
+ *   into scratch (a tile: one token, or a run of a sequence's adjacent
+ *   tokens, which share each block's read), barrier, phase 2 folds each
+ *   (token, head) (decode of a few sequences, or a short question, over a
+ *   long context: few units, many blocks; on one thread too, for the
+ *   prefetching and whole-row reads of its blocks). */
 
 /* Stack floats per unit pass: 2 partials per head + the block's scores
  * (ATTN_SCORES_FLOATS, defined with attn_block). */
