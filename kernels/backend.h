@@ -348,6 +348,18 @@ typedef struct tr_backend_ops {
 
     /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
     void (*softcap)(tr_stream *s, float *x, float cap, int64_t n);
+
+    /* OPTIONAL. matmul restricted to some rows of w: for t < n and j <
+     * n_ids,
+     *   out[t * w->rows + ids[j]] = x[t, cols] . (row ids[j] of w),
+     * bitwise what matmul (accumulate false) stores in that element; no
+     * other element of out is written. ids: host, distinct, each in
+     * [0, w->rows). The model's output projection when grammar masks allow
+     * few tokens: it reads those rows of the vocabulary matrix only.
+     * Without it: matmul over every row. */
+    void (*matmul_rows)(tr_stream *s, float *out, const tr_weight *w,
+                        const float *x, int32_t n, const int32_t *ids,
+                        int32_t n_ids);
 } tr_backend_ops;
 
 /* Every backend object starts with this header, every stream with

@@ -104,6 +104,7 @@ static void cpu_destroy(tr_backend *be) {
     tr_cpu_pool_free(c->pool);
     tr_aligned_free(c->act);
     tr_aligned_free(c->attn);
+    tr_aligned_free(c->rows);
     for (int e = 0; e < CPU_ROPE_TABLES; e++) {
         tr_aligned_free(c->rope[e].pos);
         tr_aligned_free(c->rope[e].cs);
@@ -261,6 +262,7 @@ static const tr_backend_ops k_cpu_ops = {
     .add_bias = tr_cpu_op_add_bias,
     .scale = tr_cpu_op_scale,
     .softcap = tr_cpu_op_softcap,
+    .matmul_rows = tr_cpu_op_matmul_rows,
 };
 
 tr_status tr_backend_cpu_new(const tr_backend_config *cfg, tr_backend **out,

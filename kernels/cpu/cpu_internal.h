@@ -128,6 +128,8 @@ typedef struct cpu_backend {
     size_t act_cap;   /* bytes */
     void *attn;       /* attention: per-block partials of a split op */
     size_t attn_cap;  /* bytes */
+    void *rows;       /* matmul_rows: per-thread packed rows and outputs */
+    size_t rows_cap;  /* bytes */
     cpu_rope_cache rope[CPU_ROPE_TABLES];
     uint64_t rope_clock;
 } cpu_backend;
@@ -173,6 +175,10 @@ void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
                      const float *up, int64_t n);
 void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
                         int32_t dim);
+/* ops_rows.c */
+void tr_cpu_op_matmul_rows(tr_stream *s, float *out, const tr_weight *w,
+                           const float *x, int32_t n, const int32_t *ids,
+                           int32_t n_ids);
 void tr_cpu_op_scale(tr_stream *s, float *x, float sc, int64_t n);
 void tr_cpu_op_softcap(tr_stream *s, float *x, float cap, int64_t n);
 

@@ -31,9 +31,11 @@ typedef struct model_compute {
 } model_compute;
 
 static tr_status mc_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
-                            const int32_t *rows, int32_t n_rows, float *logits) {
+                            const int32_t *rows, int32_t n_rows, float *logits,
+                            const tr_logit_masks *masks) {
     model_compute *mc = ctx;
-    return tr_model_forward(mc->m, &mc->kv, b, tokens, rows, n_rows, logits);
+    return tr_model_forward_masked(mc->m, &mc->kv, b, tokens, rows, n_rows,
+                                   logits, masks);
 }
 
 static void mc_destroy(void *ctx) {
@@ -101,7 +103,8 @@ static void *worker_main(void *arg) {
         tr_status s = TR_OK;
         if (w->kind == W_JOB_FORWARD)
             s = e->compute.ops->forward(e->compute.ctx, w->b, w->tokens,
-                                        w->rows, w->n_rows, w->logits);
+                                        w->rows, w->n_rows, w->logits,
+                                        &e->lmasks);
         else
             tr_engine_sample_rows(e, w->r0, w->r1);
         pthread_mutex_lock(&w->mu);
@@ -144,6 +147,7 @@ void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
     w->rows = rows;
     w->n_rows = n_rows;
     w->logits = logits;
+    w->masks_ready = false;
     w->state = W_POSTED;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->mu);
@@ -157,6 +161,23 @@ void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {
     w->r0 = r0;
     w->r1 = r1;
     w->state = W_POSTED;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The forward's wait for the masks (tr_logit_masks.await), on the compute
+ * thread. */
+void tr_worker_await_masks(void *ctx) {
+    engine_worker *w = &((trellis_engine *)ctx)->worker;
+    pthread_mutex_lock(&w->mu);
+    while (!w->masks_ready) pthread_cond_wait(&w->cond, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void tr_worker_masks_ready(trellis_engine *e) {
+    engine_worker *w = &e->worker;
+    pthread_mutex_lock(&w->mu);
+    w->masks_ready = true;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->mu);
 }

@@ -449,6 +449,7 @@ static void engine_destroy(trellis_engine *e) {
     free(e->row_st);
     free(e->row_lp);
     free(e->masks);
+    free(e->row_mask);
     free(e->running);
     free(e->cand);
     pthread_mutex_destroy(&e->in_mu);
@@ -571,13 +572,14 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->row_st = malloc(nr * sizeof(*e->row_st));
     e->row_lp = malloc(nr * sizeof(*e->row_lp));
     e->masks = malloc(nr * e->n_words * sizeof(uint64_t));
+    e->row_mask = malloc(nr * sizeof(*e->row_mask));
     e->running = malloc(nr * sizeof(*e->running));
     e->cand = malloc(SCHED_SCAN_MAX * sizeof(*e->cand));
     e->hash_cap = 64;
     e->hash = calloc(e->hash_cap, sizeof *e->hash);
     if (!e->is_eog || !e->piece || !e->b_tokens || !e->b_pos || !e->b_seq ||
         !e->b_rows || !e->b_npages || !e->b_tables || !e->b_seqs ||
-        !e->row_seqs || !e->logits || !e->masks || !e->running || !e->cand ||
+        !e->row_seqs || !e->logits || !e->masks || !e->row_mask || !e->running || !e->cand ||
         !e->row_tok || !e->row_st || !e->row_lp ||
         !e->hash) {
         s = seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");

@@ -61,10 +61,15 @@
 /* One forward pass over a ragged batch (kernels/backend.h tr_batch, whose
  * page tables index the engine's page pool of n_pages pages of page_size
  * tokens): writes the K/V of the batch's tokens and stores the logits of
- * rows[0..n_rows) into logits ([n_rows, n_vocab]). */
+ * rows[0..n_rows) into logits ([n_rows, n_vocab]). masks (never NULL)
+ * says which logits the engine reads (runtime/model/model.h
+ * tr_logit_masks: the others may be left unspecified; await must be called
+ * before reading the masks, and may be ignored by a forward that computes
+ * every logit). */
 typedef struct engine_compute_ops {
     tr_status (*forward)(void *ctx, const tr_batch *b, const int32_t *tokens,
-                         const int32_t *rows, int32_t n_rows, float *logits);
+                         const int32_t *rows, int32_t n_rows, float *logits,
+                         const tr_logit_masks *masks);
     void (*destroy)(void *ctx); /* may be NULL */
     /* Layer l's sliding attention window, 0 for global attention (may be
      * NULL: every layer global). l is in [0, n_layers). */

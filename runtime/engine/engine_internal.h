@@ -189,6 +189,7 @@ typedef struct engine_worker {
     const int32_t *tokens, *rows;
     int32_t n_rows;
     float *logits;
+    bool masks_ready;        /* the forward job's masks are filled */
     tr_status result;
 } engine_worker;
 
@@ -249,6 +250,9 @@ struct trellis_engine {
     int *row_st;             /* [max_running] sampler status per row */
     sampler_logprobs *row_lp; /* [max_running] */
     uint64_t *masks;         /* [max_running, n_words] */
+    const uint64_t **row_mask; /* [max_running] what the sampler reads of
+                                  each logits row: its mask, NULL = all */
+    tr_logit_masks lmasks;   /* row_mask as the forward sees it */
     sched_cand *cand;        /* [SCHED_SCAN_MAX] admission candidates */
     engine_msg *deferred, *deferred_tail; /* taken during a forward pass,
                                              processed after it */
@@ -345,5 +349,9 @@ void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits);
 void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
 tr_status tr_worker_wait(trellis_engine *e);
+/* The posted forward's masks are filled (row_mask): wakes its await. */
+void tr_worker_masks_ready(trellis_engine *e);
+/* tr_logit_masks.await of a posted forward (ctx: the engine). */
+void tr_worker_await_masks(void *ctx);
 
 #endif

@@ -228,12 +228,16 @@ static bool mask_allows_eog(const trellis_engine *e, const uint64_t *m) {
 }
 
 /* Fills the masks of the constrained rows (overlapped with the forward),
- * and decides which rows the end-of-span rule applies to. */
+ * decides which rows the end-of-span rule applies to, and tells the
+ * forward which logits sampling will read (e->row_mask: a masked row's
+ * mask; every logit of a row sampled without one, the end-of-span rule's
+ * draw included). */
 static void fill_masks(trellis_engine *e, int32_t n_rows) {
     for (int32_t i = 0; i < n_rows; i++) {
         engine_seq *s = e->row_seqs[i];
         s->mask = NULL;
         s->span_rule = s->span_end = false;
+        e->row_mask[i] = NULL;
         if (!s->cstate) continue;
         uint64_t *m = e->masks + (size_t)i * e->n_words;
         int st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
@@ -243,6 +247,7 @@ static void fill_masks(trellis_engine *e, int32_t n_rows) {
         }
         s->mask = m;
         s->span_rule = s->req->end_span && mask_allows_eog(e, m);
+        if (!s->span_rule) e->row_mask[i] = m;
     }
 }
 
@@ -283,10 +288,14 @@ void tr_engine_step(trellis_engine *e) {
     uint64_t t1 = tr_now_ns();
     tr_status fst;
     uint64_t ov = 0;
+    e->lmasks = (tr_logit_masks){.ctx = e, .row_mask = e->row_mask,
+                                 .n_words = e->n_words};
     if (e->worker.started) {
+        e->lmasks.await = tr_worker_await_masks;
         tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows, e->logits);
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
+        tr_worker_masks_ready(e);
         tr_engine_take_messages(e, false, true);
         tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
@@ -297,7 +306,7 @@ void tr_engine_step(trellis_engine *e) {
         tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
-                                      e->b_rows, nrows, e->logits);
+                                      e->b_rows, nrows, e->logits, &e->lmasks);
     }
     uint64_t t2 = tr_now_ns();
     e->st.steps++;

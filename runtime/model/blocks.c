@@ -7,6 +7,8 @@
  * norms, post-norms, embedding scale, soft-capping) are each one branch on
  * a weight or hyper-parameter a family may not have.
  */
+#include <string.h>
+
 #include "runtime/model/model_internal.h"
 
 void tr_model_block_embed(tr_fwd *f) {
@@ -118,6 +120,35 @@ static tr_status gather_rows(tr_fwd *f, float *out, const float *x,
     return TR_OK;
 }
 
+/* How many output rows the logit rows' masks (model.h tr_logit_masks)
+ * want, with their ids in m->mask_ids; -1 for every row: no masks, a row
+ * without one, a backend without matmul_rows, or more than 1 /
+ * MODEL_SPARSE_LOGITS_SHARE of the vocabulary (a gathered row costs more
+ * than a streamed one). Waits for the masks first. */
+static int32_t masked_rows(tr_fwd *f) {
+    const tr_logit_masks *lm = f->masks;
+    model *m = f->m;
+    if (!lm || !f->op->matmul_rows) return -1;
+    if (lm->await) lm->await(lm->ctx);
+    const int32_t nv = m->hp.n_vocab;
+    const size_t nw = ((size_t)nv + 63) / 64;
+    memset(m->mask_union, 0, nw * sizeof *m->mask_union);
+    for (int32_t i = 0; i < f->n_logits; i++) {
+        const uint64_t *r = lm->row_mask[i];
+        if (!r) return -1;
+        for (size_t k = 0; k < nw; k++) m->mask_union[k] |= r[k];
+    }
+    if (nv % 64) m->mask_union[nw - 1] &= (UINT64_C(1) << (nv % 64)) - 1;
+    int64_t count = 0;
+    for (size_t k = 0; k < nw; k++) count += __builtin_popcountll(m->mask_union[k]);
+    if (count > nv / MODEL_SPARSE_LOGITS_SHARE) return -1;
+    int32_t n = 0;
+    for (size_t k = 0; k < nw; k++)
+        for (uint64_t b = m->mask_union[k]; b; b &= b - 1)
+            m->mask_ids[n++] = (int32_t)(k * 64 + (size_t)__builtin_ctzll(b));
+    return n;
+}
+
 tr_status tr_model_block_logits(tr_fwd *f) {
     model *m = f->m;
     const model_hparams *hp = &m->hp;
@@ -134,8 +165,13 @@ tr_status tr_model_block_logits(tr_fwd *f) {
      * asynchronous download. */
     float *lo[1] = {m->host_memory ? f->logits : m->logits};
     const tr_weight *wout[1] = {&m->output};
-    f->op->matmul(f->st, 1, lo, wout, m->xsel, f->n_logits,
-                  false); /* [n_logits, vocab] */
+    int32_t n_ids = masked_rows(f);
+    if (n_ids >= 0) /* only the rows some mask allows */
+        f->op->matmul_rows(f->st, lo[0], &m->output, m->xsel, f->n_logits,
+                           m->mask_ids, n_ids);
+    else
+        f->op->matmul(f->st, 1, lo, wout, m->xsel, f->n_logits,
+                      false); /* [n_logits, vocab] */
     if (m->output_bias)
         f->op->add_bias(f->st, lo[0], m->output_bias, f->n_logits, hp->n_vocab);
     if (hp->final_softcap > 0.0f)

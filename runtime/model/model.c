@@ -139,6 +139,13 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
                     max_batch_tokens);
         goto fail;
     }
+    m->mask_union = calloc(((size_t)hp->n_vocab + 63) / 64, sizeof *m->mask_union);
+    m->mask_ids = calloc((size_t)(hp->n_vocab / MODEL_SPARSE_LOGITS_SHARE) + 1,
+                         sizeof *m->mask_ids);
+    if (!m->mask_union || !m->mask_ids) {
+        s = tr_diag_set(diag, TR_ERR_NOMEM, 0, "cannot allocate the logit mask scratch");
+        goto fail;
+    }
     *out = m;
     return TR_OK;
 fail:
@@ -158,6 +165,8 @@ void tr_model_free(model *m) {
     free(m->device_copies);
     free(m->layers);
     free(m->window);
+    free(m->mask_union);
+    free(m->mask_ids);
     free(m);
 }
 
@@ -239,7 +248,18 @@ static tr_status check_batch(const model *m, const tr_kv_layout *kv,
 tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
                            const int32_t *tokens, const int32_t *logit_rows,
                            int32_t n_logits, float *logits) {
+    return tr_model_forward_masked(m, kv, b, tokens, logit_rows, n_logits,
+                                   logits, NULL);
+}
+
+tr_status tr_model_forward_masked(model *m, const tr_kv_layout *kv,
+                                  const tr_batch *b, const int32_t *tokens,
+                                  const int32_t *logit_rows, int32_t n_logits,
+                                  float *logits, const tr_logit_masks *masks) {
     tr_status s = check_batch(m, kv, b, tokens, logit_rows, n_logits);
+    if (!s && masks && (!masks->row_mask ||
+                        masks->n_words < ((size_t)m->hp.n_vocab + 63) / 64))
+        s = TR_ERR_INVALID_ARG;
     if (s) {
         tr_log(TR_LOG_ERROR, "model_forward: malformed batch (%d tokens)",
                b->n_tokens);
@@ -256,6 +276,7 @@ tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
         .logit_rows = logit_rows,
         .n_logits = n_logits,
         .logits = logits,
+        .masks = masks,
     };
     return m->arch->forward(&f);
 }

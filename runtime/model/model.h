@@ -120,4 +120,32 @@ tr_status tr_model_forward(model *m, const tr_kv_layout *kv, const tr_batch *b,
                         const int32_t *tokens, const int32_t *logit_rows,
                         int32_t n_logits, float *logits);
 
+/* Which tokens' logits a forward call's caller will read: the grammar
+ * masks of the logit rows. A row's logits outside its mask are left
+ * unspecified (any float, NaN included): the caller must not read them
+ * (the sampler's first step overwrites them with -inf). When the rows'
+ * masks together allow few tokens, the output projection reads only those
+ * rows of the vocabulary matrix (where the backend has matmul_rows); the
+ * logits it computes are bitwise those of a forward without masks.
+ *
+ * The masks may be filled while the forward pass runs (the engine computes
+ * them on its own thread meanwhile): before reading them, the forward
+ * calls await(ctx), which returns once they are complete; await may be
+ * NULL when they already are. await is called at most once per forward,
+ * from the forward's thread. */
+typedef struct tr_logit_masks {
+    void (*await)(void *ctx);
+    void *ctx;
+    /* [n_logits]: row i's mask (bit t of word t / 64 set = token t read),
+     * n_words words; a NULL entry: every token of that row is read. */
+    const uint64_t *const *row_mask;
+    size_t n_words; /* >= (n_vocab + 63) / 64 */
+} tr_logit_masks;
+
+/* tr_model_forward with masks (NULL: every logit is computed). */
+tr_status tr_model_forward_masked(model *m, const tr_kv_layout *kv,
+                                  const tr_batch *b, const int32_t *tokens,
+                                  const int32_t *logit_rows, int32_t n_logits,
+                                  float *logits, const tr_logit_masks *masks);
+
 #endif

@@ -123,7 +123,15 @@ struct model {
     float *hu;     /* [n, ffn] up */
     float *xsel;   /* [n, dim] rows whose logits are wanted */
     float *logits; /* [n, vocab] on the device (NULL with host memory) */
+
+    /* host scratch of the masked output projection (blocks.c) */
+    uint64_t *mask_union; /* [(vocab + 63) / 64] */
+    int32_t *mask_ids;    /* [vocab / MODEL_SPARSE_LOGITS_SHARE] */
 };
+
+/* The output projection reads only the rows the logit rows' masks allow
+ * when they are at most 1 / this share of the vocabulary (blocks.c). */
+#define MODEL_SPARSE_LOGITS_SHARE 8
 
 /* One forward call: the batch and where its ops go. */
 struct tr_fwd {
@@ -137,6 +145,7 @@ struct tr_fwd {
     const int32_t *logit_rows; /* [n_logits] batch rows whose logits... */
     int32_t n_logits;
     float *logits;            /* ...go here: host [n_logits, vocab] */
+    const tr_logit_masks *masks; /* may be NULL (model.h) */
 };
 
 /* ---- hyper-parameters (hparams.c) ----

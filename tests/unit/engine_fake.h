@@ -53,6 +53,7 @@ typedef struct fake {
     uint64_t forwards, rows;
     int32_t max_batch_seen;
     int delay_us;      /* per forward, to make requests take a while */
+    uint64_t masked_rows; /* rows the engine said it reads through a mask */
 } fake;
 
 static inline uint64_t mix(uint64_t z) {
@@ -62,8 +63,25 @@ static inline uint64_t mix(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* The logits the engine says it will not read (outside a row's mask) get
+ * a huge value: a sampler that read one would pick it, so a wrong
+ * tr_logit_masks changes outputs the tests check. */
+static inline void fake_poison_unread(fake *f, const tr_logit_masks *lm,
+                                      int32_t n_rows, float *logits) {
+    if (lm->await) lm->await(lm->ctx);
+    for (int32_t r = 0; r < n_rows; r++) {
+        const uint64_t *m = lm->row_mask[r];
+        if (!m) continue;
+        f->masked_rows++;
+        float *l = logits + (size_t)r * (size_t)f->n_vocab;
+        for (int32_t t = 0; t < f->n_vocab; t++)
+            if (!(m[t >> 6] >> (t & 63) & 1)) l[t] = 1e30f;
+    }
+}
+
 static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
-                              const int32_t *rows, int32_t n_rows, float *logits) {
+                              const int32_t *rows, int32_t n_rows, float *logits,
+                              const tr_logit_masks *masks) {
     fake *f = ctx;
     f->forwards++;
     if (f->delay_us) usleep((useconds_t)f->delay_us);
@@ -104,6 +122,7 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
             l[id] = 12.0f + 0.5f * (float)k;
         }
     }
+    fake_poison_unread(f, masks, n_rows, logits);
     return TR_OK;
 }
 

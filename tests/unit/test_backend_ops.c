@@ -930,6 +930,70 @@ static void determinism_matmul(tb *a, tb *b) {
     free(x);
 }
 
+/* matmul_rows (OPTIONAL) stores bitwise what matmul stores for the listed
+ * rows, in any order, and writes no other element. */
+static void check_matmul_rows_case(tb *t, tr_dtype type, int64_t rows,
+                                   int64_t cols, int32_t n, const int32_t *ids,
+                                   int32_t n_ids) {
+    const tr_backend_ops *o = t->be->ops;
+    size_t rb = row_bytes(type, cols), nout = (size_t)n * (size_t)rows;
+    uint8_t *wh = malloc(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) random_row(type, wh + r * rb, cols);
+    float *x = rnd_floats((size_t)n * cols, -1, 1);
+    tb_weight w = tb_import(t, wh, type, rows, cols);
+    const tr_weight *wp[1] = {&w.w};
+    float *dx = tb_put(t, x, sizeof(float) * (size_t)n * cols);
+    float *full[1] = {tb_nan(t, sizeof(float) * nout)};
+    float *part = tb_nan(t, sizeof(float) * nout);
+    o->matmul(t->run, 1, full, wp, dx, n, false);
+    o->matmul_rows(t->run, part, &w.w, dx, n, ids, n_ids);
+    float *hf = tb_get_floats(t, full[0], nout), *hp = tb_get_floats(t, part, nout);
+    bool *listed = calloc((size_t)rows, sizeof *listed);
+    for (int32_t j = 0; j < n_ids; j++) listed[ids[j]] = true;
+    for (int32_t tok = 0; tok < n; tok++)
+        for (int64_t r = 0; r < rows; r++) {
+            size_t i = (size_t)tok * (size_t)rows + (size_t)r;
+            uint32_t bits;
+            memcpy(&bits, &hp[i], sizeof bits);
+            if (listed[r] && memcmp(&hp[i], &hf[i], sizeof(float)))
+                fail_msg("%s matmul_rows %s: token %d row %lld: %g, matmul %g",
+                         t->label, tr_dtype_name(type), tok, (long long)r,
+                         (double)hp[i], (double)hf[i]);
+            if (!listed[r] && bits != 0xffffffffu)
+                fail_msg("%s matmul_rows %s: wrote unlisted row %lld", t->label,
+                         tr_dtype_name(type), (long long)r);
+        }
+    free(listed);
+    free(hf);
+    free(hp);
+    tb_free(t, 3, dx, full[0], part);
+    tb_unimport(t, &w);
+    free(wh);
+    free(x);
+}
+
+static void determinism_matmul_rows(tb *t) {
+    if (!t->be->ops->matmul_rows) return; /* OPTIONAL */
+    const tr_dtype types[] = {TR_DTYPE_Q8_0, TR_DTYPE_Q4_1, TR_DTYPE_Q6_K,
+                              TR_DTYPE_Q4_K, TR_DTYPE_F16, TR_DTYPE_F32};
+    const int64_t rows = 301, cols = 256;
+    int32_t ids[301];
+    for (size_t k = 0; k < TR_ARRAY_LEN(types); k++) {
+        /* a few scattered rows (the first and last among them), unsorted */
+        int32_t few[] = {300, 0, 17, 18, 19, 133, 64, 250, 5};
+        check_matmul_rows_case(t, types[k], rows, cols, 1, few, 9);
+        check_matmul_rows_case(t, types[k], rows, cols, 3, few, 9);
+        /* every third row for 40 tokens: enough work for every thread */
+        int32_t n_ids = 0;
+        for (int32_t r = 2; r < rows; r += 3) ids[n_ids++] = r;
+        check_matmul_rows_case(t, types[k], rows, cols, 40, ids, n_ids);
+        /* every row, and none */
+        for (int32_t r = 0; r < rows; r++) ids[r] = (int32_t)(rows - 1 - r);
+        check_matmul_rows_case(t, types[k], rows, cols, 2, ids, (int32_t)rows);
+        check_matmul_rows_case(t, types[k], rows, cols, 2, ids, 0);
+    }
+}
+
 static void determinism_rows(tb *a, tb *b) {
     const int32_t n = 33, dim = 576, nh = 9, hd = 64;
     float *x = rnd_floats((size_t)n * dim, -2, 2), *wn = rnd_floats(dim, -1, 1);
@@ -1148,6 +1212,8 @@ static void test_determinism(void **state) {
     require_ops(&a);
     tb_open(&b, v->reg->name, v->kernels, 3);
     determinism_matmul(&a, &b);
+    determinism_matmul_rows(&a);
+    determinism_matmul_rows(&b);
     determinism_rows(&a, &b);
     determinism_attention(&a, &b);
     tb_close(&a);

@@ -332,6 +332,100 @@ static void test_batch_invariance(void **state) {
     free(ta); free(tb); free(pa); free(pb); free(alone); free(mixed);
 }
 
+/* ---- masked logits (model.h tr_logit_masks) ---- */
+
+typedef struct mask_probe {
+    int awaited;
+} mask_probe;
+
+static void probe_await(void *ctx) { ((mask_probe *)ctx)->awaited++; }
+
+/* One sequence of n tokens with logits at rows (n/2, n-1), under masks
+ * (NULL: none), into out[2, vocab] prefilled with NaN bytes. */
+static tr_status masked_run(model *m, seq_kv *s, const int32_t *tokens, int32_t n,
+                            const tr_logit_masks *lm, float *out) {
+    int32_t pos[512], seq[512] = {0};
+    const int32_t *tables[1] = {s->table};
+    for (int32_t i = 0; i < n; i++) pos[i] = i;
+    tr_batch b = {.n_tokens = n, .pos = pos, .seq = seq, .n_seqs = 1,
+                  .page_table = tables, .n_pages = &s->n_pages};
+    int32_t rows[2] = {n / 2, n - 1};
+    memset(out, 0xff, 2 * sizeof(float) * (size_t)tr_model_get_hparams(m)->n_vocab);
+    return tr_model_forward_masked(m, &s->kv, &b, tokens, rows, 2, out, lm);
+}
+
+static bool bit(const uint64_t *m, int32_t t) { return m && (m[t >> 6] >> (t & 63) & 1); }
+
+/* Checks out against the unmasked logits: every element a row's mask
+ * allows (and every element of an unmasked row) is bitwise equal; returns
+ * how many elements were left unwritten (NaN bytes). */
+static int32_t masked_compare(const float *out, const float *full, int32_t vocab,
+                              const uint64_t *const *row_mask) {
+    int32_t unwritten = 0;
+    for (int32_t r = 0; r < 2; r++)
+        for (int32_t t = 0; t < vocab; t++) {
+            size_t i = (size_t)r * (size_t)vocab + (size_t)t;
+            uint32_t bits;
+            memcpy(&bits, &out[i], sizeof bits);
+            if (!row_mask[r] || bit(row_mask[r], t))
+                assert_memory_equal(&out[i], &full[i], sizeof(float));
+            else
+                unwritten += bits == 0xffffffffu;
+        }
+    return unwritten;
+}
+
+/* Logits under masks are bitwise the unmasked ones where a mask allows;
+ * few allowed tokens leave the rest unwritten (the output projection read
+ * only those rows); a row without a mask, or masks allowing much, get
+ * every logit; the masks are awaited once; bad masks are an error. */
+static void test_masked_logits(void **state) {
+    fixture *f = *state;
+    const int32_t vocab = tr_model_get_hparams(f->m)->n_vocab;
+    const size_t nw = ((size_t)vocab + 63) / 64;
+    jl_value *cases = jl_get(f->ref, "cases");
+    int32_t n;
+    int32_t *p = json_ids(jl_get(jl_at(cases, 6), "prompt_ids"), &n);
+    seq_kv s;
+    seq_kv_init(f->m, &s, n);
+    float *full = malloc(2 * sizeof(float) * (size_t)vocab);
+    float *out = malloc(2 * sizeof(float) * (size_t)vocab);
+    uint64_t *m0 = calloc(nw, sizeof *m0), *m1 = calloc(nw, sizeof *m1);
+    assert_int_equal(masked_run(f->m, &s, p, n, NULL, full), TR_OK);
+    /* digits-like sparse sets, the first and last token included */
+    const int32_t few0[] = {0, 15, 16, 17, 1000, 4095, vocab - 1};
+    const int32_t few1[] = {17, 64, 65, 30000 % vocab, vocab - 2};
+    for (size_t i = 0; i < TR_ARRAY_LEN(few0); i++) m0[few0[i] >> 6] |= UINT64_C(1) << (few0[i] & 63);
+    for (size_t i = 0; i < TR_ARRAY_LEN(few1); i++) m1[few1[i] >> 6] |= UINT64_C(1) << (few1[i] & 63);
+    const uint64_t *rm[2] = {m0, m1};
+    mask_probe probe = {0};
+    tr_logit_masks lm = {.await = probe_await, .ctx = &probe, .row_mask = rm, .n_words = nw};
+    assert_int_equal(masked_run(f->m, &s, p, n, &lm, out), TR_OK);
+    assert_int_equal(probe.awaited, 1);
+    /* the union of the two masks was computed: 11 of 2 * vocab written */
+    assert_int_equal(masked_compare(out, full, vocab, rm), 2 * vocab - 2 * 11);
+
+    /* a row without a mask: every logit */
+    rm[1] = NULL;
+    assert_int_equal(masked_run(f->m, &s, p, n, &lm, out), TR_OK);
+    assert_int_equal(masked_compare(out, full, vocab, (const uint64_t *const[2]){NULL, NULL}), 0);
+    /* a mask allowing half the vocabulary: every logit */
+    for (size_t k = 0; k < nw; k++) m1[k] = 0x5555555555555555ull;
+    rm[1] = m1;
+    assert_int_equal(masked_run(f->m, &s, p, n, &lm, out), TR_OK);
+    assert_int_equal(masked_compare(out, full, vocab, (const uint64_t *const[2]){NULL, NULL}), 0);
+    assert_int_equal(probe.awaited, 3);
+
+    /* masks the forward cannot read are refused */
+    lm.n_words = nw - 1;
+    assert_int_equal(masked_run(f->m, &s, p, n, &lm, out), TR_ERR_INVALID_ARG);
+    lm.n_words = nw;
+    lm.row_mask = NULL;
+    assert_int_equal(masked_run(f->m, &s, p, n, &lm, out), TR_ERR_INVALID_ARG);
+    seq_kv_free(f->m, &s);
+    free(p); free(full); free(out); free(m0); free(m1);
+}
+
 /* A malformed batch is an error, never a read outside the pages. */
 static void test_bad_batch_rejected(void **state) {
     fixture *f = *state;
@@ -366,6 +460,7 @@ int main(void) {
         cmocka_unit_test(test_bad_batch_rejected),
         cmocka_unit_test(test_chunking_is_bit_identical),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_masked_logits),
         cmocka_unit_test(test_parity_with_llama_cpp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
