@@ -463,6 +463,29 @@ static void engine_destroy(trellis_engine *e) {
     free(e);
 }
 
+/* The template family a vocabulary's turn markers name, for a model file
+ * that carries no chat template (the Gemma 3 270M GGUF has none): both
+ * markers must be special tokens, so that the rendered prompt encodes to
+ * the turn tokens the model was trained on. CHAT_TEMPLATE_NONE if none. */
+static chat_template_kind kind_from_vocab(const tokenizer *t) {
+    static const struct {
+        const char *open, *close;
+        chat_template_kind kind;
+    } k_markers[] = {
+        {"<|start_header_id|>", "<|eot_id|>", CHAT_TEMPLATE_LLAMA3},
+        {"<start_of_turn>", "<end_of_turn>", CHAT_TEMPLATE_GEMMA},
+        {"<|im_start|>", "<|im_end|>", CHAT_TEMPLATE_CHATML},
+    };
+    for (size_t i = 0; i < TR_ARRAY_LEN(k_markers); i++) {
+        int32_t a = tr_tokenizer_find(t, k_markers[i].open);
+        int32_t b = tr_tokenizer_find(t, k_markers[i].close);
+        if (a >= 0 && b >= 0 && tr_tokenizer_is_special(t, a) &&
+            tr_tokenizer_is_special(t, b))
+            return k_markers[i].kind;
+    }
+    return CHAT_TEMPLATE_NONE;
+}
+
 static void load_chat_template(trellis_engine *e) {
     char *tmpl = NULL;
     gguf_str g = {0};
@@ -478,6 +501,12 @@ static void load_chat_template(trellis_engine *e) {
         e->chat_kind = (int)kind;
         if (tr_chat_template_default_system(tmpl, &e->chat_system) != TR_OK)
             e->chat_system = NULL;
+    } else if (!tmpl && (kind = kind_from_vocab(e->tok)) != CHAT_TEMPLATE_NONE) {
+        e->chat_kind = (int)kind;
+        tr_log(TR_LOG_INFO,
+               "engine: the model file has no chat template; chat requests use "
+               "the %s template, whose turn tokens its vocabulary has",
+               tr_chat_template_kind_name(kind));
     } else {
         tr_log(TR_LOG_INFO, "engine: no chat template (%s)", d.message);
     }
