@@ -24,7 +24,6 @@
 #include "tests/unit/harness.h"
 
 #include "base/paths.h"
-#include "runtime/trellis.h"
 #include "tests/unit/model_ref.h"
 
 /* Tolerances, measured on the 8 reference prompts (the printed figures):
@@ -73,30 +72,6 @@ static int setup(void **state) {
     }
     mref_load(&g.ref, "gemma3_ref.json");
     return 0;
-}
-
-/* The Gemma GGUF carries no chat template: the engine takes the Gemma
- * family's from the vocabulary's <start_of_turn>/<end_of_turn> tokens,
- * and a chat request renders and runs. */
-static void test_chat_without_template(void **state) {
-    (void)state;
-    char path[4096], err[256] = "";
-    assert_true(tr_cached_model_path(TR_GEMMA3_MODEL_FILE, path, sizeof path));
-    trellis_engine_options o;
-    trellis_engine_options_default(&o);
-    o.threads = 2;
-    trellis_engine *e = NULL;
-    assert_int_equal(trellis_engine_new(path, &o, &e, err, sizeof err), TRELLIS_OK);
-    trellis_message m[2] = {{.role = "user", .content = "Hi"},
-                            {.role = "assistant", .content = "Hello."}};
-    char *text = NULL;
-    assert_int_equal(trellis_chat_render(e, m, 2, true, &text, NULL, err, sizeof err),
-                     TRELLIS_OK);
-    assert_string_equal(text, "<start_of_turn>user\nHi<end_of_turn>\n"
-                              "<start_of_turn>model\nHello.<end_of_turn>\n"
-                              "<start_of_turn>model\n");
-    free(text);
-    trellis_engine_free(e);
 }
 
 static int teardown(void **state) {
@@ -226,7 +201,6 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_window_and_cached_prefix),
         cmocka_unit_test(test_parity),
-        cmocka_unit_test(test_chat_without_template),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,7 +10,9 @@
  * Gemma's chat-template strings, with add_space_prefix as the file says
  * (false) and flipped to true; the special ids and the end-of-generation
  * set; decode and the incremental decoder on byte-fallback pieces; Gemma's
- * chat template rendered as llama.cpp renders it (same text, same ids).
+ * chat template rendered as llama.cpp renders it (same text, same ids);
+ * the engine taking that template from the vocabulary, since the file has
+ * none.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +32,7 @@
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_internal.h"
+#include "runtime/trellis.h"
 
 #define DATA_DIR TRELLIS_SOURCE_DIR "/tests/data/tokenizer/"
 
@@ -323,6 +326,30 @@ static void test_chat_template(void **state) {
     assert_true(n_conv >= 3);
 }
 
+/* The Gemma GGUF carries no chat template: the engine takes the Gemma
+ * family's from the vocabulary's <start_of_turn>/<end_of_turn> tokens,
+ * and a chat request renders and runs. */
+static void test_chat_without_template(void **state) {
+    (void)state;
+    char path[4096], err[256] = "";
+    assert_true(tr_cached_model_path(TR_GEMMA3_MODEL_FILE, path, sizeof path));
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 2;
+    trellis_engine *e = NULL;
+    assert_int_equal(trellis_engine_new(path, &o, &e, err, sizeof err), TRELLIS_OK);
+    trellis_message m[2] = {{.role = "user", .content = "Hi"},
+                            {.role = "assistant", .content = "Hello."}};
+    char *text = NULL;
+    assert_int_equal(trellis_chat_render(e, m, 2, true, &text, NULL, err, sizeof err),
+                     TRELLIS_OK);
+    assert_string_equal(text, "<start_of_turn>user\nHi<end_of_turn>\n"
+                              "<start_of_turn>model\nHello.<end_of_turn>\n"
+                              "<start_of_turn>model\n");
+    free(text);
+    trellis_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity),
@@ -330,6 +357,7 @@ int main(void) {
         cmocka_unit_test(test_meta),
         cmocka_unit_test(test_decode_and_stream),
         cmocka_unit_test(test_chat_template),
+        cmocka_unit_test(test_chat_without_template),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
