@@ -1,6 +1,6 @@
-/* arena.c — see arena.h. Blocks grow geometrically from 4 KiB up to
+/* arena.c — see arena_internal.h. Blocks grow geometrically from 4 KiB up to
  * 1 MiB; a request larger than a block gets a block of its own. */
-#include "frontend/arena.h"
+#include "frontend/arena_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>

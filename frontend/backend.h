@@ -3,8 +3,8 @@
  * over HTTP), plus whatever tests plug in (a fake that answers from a
  * table).
  *
- * Layering: frontend. backend_engine.c uses runtime/trellis.h only;
- * backend_http.c uses plain sockets (frontend/http.h) and jansson. The
+ * Layering: frontend. backend_engine.c uses include/trellis.h only;
+ * backend_http.c uses plain sockets (frontend/http_internal.h) and jansson. The
  * interpreter sees nothing but this header.
  *
  * Contract of submit: it either fails (returns an error, writes err, and
@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "runtime/trellis.h"
+#include "trellis.h"
 
 /* What constrains a generation. */
 typedef enum tr_dsl_constraint_kind {

@@ -1,5 +1,5 @@
 /* backend_engine.c — the in-process backend: generations go to a
- * trellis_engine through runtime/trellis.h, nothing else.
+ * trellis_engine through include/trellis.h, nothing else.
  *
  * One pump thread takes the engine's events (trellis_wait) and completes
  * each generation through its sink; submissions come from the

@@ -1,6 +1,6 @@
-/* builtins.c — see builtins.h. Each builtin checks its argument types and
+/* builtins.c — see builtins_internal.h. Each builtin checks its argument types and
  * says which argument is wrong and why. */
-#include "frontend/builtins.h"
+#include "frontend/builtins_internal.h"
 
 #include <ctype.h>
 #include <errno.h>

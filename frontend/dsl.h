@@ -5,7 +5,7 @@
  * frontend/README.md.
  *
  * Layering: the frontend library, an application on top of
- * runtime/trellis.h (in-process backend) or HTTP (remote backend); it sees
+ * include/trellis.h (in-process backend) or HTTP (remote backend); it sees
  * trellis.h, base/ and its own headers only (CMake enforces it).
  *
  * Concurrency model. A run is a tree of tasks, each an OS thread with its
@@ -220,9 +220,5 @@ tr_status tr_dsl_batch_run(tr_dsl_session *s, const char *fn, json_t *const *inp
                            const char *const *inputs_err, size_t n,
                            const tr_dsl_batch_options *o, tr_dsl_batch_emit emit,
                            void *user, tr_dsl_batch_stats *st, tr_dsl_error *err);
-
-/* `trellis run`: the command line entry point (argv after "run"). Returns
- * the exit status: 0, 1 (a run failed), 2 (usage or parse error). */
-int tr_dsl_cmd_run(int argc, char **argv);
 
 #endif

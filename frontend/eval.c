@@ -2,7 +2,7 @@
  * or records an error on the task (tr_dsl_fail) and returns its code. */
 #include <string.h>
 
-#include "frontend/builtins.h"
+#include "frontend/builtins_internal.h"
 #include "frontend/interp_internal.h"
 
 #define TRY(x)                      \

@@ -31,7 +31,7 @@
 
 #include <jansson.h>
 
-#include "frontend/ast.h"
+#include "frontend/ast_internal.h"
 #include "frontend/backend.h"
 #include "frontend/dsl.h"
 #include "frontend/value.h"

@@ -1,4 +1,4 @@
-/* lexer.c — see lexer.h. Strings are the only involved part:
+/* lexer.c — see lexer_internal.h. Strings are the only involved part:
  *
  *   "text {expr} more"   escapes \n \t \r \0 \\ \" \' \{ \} \u{HEX};
  *                        {{ and }} are literal braces; {expr} is an
@@ -14,7 +14,7 @@
  * string literals inside it, recursively up to max_nesting levels, so that
  * "{join(xs, "}")}" is one interpolation.
  */
-#include "frontend/lexer.h"
+#include "frontend/lexer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* parser.c — see parser.h. Expressions by precedence climbing, lowest
+/* parser.c — see parser_internal.h. Expressions by precedence climbing, lowest
  * first:
  *
  *   or < and < not < comparison (== != < <= > >= in, not in) < + - <
@@ -9,12 +9,12 @@
  * the expression (`let a = b` then `(x)` on the next line is not a call);
  * inside (), [] and object braces line breaks are free.
  */
-#include "frontend/parser.h"
+#include "frontend/parser_internal.h"
 
 #include <string.h>
 
-#include "frontend/builtins.h"
-#include "frontend/lexer.h"
+#include "frontend/builtins_internal.h"
+#include "frontend/lexer_internal.h"
 #include "frontend/value.h"
 
 const char *const tr_dsl_gen_option_names[TR_DSL_GEN_OPT_COUNT_] = {

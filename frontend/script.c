@@ -8,9 +8,9 @@
 
 #include "base/utf8.h"
 #include "base/util.h"
-#include "frontend/ast.h"
+#include "frontend/ast_internal.h"
 #include "frontend/dsl.h"
-#include "frontend/parser.h"
+#include "frontend/parser_internal.h"
 #include "frontend/value.h"
 
 void tr_dsl_limits_default(tr_dsl_limits *l) {

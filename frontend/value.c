@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "frontend/ast.h"
+#include "frontend/ast_internal.h"
 
 bool tr_dsl_buf_put(tr_dsl_buf *b, const char *s, size_t n) {
     size_t need;

@@ -1,4 +1,4 @@
-/* embed.c — embedding Trellis through its C API (runtime/trellis.h).
+/* embed.c — embedding Trellis through its C API (include/trellis.h).
  *
  *   sample_embed [MODEL.gguf] ["question"]
  *

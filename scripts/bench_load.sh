@@ -24,7 +24,7 @@ for C in 1 32; do
       "$BIN" bench serve --workload random --concurrency "$C" --radix on -t "$T" --prompt-min 16 \
              --prompt-max 32 --max-tokens 128 --requests "$N" --load "$MODE" \
              --csv "$TMP/run.csv" >/dev/null 2>&1
-      # columns: see the CSV header written by runtime/bench/bench_serve.c
+      # columns: see the CSV header written by app/bench/bench_serve.c
       awk -F, -v c="$C" -v m="$MODE" 'NR == 2 { print c, m, $6, $12 }' "$TMP/run.csv" >>"$TMP/all"
       tail -n 1 "$TMP/all" | awk '{ printf "  %2d streams  %-4s  %7.1f tok/s  TPOT p50 %6.2f ms\n", $1, $2, $3, $4 }'
     done

@@ -36,7 +36,7 @@ echo "== 2. fewshot: radix on vs off"
 echo "== 3. multiturn: 8 conversations x 8 turns"
 "$BIN" bench serve --workload multiturn --concurrency 8 --radix on,off -t "$T" --csv "$OUT/multiturn.csv"
 
-# column numbers: see the CSV header written by runtime/bench/bench_serve.c
+# column numbers: see the CSV header written by app/bench/bench_serve.c
 awk -F, '
   FNR == 1 { next }
   FILENAME ~ /batching/ { tps[$3] = $6; if ($3 == 64) sched = $24 }

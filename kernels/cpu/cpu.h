@@ -5,7 +5,7 @@
  * tr_backend_new("cpu", ...) from backend.h instead.
  *
  * Threads: n workers, the calling thread being worker 0 of every op
- * (kernels/cpu/threadpool.h). config.threads <= 0 means one per online
+ * (kernels/cpu/threadpool_internal.h). config.threads <= 0 means one per online
  * core; at most TR_CPU_MAX_THREADS.
  *
  * Kernel sets (config.kernels; the ops' inner loops and the quantized

@@ -19,7 +19,7 @@
 
 #include "base/util.h"
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_features_internal.h"
 #include "kernels/cpu/cpu_internal.h"
 
 _Static_assert(TR_CPU_MAX_THREADS == TR_POOL_MAX_THREADS,

@@ -1,5 +1,5 @@
-/* cpu_features.c — see cpu_features.h. */
-#include "kernels/cpu/cpu_features.h"
+/* cpu_features.c — see cpu_features_internal.h. */
+#include "kernels/cpu/cpu_features_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -3,7 +3,7 @@
  * op entry points that cpu_backend.c puts in its tr_backend_ops table.
  *
  * Layering: internal to kernels/cpu. The quantized math (matmul tiles,
- * activation quantization, dequantization, fp16/bf16) is kernels/cpu/quant.h;
+ * activation quantization, dequantization, fp16/bf16) is kernels/cpu/quant_math_internal.h;
  * this file covers everything else.
  *
  * Determinism: an op's driver (ops.c) only decides which rows/items each
@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/quant.h"
-#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/quant_math_internal.h"
+#include "kernels/cpu/threadpool_internal.h"
 
 /* Positions per attention block. Each (token, head) runs softmax over its
  * positions 0..p in blocks [k*64, (k+1)*64); each block yields a partial

@@ -40,7 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_math_internal.h"
 
 /* Which activation format a weight type multiplies with. */
 typedef enum cpu_act_kind {
@@ -134,7 +134,7 @@ static inline void cpu_q_kscale(const uint8_t *s, int j, int *sc, int *m) {
     }
 }
 
-/* The float lanes' final sum (see quant.h): ((l0+l4)+(l2+l6)) +
+/* The float lanes' final sum (see quant_math_internal.h): ((l0+l4)+(l2+l6)) +
  * ((l1+l5)+(l3+l7)). Every set reduces with this one function. */
 static inline float cpu_q_lane_sum(const float l[8]) {
     float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6],

@@ -1,8 +1,8 @@
-/* quant_ref.c — the portable (plain C) kernel set of quant.h, the choice
+/* quant_ref.c — the portable (plain C) kernel set of quant_math_internal.h, the choice
  * of kernel set at run time, and the dequantizers every set shares.
  *
  * Layering: internal to kernels/cpu. These loops are also the reference
- * the SIMD sets are tested against bit for bit, so they follow quant.h's
+ * the SIMD sets are tested against bit for bit, so they follow quant_math_internal.h's
  * arithmetic literally (integer block dots, then fmaf in block order) and
  * favour clarity over speed; they still decode each weight block once per
  * group of up to 64 tokens rather than once per (row, token).
@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_features_internal.h"
 #include "kernels/cpu/quant_internal.h"
 
 /* ---- sizes ---- */

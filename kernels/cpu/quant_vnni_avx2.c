@@ -1,5 +1,5 @@
-/* quant_vnni_avx2.c — the "avx512vnni" kernel set of quant.h: the AVX2 set
- * (quant_x86_impl.h) with its 32-block integer dots done by vpdpbusd on
+/* quant_vnni_avx2.c — the "avx512vnni" kernel set of quant_math_internal.h: the AVX2 set
+ * (quant_x86_impl_internal.h) with its 32-block integer dots done by vpdpbusd on
  * 256-bit vectors (AVX512_VNNI + AVX512VL), which replaces vpmaddubsw +
  * vpmaddwd + vpaddd and has no int16 saturation. 512-bit vectors are not
  * used: on 2-port server cores they halve the ports and lower the clock.
@@ -14,7 +14,7 @@
 #endif
 #define QX_VNNI 1
 #define QX_NAME(x) x##_vnni
-#include "kernels/cpu/quant_x86_impl.h"
+#include "kernels/cpu/quant_x86_impl_internal.h"
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -1,11 +1,11 @@
-/* threadpool.c — see threadpool.h for the protocol.
+/* threadpool.c — see threadpool_internal.h for the protocol.
  *
  * All waiting goes through wait_change(word, v): spin while word == v for
  * up to TR_POOL_SPIN_NS, then sleep on the word's futex. Whatever changes a
  * waited-on word in a way a sleeper must see calls notify() afterwards,
  * which costs a system call only if somebody is actually asleep on it.
  */
-#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/threadpool_internal.h"
 
 #include <limits.h>
 #include <pthread.h>

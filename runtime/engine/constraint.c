@@ -1,10 +1,10 @@
 /* constraint.c — grammar vocabulary of a tokenizer, constraint ops over a
- * grammar_matcher, and jump-forward re-encoding (see constraint.h).
+ * grammar_matcher, and jump-forward re-encoding (see constraint_internal.h).
  *
  * Layering: runtime/engine; used by the engine thread (step.c, submit.c)
  * and by the CLI's single-sequence driver. No global state.
  */
-#include "runtime/engine/constraint.h"
+#include "runtime/engine/constraint_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

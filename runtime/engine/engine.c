@@ -1,8 +1,8 @@
 /* engine.c — the engine object: creation and destruction, the engine
  * thread's loop, the input and output queues, control messages, stats,
- * and the small utilities of the public API (runtime/trellis.h).
+ * and the small utilities of the public API (include/trellis.h).
  *
- * Layering: runtime/engine (see engine.h). Threads: the public functions
+ * Layering: runtime/engine (see engine_compute_internal.h). Threads: the public functions
  * here run on the embedder's threads and touch only the queues (in_mu,
  * out_mu), the stats snapshot (stats_mu) and immutable fields; everything
  * else belongs to the engine thread (engine_main and what it calls).

@@ -7,7 +7,7 @@
  *   output.c   detokenization, stop strings, events
  *   compute.c  the real model behind engine_compute, the compute thread
  *   options.c  the table of option defaults and bounds
- *   grammar_*.c grammar handles and their compile cache (grammar_cache.h)
+ *   grammar_*.c grammar handles and their compile cache (grammar_cache_internal.h)
  *
  * Ownership and threads. A request (engine_req) is allocated and filled by
  * trellis_submit on the caller's thread, then handed to the engine thread
@@ -36,10 +36,10 @@
 #include "radix/radix.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "runtime/trellis.h"
-#include "runtime/engine/constraint.h"
-#include "runtime/engine/engine.h"
-#include "runtime/engine/grammar_cache.h"
+#include "trellis.h"
+#include "runtime/engine/constraint_internal.h"
+#include "runtime/engine/engine_compute_internal.h"
+#include "runtime/engine/grammar_cache_internal.h"
 
 typedef struct engine_req engine_req;
 typedef struct engine_seq engine_seq;

@@ -1,8 +1,8 @@
-/* grammar_cache.c — the compile cache and the handles (grammar_cache.h
+/* grammar_cache.c — the compile cache and the handles (grammar_cache_internal.h
  * has the design: key, budget, single flight, locks), and the "Grammars"
- * functions of runtime/trellis.h.
+ * functions of include/trellis.h.
  *
- * Layering: runtime/engine. Any thread; see grammar_cache.h for which
+ * Layering: runtime/engine. Any thread; see grammar_cache_internal.h for which
  * lock guards what.
  *
  * Table: chained buckets, a power of two, doubled when the entries
@@ -18,7 +18,7 @@
 
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
-#include "runtime/engine/grammar_cache.h"
+#include "runtime/engine/grammar_cache_internal.h"
 
 enum { GE_COMPILING = 0, GE_READY = 1, GE_FAILED = 2 };
 

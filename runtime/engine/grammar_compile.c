@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine/grammar_cache.h"
+#include "runtime/engine/grammar_cache_internal.h"
 
 /* The longest choice list, in bytes of the strings: the escaped
  * alternation is at most 4x that (\xHH), within the regex compiler's

@@ -1,6 +1,6 @@
 /* grammar_constraint.c — the constraint ops every grammar-constrained
  * sample runs on: one grammar_matcher per sample over a shared handle
- * (grammar_cache.h). The matcher part is tr_constraint_matcher_ops
+ * (grammar_cache_internal.h). The matcher part is tr_constraint_matcher_ops
  * (constraint.c, shared with the CLI's single-sequence driver); this state
  * adds the handle reference that clone needs and the engine's mask
  * counters.
@@ -11,8 +11,8 @@
  */
 #include <stdlib.h>
 
-#include "runtime/engine/constraint.h"
-#include "runtime/engine/grammar_cache.h"
+#include "runtime/engine/constraint_internal.h"
+#include "runtime/engine/grammar_cache_internal.h"
 
 typedef struct gc_state {
     grammar_matcher *m;

@@ -11,7 +11,7 @@
  * instead of occupying the queue: prompt source, empty prompt, max_tokens,
  * context and pool limits, sampling parameters, stop strings and tokens,
  * the constraint. A request's `regex` is compiled here, on the caller's
- * thread, through the engine's grammar cache (grammar_cache.h): N requests
+ * thread, through the engine's grammar cache (grammar_cache_internal.h): N requests
  * with one regex compile it once, and the engine thread never compiles.
  */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* bench_end_span.c — the end-of-span rule (runtime/trellis.h,
+/* bench_end_span.c — the end-of-span rule (include/trellis.h,
  * trellis_request.end_span) measured on the real model: how many
  * constrained generations finish before max_tokens with the rule on and
  * off, how long they are, and that every finished one full-matches its

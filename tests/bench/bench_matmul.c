@@ -1,5 +1,5 @@
 /* bench_matmul.c — single-thread speed of the quantized matmul kernels
- * (kernels/cpu/quant.h) on the default model's shapes.
+ * (kernels/cpu/quant_math_internal.h) on the default model's shapes.
  *
  * For each kernel set (portable, avx2, avx512vnni where the CPU has it) and
  * each shape of SmolLM2-135M (Q4_1 576->576, 576->192, 576->1536,
@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_math_internal.h"
 #include "kernels/dtype.h"
 #include "base/paths.h"
 #include "base/util.h"

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/threadpool_internal.h"
 #include "base/util.h"
 
 static uint64_t g_rng = 12345;

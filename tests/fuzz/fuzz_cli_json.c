@@ -1,5 +1,5 @@
 /* fuzz_cli_json.c — libFuzzer target for the CLI's JSON writers
- * (runtime/cli/cli_json.h): `tokenize --json` and `generate --json`.
+ * (app/cli/cli_json_internal.h): `tokenize --json` and `generate --json`.
  *
  * The input makes a small vocabulary and a completion: byte 0 picks the
  * number of pieces (1..16); each piece is a length byte (0..31) and that
@@ -23,7 +23,7 @@
 #include <jansson.h>
 
 #include "base/utf8.h"
-#include "runtime/cli/cli_json.h"
+#include "app/cli/cli_json_internal.h"
 
 #define CHECK(c)                                                                   \
     do {                                                                           \

@@ -1,8 +1,8 @@
 /* fuzz_http.c — HTTP request handling: bytes from a client through the
- * server's own connection code (runtime/server/http.c: http-parser,
+ * server's own connection code (app/server/http.c: http-parser,
  * limits, pipelining, responses) over a real loopback socket, and each
  * complete request's body through the request validator
- * (runtime/server/validate.c: JSON to a checked generation request).
+ * (app/server/validate.c: JSON to a checked generation request).
  *
  * Input: byte 0 picks the path. Even: the rest is what a client sends on
  * one connection (then it half-closes and reads until the server closes).
@@ -25,8 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/server/http.h"
-#include "runtime/server/validate.h"
+#include "app/server/http_internal.h"
+#include "app/server/validate_internal.h"
 
 static uv_loop_t loop;
 static tr_http_server *server;

@@ -8,7 +8,7 @@
  * prefix of a match. Shared by tests/unit/test_end_span.c (asserts) and
  * tests/bench/bench_end_span.c (prints the table).
  *
- * Plain C over runtime/trellis.h and PCRE2; errors go to stderr and make
+ * Plain C over include/trellis.h and PCRE2; errors go to stderr and make
  * es_run return false.
  */
 #ifndef TR_TESTS_UNIT_END_SPAN_RUN_H
@@ -24,7 +24,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "runtime/trellis.h"
+#include "trellis.h"
 
 #define ES_MAX_CASES 256
 #define ES_MAX_SEEDS 16

@@ -35,10 +35,10 @@
 #include <pcre2.h>
 
 #include "base/util.h"
-#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_compute_internal.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "runtime/trellis.h"
+#include "trellis.h"
 #include "tests/unit/tiny_vocab.h"
 
 /* ------------------------------------------------------------------ */

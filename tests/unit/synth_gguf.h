@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_math_internal.h"
 #include "kernels/dtype.h"
 #include "runtime/gguf/gguf.h"
 

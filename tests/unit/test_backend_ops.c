@@ -40,7 +40,7 @@
 
 #include "base/util.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/quant.h" /* fp16/bf16 conversions for making inputs */
+#include "kernels/cpu/quant_math_internal.h" /* fp16/bf16 conversions for making inputs */
 #include "tests/unit/test_env.h"
 
 /* ---- error bounds ----

@@ -19,10 +19,10 @@
 #include <jansson.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/cli/args.h"
-#include "runtime/cli/cli.h"
-#include "runtime/cli/cli_json.h"
-#include "runtime/trellis.h"
+#include "app/common/args.h"
+#include "app/cli/cli.h"
+#include "app/cli/cli_json_internal.h"
+#include "trellis.h"
 
 /* flag tables give the members a flag needs (args.h); C zeroes the rest */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"

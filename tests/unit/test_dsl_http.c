@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "frontend/dsl.h"
-#include "frontend/http.h"
+#include "frontend/http_internal.h"
 
 /* ---- the fake server ---- */
 

@@ -12,9 +12,9 @@
 
 #include <cmocka.h>
 
-#include "frontend/ast.h"
+#include "frontend/ast_internal.h"
 #include "frontend/dsl.h"
-#include "frontend/lexer.h"
+#include "frontend/lexer_internal.h"
 
 static tr_dsl_script *parse_ok(const char *src) {
     tr_dsl_script *s = NULL;

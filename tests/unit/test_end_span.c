@@ -1,4 +1,4 @@
-/* test_end_span.c — the end-of-span rule (runtime/trellis.h,
+/* test_end_span.c — the end-of-span rule (include/trellis.h,
  * trellis_request.end_span).
  *
  * On test_engine's fake model (engine_fake.h, synthetic vocabulary: no
@@ -32,7 +32,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/engine/constraint.h"
+#include "runtime/engine/constraint_internal.h"
 #include "tests/unit/end_span_run.h"
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"

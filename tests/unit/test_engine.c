@@ -1,4 +1,4 @@
-/* test_engine.c — the async engine (runtime/engine, runtime/trellis.h) on
+/* test_engine.c — the async engine (runtime/engine, include/trellis.h) on
  * a fake model (engine_fake.h) with a synthetic 49,152-token vocabulary
  * (tiny_vocab.h): no model file needed. The real model's part is
  * test_engine_model.c.
@@ -58,10 +58,10 @@
 #include "grammar/grammar.h"
 #include "base/paths.h"
 #include "base/util.h"
-#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_compute_internal.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "runtime/trellis.h"
+#include "trellis.h"
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"
 

@@ -1,5 +1,5 @@
 /* test_grammar_cache.c — grammar handles and the engine's compile cache
- * (runtime/engine/grammar_cache.h, trellis.h "Grammars").
+ * (runtime/engine/grammar_cache_internal.h, trellis.h "Grammars").
  *
  * On the cache alone, over a synthetic vocabulary (no model needed):
  *   - keys: the same (kind, text) is one entry whatever the options a kind
@@ -47,8 +47,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "runtime/engine/constraint.h"
-#include "runtime/engine/grammar_cache.h"
+#include "runtime/engine/constraint_internal.h"
+#include "runtime/engine/grammar_cache_internal.h"
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"
 #include "tests/unit/test_grammar_util.h"

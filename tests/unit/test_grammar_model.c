@@ -1,5 +1,5 @@
 /* test_grammar_model.c — constrained generation with the real model,
- * end to end through the engine's C API (runtime/trellis.h): 100 regexes
+ * end to end through the engine's C API (include/trellis.h): 100 regexes
  * (tests/data/grammar/model_regexes.txt: dates, times, phone numbers,
  * IPv4/IPv6, emails, identifiers, colours, versions, UUIDs, numbers,
  * choices, JSON-like records, code shapes), each with a user message that
@@ -34,7 +34,7 @@
 
 #include "base/paths.h"
 #include "base/util.h"
-#include "runtime/trellis.h"
+#include "trellis.h"
 #include "tests/unit/test_env.h"
 
 #define MAX_CASES 128

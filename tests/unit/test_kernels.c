@@ -20,10 +20,10 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_features_internal.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/cpu/quant.h"
-#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/quant_math_internal.h"
+#include "kernels/cpu/threadpool_internal.h"
 #include "base/util.h"
 
 /* ---- helpers ---- */

@@ -29,7 +29,7 @@
 
 #include "base/util.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_math_internal.h"
 #include "runtime/model/model.h"
 #include "tests/unit/tiny_gguf.h"
 

@@ -1,4 +1,4 @@
-/* test_quant.c — the CPU backend's quantized math (kernels/cpu/quant.h).
+/* test_quant.c — the CPU backend's quantized math (kernels/cpu/quant_math_internal.h).
  *
  * What is checked, for every weight type (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
  * Q8_0 Q4_K Q5_K Q6_K) and every kernel set this CPU runs (portable, avx2,
@@ -36,7 +36,7 @@
 
 #include "tests/unit/harness.h"
 
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_math_internal.h"
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/dtype.h"
 #include "base/paths.h"

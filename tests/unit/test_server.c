@@ -12,10 +12,10 @@
 
 #include <cmocka.h>
 
-#include "runtime/server/metrics.h"
-#include "runtime/server/sbuf.h"
-#include "runtime/server/server_internal.h"
-#include "runtime/server/validate.h"
+#include "app/server/metrics_internal.h"
+#include "app/server/sbuf_internal.h"
+#include "app/server/server_internal.h"
+#include "app/server/validate_internal.h"
 
 static tr_srv_limits lim(void) {
     tr_srv_limits l;

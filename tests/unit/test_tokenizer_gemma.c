@@ -32,7 +32,7 @@
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_internal.h"
-#include "runtime/trellis.h"
+#include "trellis.h"
 
 #define DATA_DIR TRELLIS_SOURCE_DIR "/tests/data/tokenizer/"
 
