@@ -1,4 +1,5 @@
-/* status.c — names and messages of tr_status, diagnostics. See status.h. */
+/* status.c — names and messages of tr_status, diagnostics, error
+ * formatting. See status.h. */
 #include "base/status.h"
 
 #include <stdarg.h>
@@ -53,6 +54,16 @@ tr_status tr_diag_set_at(tr_diag *d, tr_status code, uint64_t offset,
         va_list ap;
         va_start(ap, fmt);
         diag_vset(d, code, offset, line, column, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+tr_status tr_errf(char *err, size_t cap, tr_status code, const char *fmt, ...) {
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
         va_end(ap);
     }
     return code;

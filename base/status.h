@@ -1,4 +1,5 @@
-/* status.h — the one status type of Trellis, and parser diagnostics.
+/* status.h — the one status type of Trellis, parser diagnostics, and the
+ * formatter of error messages into a caller's (err, cap) buffer.
  *
  * Layering: the bottom of everything; every module may include it.
  * Every fallible function returns tr_status: 0 (TR_OK) or a negative code
@@ -10,6 +11,7 @@
 #ifndef TR_BASE_STATUS_H
 #define TR_BASE_STATUS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* C linkage for the CUDA backend's .cu files (compiled as C++). */
@@ -64,6 +66,15 @@ tr_status tr_diag_set(tr_diag *d, tr_status code, uint64_t offset,
 tr_status tr_diag_set_at(tr_diag *d, tr_status code, uint64_t offset,
                          int line, int column, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+/* Formats a message into the caller's buffer err[0..cap) and returns code,
+ * for the functions that report errors as a (char *err, size_t cap) pair:
+ * `return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad %s", what)`.
+ * err NULL or cap 0: nothing is written. Truncation is vsnprintf's: at most
+ * cap - 1 bytes of the message, always NUL-terminated, cut at a byte (it may
+ * end inside a UTF-8 sequence). */
+tr_status tr_errf(char *err, size_t cap, tr_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #ifdef __cplusplus
 }

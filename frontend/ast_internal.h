@@ -22,7 +22,7 @@
 
 #include <jansson.h>
 
-#include "frontend/arena_internal.h"
+#include "base/arena.h"
 
 typedef struct tr_dsl_expr tr_dsl_expr;
 typedef struct tr_dsl_stmt tr_dsl_stmt;
@@ -214,7 +214,7 @@ struct tr_dsl_script {
     char *dir;   /* where load() resolves relative paths ("." if none) */
     char *src;   /* the source, NUL-terminated */
     size_t len;
-    tr_dsl_arena arena;
+    tr_arena arena;
     tr_dsl_fn *fns;
     int32_t n_fns;
     tr_dsl_global *globals;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,58 +13,48 @@
 
 #include <http_parser.h>
 
-static tr_status failf(char *err, size_t cap, tr_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static tr_status failf(char *err, size_t cap, tr_status code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 tr_status tr_dsl_url_parse(const char *url, tr_dsl_url *out, char *err, size_t cap) {
     memset(out, 0, sizeof *out);
     if (strncmp(url, "https://", 8) == 0)
-        return failf(err, cap, TR_ERR_INVALID_ARG,
-                     "%s: https is not supported (use http:// to a local `trellis serve`, "
-                     "or a TLS proxy)",
-                     url);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "%s: https is not supported (use http:// to a local `trellis serve`, "
+                       "or a TLS proxy)",
+                       url);
     if (strncmp(url, "http://", 7) != 0)
-        return failf(err, cap, TR_ERR_INVALID_ARG,
-                     "%s: expected a URL like http://127.0.0.1:8080", url);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "%s: expected a URL like http://127.0.0.1:8080", url);
     const char *h = url + 7, *end;
     if (*h == '[') { /* [v6]:port */
         end = strchr(h, ']');
-        if (!end) return failf(err, cap, TR_ERR_INVALID_ARG, "%s: unclosed [", url);
+        if (!end) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: unclosed [", url);
         if ((size_t)(end - h - 1) >= sizeof out->host)
-            return failf(err, cap, TR_ERR_INVALID_ARG, "%s: host too long", url);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: host too long", url);
         memcpy(out->host, h + 1, (size_t)(end - h - 1));
         end++;
     } else {
         end = h + strcspn(h, ":/");
         if ((size_t)(end - h) >= sizeof out->host)
-            return failf(err, cap, TR_ERR_INVALID_ARG, "%s: host too long", url);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: host too long", url);
         memcpy(out->host, h, (size_t)(end - h));
     }
-    if (!out->host[0]) return failf(err, cap, TR_ERR_INVALID_ARG, "%s: no host", url);
+    if (!out->host[0]) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: no host", url);
     strcpy(out->port, "80");
     if (*end == ':') {
         const char *p = end + 1;
         size_t n = strspn(p, "0123456789");
         long port = n && n < 6 ? strtol(p, NULL, 10) : 0;
         if (port < 1 || port > 65535)
-            return failf(err, cap, TR_ERR_INVALID_ARG, "%s: bad port", url);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: bad port", url);
         snprintf(out->port, sizeof out->port, "%ld", port);
         end = p + n;
     }
     if (*end && *end != '/')
-        return failf(err, cap, TR_ERR_INVALID_ARG, "%s: unexpected '%c' after the host", url,
-                     *end);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: unexpected '%c' after the host", url,
+                       *end);
     size_t plen = strlen(end);
     while (plen && end[plen - 1] == '/') plen--;
     if (plen >= sizeof out->prefix)
-        return failf(err, cap, TR_ERR_INVALID_ARG, "%s: path too long", url);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%s: path too long", url);
     memcpy(out->prefix, end, plen);
     return TR_OK;
 }
@@ -79,7 +68,7 @@ static tr_status connect_to(const tr_dsl_url *u, int timeout_ms, int *out, char 
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(u->host, u->port, &hints, &res);
     if (gai != 0)
-        return failf(err, cap, TR_ERR_IO, "cannot resolve %s: %s", u->host, gai_strerror(gai));
+        return tr_errf(err, cap, TR_ERR_IO, "cannot resolve %s: %s", u->host, gai_strerror(gai));
     int last = 0;
     bool timed_out = false;
     for (struct addrinfo *a = res; a; a = a->ai_next) {
@@ -116,12 +105,12 @@ static tr_status connect_to(const tr_dsl_url *u, int timeout_ms, int *out, char 
     }
     freeaddrinfo(res);
     if (timed_out)
-        return failf(err, cap, TR_ERR_CANCELLED,
-                     "cannot connect to %s:%s: no answer within %d ms", u->host, u->port,
-                     timeout_ms);
-    return failf(err, cap, TR_ERR_IO, "cannot connect to %s:%s: %s (is `trellis serve` "
+        return tr_errf(err, cap, TR_ERR_CANCELLED,
+                       "cannot connect to %s:%s: no answer within %d ms", u->host, u->port,
+                       timeout_ms);
+    return tr_errf(err, cap, TR_ERR_IO, "cannot connect to %s:%s: %s (is `trellis serve` "
                                       "running there?)",
-                 u->host, u->port, strerror(last ? last : ECONNREFUSED));
+                   u->host, u->port, strerror(last ? last : ECONNREFUSED));
 }
 
 static tr_status send_all(int fd, const tr_dsl_url *u, const char *data, size_t len,
@@ -138,15 +127,15 @@ static tr_status send_all(int fd, const tr_dsl_url *u, const char *data, size_t 
             struct pollfd p = {fd, POLLOUT, 0};
             int r = poll(&p, 1, timeout_ms);
             if (r == 0)
-                return failf(err, cap, TR_ERR_CANCELLED,
-                             "%s:%s did not take the request within %d ms", u->host, u->port,
-                             timeout_ms);
+                return tr_errf(err, cap, TR_ERR_CANCELLED,
+                               "%s:%s did not take the request within %d ms", u->host, u->port,
+                               timeout_ms);
             if (r < 0 && errno != EINTR)
-                return failf(err, cap, TR_ERR_IO, "poll: %s", strerror(errno));
+                return tr_errf(err, cap, TR_ERR_IO, "poll: %s", strerror(errno));
             continue;
         }
-        return failf(err, cap, TR_ERR_IO, "sending to %s:%s: %s", u->host, u->port,
-                     strerror(errno));
+        return tr_errf(err, cap, TR_ERR_IO, "sending to %s:%s: %s", u->host, u->port,
+                       strerror(errno));
     }
     return TR_OK;
 }
@@ -206,7 +195,7 @@ tr_status tr_dsl_http_do(const tr_dsl_url *u, const tr_dsl_http_request *r,
                       r->api_key ? "\r\n" : "", r->body ? r->body_len : 0);
     if (hn < 0 || (size_t)hn >= sizeof head) {
         close(fd);
-        return failf(err, cap, TR_ERR_INVALID_ARG, "request header too long");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "request header too long");
     }
     s = send_all(fd, u, head, (size_t)hn, r->timeout_ms, err, cap);
     if (s == TR_OK && r->body) s = send_all(fd, u, r->body, r->body_len, r->timeout_ms, err, cap);
@@ -225,36 +214,36 @@ tr_status tr_dsl_http_do(const tr_dsl_url *u, const tr_dsl_http_request *r,
         int pr = poll(&p, 1, r->timeout_ms);
         if (pr < 0 && errno == EINTR) continue;
         if (pr == 0) {
-            s = failf(err, cap, TR_ERR_CANCELLED,
-                      "%s:%s sent nothing for %d ms (timeout)", u->host, u->port,
-                      r->timeout_ms);
+            s = tr_errf(err, cap, TR_ERR_CANCELLED,
+                        "%s:%s sent nothing for %d ms (timeout)", u->host, u->port,
+                        r->timeout_ms);
             break;
         }
         ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n < 0) {
-            s = failf(err, cap, TR_ERR_IO, "reading from %s:%s: %s", u->host, u->port,
-                      strerror(errno));
+            s = tr_errf(err, cap, TR_ERR_IO, "reading from %s:%s: %s", u->host, u->port,
+                        strerror(errno));
             break;
         }
         /* n == 0 (EOF) tells the parser, which ends a close-delimited body */
         size_t used = http_parser_execute(&parser, &settings, n ? buf : NULL, (size_t)n);
         if (ps.stopped) break;
         if (ps.too_big) {
-            s = failf(err, cap, TR_ERR_LIMIT, "the response from %s:%s is over %zu bytes",
-                      u->host, u->port, r->max_body);
+            s = tr_errf(err, cap, TR_ERR_LIMIT, "the response from %s:%s is over %zu bytes",
+                        u->host, u->port, r->max_body);
             break;
         }
         if (n == 0 && !ps.complete) {
-            s = failf(err, cap, TR_ERR_IO,
-                      "%s:%s closed the connection before the response was complete",
-                      u->host, u->port);
+            s = tr_errf(err, cap, TR_ERR_IO,
+                        "%s:%s closed the connection before the response was complete",
+                        u->host, u->port);
             break;
         }
         if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || (n > 0 && used != (size_t)n)) {
             if (ps.complete) break;
-            s = failf(err, cap, TR_ERR_IO, "malformed HTTP response from %s:%s: %s", u->host,
-                      u->port, http_errno_description(HTTP_PARSER_ERRNO(&parser)));
+            s = tr_errf(err, cap, TR_ERR_IO, "malformed HTTP response from %s:%s: %s", u->host,
+                        u->port, http_errno_description(HTTP_PARSER_ERRNO(&parser)));
             break;
         }
         if (n == 0) break;

@@ -31,7 +31,7 @@ const char *tr_dsl_tok_describe(tr_dsl_tok t) {
 }
 
 void tr_dsl_lexer_init(tr_dsl_lexer *lx, const char *src, size_t start, size_t end,
-                       tr_dsl_arena *arena, tr_diag *diag, int32_t max_nesting) {
+                       tr_arena *arena, tr_diag *diag, int32_t max_nesting) {
     lx->src = src;
     lx->pos = start;
     lx->end = end;
@@ -93,7 +93,7 @@ static bool sb_part(strbuild *b, tr_dsl_strpart p) {
 /* Closes the literal collected so far (if any) as a part. */
 static bool sb_flush(tr_dsl_lexer *lx, strbuild *b) {
     if (b->len == 0) return true;
-    char *t = tr_dsl_arena_strndup(lx->arena, b->buf, b->len);
+    char *t = tr_arena_strndup(lx->arena, b->buf, b->len);
     if (!t) return false;
     tr_dsl_strpart p = {false, t, b->len, b->lit_start};
     b->len = 0;
@@ -273,7 +273,7 @@ static tr_status finish_string(tr_dsl_lexer *lx, strbuild *b, tr_dsl_token *t) {
     t->kind = TR_DSL_TOK_STRING;
     t->n_parts = b->n;
     if (b->n) {
-        tr_dsl_strpart *parts = tr_dsl_arena_array(lx->arena, (size_t)b->n, sizeof *parts);
+        tr_dsl_strpart *parts = tr_arena_array(lx->arena, (size_t)b->n, sizeof *parts);
         if (!parts) return lex_nomem(lx, t->offset);
         memcpy(parts, b->parts, (size_t)b->n * sizeof *parts);
         t->parts = parts;
@@ -540,7 +540,7 @@ tr_status tr_dsl_lex_next(tr_dsl_lexer *lx, tr_dsl_token *t) {
                 memcmp(keywords[k].word, lx->src + p, q - p) == 0)
                 t->kind = keywords[k].tok;
         if (t->kind == TR_DSL_TOK_IDENT) {
-            t->name = tr_dsl_arena_strndup(lx->arena, lx->src + p, q - p);
+            t->name = tr_arena_strndup(lx->arena, lx->src + p, q - p);
             if (!t->name) return lex_nomem(lx, p);
         }
         p = q;

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "frontend/arena_internal.h"
+#include "base/arena.h"
 
 #define TR_DSL_TOKEN_LIST(X)                                                   \
     X(EOF, "end of input") X(IDENT, "a name") X(INT, "a number")               \
@@ -71,13 +71,13 @@ typedef struct tr_dsl_token {
 typedef struct tr_dsl_lexer {
     const char *src;  /* the whole script */
     size_t pos, end;  /* the part being lexed */
-    tr_dsl_arena *arena;
+    tr_arena *arena;
     tr_diag *diag;
     int32_t max_nesting; /* braces within interpolations within strings */
 } tr_dsl_lexer;
 
 void tr_dsl_lexer_init(tr_dsl_lexer *lx, const char *src, size_t start, size_t end,
-                       tr_dsl_arena *arena, tr_diag *diag, int32_t max_nesting);
+                       tr_arena *arena, tr_diag *diag, int32_t max_nesting);
 
 /* The next token into *t. On error *t is undefined and diag says why. */
 tr_status tr_dsl_lex_next(tr_dsl_lexer *lx, tr_dsl_token *t);

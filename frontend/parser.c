@@ -45,7 +45,7 @@ typedef struct vec {
 static bool vec_push(parser *p, vec *v, void *item) {
     if (v->n == v->cap) {
         int32_t cap = v->cap ? v->cap * 2 : 4;
-        void **ni = tr_dsl_arena_array(&p->s->arena, (size_t)cap, sizeof *ni);
+        void **ni = tr_arena_array(&p->s->arena, (size_t)cap, sizeof *ni);
         if (!ni) return false;
         if (v->n) memcpy(ni, v->items, (size_t)v->n * sizeof *ni);
         v->items = ni;
@@ -100,7 +100,7 @@ static bool continues(const parser *p) { return !p->cur.nl_before || p->bracket 
     } while (0)
 
 static tr_dsl_expr *new_expr(parser *p, tr_dsl_expr_kind k, uint32_t off) {
-    tr_dsl_expr *e = tr_dsl_arena_alloc(&p->s->arena, sizeof *e);
+    tr_dsl_expr *e = tr_arena_alloc(&p->s->arena, sizeof *e);
     if (e) {
         e->kind = k;
         e->off = off;
@@ -109,7 +109,7 @@ static tr_dsl_expr *new_expr(parser *p, tr_dsl_expr_kind k, uint32_t off) {
 }
 
 static tr_dsl_stmt *new_stmt(parser *p, tr_dsl_stmt_kind k, uint32_t off) {
-    tr_dsl_stmt *st = tr_dsl_arena_alloc(&p->s->arena, sizeof *st);
+    tr_dsl_stmt *st = tr_arena_alloc(&p->s->arena, sizeof *st);
     if (st) {
         st->kind = k;
         st->off = off;
@@ -156,7 +156,7 @@ static tr_status parse_string(parser *p, tr_dsl_expr **out) {
         return add_const(p, json_stringn_nocheck(text, len), t.offset, out);
     }
     tr_dsl_expr *e = new_expr(p, TR_DSL_E_STRING, t.offset);
-    tr_dsl_strseg *segs = tr_dsl_arena_array(&p->s->arena, (size_t)t.n_parts, sizeof *segs);
+    tr_dsl_strseg *segs = tr_arena_array(&p->s->arena, (size_t)t.n_parts, sizeof *segs);
     if (!e || !segs) return nomem(p);
     for (int32_t i = 0; i < t.n_parts; i++) {
         const tr_dsl_strpart *pt = &t.parts[i];
@@ -540,7 +540,7 @@ static tr_status parse_genopts(parser *p, tr_dsl_stmt *st, bool is_select) {
                 if (((tr_dsl_genopt *)opts.items[j])->opt == (tr_dsl_gen_option)k)
                     return err_at(p, p->cur.offset, "option '%s' given twice%s",
                                   p->cur.name, NULL);
-            tr_dsl_genopt *o = tr_dsl_arena_alloc(&p->s->arena, sizeof *o);
+            tr_dsl_genopt *o = tr_arena_alloc(&p->s->arena, sizeof *o);
             if (!o) return nomem(p);
             o->opt = (tr_dsl_gen_option)k;
             o->off = p->cur.offset;
@@ -554,7 +554,7 @@ static tr_status parse_genopts(parser *p, tr_dsl_stmt *st, bool is_select) {
         p->bracket--;
         TRY(expect(p, TR_DSL_TOK_RPAREN, "to end the options"));
     }
-    tr_dsl_genopt *arr = tr_dsl_arena_array(&p->s->arena, (size_t)opts.n, sizeof *arr);
+    tr_dsl_genopt *arr = tr_arena_array(&p->s->arena, (size_t)opts.n, sizeof *arr);
     if (opts.n && !arr) return nomem(p);
     for (int32_t j = 0; j < opts.n; j++) arr[j] = *(tr_dsl_genopt *)opts.items[j];
     st->u.gen.opts = arr;
@@ -596,7 +596,7 @@ static tr_status parse_if(parser *p, tr_dsl_stmt **out) {
         TRY(advance(p)); /* 'if' */
         tr_dsl_expr *c;
         TRY(parse_expr(p, &c));
-        tr_dsl_block *b = tr_dsl_arena_alloc(&p->s->arena, sizeof *b);
+        tr_dsl_block *b = tr_arena_alloc(&p->s->arena, sizeof *b);
         if (!b) return nomem(p);
         TRY(parse_block(p, b, "after the if condition"));
         if (!vec_push(p, &conds, c) || !vec_push(p, &blocks, b)) return nomem(p);
@@ -607,7 +607,7 @@ static tr_status parse_if(parser *p, tr_dsl_stmt **out) {
         TRY(parse_block(p, &st->u.if_.else_block, "after else"));
         break;
     }
-    tr_dsl_block *arr = tr_dsl_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *arr);
+    tr_dsl_block *arr = tr_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *arr);
     if (!arr) return nomem(p);
     for (int32_t i = 0; i < blocks.n; i++) arr[i] = *(tr_dsl_block *)blocks.items[i];
     st->u.if_.conds = (tr_dsl_expr **)conds.items;
@@ -663,8 +663,8 @@ static tr_status parse_parallel(parser *p, tr_dsl_stmt **out) {
     while (is(p, TR_DSL_TOK_BRANCH)) {
         uint32_t boff = p->cur.offset;
         TRY(advance(p));
-        tr_dsl_block *b = tr_dsl_arena_alloc(&p->s->arena, sizeof *b);
-        uint32_t *o = tr_dsl_arena_alloc(&p->s->arena, sizeof *o);
+        tr_dsl_block *b = tr_arena_alloc(&p->s->arena, sizeof *b);
+        uint32_t *o = tr_arena_alloc(&p->s->arena, sizeof *o);
         if (!b || !o) return nomem(p);
         *o = boff;
         TRY(parse_block(p, b, "after branch"));
@@ -677,8 +677,8 @@ static tr_status parse_parallel(parser *p, tr_dsl_stmt **out) {
                       tr_dsl_tok_describe(p->cur.kind), NULL);
     TRY(expect(p, TR_DSL_TOK_RBRACE, "after the last branch (only `branch { }` blocks go "
                                      "in a parallel block)"));
-    tr_dsl_block *arr = tr_dsl_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *arr);
-    uint32_t *oarr = tr_dsl_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *oarr);
+    tr_dsl_block *arr = tr_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *arr);
+    uint32_t *oarr = tr_arena_array(&p->s->arena, (size_t)blocks.n, sizeof *oarr);
     if (!arr || !oarr) return nomem(p);
     for (int32_t i = 0; i < blocks.n; i++) {
         arr[i] = *(tr_dsl_block *)blocks.items[i];
@@ -793,7 +793,7 @@ static tr_status parse_block(parser *p, tr_dsl_block *out, const char *what) {
 /* ---- top level ---- */
 
 static tr_status parse_fn(parser *p, vec *fns) {
-    tr_dsl_fn *f = tr_dsl_arena_alloc(&p->s->arena, sizeof *f);
+    tr_dsl_fn *f = tr_arena_alloc(&p->s->arena, sizeof *f);
     if (!f) return nomem(p);
     f->off = p->cur.offset;
     TRY(advance(p));
@@ -810,7 +810,7 @@ static tr_status parse_fn(parser *p, vec *fns) {
         if (!is(p, TR_DSL_TOK_IDENT))
             return err_at(p, p->cur.offset, "expected a parameter name, found %s%s",
                           tr_dsl_tok_describe(p->cur.kind), NULL);
-        tr_dsl_param *prm = tr_dsl_arena_alloc(&p->s->arena, sizeof *prm);
+        tr_dsl_param *prm = tr_arena_alloc(&p->s->arena, sizeof *prm);
         if (!prm) return nomem(p);
         prm->name = p->cur.name;
         prm->off = p->cur.offset;
@@ -834,7 +834,7 @@ static tr_status parse_fn(parser *p, vec *fns) {
     }
     p->bracket--;
     TRY(expect(p, TR_DSL_TOK_RPAREN, "to end the parameters"));
-    f->params = tr_dsl_arena_array(&p->s->arena, (size_t)params.n, sizeof *f->params);
+    f->params = tr_arena_array(&p->s->arena, (size_t)params.n, sizeof *f->params);
     if (params.n && !f->params) return nomem(p);
     for (int32_t i = 0; i < params.n; i++) f->params[i] = *(tr_dsl_param *)params.items[i];
     f->n_params = params.n;
@@ -858,7 +858,7 @@ static tr_status parse_top(parser *p) {
         } else if (is(p, TR_DSL_TOK_LET)) {
             tr_dsl_stmt *st;
             TRY(parse_stmt(p, &st));
-            tr_dsl_global *g = tr_dsl_arena_alloc(&p->s->arena, sizeof *g);
+            tr_dsl_global *g = tr_arena_alloc(&p->s->arena, sizeof *g);
             if (!g) return nomem(p);
             g->name = st->u.let.name;
             g->off = st->off;
@@ -877,8 +877,8 @@ static tr_status parse_top(parser *p) {
         }
     }
     tr_dsl_script *s = p->s;
-    s->fns = tr_dsl_arena_array(&s->arena, (size_t)fns.n, sizeof *s->fns);
-    s->globals = tr_dsl_arena_array(&s->arena, (size_t)globals.n, sizeof *s->globals);
+    s->fns = tr_arena_array(&s->arena, (size_t)fns.n, sizeof *s->fns);
+    s->globals = tr_arena_array(&s->arena, (size_t)globals.n, sizeof *s->globals);
     if ((fns.n && !s->fns) || (globals.n && !s->globals)) return nomem(p);
     for (int32_t i = 0; i < fns.n; i++) s->fns[i] = *(tr_dsl_fn *)fns.items[i];
     for (int32_t i = 0; i < globals.n; i++) s->globals[i] = *(tr_dsl_global *)globals.items[i];

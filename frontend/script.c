@@ -62,7 +62,7 @@ void tr_dsl_script_free(tr_dsl_script *s) {
     if (!s) return;
     for (int32_t i = 0; i < s->n_consts; i++) tr_dsl_unref(s->consts[i]);
     free(s->consts);
-    tr_dsl_arena_deinit(&s->arena);
+    tr_arena_deinit(&s->arena);
     free(s->src);
     free(s->name);
     free(s->dir);
@@ -97,7 +97,9 @@ tr_status tr_dsl_script_parse(const char *name, const char *dir, const char *src
     if (len) memcpy(s->src, src, len);
     s->src[len] = 0;
     s->len = len;
-    tr_dsl_arena_init(&s->arena, lim->max_ast_bytes);
+    /* blocks of 4 KiB doubling up to 1 MiB; max_ast_bytes 0: no budget */
+    tr_arena_init(&s->arena, 4096, (size_t)1 << 20,
+                  lim->max_ast_bytes ? lim->max_ast_bytes : UINT64_MAX);
     size_t bad = tr_utf8_invalid_at(s->src, len);
     if (bad != len) {
         set_error(err, s, TR_ERR_FORMAT, true, bad, "the script is not valid UTF-8 here");

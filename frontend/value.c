@@ -2,7 +2,6 @@
 #include "frontend/value.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,16 +44,6 @@ const char *tr_dsl_type_name(const json_t *v) {
     case JSON_OBJECT: return "an object";
     }
     return "?";
-}
-
-static int format(char *err, size_t cap, tr_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int format(char *err, size_t cap, tr_status code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return code;
 }
 
 char *tr_dsl_value_json(const json_t *v) {
@@ -172,12 +161,12 @@ static tr_status arith(int op, const json_t *a, const json_t *b, json_t **out, c
         case TR_DSL_OP_SUB: ovf = __builtin_sub_overflow(x, y, &r); break;
         case TR_DSL_OP_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
         case TR_DSL_OP_MOD:
-            if (y == 0) return format(err, cap, TR_ERR_INVALID_ARG, "modulo by zero");
+            if (y == 0) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "modulo by zero");
             if (y == -1) r = 0;
             else r = x % y;
             break;
         }
-        if (ovf) return format(err, cap, TR_ERR_OVERFLOW, "integer overflow in %s", op_name(op));
+        if (ovf) return tr_errf(err, cap, TR_ERR_OVERFLOW, "integer overflow in %s", op_name(op));
         *out = json_integer(r);
         return *out ? TR_OK : TR_ERR_NOMEM;
     }
@@ -187,17 +176,17 @@ static tr_status arith(int op, const json_t *a, const json_t *b, json_t **out, c
     case TR_DSL_OP_SUB: r = x - y; break;
     case TR_DSL_OP_MUL: r = x * y; break;
     case TR_DSL_OP_DIV:
-        if (y == 0) return format(err, cap, TR_ERR_INVALID_ARG, "division by zero");
+        if (y == 0) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "division by zero");
         r = x / y;
         break;
     case TR_DSL_OP_MOD:
-        if (y == 0) return format(err, cap, TR_ERR_INVALID_ARG, "modulo by zero");
+        if (y == 0) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "modulo by zero");
         r = fmod(x, y);
         break;
     }
     if (!isfinite(r))
-        return format(err, cap, TR_ERR_OVERFLOW, "the result of %s is not a finite number",
-                      op_name(op));
+        return tr_errf(err, cap, TR_ERR_OVERFLOW, "the result of %s is not a finite number",
+                       op_name(op));
     *out = json_real(r);
     return *out ? TR_OK : TR_ERR_NOMEM;
 }
@@ -207,9 +196,9 @@ static tr_status add(const json_t *a, const json_t *b, size_t max_string, json_t
     if (json_is_string(a) && json_is_string(b)) {
         size_t la = json_string_length(a), lb = json_string_length(b);
         if (la + lb > max_string)
-            return format(err, cap, TR_ERR_LIMIT,
-                          "string of %zu bytes over the limit max_string_bytes (%zu)",
-                          la + lb, max_string);
+            return tr_errf(err, cap, TR_ERR_LIMIT,
+                           "string of %zu bytes over the limit max_string_bytes (%zu)",
+                           la + lb, max_string);
         char *t = malloc(la + lb + 1);
         if (!t) return TR_ERR_NOMEM;
         memcpy(t, json_string_value(a), la);
@@ -237,18 +226,18 @@ static tr_status add(const json_t *a, const json_t *b, size_t max_string, json_t
     }
     if (json_is_number(a) && json_is_number(b))
         return arith(TR_DSL_OP_ADD, a, b, out, err, cap);
-    return format(err, cap, TR_ERR_INVALID_ARG,
-                  "cannot add %s and %s (+ adds numbers, joins strings, lists or objects; "
-                  "use \"{a}{b}\" or str() to join text with other values)",
-                  tr_dsl_type_name(a), tr_dsl_type_name(b));
+    return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                   "cannot add %s and %s (+ adds numbers, joins strings, lists or objects; "
+                   "use \"{a}{b}\" or str() to join text with other values)",
+                   tr_dsl_type_name(a), tr_dsl_type_name(b));
 }
 
 static tr_status member(const json_t *a, const json_t *b, bool *in, char *err, size_t cap) {
     if (json_is_string(b)) {
         if (!json_is_string(a))
-            return format(err, cap, TR_ERR_INVALID_ARG,
-                          "'in' a string needs a string on its left, not %s",
-                          tr_dsl_type_name(a));
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "'in' a string needs a string on its left, not %s",
+                           tr_dsl_type_name(a));
         *in = memmem(json_string_value(b), json_string_length(b), json_string_value(a),
                      json_string_length(a)) != NULL;
         return TR_OK;
@@ -261,15 +250,15 @@ static tr_status member(const json_t *a, const json_t *b, bool *in, char *err, s
     }
     if (json_is_object(b)) {
         if (!json_is_string(a))
-            return format(err, cap, TR_ERR_INVALID_ARG,
-                          "'in' an object looks up a key: a string, not %s",
-                          tr_dsl_type_name(a));
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "'in' an object looks up a key: a string, not %s",
+                           tr_dsl_type_name(a));
         *in = json_object_getn(b, json_string_value(a), json_string_length(a)) != NULL;
         return TR_OK;
     }
-    return format(err, cap, TR_ERR_INVALID_ARG,
-                  "'in' needs a string, a list or an object on its right, not %s",
-                  tr_dsl_type_name(b));
+    return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                   "'in' needs a string, a list or an object on its right, not %s",
+                   tr_dsl_type_name(b));
 }
 
 tr_status tr_dsl_binary(int op, const json_t *a, const json_t *b, size_t max_string,
@@ -307,10 +296,10 @@ tr_status tr_dsl_binary(int op, const json_t *a, const json_t *b, size_t max_str
             int m = memcmp(json_string_value(a), json_string_value(b), TR_MIN(la, lb));
             c = m ? m : (la < lb ? -1 : la > lb);
         } else {
-            return format(err, cap, TR_ERR_INVALID_ARG,
-                          "cannot compare %s with %s using %s (only numbers with numbers, "
-                          "strings with strings)",
-                          tr_dsl_type_name(a), tr_dsl_type_name(b), op_name(op));
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "cannot compare %s with %s using %s (only numbers with numbers, "
+                           "strings with strings)",
+                           tr_dsl_type_name(a), tr_dsl_type_name(b), op_name(op));
         }
         bool r = op == TR_DSL_OP_LT   ? c < 0
                  : op == TR_DSL_OP_LE ? c <= 0
@@ -325,44 +314,44 @@ tr_status tr_dsl_binary(int op, const json_t *a, const json_t *b, size_t max_str
     case TR_DSL_OP_DIV:
     case TR_DSL_OP_MOD:
         if (!json_is_number(a) || !json_is_number(b))
-            return format(err, cap, TR_ERR_INVALID_ARG, "cannot apply %s to %s and %s",
-                          op_name(op), tr_dsl_type_name(a), tr_dsl_type_name(b));
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "cannot apply %s to %s and %s",
+                           op_name(op), tr_dsl_type_name(a), tr_dsl_type_name(b));
         return arith(op, a, b, out, err, cap);
     }
-    return format(err, cap, TR_ERR_INTERNAL, "bad operator %d", op);
+    return tr_errf(err, cap, TR_ERR_INTERNAL, "bad operator %d", op);
 }
 
 tr_status tr_dsl_index(const json_t *v, const json_t *index, json_t **out, char *err,
                        size_t cap) {
     if (json_is_object(v)) {
         if (!json_is_string(index))
-            return format(err, cap, TR_ERR_INVALID_ARG,
-                          "an object is indexed by a string key, not %s",
-                          tr_dsl_type_name(index));
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "an object is indexed by a string key, not %s",
+                           tr_dsl_type_name(index));
         json_t *r = json_object_getn(v, json_string_value(index), json_string_length(index));
         if (!r)
-            return format(err, cap, TR_ERR_NOT_FOUND, "the object has no key \"%.200s\"",
-                          json_string_value(index));
+            return tr_errf(err, cap, TR_ERR_NOT_FOUND, "the object has no key \"%.200s\"",
+                           json_string_value(index));
         *out = tr_dsl_ref(r);
         return TR_OK;
     }
     if (!json_is_array(v) && !json_is_string(v))
-        return format(err, cap, TR_ERR_INVALID_ARG,
-                      "cannot index %s (only lists, strings and objects)",
-                      tr_dsl_type_name(v));
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "cannot index %s (only lists, strings and objects)",
+                       tr_dsl_type_name(v));
     if (!json_is_integer(index))
-        return format(err, cap, TR_ERR_INVALID_ARG, "a %s is indexed by an integer, not %s",
-                      json_is_array(v) ? "list" : "string", tr_dsl_type_name(index));
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "a %s is indexed by an integer, not %s",
+                       json_is_array(v) ? "list" : "string", tr_dsl_type_name(index));
     json_int_t i = json_integer_value(index);
     size_t n = json_is_array(v) ? json_array_size(v)
                                 : tr_dsl_utf8_count(json_string_value(v),
                                                     json_string_length(v));
     if (i < 0) i += (json_int_t)n;
     if (i < 0 || (size_t)i >= n)
-        return format(err, cap, TR_ERR_NOT_FOUND,
-                      "index %" JSON_INTEGER_FORMAT " is out of range (the %s has %zu %s)",
-                      json_integer_value(index), json_is_array(v) ? "list" : "string", n,
-                      json_is_array(v) ? "items" : "characters");
+        return tr_errf(err, cap, TR_ERR_NOT_FOUND,
+                       "index %" JSON_INTEGER_FORMAT " is out of range (the %s has %zu %s)",
+                       json_integer_value(index), json_is_array(v) ? "list" : "string", n,
+                       json_is_array(v) ? "items" : "characters");
     if (json_is_array(v)) {
         *out = tr_dsl_ref(json_array_get(v, (size_t)i));
         return TR_OK;

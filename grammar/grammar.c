@@ -1,28 +1,17 @@
-/* grammar.c — compiling a regex into a grammar, and the grammar object.
+/* grammar.c — compiling a regex into a grammar, and the grammar object's
+ * life and queries.
  *
- * Layering: grammar/ entry points (grammar.h) over regex_parse.c, nfa.c
- * and dfa.c. Compiling runs on any thread (the server uses the libuv
- * pool); the result is immutable apart from its mask memos, which are
- * created under `lock` and filled lock-free (mask.c).
+ * Layering: the façade of grammar/ (grammar.h entry points) over
+ * grammar/regex (parse, NFA, DFA), grammar/mask (the memos it frees) and
+ * grammar/cfg (a GRAMMAR_KIND_CFG grammar's automaton; the object itself
+ * is defined in cfg.h). Compiling runs on any thread (the server uses the
+ * libuv pool); the result is immutable apart from its mask memos, which
+ * are created under `lock` and filled lock-free (grammar/mask/mask.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
-
-void tr_grammar_limits_default(grammar_limits *l) {
-    l->max_pattern_bytes = 65536;
-    l->max_nesting = 200;
-    l->max_repeat = 1000;
-    l->max_nfa_states = 500000;
-    l->max_dfa_states = 50000;
-    l->max_lazy_dfa_states = 200000;
-    l->max_compile_bytes = 512ull << 20;
-    l->max_compile_us = 2000000;
-    l->mask_cache_bytes = 64ull << 20;
-    l->max_grammar_bytes = 4u << 20;
-    l->max_stacks = 1024;
-}
+#include "grammar/cfg/cfg.h"
 
 static void grammar_destroy(grammar *g) {
     gmask_cache *c = g->caches;
@@ -117,10 +106,10 @@ void tr_grammar_get_memo_stats(grammar *g, grammar_memo_stats *st) {
     }
     tr_cfg_memo_stats(g->cfg_memos, &st->bytes, &st->masks);
     pthread_mutex_unlock(&g->lock);
-    if (g->cfg) st->bytes += atomic_load_explicit(&g->cfg->bytes, memory_order_relaxed);
+    if (g->cfg) st->bytes += tr_cfg_bytes(g->cfg);
 }
 
-bool tr_grammar_exhausted(const grammar *g) { return g->cfg && gl_failed(g->cfg) != TR_OK; }
+bool tr_grammar_exhausted(const grammar *g) { return g->cfg && tr_cfg_failed(g->cfg) != TR_OK; }
 
 tr_status tr_grammar_check(const grammar *g) {
     if (!g) return TR_ERR_INTERNAL;
@@ -136,20 +125,4 @@ void tr_grammar_dump(const grammar *g, FILE *f) {
         tr_cfg_dump(g->cfg, f);
     else
         tr_dfa_dump(&g->dfa, f);
-}
-
-gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v) {
-    if (g->mask_budget == 0) return NULL;
-    pthread_mutex_lock(&g->lock);
-    gmask_cache *c = g->caches;
-    while (c && c->vocab_uid != v->uid) c = c->next;
-    if (!c) {
-        c = tr_mask_cache_new(&g->dfa, v, g->mask_budget);
-        if (c) {
-            c->next = g->caches;
-            g->caches = c;
-        }
-    }
-    pthread_mutex_unlock(&g->lock);
-    return c;
 }

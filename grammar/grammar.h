@@ -306,7 +306,7 @@ void tr_grammar_dump(const grammar *g, FILE *f);
  * JSON Schema
  * ------------------------------------------------------------------- */
 
-/* JSON Schema -> grammar text -> grammar (grammar/json_schema.c; the
+/* JSON Schema -> grammar text -> grammar (grammar/json/json_schema.c; the
  * keyword-by-keyword account is in grammar/README.md).
  *
  * What the grammar accepts: exactly the JSON texts of the values the

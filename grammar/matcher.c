@@ -1,10 +1,12 @@
 /* matcher.c — one sequence's position in a grammar: masks, accepting
  * tokens and bytes, rollback, forced continuations.
  *
- * Layering: grammar/ (grammar.h); used by the engine once per constrained
+ * Layering: the façade of grammar/ (grammar.h), over grammar/mask (the
+ * regex path's masks) and grammar/cfg (the matcher object, cfg.h; the
+ * stacks of CFG grammars); used by the engine once per constrained
  * sequence. A matcher is used by one thread at a time; the grammar and
  * vocabulary it references are shared and read-only (the mask memo is
- * thread-safe, mask.c).
+ * thread-safe, grammar/mask/mask.c).
  *
  * Invariant: the current DFA state is never the dead state — accept calls
  * check before they commit — so "rejected" always leaves the matcher as it
@@ -20,9 +22,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg.h"
 
 #define MAX_ROLLBACK_LIMIT (1u << 20)
+
+/* The grammar's memo for vocabulary v, created on first use. NULL on
+ * out-of-memory or a zero budget (masks are then computed every time). */
+static gmask_cache *cache_for(grammar *g, const grammar_vocab *v) {
+    if (g->mask_budget == 0) return NULL;
+    pthread_mutex_lock(&g->lock);
+    gmask_cache *c = g->caches;
+    while (c && c->vocab_uid != v->uid) c = c->next;
+    if (!c) {
+        c = tr_mask_cache_new(&g->dfa, v, g->mask_budget);
+        if (c) {
+            c->next = g->caches;
+            g->caches = c;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return c;
+}
 
 tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
                               uint32_t max_rollback, grammar_matcher **out) {
@@ -51,7 +71,7 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
             return st;
         }
     } else {
-        m->cache = tr_grammar_cache_for(g, v);
+        m->cache = cache_for(g, v);
     }
     tr_grammar_matcher_reset(m);
     *out = m;

@@ -80,6 +80,14 @@ extern "C" {
 TRELLIS_API const char *trellis_status_name(int status);
 TRELLIS_API const char *trellis_status_message(int status);
 
+/* The version of the library a program runs with (the shared library
+ * may be newer than the program), as CMake's project(VERSION) names it:
+ * "0.1.0" (static storage), and the same as one number for comparisons,
+ * MAJOR * 1000000 + MINOR * 1000 + PATCH (1000 for 0.1.0; SQLite's
+ * scheme). */
+TRELLIS_API const char *trellis_version(void);
+TRELLIS_API int trellis_version_number(void);
+
 #define TRELLIS_MAX_TOP_LOGPROBS 20
 #define TRELLIS_MAX_STOP 16     /* stop strings per request */
 #define TRELLIS_MAX_STOP_LEN 256 /* bytes per stop string */
@@ -145,6 +153,29 @@ typedef struct trellis_engine_options {
 } trellis_engine_options;
 
 TRELLIS_API void trellis_engine_options_default(trellis_engine_options *o);
+
+/* The integer members of trellis_engine_options as the engine's one table
+ * of options describes them: the default trellis_engine_options_default
+ * sets and the bounds trellis_engine_new checks, so that a program taking
+ * them as flags (the `trellis` commands) states and checks the same
+ * numbers without copying them. Values in [min, max] are used as given;
+ * above max is an error; below min, what happens depends on the option
+ * (the default, min, or an error: see trellis_engine_options), so a
+ * command line should refuse them. Bounds that depend on the model (ctx
+ * beyond the model's context) are checked only when the model loads. */
+typedef struct trellis_engine_option_desc {
+    const char *name;  /* the member: "threads", "kv_mb" */
+    int32_t def;       /* what trellis_engine_options_default sets */
+    int32_t min, max;  /* inclusive */
+    const char *note;  /* what a special value means ("0 = one per
+                          core"), or "" */
+} trellis_engine_option_desc;
+
+/* The i-th option (0, 1, ... in the order of the table), NULL past the
+ * last; _find looks one up by name, NULL when there is none. Static
+ * storage; any thread. */
+TRELLIS_API const trellis_engine_option_desc *trellis_engine_option_at(int32_t i);
+TRELLIS_API const trellis_engine_option_desc *trellis_engine_option_find(const char *name);
 
 /* Loads the GGUF model at model_path (NULL: the default model path, see
  * base/paths.h), allocates the KV pool and starts the engine.
@@ -218,7 +249,7 @@ TRELLIS_API int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t
  * on a worker pool (libuv's uv_queue_work), never on its loop thread. The
  * engine thread never compiles. _ref/_release and the accessors are
  * thread-safe. The concurrency design of the cache and the memo is
- * documented in runtime/engine (grammar_cache.h).
+ * documented in runtime/engine (grammar_cache_internal.h).
  *
  * Errors. A bad constraint is TRELLIS_ERR_FORMAT (syntax; err says what
  * and where: byte offset, line:column, or JSON pointer for schemas),

@@ -1,15 +1,29 @@
 #!/bin/sh
-# check_symbols.sh BUILD_DIR — every global symbol the core libraries
-# define starts with trellis_ (the public API) or tr_ (internal), and the
-# shared library exports only trellis_ (it is built with hidden visibility:
-# TRELLIS_API marks the public functions). A static library cannot hide its
-# internals from an embedder's linker, so a bare `model_load` or
-# `sampler_new` would collide with the embedder's own.
+# check_symbols.sh BUILD_DIR [LIB.a...] — every global symbol a static
+# library of the build defines starts with trellis_ (the public API) or tr_
+# (internal), and the shared library exports only trellis_ (it is built
+# with hidden visibility: TRELLIS_API marks the public functions). A static
+# library cannot hide its internals from an embedder's linker, so a bare
+# `model_load` or `sampler_new` would collide with the embedder's own.
+#
+# The libraries: those named (tests/CMakeLists.txt names every static
+# library target: the core modules, libtrellis.a, the applications' own),
+# else every *.a under BUILD_DIR. A named library that is missing (not
+# built) fails the check rather than passing it unchecked.
 set -eu
 build="$1"
+shift
 bad=0
 found=0
-for lib in $(find "$build" -name 'libtr_*.a' -o -name 'libtrellis.a'); do
+if [ "$#" -eq 0 ]; then
+    set -- $(find "$build" -name '*.a' | sort)
+fi
+for lib in "$@"; do
+    if [ ! -f "$lib" ]; then
+        echo "$lib: not built"
+        bad=1
+        continue
+    fi
     found=$((found + 1))
     syms=$(nm -g --defined-only "$lib" 2>/dev/null | awk 'NF == 3 && $2 ~ /[A-Z]/ {print $3}' |
            grep -Ev '^(tr_|trellis_)' || true)

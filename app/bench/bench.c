@@ -9,9 +9,9 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *what;
 } k_benches[] = {
-    {"serve", bench_serve, "the engine under load: throughput, TTFT/TPOT, prefix cache"},
-    {"grammar", bench_grammar, "constrained decoding: compile, masks, jump-forward"},
-    {"maskbench", bench_maskbench, "JSON Schema coverage and mask speed on MaskBench data"},
+    {"serve", tr_bench_serve, "the engine under load: throughput, TTFT/TPOT, prefix cache"},
+    {"grammar", tr_bench_grammar, "constrained decoding: compile, masks, jump-forward"},
+    {"maskbench", tr_bench_maskbench, "JSON Schema coverage and mask speed on MaskBench data"},
 };
 
 static void usage(FILE *f) {
@@ -21,7 +21,7 @@ static void usage(FILE *f) {
     fprintf(f, "\n`trellis bench NAME --help` lists a benchmark's options.\n");
 }
 
-int cmd_bench(int argc, char **argv) {
+int tr_bench_main(int argc, char **argv) {
     if (argc < 1) {
         usage(stderr);
         return 2;

@@ -13,8 +13,10 @@
  * Layering: applications, beside app/cli (compiled into the trellis
  * binary). The engine is reached through include/trellis.h only; `bench
  * grammar`'s compile/mask micro-benchmark and `bench maskbench` also use
- * the public headers of grammar, tokenizer and gguf (bench_vocab.h).
- * Flags are parsed by app/common/args.h (maskbench: its own parser).
+ * the public headers of grammar, tokenizer, gguf and runtime/vocab (the
+ * grammar vocabulary of a tokenizer, built as the engine builds it).
+ * Flags are parsed by app/common/args.h; serve and grammar start an
+ * engine and take the engine flags of app/common/engine_flags.h.
  * Single-threaded apart from the engine's threads.
  */
 #ifndef TR_BENCH_H
@@ -22,11 +24,11 @@
 
 /* `trellis bench NAME [options]`: argv[0] is NAME. Returns the exit
  * status (0 ok, 1 failure, 2 bad usage). */
-int cmd_bench(int argc, char **argv);
+int tr_bench_main(int argc, char **argv);
 
 /* The benchmarks; argv[0] is the benchmark's name. */
-int bench_serve(int argc, char **argv);
-int bench_grammar(int argc, char **argv);
-int bench_maskbench(int argc, char **argv);
+int tr_bench_serve(int argc, char **argv);
+int tr_bench_grammar(int argc, char **argv);
+int tr_bench_maskbench(int argc, char **argv);
 
 #endif

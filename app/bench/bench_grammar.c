@@ -2,7 +2,7 @@
  * costs and what jump-forward saves, side by side in one run.
  *
  *   trellis bench grammar [-m MODEL] [--part micro,throughput,jump]
- *       [--rounds N] [--requests N] [--threads N] [--patterns FILE]
+ *       [--rounds N] [--requests N] [--patterns FILE] [engine options]
  *       [--model-regexes FILE] [--steps N] [--reps N]
  *
  * (a) micro: regex compile time and token-mask time, single thread, on the
@@ -56,10 +56,11 @@
 #include "base/util.h"
 #include "grammar/grammar.h"
 #include "app/bench/bench.h"
-#include "app/bench/bench_vocab.h"
 #include "app/common/args.h"
+#include "app/common/engine_flags.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "runtime/vocab/vocab.h"
 #include "trellis.h"
 
 #define BG_MAX_REQ 256
@@ -67,7 +68,8 @@
 typedef struct bg_opts {
     const char *model, *patterns, *model_regexes;
     bool micro, throughput, jump;
-    int rounds, requests, threads, steps, reps, max_tokens;
+    int rounds, requests, steps, reps, max_tokens;
+    tr_engine_flags engine; /* 2 threads unless given */
 } bg_opts;
 
 /* ---- small helpers ---- */
@@ -190,7 +192,7 @@ static int bg_micro(const bg_opts *o, const char *model_path) {
     uint64_t t0 = tr_now_ns();
     tr_status st = tr_gguf_open(model_path, &f, &d);
     if (st == TR_OK) st = tr_tokenizer_from_gguf(f, &tok, &d);
-    if (st == TR_OK) st = bench_vocab_from_tokenizer(tok, &v, &d);
+    if (st == TR_OK) st = tr_vocab_from_tokenizer(tok, &v, &d);
     if (st != TR_OK) {
         fprintf(stderr, "trellis bench grammar: %s: %s\n", model_path,
                 d.message[0] ? d.message : tr_status_message(st));
@@ -497,7 +499,7 @@ out:
 static int bg_parse(int argc, char **argv, bg_opts *o) {
     const char *part = "micro,throughput,jump";
     int64_t rounds = o->rounds, requests = o->requests, max_tokens = o->max_tokens,
-            threads = o->threads, steps = o->steps, reps = o->reps;
+            steps = o->steps, reps = o->reps;
     bool help = false;
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
@@ -509,8 +511,6 @@ static int bg_parse(int argc, char **argv, bg_opts *o) {
          "concurrent requests in (b) and (c)", "64"},
         {"--max-tokens", NULL, CLI_INT, &max_tokens, 1, 4096, "per constrained request",
          "48"},
-        {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
-         "engine compute threads; 0 = one per core", "2"},
         {"--patterns", NULL, CLI_STR, &o->patterns, 1, 0, "(a)'s regexes",
          "tests/data/grammar/regexes.txt", .meta = "FILE"},
         {"--model-regexes", NULL, CLI_STR, &o->model_regexes, 1, 0,
@@ -519,9 +519,11 @@ static int bg_parse(int argc, char **argv, bg_opts *o) {
         {"--steps", NULL, CLI_INT, &steps, 1, 100000, "(a) mask walk length", "64"},
         {"--reps", NULL, CLI_INT, &reps, 1, 1000, "(a) compiles per pattern", "5"},
     };
-    if (!cli_parse("bench grammar", "[-m MODEL] [--part LIST] [options]", opts,
-                   sizeof opts / sizeof opts[0], argc - 1, argv + 1, &help))
-        return 2;
+    o->engine.opts.threads = 2;
+    cli_cmd c = {.name = "bench grammar", .usage = "[-m MODEL] [--part LIST] [options]",
+                 .opts = opts, .n_opts = sizeof opts / sizeof opts[0]};
+    tr_engine_flags_attach(&o->engine, &c);
+    if (!tr_cli_parse(&c, argc - 1, argv + 1, &help)) return 2;
     if (help) return -1;
     o->micro = o->throughput = o->jump = false;
     char tmp[256];
@@ -542,17 +544,18 @@ static int bg_parse(int argc, char **argv, bg_opts *o) {
         return 2;
     }
     o->rounds = (int)rounds, o->requests = (int)requests, o->max_tokens = (int)max_tokens;
-    o->threads = (int)threads, o->steps = (int)steps, o->reps = (int)reps;
+    o->steps = (int)steps, o->reps = (int)reps;
     return 0;
 }
 
 /* argv[0] is "grammar". */
-int bench_grammar(int argc, char **argv) {
+int tr_bench_grammar(int argc, char **argv) {
     bg_opts o = {.patterns = "tests/data/grammar/regexes.txt",
                  .model_regexes = "tests/data/grammar/model_regexes.txt",
                  .micro = true, .throughput = true, .jump = true, .rounds = 5,
-                 .requests = 64, .threads = 2, .steps = 64, .reps = 5,
+                 .requests = 64, .steps = 64, .reps = 5,
                  .max_tokens = 48};
+    tr_engine_flags_init(&o.engine);
     int prc = bg_parse(argc, argv, &o);
     if (prc) return prc < 0 ? 0 : prc;
     char path[4096];
@@ -584,12 +587,9 @@ int bench_grammar(int argc, char **argv) {
             return 1;
         }
     }
-    trellis_engine_options eo;
-    trellis_engine_options_default(&eo);
-    eo.threads = o.threads;
     trellis_engine *e = NULL;
     char err[512];
-    if (trellis_engine_new(model, &eo, &e, err, sizeof err)) {
+    if (trellis_engine_new(model, &o.engine.opts, &e, err, sizeof err)) {
         fprintf(stderr, "trellis bench grammar: %s\n", err);
         free(text);
         return 1;

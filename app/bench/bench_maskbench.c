@@ -1,14 +1,15 @@
 /* bench_maskbench.c — `trellis bench maskbench`: the MaskBench
- * protocol (JSON Schema coverage and mask speed), exactly as
- * ../shared/tools/maskbench_peers.py runs it for xgrammar, llguidance and
- * outlines-core, so that the rows compare.
+ * protocol (JSON Schema coverage and mask speed), exactly as the peers'
+ * runner that tests/bench/maskbench_compare.py drives measures xgrammar,
+ * llguidance and outlines-core, so that the rows compare.
  *
  *   trellis bench maskbench FILE.jsonl[.gz] [-m MODEL] [--limit N]
  *       [--timeout S] [--json] [--csv OUT] [--lenient] [--mem-limit-gb G]
  *       [--reasons N] [--quiet] [--clock wall|cpu] [--fork-each]
  *
  * FILE: one JSON object a line, {"id", "schema", "tests": [{"valid",
- * "data"}]} (../shared/data/maskbench-dev.jsonl.gz). Per schema:
+ * "data"}]} (MaskBench's data from guidance-ai/jsonschemabench, which
+ * this repository does not carry). Per schema:
  *   - compile it (strict mode unless --lenient; flexible whitespace, the
  *     peers' setting; the compile time budget is --timeout), TTFM = wall
  *     time of tr_grammar_compile_json_schema;
@@ -63,9 +64,10 @@
 #include "base/util.h"
 #include "grammar/grammar.h"
 #include "app/bench/bench.h"
-#include "app/bench/bench_vocab.h"
+#include "app/common/args.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "runtime/vocab/vocab.h"
 
 #define MB_PCTS 8
 static const double mb_pcts[MB_PCTS] = {25, 50, 75, 90, 95, 99, 99.9, 100};
@@ -736,95 +738,50 @@ static void mb_csv_row(FILE *f, size_t idx, const mb_rec *r) {
 
 /* ---- options ---- */
 
-static void mb_usage(void) {
-    fprintf(stderr,
-            "usage: trellis bench maskbench FILE.jsonl[.gz] [options]\n\n"
-            "  -m MODEL           GGUF whose tokenizer and vocabulary are used (default: the\n"
-            "                     cached SmolLM2)\n"
-            "  --limit N          first N schemas only\n"
-            "  --timeout S        seconds per schema, compile + tests (default 60)\n"
-            "  --json             summary as JSON on stdout (table on stderr)\n"
-            "  --csv OUT          one row per schema\n"
-            "  --lenient          lenient JSON Schema mode (default strict)\n"
-            "  --mem-limit-gb G   extra address space per schema (default 8, 0 = none)\n"
-            "  --reasons N        most frequent compile-error reasons listed (default 15)\n"
-            "  --clock wall|cpu   TBM and TTFM in wall time (default, as the peers' runner)\n"
-            "                     or in this thread's CPU time (a loaded machine)\n"
-            "  --quiet            no progress on stderr\n"
-            "  --fork-each        a fresh child per schema, no warm-up (default: one worker\n"
-            "                     process, replaced after a timeout or crash, warmed up by\n"
-            "                     one untimed schema, as the peers' runner does)\n");
-}
-
-static bool mb_num(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "trellis bench maskbench: %s needs a number in %g..%g\n", flag, lo, hi);
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
+/* The flags into *o; -1 to go on, else the exit status. */
 static int mb_parse_args(int argc, char **argv, mb_opts *o) {
-    *o = (mb_opts){.timeout_s = 60, .mem_gb = 8, .reasons = 15};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            mb_usage();
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!v) goto missing;
-            o->model = v, i++;
-        } else if (!strcmp(a, "--limit")) {
-            if (!mb_num(a, v, 1, 1e9, &x)) return 2;
-            o->limit = (long)x, i++;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!mb_num(a, v, 0.01, 86400, &o->timeout_s)) return 2;
-            i++;
-        } else if (!strcmp(a, "--mem-limit-gb")) {
-            if (!mb_num(a, v, 0, 1e6, &o->mem_gb)) return 2;
-            i++;
-        } else if (!strcmp(a, "--reasons")) {
-            if (!mb_num(a, v, 0, 1000, &x)) return 2;
-            o->reasons = (int)x, i++;
-        } else if (!strcmp(a, "--clock")) {
-            if (!v || (strcmp(v, "wall") && strcmp(v, "cpu"))) {
-                fprintf(stderr, "trellis bench maskbench: --clock needs wall or cpu\n");
-                return 2;
-            }
-            o->cpu = !strcmp(v, "cpu"), i++;
-        } else if (!strcmp(a, "--csv")) {
-            if (!v) goto missing;
-            o->csv = v, i++;
-        } else if (!strcmp(a, "--json"))
-            o->json = true;
-        else if (!strcmp(a, "--lenient"))
-            o->lenient = true;
-        else if (!strcmp(a, "--quiet"))
-            o->quiet = true;
-        else if (!strcmp(a, "--fork-each"))
-            o->fork_each = true;
-        else if (a[0] == '-') {
-            fprintf(stderr, "trellis bench maskbench: unknown option '%s'\n", a);
-            return 2;
-        } else if (!o->data)
-            o->data = a;
-        else {
-            fprintf(stderr, "trellis bench maskbench: one data file only ('%s')\n", a);
-            return 2;
-        }
-        continue;
-    missing:
-        fprintf(stderr, "trellis bench maskbench: %s needs a value\n", a);
+    *o = (mb_opts){.timeout_s = 60, .mem_gb = 8};
+    int64_t limit = 0, reasons = 15;
+    int clock = 0;
+    bool help = false;
+    cli_strs files = {0};
+    const cli_opt opts[] = {
+        {"--model", "-m", CLI_STR, &o->model, 1, 0,
+         "GGUF whose tokenizer and vocabulary are used", "the cached default model",
+         .meta = "FILE"},
+        {"--limit", NULL, CLI_INT, &limit, 1, 1e9, "first N schemas only", "all"},
+        {"--timeout", NULL, CLI_FLOAT, &o->timeout_s, 0.01, 86400,
+         "seconds per schema, compile + tests", "60", .meta = "S"},
+        {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
+         "summary as JSON on stdout (table on stderr)", "off"},
+        {"--csv", NULL, CLI_STR, &o->csv, 1, 0, "one row per schema", .meta = "OUT"},
+        {"--lenient", NULL, CLI_FLAG, &o->lenient, 1, 0,
+         "lenient JSON Schema mode", "off: strict"},
+        {"--mem-limit-gb", NULL, CLI_FLOAT, &o->mem_gb, 0, 1e6,
+         "extra address space per schema; 0 = none", "8", .meta = "G"},
+        {"--reasons", NULL, CLI_INT, &reasons, 0, 1000,
+         "most frequent compile-error reasons listed", "15"},
+        {"--clock", NULL, CLI_ENUM, &clock, 1, 0,
+         "TBM and TTFM in wall time (as the peers' runner) or in this thread's CPU time "
+         "(a loaded machine)", "wall", .choices = "wall|cpu"},
+        {"--quiet", NULL, CLI_FLAG, &o->quiet, 1, 0, "no progress on stderr", "off"},
+        {"--fork-each", NULL, CLI_FLAG, &o->fork_each, 1, 0,
+         "a fresh child per schema, no warm-up (default: one worker process, replaced "
+         "after a timeout or crash, warmed up by one untimed schema, as the peers' runner "
+         "does)", "off"},
+    };
+    const cli_cmd c = {.name = "bench maskbench", .usage = "FILE.jsonl[.gz] [options]",
+                       .opts = opts, .n_opts = sizeof opts / sizeof opts[0],
+                       .operands = &files};
+    if (!tr_cli_parse(&c, argc - 1, argv + 1, &help)) return 2;
+    if (help) return 0;
+    if (files.n != 1) {
+        fprintf(stderr, "trellis bench maskbench: %s (see trellis bench maskbench --help)\n",
+                files.n ? "one data file only" : "no data file given");
         return 2;
     }
-    if (!o->data) {
-        mb_usage();
-        return 2;
-    }
+    o->data = files.items[0];
+    o->limit = (long)limit, o->reasons = (int)reasons, o->cpu = clock == 1;
     return -1;
 }
 
@@ -836,7 +793,7 @@ static bool mb_load(const mb_opts *o, gguf_file **f, mb_ctx *c) {
     tr_diag d = {0};
     tr_status st = mp ? tr_gguf_open(mp, f, &d) : TR_ERR_NOT_FOUND;
     if (!st) st = tr_tokenizer_from_gguf(*f, &c->tok, &d);
-    if (!st) st = bench_vocab_from_tokenizer(c->tok, &c->v, &d);
+    if (!st) st = tr_vocab_from_tokenizer(c->tok, &c->v, &d);
     if (st) {
         fprintf(stderr, "trellis bench maskbench: %s: %s\n", mp ? mp : "(no model path)",
                 d.message[0] ? d.message : tr_status_message(st));
@@ -865,7 +822,7 @@ static void mb_add(mb_sum *s, const mb_rec *r, double timeout_s) {
         for (size_t i = 0; i < r->n_steps; i++) mb_push(&s->tbm, r->steps[i]);
 }
 
-int bench_maskbench(int argc, char **argv) {
+int tr_bench_maskbench(int argc, char **argv) {
     mb_opts o;
     int rc = mb_parse_args(argc, argv, &o);
     if (rc >= 0) return rc;

@@ -4,7 +4,7 @@
  *
  *   trellis bench serve [-m MODEL] [--workload random,fewshot,multiturn,json]
  *       [--concurrency 1,8,32,64] [--radix on,off] [--requests N]
- *       [--threads N] [--csv FILE] [--png FILE] [engine options]
+ *       [--csv FILE] [--png FILE] [engine options: app/common/engine_flags.h]
  *
  * For each workload x radix setting x concurrency C it starts a fresh
  * engine (so no cache survives from one configuration to the next) and
@@ -49,6 +49,8 @@
 #include <time.h>
 
 #include "app/common/args.h"
+#include "app/common/engine_flags.h"
+#include "base/hash.h"
 #include "trellis.h"
 
 #define BENCH_MAX_LIST 16
@@ -67,7 +69,7 @@ static const char *const k_wl_names[WL_COUNT_] = {"random", "fewshot",
 #define JSON_REGEX "\\{\"name\": \"[a-z]{3,8}\", \"age\": [1-9][0-9]?\\}"
 
 typedef struct bench_opts {
-    const char *model, *device;
+    const char *model;
     const char *csv, *png;
     int workloads[WL_COUNT_];
     int n_workloads;
@@ -76,15 +78,15 @@ typedef struct bench_opts {
     int radix[2]; /* 1 = on, 0 = off */
     int n_radix;
     int requests;   /* 0: the workload's default */
-    int threads, max_batch, max_running, chunk, kv_mb, page;
+    tr_engine_flags engine; /* 2 threads and max(64, concurrency) running
+                               unless given */
     int max_tokens; /* 0: the workload's default */
     int turns;
     int prefix;     /* fewshot prefix tokens */
     int prompt_min, prompt_max; /* random: prompt length range */
     uint64_t seed;
     int repeat;     /* runs per configuration, interleaved; median kept */
-    int load;       /* TRELLIS_LOAD_* */
-    bool no_overlap, quiet;
+    bool quiet;
 } bench_opts;
 
 /* One configuration's results. */
@@ -104,16 +106,9 @@ typedef struct bench_row {
 
 /* ---- helpers ---- */
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void rand_ids(uint64_t seed, int32_t *out, int n) {
     for (int i = 0; i < n; i++)
-        out[i] = 100 + (int32_t)(mix64(seed * 0x100000001b3ull + (uint64_t)i) % 40000u);
+        out[i] = 100 + (int32_t)(tr_splitmix64(seed * 0x100000001b3ull + (uint64_t)i) % 40000u);
 }
 
 static double now_s(void) {
@@ -222,7 +217,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
     trellis_request_default(&q);
     q.ignore_eos = true;
     q.temperature = 0.7f;
-    uint64_t r = mix64(o->seed ^ ((uint64_t)w->wl << 56) ^ (uint64_t)w->next);
+    uint64_t r = tr_splitmix64(o->seed ^ ((uint64_t)w->wl << 56) ^ (uint64_t)w->next);
     q.seed = r;
     switch (w->wl) {
     case WL_RANDOM:
@@ -297,18 +292,10 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
     row->wl = wl;
     row->radix = radix;
     row->conc = conc;
-    trellis_engine_options eo;
-    trellis_engine_options_default(&eo);
-    eo.device = o->device;
-    eo.threads = o->threads;
-    if (o->max_batch) eo.max_batch_tokens = o->max_batch;
-    eo.max_running = o->max_running ? o->max_running : (conc > 64 ? conc : 64);
-    if (o->chunk) eo.chunk_size = o->chunk;
-    if (o->kv_mb) eo.kv_mb = o->kv_mb;
-    if (o->page) eo.page_size = o->page;
+    trellis_engine_options eo = o->engine.opts;
+    /* every client running at once, unless --max-running says otherwise */
+    if (!o->engine.given[TR_EF_MAX_RUNNING] && conc > eo.max_running) eo.max_running = conc;
     eo.no_radix = !radix;
-    eo.no_overlap = o->no_overlap;
-    eo.load = o->load;
     trellis_engine *e;
     char err[512];
     if (trellis_engine_new(o->model, &eo, &e, err, sizeof err) != TRELLIS_OK) {
@@ -546,9 +533,8 @@ static bool parse_names(const char *flag, const char *s, const char *const *name
 static int parse(int argc, char **argv, bench_opts *o) {
     const char *workload = "random,fewshot,multiturn,json", *conc = "1,8,32,64",
                *radix = "on,off";
-    bool no_radix = false, help = false;
+    bool help = false;
     int64_t requests = 0, max_tokens = 0, turns = 8, prefix = 1500, pmin = 32, pmax = 256,
-            threads = 2, max_batch = 0, max_running = 0, chunk = 0, kv_mb = 0, page = 0,
             seed = 1, repeat = 1;
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
@@ -559,7 +545,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
          "1,8,32,64", .meta = "LIST"},
         {"--radix", NULL, CLI_STR, &radix, 1, 0, "prefix cache: on, off or on,off", "on,off",
          .meta = "LIST"},
-        {"--no-radix", NULL, CLI_FLAG, &no_radix, 1, 0, "the same as --radix off", "off"},
         {"--requests", NULL, CLI_INT, &requests, 1, 1000000, "requests per configuration",
          "per workload"},
         {"--max-tokens", NULL, CLI_INT, &max_tokens, 1, 100000,
@@ -568,21 +553,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"--prefix", NULL, CLI_INT, &prefix, 1, 2000, "fewshot: shared prefix tokens", "1500"},
         {"--prompt-min", NULL, CLI_INT, &pmin, 1, 2000, "random: shortest prompt", "32"},
         {"--prompt-max", NULL, CLI_INT, &pmax, 1, 2000, "random: longest prompt", "256"},
-        {"--device", NULL, CLI_STR, &o->device, 1, 0,
-         "compute backend (built in today: cpu; a CUDA backend plugs in under this name)", "cpu", .meta = "NAME"},
-        {"--threads", "-t", CLI_INT, &threads, 0, TRELLIS_MAX_THREADS,
-         "CPU threads; 0 = one per core", "2"},
-        {"--max-batch-tokens", NULL, CLI_INT, &max_batch, 1, 65536,
-         "engine: tokens per step", "512"},
-        {"--max-running", NULL, CLI_INT, &max_running, 1, 4096,
-         "engine: running sequences", "max(64, concurrency)"},
-        {"--chunk-size", NULL, CLI_INT, &chunk, 1, 65536, "engine: prefill chunk", "256"},
-        {"--kv-mb", NULL, CLI_INT, &kv_mb, 1, 1 << 20, "engine: KV memory in MiB", "512"},
-        {"--page-size", NULL, CLI_INT, &page, 1, 4096, "engine: tokens per KV page", "16"},
-        {"--no-overlap", NULL, CLI_FLAG, &o->no_overlap, 1, 0,
-         "engine: forward passes on the engine thread", "off"},
-        {"--load", NULL, CLI_ENUM, &o->load, 1, 0,
-         "model file: read into huge pages, or mapped", "auto", .choices = "auto|mmap|read"},
         {"--seed", NULL, CLI_INT, &seed, 0, 1 << 30, "workload seed", "1"},
         {"--repeat", NULL, CLI_INT, &repeat, 1, 100,
          "runs per configuration, interleaved; the run of median throughput is kept", "1"},
@@ -591,11 +561,15 @@ static int parse(int argc, char **argv, bench_opts *o) {
          .meta = "FILE"},
         {"--quiet", NULL, CLI_FLAG, &o->quiet, 1, 0, "no message per failed request", "off"},
     };
-    if (!cli_parse("bench serve", SERVE_USAGE, opts, sizeof opts / sizeof opts[0], argc - 1,
-                   argv + 1, &help))
-        return 2;
+    o->engine.opts.threads = 2;
+    o->engine.shown[TR_EF_MAX_RUNNING] = "max(64, concurrency)";
+    o->engine.shown[TR_EF_NO_RADIX] = "off; the same as --radix off";
+    cli_cmd c = {.name = "bench serve", .usage = SERVE_USAGE, .opts = opts,
+                 .n_opts = sizeof opts / sizeof opts[0]};
+    tr_engine_flags_attach(&o->engine, &c);
+    if (!tr_cli_parse(&c, argc - 1, argv + 1, &help)) return 2;
     if (help) return -1;
-    if (no_radix) radix = "off";
+    if (o->engine.opts.no_radix) radix = "off";
     static const char *const onoff[] = {"off", "on"};
     if (!parse_names("--workload", workload, k_wl_names, WL_COUNT_, o->workloads,
                      &o->n_workloads, WL_COUNT_) ||
@@ -608,9 +582,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     o->requests = (int)requests, o->max_tokens = (int)max_tokens, o->turns = (int)turns;
     o->prefix = (int)prefix, o->prompt_min = (int)pmin, o->prompt_max = (int)pmax;
-    o->threads = (int)threads, o->max_batch = (int)max_batch;
-    o->max_running = (int)max_running, o->chunk = (int)chunk, o->kv_mb = (int)kv_mb;
-    o->page = (int)page, o->seed = (uint64_t)seed, o->repeat = (int)repeat;
+    o->seed = (uint64_t)seed, o->repeat = (int)repeat;
     if (o->prompt_min > o->prompt_max) {
         fprintf(stderr, "trellis bench serve: --prompt-min: above --prompt-max (%d > %d)\n",
                 o->prompt_min, o->prompt_max);
@@ -623,8 +595,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-int bench_serve(int argc, char **argv) {
+int tr_bench_serve(int argc, char **argv) {
     bench_opts o = {0};
+    tr_engine_flags_init(&o.engine);
     int prc = parse(argc, argv, &o);
     if (prc) return prc < 0 ? 0 : prc;
     int n_cfg = o.n_workloads * o.n_radix * o.n_conc;

@@ -69,8 +69,8 @@ static char *dump(json_t *root, size_t flags) {
     return s;
 }
 
-char *cli_json_tokenize(const int32_t *ids, size_t n, cli_piece_fn piece,
-                        const void *ctx) {
+char *tr_cli_json_tokenize(const int32_t *ids, size_t n, cli_piece_fn piece,
+                           const void *ctx) {
     json_t *root = json_object(), *arr = json_array(), *pieces = json_array();
     for (size_t i = 0; arr && pieces && i < n; i++) {
         json_array_append_new(arr, json_integer(ids[i]));
@@ -135,7 +135,7 @@ static json_t *constraint(const cli_sample_json *s) {
     return c;
 }
 
-char *cli_json_sample(const cli_sample_json *s, cli_piece_fn piece, const void *ctx) {
+char *tr_cli_json_sample(const cli_sample_json *s, cli_piece_fn piece, const void *ctx) {
     json_t *root = json_object(), *ids = json_array();
     json_object_set_new(root, "index", json_integer(s->index));
     json_object_set_new(root, "text", text_value(s->text, s->text_len));

@@ -33,8 +33,8 @@ typedef const char *(*cli_piece_fn)(const void *ctx, int32_t id, size_t *len);
 
 /* `trellis tokenize --json`:
  *   {"ids": [int...], "pieces": [string | [byte...]...], "count": int} */
-char *cli_json_tokenize(const int32_t *ids, size_t n, cli_piece_fn piece,
-                        const void *ctx);
+char *tr_cli_json_tokenize(const int32_t *ids, size_t n, cli_piece_fn piece,
+                           const void *ctx);
 
 /* One sample of `trellis generate --json` (see cmd_generate.c for the
  * document's shape, which --help also gives). Everything is borrowed. */
@@ -58,6 +58,6 @@ typedef struct cli_sample_json {
     double constraint_ms;            /* compiling it (0: cached or none) */
 } cli_sample_json;
 
-char *cli_json_sample(const cli_sample_json *s, cli_piece_fn piece, const void *ctx);
+char *tr_cli_json_sample(const cli_sample_json *s, cli_piece_fn piece, const void *ctx);
 
 #endif

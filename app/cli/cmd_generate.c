@@ -21,6 +21,7 @@
 
 #include "base/util.h"
 #include "app/common/args.h"
+#include "app/common/engine_flags.h"
 #include "app/cli/cli.h"
 #include "app/cli/gen_internal.h"
 
@@ -49,13 +50,22 @@ static const char k_json_doc[] =
     "                         text), forced_tokens (jump-forward), forward_passes,\n"
     "                         compile_ms\n";
 
+/* generate's -b: one number for both the step and the prefill chunk,
+ * within the bounds of both (the engine's) */
+static void batch_bounds(double *lo, double *hi) {
+    int32_t a, b, c, d;
+    tr_engine_flag_bounds(TR_EF_MAX_BATCH_TOKENS, &a, &b);
+    tr_engine_flag_bounds(TR_EF_CHUNK_SIZE, &c, &d);
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
 static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
+    double blo, bhi;
+    batch_bounds(&blo, &bhi);
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &o->model, 1, 0, "GGUF model file",
          "the cached default model", .meta = "FILE"},
-        {"--load", NULL, CLI_ENUM, &o->load, 1, 0,
-         "how the model file comes in: read it into huge pages, or map it; auto "
-         "reads when transparent huge pages are on", "auto", .choices = "auto|mmap|read"},
         {"--prompt", "-p", CLI_STR, &o->prompt, 1, 0, "prompt text"},
         {"--file", "-f", CLI_STR, &o->file, 1, 0, "read the prompt from a file", .meta = "FILE"},
         {"--chat", NULL, CLI_FLAG, &o->chat, 1, 0,
@@ -110,25 +120,33 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
          "auto", .choices = "auto|on|off"},
         {"--no-jump-forward", NULL, CLI_FLAG, &o->no_jump_forward, 1, 0,
          "sample every token, even those a constraint forces", "off"},
-        {"--device", NULL, CLI_STR, &o->device, 1, 0,
-         "compute backend (built in today: cpu; a CUDA backend plugs in under this name)", "cpu", .meta = "NAME"},
-        {"--threads", "-t", CLI_INT, &o->threads, 0, TRELLIS_MAX_THREADS,
-         "CPU threads; 0 = one per core", "0"},
-        {"--ctx", "-c", CLI_INT, &o->ctx, 0, 1 << 24,
-         "context length (prompt + completion); 0 = the model's", "0"},
-        {"--batch", "-b", CLI_INT, &o->batch, 1, 8192, "prefill chunk in tokens", "512"},
-        {"--no-overlap", NULL, CLI_FLAG, &o->no_overlap, 1, 0,
-         "run forward passes on the engine thread instead of a compute thread (no "
-         "hand-off per step; constraint masks then wait for the forward pass)", "off"},
         {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
          "print one JSON object per sample and line (see below)", "off: stream the text"},
+        {"--batch", "-b", CLI_INT, &o->batch, blo, bhi,
+         "sets --max-batch-tokens and --chunk-size both (deprecated: give those)",
+         "not set"},
     };
-    return cli_parse("generate",
-                     "[-m MODEL] (-p TEXT | -f FILE) [--chat [--system TEXT]] [-n N] "
-                     "[-N N] [sampling] [--stop TEXT]... [--regex R | --choice A "
-                     "--choice B... | --json-schema S | --json-object | --grammar FILE] "
-                     "[--json [--logprobs N]]",
-                     opts, TR_ARRAY_LEN(opts), argc, argv, help);
+    /* one sequence: its prefill chunk takes the whole step, unless told */
+    o->engine.shown[TR_EF_CHUNK_SIZE] = "--max-batch-tokens";
+    cli_cmd c = {.name = "generate",
+                 .usage = "[-m MODEL] (-p TEXT | -f FILE) [--chat [--system TEXT]] [-n N] "
+                          "[-N N] [sampling] [--stop TEXT]... [--regex R | --choice A "
+                          "--choice B... | --json-schema S | --json-object | --grammar "
+                          "FILE] [--json [--logprobs N]] [engine options]",
+                 .opts = opts, .n_opts = TR_ARRAY_LEN(opts), .epilog = k_json_doc};
+    tr_engine_flags_attach(&o->engine, &c);
+    if (!tr_cli_parse(&c, argc, argv, help)) return false;
+    if (!o->engine.given[TR_EF_CHUNK_SIZE])
+        o->engine.opts.chunk_size = o->engine.opts.max_batch_tokens;
+    if (o->batch > 0) {
+        if (o->engine.given[TR_EF_MAX_BATCH_TOKENS] || o->engine.given[TR_EF_CHUNK_SIZE]) {
+            fprintf(stderr, "trellis generate: --batch: sets --max-batch-tokens and "
+                            "--chunk-size; give those or it, not both\n");
+            return false;
+        }
+        o->engine.opts.max_batch_tokens = o->engine.opts.chunk_size = (int32_t)o->batch;
+    }
+    return true;
 }
 
 /* The checks that need no model. */
@@ -141,7 +159,7 @@ static bool check_opts(const gen_opts *o) {
         fprintf(stderr, "trellis generate: --system: needs --chat\n");
         return false;
     }
-    if (o->system && !cli_check_text("generate", "--system", o->system, strlen(o->system)))
+    if (o->system && !tr_cli_check_text("generate", "--system", o->system, strlen(o->system)))
         return false;
     if (o->logprobs >= 0 && !o->json) {
         fprintf(stderr, "trellis generate: --logprobs: needs --json (log-probs are "
@@ -163,7 +181,7 @@ static bool check_opts(const gen_opts *o) {
                     TRELLIS_MAX_STOP_LEN, len);
             return false;
         }
-        if (!cli_check_text("generate", what, s, len)) return false;
+        if (!tr_cli_check_text("generate", what, s, len)) return false;
     }
     return true;
 }
@@ -172,13 +190,13 @@ static bool check_opts(const gen_opts *o) {
 static int read_prompt(const gen_opts *o, char **text, size_t *len) {
     const char *flag = o->file ? "-f" : "-p";
     if (o->file) {
-        if (!cli_read_file("generate", "-f", o->file, text, len)) return 1;
+        if (!tr_cli_read_file("generate", "-f", o->file, text, len)) return 1;
     } else {
         *len = strlen(o->prompt);
         if (!(*text = malloc(*len + 1))) return 1;
         memcpy(*text, o->prompt, *len + 1);
     }
-    if (!cli_check_text("generate", flag, *text, *len)) return 1;
+    if (!tr_cli_check_text("generate", flag, *text, *len)) return 1;
     if (*len == 0 && !o->chat) {
         fprintf(stderr, "trellis generate: %s: the prompt is empty\n", flag);
         return 1;
@@ -210,27 +228,19 @@ static bool check_ctx(const char *path, int64_t ctx) {
 
 static int start_engine(const gen_opts *o, const char *path, trellis_engine **e,
                         double *load_ms) {
-    trellis_engine_options eo;
-    trellis_engine_options_default(&eo);
-    eo.device = o->device;
-    eo.threads = (int32_t)o->threads;
-    eo.ctx = (int32_t)o->ctx;
-    eo.max_batch_tokens = (int32_t)o->batch;
-    eo.chunk_size = (int32_t)o->batch;
-    eo.load = o->load;
-    eo.no_overlap = o->no_overlap;
+    const trellis_engine_options *eo = &o->engine.opts;
     bool tty = isatty(2);
     if (tty) fprintf(stderr, "\r\033[Kloading %s", path);
     uint64_t t0 = tr_now_ns();
     char err[1024];
-    int rc = trellis_engine_new(path, &eo, e, err, sizeof err);
+    int rc = trellis_engine_new(path, eo, e, err, sizeof err);
     *load_ms = (double)(tr_now_ns() - t0) / 1e6;
     if (tty) fprintf(stderr, "\r\033[K");
     if (rc != TRELLIS_OK) {
         /* an unknown or unavailable --device is the one engine option
          * only the engine can check */
         static const char backend[] = "cannot start the compute backend: ";
-        bool dev = o->device && strncmp(err, backend, sizeof backend - 1) == 0;
+        bool dev = eo->device && strncmp(err, backend, sizeof backend - 1) == 0;
         fprintf(stderr, "trellis generate: %s%s\n", dev ? "--device: " : "",
                 dev ? err + sizeof backend - 1 : err);
         return dev ? 2 : 1;
@@ -298,7 +308,7 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
     double load_ms = 0;
     int rc = start_engine(o, path, &e, &load_ms);
     if (rc) return rc;
-    rc = gen_constraint_compile(o, e, c);
+    rc = tr_cli_gen_constraint_compile(o, e, c);
     if (rc == 0) {
         trellis_message msgs[2];
         int32_t n_msgs = 0;
@@ -314,39 +324,37 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
         gen_facts f = {.load_ms = load_ms, .threads = info.threads,
                        .model_load = info.load == TRELLIS_LOAD_READ ? "read" : "mmap",
                        .stops = o->stops.items, .constraint = c->kind ? c : NULL};
-        rc = gen_output_run(e, o, &f, (int32_t)o->n_samples);
+        rc = tr_cli_gen_output_run(e, o, &f, (int32_t)o->n_samples);
     }
     /* the request holds its own reference to the grammar */
-    gen_constraint_free(c);
+    tr_cli_gen_constraint_free(c);
     trellis_engine_free(e);
     return rc;
 }
 
-int cmd_generate(int argc, char **argv) {
+int tr_cli_generate(int argc, char **argv) {
     trellis_request rd; /* the engine's defaults, where the CLI has none of its own */
     trellis_request_default(&rd);
-    gen_opts o = {.n_predict = 128, .batch = 512, .temp = 0.0, .top_p = rd.top_p,
+    gen_opts o = {.n_predict = 128, .batch = -1, .temp = 0.0, .top_p = rd.top_p,
                   .min_p = rd.min_p, .repeat_penalty = rd.repetition_penalty,
                   .repeat_last_n = rd.penalty_last_n, .logprobs = -1, .n_samples = 1,
-                  .load = TRELLIS_LOAD_AUTO, .schema_mode = -1, .whitespace = -1};
+                  .schema_mode = -1, .whitespace = -1};
+    tr_engine_flags_init(&o.engine);
     bool help = false;
     if (!parse(argc, argv, &o, &help)) return 2;
-    if (help) {
-        fputs(k_json_doc, stdout);
-        return 0;
-    }
+    if (help) return 0;
     if (!check_opts(&o)) return 2;
     gen_constraint c;
-    int rc = gen_constraint_prepare(&o, &c);
+    int rc = tr_cli_gen_constraint_prepare(&o, &c);
     char *text = NULL;
     size_t len = 0;
     if (!rc) rc = read_prompt(&o, &text, &len);
     char def[4096];
-    const char *path = rc ? NULL : cli_model_path("generate", o.model, def, sizeof def);
+    const char *path = rc ? NULL : tr_cli_model_path("generate", o.model, def, sizeof def);
     if (!rc && !path) rc = 1;
-    if (!rc && o.ctx && !check_ctx(path, o.ctx)) rc = 2;
+    if (!rc && o.engine.opts.ctx && !check_ctx(path, o.engine.opts.ctx)) rc = 2;
     if (!rc) rc = run(&o, path, text, len, &c);
-    gen_constraint_free(&c);
+    tr_cli_gen_constraint_free(&c);
     free(text);
     return rc;
 }

@@ -26,7 +26,7 @@ static void print_token(const tokenizer *t, const char *label, int32_t id) {
     size_t len = 0;
     const uint8_t *b = tr_tokenizer_token_bytes(t, id, &len);
     printf("  %-14s %d '", label, id);
-    cli_print_bytes(stdout, b, len);
+    tr_cli_print_bytes(stdout, b, len);
     printf("'\n");
 }
 
@@ -161,7 +161,7 @@ static void print_vocab(const tokenizer *tok, const gguf_file *f) {
         size_t len;
         const uint8_t *b = tr_tokenizer_token_bytes(tok, i, &len);
         printf(" %d '", i);
-        cli_print_bytes(stdout, b, len);
+        tr_cli_print_bytes(stdout, b, len);
         printf("'");
     }
     printf("\n  %-14s %s\n", "add bos", tr_tokenizer_add_bos(tok) ? "yes" : "no");
@@ -174,7 +174,7 @@ static void print_vocab(const tokenizer *tok, const gguf_file *f) {
     }
 }
 
-int cmd_info(int argc, char **argv) {
+int tr_cli_info(int argc, char **argv) {
     const char *model_path = NULL;
     bool all_kv = false, help = false;
     const cli_opt opts[] = {
@@ -182,13 +182,14 @@ int cmd_info(int argc, char **argv) {
          "the cached default model", .meta = "FILE"},
         {"--kv", NULL, CLI_FLAG, &all_kv, 1, 0, "also print every metadata key/value", "off"},
     };
-    if (!cli_parse("info", "[-m MODEL] [--kv]", opts, TR_ARRAY_LEN(opts), argc, argv, &help))
-        return 2;
+    const cli_cmd c = {.name = "info", .usage = "[-m MODEL] [--kv]", .opts = opts,
+                       .n_opts = TR_ARRAY_LEN(opts)};
+    if (!tr_cli_parse(&c, argc, argv, &help)) return 2;
     if (help) return 0;
     char def[4096];
-    const char *path = cli_model_path("info", model_path, def, sizeof def);
+    const char *path = tr_cli_model_path("info", model_path, def, sizeof def);
     cli_vocab v;
-    if (!path || !cli_vocab_open("info", path, &v)) return 1;
+    if (!path || !tr_cli_vocab_open("info", path, &v)) return 1;
     const gguf_file *f = v.file;
     gguf_str name = {0}, arch = {0};
     tr_gguf_get_str(f, "general.name", &name);
@@ -200,9 +201,9 @@ int cmd_info(int argc, char **argv) {
            (unsigned long long)tr_gguf_tensor_count(f),
            (unsigned long long)tr_gguf_kv_count(f));
     printf("name:           ");
-    cli_print_bytes(stdout, name.ptr ? name.ptr : "", name.len);
+    tr_cli_print_bytes(stdout, name.ptr ? name.ptr : "", name.len);
     printf("\narchitecture:   ");
-    cli_print_bytes(stdout, arch_z, strlen(arch_z));
+    tr_cli_print_bytes(stdout, arch_z, strlen(arch_z));
     printf("\n");
     print_hparams(f, arch_z);
     print_tensors(f);
@@ -214,10 +215,10 @@ int cmd_info(int argc, char **argv) {
         for (uint64_t i = 0; i < tr_gguf_kv_count(f); i++) {
             gguf_str k = tr_gguf_kv_key(f, i);
             printf("  ");
-            cli_print_bytes(stdout, k.ptr, k.len);
+            tr_cli_print_bytes(stdout, k.ptr, k.len);
             printf(" = %s\n", tr_gguf_kv_format(f, i, buf, sizeof buf));
         }
     }
-    cli_vocab_close(&v);
+    tr_cli_vocab_close(&v);
     return 0;
 }

@@ -14,51 +14,20 @@
 #include <string.h>
 
 #include "app/cli/cli.h"
+#include "app/common/args.h"
+#include "app/common/engine_flags.h"
 #include "base/util.h"
 #include "frontend/dsl.h"
 #include "frontend/value.h"
 
-static const char usage_text[] =
-    "usage: trellis run SCRIPT [FUNCTION] [options]\n"
-    "\n"
-    "Runs FUNCTION (default: main, or the script's only function) of a prompt\n"
-    "program (frontend/README.md) and prints its return value, or its generated\n"
-    "variables when it returns nothing.\n"
-    "\n"
-    "arguments:\n"
-    "  --arg NAME=TEXT        a string argument (repeatable)\n"
-    "  --arg-json NAME=JSON   an argument given as JSON (repeatable)\n"
-    "  --batch FILE.jsonl     run once per line (a JSON object of arguments),\n"
-    "                         concurrently; one JSON line out per input, in order\n"
-    "  --parallel N           runs at once with --batch (default 32)\n"
-    "where it runs:\n"
-    "  -m, --model PATH       in-process, on this GGUF model (default: the cached\n"
-    "                         default model)\n"
-    "  --server URL           against `trellis serve` at URL (http://HOST:PORT)\n"
-    "  --api-key KEY          the server's API key\n"
-    "  --chat-template NAME   with --server: chatml|llama3|gemma|llama2|mistral\n"
-    "                         (default: what the server reports)\n"
-    "  --timeout SECONDS      with --server: longest silence of the server (600)\n"
-    "engine (in-process):\n"
-    "  -t, --threads N  --kv-mem MIB  --max-running N  --ctx N  --load auto|mmap|read\n"
-    "  --no-radix             no prefix cache across requests (for comparisons)\n"
-    "output:\n"
-    "  --json                 print {\"return\", \"vars\", \"text\", \"stats\"}\n"
-    "  --stream               show generated text as it comes\n"
-    "  --stats                print run statistics to stderr\n"
-    "  --check                only parse the script\n"
-    "limits:\n"
-    "  --max-depth N (64)  --max-loop N (100000)  --max-fork N (64)\n"
-    "  --max-tasks N (256)  --no-warm (no prefix warm-up before forks and batches)\n";
-
 typedef struct run_opts {
-    const char *script, *fn, *model, *server, *api_key, *chat_template, *batch, *load;
-    const char *args[64][2];
-    bool args_json[64];
+    const char *script, *fn, *model, *server, *api_key, *chat_template, *batch;
+    const char *args[CLI_STRS_MAX][2]; /* NAME, VALUE of --arg/--arg-json */
+    bool args_json[CLI_STRS_MAX];
     int n_args;
-    bool json, stream, stats, check, no_radix, no_warm;
-    long parallel, threads, kv_mem, max_running, ctx, timeout;
-    long max_depth, max_loop, max_fork, max_tasks;
+    bool json, stream, stats, check, no_warm;
+    int64_t parallel, timeout, max_depth, max_loop, max_fork, max_tasks;
+    tr_engine_flags engine; /* in-process runs */
 } run_opts;
 
 static int usage_error(const char *fmt, const char *a) {
@@ -68,17 +37,20 @@ static int usage_error(const char *fmt, const char *a) {
     return 2;
 }
 
-static bool parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "trellis run: %s needs an integer in %ld..%ld, not '%s'\n", flag, lo,
-                hi, v ? v : "");
-        return false;
+/* --arg and --arg-json, in the order given, into o->args. Exit status or
+ * -1. */
+static int take_args(const cli_strs *a, run_opts *o) {
+    for (int i = 0; i < a->n; i++) {
+        const char *v = a->items[i], *eq = strchr(v, '=');
+        if (!eq || eq == v) return usage_error("%s takes NAME=VALUE", a->flags[i]);
+        char *name = strndup(v, (size_t)(eq - v));
+        if (!name) return usage_error("%s", "out of memory");
+        o->args[o->n_args][0] = name;
+        o->args[o->n_args][1] = eq + 1;
+        o->args_json[o->n_args] = strcmp(a->flags[i], "--arg-json") == 0;
+        o->n_args++;
     }
-    *out = x;
-    return true;
+    return -1;
 }
 
 /* Returns -1 to go on, else the exit status. */
@@ -90,85 +62,68 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     o->max_loop = 100000;
     o->max_fork = 64;
     o->max_tasks = 256;
-    int positional = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define VALUE()                                                          \
-    do {                                                                 \
-        if (!v) return usage_error("%s needs a value", a);               \
-        i++;                                                             \
-    } while (0)
-#define NUM(flag, lo, hi, dst)                                           \
-    if (strcmp(a, flag) == 0) {                                          \
-        VALUE();                                                         \
-        if (!parse_long(flag, v, lo, hi, dst)) return 2;                 \
-        continue;                                                        \
-    }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if (strcmp(a, "--arg") == 0 || strcmp(a, "--arg-json") == 0) {
-            VALUE();
-            const char *eq = strchr(v, '=');
-            if (!eq || eq == v) return usage_error("%s takes NAME=VALUE", a);
-            if (o->n_args == 64) return usage_error("%s: at most 64 arguments", a);
-            char *name = strndup(v, (size_t)(eq - v));
-            if (!name) return usage_error("%s", "out of memory");
-            o->args[o->n_args][0] = name;
-            o->args[o->n_args][1] = eq + 1;
-            o->args_json[o->n_args] = strcmp(a, "--arg-json") == 0;
-            o->n_args++;
-            continue;
-        }
-        const char **str = strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 ? &o->model
-                           : strcmp(a, "--server") == 0                      ? &o->server
-                           : strcmp(a, "--api-key") == 0                     ? &o->api_key
-                           : strcmp(a, "--chat-template") == 0 ? &o->chat_template
-                           : strcmp(a, "--batch") == 0         ? &o->batch
-                           : strcmp(a, "--load") == 0          ? &o->load
-                                                               : NULL;
-        if (str) {
-            VALUE();
-            *str = v;
-            continue;
-        }
-        bool *flag = strcmp(a, "--json") == 0       ? &o->json
-                     : strcmp(a, "--stream") == 0   ? &o->stream
-                     : strcmp(a, "--stats") == 0    ? &o->stats
-                     : strcmp(a, "--check") == 0    ? &o->check
-                     : strcmp(a, "--no-radix") == 0 ? &o->no_radix
-                     : strcmp(a, "--no-warm") == 0  ? &o->no_warm
-                                                    : NULL;
-        if (flag) {
-            *flag = true;
-            continue;
-        }
-        NUM("--parallel", 1, 4096, &o->parallel)
-        if (strcmp(a, "-t") == 0) a = "--threads"; /* as generate and bench */
-        NUM("--threads", 0, TRELLIS_MAX_THREADS, &o->threads)
-        NUM("--kv-mem", 1, 1 << 20, &o->kv_mem)
-        NUM("--max-running", 1, 4096, &o->max_running)
-        NUM("--ctx", 0, 1 << 24, &o->ctx)
-        NUM("--timeout", 1, 86400, &o->timeout)
-        NUM("--max-depth", 1, 10000, &o->max_depth)
-        NUM("--max-loop", 1, 1000000000, &o->max_loop)
-        NUM("--max-fork", 1, 4096, &o->max_fork)
-        NUM("--max-tasks", 1, 65536, &o->max_tasks)
-        if (a[0] == '-' && a[1]) return usage_error("unknown option '%s'", a);
-        if (positional == 0) o->script = a;
-        else if (positional == 1) o->fn = a;
-        else return usage_error("unexpected argument '%s'", a);
-        positional++;
-#undef NUM
-#undef VALUE
-    }
+    tr_engine_flags_init(&o->engine);
+    cli_strs operands = {0}, args = {0};
+    bool help = false;
+    const cli_opt opts[] = {
+        {"arguments", NULL, CLI_SECTION},
+        {"--arg", NULL, CLI_STRS, &args, 1, 0, "a string argument", .meta = "NAME=TEXT"},
+        {"--arg-json", NULL, CLI_STRS, &args, 1, 0, "an argument given as JSON",
+         .meta = "NAME=JSON"},
+        {"--batch", NULL, CLI_STR, &o->batch, 1, 0,
+         "run once per line (a JSON object of arguments), concurrently; one JSON line out "
+         "per input, in order", .meta = "FILE.jsonl"},
+        {"--parallel", NULL, CLI_INT, &o->parallel, 1, 4096, "runs at once with --batch",
+         "32"},
+        {"where it runs", NULL, CLI_SECTION},
+        {"--model", "-m", CLI_STR, &o->model, 1, 0,
+         "in-process, on this GGUF model (with the engine options below)",
+         "the cached default model", .meta = "FILE"},
+        {"--server", NULL, CLI_STR, &o->server, 1, 0,
+         "against `trellis serve` at URL (http://HOST:PORT)", .meta = "URL"},
+        {"--api-key", NULL, CLI_STR, &o->api_key, 1, 0, "the server's API key",
+         .meta = "KEY"},
+        {"--chat-template", NULL, CLI_STR, &o->chat_template, 1, 0,
+         "with --server: chatml, llama3, gemma, llama2 or mistral",
+         "what the server reports", .meta = "NAME"},
+        {"--timeout", NULL, CLI_INT, &o->timeout, 1, 86400,
+         "with --server: longest silence of the server in seconds", "600"},
+        {"output", NULL, CLI_SECTION},
+        {"--json", NULL, CLI_FLAG, &o->json, 1, 0,
+         "print {\"return\", \"vars\", \"text\", \"stats\"}", "off"},
+        {"--stream", NULL, CLI_FLAG, &o->stream, 1, 0, "show generated text as it comes",
+         "off"},
+        {"--stats", NULL, CLI_FLAG, &o->stats, 1, 0, "print run statistics to stderr", "off"},
+        {"--check", NULL, CLI_FLAG, &o->check, 1, 0, "only parse the script", "off"},
+        {"limits", NULL, CLI_SECTION},
+        {"--max-depth", NULL, CLI_INT, &o->max_depth, 1, 10000, "call depth", "64"},
+        {"--max-loop", NULL, CLI_INT, &o->max_loop, 1, 1000000000,
+         "iterations of one loop", "100000"},
+        {"--max-fork", NULL, CLI_INT, &o->max_fork, 1, 4096, "branches of one fork", "64"},
+        {"--max-tasks", NULL, CLI_INT, &o->max_tasks, 1, 65536, "tasks alive at once",
+         "256"},
+        {"--no-warm", NULL, CLI_FLAG, &o->no_warm, 1, 0,
+         "no prefix warm-up before forks and batches", "off"},
+    };
+    cli_cmd c = {.name = "run", .usage = "SCRIPT [FUNCTION] [options]",
+                 .about = "Runs FUNCTION (default: main, or the script's only function) of a "
+                          "prompt\nprogram (frontend/README.md) and prints its return value, "
+                          "or its generated\nvariables when it returns nothing.\n",
+                 .opts = opts, .n_opts = TR_ARRAY_LEN(opts), .operands = &operands};
+    tr_engine_flags_attach(&o->engine, &c);
+    if (!tr_cli_parse(&c, argc, argv, &help)) return 2;
+    if (help) return 0;
+    if (operands.n > 2) return usage_error("unexpected argument '%s'", operands.items[2]);
+    o->script = operands.n > 0 ? operands.items[0] : NULL;
+    o->fn = operands.n > 1 ? operands.items[1] : NULL;
+    int rc = take_args(&args, o);
+    if (rc >= 0) return rc;
     if (!o->script) return usage_error("%s", "no SCRIPT given");
     if (o->server && o->model) return usage_error("%s", "give -m MODEL or --server URL, not both");
-    if (o->server && (o->no_radix || o->threads || o->kv_mem || o->max_running || o->ctx))
-        return usage_error("%s", "engine options (--no-radix, --threads, --kv-mem, "
-                                 "--max-running, --ctx) are the server's, not --server's");
+    const char *engine_flag = tr_engine_flags_first_given(&o->engine);
+    if (o->server && engine_flag)
+        return usage_error("%s: engine options are the server's, not --server's",
+                           engine_flag);
     if (o->batch && o->n_args)
         return usage_error("%s", "--batch takes its arguments from the file; no --arg");
     return -1;
@@ -435,20 +390,7 @@ static int open_backend(const run_opts *o, trellis_engine **engine, tr_dsl_backe
     if (o->chat_template)
         fprintf(stderr, "trellis run: --chat-template is for --server; in-process runs use "
                         "the model's own template\n");
-    trellis_engine_options eo;
-    trellis_engine_options_default(&eo);
-    if (o->threads) eo.threads = (int32_t)o->threads;
-    if (o->kv_mem) eo.kv_mb = (int32_t)o->kv_mem;
-    if (o->max_running) eo.max_running = (int32_t)o->max_running;
-    if (o->ctx) eo.ctx = (int32_t)o->ctx;
-    eo.no_radix = o->no_radix;
-    if (o->load) {
-        if (strcmp(o->load, "auto") == 0) eo.load = TRELLIS_LOAD_AUTO;
-        else if (strcmp(o->load, "mmap") == 0) eo.load = TRELLIS_LOAD_MMAP;
-        else if (strcmp(o->load, "read") == 0) eo.load = TRELLIS_LOAD_READ;
-        else return usage_error("--load takes auto, mmap or read, not '%s'", o->load);
-    }
-    if (trellis_engine_new(o->model, &eo, engine, err, sizeof err) != TRELLIS_OK) {
+    if (trellis_engine_new(o->model, &o->engine.opts, engine, err, sizeof err) != TRELLIS_OK) {
         fprintf(stderr, "trellis run: cannot load the model: %s\n", err);
         return 1;
     }
@@ -461,7 +403,7 @@ static int open_backend(const run_opts *o, trellis_engine **engine, tr_dsl_backe
     return 0;
 }
 
-int tr_dsl_cmd_run(int argc, char **argv) {
+int tr_cli_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) {

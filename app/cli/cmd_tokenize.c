@@ -13,7 +13,7 @@ static const char *piece(const void *tok, int32_t id, size_t *len) {
     return (const char *)tr_tokenizer_token_bytes(tok, id, len);
 }
 
-int cmd_tokenize(int argc, char **argv) {
+int tr_cli_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;
     bool json = false, special = false, help = false;
     const cli_opt opts[] = {
@@ -28,9 +28,10 @@ int cmd_tokenize(int argc, char **argv) {
          "string, or an array of byte values when its bytes are not valid UTF-8",
          "off"},
     };
-    if (!cli_parse("tokenize", "[-m MODEL] (-p TEXT | -f FILE) [--special] [--json]",
-                   opts, TR_ARRAY_LEN(opts), argc, argv, &help))
-        return 2;
+    const cli_cmd c = {.name = "tokenize",
+                       .usage = "[-m MODEL] (-p TEXT | -f FILE) [--special] [--json]",
+                       .opts = opts, .n_opts = TR_ARRAY_LEN(opts)};
+    if (!tr_cli_parse(&c, argc, argv, &help)) return 2;
     if (help) return 0;
     if (!!prompt == !!file) {
         fprintf(stderr, "trellis tokenize: give exactly one of -p TEXT or -f FILE\n");
@@ -39,7 +40,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if (file) {
-        if (!cli_read_file("tokenize", "-f", file, &text, &len)) return 1;
+        if (!tr_cli_read_file("tokenize", "-f", file, &text, &len)) return 1;
     } else {
         len = strlen(prompt);
         text = malloc(len + 1);
@@ -47,7 +48,7 @@ int cmd_tokenize(int argc, char **argv) {
         memcpy(text, prompt, len + 1);
     }
     cli_vocab v;
-    if (!cli_vocab_open("tokenize", model_path, &v)) {
+    if (!tr_cli_vocab_open("tokenize", model_path, &v)) {
         free(text);
         return 1;
     }
@@ -56,10 +57,10 @@ int cmd_tokenize(int argc, char **argv) {
     tr_status s = tr_tokenizer_encode(v.tok, text, len, special, &ids, &n);
     int rc = 0;
     if (s) {
-        cli_report("tokenize", "cannot tokenize", s, NULL);
+        tr_cli_report("tokenize", "cannot tokenize", s, NULL);
         rc = 1;
     } else if (json) {
-        char *out = cli_json_tokenize(ids, n, piece, v.tok);
+        char *out = tr_cli_json_tokenize(ids, n, piece, v.tok);
         if (out) printf("%s\n", out);
         else fprintf(stderr, "trellis tokenize: out of memory\n"), rc = 1;
         free(out);
@@ -68,13 +69,13 @@ int cmd_tokenize(int argc, char **argv) {
             size_t bl;
             const uint8_t *b = tr_tokenizer_token_bytes(v.tok, ids[i], &bl);
             printf("%6d  '", ids[i]);
-            cli_print_bytes(stdout, b, bl);
+            tr_cli_print_bytes(stdout, b, bl);
             printf("'\n");
         }
         printf("%zu tokens\n", n);
     }
     free(ids);
     free(text);
-    cli_vocab_close(&v);
+    tr_cli_vocab_close(&v);
     return rc;
 }

@@ -10,7 +10,7 @@
 #include "base/util.h"
 #include "app/cli/cli.h"
 
-void cli_report(const char *cmd, const char *what, tr_status s, const tr_diag *d) {
+void tr_cli_report(const char *cmd, const char *what, tr_status s, const tr_diag *d) {
     if (d && d->code == s && d->message[0]) {
         if (d->line > 0)
             fprintf(stderr, "trellis %s: %s: %s (line %d, column %d)\n", cmd, what,
@@ -26,7 +26,7 @@ void cli_report(const char *cmd, const char *what, tr_status s, const tr_diag *d
     }
 }
 
-const char *cli_model_path(const char *cmd, const char *path, char *buf, size_t cap) {
+const char *tr_cli_model_path(const char *cmd, const char *path, char *buf, size_t cap) {
     if (path) return path;
     path = tr_default_model_path(buf, cap);
     if (!path) {
@@ -44,8 +44,8 @@ const char *cli_model_path(const char *cmd, const char *path, char *buf, size_t 
     return path;
 }
 
-bool cli_read_file(const char *cmd, const char *flag, const char *path, char **out,
-                   size_t *len) {
+bool tr_cli_read_file(const char *cmd, const char *flag, const char *path, char **out,
+                      size_t *len) {
     int s = tr_read_file(path, out, len);
     if (s == 0) return true;
     const char *why = s == TR_ERR_NOMEM           ? "out of memory"
@@ -55,7 +55,7 @@ bool cli_read_file(const char *cmd, const char *flag, const char *path, char **o
     return false;
 }
 
-bool cli_check_text(const char *cmd, const char *what, const char *s, size_t len) {
+bool tr_cli_check_text(const char *cmd, const char *what, const char *s, size_t len) {
     size_t bad = tr_utf8_invalid_at(s, len);
     const char *nul = memchr(s, 0, len);
     if (nul && (size_t)(nul - s) < bad) {
@@ -70,28 +70,28 @@ bool cli_check_text(const char *cmd, const char *what, const char *s, size_t len
     return true;
 }
 
-bool cli_vocab_open(const char *cmd, const char *path, cli_vocab *out) {
+bool tr_cli_vocab_open(const char *cmd, const char *path, cli_vocab *out) {
     memset(out, 0, sizeof *out);
     char def[4096];
-    if (!(path = cli_model_path(cmd, path, def, sizeof def))) return false;
+    if (!(path = tr_cli_model_path(cmd, path, def, sizeof def))) return false;
     char what[4200];
     snprintf(what, sizeof what, "cannot load model '%s'", path);
     tr_diag d = {0};
     tr_status s = tr_gguf_open_ex(path, GGUF_LOAD_MMAP, &out->file, &d);
     if (s == TR_OK) s = tr_tokenizer_from_gguf(out->file, &out->tok, &d);
     if (s == TR_OK) return true;
-    cli_report(cmd, what, s, &d);
-    cli_vocab_close(out);
+    tr_cli_report(cmd, what, s, &d);
+    tr_cli_vocab_close(out);
     return false;
 }
 
-void cli_vocab_close(cli_vocab *v) {
+void tr_cli_vocab_close(cli_vocab *v) {
     tr_tokenizer_free(v->tok);
     tr_gguf_close(v->file);
     memset(v, 0, sizeof *v);
 }
 
-void cli_print_bytes(FILE *f, const void *bytes, size_t n) {
+void tr_cli_print_bytes(FILE *f, const void *bytes, size_t n) {
     const uint8_t *b = bytes;
     for (size_t i = 0; i < n;) {
         uint32_t cp;

@@ -46,7 +46,7 @@ static bool check(const gen_opts *o) {
             fprintf(stderr, "trellis generate: %s: is empty\n", what);
             return false;
         }
-        if (!cli_check_text("generate", what, c, strlen(c))) return false;
+        if (!tr_cli_check_text("generate", what, c, strlen(c))) return false;
     }
     if (o->schema_mode >= 0 && !o->json_schema) {
         fprintf(stderr, "trellis generate: --schema-mode: needs --json-schema\n");
@@ -64,13 +64,13 @@ static bool check(const gen_opts *o) {
  * file) or --grammar (a file). */
 static bool read_text(const gen_opts *o, gen_constraint *c) {
     if (o->grammar)
-        return cli_read_file("generate", "--grammar", o->grammar, &c->text, &c->text_len);
+        return tr_cli_read_file("generate", "--grammar", o->grammar, &c->text, &c->text_len);
     if (!o->json_schema) return true;
     const char *s = o->json_schema;
     while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
     if (*s != '{')
-        return cli_read_file("generate", "--json-schema", o->json_schema, &c->text,
-                             &c->text_len);
+        return tr_cli_read_file("generate", "--json-schema", o->json_schema, &c->text,
+                                &c->text_len);
     c->text_len = strlen(o->json_schema);
     c->text = malloc(c->text_len + 1);
     if (c->text) memcpy(c->text, o->json_schema, c->text_len + 1);
@@ -123,7 +123,7 @@ static int compile_regex(const gen_opts *o, trellis_engine *e, gen_constraint *c
     return 0;
 }
 
-int gen_constraint_prepare(const gen_opts *o, gen_constraint *c) {
+int tr_cli_gen_constraint_prepare(const gen_opts *o, gen_constraint *c) {
     memset(c, 0, sizeof *c);
     if (!check(o)) return 2;
     c->kind = o->regex         ? "regex"
@@ -141,7 +141,7 @@ int gen_constraint_prepare(const gen_opts *o, gen_constraint *c) {
     return read_text(o, c) ? 0 : 1;
 }
 
-int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint *c) {
+int tr_cli_gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint *c) {
     if (!c->kind) return 0;
     uint64_t t0 = tr_now_ns();
     int rc = 0;
@@ -160,7 +160,7 @@ int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint 
     return rc;
 }
 
-void gen_constraint_free(gen_constraint *c) {
+void tr_cli_gen_constraint_free(gen_constraint *c) {
     trellis_grammar_release(c->grammar);
     free(c->text);
     memset(c, 0, sizeof *c);

@@ -18,20 +18,20 @@
 #include <stdint.h>
 
 #include "app/common/args.h"
+#include "app/common/engine_flags.h"
 #include "trellis.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *system, *device;
+    const char *model, *prompt, *file, *system;
     const char *regex, *json_schema, *grammar;
     cli_strs choices, stops;
-    bool chat, json, ignore_eos, special, json_object, no_jump_forward, no_overlap;
-    int load;        /* TRELLIS_LOAD_* (args.h CLI_ENUM index) */
+    bool chat, json, ignore_eos, special, json_object, no_jump_forward;
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */
     int end_span;    /* TRELLIS_END_SPAN_* */
-    int64_t n_predict, threads, seed, top_k, ctx, batch, logprobs, n_samples,
-        repeat_last_n;
+    int64_t n_predict, seed, top_k, batch, logprobs, n_samples, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty, presence, frequency;
+    tr_engine_flags engine; /* the engine flags (device, threads, ctx, ...) */
 } gen_opts;
 
 /* ---- constraints (gen_constraint.c) ---- */
@@ -51,14 +51,14 @@ typedef struct gen_constraint {
  * given and that the grammar options go with one, reads the schema or
  * grammar file. Returns 0, or the exit status after printing "trellis
  * generate: FLAG: why". */
-int gen_constraint_prepare(const gen_opts *o, gen_constraint *c);
+int tr_cli_gen_constraint_prepare(const gen_opts *o, gen_constraint *c);
 
 /* Compiles the prepared constraint against e (a grammar handle), or
  * leaves the regex for the request to carry. Returns 0, or the exit
  * status after printing the error (2: a bad constraint, 1: otherwise). */
-int gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint *c);
+int tr_cli_gen_constraint_compile(const gen_opts *o, trellis_engine *e, gen_constraint *c);
 
-void gen_constraint_free(gen_constraint *c);
+void tr_cli_gen_constraint_free(gen_constraint *c);
 
 /* ---- output (gen_output.c) ---- */
 
@@ -76,6 +76,6 @@ typedef struct gen_facts {
  * arrived meanwhile) with a summary line per sample on stderr, or one
  * JSON object per sample and line (--json). Returns 0, or 1 if a sample
  * ended with an error (printed) or out of memory. */
-int gen_output_run(trellis_engine *e, const gen_opts *o, const gen_facts *f, int32_t n);
+int tr_cli_gen_output_run(trellis_engine *e, const gen_opts *o, const gen_facts *f, int32_t n);
 
 #endif

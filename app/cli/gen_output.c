@@ -67,7 +67,7 @@ static void print_json(out_state *st, const trellis_event *ev) {
         .constraint = f->constraint ? f->constraint->kind : NULL,
         .constraint_ms = f->constraint ? f->constraint->compile_ms : 0,
     };
-    char *s = cli_json_sample(&j, piece, st->e);
+    char *s = tr_cli_json_sample(&j, piece, st->e);
     if (s) printf("%s\n", s);
     else fprintf(stderr, "trellis generate: out of memory\n"), st->rc = 1;
     free(s);
@@ -138,7 +138,7 @@ static void take(out_state *st, trellis_event *ev) {
     advance(st);
 }
 
-int gen_output_run(trellis_engine *e, const gen_opts *o, const gen_facts *f, int32_t n) {
+int tr_cli_gen_output_run(trellis_engine *e, const gen_opts *o, const gen_facts *f, int32_t n) {
     out_state st = {.e = e, .o = o, .f = f, .n = n};
     st.s = calloc((size_t)n, sizeof *st.s);
     if (!st.s) {

@@ -1,4 +1,4 @@
-/* args.c — see args.h. */
+/* args.c — the flag parser of every command (see args.h). */
 #include "app/common/args.h"
 
 #include <errno.h>
@@ -25,7 +25,8 @@ static void choices_text(const char *choices, char *out, size_t cap) {
 static const char *meta_of(const cli_opt *o) {
     if (o->meta) return o->meta;
     switch (o->kind) {
-    case CLI_INT: return "N";
+    case CLI_INT:
+    case CLI_INT32: return "N";
     case CLI_FLOAT: return "X";
     case CLI_ENUM: return o->choices;
     default: return "TEXT";
@@ -52,35 +53,47 @@ static void print_wrapped(const char *text, int col) {
     printf("\n");
 }
 
-void cli_print_usage(const char *cmd, const char *usage, const cli_opt *opts,
-                     size_t n_opts) {
-    int col = printf("usage: trellis %s ", cmd);
-    print_wrapped(usage, col > 40 ? 8 : col);
-    printf("\noptions:\n");
-    for (size_t i = 0; i < n_opts + 1; i++) {
-        const cli_opt *o = i < n_opts ? &opts[i] : NULL;
-        char left[96], help[1024];
-        if (o) {
-            snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "",
-                     o->alias ? ", " : "", o->name, o->kind == CLI_FLAG ? "" : " ",
-                     o->kind == CLI_FLAG ? "" : meta_of(o));
-            snprintf(help, sizeof help, "%s%s%s%s%s", o->help,
-                     o->kind == CLI_STRS ? " (repeatable)" : "", o->def ? " (default: " : "",
-                     o->def ? o->def : "", o->def ? ")" : "");
-        } else {
-            snprintf(left, sizeof left, "-h, --help");
-            snprintf(help, sizeof help, "print this help");
-        }
-        if (strlen(left) > 28) printf("  %s\n%*s", left, 31, "");
-        else printf("  %-28s ", left);
-        print_wrapped(help, 31);
+/* One flag's line(s): "  -t, --threads N   help (default: D)". */
+static void print_opt(const cli_opt *o) {
+    char left[96], help[1024];
+    if (o) {
+        snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "",
+                 o->alias ? ", " : "", o->name, o->kind == CLI_FLAG ? "" : " ",
+                 o->kind == CLI_FLAG ? "" : meta_of(o));
+        snprintf(help, sizeof help, "%s%s%s%s%s", o->help,
+                 o->kind == CLI_STRS ? " (repeatable)" : "", o->def ? " (default: " : "",
+                 o->def ? o->def : "", o->def ? ")" : "");
+    } else {
+        snprintf(left, sizeof left, "-h, --help");
+        snprintf(help, sizeof help, "print this help");
     }
+    if (strlen(left) > 28) printf("  %s\n%*s", left, 31, "");
+    else printf("  %-28s ", left);
+    print_wrapped(help, 31);
+}
+
+void tr_cli_print_usage(const cli_cmd *c) {
+    int col = printf("usage: trellis %s ", c->name);
+    print_wrapped(c->usage, col > 40 ? 8 : col);
+    if (c->about) printf("\n%s", c->about);
+    printf("\noptions:\n");
+    print_opt(NULL);
+    for (size_t i = 0; i < c->n_opts; i++) {
+        if (c->opts[i].kind == CLI_SECTION) printf("\n%s:\n", c->opts[i].name);
+        else print_opt(&c->opts[i]);
+    }
+    if (c->n_engine) {
+        printf("\nengine options (the same flags and bounds in every command that runs a "
+               "model):\n");
+        for (size_t i = 0; i < c->n_engine; i++) print_opt(&c->engine[i]);
+    }
+    if (c->epilog) fputs(c->epilog, stdout);
 }
 
 static const cli_opt *find(const cli_opt *opts, size_t n, const char *a) {
     for (size_t i = 0; i < n; i++)
-        if (strcmp(opts[i].name, a) == 0 ||
-            (opts[i].alias && strcmp(opts[i].alias, a) == 0))
+        if (opts[i].kind != CLI_SECTION &&
+            (strcmp(opts[i].name, a) == 0 || (opts[i].alias && strcmp(opts[i].alias, a) == 0)))
             return &opts[i];
     return NULL;
 }
@@ -96,11 +109,34 @@ static bool out_of_range(const char *cmd, const char *flag, const cli_opt *o,
     return false;
 }
 
+/* v as a decimal integer within o's bounds (CLI_INT32: within int32_t
+ * too); false with the error printed. */
+static bool take_int(const char *cmd, const char *flag, const cli_opt *o, const char *v,
+                     long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    bool bounded = o->min <= o->max || o->kind == CLI_INT32;
+    if (end == v || *end || (errno && (errno != ERANGE || !bounded))) {
+        fprintf(stderr, "trellis %s: %s: expects an integer, got '%s'\n", cmd, flag, v);
+        return false;
+    }
+    double lo = o->min, hi = o->max;
+    if (o->kind == CLI_INT32) {
+        lo = o->min <= o->max ? fmax(lo, INT32_MIN) : INT32_MIN;
+        hi = o->min <= o->max ? fmin(hi, INT32_MAX) : INT32_MAX;
+    }
+    if (bounded && (errno == ERANGE || (double)x < lo || (double)x > hi))
+        return out_of_range(cmd, flag, o, v);
+    *out = x;
+    return true;
+}
+
 /* Stores value v of flag `flag` (as typed) into o->dest. */
 static bool take_value(const char *cmd, const char *flag, const cli_opt *o,
                        const char *v) {
     char *end = NULL;
-    errno = 0;
+    long long x;
     switch (o->kind) {
     case CLI_STR:
         *(const char **)o->dest = v;
@@ -112,31 +148,28 @@ static bool take_value(const char *cmd, const char *flag, const cli_opt *o,
                     CLI_STRS_MAX);
             return false;
         }
+        s->flags[s->n] = o->name;
         s->items[s->n++] = v;
         return true;
     }
-    case CLI_INT: {
-        long long x = strtoll(v, &end, 10);
-        bool bounded = o->min <= o->max;
-        if (end == v || *end || (errno && (errno != ERANGE || !bounded))) {
-            fprintf(stderr, "trellis %s: %s: expects an integer, got '%s'\n", cmd, flag, v);
-            return false;
-        }
-        if (bounded && (errno == ERANGE || (double)x < o->min || (double)x > o->max))
-            return out_of_range(cmd, flag, o, v);
+    case CLI_INT:
+        if (!take_int(cmd, flag, o, v, &x)) return false;
         *(int64_t *)o->dest = x;
         return true;
-    }
+    case CLI_INT32:
+        if (!take_int(cmd, flag, o, v, &x)) return false;
+        *(int32_t *)o->dest = (int32_t)x;
+        return true;
     case CLI_FLOAT: {
-        double x = strtod(v, &end);
-        if (end == v || *end || !isfinite(x)) {
+        double d = strtod(v, &end);
+        if (end == v || *end || !isfinite(d)) {
             fprintf(stderr, "trellis %s: %s: expects a finite number, got '%s'\n", cmd,
                     flag, v);
             return false;
         }
-        if (o->min <= o->max && (x < o->min || x > o->max))
+        if (o->min <= o->max && (d < o->min || d > o->max))
             return out_of_range(cmd, flag, o, v);
-        *(double *)o->dest = x;
+        *(double *)o->dest = d;
         return true;
     }
     case CLI_ENUM: {
@@ -157,20 +190,43 @@ static bool take_value(const char *cmd, const char *flag, const cli_opt *o,
         return false;
     }
     case CLI_FLAG:
+    case CLI_SECTION:
         break;
     }
     return false;
 }
 
-bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
-               size_t n_opts, int argc, char **argv, bool *help) {
+/* An argument that is not a flag: to c->operands, if the command takes
+ * any. */
+static bool take_operand(const cli_cmd *c, const char *a) {
+    cli_strs *s = c->operands;
+    if (!s) {
+        fprintf(stderr, "trellis %s: unexpected argument '%s' (see trellis %s --help)\n",
+                c->name, a, c->name);
+        return false;
+    }
+    if (s->n >= CLI_STRS_MAX) {
+        fprintf(stderr, "trellis %s: more than %d arguments\n", c->name, CLI_STRS_MAX);
+        return false;
+    }
+    s->flags[s->n] = NULL;
+    s->items[s->n++] = a;
+    return true;
+}
+
+bool tr_cli_parse(const cli_cmd *c, int argc, char **argv, bool *help) {
     *help = false;
+    const char *cmd = c->name;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            cli_print_usage(cmd, usage, opts, n_opts);
+            tr_cli_print_usage(c);
             *help = true;
             return true;
+        }
+        if (a[0] != '-' || a[1] == 0) {
+            if (!take_operand(c, a)) return false;
+            continue;
         }
         const char *eq = NULL;
         char name[64];
@@ -182,12 +238,14 @@ bool cli_parse(const char *cmd, const char *usage, const cli_opt *opts,
         } else {
             eq = NULL;
         }
-        const cli_opt *o = find(opts, n_opts, a);
+        const cli_opt *o = find(c->opts, c->n_opts, a);
+        if (!o) o = find(c->engine, c->n_engine, a);
         if (!o) {
             fprintf(stderr, "trellis %s: unknown option '%s' (see trellis %s --help)\n",
                     cmd, argv[i], cmd);
             return false;
         }
+        if (o->given) *o->given = true;
         if (o->kind == CLI_FLAG) {
             if (eq) {
                 fprintf(stderr, "trellis %s: %s: takes no value\n", cmd, a);

@@ -1,7 +1,7 @@
 /* cfg.c — configurations of a grammar's pushdown automaton: closures
  * (calls push, accepting states pop) and byte steps over sets of them.
  *
- * Layering: grammar/ internal (cfg_internal.h); used by the CFG matcher
+ * Layering: grammar/cfg (cfg_internal.h); used by the CFG matcher
  * (cfg_matcher.c) and the mask walk (cfg_mask.c). A gcfg_ctx belongs to
  * one thread at a time; the grammar it reads is shared and immutable.
  *
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 void tr_cfg_ctx_init(gcfg_ctx *x, gcfg *cfg, const gfstore *per) {
     memset(x, 0, sizeof *x);

@@ -1,6 +1,7 @@
 /* cfg_dfa.c — a grammar's DFA, made state by state as matchers need it.
  *
- * Layering: grammar/ internal (cfg_internal.h); built by
+ * Layering: grammar/cfg (cfg_internal.h; tr_cfg_free, _check, _dump,
+ * _failed and _bytes are the façade's, cfg.h); built by
  * tr_grammar_compile_ebnf from the kept rules' NFA, then read by cfg.c,
  * cfg_mask.c and cfg_matcher.c through the gl_* accessors. Shared by every
  * thread using the grammar (below).
@@ -34,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 /* ---- compile time: the NFA in compact form ---- */
 
@@ -120,16 +121,6 @@ static tr_status nfa_tables(gcc *cc, const gnfa *n, gcfg *c) {
 
 /* ---- subset keys (under lock, or at compile time) ---- */
 
-static uint64_t hash_key(const uint32_t *k, uint32_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    for (uint32_t i = 0; i < n; i++) {
-        h ^= k[i];
-        h *= 0x100000001b3ULL;
-        h ^= h >> 29;
-    }
-    return h;
-}
-
 static void sort_u32(uint32_t *a, uint32_t n) {
     for (uint32_t i = 1; i < n; i++) { /* sets are small */
         uint32_t v = a[i], j = i;
@@ -191,7 +182,7 @@ static bool ht_rehash(gcfg *c, uint32_t cap) {
     if (!t) return false;
     uint32_t n = atomic_load_explicit(&c->n_states, memory_order_relaxed);
     for (uint32_t d = 0; d < n; d++) {
-        uint32_t j = (uint32_t)hash_key(c->pool + c->koff[d], c->klen[d]) & (cap - 1);
+        uint32_t j = (uint32_t)gdfa_key_hash(c->pool + c->koff[d], c->klen[d]) & (cap - 1);
         while (t[j]) j = (j + 1) & (cap - 1);
         t[j] = d + 1;
     }
@@ -205,7 +196,7 @@ static bool ht_rehash(gcfg *c, uint32_t cap) {
  * the budget or memory runs out. */
 static uint32_t intern(gcfg *c, uint32_t n) {
     const uint32_t *k = c->out;
-    uint32_t j = (uint32_t)hash_key(k, n) & (c->ht_cap - 1);
+    uint32_t j = (uint32_t)gdfa_key_hash(k, n) & (c->ht_cap - 1);
     for (uint32_t e; (e = c->ht[j]); j = (j + 1) & (c->ht_cap - 1)) {
         uint32_t d = e - 1;
         if (c->klen[d] == n && memcmp(c->pool + c->koff[d], k, n * sizeof *k) == 0)
@@ -296,7 +287,7 @@ static bool bucket_targets(gcfg *c, const uint32_t *key, uint32_t klen) {
  * closures of equal target lists are computed once per expansion (all the
  * UTF-8 continuation classes of a state usually share one). */
 static uint32_t target(gcfg *c, uint32_t *seg, uint32_t len, uint32_t *n_memo) {
-    uint64_t h = hash_key(seg, len);
+    uint64_t h = gdfa_key_hash(seg, len);
     uint32_t mmask = c->memo_cap - 1, j = (uint32_t)h & mmask;
     for (; c->memo_len[j]; j = (j + 1) & mmask)
         if (c->memo_h[j] == h && c->memo_len[j] == len &&
@@ -630,6 +621,12 @@ void tr_cfg_free(gcfg *c) {
     free(c);
 }
 
+tr_status tr_cfg_failed(const gcfg *c) { return gl_failed(c); }
+
+uint64_t tr_cfg_bytes(const gcfg *c) {
+    return atomic_load_explicit(&((gcfg *)c)->bytes, memory_order_relaxed);
+}
+
 static tr_status scratch(gcc *cc, gcfg *c) {
     size_t N = c->n_nfa;
     c->stack = malloc((2 * N + 2) * sizeof *c->stack);
@@ -723,7 +720,7 @@ static uint32_t recompute(gcfg *c, uint32_t s, uint32_t col) {
                 c->stack[n++] = c->c_edge[e].to;
     if (n == 0) return GDFA_DEAD;
     uint32_t len = closure(c, n);
-    uint32_t j = (uint32_t)hash_key(c->out, len) & (c->ht_cap - 1);
+    uint32_t j = (uint32_t)gdfa_key_hash(c->out, len) & (c->ht_cap - 1);
     for (uint32_t e; (e = c->ht[j]); j = (j + 1) & (c->ht_cap - 1))
         if (c->klen[e - 1] == len && memcmp(c->pool + c->koff[e - 1], c->out, len * 4) == 0)
             return e - 1;

@@ -1,6 +1,7 @@
-/* cfg_internal.h — the context-free side of grammar/: EBNF text to an IR,
+/* cfg_internal.h — how grammar/cfg/ works inside: EBNF text to an IR,
  * the IR to one pushdown automaton, and the matcher's stacks. Shared by
- * the files of grammar/ and by its tests and benchmark only.
+ * the files of grammar/cfg/ and by its tests and benchmark only; the
+ * layers above use cfg.h.
  *
  * Pipeline of a grammar text:
  *
@@ -46,7 +47,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg/cfg.h"
 
 /* ---------------------------------------------------------------------
  * IR of a grammar text (ebnf_parse.c, ebnf_analyze.c)
@@ -84,12 +85,6 @@ typedef struct gebnf {
  * error, as in every user's grammar). */
 tr_status tr_ebnf_parse(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
                         uint32_t n_ext, gebnf *e);
-/* tr_grammar_compile_ebnf whose text may also name ext's automata as
- * terminals (%dfaN; borrowed for the call: the grammar copies them). */
-tr_status tr_grammar_compile_ebnf_ext(const char *text, size_t len, const gdfa *const *ext,
-                                      uint32_t n_ext, uint32_t ws_bound,
-                                      const grammar_limits *limits, grammar **out,
-                                      tr_diag *diag);
 void tr_ebnf_free(gebnf *e);
 /* Fills the diag's line and column for a byte offset of e's text (the
  * first error only: a later call leaves an earlier position alone). */
@@ -246,13 +241,8 @@ typedef struct gcfg {
 tr_status tr_cfg_new(gcc *cc, const gnfa *nfa, const uint32_t *starts,
                      const char *const *names, const uint32_t *name_lens,
                      uint32_t n_kept, uint32_t ws_bound, gcfg **out);
-void tr_cfg_free(gcfg *c);
 /* Makes state s's row and info (slow path, takes the lock). */
 void tr_cfg_expand(gcfg *c, uint32_t s);
-/* Invariants of the NFA tables and of every state made so far (each
- * expanded row recomputed from its subset); tests. */
-tr_status tr_cfg_check(gcfg *c);
-void tr_cfg_dump(gcfg *c, FILE *f);
 /* States made so far. */
 static inline uint32_t tr_cfg_n_states(const gcfg *c) {
     return atomic_load_explicit(&((gcfg *)c)->n_states, memory_order_acquire);
@@ -420,32 +410,12 @@ typedef struct gcfg_matcher {
     struct gcfg_memo *memo;/* the grammar's memo for this vocabulary */
 } gcfg_matcher;
 
-tr_status tr_cfgm_new(grammar_matcher *m);
-void tr_cfgm_free(grammar_matcher *m);
-void tr_cfgm_reset(grammar_matcher *m);
-bool tr_cfgm_token_allowed(const grammar_matcher *m, int32_t id);
-tr_status tr_cfgm_accept(grammar_matcher *m, const uint8_t *bytes, size_t len,
-                         bool eog);
-tr_status tr_cfgm_rollback(grammar_matcher *m, uint32_t n);
-bool tr_cfgm_is_accepting(const grammar_matcher *m);
-bool tr_cfgm_can_continue(const grammar_matcher *m);
-tr_status tr_cfgm_forced_bytes(const grammar_matcher *m, uint8_t *buf,
-                               size_t cap, size_t *len);
-/* Whether the grammar's language holds bytes[0..len) (no matcher). */
-bool tr_cfg_matches(const grammar *g, const uint8_t *bytes, size_t len);
-
 /* Masks (cfg_mask.c). */
-tr_status tr_cfgm_fill_mask(grammar_matcher *m, uint64_t *mask);
 void tr_cfg_walker_free(struct gcfg_walker *w);
 struct gcfg_memo *tr_cfg_memo_for(grammar *g, const grammar_vocab *v);
-void tr_cfg_memo_free(struct gcfg_memo *c);
 /* Tests and benchmarks only: true makes every cold entry a whole walk
  * (regions, cfg_mask.c, unused), to compare the two. Set it before
  * any matcher runs. */
 extern bool tr_cfg_regions_off;
-/* Adds the memos' bytes (slot tables and entries) and memoized states of
- * the list c to *bytes and *masks (tr_grammar_get_memo_stats; called
- * under the grammar's lock, which guards the list). */
-void tr_cfg_memo_stats(const struct gcfg_memo *c, uint64_t *bytes, uint64_t *masks);
 
 #endif

@@ -2,8 +2,8 @@
  * does not depend on the stack, memoized per DFA state, plus a run-time
  * residue for the tokens that run past the end of the current rule.
  *
- * Layering: grammar/ internal; called by matcher.c through
- * tr_cfgm_fill_mask. The memo (gcfg_memo) belongs to the grammar and is
+ * Layering: grammar/cfg (cfg_internal.h); called by grammar/matcher.c
+ * through tr_cfgm_fill_mask (cfg.h). The memo (gcfg_memo) belongs to the grammar and is
  * shared by every matcher and thread using it with one vocabulary: one
  * atomic pointer per DFA state, filled by compare-and-swap (a thread that
  * loses the race frees its copy), never changed afterwards, and bounded
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 /* The tokens allowed whatever the stack are kept as a bitmap of n_words
  * words (dense), or, when at most n_words / 4 of its words are nonzero,
@@ -110,6 +110,7 @@ typedef struct gcfg_region {
 } gcfg_region;
 
 struct gcfg_rcache {
+    gvocab_ext ext; /* first: the vocabulary frees it through ext.free */
     _Atomic(gcfg_region *) head[RG_BUCKETS];
     atomic_uint_fast64_t used;
 };
@@ -729,23 +730,8 @@ static void bits_start(gcfg_walker *w, const grammar_vocab *v, bool comp) {
 bool tr_cfg_regions_off; /* tests: compare with the plain walk */
 #include <stdio.h>
 
-static struct gcfg_rcache *rcache_of(const grammar_vocab *v) {
-    _Atomic(struct gcfg_rcache *) *p = &((grammar_vocab *)v)->rcache;
-    struct gcfg_rcache *rc = atomic_load_explicit(p, memory_order_acquire);
-    if (rc) return rc;
-    struct gcfg_rcache *fresh = malloc(sizeof *fresh);
-    if (!fresh) return NULL;
-    for (uint32_t i = 0; i < RG_BUCKETS; i++) atomic_init(&fresh->head[i], NULL);
-    atomic_init(&fresh->used, sizeof *fresh);
-    if (atomic_compare_exchange_strong_explicit(p, &rc, fresh, memory_order_acq_rel,
-                                                memory_order_acquire))
-        return fresh;
-    free(fresh); /* another thread's cache is in rc */
-    return rc;
-}
-
-void tr_cfg_rcache_free(struct gcfg_rcache *rc) {
-    if (!rc) return;
+static void rcache_free(gvocab_ext *e) {
+    struct gcfg_rcache *rc = (struct gcfg_rcache *)e;
     for (uint32_t i = 0; i < RG_BUCKETS; i++) {
         gcfg_region *r = atomic_load_explicit(&rc->head[i], memory_order_relaxed);
         while (r) {
@@ -755,6 +741,22 @@ void tr_cfg_rcache_free(struct gcfg_rcache *rc) {
         }
     }
     free(rc);
+}
+
+static struct gcfg_rcache *rcache_of(const grammar_vocab *v) {
+    _Atomic(gvocab_ext *) *p = &((grammar_vocab *)v)->rcache;
+    gvocab_ext *rc = atomic_load_explicit(p, memory_order_acquire);
+    if (rc) return (struct gcfg_rcache *)rc;
+    struct gcfg_rcache *fresh = malloc(sizeof *fresh);
+    if (!fresh) return NULL;
+    fresh->ext.free = rcache_free;
+    for (uint32_t i = 0; i < RG_BUCKETS; i++) atomic_init(&fresh->head[i], NULL);
+    atomic_init(&fresh->used, sizeof *fresh);
+    if (atomic_compare_exchange_strong_explicit(p, &rc, &fresh->ext, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return fresh;
+    free(fresh); /* another thread's cache is in rc */
+    return (struct gcfg_rcache *)rc;
 }
 
 /* Whether state t's row is made (a region search makes s's successors

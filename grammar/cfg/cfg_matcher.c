@@ -1,8 +1,8 @@
 /* cfg_matcher.c — the matcher API over a set of configurations, for
  * grammars with recursion (GRAMMAR_KIND_CFG).
  *
- * Layering: grammar/ internal; matcher.c dispatches here for CFG
- * grammars. One thread at a time per matcher (the API's rule); the
+ * Layering: grammar/cfg (cfg_internal.h; the entry points are cfg.h's):
+ * grammar/matcher.c dispatches here for CFG grammars. One thread at a time per matcher (the API's rule); the
  * const entry points (token_allowed, forced_bytes, is_accepting) use the
  * matcher's scratch and so must not run concurrently either.
  *
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 /* ---- persistent frames ---- */
 

@@ -1,7 +1,7 @@
 /* ebnf_analyze.c — the rules of a parsed grammar, made ready for one
  * automaton: left recursion, dead parts, and what to inline.
  *
- * Layering: grammar/ internal (cfg_internal.h), between ebnf_parse.c and
+ * Layering: grammar/cfg (cfg_internal.h), between ebnf_parse.c and
  * ebnf_compile.c; one compile context per call, single-threaded.
  *
  * In order:
@@ -35,7 +35,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 #define INLINE_MAX 2000u
 #define MAX_DEPTH 1000u

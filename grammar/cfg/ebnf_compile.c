@@ -2,7 +2,7 @@
  * whose rule references are call edges, handed to cfg_dfa.c, which makes
  * its DFA lazily.
  *
- * Layering: grammar/ entry point tr_grammar_compile_ebnf (grammar.h) over
+ * Layering: grammar/cfg; entry point tr_grammar_compile_ebnf (grammar.h) over
  * ebnf_parse.c, ebnf_analyze.c, ebnf_nfa.c and cfg_dfa.c. Runs on any thread;
  * the result grows only through its lazily made DFA states and its mask
  * memos, both shared and thread-safe.
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
                        uint32_t n_ext, uint32_t ws_bound, grammar **out, uint32_t *nfa_states) {

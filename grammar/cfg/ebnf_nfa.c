@@ -2,7 +2,7 @@
  * to one byte NFA whose rule calls are CALL edges, built so that equal
  * pieces with equal futures are one piece.
  *
- * Layering: grammar/ internal (cfg_internal.h), between ebnf_analyze.c
+ * Layering: grammar/cfg (cfg_internal.h), between ebnf_analyze.c
  * and cfg_dfa.c; one compile context, single-threaded. (Regexes keep
  * nfa.c's fragment construction: their DFA is minimized anyway.)
  *
@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 #define NONE UINT32_MAX
 

@@ -1,6 +1,6 @@
 /* ebnf_parse.c — grammar text (GBNF + regex terminals) -> rules of IR.
  *
- * Layering: grammar/ internal (cfg_internal.h); called by
+ * Layering: grammar/cfg (cfg_internal.h); called by
  * tr_grammar_compile_ebnf under a compile context (budgets, arena, diag).
  * Single-threaded per call.
  *
@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 
 typedef struct ep {
     gcc *cc;
@@ -155,11 +155,7 @@ static tr_status add_kid(ep *p, gre_node *n, gre_node *kid, uint32_t *cap) {
 
 /* ---- rule names ---- */
 
-static uint64_t name_hash(const char *s, uint32_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (uint32_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
-    return h;
-}
+static uint64_t name_hash(const char *s, uint32_t n) { return tr_fnv1a(TR_FNV1A_BASIS, s, n); }
 
 /* The index of rule name[0..n), created (undefined) on first sight. */
 static tr_status rule_index(ep *p, const char *name, uint32_t n, size_t off,

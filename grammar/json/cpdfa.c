@@ -1,7 +1,7 @@
 /* cpdfa.c — DFAs over code points, for the boolean operations JSON
  * Schema needs on string languages, and their way back to a regex.
  *
- * Layering: grammar/ internal (json_schema_internal.h), over nfa.c and
+ * Layering: grammar/json (json_internal.h), over nfa.c and
  * dfa.c (regex AST -> minimized byte DFA). Arena memory of the compile
  * context; budgets: state counts, the expression size of the result,
  * and the context's clock. Single-threaded per compile.
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define CPD_MAX_STATES 200000u
 
@@ -559,9 +559,9 @@ static uint64_t sig_hash(const cpdfa *a, const uint32_t *cls, uint32_t s) {
     uint32_t i = a->off[s];
     sig_range r;
     while (sig_next(a, cls, s, &i, &r)) {
-        h = (h ^ r.lo) * 0x100000001b3ull;
-        h = (h ^ r.hi) * 0x100000001b3ull;
-        h = (h ^ r.cls) * 0x100000001b3ull;
+        h = tr_fnv1a_word(h, r.lo);
+        h = tr_fnv1a_word(h, r.hi);
+        h = tr_fnv1a_word(h, r.cls);
     }
     return h ? h : 1;
 }

@@ -3,7 +3,7 @@
  * test instances are tokenized from that text, so the benchmark must
  * produce the same bytes.
  *
- * Layering: grammar/ (public through grammar.h: the benchmark and the
+ * Layering: grammar/json (public through grammar.h: the benchmark and the
  * tests use it), over jansson. Thread-safe (no state).
  *
  * Floats follow repr(): the shortest digits that read back as the same

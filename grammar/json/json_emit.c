@@ -1,6 +1,6 @@
 /* json_emit.c — grammar expressions (gx) to grammar text.
  *
- * Layering: grammar/ internal, the last step of the JSON Schema compiler
+ * Layering: grammar/json (json_internal.h), the last step of the JSON Schema compiler
  * before tr_grammar_compile_ebnf. Single-threaded per compile.
  *
  * The generators build one rule per schema (and per nesting depth in
@@ -26,7 +26,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define EM_MAX_INLINE_DEPTH 32u
 #define EM_MAX_DEPTH 4000u

@@ -1,6 +1,6 @@
 /* json_flat.c — a conjunction of schemas flattened into one js_norm.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * rule builder for every rule. Single-threaded per compile.
  *
  * A value must satisfy every schema of the conjunction; `allOf` members
@@ -20,7 +20,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_MAX_CONJ 4096u
 

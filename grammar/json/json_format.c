@@ -1,6 +1,6 @@
 /* json_format.c — JSON Schema `format` values as regular languages.
  *
- * Layering: grammar/ internal (json_schema_internal.h), over
+ * Layering: grammar/json (json_internal.h), over
  * regex_parse.c. Pure: each format is a fixed regex of grammar.h's
  * dialect, parsed into a decoded-string AST on request.
  *
@@ -37,7 +37,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define DEC_OCTET "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 #define IPV4 DEC_OCTET "(?:\\." DEC_OCTET "){3}"

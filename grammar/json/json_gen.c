@@ -3,7 +3,7 @@
  * the per-type generators (json_gen_str.c, json_gen_arr.c,
  * json_gen_obj.c).
  *
- * Layering: grammar/ internal (json_schema_internal.h), driven by
+ * Layering: grammar/json (json_internal.h), driven by
  * json_schema.c. Single-threaded per compile.
  *
  * A rule stands for "a JSON value satisfying every schema of this
@@ -23,7 +23,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 /* ---- memo ---- */
 
@@ -34,10 +34,10 @@ static int item_cmp(const void *a, const void *b) {
 }
 
 static uint64_t conj_hash(const js_conj *c, uint32_t depth) {
-    uint64_t h = 1469598103934665603ull ^ depth;
+    uint64_t h = GHASH_SEED ^ depth;
     for (uint32_t i = 0; i < c->n; i++) {
-        h = (h ^ (uint64_t)(uintptr_t)c->v[i].node) * 1099511628211ull;
-        h = (h ^ c->v[i].done) * 1099511628211ull;
+        h = tr_fnv1a_word(h, (uint64_t)(uintptr_t)c->v[i].node);
+        h = tr_fnv1a_word(h, c->v[i].done);
     }
     return h ? h : 1;
 }

@@ -1,6 +1,6 @@
 /* json_gen_arr.c — array schemas to grammar expressions.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * rule builder (json_gen.c). Single-threaded per compile.
  *
  * Every member of the conjunction gives a tuple shape: a prefix of
@@ -39,7 +39,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_MAX_CONTAINS 3u
 #define JS_MAX_UNIQUE_VALUES 16u

@@ -1,6 +1,6 @@
 /* json_gen_obj.c — object schemas to grammar expressions.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * rule builder (json_gen.c). Single-threaded per compile.
  *
  * Members. The listed properties come in the order of `properties`
@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_MAX_PATTERNS_SPLIT 6u
 #define JS_FLAT_CHAIN 64u

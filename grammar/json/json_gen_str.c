@@ -1,6 +1,6 @@
 /* json_gen_str.c — string and number schemas to grammar expressions.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * rule builder (json_gen.c) with a flattened conjunction. Single-
  * threaded per compile.
  *
@@ -22,7 +22,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_AST_MAX_NODES 20000u
 #define JS_LEN_AUTOMATON_MAX 2048u

@@ -1,6 +1,6 @@
 /* json_gx.c — constructors of grammar expressions (gx) and rules.
  *
- * Layering: grammar/ internal (json_schema_internal.h), under the JSON
+ * Layering: grammar/json (json_internal.h), under the JSON
  * Schema generators and over the compile arena. Constructors allocate in
  * the arena and propagate NULL: a NULL kid yields a NULL result, so a
  * generator checks once after building a whole expression (the cc holds
@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 static gx *gx_new(gcc *cc, gx_kind k) {
     gx *x = tr_gcc_alloc(cc, sizeof *x);
@@ -152,11 +152,7 @@ tr_status tr_gx_list_push(gcc *cc, gx_list *l, gx *x) {
 /* Rule names: [A-Za-z][A-Za-z0-9-]*, from a hint such as a JSON pointer
  * ("/$defs/node" -> "defs-node"), at most 48 characters, made unique
  * with a numeric suffix. A hash set of the names keeps adding O(1). */
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t name_hash(const char *s) { return tr_fnv1a(GHASH_SEED, s, strlen(s)); }
 
 static bool name_taken(const gx_grammar *g, const char *s) {
     if (!g->ht_cap) return false;

@@ -1,6 +1,12 @@
-/* json_schema_internal.h — the pieces of the JSON Schema compiler
- * (tr_grammar_compile_json_schema, grammar.h), shared by its files and
- * its tests, never by other modules.
+/* json_internal.h — the pieces of the JSON Schema compiler
+ * (tr_grammar_compile_json_schema and the other JSON calls of grammar.h),
+ * shared by the files of grammar/json/ and its tests, never by other
+ * modules: json/ is the top sub-compiler, nothing in grammar/ uses it.
+ *
+ * Layering: grammar/json, over grammar/cfg (cfg.h: only
+ * tr_grammar_compile_ebnf_ext, which compiles the text it writes),
+ * grammar/regex (regex.h: the compile context, ASTs, NFA and DFA it
+ * builds string languages with), base and jansson.
  *
  * Pipeline:
  *
@@ -17,7 +23,7 @@
  *     --json_emit.c----> simplified (dead rules, single-use rules
  *                        inlined, regular runs merged into one /regex/
  *                        terminal) and printed as grammar text
- *   grammar text --tr_grammar_compile_ebnf--> grammar
+ *   grammar text --tr_grammar_compile_ebnf_ext (grammar/cfg)--> grammar
  *
  * Strings are where JSON escaping meets regexes: a `pattern` constrains
  * the DECODED string, the grammar emits the ENCODED one. Decoded
@@ -36,8 +42,8 @@
  * from the parsed document, which lives as long as the compile.
  * Single-threaded per compile; no global state.
  */
-#ifndef TR_GRAMMAR_JSON_SCHEMA_INTERNAL_H
-#define TR_GRAMMAR_JSON_SCHEMA_INTERNAL_H
+#ifndef TR_GRAMMAR_JSON_INTERNAL_H
+#define TR_GRAMMAR_JSON_INTERNAL_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -45,7 +51,7 @@
 #include <stdint.h>
 
 #include "grammar/grammar.h"
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex.h"
 
 /* ---------------------------------------------------------------------
  * Growable text buffer in the compile arena's budget (heap memory,

@@ -1,6 +1,6 @@
 /* json_not.c — the complement of a schema, written as schema nodes.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called while a
+ * Layering: grammar/json (json_internal.h), called while a
  * conjunction is flattened (`not`, if/then/else, dependentSchemas), by
  * the oneOf planner (a branch excludes the others) and by the array
  * generator (maxContains needs the items that do NOT match). Single-
@@ -42,7 +42,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_MAX_SYNTH 200000u
 #define JS_NEG_MAX_ONEOF 12u

@@ -1,7 +1,7 @@
 /* json_num.c — exact decimals, and the regexes of JSON numbers within a
  * range (minimum / maximum / exclusiveMinimum / exclusiveMaximum).
  *
- * Layering: grammar/ internal (json_schema_internal.h), used by the
+ * Layering: grammar/json (json_internal.h), used by the
  * JSON Schema generators. Pure functions over the compile arena.
  *
  * Bounds compare exactly, in decimal: a schema's 0.1 is the decimal 0.1
@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 /* ---- decimals ---- */
 

@@ -1,7 +1,7 @@
 /* json_oneof.c — oneOf ("exactly one branch holds") as anyOf plus, per
  * branch, constraints that make every other branch fail.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * rule builder (json_gen.c). Single-threaded per compile.
  *
  * For every ordered pair of branches (i, j) and every JSON type t both
@@ -30,7 +30,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 typedef struct facts {
     const json_t *b;

@@ -1,7 +1,7 @@
 /* json_ref.c — where every schema sits: JSON pointers, base URIs, $id /
  * $anchor resources, and $ref resolution.
  *
- * Layering: grammar/ internal (json_schema_internal.h), called by the
+ * Layering: grammar/json (json_internal.h), called by the
  * JSON Schema driver once per compile (the index) and by the
  * generators for every $ref. Single-threaded per compile.
  *
@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_DEFAULT_BASE "trellis://schema/root.json"
 #define JS_MAX_WALK_DEPTH 1000u

@@ -2,8 +2,8 @@
  * (tr_grammar_json_schema_to_ebnf, tr_grammar_compile_json_schema,
  * tr_grammar_compile_json), options, refusals and warnings.
  *
- * Layering: grammar/ (public API), over the JSON Schema pieces of
- * json_schema_internal.h and the EBNF compiler. Any thread; nothing is
+ * Layering: grammar/json (public API), over the JSON Schema pieces of
+ * json_internal.h and the EBNF compiler (grammar/cfg, cfg.h). Any thread; nothing is
  * shared between calls.
  *
  * One compile: parse the schema with jansson, index it (json_ref.c),
@@ -21,8 +21,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/cfg_internal.h"
-#include "grammar/json_schema_internal.h"
+#include "grammar/cfg/cfg.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_MAX_SCHEMA_BYTES (64u << 20)
 

@@ -2,7 +2,7 @@
  * semantics) as the AST of the decoded strings it allows, and that AST
  * printed as the regex of the JSON string literals that encode them.
  *
- * Layering: grammar/ internal (json_schema_internal.h), over
+ * Layering: grammar/json (json_internal.h), over
  * regex_parse.c (the dialect of grammar.h) and cpdfa.c.
  *
  * Patterns. JSON Schema patterns are ECMAScript regexes that are FOUND
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 /* ---- AST constructors ---- */
 
@@ -546,9 +546,14 @@ void tr_js_str_unit_regex(const gcpset *s, js_buf *b) {
     tr_js_buf_putc(b, ')');
 }
 
-static void enc(const gre_node *a, js_buf *b) {
+/* Prints a decoded-string AST as regex text, each code-point set by
+ * `set`: as the JSON encodings of its code points (tr_js_str_unit_regex)
+ * or as itself (plain_set). Anchors must have been removed before. */
+typedef void (*set_printer)(const gcpset *s, js_buf *b);
+
+static void print_ast(const gre_node *a, set_printer set, js_buf *b) {
     switch (a->kind) {
-    case GRE_SET: tr_js_str_unit_regex(&a->set, b); return;
+    case GRE_SET: set(&a->set, b); return;
     case GRE_EMPTY:
     case GRE_BOL:
     case GRE_EOL: return; /* anchors were removed before */
@@ -556,20 +561,20 @@ static void enc(const gre_node *a, js_buf *b) {
         for (uint32_t i = 0; i < a->n_kids; i++) {
             bool g = a->kids[i]->kind == GRE_ALT;
             if (g) tr_js_buf_puts(b, "(?:");
-            enc(a->kids[i], b);
+            print_ast(a->kids[i], set, b);
             if (g) tr_js_buf_putc(b, ')');
         }
         return;
     case GRE_ALT:
         for (uint32_t i = 0; i < a->n_kids; i++) {
             if (i) tr_js_buf_putc(b, '|');
-            enc(a->kids[i], b);
+            print_ast(a->kids[i], set, b);
         }
         return;
     default: return; /* GRE_REF, GRE_DFA: never in a string AST */
     case GRE_REPEAT:
         tr_js_buf_puts(b, "(?:");
-        enc(a->kids[0], b);
+        print_ast(a->kids[0], set, b);
         tr_js_buf_putc(b, ')');
         if (a->min == 0 && a->max == GRE_INF)
             tr_js_buf_putc(b, '*');
@@ -591,7 +596,7 @@ tr_status tr_js_str_regex(gcc *cc, const gre_node *ast, js_buf *b) {
     if (tr_js_ast_has_anchor(ast))
         return tr_gcc_fail(cc, TR_ERR_INTERNAL, 0, "anchor left in a string AST");
     tr_js_buf_puts(b, "\"(?:");
-    enc(ast, b);
+    print_ast(ast, tr_js_str_unit_regex, b);
     tr_js_buf_puts(b, ")\"");
     return js_buf_ok(b) ? TR_OK : (cc->err ? cc->err : TR_ERR_NOMEM);
 }
@@ -645,46 +650,7 @@ static void plain_set(const gcpset *s, js_buf *b) {
     tr_js_buf_putc(b, ']');
 }
 
-void tr_js_ast_regex(const gre_node *a, js_buf *b) {
-    switch (a->kind) {
-    case GRE_SET: plain_set(&a->set, b); return;
-    case GRE_EMPTY:
-    case GRE_BOL:
-    case GRE_EOL: return;
-    case GRE_CONCAT:
-        for (uint32_t i = 0; i < a->n_kids; i++) {
-            bool g = a->kids[i]->kind == GRE_ALT;
-            if (g) tr_js_buf_puts(b, "(?:");
-            tr_js_ast_regex(a->kids[i], b);
-            if (g) tr_js_buf_putc(b, ')');
-        }
-        return;
-    case GRE_ALT:
-        for (uint32_t i = 0; i < a->n_kids; i++) {
-            if (i) tr_js_buf_putc(b, '|');
-            tr_js_ast_regex(a->kids[i], b);
-        }
-        return;
-    default: return; /* GRE_REF, GRE_DFA: never in a string AST */
-    case GRE_REPEAT:
-        tr_js_buf_puts(b, "(?:");
-        tr_js_ast_regex(a->kids[0], b);
-        tr_js_buf_putc(b, ')');
-        if (a->min == 0 && a->max == GRE_INF)
-            tr_js_buf_putc(b, '*');
-        else if (a->min == 1 && a->max == GRE_INF)
-            tr_js_buf_putc(b, '+');
-        else if (a->min == 0 && a->max == 1)
-            tr_js_buf_putc(b, '?');
-        else if (a->max == GRE_INF)
-            tr_js_buf_printf(b, "{%u,}", a->min);
-        else if (a->min == a->max)
-            tr_js_buf_printf(b, "{%u}", a->min);
-        else
-            tr_js_buf_printf(b, "{%u,%u}", a->min, a->max);
-        return;
-    }
-}
+void tr_js_ast_regex(const gre_node *a, js_buf *b) { print_ast(a, plain_set, b); }
 
 /* ---- simplifying ASTs that state elimination produced ---- */
 

@@ -1,7 +1,7 @@
 /* json_util.c — text buffers and small helpers of the JSON Schema
- * compiler (json_schema_internal.h).
+ * compiler (json_internal.h).
  *
- * Layering: grammar/ internal. A js_buf grows on the heap and charges
+ * Layering: grammar/json (json_internal.h). A js_buf grows on the heap and charges
  * every byte to the compile context's budget, so that a schema that
  * would print a gigantic grammar fails with TR_ERR_LIMIT instead of
  * exhausting memory. Single-threaded per compile.
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 void tr_js_buf_init(js_buf *b, gcc *cc) {
     memset(b, 0, sizeof *b);

@@ -4,7 +4,7 @@
  * oneOf branches told apart by their values; and the tests' and the
  * fuzzer's oracle.
  *
- * Layering: grammar/ internal (json_schema_internal.h). Single-threaded
+ * Layering: grammar/json (json_internal.h). Single-threaded
  * per compile. It shares the compiler's reading of every keyword
  * (patterns are ECMAScript searches, formats the regexes of
  * json_format.c, numbers exact decimals), and decides more than the
@@ -21,7 +21,7 @@
  */
 #include <string.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 #define JS_VALID_MAX_DEPTH 256u
 

@@ -1,9 +1,9 @@
 /* mask.c — token masks of DFA states: a walk of the vocabulary trie
  * through the DFA, and the per-(DFA, vocabulary) memo of its results.
  *
- * Layering: grammar/ internal; used by the matcher (and, later, by the
- * JSON Schema / EBNF matchers for their regular terminals). Thread-safety:
- * tr_mask_compute is pure; a gmask_cache is shared by every thread using
+ * Layering: grammar/mask (mask.h, mask_internal.h); used by the façade's
+ * regex matcher (grammar/matcher.c). Thread-safety: tr_mask_compute is
+ * pure; a gmask_cache is shared by every thread using
  * its grammar and filled lock-free (below).
  *
  * The walk. Tokens sharing a prefix share the DFA steps over it: the trie
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/mask/mask_internal.h"
 
 void tr_mask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
                 uint32_t *stack, uint64_t *mask) {

@@ -1,10 +1,11 @@
 /* vocab.c — a vocabulary's tokens as bytes, and their byte trie.
  *
- * Layering: grammar/; built once per vocabulary by whoever owns the
- * tokenizer (the engine), then shared read-only by every grammar and
- * matcher (reference counted; immutable after tr_grammar_vocab_new).
+ * Layering: grammar/mask (mask.h; the public side in grammar.h); built
+ * once per vocabulary by whoever owns the tokenizer (the engine), then
+ * shared read-only by every grammar and matcher (reference counted;
+ * immutable after tr_grammar_vocab_new).
  *
- * The trie (layout drawn in grammar_internal.h) is built from the tokens
+ * The trie (layout drawn in mask.h) is built from the tokens
  * sorted bytewise: consecutive sorted tokens share their longest common
  * prefix, so each token adds only the nodes past that prefix, and nodes
  * come out in depth-first preorder for free. A node's `next` (end of its
@@ -16,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/mask/mask.h"
 
 static atomic_uint_fast64_t g_next_uid = 1;
 
@@ -59,7 +60,8 @@ static void vocab_destroy(grammar_vocab *v) {
     for (uint32_t c = 0; v->trie.cmask && c < v->trie.n_checks; c++) free(v->trie.cmask[c]);
     free(v->trie.cmask);
     free(v->dups);
-    tr_cfg_rcache_free(atomic_load_explicit(&v->rcache, memory_order_acquire));
+    gvocab_ext *ext = atomic_load_explicit(&v->rcache, memory_order_acquire);
+    if (ext) ext->free(ext);
     free(v);
 }
 

@@ -1,30 +1,41 @@
-/* arena.c — the compile context of grammar/: one byte budget, one time
- * budget and a bump arena for everything a compilation allocates.
+/* context.c — the compile context of grammar/: one byte budget, one time
+ * budget and a bump arena (base/arena.h) for everything a compilation
+ * allocates, and the default limits those budgets come from.
  *
- * Layering: grammar/ internal (grammar_internal.h). One gcc per
- * compilation, used by one thread; freed all at once by tr_gcc_deinit.
+ * Layering: grammar/regex (regex.h), the bottom of grammar/: every
+ * sub-compiler allocates through it. One gcc per compilation, used by one
+ * thread; freed all at once by tr_gcc_deinit.
  *
  * Why an explicit budget: a pattern such as (a|b)*a(a|b){20} has a DFA of
  * 2^20 states and ((a{100}){100}){100} an NFA of 10^6 copies. Every
- * allocation of the parser, the NFA and the DFA is charged here, and the
- * clock is polled in every loop that can run long, so that any input
- * ends with a result or a TR_ERR_LIMIT naming the budget.
+ * allocation of the parser, the NFA and the DFA is charged here (arena
+ * blocks and heap tables to the one count cc->bytes), and the clock is
+ * polled in every loop that can run long, so that any input ends with a
+ * result or a TR_ERR_LIMIT naming the budget.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex.h"
 
-struct garena_chunk {
-    garena_chunk *prev;
-    size_t size;
-    /* payload follows, 16-byte aligned */
-};
+/* Arena blocks: 64 KiB each, a larger request a block of its own. */
+#define GCC_BLOCK (64u * 1024u)
 
-#define GARENA_HDR ((sizeof(garena_chunk) + 15u) & ~(size_t)15u)
-#define GARENA_CHUNK (64u * 1024u)
+void tr_grammar_limits_default(grammar_limits *l) {
+    l->max_pattern_bytes = 65536;
+    l->max_nesting = 200;
+    l->max_repeat = 1000;
+    l->max_nfa_states = 500000;
+    l->max_dfa_states = 50000;
+    l->max_lazy_dfa_states = 200000;
+    l->max_compile_bytes = 512ull << 20;
+    l->max_compile_us = 2000000;
+    l->mask_cache_bytes = 64ull << 20;
+    l->max_grammar_bytes = 4u << 20;
+    l->max_stacks = 1024;
+}
 
 void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
     memset(cc, 0, sizeof *cc);
@@ -33,6 +44,8 @@ void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
     else
         tr_grammar_limits_default(&cc->lim);
     cc->diag = diag;
+    tr_arena_init(&cc->arena, GCC_BLOCK, GCC_BLOCK, cc->lim.max_compile_bytes);
+    tr_arena_share_account(&cc->arena, &cc->bytes);
     uint64_t now = tr_now_ns();
     uint64_t span;
     if (tr_mul_overflow_u64(cc->lim.max_compile_us, 1000, &span) ||
@@ -40,17 +53,7 @@ void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {
         cc->deadline_ns = UINT64_MAX;
 }
 
-void tr_gcc_deinit(gcc *cc) {
-    garena_chunk *c = cc->chunks;
-    while (c) {
-        garena_chunk *p = c->prev;
-        free(c);
-        c = p;
-    }
-    cc->chunks = NULL;
-    cc->cur = NULL;
-    cc->left = 0;
-}
+void tr_gcc_deinit(gcc *cc) { tr_arena_deinit(&cc->arena); }
 
 tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
                    ...) {
@@ -67,13 +70,16 @@ tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
     return code;
 }
 
+static void over_budget(gcc *cc) {
+    tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "compile memory budget exceeded (max_compile_bytes = %llu)",
+                (unsigned long long)cc->lim.max_compile_bytes);
+}
+
 bool tr_gcc_charge(gcc *cc, size_t size) {
     uint64_t nb;
     if (tr_add_overflow_u64(cc->bytes, size, &nb) ||
         nb > cc->lim.max_compile_bytes) {
-        tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
-                 "compile memory budget exceeded (max_compile_bytes = %llu)",
-                 (unsigned long long)cc->lim.max_compile_bytes);
+        over_budget(cc);
         return true;
     }
     cc->bytes = nb;
@@ -85,33 +91,15 @@ void tr_gcc_refund(gcc *cc, size_t size) {
 }
 
 void *tr_gcc_alloc(gcc *cc, size_t size) {
-    size = (size + 15u) & ~(size_t)15u;
-    if (size == 0) size = 16;
-    if (size > cc->left) {
-        size_t want = size > GARENA_CHUNK ? size : GARENA_CHUNK;
-        size_t total;
-        if (tr_add_overflow_size(want, GARENA_HDR, &total)) {
-            tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "allocation size overflows");
-            return NULL;
-        }
-        if (tr_gcc_charge(cc, total)) return NULL;
-        garena_chunk *c = malloc(total);
-        if (!c) {
-            tr_gcc_refund(cc, total);
-            tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
-            return NULL;
-        }
-        c->prev = cc->chunks;
-        c->size = total;
-        cc->chunks = c;
-        cc->cur = (uint8_t *)c + GARENA_HDR;
-        cc->left = want;
-    }
-    void *p = cc->cur;
-    cc->cur += size;
-    cc->left -= size;
-    memset(p, 0, size);
-    return p;
+    void *p = tr_arena_alloc(&cc->arena, size);
+    if (p) return p;
+    if (cc->arena.err == TR_ERR_LIMIT)
+        over_budget(cc);
+    else if (cc->arena.err == TR_ERR_OVERFLOW)
+        tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "allocation size overflows");
+    else
+        tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory while compiling");
+    return NULL;
 }
 
 tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es,

@@ -1,7 +1,7 @@
 /* cpset.c — sets of Unicode code points as sorted range lists, and the
  * UTF-8 codec the regex compiler and the tests share.
  *
- * Layering: grammar/ internal. Sets live in a compile context's arena.
+ * Layering: grammar/regex (regex.h). Sets live in a compile context's arena.
  * Invariant of a normalized set: ranges sorted, disjoint, not adjacent,
  * inside [0, 0x10FFFF], and surrogates (U+D800..U+DFFF, which UTF-8
  * cannot encode) never members: tr_cpset_add drops them on the way in.
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex_internal.h"
 
 static tr_status push_range(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi) {
     if (s->n == s->cap) {

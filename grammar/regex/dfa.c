@@ -1,8 +1,9 @@
 /* dfa.c — byte NFA -> minimized DFA over byte classes.
  *
- * Layering: grammar/ internal, after nfa.c; the DFA it returns is what
- * masks (mask.c) and matchers (matcher.c) run on. Building is single-
- * threaded under a compile context; the result is immutable and shared.
+ * Layering: grammar/regex (regex.h), after nfa.c; the DFA it returns is
+ * what masks (grammar/mask) and matchers (grammar/matcher.c) run on.
+ * Building is single-threaded under a compile context; the result is
+ * immutable and shared.
  *
  * The idea in two paragraphs. Bytes that no NFA edge tells apart behave
  * identically, so the alphabet is first cut into byte classes at every
@@ -28,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex.h"
 
 /* ---- subset construction ---- */
 
@@ -125,16 +126,6 @@ static tr_status build_csr(sc *s) {
     return TR_OK;
 }
 
-static uint64_t hash_key(const uint32_t *k, uint32_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    for (uint32_t i = 0; i < n; i++) {
-        h ^= k[i];
-        h *= 0x100000001b3ULL;
-        h ^= h >> 29;
-    }
-    return h;
-}
-
 static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return x < y ? -1 : x > y;
@@ -195,7 +186,7 @@ static tr_status ht_rehash(sc *s, uint32_t nc) {
     uint32_t *t = charged_calloc(s->cc, nc, sizeof *t);
     if (!t) return s->cc->err;
     for (uint32_t d = 0; d < s->n_d; d++) {
-        uint32_t j = (uint32_t)hash_key(s->pool + s->koff[d], s->klen[d]) &
+        uint32_t j = (uint32_t)gdfa_key_hash(s->pool + s->koff[d], s->klen[d]) &
                      (nc - 1);
         while (t[j]) j = (j + 1) & (nc - 1);
         t[j] = d + 1;
@@ -209,7 +200,7 @@ static tr_status ht_rehash(sc *s, uint32_t nc) {
 /* Finds or adds the DFA state with key out[0..n). */
 static tr_status intern(sc *s, uint32_t n, uint32_t *id) {
     const uint32_t *k = s->out;
-    uint64_t h = hash_key(k, n);
+    uint64_t h = gdfa_key_hash(k, n);
     uint32_t j = (uint32_t)h & (s->ht_cap - 1);
     while (s->ht[j]) {
         uint32_t d = s->ht[j] - 1;
@@ -325,7 +316,7 @@ static tr_status subset(sc *s) {
                 for (uint32_t i = 1; i < len; i++)
                     if (seg[i] != seg[w - 1]) seg[w++] = seg[i];
                 len = w;
-                uint64_t h = hash_key(seg, len);
+                uint64_t h = gdfa_key_hash(seg, len);
                 uint32_t j = (uint32_t)h & 511;
                 bool found = false;
                 while (memo[j].len != 0) {
@@ -651,11 +642,10 @@ static tr_status finish(sc *s, gdfa *out) {
     uint32_t n_final = 0;
     uint32_t rep_of[256];
     uint64_t colh[256];
-    for (uint32_t c = 0; c < k; c++) colh[c] = 1469598103934665603ULL;
+    for (uint32_t c = 0; c < k; c++) colh[c] = GHASH_SEED;
     for (uint32_t b = 0; b < nb; b++) { /* row by row: T is row-major */
         const uint32_t *row = T + (size_t)m.elems[m.bstart[b]] * k;
-        for (uint32_t c = 0; c < k; c++)
-            colh[c] = (colh[c] ^ m.blk[row[c]]) * 1099511628211ULL;
+        for (uint32_t c = 0; c < k; c++) colh[c] = tr_fnv1a_word(colh[c], m.blk[row[c]]);
     }
     for (uint32_t c = 0; c < k; c++) {
         uint64_t h = colh[c];
@@ -717,7 +707,7 @@ static tr_status finish(sc *s, gdfa *out) {
                 bid[m.blk[T[(size_t)r * k + rep_of[f]]]];
     }
     for (size_t i = 0; i < tb; i++) out->rows[i] = out->trans[i] * n_final;
-    /* ASCII self-loops and the row -> state multiplier (mask.c) */
+    /* ASCII self-loops and the row -> state multiplier (grammar/mask/mask.c) */
     out->row_magic = ((1ull << 40) + n_final - 1) / n_final;
     /* ASCII bytes per class */
     uint32_t ccount[256] = {0};

@@ -1,6 +1,6 @@
 /* nfa.c — AST -> byte-level Thompson NFA.
  *
- * Layering: grammar/ internal, between regex_parse.c and dfa.c. One
+ * Layering: grammar/regex (regex.h), between regex_parse.c and dfa.c. One
  * compile context per call; single-threaded.
  *
  * Each AST node becomes a fragment with one entry and one exit state; the
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex.h"
 
 #define NO_EDGE UINT32_MAX
 
@@ -300,7 +300,7 @@ static tr_status build(nb *b, const gre_node *x, uint32_t *s, uint32_t *e) {
     }
     case GRE_REPEAT:
         return build_repeat(b, x, s, e);
-    case GRE_REF: /* grammars only: ebnf_nfa.c */
+    case GRE_REF: /* grammars only: grammar/cfg/ebnf_nfa.c */
     case GRE_DFA:
         break;
     }

@@ -1,5 +1,13 @@
-/* grammar_internal.h — the pieces behind grammar.h, shared by the files of
- * grammar/ and by its tests and benchmark (never by other modules).
+/* regex.h — the regular-language core of grammar/: the compile context
+ * (budgets and scratch arena) every sub-compiler allocates through,
+ * code-point sets, the regex AST and its parser, the byte NFA and the
+ * minimized byte DFA. The contract of grammar/regex/ for the layers above
+ * it (mask/, cfg/, json/ and the façade). Nothing here includes what is
+ * above: the DFA precomputes facts for the mask walk and the AST and NFA
+ * carry the CFG compiler's rule calls, as plain data.
+ *
+ * Layering: the bottom of grammar/; includes grammar/grammar.h (the
+ * limits, the diag) and base only. Tests may include it too.
  *
  * Pipeline of a regex:
  *
@@ -8,47 +16,45 @@
  *                              expanded to UTF-8 byte-range sequences)
  *           --dfa.c----------> DFA by subset construction over byte
  *                              classes, trimmed, Hopcroft-minimized
- *   DFA + vocabulary trie (vocab.c) --mask.c--> token masks, memoized per
- *                              (DFA, state) in a gmask_cache
- *   matcher.c: one sequence's position in the DFA, with rollback history.
  *
  * Everything built during compilation is accounted against one budget
- * (gcc: bytes, time, state counts) so that hostile patterns fail cleanly.
+ * (gcc, context.c: bytes, time, state counts) so that hostile patterns
+ * fail cleanly. The CFG and JSON Schema compilers reuse the AST (their
+ * IR), the NFA builder (call edges) and the DFA (their regular
+ * terminals); grammar/mask/ walks a vocabulary through any DFA.
  *
- * The DFA + trie + mask-cache trio is deliberately independent of where
- * the DFA came from: the JSON Schema / EBNF compilers reuse it for their
- * regular terminals (one gmask_cache per terminal DFA and vocabulary).
+ * Threads: a gcc and what is built in it belong to one compilation on one
+ * thread; a built gdfa is immutable and may be read by any thread.
  */
-#ifndef TR_GRAMMAR_INTERNAL_H
-#define TR_GRAMMAR_INTERNAL_H
+#ifndef TR_GRAMMAR_REGEX_H
+#define TR_GRAMMAR_REGEX_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-#include "grammar/grammar.h"
+#include "base/arena.h"
+#include "base/hash.h"
 #include "base/status.h"
 #include "base/utf8.h"
 #include "base/util.h"
+#include "grammar/grammar.h"
 
 /* ---------------------------------------------------------------------
  * Compile context: budgets and the scratch arena
  * ------------------------------------------------------------------- */
 
-typedef struct garena_chunk garena_chunk;
-
 typedef struct gcc {
     grammar_limits lim;
     tr_diag *diag;
     tr_status err;        /* first error reported through tr_gcc_fail */
-    uint64_t bytes;       /* accounted bytes currently held */
+    uint64_t bytes;       /* accounted bytes currently held: arena blocks
+                             and heap tables alike */
     uint64_t deadline_ns; /* tr_now_ns() value past which we give up */
     uint32_t tick;        /* time is polled every 1024 ticks */
-    garena_chunk *chunks; /* arena: freed all at once by tr_gcc_deinit */
-    uint8_t *cur;
-    size_t left;
+    tr_arena arena;       /* freed all at once by tr_gcc_deinit; its
+                             blocks charged to bytes */
 } gcc;
 
 void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag);
@@ -64,10 +70,6 @@ void tr_gcc_refund(gcc *cc, size_t size);
  * (doubling), accounting the growth. TR_OK, TR_ERR_LIMIT or TR_ERR_NOMEM
  * (diag set; *p unchanged). */
 tr_status tr_gcc_grow(gcc *cc, void **p, uint32_t *cap, size_t es, uint64_t need);
-/* JSON's whitespace bytes: space, tab, LF, CR. */
-static inline bool tr_is_json_ws(uint8_t b) {
-    return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
 /* TR_ERR_LIMIT (diag set) when the time budget is spent; cheap: reads the
  * clock once every 1024 calls. */
 tr_status tr_gcc_poll_time(gcc *cc);
@@ -80,7 +82,7 @@ tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
                    ...) __attribute__((format(printf, 4, 5)));
 
 /* ---------------------------------------------------------------------
- * Code-point sets and Unicode data (cpset.c, unicode_tables.c)
+ * Code-point sets (cpset.c)
  * ------------------------------------------------------------------- */
 
 #define GCP_MAX 0x10FFFFu
@@ -96,25 +98,12 @@ typedef struct gcpset {
 
 tr_status tr_cpset_add(gcc *cc, gcpset *s, uint32_t lo, uint32_t hi);
 tr_status tr_cpset_add_set(gcc *cc, gcpset *s, const gcpset *t);
-tr_status tr_cpset_add_table(gcc *cc, gcpset *s, const uint32_t (*r)[2],
-                           size_t n);
 /* Normalizes (sort + merge) in place. */
 void tr_cpset_normalize(gcpset *s);
 /* *out = complement of s over [0, 0x10FFFF] minus surrogates; s must be
  * normalized. */
 tr_status tr_cpset_complement(gcc *cc, const gcpset *s, gcpset *out);
 bool tr_cpset_contains(const gcpset *s, uint32_t cp); /* normalized s */
-
-typedef struct gunicode_category {
-    const char *name; /* two letters: "Lu" */
-    const uint32_t (*ranges)[2];
-    size_t n;
-} gunicode_category;
-
-extern const char tr_grammar_unicode_version[];
-extern const gunicode_category tr_grammar_unicode_categories[];
-extern const size_t tr_grammar_unicode_n_categories;
-
 
 /* ---------------------------------------------------------------------
  * Regex AST (regex_parse.c)
@@ -128,7 +117,7 @@ typedef enum gre_kind {
     GRE_REPEAT, /* kid{min,max} */
     GRE_BOL,    /* ^: holds before the first byte only */
     GRE_EOL,    /* $: holds after the last byte only */
-    /* grammar IR only (ebnf_*.c), never produced by the regex parser: */
+    /* grammar IR only (grammar/cfg/ebnf_*.c), never produced by the regex parser: */
     GRE_REF,    /* the rule `ref` (a call, or inlined before the NFA) */
     GRE_DFA,    /* a regex terminal compiled on its own (it had anchors) */
 } gre_kind;
@@ -230,7 +219,7 @@ typedef struct gdfa {
                           state, -1 when none or several */
     uint8_t *can_cont; /* [n_states] 1 if some byte leads to a live state */
     uint32_t raw_states; /* before minimization (stats) */
-    /* For the mask walk's ASCII shortcut (mask.c): aloop[s] has bit b set
+    /* For the mask walk's ASCII shortcut (grammar/mask/mask.c): aloop[s] has bit b set
      * (b < 128) when byte b leads from s back to s; usucc[s] is the live
      * state other than s that the most ASCII bytes lead to from s (0 if
      * none) and ubits[s] those bytes; dbits[s] the ASCII bytes that lead
@@ -258,218 +247,25 @@ static inline uint32_t gdfa_step(const gdfa *d, uint32_t s, uint8_t b) {
 /* Runs bytes from s; returns the state reached (GDFA_DEAD if it died). */
 uint32_t tr_dfa_run(const gdfa *d, uint32_t s, const uint8_t *p, size_t n);
 
-/* ---------------------------------------------------------------------
- * Vocabulary and its byte trie (vocab.c)
- * ------------------------------------------------------------------- */
+/* The seed three of grammar/'s FNV-1a hashes start from (dfa.c's column
+ * hashes, json/'s rule names and memo keys): FNV's offset basis with its
+ * last decimal digit lost when it was copied (14695981039346656037 ->
+ * 1469598103934665603). Any seed serves those tables (keys are compared
+ * after a hash match); this one is kept so that every hash value stays
+ * what it was. */
+#define GHASH_SEED 1469598103934665603ull
 
-/* The trie is a flat array in depth-first preorder (children by byte),
- * node 0 the root (empty prefix), stored as parallel arrays (the walk
- * touches each field of a node once; separate arrays keep the hot loop's
- * loads dense). A node's subtree is the contiguous run [i, next[i]); its
- * parent is the last node before it with depth one less.
- *
- *   i:      0     1     2     3     4     5
- *   byte:   -    'a'   'b'   'c'   'b'   'x'      tokens: a ab abc b bx
- *   depth:  0     1     2     3     1     2
- *   next:   6     4     4     4     6     6
- *   tok:    N    id(a) id(ab) id(abc) id(b) id(bx)      N = n_vocab
- *
- * Walking it through a DFA keeps the state reached at each depth on a
- * stack; a dead transition skips to next[i] (the whole subtree dies). A
- * node where no token ends has tok = n_vocab: the walk then sets the bit
- * just past the vocabulary in a scratch mask of n_words + 1 words instead
- * of branching (measured: the branch on "has a token" mispredicts on
- * about half the nodes and doubled the walk time). Ids with the same
- * bytes as an earlier token are not in the trie: they are listed in dups
- * as (representative, duplicate) and copied afterwards. Special tokens,
- * EOG tokens and empty tokens are not in the trie. */
-typedef struct gtrie {
-    uint32_t n_nodes;
-    uint8_t *byte;   /* [n_nodes] last byte of the prefix */
-    uint16_t *depth; /* [n_nodes] length of the prefix */
-    uint32_t *tok;   /* [n_nodes] token ending here, or n_vocab */
-    uint32_t *next;  /* [n_nodes] first node after the subtree */
-    /* Check nodes, for the mask walk's ASCII shortcut (mask.c): the nodes
-     * whose subtree (own byte included) has only ASCII bytes and at least
-     * GTRIE_CHECK_MIN nodes, in preorder (they nest). For each: the set
-     * of bytes its subtree uses and its tokens as a slice of ptoks (all
-     * trie tokens in preorder). SmolLM2: 4,640 check nodes. */
-    uint32_t n_checks;
-    uint32_t *check;       /* [n_checks] node index */
-    uint64_t (*cbits)[2];  /* [n_checks] bytes 0..127 used in the subtree */
-    uint32_t *ctok_lo;     /* [n_checks] slice of ptoks */
-    uint32_t *ctok_hi;
-    uint16_t *cheight;     /* [n_checks] longest path in the subtree, in
-                              bytes, the check node's own byte included */
-    uint32_t *ptoks;       /* trie tokens in preorder */
-    uint16_t *plen;        /* their byte lengths */
-    uint32_t *pfirst;      /* [n_nodes + 1] the tokens of node i's subtree
-                              are ptoks[pfirst[i] .. pfirst[next[i]]) */
-    /* The biggest check nodes' tokens also as masks ([n_checks], NULL for
-     * the others): taking a whole subtree is then an OR of n_words words
-     * instead of a scattered bit per token (SmolLM2: 60 check nodes hold
-     * 256 tokens or more, 29,800 in all; a token costs ~4 instructions, a
-     * word a fraction of one). Only nodes with at least n_words / 4
-     * tokens, largest first, within GTRIE_CMASK_BYTES. */
-    uint64_t **cmask;
-    /* The root's children by byte (node index, 0: no token starts with
-     * that byte): a walk from the root skips the children whose byte its
-     * state refuses without visiting them (they lie ~400 nodes apart in
-     * preorder, so stepping from one to the next was a cache miss each:
-     * ~250 of them, a third of a narrow state's mask). root_cum[b]: the
-     * tokens whose first byte is below b (so a range of first bytes, a
-     * byte class, counts in one subtraction). */
-    uint32_t root[256];
-    uint32_t root_cum[257];
-    uint64_t root_bits[4]; /* the bytes b with root[b] */
-    uint32_t root_ck[256]; /* the first check node at or after root[b] */
-} gtrie;
-
-#define GTRIE_CMASK_BYTES (4u << 20)
-
-/* ORs the tokens of check node ck into mask. */
-static inline void gtrie_take_check(const gtrie *tr, uint32_t ck, size_t n_words,
-                                    uint64_t *mask) {
-    const uint64_t *cm = tr->cmask[ck];
-    if (cm) {
-        for (size_t w = 0; w < n_words; w++) mask[w] |= cm[w];
-        return;
+/* Hash of a subset-construction key (sorted NFA state ids; dfa.c, and
+ * grammar/cfg/cfg_dfa.c's lazy construction): FNV-1a over the ids, seeded with the
+ * count, each step followed by an xor-shift (ids are small integers that
+ * differ in their low bits only). */
+static inline uint64_t gdfa_key_hash(const uint32_t *k, uint32_t n) {
+    uint64_t h = TR_FNV1A_BASIS ^ n;
+    for (uint32_t i = 0; i < n; i++) {
+        h = tr_fnv1a_word(h, k[i]);
+        h ^= h >> 29;
     }
-    for (uint32_t k = tr->ctok_lo[ck]; k < tr->ctok_hi[ck]; k++) {
-        uint32_t id = tr->ptoks[k];
-        mask[id >> 6] |= 1ull << (id & 63);
-    }
+    return h;
 }
-
-/* Subtrees smaller than this are walked, not checked: a check costs about
- * as much as stepping a few nodes. */
-#define GTRIE_CHECK_MIN 16u
-
-#define GVOCAB_SPECIAL 1u
-#define GVOCAB_EOG 2u
-
-struct grammar_vocab {
-    atomic_uint refs;
-    uint64_t uid; /* process-unique: keys mask caches */
-    int32_t n_vocab;
-    size_t n_words;
-    uint8_t *bytes;    /* all token bytes */
-    uint64_t *offs;    /* [n_vocab + 1] */
-    uint8_t *flags;    /* [n_vocab] GVOCAB_* */
-    int32_t *eog;      /* [n_eog] */
-    size_t n_eog;
-    gtrie trie;
-    int32_t (*dups)[2];
-    uint32_t n_dups;
-    uint32_t max_len; /* longest token in the trie */
-    uint64_t *trie_bits; /* [n_words + 1] every token of the trie */
-    /* The trie's tokens that start with whitespace (space, tab, LF, CR),
-     * by the length of that run, longest first: a JSON grammar's mask
-     * after a run of blanks drops those that would make it too long
-     * (cfg_mask.c). */
-    int32_t *ws_lead_ids;  /* [n_ws_lead] */
-    uint32_t *ws_lead_len; /* [n_ws_lead] */
-    uint32_t n_ws_lead;
-    /* Token sets of looping lexer regions (the inside of a JSON string,
-     * digits...), shared by every grammar using this vocabulary
-     * (cfg_mask.c, "Regions"); made on first use, lock-free. */
-    _Atomic(struct gcfg_rcache *) rcache;
-};
-
-/* Frees a vocabulary's region cache (cfg_mask.c; vocab_destroy). */
-void tr_cfg_rcache_free(struct gcfg_rcache *rc);
-
-/* ---------------------------------------------------------------------
- * Token masks (mask.c)
- * ------------------------------------------------------------------- */
-
-/* The trie walk alone: into mask[0..v->n_words] (n_words + 1 words: the
- * last is scratch; on return bits past n_vocab are zero) the tokens whose
- * bytes DFA state s can consume without dying; no EOG, no special tokens.
- * stack is scratch of v->max_len + 1 entries. The dead state's mask is
- * empty. (The EBNF/JSON matchers build on this for their terminals, where
- * "accepting" does not mean "may end".) */
-void tr_mask_walk(const gdfa *d, uint32_t s, const grammar_vocab *v,
-                uint32_t *stack, uint64_t *mask);
-/* A regex grammar's mask: tr_mask_walk plus the EOG tokens iff s accepts. */
-void tr_mask_compute(const gdfa *d, uint32_t s, const grammar_vocab *v,
-                   uint32_t *stack, uint64_t *mask);
-
-/* Memo of the masks of one DFA's states for one vocabulary. Slots are
- * filled at most once each (compare-and-swap; the loser frees its copy),
- * so readers never lock. A byte budget bounds the memo: when a new mask
- * would exceed it, that mask is computed and returned but not kept, and
- * later requests for that state recompute it. */
-typedef struct gmask_cache {
-    uint64_t vocab_uid;
-    uint32_t n_states;
-    size_t n_words;
-    uint64_t budget;
-    atomic_uint_fast64_t used;   /* bytes of masks held */
-    _Atomic(uint64_t *) *slots; /* [n_states] */
-    struct gmask_cache *next;    /* list in the owning grammar */
-} gmask_cache;
-
-gmask_cache *tr_mask_cache_new(const gdfa *d, const grammar_vocab *v,
-                             uint64_t budget);
-void tr_mask_cache_free(gmask_cache *c);
-/* Writes state s's mask into out[0..n_words), from the memo (returns
- * true) or computed (false; then memoized if the budget allows). c may be
- * NULL (no memo: always computed). scratch holds n_words + 1 words.
- * Thread-safe. */
-bool tr_mask_cache_fill(gmask_cache *c, const gdfa *d, uint32_t s,
-                      const grammar_vocab *v, uint32_t *stack,
-                      uint64_t *scratch, uint64_t *out);
-
-/* ---------------------------------------------------------------------
- * Compiled grammar (grammar.c)
- * ------------------------------------------------------------------- */
-
-typedef enum grammar_kind {
-    GRAMMAR_KIND_REGEX = 1, /* a DFA (regexes, EBNF without recursion) */
-    GRAMMAR_KIND_CFG = 2,   /* a DFA with call edges, run on stacks */
-} grammar_kind;
-
-struct gcfg;
-struct gcfg_memo;
-
-struct grammar {
-    atomic_uint refs;
-    grammar_kind kind;
-    gdfa dfa;
-    grammar_stats stats;
-    uint64_t mask_budget;
-    pthread_mutex_t lock; /* guards the caches lists only */
-    gmask_cache *caches;
-    struct gcfg *cfg;           /* GRAMMAR_KIND_CFG: cfg_internal.h */
-    struct gcfg_memo *cfg_memos; /* GRAMMAR_KIND_CFG: one per vocabulary */
-};
-
-/* ---------------------------------------------------------------------
- * Matcher (matcher.c)
- * ------------------------------------------------------------------- */
-
-struct gcfg_matcher;
-
-struct grammar_matcher {
-    struct gcfg_matcher *cfg; /* GRAMMAR_KIND_CFG: the stacks (cfg_matcher.c) */
-    grammar *g;          /* referenced */
-    grammar_vocab *v;    /* referenced */
-    gmask_cache *cache;  /* the grammar's memo for v; NULL: none */
-    uint32_t state;      /* DFA state; never GDFA_DEAD */
-    bool terminated;     /* an EOG token was accepted */
-    /* rollback history: ring of the (state, terminated) before each
-     * accept call; the newest at (head - 1) mod cap */
-    uint32_t *hist_state;
-    uint8_t *hist_term;
-    uint32_t hist_cap, hist_head, hist_len;
-    uint32_t *stack;     /* [v->max_len + 1] scratch of the mask walk */
-    uint64_t *scratch;   /* [v->n_words + 1] the walk's output */
-    uint64_t n_fills, n_computed; /* masks served / computed (stats) */
-};
-
-/* The grammar's memo for vocabulary v, created on first use. NULL on
- * out-of-memory (callers then compute without memo). */
-gmask_cache *tr_grammar_cache_for(grammar *g, const grammar_vocab *v);
 
 #endif

@@ -1,7 +1,9 @@
 /* regex_parse.c — regex text -> AST of code-point sets.
  *
- * Layering: grammar/ internal; called by tr_grammar_compile_regex with a
- * compile context (budgets, arena, diag). Single-threaded per call.
+ * Layering: grammar/regex (regex_internal.h); called by
+ * tr_grammar_compile_regex (and by the EBNF and JSON Schema compilers, for
+ * their regex pieces) with a compile context (budgets, arena, diag).
+ * Single-threaded per call.
  *
  * A recursive-descent parser of the dialect documented in grammar.h:
  *
@@ -27,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/grammar_internal.h"
+#include "grammar/regex/regex_internal.h"
 
 typedef struct gp {
     gcc *cc;

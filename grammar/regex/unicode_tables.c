@@ -2,8 +2,8 @@
  * from Unicode 14.0.0 (Python unicodedata). Do not edit.
  *
  * Code-point ranges [lo, hi] of every general category, sorted and
- * disjoint, for \p{..} in grammar/regex_parse.c. Read-only data. */
-#include "grammar/grammar_internal.h"
+ * disjoint, for \p{..} in grammar/regex/regex_parse.c. Read-only data. */
+#include "grammar/regex/regex_internal.h"
 
 const char tr_grammar_unicode_version[] = "14.0.0";
 

@@ -8,7 +8,6 @@
  * immutable fields (template kind, default system prompt): any thread,
  * concurrently.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,32 +16,20 @@
 #include "runtime/chat/chat.h"
 #include "runtime/engine/engine_internal.h"
 
-static int chat_fail(char *err, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int chat_fail(char *err, size_t cap, int code, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static int render(chat_template_kind kind, const char *system,
                   const trellis_message *m, int32_t n, bool gen_prompt, char **out,
                   size_t *out_len, char *err, size_t cap) {
     if (!out || n < 0 || (n > 0 && !m))
-        return chat_fail(err, cap, TR_ERR_INVALID_ARG, "bad message array");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad message array");
     chat_message *msgs = calloc(n ? (size_t)n : 1, sizeof *msgs);
-    if (!msgs) return chat_fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    if (!msgs) return tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < n; i++) {
         msgs[i].role = m[i].role;
         msgs[i].content = m[i].content;
         if (m[i].content && !tr_utf8_valid(m[i].content, strlen(m[i].content))) {
             free(msgs);
-            return chat_fail(err, cap, TR_ERR_INVALID_ARG,
-                             "message %d is not valid UTF-8", i);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "message %d is not valid UTF-8", i);
         }
     }
     tr_diag d = {0};
@@ -50,18 +37,18 @@ static int render(chat_template_kind kind, const char *system,
                                  out_len, &d);
     free(msgs);
     if (s != TR_OK)
-        return chat_fail(err, cap, s, "cannot render the chat: %s",
-                         d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, cap, s, "cannot render the chat: %s",
+                       d.message[0] ? d.message : tr_status_message(s));
     return TRELLIS_OK;
 }
 
 int trellis_chat_render(const trellis_engine *e, const trellis_message *m, int32_t n,
                         bool add_generation_prompt, char **out, size_t *out_len,
                         char *err, size_t err_cap) {
-    if (!e) return chat_fail(err, err_cap, TR_ERR_INVALID_ARG, "no engine");
+    if (!e) return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "no engine");
     if (e->chat_kind == CHAT_TEMPLATE_NONE)
-        return chat_fail(err, err_cap, TR_ERR_UNSUPPORTED,
-                         "the model has no chat template Trellis knows");
+        return tr_errf(err, err_cap, TR_ERR_UNSUPPORTED,
+                       "the model has no chat template Trellis knows");
     return render((chat_template_kind)e->chat_kind, e->chat_system, m, n,
                   add_generation_prompt, out, out_len, err, err_cap);
 }
@@ -69,7 +56,7 @@ int trellis_chat_render(const trellis_engine *e, const trellis_message *m, int32
 int trellis_chat_template_render(const char *tmpl, const trellis_message *m, int32_t n,
                                  bool add_generation_prompt, char **out,
                                  size_t *out_len, char *err, size_t err_cap) {
-    if (!tmpl) return chat_fail(err, err_cap, TR_ERR_INVALID_ARG, "no template");
+    if (!tmpl) return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "no template");
     static const chat_template_kind kinds[] = {
         CHAT_TEMPLATE_CHATML, CHAT_TEMPLATE_LLAMA3, CHAT_TEMPLATE_GEMMA,
         CHAT_TEMPLATE_LLAMA2, CHAT_TEMPLATE_MISTRAL};
@@ -81,10 +68,10 @@ int trellis_chat_template_render(const char *tmpl, const trellis_message *m, int
     tr_diag d = {0};
     tr_status s = tr_chat_template_detect(tmpl, &kind, &d);
     if (s != TR_OK)
-        return chat_fail(err, err_cap, s,
-                         "unknown chat template (not chatml, llama3, gemma, llama2, "
-                         "mistral, nor a Jinja template of one of them): %s",
-                         d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, err_cap, s,
+                       "unknown chat template (not chatml, llama3, gemma, llama2, "
+                       "mistral, nor a Jinja template of one of them): %s",
+                       d.message[0] ? d.message : tr_status_message(s));
     char *system = NULL;
     if (tr_chat_template_default_system(tmpl, &system) != TR_OK) system = NULL;
     int rc = render(kind, system, m, n, add_generation_prompt, out, out_len, err,

@@ -1,14 +1,15 @@
-/* constraint_internal.h — the glue between grammar/ and a tokenizer that the
- * engine uses (applications reach it only through include/trellis.h:
- * `trellis generate` is a client of the engine; `trellis bench grammar`'s
- * micro part drives grammar/ directly, without this file), so that there
- * is ONE implementation of each piece:
+/* constraint_internal.h — the glue between grammar/, a tokenizer and the
+ * engine's constraints (applications reach it only through
+ * include/trellis.h: `trellis generate` is a client of the engine), so that
+ * there is ONE implementation of each piece:
  *
- *   - the grammar vocabulary of a tokenizer (token bytes, specials, EOG),
  *   - trellis_constraint_ops over a bare grammar_matcher,
  *   - jump-forward: the sampled token plus the bytes the constraint forces
  *     next, re-encoded by the tokenizer and put in place of the sampled
- *     token (DESIGN.md "Data flow", step 5).
+ *     token (docs/design.md, "The path of one request", step 5).
+ *
+ * The grammar vocabulary of a tokenizer (token bytes, specials, EOG) is
+ * runtime/vocab's, which the benchmarks that drive grammar/ directly share.
  *
  * Layering: runtime/engine. grammar/ knows nothing about tokenizers, so
  * the code that needs both lives here; the tokenizer knows nothing about
@@ -25,13 +26,6 @@
 #include "grammar/grammar.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "trellis.h"
-
-/* The grammar vocabulary of tok: every token's raw bytes, its special flag
- * (control tokens are never allowed in constrained text) and the
- * end-of-generation ids. *out untouched on failure; diag (may be NULL)
- * says why. ~50 ms for SmolLM2's 49,152 tokens. */
-tr_status tr_constraint_vocab_from_tokenizer(const tokenizer *tok,
-                                          grammar_vocab **out, tr_diag *diag);
 
 /* trellis_constraint_ops whose state is a grammar_matcher * (borrowed: the
  * ops have no clone and their free does nothing; the caller frees the

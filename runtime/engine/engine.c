@@ -8,7 +8,6 @@
  * else belongs to the engine thread (engine_main and what it calls).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "runtime/engine/engine_internal.h"
 
 #include "runtime/chat/chat.h"
+#include "runtime/vocab/vocab.h"
 
 /* every TRELLIS_ERR_x equals the core's TR_ERR_x */
 _Static_assert(TRELLIS_OK == TR_OK, "ok");
@@ -52,19 +52,6 @@ const char *trellis_finish_name(trellis_finish f) {
     case TRELLIS_FINISH_ERROR: return "error";
     default: return "";
     }
-}
-
-static tr_status seterr(char *err, size_t cap, tr_status s, const char *fmt,
-                        ...) __attribute__((format(printf, 4, 5)));
-static tr_status seterr(char *err, size_t cap, tr_status s, const char *fmt,
-                        ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return s;
 }
 
 /* ---- the request table (engine thread) ---- */
@@ -383,7 +370,7 @@ static void *engine_main(void *arg) {
  * only disables grammar constraints (submit and compile then say so). */
 static tr_status build_vocab(trellis_engine *e) {
     tr_diag dg = {0};
-    tr_status s = tr_constraint_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
+    tr_status s = tr_vocab_from_tokenizer(e->tok, &e->gvocab, &dg);
     if (s == TR_OK) {
         s = tr_gcache_new(e->gvocab, (uint64_t)e->opt.grammar_cache_mb << 20,
                           &e->gcache);
@@ -523,7 +510,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
             compute->ops->destroy(compute->ctx);
         tr_tokenizer_free(tok);
         tr_gguf_close(file);
-        return seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
+        return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
     }
     e->file = file;
     e->tok = tok;
@@ -541,8 +528,8 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     tr_status s;
     if (!tok || !compute || !compute->ops || !compute->ops->forward ||
         !out) {
-        s = seterr(err, err_cap, TR_ERR_INVALID_ARG,
-                   "engine: missing tokenizer or compute");
+        s = tr_errf(err, err_cap, TR_ERR_INVALID_ARG,
+                    "engine: missing tokenizer or compute");
         goto fail;
     }
     trellis_engine_options o;
@@ -556,9 +543,9 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     o.threads = compute->threads;
     o.device = compute->device ? compute->device : "custom"; /* static */
     if (o.ctx < 0 || o.ctx > compute->n_ctx) {
-        s = seterr(err, err_cap, TR_ERR_INVALID_ARG,
-                   "context %d is outside 1..%d (the model's training context)",
-                   o.ctx, compute->n_ctx);
+        s = tr_errf(err, err_cap, TR_ERR_INVALID_ARG,
+                    "context %d is outside 1..%d (the model's training context)",
+                    o.ctx, compute->n_ctx);
         goto fail;
     }
     if (o.ctx == 0) o.ctx = compute->n_ctx;
@@ -569,9 +556,9 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->n_pages = compute->n_pages;
     e->n_words = ((size_t)e->n_vocab + 63) / 64;
     if (tr_tokenizer_n_vocab(tok) != e->n_vocab) {
-        s = seterr(err, err_cap, TR_ERR_FORMAT,
-                   "the tokenizer has %d tokens but the model %d",
-                   tr_tokenizer_n_vocab(tok), e->n_vocab);
+        s = tr_errf(err, err_cap, TR_ERR_FORMAT,
+                    "the tokenizer has %d tokens but the model %d",
+                    tr_tokenizer_n_vocab(tok), e->n_vocab);
         goto fail;
     }
     e->eos = tr_tokenizer_eos(tok);
@@ -581,8 +568,8 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     s = tr_kv_pool_new(e->n_pages, e->page_size, NULL, &e->pool);
     if (s == TR_OK) s = tr_radix_tree_new(e->pool, NULL, &e->tree);
     if (s != TR_OK) {
-        s = seterr(err, err_cap, s, "cannot create the KV page pool (%d pages)",
-                   e->n_pages);
+        s = tr_errf(err, err_cap, s, "cannot create the KV page pool (%d pages)",
+                    e->n_pages);
         goto fail;
     }
     size_t nb = (size_t)o.max_batch_tokens, nr = (size_t)o.max_running;
@@ -611,7 +598,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
         !e->row_seqs || !e->logits || !e->masks || !e->row_mask || !e->running || !e->cand ||
         !e->row_tok || !e->row_st || !e->row_lp ||
         !e->hash) {
-        s = seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
+        s = tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
         goto fail;
     }
     for (int32_t i = 0; i < e->n_vocab; i++) {
@@ -620,7 +607,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     }
     e->eog_ids = malloc(((size_t)e->n_eog + 1) * sizeof *e->eog_ids);
     if (!e->eog_ids) {
-        s = seterr(err, err_cap, TR_ERR_NOMEM, "out of memory");
+        s = tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
         goto fail;
     }
     for (int32_t i = 0, k = 0; i < e->n_vocab; i++)
@@ -629,7 +616,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     load_chat_template(e);
 
     if (!o.no_overlap && (s = tr_worker_start(e)) != TR_OK) {
-        s = seterr(err, err_cap, s, "cannot start the compute thread");
+        s = tr_errf(err, err_cap, s, "cannot start the compute thread");
         goto fail;
     }
     {
@@ -640,8 +627,8 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     }
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         tr_worker_stop(e);
-        s = seterr(err, err_cap, TR_ERR_INTERNAL,
-                   "cannot start the engine thread");
+        s = tr_errf(err, err_cap, TR_ERR_INTERNAL,
+                    "cannot start the engine thread");
         goto fail;
     }
     e->thread_started = true;
@@ -655,7 +642,7 @@ fail:
 int trellis_engine_new(const char *model_path,
                        const trellis_engine_options *options,
                        trellis_engine **out, char *err, size_t err_cap) {
-    if (!out) return seterr(err, err_cap, TR_ERR_INVALID_ARG, "out is NULL");
+    if (!out) return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "out is NULL");
     trellis_engine_options o;
     tr_status s = tr_engine_options_resolve(options, &o, err, err_cap);
     if (s != TR_OK) return s;
@@ -663,8 +650,8 @@ int trellis_engine_new(const char *model_path,
     const char *path = model_path ? model_path
                                   : tr_default_model_path(def, sizeof def);
     if (!path)
-        return seterr(err, err_cap, TR_ERR_INVALID_ARG,
-                      "the default model path is too long");
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG,
+                       "the default model path is too long");
     gguf_file *f = NULL;
     tokenizer *tok = NULL;
     tr_backend *be = NULL;
@@ -676,29 +663,29 @@ int trellis_engine_new(const char *model_path,
                    "trellis.h's load modes are gguf.h's");
     s = tr_gguf_open_ex(path, (gguf_load)o.load, &f, &d);
     if (s != TR_OK)
-        return seterr(err, err_cap, s, "cannot open model '%s': %s", path,
-                      d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, err_cap, s, "cannot open model '%s': %s", path,
+                       d.message[0] ? d.message : tr_status_message(s));
     s = tr_tokenizer_from_gguf(f, &tok, &d);
     if (s != TR_OK) {
         tr_gguf_close(f);
-        return seterr(err, err_cap, s, "cannot build the tokenizer of '%s': %s",
-                      path, d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, err_cap, s, "cannot build the tokenizer of '%s': %s",
+                       path, d.message[0] ? d.message : tr_status_message(s));
     }
     s = tr_backend_new(o.device, &(tr_backend_config){.threads = o.threads},
                        &be, &d);
     if (s != TR_OK) {
         tr_tokenizer_free(tok);
         tr_gguf_close(f);
-        return seterr(err, err_cap, s, "cannot start the compute backend: %s",
-                      d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, err_cap, s, "cannot start the compute backend: %s",
+                       d.message[0] ? d.message : tr_status_message(s));
     }
     s = tr_model_load(f, be, o.max_batch_tokens, &m, &d);
     if (s != TR_OK) {
         tr_backend_free(be);
         tr_tokenizer_free(tok);
         tr_gguf_close(f);
-        return seterr(err, err_cap, s, "cannot load model '%s': %s", path,
-                      d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, err_cap, s, "cannot load model '%s': %s", path,
+                       d.message[0] ? d.message : tr_status_message(s));
     }
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
@@ -714,9 +701,9 @@ int trellis_engine_new(const char *model_path,
         tr_backend_free(be);
         tr_tokenizer_free(tok);
         tr_gguf_close(f);
-        return seterr(err, err_cap, s,
-                      "cannot allocate the KV cache (%d pages of %d tokens)",
-                      n_pages, o.page_size);
+        return tr_errf(err, err_cap, s,
+                       "cannot allocate the KV cache (%d pages of %d tokens)",
+                       n_pages, o.page_size);
     }
     return tr_engine_new_custom(&o, f, tok, &c, out, err, err_cap);
 }

@@ -1,13 +1,13 @@
-/* engine_compute_internal.h — the engine module's own header: what the core and the tests
+/* engine_compute_internal.h — what the engine's own files and its tests
  * see beyond the public API (include/trellis.h, which this module
- * implements).
+ * implements): the compute seam, custom engines, the debug check.
  *
  * Layering: runtime/engine -> runtime/model (forward), radix (pool + tree),
- * runtime/sampler, runtime/tokenizer, runtime/chat, grammar. The only
- * module that ties them together. The server (app/server) and the CLI
- * reach it through include/trellis.h only. constraint_internal.h is the engine's
- * glue between grammar/ and the tokenizer (vocabulary, jump-forward
- * re-encoding); no application includes it.
+ * runtime/sampler, runtime/tokenizer, runtime/chat, grammar, runtime/vocab.
+ * The only module that ties them together. The server (app/server) and
+ * the CLI reach it through include/trellis.h only. constraint_internal.h
+ * is the engine's glue between grammar/ and the tokenizer (constraint ops,
+ * jump-forward re-encoding); no application includes it.
  *
  * The engine in one paragraph. One engine thread runs a loop of steps.
  * Each step it takes new requests and cancellations off its input queue,

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/hash.h"
 #include "grammar/grammar.h"
 #include "radix/radix.h"
 #include "runtime/sampler/sampler.h"
@@ -286,10 +287,7 @@ void tr_engine_publish_stats(trellis_engine *e);
 static inline uint64_t engine_ns_private(uint64_t id) {
     /* no_radix: a namespace of the request's own (top bit set; user
      * namespaces use 63 bits) so forks share and nothing else does */
-    uint64_t z = id + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (z ^ (z >> 31)) | (1ull << 63);
+    return tr_splitmix64(id) | (1ull << 63);
 }
 
 /* ---- sched.c ---- */

@@ -11,11 +11,11 @@
  */
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 #include "runtime/engine/grammar_cache_internal.h"
@@ -54,18 +54,6 @@ struct gcache {
     /* ---- atomics ---- */
     gcache_mask_counters masks;
 };
-
-static tr_status errf(char *err, size_t cap, tr_status s, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static tr_status errf(char *err, size_t cap, tr_status s, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
 
 /* ---- handles ---- */
 
@@ -162,17 +150,11 @@ void tr_gcache_set_limits(gcache *c, const grammar_limits *lim) { c->lim = *lim;
 gcache_mask_counters *tr_gcache_counters(gcache *c) { return &c->masks; }
 
 /* FNV-1a over the key's fields. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static uint64_t key_hash(trellis_grammar_kind kind, const trellis_grammar_options *o,
                          const char *text, size_t len) {
     int32_t k[5] = {(int32_t)kind, o->lenient, o->whitespace, o->max_ws_run,
                     o->indent};
-    return fnv(fnv(0xcbf29ce484222325ull, k, sizeof k), text, len);
+    return tr_fnv1a(tr_fnv1a(TR_FNV1A_BASIS, k, sizeof k), text, len);
 }
 
 static bool key_equal(const gentry *x, uint64_t hash, trellis_grammar_kind kind,
@@ -283,8 +265,8 @@ static tr_status compile_handle(gcache *c, trellis_grammar_kind kind,
                                 trellis_grammar **out, tr_diag *d) {
     trellis_grammar *h = calloc(1, sizeof *h);
     if (!h) return tr_diag_set(d, TR_ERR_NOMEM, 0, "out of memory");
-    tr_status st = tr_grammar_compile_kind(kind, text, len, o, &c->lim, &h->g,
-                                           &h->warnings, d);
+    tr_status st = tr_engine_grammar_compile(kind, text, len, o, &c->lim, &h->g,
+                                             &h->warnings, d);
     if (st) {
         free(h);
         return st;
@@ -302,7 +284,7 @@ static tr_status compile_handle(gcache *c, trellis_grammar_kind kind,
  * it is said once. */
 static void format_error(char *buf, size_t cap, trellis_grammar_kind kind,
                          tr_status st, const tr_diag *d) {
-    const char *what = tr_grammar_kind_name(kind);
+    const char *what = tr_engine_grammar_kind_name(kind);
     const char *msg = d->message[0] ? d->message : tr_status_message(st);
     if (!what)
         snprintf(buf, cap, "%s", msg);
@@ -414,23 +396,23 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
                             trellis_grammar **out, char *err, size_t err_cap) {
     if (err && err_cap) err[0] = 0;
     if (!c || !out)
-        return errf(err, err_cap, TR_ERR_INVALID_ARG, "no cache or no output");
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "no cache or no output");
     tr_diag d = {0};
-    if (!tr_grammar_kind_name(kind))
-        return errf(err, err_cap, TR_ERR_INVALID_ARG,
-                    "%d is not a TRELLIS_GRAMMAR_* kind", (int)kind);
+    if (!tr_engine_grammar_kind_name(kind))
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG,
+                       "%d is not a TRELLIS_GRAMMAR_* kind", (int)kind);
     if (kind == TRELLIS_GRAMMAR_JSON_OBJECT) {
         text = "";
         len = 0;
     } else if (!text) {
-        return errf(err, err_cap, TR_ERR_INVALID_ARG, "no %s text",
-                    tr_grammar_kind_name(kind));
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "no %s text",
+                       tr_engine_grammar_kind_name(kind));
     } else if (len == 0) {
         len = strlen(text);
     }
     trellis_grammar_options o;
-    tr_status st = tr_grammar_kind_options(kind, options, &o, &d);
-    if (st) return errf(err, err_cap, st, "%s", d.message);
+    tr_status st = tr_engine_grammar_kind_options(kind, options, &o, &d);
+    if (st) return tr_errf(err, err_cap, st, "%s", d.message);
     uint64_t hash = key_hash(kind, &o, text, len);
 
     pthread_mutex_lock(&c->mu);
@@ -441,7 +423,7 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
     x = insert_compiling(c, hash, kind, &o, text, len);
     pthread_mutex_unlock(&c->mu);
     release_victims(stale);
-    if (!x) return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
+    if (!x) return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
 
     /* no lock held: x stays in the table, COMPILING, until finish_compile */
     trellis_grammar *h = NULL;
@@ -449,7 +431,7 @@ tr_status tr_gcache_compile(gcache *c, trellis_grammar_kind kind, const char *te
     char msg[512] = "";
     if (st) format_error(msg, sizeof msg, kind, st, &d);
     finish_compile(c, x, st, h, msg, out);
-    if (st) return errf(err, err_cap, st, "%s", msg);
+    if (st) return tr_errf(err, err_cap, st, "%s", msg);
     return TR_OK;
 }
 
@@ -523,11 +505,11 @@ int trellis_grammar_compile(trellis_engine *e, trellis_grammar_kind kind,
                             const trellis_grammar_options *options,
                             trellis_grammar **out, char *err, size_t err_cap) {
     if (!e || !out)
-        return errf(err, err_cap, TR_ERR_INVALID_ARG, "no engine or no output");
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "no engine or no output");
     if (!e->gcache)
-        return errf(err, err_cap, TR_ERR_UNSUPPORTED,
-                    "constraints are unavailable: the engine has no grammar "
-                    "vocabulary");
+        return tr_errf(err, err_cap, TR_ERR_UNSUPPORTED,
+                       "constraints are unavailable: the engine has no grammar "
+                       "vocabulary");
     return tr_gcache_compile(e->gcache, kind, text, len, options, out, err,
                              err_cap);
 }
@@ -536,29 +518,29 @@ int trellis_grammar_compile_choices(trellis_engine *e, const char *const *choice
                                     int32_t n, trellis_grammar **out, char *err,
                                     size_t err_cap) {
     if (n < 0 || (n > 0 && !choices))
-        return errf(err, err_cap, TR_ERR_INVALID_ARG, "bad choice array (n = %d)", n);
+        return tr_errf(err, err_cap, TR_ERR_INVALID_ARG, "bad choice array (n = %d)", n);
     json_t *arr = json_array();
-    if (!arr) return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
+    if (!arr) return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < n; i++) {
         if (!choices[i]) {
             json_decref(arr);
-            return errf(err, err_cap, TR_ERR_INVALID_ARG,
-                        "bad choices: choice %d is NULL", i);
+            return tr_errf(err, err_cap, TR_ERR_INVALID_ARG,
+                           "bad choices: choice %d is NULL", i);
         }
         json_t *s = json_stringn(choices[i], strlen(choices[i]));
         if (!s) {
             json_decref(arr);
-            return errf(err, err_cap, TR_ERR_FORMAT,
-                        "bad choices: choice %d is not valid UTF-8", i);
+            return tr_errf(err, err_cap, TR_ERR_FORMAT,
+                           "bad choices: choice %d is not valid UTF-8", i);
         }
         if (json_array_append_new(arr, s) != 0) {
             json_decref(arr);
-            return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
+            return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
         }
     }
     char *text = json_dumps(arr, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(arr);
-    if (!text) return errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
+    if (!text) return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
     int rc = trellis_grammar_compile(e, TRELLIS_GRAMMAR_CHOICE, text, strlen(text),
                                      NULL, out, err, err_cap);
     free(text);

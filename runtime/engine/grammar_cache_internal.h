@@ -57,7 +57,7 @@
  *     mask first (the engine thread, for requests; any matcher thread in
  *     general): one slot per automaton state, published by compare-and-
  *     swap with release order and read lock-free with acquire loads
- *     (grammar/mask.c); two threads racing on a cold state both compute
+ *     (grammar/mask/mask.c); two threads racing on a cold state both compute
  *     and the loser frees its copy. The cache only reads the memo's size
  *     (under the grammar's own lock, which is taken after mu, never
  *     before: no lock cycle).
@@ -127,21 +127,21 @@ tr_status tr_gcache_check(gcache *c);
  * to its compiler; options already checked). *warnings gets a malloc'd
  * string ("" when none). Errors as in trellis.h, with diag's message
  * saying what and where; *out untouched on failure. */
-tr_status tr_grammar_compile_kind(trellis_grammar_kind kind, const char *text,
-                                  size_t len, const trellis_grammar_options *o,
-                                  const grammar_limits *lim, grammar **out,
-                                  char **warnings, tr_diag *diag);
+tr_status tr_engine_grammar_compile(trellis_grammar_kind kind, const char *text,
+                                    size_t len, const trellis_grammar_options *o,
+                                    const grammar_limits *lim, grammar **out,
+                                    char **warnings, tr_diag *diag);
 /* Copies the options `kind` reads into *out, the rest zeroed (the cache
  * key); TR_ERR_INVALID_ARG (diag says which) when one is out of range. */
-tr_status tr_grammar_kind_options(trellis_grammar_kind kind,
-                                  const trellis_grammar_options *in,
-                                  trellis_grammar_options *out, tr_diag *diag);
+tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
+                                         const trellis_grammar_options *in,
+                                         trellis_grammar_options *out, tr_diag *diag);
 /* "regex", "choices", "JSON Schema", "JSON object", "EBNF grammar", or
  * NULL for a value that is no kind. */
-const char *tr_grammar_kind_name(trellis_grammar_kind kind);
+const char *tr_engine_grammar_kind_name(trellis_grammar_kind kind);
 /* Whether the end-of-span rule is on by default for this kind (trellis.h,
  * trellis_request.end_span): regex and choices. */
-bool tr_grammar_kind_ends_spans(trellis_grammar_kind kind);
+bool tr_engine_grammar_kind_ends_spans(trellis_grammar_kind kind);
 
 /* ---- grammar_constraint.c: a sample constrained by a handle ---- */
 

@@ -29,7 +29,7 @@
  * pattern budget raised to match. */
 #define CHOICES_MAX_BYTES (256u << 10)
 
-const char *tr_grammar_kind_name(trellis_grammar_kind kind) {
+const char *tr_engine_grammar_kind_name(trellis_grammar_kind kind) {
     switch (kind) {
     case TRELLIS_GRAMMAR_REGEX: return "regex";
     case TRELLIS_GRAMMAR_CHOICE: return "choices";
@@ -40,13 +40,13 @@ const char *tr_grammar_kind_name(trellis_grammar_kind kind) {
     return NULL;
 }
 
-bool tr_grammar_kind_ends_spans(trellis_grammar_kind kind) {
+bool tr_engine_grammar_kind_ends_spans(trellis_grammar_kind kind) {
     return kind == TRELLIS_GRAMMAR_REGEX || kind == TRELLIS_GRAMMAR_CHOICE;
 }
 
-tr_status tr_grammar_kind_options(trellis_grammar_kind kind,
-                                  const trellis_grammar_options *in,
-                                  trellis_grammar_options *out, tr_diag *diag) {
+tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
+                                         const trellis_grammar_options *in,
+                                         trellis_grammar_options *out, tr_diag *diag) {
     memset(out, 0, sizeof *out);
     if (kind != TRELLIS_GRAMMAR_JSON_SCHEMA && kind != TRELLIS_GRAMMAR_JSON_OBJECT)
         return TR_OK; /* regex, choices, EBNF read none */
@@ -57,7 +57,7 @@ tr_status tr_grammar_kind_options(trellis_grammar_kind kind,
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "options.whitespace is %d, not a TRELLIS_WS_* value",
                            in->whitespace);
-    /* grammar/json_schema.c's bounds */
+    /* grammar/json/json_schema.c's bounds */
     if (in->max_ws_run < 0 || in->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "options.max_ws_run is %d, expected 0..1000",
@@ -247,10 +247,10 @@ static void json_options(const trellis_grammar_options *o, grammar_json_options 
 
 /* ---- the switch ---- */
 
-tr_status tr_grammar_compile_kind(trellis_grammar_kind kind, const char *text,
-                                  size_t len, const trellis_grammar_options *o,
-                                  const grammar_limits *lim, grammar **out,
-                                  char **warnings, tr_diag *diag) {
+tr_status tr_engine_grammar_compile(trellis_grammar_kind kind, const char *text,
+                                    size_t len, const trellis_grammar_options *o,
+                                    const grammar_limits *lim, grammar **out,
+                                    char **warnings, tr_diag *diag) {
     warn_buf w = {0};
     grammar_json_options jo;
     grammar *g = NULL;

@@ -1,8 +1,8 @@
 /* grammar_constraint.c — the constraint ops every grammar-constrained
  * sample runs on: one grammar_matcher per sample over a shared handle
  * (grammar_cache_internal.h). The matcher part is tr_constraint_matcher_ops
- * (constraint.c, shared with the CLI's single-sequence driver); this state
- * adds the handle reference that clone needs and the engine's mask
+ * (constraint.c, which the unit tests also use on bare matchers); this
+ * state adds the handle reference that clone needs and the engine's mask
  * counters.
  *
  * Layering: runtime/engine. A state belongs to one sample and is used by

@@ -2,8 +2,9 @@
  * trellis_engine_options_default fills an options struct from it, and
  * tr_engine_options_resolve (trellis_engine_new, then tr_engine_new_custom)
  * turns what an embedder passed into the values in force, which
- * trellis_engine_get_info then reports: a default or a bound is written
- * once, here.
+ * trellis_engine_get_info then reports; trellis_engine_option_at/_find
+ * describe it to programs that take the options as flags (app/common's
+ * engine flags): a default or a bound is written once, here.
  *
  * Layering: runtime/engine; pure functions, any thread.
  *
@@ -24,16 +25,16 @@
 
 enum { UNSET_NONPOS, UNSET_NEG, STRICT };
 
+/* d: what trellis_engine_option_at shows (name, default, bounds, and the
+ * note appended to a range error) */
 typedef struct opt_spec {
-    const char *name;
+    trellis_engine_option_desc d;
     size_t off;      /* of an int32_t in trellis_engine_options */
-    int32_t def, lo, hi;
     int unset;
-    const char *what; /* appended to a range error */
 } opt_spec;
 
-#define OPT(f, d, l, h, u, w) \
-    {#f, offsetof(trellis_engine_options, f), d, l, h, u, w}
+#define OPT(f, def, lo, hi, u, note) \
+    {{#f, def, lo, hi, note}, offsetof(trellis_engine_options, f), u}
 
 /* threads: the public bound (trellis.h), the one the CLI and embedders
  * see; a larger count would only fail later, in the backend (its pool has
@@ -57,10 +58,21 @@ static int32_t *field(trellis_engine_options *o, const opt_spec *s) {
     return (int32_t *)((char *)o + s->off);
 }
 
+#define N_OPTS (sizeof k_opts / sizeof *k_opts)
+
 void trellis_engine_options_default(trellis_engine_options *o) {
     memset(o, 0, sizeof *o);
-    for (size_t i = 0; i < sizeof k_opts / sizeof *k_opts; i++)
-        *field(o, &k_opts[i]) = k_opts[i].def;
+    for (size_t i = 0; i < N_OPTS; i++) *field(o, &k_opts[i]) = k_opts[i].d.def;
+}
+
+const trellis_engine_option_desc *trellis_engine_option_at(int32_t i) {
+    return i >= 0 && (size_t)i < N_OPTS ? &k_opts[i].d : NULL;
+}
+
+const trellis_engine_option_desc *trellis_engine_option_find(const char *name) {
+    for (size_t i = 0; name && i < N_OPTS; i++)
+        if (strcmp(k_opts[i].d.name, name) == 0) return &k_opts[i].d;
+    return NULL;
 }
 
 tr_status tr_engine_options_resolve(const trellis_engine_options *in,
@@ -69,16 +81,17 @@ tr_status tr_engine_options_resolve(const trellis_engine_options *in,
     trellis_engine_options o;
     if (in) o = *in;
     else trellis_engine_options_default(&o);
-    for (size_t i = 0; i < sizeof k_opts / sizeof *k_opts; i++) {
+    for (size_t i = 0; i < N_OPTS; i++) {
         const opt_spec *s = &k_opts[i];
+        const trellis_engine_option_desc *d = &s->d;
         int32_t *v = field(&o, s);
-        if (s->unset == UNSET_NONPOS && *v <= 0) *v = s->def;
-        if (s->unset == UNSET_NEG && *v < s->lo) *v = s->lo;
-        if (*v < s->lo || *v > s->hi) {
+        if (s->unset == UNSET_NONPOS && *v <= 0) *v = d->def;
+        if (s->unset == UNSET_NEG && *v < d->min) *v = d->min;
+        if (*v < d->min || *v > d->max) {
             if (err && cap)
-                snprintf(err, cap, "options.%s is %d, expected %d..%d%s%s%s", s->name,
-                         *v, s->lo, s->hi, s->what[0] ? " (" : "", s->what,
-                         s->what[0] ? ")" : "");
+                snprintf(err, cap, "options.%s is %d, expected %d..%d%s%s%s", d->name, *v,
+                         d->min, d->max, d->note[0] ? " (" : "", d->note,
+                         d->note[0] ? ")" : "");
             return TR_ERR_INVALID_ARG;
         }
     }

@@ -15,7 +15,6 @@
  * with one regex compile it once, and the engine thread never compiles.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,18 +60,6 @@ static sampler_params request_sampler_params(const trellis_request *r) {
     return sp;
 }
 
-static int fail(char *err, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t cap, int code, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* ---- prompt ---- */
 
 static int append_ids(int32_t **ids, int32_t *n, const int32_t *src,
@@ -90,21 +77,21 @@ static int encode_text(const trellis_engine *e, const char *text, size_t len,
                        bool parse_special, int32_t **ids, int32_t *n,
                        char *err, size_t cap) {
     if (!tr_utf8_valid(text, len))
-        return fail(err, cap, TR_ERR_INVALID_ARG, "the prompt is not valid UTF-8");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "the prompt is not valid UTF-8");
     if (e->add_bos) {
         int32_t bos = tr_tokenizer_bos(e->tok);
         int s = append_ids(ids, n, &bos, 1);
-        if (s) return fail(err, cap, s, "out of memory");
+        if (s) return tr_errf(err, cap, s, "out of memory");
     }
     int32_t *enc = NULL;
     size_t n_enc = 0;
     tr_status s = tr_tokenizer_encode(e->tok, text, len, parse_special, &enc, &n_enc);
     if (s != TR_OK)
-        return fail(err, cap, s, "cannot tokenize the prompt: %s",
-                    tr_status_message(s));
+        return tr_errf(err, cap, s, "cannot tokenize the prompt: %s",
+                       tr_status_message(s));
     int a = append_ids(ids, n, enc, n_enc);
     free(enc);
-    if (a) return fail(err, cap, a, "the prompt is too long");
+    if (a) return tr_errf(err, cap, a, "the prompt is too long");
     return TR_OK;
 }
 
@@ -113,39 +100,39 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
     int sources = (r->prompt != NULL) + (r->tokens != NULL || r->n_tokens > 0) +
                   (r->messages != NULL || r->n_messages > 0);
     if (sources != 1)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "give exactly one of prompt, tokens or messages (got %d)",
-                    sources);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "give exactly one of prompt, tokens or messages (got %d)",
+                       sources);
     if (r->prompt) {
         size_t len = r->prompt_len ? r->prompt_len : strlen(r->prompt);
         return encode_text(e, r->prompt, len, r->parse_special, ids, n, err, cap);
     }
     if (r->tokens || r->n_tokens) {
         if (!r->tokens || r->n_tokens < 0)
-            return fail(err, cap, TR_ERR_INVALID_ARG, "bad token array");
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad token array");
         for (int32_t i = 0; i < r->n_tokens; i++)
             if (r->tokens[i] < 0 || r->tokens[i] >= e->n_vocab)
-                return fail(err, cap, TR_ERR_INVALID_ARG,
-                            "prompt token %d at index %d is outside the "
-                            "vocabulary (0..%d)",
-                            r->tokens[i], i, e->n_vocab - 1);
+                return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                               "prompt token %d at index %d is outside the "
+                               "vocabulary (0..%d)",
+                               r->tokens[i], i, e->n_vocab - 1);
         int s = append_ids(ids, n, r->tokens, (size_t)r->n_tokens);
-        return s ? fail(err, cap, s, "out of memory") : TR_OK;
+        return s ? tr_errf(err, cap, s, "out of memory") : TR_OK;
     }
     if (!r->messages || r->n_messages <= 0)
-        return fail(err, cap, TR_ERR_INVALID_ARG, "bad message array");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad message array");
     if (e->chat_kind == CHAT_TEMPLATE_NONE)
-        return fail(err, cap, TR_ERR_UNSUPPORTED,
-                    "the model has no chat template Trellis knows");
+        return tr_errf(err, cap, TR_ERR_UNSUPPORTED,
+                       "the model has no chat template Trellis knows");
     chat_message *msgs = calloc((size_t)r->n_messages, sizeof *msgs);
-    if (!msgs) return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    if (!msgs) return tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < r->n_messages; i++) {
         msgs[i].role = r->messages[i].role;
         msgs[i].content = r->messages[i].content;
         if (msgs[i].content && !tr_utf8_valid(msgs[i].content, strlen(msgs[i].content))) {
             free(msgs);
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "message %d is not valid UTF-8", i);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "message %d is not valid UTF-8", i);
         }
     }
     char *text = NULL;
@@ -156,8 +143,8 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
                               !r->no_generation_prompt, &text, &text_len, &d);
     free(msgs);
     if (s != TR_OK)
-        return fail(err, cap, s, "cannot render the chat: %s",
-                    d.message[0] ? d.message : tr_status_message(s));
+        return tr_errf(err, cap, s, "cannot render the chat: %s",
+                       d.message[0] ? d.message : tr_status_message(s));
     int rc = encode_text(e, text, text_len, true, ids, n, err, cap);
     free(text);
     return rc;
@@ -168,81 +155,82 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
 static int check_params(const trellis_engine *e, const trellis_request *r,
                         char *err, size_t cap) {
     if (r->n < 1 || r->n > TRELLIS_MAX_N)
-        return fail(err, cap, TR_ERR_INVALID_ARG, "n is %d, expected 1..%d",
-                    r->n, TRELLIS_MAX_N);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "n is %d, expected 1..%d",
+                       r->n, TRELLIS_MAX_N);
     if (r->max_tokens == 0)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "max_tokens is 0: nothing to generate");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "max_tokens is 0: nothing to generate");
     if (r->max_tokens < -1)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "max_tokens is %d (expected >= 1, or -1 for as many as fit)",
-                    r->max_tokens);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "max_tokens is %d (expected >= 1, or -1 for as many as fit)",
+                       r->max_tokens);
     if (r->top_logprobs < 0 || r->top_logprobs > TRELLIS_MAX_TOP_LOGPROBS)
-        return fail(err, cap, TR_ERR_INVALID_ARG, "top_logprobs is %d, expected 0..%d",
-                    r->top_logprobs, TRELLIS_MAX_TOP_LOGPROBS);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "top_logprobs is %d, expected 0..%d", r->top_logprobs,
+                       TRELLIS_MAX_TOP_LOGPROBS);
     if (r->top_logprobs > 0 && !r->logprobs)
-        return fail(err, cap, TR_ERR_INVALID_ARG, "top_logprobs needs logprobs");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "top_logprobs needs logprobs");
     if (r->n_stop < 0 || r->n_stop > TRELLIS_MAX_STOP || (r->n_stop && !r->stop))
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "%d stop strings (at most %d)", r->n_stop, TRELLIS_MAX_STOP);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "%d stop strings (at most %d)", r->n_stop, TRELLIS_MAX_STOP);
     for (int32_t k = 0; k < r->n_stop; k++) {
         const char *s = r->stop[k];
         size_t len = s ? strlen(s) : 0;
         if (len == 0)
-            return fail(err, cap, TR_ERR_INVALID_ARG, "stop string %d is empty", k);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "stop string %d is empty", k);
         if (len > TRELLIS_MAX_STOP_LEN)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "stop string %d is %zu bytes (at most %d)", k, len,
-                        TRELLIS_MAX_STOP_LEN);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "stop string %d is %zu bytes (at most %d)", k, len,
+                           TRELLIS_MAX_STOP_LEN);
         if (!tr_utf8_valid(s, len))
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "stop string %d is not valid UTF-8", k);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "stop string %d is not valid UTF-8", k);
     }
     if (r->n_stop_tokens < 0 || r->n_stop_tokens > 1024 ||
         (r->n_stop_tokens && !r->stop_tokens))
-        return fail(err, cap, TR_ERR_INVALID_ARG, "bad stop token array");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad stop token array");
     for (int32_t k = 0; k < r->n_stop_tokens; k++)
         if (r->stop_tokens[k] < 0 || r->stop_tokens[k] >= e->n_vocab)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "stop token %d is outside the vocabulary (0..%d)",
-                        r->stop_tokens[k], e->n_vocab - 1);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "stop token %d is outside the vocabulary (0..%d)",
+                           r->stop_tokens[k], e->n_vocab - 1);
     if (r->n_logit_bias < 0 || r->n_logit_bias > e->n_vocab ||
         (r->n_logit_bias && !r->logit_bias))
-        return fail(err, cap, TR_ERR_INVALID_ARG, "bad logit_bias array");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad logit_bias array");
     for (int32_t k = 0; k < r->n_logit_bias; k++) {
         const trellis_logit_bias *b = &r->logit_bias[k];
         if (b->token < 0 || b->token >= e->n_vocab)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "logit_bias token %d is outside the vocabulary", b->token);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "logit_bias token %d is outside the vocabulary", b->token);
         if (isnan(b->bias) || b->bias == INFINITY)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "logit_bias of token %d is not finite", b->token);
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "logit_bias of token %d is not finite", b->token);
     }
     if ((r->grammar != NULL) + (r->regex != NULL) + (r->constraint != NULL) > 1)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "give at most one of grammar, regex and constraint");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "give at most one of grammar, regex and constraint");
     if (r->grammar && r->grammar->v != e->gvocab)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "the grammar was compiled by another engine (for another "
-                    "vocabulary)");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "the grammar was compiled by another engine (for another "
+                       "vocabulary)");
     if (r->end_span < TRELLIS_END_SPAN_AUTO || r->end_span > TRELLIS_END_SPAN_OFF)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "end_span is %d, not a TRELLIS_END_SPAN_* value", r->end_span);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "end_span is %d, not a TRELLIS_END_SPAN_* value", r->end_span);
     if (r->constraint_state && !r->constraint)
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "constraint_state without constraint ops");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "constraint_state without constraint ops");
     if (r->constraint) {
         const trellis_constraint_ops *c = r->constraint;
         if (!c->fill_mask || !c->accept || !c->free)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "the constraint needs fill_mask, accept and free");
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "the constraint needs fill_mask, accept and free");
         if (r->n > 1 && !c->clone)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "n > 1 with a constraint needs its clone operation");
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "n > 1 with a constraint needs its clone operation");
         if (!c->forced_bytes != !c->rollback)
-            return fail(err, cap, TR_ERR_INVALID_ARG,
-                        "the constraint has only one of forced_bytes and "
-                        "rollback: jump-forward needs both (or neither)");
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "the constraint has only one of forced_bytes and "
+                           "rollback: jump-forward needs both (or neither)");
     }
     return TR_OK;
 }
@@ -250,7 +238,7 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
 int trellis_submit(trellis_engine *e, const trellis_request *r,
                    uint64_t *id_out, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    if (!e || !r) return fail(err, cap, TR_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !r) return tr_errf(err, cap, TR_ERR_INVALID_ARG, "no engine or request");
     int rc = check_params(e, r, err, cap);
     if (rc) return rc;
 
@@ -258,7 +246,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     tr_diag d = {0};
     tr_status s = tr_sampler_params_validate(&sp, &d);
     if (s != TR_OK)
-        return fail(err, cap, s, "bad sampling parameters: %s", d.message);
+        return tr_errf(err, cap, s, "bad sampling parameters: %s", d.message);
 
     int32_t *prompt = NULL, n_prompt = 0;
     rc = build_prompt(e, r, &prompt, &n_prompt, err, cap);
@@ -268,8 +256,8 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     }
     if (n_prompt == 0) {
         free(prompt);
-        return fail(err, cap, TR_ERR_INVALID_ARG,
-                    "the prompt is empty (no tokens to start from)");
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "the prompt is empty (no tokens to start from)");
     }
     int64_t pool_tokens = (int64_t)e->n_pages * e->page_size;
     int64_t max_tokens = r->max_tokens;
@@ -277,28 +265,28 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         max_tokens = TR_MIN((int64_t)e->n_ctx, pool_tokens) - n_prompt;
         if (max_tokens < 1) {
             free(prompt);
-            return fail(err, cap, TR_ERR_TOO_LONG,
-                        "the prompt is %d tokens: no room for a completion "
-                        "(context %d, KV pool %lld tokens)",
-                        n_prompt, e->n_ctx, (long long)pool_tokens);
+            return tr_errf(err, cap, TR_ERR_TOO_LONG,
+                           "the prompt is %d tokens: no room for a completion "
+                           "(context %d, KV pool %lld tokens)",
+                           n_prompt, e->n_ctx, (long long)pool_tokens);
         }
     }
     int64_t total = (int64_t)n_prompt + max_tokens;
     if (total > e->n_ctx) {
         free(prompt);
-        return fail(err, cap, TR_ERR_TOO_LONG,
-                    "prompt (%d tokens) + max_tokens (%lld) = %lld exceeds the "
-                    "context of %d tokens",
-                    n_prompt, (long long)max_tokens, (long long)total, e->n_ctx);
+        return tr_errf(err, cap, TR_ERR_TOO_LONG,
+                       "prompt (%d tokens) + max_tokens (%lld) = %lld exceeds the "
+                       "context of %d tokens",
+                       n_prompt, (long long)max_tokens, (long long)total, e->n_ctx);
     }
     int32_t need_pages = tr_sched_pages_for(e, total);
     if (need_pages > e->n_pages) {
         free(prompt);
-        return fail(err, cap, TR_ERR_LIMIT,
-                    "prompt (%d tokens) + max_tokens (%lld) needs %d KV pages "
-                    "of %d tokens, but the whole pool has %d",
-                    n_prompt, (long long)max_tokens, need_pages, e->page_size,
-                    e->n_pages);
+        return tr_errf(err, cap, TR_ERR_LIMIT,
+                       "prompt (%d tokens) + max_tokens (%lld) needs %d KV pages "
+                       "of %d tokens, but the whole pool has %d",
+                       n_prompt, (long long)max_tokens, need_pages, e->page_size,
+                       e->n_pages);
     }
 
     /* the constraint: a grammar handle (the request's own or its regex,
@@ -320,12 +308,12 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
             }
         }
         if (r->end_span == TRELLIS_END_SPAN_AUTO)
-            end_span = tr_grammar_kind_ends_spans(h->kind);
+            end_span = tr_engine_grammar_kind_ends_spans(h->kind);
         cstate = tr_gconstraint_new(h, tr_gcache_counters(e->gcache));
         trellis_grammar_release(h); /* the state holds its own reference */
         if (!cstate) {
             free(prompt);
-            return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+            return tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
         }
         cops = &tr_gconstraint_ops;
         owned_state = true;
@@ -414,5 +402,5 @@ nomem:
         cops->free(cstate);
     }
     free(prompt);
-    return fail(err, cap, TR_ERR_NOMEM, "out of memory");
+    return tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
 }

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "kernels/dtype.h"
+#include "base/hash.h"
 #include "base/util.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32u
@@ -377,15 +378,6 @@ static tr_status parse_array(rd *r, int depth, gguf_kv *kv) {
 
 /* ---- name index ---- */
 
-static uint64_t hash_bytes(const char *p, uint64_t n) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (uint64_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static const gguf_str *rec_name(const void *recs, size_t stride,
                                 size_t name_at, uint64_t i) {
     return (const gguf_str *)((const char *)recs + i * stride + name_at);
@@ -403,7 +395,7 @@ static tr_status index_build(name_index *ix, const void *recs, size_t stride,
     ix->mask = cap - 1;
     for (uint64_t i = 0; i < n; i++) {
         const gguf_str *s = rec_name(recs, stride, name_at, i);
-        uint64_t h = hash_bytes(s->ptr, s->len) & ix->mask;
+        uint64_t h = tr_fnv1a(TR_FNV1A_BASIS, s->ptr, s->len) & ix->mask;
         while (ix->slots[h]) {
             const gguf_str *o =
                 rec_name(recs, stride, name_at, ix->slots[h] - 1);
@@ -423,7 +415,7 @@ static int64_t index_find(const name_index *ix, const void *recs,
                           size_t stride, size_t name_at, const char *key) {
     if (!ix->slots || !key) return -1;
     size_t len = strlen(key);
-    uint64_t h = hash_bytes(key, len) & ix->mask;
+    uint64_t h = tr_fnv1a(TR_FNV1A_BASIS, key, len) & ix->mask;
     while (ix->slots[h]) {
         const gguf_str *o = rec_name(recs, stride, name_at, ix->slots[h] - 1);
         if (o->len == len && memcmp(o->ptr, key, len) == 0)
@@ -436,7 +428,7 @@ static int64_t index_find(const name_index *ix, const void *recs,
 /* true if the probe sequence of name reaches record i (for _check). */
 static bool index_has(const name_index *ix, const gguf_str *name, uint64_t i) {
     if (!ix->slots) return false;
-    uint64_t h = hash_bytes(name->ptr, name->len) & ix->mask;
+    uint64_t h = tr_fnv1a(TR_FNV1A_BASIS, name->ptr, name->len) & ix->mask;
     for (uint64_t probes = 0; probes <= ix->mask && ix->slots[h]; probes++) {
         if (ix->slots[h] == i + 1) return true;
         h = (h + 1) & ix->mask;

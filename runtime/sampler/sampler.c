@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/util.h"
 #include "runtime/sampler/sampler_internal.h"
 
@@ -64,17 +65,10 @@ struct sampler {
 
 /* splitmix64 expands the 64-bit seed into xoshiro's 256-bit state (the
  * generator's authors' recommendation: it never yields the all-zero
- * state). */
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
+ * state): its first four outputs from state seed. */
 static void rng_seed(uint64_t st[4], uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) st[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++, x += TR_SPLITMIX64_GAMMA) st[i] = tr_splitmix64(x);
 }
 
 static inline uint64_t rotl64(uint64_t x, int k) {
@@ -660,6 +654,23 @@ static tr_status process(sampler *s, float *l, const uint64_t *mask,
     return TR_OK;
 }
 
+/* Log-probs: the full softmax at temperature 1 over l[0..vocab) (max m;
+ * uses s->w, s->bsum, not the candidates). Fills lp_out's top list and
+ * returns log Z, from which the chosen token's log-prob follows. */
+static double logprobs_top(sampler *s, const float *l, float m,
+                           sampler_logprobs *lp_out) {
+    const sampler_kernels *k = s->k;
+    double log_z = log(k->exp_all(l, s->vocab, m, 1.0f, s->w, s->bsum));
+    cand top[SAMPLER_MAX_LOGPROBS];
+    int32_t nt = k->select_top(l, s->vocab, s->p.n_logprobs, top, NULL);
+    lp_out->n_top = nt;
+    for (int32_t i = 0; i < nt; i++) {
+        lp_out->top[i].token = top[i].id;
+        lp_out->top[i].logprob = (float)((double)top[i].l - m - log_z);
+    }
+    return log_z;
+}
+
 tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
                          int32_t *token_out, sampler_logprobs *lp_out) {
     if (!s) return TR_ERR_INVALID_ARG;
@@ -676,19 +687,7 @@ tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
     if (st != TR_OK) return st;
     const float m = sr.max;
 
-    /* log-probs: the full softmax at temperature 1 (uses s->w, s->bsum,
-     * not the candidates) */
-    double log_z = 0;
-    if (lp_out) {
-        log_z = log(k->exp_all(l, n, m, 1.0f, s->w, s->bsum));
-        cand top[SAMPLER_MAX_LOGPROBS];
-        int32_t nt = k->select_top(l, n, s->p.n_logprobs, top, NULL);
-        lp_out->n_top = nt;
-        for (int32_t i = 0; i < nt; i++) {
-            lp_out->top[i].token = top[i].id;
-            lp_out->top[i].logprob = (float)((double)top[i].l - m - log_z);
-        }
-    }
+    double log_z = lp_out ? logprobs_top(s, l, m, lp_out) : 0;
 
     int32_t tok;
     if (s->p.temperature == 0.0f) {
@@ -736,14 +735,7 @@ tr_status tr_sampler_logprobs(sampler *s, float *logits, const uint64_t *mask,
     }
     if (sr.n_finite == 0) return fail(s, "no allowed token has a finite logit");
     const float m = sr.max;
-    double log_z = log(k->exp_all(logits, n, m, 1.0f, s->w, s->bsum));
-    cand top[SAMPLER_MAX_LOGPROBS];
-    int32_t nt = k->select_top(logits, n, s->p.n_logprobs, top, NULL);
-    lp_out->n_top = nt;
-    for (int32_t i = 0; i < nt; i++) {
-        lp_out->top[i].token = top[i].id;
-        lp_out->top[i].logprob = (float)((double)top[i].l - m - log_z);
-    }
+    double log_z = logprobs_top(s, logits, m, lp_out);
     lp_out->token = token;
     lp_out->logprob = (float)((double)logits[token] - m - log_z);
     return TR_OK;

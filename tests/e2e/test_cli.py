@@ -350,7 +350,8 @@ def bad_flag_values_name_the_flag():
            (["--frequency-penalty", "-3"], "--frequency-penalty: must be"),
            (["--seed", "-1"], "--seed: must be"), (["--seed", "1e3"], "--seed: expects an integer"),
            (["--ctx", "-1"], "--ctx: must be"), (["--batch", "0"], "--batch: must be"),
-           (["-b", "9000"], "-b: must be"), (["--logprobs", "21"], "--logprobs: must be"),
+           (["-b", "65537"], "-b: must be"),
+           (["-b", "64", "--chunk-size", "64"], "--batch: sets --max-batch-tokens and --chunk-size"), (["--logprobs", "21"], "--logprobs: must be"),
            (["--logprobs", "2"], "--logprobs: needs --json"),
            (["--load", "fast"], "--load: unknown value 'fast' (auto, mmap or read)"),
            (["--schema-mode", "loose"], "--schema-mode: unknown value"),
@@ -402,19 +403,28 @@ def prompt_with_nul_byte():
     rc, out, err = run("generate", "-f", p, "-n", "2")
     expect_error(rc, err, "-f: contains a NUL byte (at byte 5)")
 
+def help_entries(text):
+    """The flags a --help text lists, each with its wrapped lines joined:
+    the command's own (under "options:" and its sections) and the
+    engine's."""
+    opts = []
+    for l in text.split("\n\n", 1)[-1].splitlines():
+        if l.startswith("  -"):
+            opts.append(l)
+        elif opts and l.startswith(" " * 31):
+            opts[-1] += " " + l.strip()
+        elif not l.startswith(" "):
+            opts.append(None)  # a heading or a paragraph ends the entry
+    return [o for o in opts if o]
+
 @case
 def help_lists_defaults():
     import re
-    for cmd in (["generate"], ["info"], ["tokenize"], ["bench", "serve"], ["bench", "grammar"]):
+    for cmd in (["generate"], ["info"], ["tokenize"], ["serve"], ["run"], ["bench", "serve"],
+                ["bench", "grammar"], ["bench", "maskbench"]):
         rc, out, err = run(*cmd, "--help")
         assert rc == 0 and out.startswith("usage: trellis " + " ".join(cmd)), (cmd, rc, out, err)
-        # one entry per flag, its wrapped lines joined
-        opts = []
-        for l in out.split("\n\n")[1].splitlines()[1:]:
-            if l.startswith("  -"):
-                opts.append(l)
-            elif opts and l.startswith(" " * 31):
-                opts[-1] += " " + l.strip()
+        opts = help_entries(out)
         assert len(opts) >= 3, out
         for l in opts:
             # every flag that takes a number or one of several values, and
@@ -425,6 +435,76 @@ def help_lists_defaults():
     assert rc == 0 and "serve" in out and "grammar" in out, out
     rc, out, err = run("--help")
     assert rc == 0 and all(c in out for c in ("generate", "info", "tokenize", "bench")), out
+    assert "--version" in out, out
+
+@case
+def version():
+    """trellis --version: the version of CMakeLists.txt's project()."""
+    cml = open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")).read()
+    want = re.search(r"project\(trellis VERSION ([0-9.]+)", cml).group(1)
+    rc, out, err = run("--version")
+    assert rc == 0 and out == f"trellis {want}\n" and err == "", (rc, out, err)
+
+# ---- engine flags: one table, the same spelling, bounds and errors in
+# every command that starts an engine (app/common/engine_flags.h) ----
+
+# each command, with what it needs before its flags; every run below stops
+# at a flag error, before any model loads
+ENGINE_COMMANDS = {"serve": ["serve"], "generate": ["generate", "-p", "x"],
+                   "run": ["run", "x.tr"], "bench serve": ["bench", "serve"],
+                   "bench grammar": ["bench", "grammar"]}
+
+def engine_block(cmd):
+    rc, out, err = run(*cmd, "--help")
+    assert rc == 0, (cmd, err)
+    i = out.find("\n\nengine options")
+    assert i >= 0, (cmd, out)
+    j = out.find("\n\n", i + 2)  # generate's epilog follows
+    return out[i + 2:j if j >= 0 else len(out)]
+
+def engine_int_flags():
+    """{flag: (min, max)} as generate's --help states them (the engine's
+    table: "0..512", or "1 or more" up to the int32 limit)."""
+    flags = {}
+    for l in help_entries(engine_block(["generate"])):
+        m = re.match(r"  (?:-\w, )?(--[a-z-]+) [A-Za-z]+ .*?; (-?\d+)(?:\.\.(-?\d+)| or more)", l)
+        if m:
+            flags[m.group(1)] = (int(m.group(2)), int(m.group(3)) if m.group(3) else 2**31 - 1)
+    return flags
+
+@case
+def engine_flags_same_everywhere():
+    flags = engine_int_flags()
+    assert set(flags) == {"--threads", "--ctx", "--kv-mem", "--page-size", "--max-running",
+                          "--max-batch-tokens", "--chunk-size"}, flags
+    assert flags["--threads"] == (0, 512) and flags["--page-size"] == (1, 4096), flags
+    assert flags["--max-batch-tokens"] == (1, 65536), flags
+    # --help: the same engine flags, bounds and help everywhere (only a
+    # command's defaults may differ: bench runs 2 threads)
+    strip = lambda b: re.sub(r" \(default: (?:[^()]|\([^()]*\))*\)", "", " ".join(help_entries(b)))
+    ref = strip(engine_block(["generate"]))
+    for cmd in ENGINE_COMMANDS.values():
+        assert strip(engine_block(cmd)) == ref, cmd
+    for name, cmd in ENGINE_COMMANDS.items():
+        for flag, (lo, hi) in flags.items():
+            # min and max accepted: the parse goes on to the next flag
+            for v in (lo, hi):
+                rc, out, err = run(*cmd, flag, str(v), "--no-such-flag")
+                assert rc == 2 and err == f"trellis {name}: unknown option '--no-such-flag' " \
+                    f"(see trellis {name} --help)\n", (cmd, flag, v, err)
+            # one past either bound refused, with the same message
+            for v in (lo - 1, hi + 1):
+                rc, out, err = run(*cmd, flag, str(v))
+                assert rc == 2 and err == f"trellis {name}: {flag}: must be between {lo} and " \
+                    f"{hi}, got {v}\n", (cmd, flag, v, err)
+        for args, msg in ((["--load", "fast"], "--load: unknown value 'fast' (auto, mmap or read)"),
+                          (["-t", "513"], "-t: must be between 0 and 512, got 513"),
+                          (["-c", "-1"], "-c: must be between 0 and 2147483647, got -1"),
+                          (["--no-radix=1"], "--no-radix: takes no value"),
+                          (["--device"], "--device: needs a value"),
+                          (["--kv-mb", "64"], "unknown option '--kv-mb'")):
+            rc, out, err = run(*cmd, *args)
+            assert rc == 2 and err.startswith(f"trellis {name}: {msg}"), (cmd, args, err)
 
 # ---- what generate gained from the engine ----
 

@@ -79,8 +79,12 @@ def usage_errors():
     for args, needle in [((), "no SCRIPT given"),
                          ((sample("chain.tr"), "--bogus"), "unknown option '--bogus'"),
                          ((sample("chain.tr"), "--arg", "novalue"), "NAME=VALUE"),
-                         ((sample("chain.tr"), "--parallel", "0"), "--parallel needs an integer"),
-                         ((sample("chain.tr"), "-t", "99999"), "--threads needs an integer in 0..512"),
+                         ((sample("chain.tr"), "--parallel", "0"),
+                          "--parallel: must be between 1 and 4096, got 0"),
+                         ((sample("chain.tr"), "-t", "99999"), "-t: must be between 0 and 512, got 99999"),
+                         ((sample("chain.tr"), "--kv-mem", "0"),
+                          "--kv-mem: must be between 1 and 2147483647, got 0"),
+                         ((sample("chain.tr"), "extra", "arguments"), "unexpected argument 'arguments'"),
                          ((sample("chain.tr"), "-m", "x.gguf", "--server", "http://h:1"),
                           "not both"),
                          (("/nonexistent/x.tr",), "cannot open /nonexistent/x.tr"),
@@ -167,8 +171,9 @@ def unreachable_server():
 
 @case
 def remote_engine_flags_refused():
-    rc, out, err = run(sample("chain.tr"), "--server", "http://127.0.0.1:9", "--no-radix")
-    assert rc == 2 and "are the server's" in err, err
+    for flag in (["--no-radix"], ["--threads", "2"], ["--kv-mem", "64"], ["--load", "mmap"]):
+        rc, out, err = run(sample("chain.tr"), "--server", "http://127.0.0.1:9", *flag)
+        assert rc == 2 and f"{flag[0]}: engine options are the server's" in err, (flag, err)
 
 
 def free_port():

@@ -76,7 +76,7 @@ static json_t *parse(char *s) {
 }
 
 static void check_tokenize(const vocab *v, const int32_t *ids, size_t n) {
-    json_t *j = parse(cli_json_tokenize(ids, n, piece, v));
+    json_t *j = parse(tr_cli_json_tokenize(ids, n, piece, v));
     json_t *pieces = json_object_get(j, "pieces");
     CHECK(json_array_size(pieces) == n);
     CHECK(json_integer_value(json_object_get(j, "count")) == (json_int_t)n);
@@ -112,7 +112,7 @@ static void check_sample(const vocab *v, const char *text, size_t len, const int
         .metrics = {.prompt_tokens = (int32_t)len, .ttft_ms = (double)n,
                     .tpot_ms = (double)len, .e2e_ms = (double)(n + len)},
     };
-    json_t *j = parse(cli_json_sample(&s, piece, v));
+    json_t *j = parse(tr_cli_json_sample(&s, piece, v));
     json_t *t = json_object_get(j, "text");
     CHECK(json_is_string(t));
     if (tr_utf8_valid(text, len))

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 
 static grammar_vocab *g_vocab;
 

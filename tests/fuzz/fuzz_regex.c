@@ -15,70 +15,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar.h"
-#include "base/util.h"
+#include "tests/fuzz/fuzz_grammar_common.h"
 
-static grammar_vocab *g_vocab;
-
-static grammar_vocab *vocab(void) {
-    if (g_vocab) return g_vocab;
-    static const char *const extra[] = {"ab", "abc", "\"", "\":", "{\"", "12",
-                                        "\xc3\xa9", "\xe4\xb8\xad", "  ",
-                                        "\xf0\x9f\x98\x80", "true", "<eos>",
-                                        "<pad>"};
-    enum { N_EXTRA = sizeof extra / sizeof extra[0], N = 256 + N_EXTRA };
-    static uint8_t bytes[256];
-    const uint8_t *tb[N];
-    uint32_t tl[N];
-    uint8_t sp[N] = {0};
-    for (int i = 0; i < 256; i++) {
-        bytes[i] = (uint8_t)i;
-        tb[i] = &bytes[i];
-        tl[i] = 1;
-    }
-    for (int i = 0; i < N_EXTRA; i++) {
-        tb[256 + i] = (const uint8_t *)extra[i];
-        tl[256 + i] = (uint32_t)strlen(extra[i]);
-    }
-    sp[N - 1] = sp[N - 2] = 1;
-    int32_t eog = N - 2;
-    grammar_vocab_desc d = {.n_vocab = N, .token_bytes = tb, .token_lens = tl,
-                            .is_special = sp, .eog_ids = &eog, .n_eog = 1};
-    if (tr_grammar_vocab_new(&d, &g_vocab, NULL) != TR_OK) abort();
-    return g_vocab;
-}
+/* the multi-byte tokens after the 256 byte tokens (the last two special) */
+static const char *const k_extra[] = {"ab", "abc", "\"", "\":", "{\"", "12",
+                                      "\xc3\xa9", "\xe4\xb8\xad", "  ",
+                                      "\xf0\x9f\x98\x80", "true", "<eos>",
+                                      "<pad>"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *nul = memchr(data, 0, size);
-    size_t plen = nul ? (size_t)(nul - data) : size;
-    const uint8_t *subj = nul ? nul + 1 : data + size;
-    size_t slen = nul ? size - plen - 1 : 0;
-
     grammar_limits lim;
-    tr_grammar_limits_default(&lim);
-    lim.max_nfa_states = 20000;
-    lim.max_dfa_states = 2000;
+    fuzz_grammar_limits(&lim);
     lim.max_repeat = 200;
-    lim.max_nesting = 50;
-    lim.max_compile_bytes = 32u << 20;
-    lim.max_compile_us = 200000;
-    lim.mask_cache_bytes = 1u << 16;
+
+    fuzz_input input = fuzz_input_split(data, size);
+    const uint8_t *subj = input.subj;
+    size_t slen = input.subj_len;
 
     grammar *g = NULL;
     tr_diag diag;
-    tr_status st = tr_grammar_compile_regex((const char *)data, plen, &lim, &g, &diag);
+    tr_status st = tr_grammar_compile_regex(input.text, input.text_len, &lim, &g, &diag);
     if (st != TR_OK) {
-        if (g || diag.code != st || diag.message[0] == 0) abort();
+        fuzz_check_refusal(g, &diag, st);
         return 0;
     }
-    if (tr_grammar_check(g) != TR_OK) abort();
 
-    grammar_vocab *v = vocab();
-    grammar_matcher *m;
-    if (tr_grammar_matcher_new(g, v, 8, &m) != TR_OK) abort();
-    uint64_t mask[8];
-    size_t nw = tr_grammar_vocab_mask_words(v);
-    if (nw > 8) abort();
+    grammar_vocab *v = fuzz_byte_vocab(k_extra, (int)TR_ARRAY_LEN(k_extra));
+    size_t nw;
+    grammar_matcher *m = fuzz_matcher_open(g, v, &nw);
+    uint64_t mask[FUZZ_MASK_WORDS];
     bool alive = true;
     for (size_t i = 0; i < slen && alive; i++) {
         if (tr_grammar_matcher_fill_mask(m, mask, nw) != TR_OK) abort();
@@ -87,16 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tr_status a = tr_grammar_matcher_accept_token(m, id);
         if (in != (a == TR_OK)) abort();
         alive = a == TR_OK;
-        if (alive && (i % 7) == 3) { /* rollback and redo */
-            if (tr_grammar_matcher_rollback(m, 1) != TR_OK) abort();
-            if (tr_grammar_matcher_accept_bytes(m, &subj[i], 1) != TR_OK) abort();
-        }
+        if (alive) fuzz_redo(m, subj, i);
     }
     if (alive) {
-        bool acc = tr_grammar_matcher_is_accepting(m);
-        if (acc != tr_grammar_matches(g, subj, slen)) abort();
-        int32_t eog = tr_grammar_vocab_n_vocab(v) - 2;
-        if (tr_grammar_matcher_token_allowed(m, eog) != acc) abort();
+        fuzz_check_end(m, g, v, subj, slen);
         uint8_t fb[64];
         size_t fl;
         if (tr_grammar_matcher_forced_bytes(m, fb, sizeof fb, &fl) != TR_OK) abort();

@@ -312,7 +312,7 @@ static inline void same_tokens(const result *a, const result *b, int idx) {
     assert_int_equal(a->s[idx].finish, b->s[idx].finish);
 }
 
-/* PCRE2 (the regex oracle of DESIGN.md): does rx fully match s? Anchored
+/* PCRE2 (the regex oracle, docs/design.md): does rx fully match s? Anchored
  * at both ends, UTF, `$` at the very end only (the grammar dialect). */
 static inline bool pcre_full_match(const char *rx, const char *s, size_t len) {
     int ec;

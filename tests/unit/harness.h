@@ -8,7 +8,8 @@
  * as skipped. cmocka_run_group_tests returns the number of failed tests.
  * Only the model-core tests (kernels, gguf, quant, model, backend ops) may
  * use it: they include this header instead of <cmocka.h>, and must stick to
- * the macros defined below.
+ * the macros defined below. Tests that need cmocka itself include this
+ * header too, for the helpers here (skips, kernel sets, test filters).
  *
  * Exit codes, both harnesses: tests/CMakeLists.txt tells ctest that 77
  * means SKIPPED. A test binary that cannot run at all here (a CPU feature
@@ -61,6 +62,19 @@ static inline void tr_test_kernels_require(int (*runs_here)(const char *set)) {
 /* n tests built at run time (.name, .test_func, .initial_state set). */
 #define tr_test_run_tests(group, tests, n) \
     _cmocka_run_group_tests((group), (tests), (n), NULL, NULL)
+
+/* Subsets of a test binary, from main before cmocka_run_group_tests:
+ * TRELLIS_TEST_FILTER=<glob> runs only the tests whose names match,
+ * TRELLIS_TEST_SKIP=<glob> leaves out those that match (cmocka's globs,
+ * e.g. test_cancel_* or *_real); neither set: every test. scripts/test.sh
+ * runs the threaded tests alone under TSan this way. cmocka only: the
+ * stand-in below always runs every test. */
+static inline void tr_test_filter_from_env(void) {
+    const char *filter = getenv("TRELLIS_TEST_FILTER");
+    if (filter) cmocka_set_test_filter(filter);
+    const char *skip = getenv("TRELLIS_TEST_SKIP");
+    if (skip) cmocka_set_skip_filter(skip);
+}
 #else
 
 typedef void (*tr_test_fn)(void **state);

@@ -280,8 +280,8 @@ static void test_limits(void **state) {
 static void test_lexer_tokens(void **state) {
     (void)state;
     const char *src = "fn x_1 12 3.5e2 == != <= >= and or not # comment\n )";
-    tr_dsl_arena a;
-    tr_dsl_arena_init(&a, 0);
+    tr_arena a;
+    tr_arena_init(&a, 4096, (size_t)1 << 20, UINT64_MAX);
     tr_diag d = {0};
     tr_dsl_lexer lx;
     tr_dsl_lexer_init(&lx, src, 0, strlen(src), &a, &d, 64);
@@ -298,7 +298,7 @@ static void test_lexer_tokens(void **state) {
         if (t.kind == TR_DSL_TOK_IDENT) assert_string_equal(t.name, "x_1");
         if (t.kind == TR_DSL_TOK_RPAREN) assert_true(t.nl_before);
     }
-    tr_dsl_arena_deinit(&a);
+    tr_arena_deinit(&a);
 }
 
 int main(void) {

@@ -30,9 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "runtime/engine/constraint_internal.h"
+#include "runtime/vocab/vocab.h"
 #include "tests/unit/end_span_run.h"
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"
@@ -53,7 +54,7 @@ static grammar_vocab *fake_vocab(void) {
     tokenizer *tok = tv_tokenizer();
     grammar_vocab *v;
     assert_non_null(tok);
-    assert_int_equal(tr_constraint_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
+    assert_int_equal(tr_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
     tr_tokenizer_free(tok);
     return v;
 }
@@ -360,9 +361,6 @@ int main(void) {
         cmocka_unit_test(test_sampled_logprobs_fake),
         cmocka_unit_test(test_measure_real),
     };
-    const char *filter = getenv("TRELLIS_TEST_FILTER");
-    if (filter) cmocka_set_test_filter(filter);
-    const char *skipf = getenv("TRELLIS_TEST_SKIP");
-    if (skipf) cmocka_set_skip_filter(skipf);
+    tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,7 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 #include <pthread.h>
 #include <uv.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -1216,11 +1216,6 @@ int main(void) {
         cmocka_unit_test(test_cancel_running_and_shutdown),
         cmocka_unit_test(test_uv_loop_fake),
     };
-    /* TRELLIS_TEST_FILTER=test_cancel_* runs a subset (cmocka's glob) */
-    const char *filter = getenv("TRELLIS_TEST_FILTER");
-    if (filter) cmocka_set_test_filter(filter);
-    /* TRELLIS_TEST_SKIP=<glob> skips some */
-    const char *skipf = getenv("TRELLIS_TEST_SKIP");
-    if (skipf) cmocka_set_skip_filter(skipf);
+    tr_test_filter_from_env(); /* TRELLIS_TEST_FILTER, TRELLIS_TEST_SKIP */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"
@@ -318,9 +318,6 @@ int main(void) {
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),
     };
-    const char *filter = getenv("TRELLIS_TEST_FILTER");
-    if (filter) cmocka_set_test_filter(filter);
-    const char *skipf = getenv("TRELLIS_TEST_SKIP");
-    if (skipf) cmocka_set_skip_filter(skipf);
+    tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

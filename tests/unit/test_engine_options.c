@@ -1,8 +1,10 @@
 /* test_engine_options.c — the engine's table of option defaults and
  * bounds (runtime/engine/options.c): trellis_engine_options_default,
  * tr_engine_options_resolve (what trellis_engine_new and
- * tr_engine_new_custom apply), and trellis_engine_new refusing bad
- * options with a message naming the option before it opens any file.
+ * tr_engine_new_custom apply), trellis_engine_new refusing bad options
+ * with a message naming the option before it opens any file, the public
+ * descriptors of the table (trellis_engine_option_at/_find, what the
+ * command-line flags take their bounds from), and trellis_version().
  * Needs no model.
  */
 #include <setjmp.h>
@@ -151,12 +153,89 @@ static void test_threads_bound(void **state) {
     assert_int_equal(r.threads, TRELLIS_MAX_THREADS);
 }
 
+/* The member named by the option table (the public descriptors name the
+ * members); NULL for a name this test does not know, which fails it: a
+ * new option needs a line here. */
+static int32_t *member(trellis_engine_options *o, const char *name) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } k[] = {
+#define M(f) {#f, offsetof(trellis_engine_options, f)}
+        M(threads), M(max_batch_tokens), M(max_running), M(chunk_size), M(page_size),
+        M(kv_pages), M(kv_mb), M(ctx), M(lpm_max_waiting), M(grammar_cache_mb), M(load),
+#undef M
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(k[i].name, name) == 0) return (int32_t *)((char *)o + k[i].off);
+    return NULL;
+}
+
+/* trellis_engine_option_at/_find describe the table the engine applies:
+ * every default is what _default sets, min and max are accepted and kept,
+ * max + 1 is refused with the bounds in the message. */
+static void test_descriptors(void **state) {
+    (void)state;
+    trellis_engine_options def;
+    trellis_engine_options_default(&def);
+    int32_t n = 0;
+    for (const trellis_engine_option_desc *d; (d = trellis_engine_option_at(n)); n++) {
+        assert_ptr_equal(trellis_engine_option_find(d->name), d);
+        assert_non_null(d->note);
+        assert_true(d->min <= d->def && d->def <= d->max);
+        int32_t *m = member(&def, d->name);
+        if (!m) fail_msg("option '%s' unknown to this test", d->name);
+        assert_int_equal(*m, d->def);
+        int32_t edge[2] = {d->min, d->max};
+        for (int e = 0; e < 2; e++) {
+            trellis_engine_options o = def, r;
+            *member(&o, d->name) = edge[e];
+            assert_int_equal(tr_engine_options_resolve(&o, &r, NULL, 0), TR_OK);
+            assert_int_equal(*member(&r, d->name), edge[e]);
+        }
+        if (d->max < INT32_MAX) {
+            trellis_engine_options o = def, r;
+            *member(&o, d->name) = d->max + 1;
+            char err[256], want[128];
+            assert_int_equal(tr_engine_options_resolve(&o, &r, err, sizeof err),
+                             TR_ERR_INVALID_ARG);
+            snprintf(want, sizeof want, "options.%s is %d, expected %d..%d", d->name,
+                     d->max + 1, d->min, d->max);
+            assert_non_null(strstr(err, want));
+        }
+    }
+    assert_int_equal(n, 11); /* every int32_t member of trellis_engine_options */
+    assert_null(trellis_engine_option_at(-1));
+    assert_null(trellis_engine_option_find("nope"));
+    assert_null(trellis_engine_option_find(NULL));
+    const trellis_engine_option_desc *t = trellis_engine_option_find("threads");
+    assert_non_null(t);
+    assert_int_equal(t->min, 0);
+    assert_int_equal(t->max, TRELLIS_MAX_THREADS);
+    assert_string_equal(t->note, "0 = one per core");
+}
+
+/* trellis_version(): CMake's project(VERSION), as a string and a number. */
+static void test_version(void **state) {
+    (void)state;
+    const char *v = trellis_version();
+    assert_non_null(v);
+    assert_string_equal(v, TRELLIS_PROJECT_VERSION);
+    int a = -1, b = -1, c = -1, end = 0;
+    assert_int_equal(sscanf(v, "%d.%d.%d%n", &a, &b, &c, &end), 3);
+    assert_int_equal((size_t)end, strlen(v));
+    assert_int_equal(trellis_version_number(), a * 1000000 + b * 1000 + c);
+    assert_ptr_equal(trellis_version(), v); /* static */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_unset_and_kept),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_threads_bound),
+        cmocka_unit_test(test_descriptors),
+        cmocka_unit_test(test_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

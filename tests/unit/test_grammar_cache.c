@@ -44,11 +44,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 #include <jansson.h>
 
 #include "runtime/engine/constraint_internal.h"
 #include "runtime/engine/grammar_cache_internal.h"
+#include "runtime/vocab/vocab.h"
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/test_env.h"
 #include "tests/unit/test_grammar_util.h"
@@ -837,7 +838,7 @@ static void test_engine_1000_requests(void **state) {
     {
         tokenizer *tok = tv_tokenizer();
         assert_non_null(tok);
-        assert_int_equal(tr_constraint_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
+        assert_int_equal(tr_vocab_from_tokenizer(tok, &v, NULL), TR_OK);
         tr_tokenizer_free(tok);
     }
     for (int i = 0; i < NREQ; i++) {
@@ -1114,9 +1115,6 @@ int main(void) {
         cmocka_unit_test(test_engine_request_errors),
         cmocka_unit_test(test_engine_json),
     };
-    const char *filter = getenv("TRELLIS_TEST_FILTER");
-    if (filter) cmocka_set_test_filter(filter);
-    const char *skipf = getenv("TRELLIS_TEST_SKIP");
-    if (skipf) cmocka_set_skip_filter(skipf);
+    tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,9 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
+#include "tests/unit/harness.h"
 
-#include "grammar/cfg_internal.h"
+#include "grammar/cfg/cfg_internal.h"
 #include "tests/unit/test_env.h"
 #include "tests/unit/test_grammar_earley.h"
 #include "tests/unit/test_grammar_util.h"
@@ -1544,7 +1544,6 @@ int main(void) {
     };
     /* TRELLIS_TEST_FILTER=<glob> runs a subset (the tsan stage: the
      * threaded ones) */
-    const char *filter = getenv("TRELLIS_TEST_FILTER");
-    if (filter) cmocka_set_test_filter(filter);
+    tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "grammar/regex/regex_internal.h" /* the Unicode tables' version */
 #include "tests/unit/test_grammar_util.h"
 
 /* ---------------------------------------------------------------------

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "grammar/grammar.h"
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg/cfg.h"
 #include "base/paths.h"
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
-#include "grammar/grammar_internal.h"
+#include "grammar/cfg/cfg.h"
 
 typedef enum { TG_LIT, TG_RX, TG_REF, TG_SEQ, TG_ALT, TG_REP } tg_kind;
 

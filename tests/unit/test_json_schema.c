@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "grammar/json_schema_internal.h"
+#include "grammar/json/json_internal.h"
 #include "tests/unit/test_json_gbnf.h"
 #include "tests/unit/test_json_util.h"
 

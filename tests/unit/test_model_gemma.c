@@ -25,6 +25,7 @@
 
 #include "base/paths.h"
 #include "tests/unit/model_ref.h"
+#include "tests/unit/test_env.h"
 
 /* Tolerances, measured on the 8 reference prompts (the printed figures):
  * both engines quantize activations to 8 bits before the integer dots and
@@ -54,13 +55,7 @@ static fixture g;
 static int setup(void **state) {
     (void)state;
     char path[4096];
-    if (!tr_cached_model_path(TR_GEMMA3_MODEL_FILE, path, sizeof path) ||
-        access(path, R_OK) != 0) {
-        fprintf(stderr, "Gemma 3 model missing at %s (run scripts/setup.sh --model "
-                        "gemma3-270m)\n",
-                path);
-        return -1;
-    }
+    if (!gemma_model_path(path, sizeof path)) return -1;
     tr_diag d = {0};
     const tr_backend_config two = {.threads = 2}, one = {.threads = 1};
     if (tr_gguf_open(path, &g.file, &d) || tr_backend_new("cpu", &two, &g.be, &d) ||

@@ -15,7 +15,7 @@
  *  - matmul_tile against a double-precision dot of the dequantized weights
  *    with (a) the activations as quantized (only float rounding may differ:
  *    catches any indexing bug) and (b) the original float activations
- *    within the activation-quantization bound of quant.h;
+ *    within the activation-quantization bound of quant_math_internal.h;
  *  - determinism: bitwise equal outputs across kernel sets, n_tok in
  *    {1,2,3,5,8,17,70}, token positions in the batch, row splits, odd row
  *    counts, accumulate mode; nothing outside the output tile is written;

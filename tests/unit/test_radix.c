@@ -43,6 +43,7 @@
 
 #include <cmocka.h>
 
+#include "base/hash.h"
 #include "radix/radix.h"
 
 #define OK(expr) assert_int_equal((expr), TR_OK)
@@ -177,11 +178,15 @@ typedef struct ref_model {
 } ref_model;
 
 static uint64_t ref_hash_step(uint64_t h, const int32_t *page, int32_t ps) {
-    for (int32_t i = 0; i < ps; i++) {
-        h ^= (uint32_t)page[i];
-        h *= 0x100000001b3ull;
-    }
+    for (int32_t i = 0; i < ps; i++) h = tr_fnv1a_word(h, (uint32_t)page[i]);
     return h ^ (h >> 29);
+}
+
+/* The hash of the first k pages of tokens in namespace ns. */
+static uint64_t ref_hash(uint64_t ns, const int32_t *tokens, int32_t k, int32_t ps) {
+    uint64_t h = TR_FNV1A_BASIS ^ ns;
+    for (int32_t j = 0; j < k; j++) h = ref_hash_step(h, tokens + j * ps, ps);
+    return h;
 }
 
 static int ref_find(const ref_model *r, uint64_t ns, const int32_t *tokens,
@@ -198,7 +203,7 @@ static int ref_find(const ref_model *r, uint64_t ns, const int32_t *tokens,
 /* Longest cached prefix: fills pages, returns its length in pages. */
 static int32_t ref_match(const ref_model *r, uint64_t ns, const int32_t *tokens,
                          int32_t n, int32_t *pages) {
-    uint64_t h = 0xcbf29ce484222325ull ^ ns;
+    uint64_t h = TR_FNV1A_BASIS ^ ns;
     int32_t k = 0;
     for (; k < n / r->ps; k++) {
         h = ref_hash_step(h, tokens + k * r->ps, r->ps);
@@ -217,9 +222,7 @@ static void ref_add(ref_model *r, uint64_t ns, const int32_t *tokens, int32_t k,
     e->k = k;
     e->page = page;
     memcpy(e->tokens, tokens, sizeof(int32_t) * (size_t)(k * r->ps));
-    uint64_t h = 0xcbf29ce484222325ull ^ ns;
-    for (int32_t j = 0; j < k; j++) h = ref_hash_step(h, tokens + j * r->ps, r->ps);
-    e->h = h;
+    e->h = ref_hash(ns, tokens, k, r->ps);
 }
 
 /* Drops the entries whose page left the tree, then checks the model is
@@ -232,9 +235,7 @@ static void ref_sync(ref_model *r, const kv_pool *pool) {
     for (int i = 0; i < r->n; i++) {
         const ref_entry *e = &r->e[i];
         if (e->k == 1) continue;
-        uint64_t h = 0xcbf29ce484222325ull ^ e->ns;
-        for (int32_t j = 0; j < e->k - 1; j++)
-            h = ref_hash_step(h, e->tokens + j * r->ps, r->ps);
+        uint64_t h = ref_hash(e->ns, e->tokens, e->k - 1, r->ps);
         assert_true(ref_find(r, e->ns, e->tokens, e->k - 1, h) >= 0);
     }
 }

@@ -23,7 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cmocka.h>
 #include <jansson.h>
 
 #include "base/paths.h"
@@ -32,9 +31,9 @@
 #include "runtime/gguf/gguf.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_internal.h"
+#include "tests/unit/tokenizer_fixture.h"
+#include "tests/unit/test_env.h"
 #include "trellis.h"
-
-#define DATA_DIR TRELLIS_SOURCE_DIR "/tests/data/tokenizer/"
 
 static gguf_file *g_file;
 static tokenizer *g_tok;
@@ -42,13 +41,7 @@ static tokenizer *g_tok;
 static int setup(void **state) {
     (void)state;
     char path[4096];
-    if (!tr_cached_model_path(TR_GEMMA3_MODEL_FILE, path, sizeof path) ||
-        access(path, R_OK) != 0) {
-        fprintf(stderr, "Gemma 3 model missing at %s (run scripts/setup.sh --model "
-                        "gemma3-270m)\n",
-                path);
-        return -1;
-    }
+    if (!gemma_model_path(path, sizeof path)) return -1;
     tr_diag d = {0};
     if (tr_gguf_open(path, &g_file, &d) || tr_tokenizer_from_gguf(g_file, &g_tok, &d)) {
         fprintf(stderr, "load: %s\n", d.message);
@@ -64,89 +57,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* ---- reference lines ---- */
-
-typedef struct ref_line {
-    char *text;
-    size_t len;
-    bool special;
-    int32_t *ids;
-    size_t n_ids;
-} ref_line;
-
-static size_t load_ref(const char *file, ref_line **out) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s%s", DATA_DIR, file);
-    char *buf;
-    size_t len;
-    if (tr_read_file(path, &buf, &len)) fail_msg("cannot read %s", path);
-    size_t cap = 64, n = 0;
-    ref_line *v = malloc(cap * sizeof *v);
-    for (char *line = buf; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        json_error_t err;
-        json_t *j = json_loads(line, JSON_ALLOW_NUL, &err);
-        assert_non_null(j);
-        json_t *jt = json_object_get(j, "text"), *ji = json_object_get(j, "ids");
-        assert_true(json_is_string(jt) && json_is_array(ji));
-        if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
-        ref_line *r = &v[n++];
-        r->len = json_string_length(jt);
-        r->text = malloc(r->len + 1);
-        memcpy(r->text, json_string_value(jt), r->len + 1);
-        r->special = json_is_true(json_object_get(j, "special"));
-        r->n_ids = json_array_size(ji);
-        r->ids = malloc((r->n_ids + 1) * sizeof *r->ids);
-        for (size_t i = 0; i < r->n_ids; i++)
-            r->ids[i] = (int32_t)json_integer_value(json_array_get(ji, i));
-        json_decref(j);
-        line = nl ? nl + 1 : NULL;
-    }
-    free(buf);
-    *out = v;
-    return n;
-}
-
-static void free_ref(ref_line *v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        free(v[i].text);
-        free(v[i].ids);
-    }
-    free(v);
-}
-
-static void print_ids(const char *what, const int32_t *ids, size_t n) {
-    fprintf(stderr, "    %s (%zu):", what, n);
-    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "%s\n", n > 40 ? " ..." : "");
-}
-
 /* Every line of file encoded and compared; returns the lines and sets
  * *bad_out to the mismatches. */
 static size_t parity(const char *file, size_t *bad_out) {
-    ref_line *ref;
-    size_t n = load_ref(file, &ref), bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t *ids;
-        size_t n_ids;
-        assert_int_equal(
-            tr_tokenizer_encode(g_tok, ref[i].text, ref[i].len, ref[i].special, &ids, &n_ids),
-            TR_OK);
-        if (n_ids != ref[i].n_ids ||
-            (n_ids && memcmp(ids, ref[i].ids, n_ids * sizeof *ids) != 0)) {
-            if (bad++ < 8) {
-                fprintf(stderr, "  mismatch (special=%d): %.80s\n", ref[i].special,
-                        ref[i].text);
-                print_ids("trellis", ids, n_ids);
-                print_ids("llama.cpp", ref[i].ids, ref[i].n_ids);
-            }
-        }
-        free(ids);
-    }
-    printf("%s: %zu/%zu lines identical to llama.cpp\n", file, n - bad, n);
-    free_ref(ref, n);
-    *bad_out = bad;
+    size_t n;
+    *bad_out = check_parity(g_tok, file, &n);
+    printf("%s: %zu/%zu lines identical to llama.cpp\n", file, n - *bad_out, n);
     return n;
 }
 
@@ -174,7 +90,7 @@ static void test_meta(void **state) {
     (void)state;
     char *buf;
     size_t len;
-    assert_int_equal(tr_read_file(DATA_DIR "gemma3_meta.json", &buf, &len), 0);
+    assert_int_equal(tr_read_file(TOK_REF_DIR "gemma3_meta.json", &buf, &len), 0);
     json_error_t err;
     json_t *j = json_loads(buf, 0, &err);
     free(buf);
@@ -285,7 +201,7 @@ static void test_chat_template(void **state) {
     (void)state;
     char *buf;
     size_t len;
-    assert_int_equal(tr_read_file(DATA_DIR "gemma3_chat.jsonl", &buf, &len), 0);
+    assert_int_equal(tr_read_file(TOK_REF_DIR "gemma3_chat.jsonl", &buf, &len), 0);
     size_t n_conv = 0;
     for (char *line = buf; line && *line;) {
         char *nl = strchr(line, '\n');

@@ -1,0 +1,122 @@
+/* engine_flags.c — the one table of engine flags (see engine_flags.h). */
+#include "app/common/engine_flags.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* --load's value is stored through an int (CLI_ENUM) */
+_Static_assert(sizeof(int) == sizeof(int32_t), "trellis_engine_options.load is read as int");
+
+#define OFF(m) offsetof(trellis_engine_options, m)
+
+/* option: the member of trellis_engine_options as the engine's option
+ * table names it (trellis_engine_option_find), for the flags whose
+ * default and bounds come from there (CLI_INT32, and --load's range);
+ * NULL for the others. help: what the flag does; an integer flag's help
+ * gets the engine's note on special values ("0 = one per core") and its
+ * bounds appended. */
+static const struct {
+    const char *name, *alias;
+    cli_kind kind;
+    const char *option;
+    size_t off;
+    const char *help, *meta, *choices;
+} k_flags[TR_EF_COUNT] = {
+    [TR_EF_DEVICE] = {"--device", NULL, CLI_STR, NULL, OFF(device),
+                      "compute backend (built in today: cpu; a CUDA backend plugs in under "
+                      "this name)", "NAME", NULL},
+    [TR_EF_THREADS] = {"--threads", "-t", CLI_INT32, "threads", OFF(threads),
+                       "CPU compute threads", NULL, NULL},
+    [TR_EF_CTX] = {"--ctx", "-c", CLI_INT32, "ctx", OFF(ctx),
+                   "context per sequence (prompt + completion)", NULL, NULL},
+    [TR_EF_KV_MEM] = {"--kv-mem", NULL, CLI_INT32, "kv_mb", OFF(kv_mb),
+                      "KV cache memory in MiB", "MiB", NULL},
+    [TR_EF_PAGE_SIZE] = {"--page-size", NULL, CLI_INT32, "page_size", OFF(page_size),
+                         "tokens per KV page", NULL, NULL},
+    [TR_EF_MAX_RUNNING] = {"--max-running", NULL, CLI_INT32, "max_running",
+                           OFF(max_running), "sequences running at once", NULL, NULL},
+    [TR_EF_MAX_BATCH_TOKENS] = {"--max-batch-tokens", NULL, CLI_INT32, "max_batch_tokens",
+                                OFF(max_batch_tokens),
+                                "tokens per engine step (decode rows + prefill chunks)",
+                                NULL, NULL},
+    [TR_EF_CHUNK_SIZE] = {"--chunk-size", NULL, CLI_INT32, "chunk_size", OFF(chunk_size),
+                          "prefill tokens per sequence per step", NULL, NULL},
+    [TR_EF_LOAD] = {"--load", NULL, CLI_ENUM, "load", OFF(load),
+                    "how the model file comes in: read it into memory advised for huge "
+                    "pages, or map it; auto reads when transparent huge pages are on",
+                    NULL, "auto|mmap|read"},
+    [TR_EF_NO_RADIX] = {"--no-radix", NULL, CLI_FLAG, NULL, OFF(no_radix),
+                        "share no KV cache across requests", NULL, NULL},
+    [TR_EF_NO_OVERLAP] = {"--no-overlap", NULL, CLI_FLAG, NULL, OFF(no_overlap),
+                          "run forward passes on the engine thread instead of a compute "
+                          "thread (no hand-off per step; constraint masks then wait for "
+                          "the forward pass)", NULL, NULL},
+};
+
+void tr_engine_flags_init(tr_engine_flags *f) {
+    memset(f, 0, sizeof *f);
+    trellis_engine_options_default(&f->opts);
+}
+
+bool tr_engine_flag_bounds(tr_engine_flag flag, int32_t *min, int32_t *max) {
+    if ((unsigned)flag >= TR_EF_COUNT || k_flags[flag].kind != CLI_INT32) return false;
+    const trellis_engine_option_desc *d = trellis_engine_option_find(k_flags[flag].option);
+    if (!d) return false; /* never: tests/unit/test_app_args.c checks every one */
+    *min = d->min;
+    *max = d->max;
+    return true;
+}
+
+/* The default --help shows: the command's words, or the value in opts. */
+static void show_default(const tr_engine_flags *f, int i, char *out, size_t cap) {
+    const void *v = (const char *)&f->opts + k_flags[i].off;
+    if (f->shown[i]) snprintf(out, cap, "%s", f->shown[i]);
+    else if (k_flags[i].kind == CLI_FLAG) snprintf(out, cap, "%s", *(const bool *)v ? "on" : "off");
+    else if (k_flags[i].kind == CLI_STR)
+        snprintf(out, cap, "%s", *(const char *const *)v ? *(const char *const *)v : "cpu");
+    else if (k_flags[i].kind == CLI_ENUM) {
+        /* the value's name: the index-th of the choices */
+        const char *p = k_flags[i].choices;
+        for (int k = *(const int32_t *)v; k > 0 && strchr(p, '|'); k--) p = strchr(p, '|') + 1;
+        snprintf(out, cap, "%.*s", (int)strcspn(p, "|"), p);
+    } else snprintf(out, cap, "%d", (int)*(const int32_t *)v);
+}
+
+void tr_engine_flags_attach(tr_engine_flags *f, cli_cmd *c) {
+    for (int i = 0; i < TR_EF_COUNT; i++) {
+        cli_opt *o = &f->table[i];
+        memset(o, 0, sizeof *o);
+        o->name = k_flags[i].name;
+        o->alias = k_flags[i].alias;
+        o->kind = k_flags[i].kind;
+        o->dest = (char *)&f->opts + k_flags[i].off;
+        o->min = 1, o->max = 0; /* unbounded, but for the integers below */
+        o->meta = k_flags[i].meta;
+        o->choices = k_flags[i].choices;
+        o->given = &f->given[i];
+        o->help = k_flags[i].help;
+        int32_t lo, hi;
+        if (tr_engine_flag_bounds((tr_engine_flag)i, &lo, &hi)) {
+            const trellis_engine_option_desc *d = trellis_engine_option_find(k_flags[i].option);
+            o->min = lo, o->max = hi;
+            char range[48] = "";
+            if (hi < INT32_MAX) snprintf(range, sizeof range, "%d..%d", (int)lo, (int)hi);
+            else snprintf(range, sizeof range, "%d or more", (int)lo);
+            snprintf(f->help[i], sizeof f->help[i], "%s; %s%s%s", k_flags[i].help, range,
+                     d->note[0] ? ", " : "", d->note);
+            o->help = f->help[i];
+        }
+        show_default(f, i, f->def[i], sizeof f->def[i]);
+        o->def = f->def[i];
+    }
+    c->engine = f->table;
+    c->n_engine = TR_EF_COUNT;
+}
+
+const char *tr_engine_flags_first_given(const tr_engine_flags *f) {
+    for (int i = 0; i < TR_EF_COUNT; i++)
+        if (f->given[i]) return k_flags[i].name;
+    return NULL;
+}
