@@ -133,24 +133,7 @@ static gre_node *node_new(ep *p, gre_kind k, size_t off) {
              p->cc->lim.max_nfa_states);
         return NULL;
     }
-    gre_node *n = tr_gcc_alloc(p->cc, sizeof *n);
-    if (!n) return NULL;
-    n->kind = k;
-    n->offset = (uint32_t)off;
-    return n;
-}
-
-static tr_status add_kid(ep *p, gre_node *n, gre_node *kid, uint32_t *cap) {
-    if (n->n_kids == *cap) {
-        uint32_t nc = *cap ? *cap * 2 : 4;
-        gre_node **k = tr_gcc_alloc(p->cc, (size_t)nc * sizeof *k);
-        if (!k) return p->cc->err;
-        if (n->n_kids) memcpy(k, n->kids, n->n_kids * sizeof *k);
-        n->kids = k;
-        *cap = nc;
-    }
-    n->kids[n->n_kids++] = kid;
-    return TR_OK;
+    return tr_regex_node_new(p->cc, k, off);
 }
 
 /* ---- rule names ---- */
@@ -286,7 +269,7 @@ static tr_status parse_literal(ep *p, gre_node **out) {
         if (st) return st;
         gre_node *k = set_node(p, off, cp, cp);
         if (!k) return p->cc->err;
-        if ((st = add_kid(p, cat, k, &cap))) return st;
+        if ((st = tr_regex_add_kid(p->cc, cat, k, &cap))) return st;
     }
     p->pos++;
     if (cat->n_kids == 0) cat->kind = GRE_EMPTY;
@@ -573,12 +556,12 @@ static tr_status parse_seq(ep *p, gre_node **out) {
             gre_node *r = node_new(p, GRE_REPEAT, qoff);
             if (!r) return p->cc->err;
             uint32_t one = 0;
-            if ((st = add_kid(p, r, item, &one))) return st;
+            if ((st = tr_regex_add_kid(p->cc, r, item, &one))) return st;
             r->min = mn;
             r->max = mx;
             item = r;
         }
-        if ((st = add_kid(p, cat, item, &cap))) return st;
+        if ((st = tr_regex_add_kid(p->cc, cat, item, &cap))) return st;
     }
     if (cat->n_kids == 0) cat->kind = GRE_EMPTY;
     *out = cat->n_kids == 1 ? cat->kids[0] : cat;
@@ -598,11 +581,11 @@ static tr_status parse_alts(ep *p, gre_node **out) {
         skip_ws(p, true); /* a newline may follow '|' */
         if (!alt) {
             alt = node_new(p, GRE_ALT, first->offset);
-            if (!alt || (st = add_kid(p, alt, first, &cap))) return p->cc->err;
+            if (!alt || (st = tr_regex_add_kid(p->cc, alt, first, &cap))) return p->cc->err;
         }
         gre_node *k;
         if ((st = parse_seq(p, &k))) return st;
-        if ((st = add_kid(p, alt, k, &cap))) return st;
+        if ((st = tr_regex_add_kid(p->cc, alt, k, &cap))) return st;
     }
     *out = alt ? alt : first;
     return TR_OK;

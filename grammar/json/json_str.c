@@ -30,11 +30,7 @@
 
 /* ---- AST constructors ---- */
 
-static gre_node *ast_new(gcc *cc, gre_kind k) {
-    gre_node *n = tr_gcc_alloc(cc, sizeof *n);
-    if (n) n->kind = k;
-    return n;
-}
+static gre_node *ast_new(gcc *cc, gre_kind k) { return tr_regex_node_new(cc, k, 0); }
 
 gre_node *tr_js_ast_set(gcc *cc, uint32_t lo, uint32_t hi) {
     gre_node *n = ast_new(cc, GRE_SET);

@@ -139,6 +139,14 @@ typedef struct gre_node {
  * tr_grammar_compile_regex (diag set). */
 tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **out);
 
+/* Building ASTs (the regex parser's, and the EBNF parser's on the same
+ * nodes): a zeroed node of kind k at byte offset off, from cc's arena
+ * (NULL with cc->err set); and kid appended to n's kids, the array
+ * doubled in cc's arena when full (*cap: its capacity, kept by the
+ * caller while it adds). */
+gre_node *tr_regex_node_new(gcc *cc, gre_kind k, size_t off);
+tr_status tr_regex_add_kid(gcc *cc, gre_node *n, gre_node *kid, uint32_t *cap);
+
 /* ---------------------------------------------------------------------
  * Byte NFA (nfa.c)
  * ------------------------------------------------------------------- */

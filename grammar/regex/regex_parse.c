@@ -66,19 +66,19 @@ static int peek_at(const gp *p, size_t k) {
     return p->pos + k < p->len ? p->s[p->pos + k] : -1;
 }
 
-static gre_node *node_new(gp *p, gre_kind k, size_t off) {
-    gre_node *n = tr_gcc_alloc(p->cc, sizeof *n);
+gre_node *tr_regex_node_new(gcc *cc, gre_kind k, size_t off) {
+    gre_node *n = tr_gcc_alloc(cc, sizeof *n);
     if (!n) return NULL;
     n->kind = k;
     n->offset = (uint32_t)off;
     return n;
 }
 
-static tr_status add_kid(gp *p, gre_node *n, gre_node *kid, uint32_t *cap) {
+tr_status tr_regex_add_kid(gcc *cc, gre_node *n, gre_node *kid, uint32_t *cap) {
     if (n->n_kids == *cap) {
         uint32_t nc = *cap ? *cap * 2 : 4;
-        gre_node **k = tr_gcc_alloc(p->cc, (size_t)nc * sizeof *k);
-        if (!k) return p->cc->err;
+        gre_node **k = tr_gcc_alloc(cc, (size_t)nc * sizeof *k);
+        if (!k) return cc->err;
         if (n->n_kids) memcpy(k, n->kids, n->n_kids * sizeof *k);
         n->kids = k;
         *cap = nc;
@@ -465,7 +465,7 @@ static tr_status parse_class(gp *p, gre_node **out) {
         if (st) return st;
     }
     tr_cpset_normalize(&set);
-    gre_node *n = node_new(p, GRE_SET, open);
+    gre_node *n = tr_regex_node_new(p->cc, GRE_SET, open);
     if (!n) return p->cc->err;
     if (neg) {
         tr_status st = tr_cpset_complement(p->cc, &set, &n->set);
@@ -669,7 +669,7 @@ static tr_status parse_quant(gp *p, bool *has, uint32_t *mn, uint32_t *mx) {
 
 static tr_status set_node(gp *p, size_t off, uint32_t lo, uint32_t hi,
                           gre_node **out) {
-    gre_node *n = node_new(p, GRE_SET, off);
+    gre_node *n = tr_regex_node_new(p->cc, GRE_SET, off);
     if (!n) return p->cc->err;
     tr_status st = tr_cpset_add(p->cc, &n->set, lo, hi);
     if (st) return st;
@@ -678,7 +678,7 @@ static tr_status set_node(gp *p, size_t off, uint32_t lo, uint32_t hi,
 }
 
 static tr_status parse_concat(gp *p, gre_node **out) {
-    gre_node *cat = node_new(p, GRE_CONCAT, p->pos);
+    gre_node *cat = tr_regex_node_new(p->cc, GRE_CONCAT, p->pos);
     if (!cat) return p->cc->err;
     uint32_t cap = 0;
     for (;;) {
@@ -707,7 +707,7 @@ static tr_status parse_concat(gp *p, gre_node **out) {
             break;
         case '.':
             p->pos++;
-            atom = node_new(p, GRE_SET, off);
+            atom = tr_regex_node_new(p->cc, GRE_SET, off);
             if (!atom) return p->cc->err;
             st = tr_cpset_add(p->cc, &atom->set, 0, '\n' - 1);
             if (!st) st = tr_cpset_add(p->cc, &atom->set, '\n' + 1, GCP_MAX);
@@ -716,7 +716,7 @@ static tr_status parse_concat(gp *p, gre_node **out) {
         case '^':
         case '$':
             p->pos++;
-            atom = node_new(p, c == '^' ? GRE_BOL : GRE_EOL, off);
+            atom = tr_regex_node_new(p->cc, c == '^' ? GRE_BOL : GRE_EOL, off);
             if (!atom) return p->cc->err;
             anchor = true;
             break;
@@ -741,7 +741,7 @@ static tr_status parse_concat(gp *p, gre_node **out) {
             st = parse_escape(p, false, &k, &cp, &s);
             if (st) return st;
             if (k == ESC_SET) {
-                atom = node_new(p, GRE_SET, off);
+                atom = tr_regex_node_new(p->cc, GRE_SET, off);
                 if (!atom) return p->cc->err;
                 tr_cpset_normalize(&s);
                 atom->set = s;
@@ -768,16 +768,16 @@ static tr_status parse_concat(gp *p, gre_node **out) {
         if (has) {
             if (anchor)
                 return unsupported(p, qoff, "quantifier on an anchor ^ or $");
-            gre_node *r = node_new(p, GRE_REPEAT, qoff);
+            gre_node *r = tr_regex_node_new(p->cc, GRE_REPEAT, qoff);
             if (!r) return p->cc->err;
             uint32_t one = 0;
-            st = add_kid(p, r, atom, &one);
+            st = tr_regex_add_kid(p->cc, r, atom, &one);
             if (st) return st;
             r->min = mn;
             r->max = mx;
             atom = r;
         }
-        st = add_kid(p, cat, atom, &cap);
+        st = tr_regex_add_kid(p->cc, cat, atom, &cap);
         if (st) return st;
     }
     if (cat->n_kids == 0) cat->kind = GRE_EMPTY;
@@ -793,16 +793,16 @@ static tr_status parse_alt(gp *p, gre_node **out) {
         *out = first;
         return TR_OK;
     }
-    gre_node *alt = node_new(p, GRE_ALT, first->offset);
+    gre_node *alt = tr_regex_node_new(p->cc, GRE_ALT, first->offset);
     if (!alt) return p->cc->err;
     uint32_t cap = 0;
-    st = add_kid(p, alt, first, &cap);
+    st = tr_regex_add_kid(p->cc, alt, first, &cap);
     while (st == TR_OK && peek(p) == '|') {
         p->pos++;
         gre_node *k;
         st = parse_concat(p, &k);
         if (st) return st;
-        st = add_kid(p, alt, k, &cap);
+        st = tr_regex_add_kid(p->cc, alt, k, &cap);
     }
     if (st) return st;
     /* Alternatives that are single characters (a|b|\p{L}|\d) become one
@@ -816,7 +816,7 @@ static tr_status parse_alt(gp *p, gre_node **out) {
             if (first_set == UINT32_MAX) first_set = i;
         }
     if (n_sets >= 2) {
-        gre_node *u = node_new(p, GRE_SET, alt->kids[first_set]->offset);
+        gre_node *u = tr_regex_node_new(p->cc, GRE_SET, alt->kids[first_set]->offset);
         if (!u) return p->cc->err;
         uint32_t w = 0;
         for (uint32_t i = 0; i < alt->n_kids; i++) {
