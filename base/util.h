@@ -61,6 +61,15 @@ static inline bool tr_add_overflow_size(size_t a, size_t b, size_t *out) {
     return __builtin_add_overflow(a, b, out);
 }
 
+/* The value of hexadecimal digit c (either case), -1 when c is not one
+ * (any int: EOF and bytes above 127 included). */
+static inline int tr_hex_digit(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 /* Aligned allocation (align a power of two >= sizeof(void*)); free with
  * tr_aligned_free. Returns NULL on failure or size overflow. */
 void *tr_aligned_alloc(size_t size, size_t align);

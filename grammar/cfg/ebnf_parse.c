@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/util.h"
 #include "grammar/cfg/cfg_internal.h"
 
 typedef struct ep {
@@ -186,13 +187,6 @@ static tr_status rule_index(ep *p, const char *name, uint32_t n, size_t off,
 
 /* ---- characters ---- */
 
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One code point of a literal or class at p->pos (escape or UTF-8). */
 static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
     size_t off = p->pos;
@@ -232,7 +226,7 @@ static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
     if (digits) {
         uint32_t v = 0;
         for (int i = 0; i < digits; i++) {
-            int h = hexval(peek(p));
+            int h = tr_hex_digit(peek(p));
             if (h < 0)
                 return fail(p, TR_ERR_FORMAT, off,
                             "malformed \\%c escape in %s (expected %d hex digits)",

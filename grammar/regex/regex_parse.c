@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "grammar/regex/regex_internal.h"
 
 typedef struct gp {
@@ -85,13 +86,6 @@ tr_status tr_regex_add_kid(gcc *cc, gre_node *n, gre_node *kid, uint32_t *cap) {
     }
     n->kids[n->n_kids++] = kid;
     return TR_OK;
-}
-
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
 }
 
 static bool is_digit(int c) { return c >= '0' && c <= '9'; }
@@ -215,8 +209,8 @@ static tr_status braced_hex(gp *p, size_t esc_off, uint32_t *cp) {
     p->pos++; /* '{' */
     uint32_t v = 0;
     int nd = 0;
-    while (!at_end(p) && hexval(peek(p)) >= 0) {
-        v = v * 16 + (uint32_t)hexval(peek(p));
+    while (!at_end(p) && tr_hex_digit(peek(p)) >= 0) {
+        v = v * 16 + (uint32_t)tr_hex_digit(peek(p));
         if (v > GCP_MAX)
             return fail(p, TR_ERR_FORMAT, esc_off,
                         "code point in escape above U+10FFFF");
@@ -233,7 +227,7 @@ static tr_status braced_hex(gp *p, size_t esc_off, uint32_t *cp) {
 static tr_status fixed_hex(gp *p, size_t esc_off, int n, uint32_t *cp) {
     uint32_t v = 0;
     for (int i = 0; i < n; i++) {
-        int h = hexval(peek_at(p, (size_t)i));
+        int h = tr_hex_digit(peek_at(p, (size_t)i));
         if (h < 0)
             return fail(p, TR_ERR_FORMAT, esc_off,
                         "malformed hex escape (expected %d hex digits)", n);

@@ -258,13 +258,6 @@ static tr_status load_types(tokenizer *t, const gguf_file *f, tr_diag *diag) {
     return TR_OK;
 }
 
-static int hex_val(uint8_t c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Token bytes: byte-level symbols mapped back to bytes for normal BPE
  * tokens; a character outside the byte-level alphabet (malformed
  * vocabularies) keeps its own UTF-8 bytes. Normal SPM tokens: "▁" becomes
@@ -312,9 +305,9 @@ static tr_status build_bytes(tokenizer *t) {
                 }
             }
         } else if (t->type[id] == TOKENIZER_TYPE_BYTE && len == 6 &&
-                   memcmp(s, "<0x", 3) == 0 && s[5] == '>' && hex_val(s[3]) >= 0 &&
-                   hex_val(s[4]) >= 0) {
-            t->bytes_blob[pos++] = (uint8_t)(hex_val(s[3]) * 16 + hex_val(s[4]));
+                   memcmp(s, "<0x", 3) == 0 && s[5] == '>' && tr_hex_digit(s[3]) >= 0 &&
+                   tr_hex_digit(s[4]) >= 0) {
+            t->bytes_blob[pos++] = (uint8_t)(tr_hex_digit(s[3]) * 16 + tr_hex_digit(s[4]));
         } else {
             memcpy(t->bytes_blob + pos, s, len);
             pos += len;
