@@ -332,9 +332,31 @@ typedef enum grammar_json_ws {
     GRAMMAR_JSON_WS_PRETTY,       /* Python json.dumps(indent=N) layout */
 } grammar_json_ws;
 
+/* How numbers may be written (grammar/README.md, "Numbers"). Enum and
+ * const values are matched in every plain spelling of their value in
+ * both modes. */
+typedef enum grammar_json_numbers {
+    GRAMMAR_JSON_NUM_CANONICAL = 0, /* "integer": an optional minus and
+                                       digits (0, -7, 123; never 1.0, 1e5,
+                                       01, -0); other numbers: at most
+                                       GRAMMAR_JSON_MAX_FRAC_DIGITS
+                                       fraction and GRAMMAR_JSON_MAX_EXP_DIGITS
+                                       exponent digits */
+    GRAMMAR_JSON_NUM_FULL,          /* JSON's number grammar wherever the
+                                       value fits: 1.0 and 1e5 are integers
+                                       (JSON Schema's validators agree) */
+} grammar_json_numbers;
+
+/* Canonical mode's bounds: every float64 as a shortest round-trip printer
+ * writes it (Python's repr: 0.00012345678901234567 has 20 fraction
+ * digits; exponents run to 308 and -324). */
+#define GRAMMAR_JSON_MAX_FRAC_DIGITS 20u
+#define GRAMMAR_JSON_MAX_EXP_DIGITS 3u
+
 typedef struct grammar_json_options {
     bool lenient;             /* ignore unenforceable keywords (warn) */
     grammar_json_ws whitespace;
+    grammar_json_numbers numbers; /* default canonical */
     uint32_t max_ws_run;      /* flexible: longest whitespace run (default
                                  24: deep pretty-printed output fits, and
                                  generation cannot loop on blanks) */

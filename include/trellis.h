@@ -280,6 +280,18 @@ enum {
     TRELLIS_WS_PRETTY = 2,   /* newlines and `indent` spaces per level */
 };
 
+/* trellis_grammar_options.json_numbers (JSON kinds; the same values as
+ * grammar/'s grammar_json_numbers) */
+enum {
+    TRELLIS_JSON_NUMBERS_CANONICAL = 0, /* "integer": an optional minus and
+                                           digits (never 1.0, 1e5, 01, -0);
+                                           other numbers: at most 20
+                                           fraction and 3 exponent digits */
+    TRELLIS_JSON_NUMBERS_FULL = 1,      /* any JSON number with a valid
+                                           value (1.0 and 1e5 are integers,
+                                           as JSON Schema says) */
+};
+
 typedef struct trellis_grammar_options {
     bool lenient;       /* JSON Schema: ignore keywords that cannot be
                            enforced (with a warning) instead of refusing
@@ -289,6 +301,8 @@ typedef struct trellis_grammar_options {
                            (0..1000, default 24: deep pretty-printed
                            output fits; bounds loops on spaces) */
     int32_t indent;     /* PRETTY: spaces per level (0..16, default 2) */
+    int32_t json_numbers; /* TRELLIS_JSON_NUMBERS_*; default CANONICAL
+                             (enum / const values keep every spelling) */
 } trellis_grammar_options;
 
 TRELLIS_API void trellis_grammar_options_default(trellis_grammar_options *o);

@@ -11,8 +11,10 @@
  * "data"}]} (MaskBench's data from guidance-ai/jsonschemabench, which
  * this repository does not carry). Per schema:
  *   - compile it (strict mode unless --lenient; flexible whitespace, the
- *     peers' setting; the compile time budget is --timeout), TTFM = wall
- *     time of tr_grammar_compile_json_schema;
+ *     peers' setting; full numbers: the tests are Python's json.dumps of
+ *     the data, which writes 1.0 for an integer-typed float, and JSON
+ *     Schema counts 1.0 as an integer; the compile time budget is
+ *     --timeout), TTFM = wall time of tr_grammar_compile_json_schema;
  *   - per test: text = Python's json.dumps(data) (tr_grammar_json_dumps_py:
  *     ", " and ": ", ensure_ascii=False, repr floats), tokens = the model's
  *     tokenizer (llama.cpp's ids; a test whose tokens do not spell the
@@ -288,6 +290,7 @@ static void mb_child(const mb_ctx *c, json_t *item, int fd) {
     grammar_json_options jo;
     tr_grammar_json_options_default(&jo);
     jo.lenient = o->lenient;
+    jo.numbers = GRAMMAR_JSON_NUM_FULL; /* the tests write integers as 1.0 too */
     /* the per-schema timeout bounds the compile, not the library's 2 s
      * default (a shared machine's load would turn slow compiles into
      * refusals) */
@@ -658,7 +661,7 @@ static void mb_json(mb_sum *s, const mb_opts *o) {
     for (int k = 0; k < MB_N_STATUS; k++) printf(", \"%s\": %ld", keys[k], s->counts[k]);
     printf("}, \"extra\": {\"tests run\": %ld, \"tests skipped (tokens do not spell the text)\": %ld,"
            " \"mask/advance disagreements\": %ld}, \"config\": {\"mode\": \"%s\", \"whitespace\": "
-           "\"flexible\", \"timeout_s\": %g, \"clock\": \"%s\", \"data\": \"%s\"}}\n",
+           "\"flexible\", \"json_numbers\": \"full\", \"timeout_s\": %g, \"clock\": \"%s\", \"data\": \"%s\"}}\n",
            s->tests, s->skipped, s->inconsistent, o->lenient ? "lenient" : "strict", o->timeout_s,
            o->cpu ? "thread_cpu" : "wall", o->data);
 }
@@ -772,7 +775,10 @@ static int mb_parse_args(int argc, char **argv, mb_opts *o) {
     };
     const cli_cmd c = {.name = "bench maskbench", .usage = "FILE.jsonl[.gz] [options]",
                        .opts = opts, .n_opts = sizeof opts / sizeof opts[0],
-                       .operands = &files};
+                       .operands = &files,
+                       .epilog = "\nSchemas compile with flexible whitespace and full JSON numbers "
+                                 "(generate's --json-numbers full): the tests are Python's "
+                                 "json.dumps of the data, which may write 1.0 for an integer.\n"};
     if (!tr_cli_parse(&c, argc - 1, argv + 1, &help)) return 2;
     if (help) return 0;
     if (files.n != 1) {
@@ -906,7 +912,8 @@ int tr_bench_maskbench(int argc, char **argv) {
     fprintf(stderr,
             "\nTimes in µs (%s). TBM = mask + check + advance per token; TTFM = compile; %ld "
             "schemas of %s; %ld tests run, %ld skipped (tokens do not spell the text), %ld "
-            "mask/advance disagreements; %s mode, flexible whitespace, timeout %g s.\n",
+            "mask/advance disagreements; %s mode, flexible whitespace, full numbers, timeout "
+            "%g s.\n",
             o.cpu ? "thread CPU time" : "wall clock", sum.schemas, o.data, sum.tests, sum.skipped, sum.inconsistent,
             o.lenient ? "lenient" : "strict", o.timeout_s);
     if (o.reasons && sum.counts[MB_COMPILE_ERROR]) {

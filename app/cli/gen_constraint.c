@@ -6,7 +6,8 @@
  *                        so that its errors name the flag)
  *   --choice A ...       trellis_grammar_compile_choices -> request.grammar
  *   --json-schema S      trellis_grammar_compile(JSON_SCHEMA), with
- *                        --schema-mode and --whitespace as its options
+ *                        --schema-mode, --whitespace and --json-numbers as
+ *                        its options
  *   --json-object        trellis_grammar_compile(JSON_OBJECT)
  *   --grammar FILE       trellis_grammar_compile(EBNF)
  *
@@ -57,6 +58,11 @@ static bool check(const gen_opts *o) {
                         "--json-object\n");
         return false;
     }
+    if (o->json_numbers >= 0 && !o->json_schema && !o->json_object) {
+        fprintf(stderr, "trellis generate: --json-numbers: needs --json-schema or "
+                        "--json-object\n");
+        return false;
+    }
     return true;
 }
 
@@ -91,6 +97,7 @@ static int compile_grammar(const gen_opts *o, trellis_engine *e, gen_constraint 
     trellis_grammar_options_default(&go);
     if (o->schema_mode >= 0) go.lenient = o->schema_mode == 1;
     if (o->whitespace >= 0) go.whitespace = o->whitespace;
+    if (o->json_numbers >= 0) go.json_numbers = o->json_numbers;
     trellis_grammar_kind kind = o->json_object ? TRELLIS_GRAMMAR_JSON_OBJECT
                                 : o->grammar   ? TRELLIS_GRAMMAR_EBNF
                                                : TRELLIS_GRAMMAR_JSON_SCHEMA;

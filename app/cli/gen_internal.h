@@ -28,6 +28,7 @@ typedef struct gen_opts {
     bool chat, json, ignore_eos, special, json_object, no_jump_forward;
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */
+    int json_numbers; /* -1 unset, else TRELLIS_JSON_NUMBERS_* */
     int end_span;    /* TRELLIS_END_SPAN_* */
     int64_t n_predict, seed, top_k, batch, logprobs, n_samples, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty, presence, frequency;

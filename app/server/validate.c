@@ -213,29 +213,47 @@ static int read_logit_bias(rd *r, json_t *o) {
     return 1;
 }
 
-/* "whitespace" (extension; JSON kinds): what the grammar lets the model
- * put between JSON tokens: "flexible" (the default), "compact" (none:
- * every `": "`-free separator is forced, so jump-forward skips more
- * forward passes) or "pretty" (newlines and indentation). */
-static int read_whitespace(rd *r, json_t *o) {
+/* A string field that names one of n modes (names[i] -> i into *out);
+ * a bad value names the field and lists the choices (what, one
+ * sentence). */
+static int read_mode(rd *r, json_t *o, const char *key, const char *const *names, int n,
+                     const char *choices, int32_t *out) {
     const char *s = NULL;
-    int k = get_str(r, o, "whitespace", &s, NULL);
+    int k = get_str(r, o, key, &s, NULL);
     if (k <= 0) return k;
-    static const char *const names[] = {"flexible", "compact", "pretty"};
-    static const int32_t modes[] = {TRELLIS_WS_FLEXIBLE, TRELLIS_WS_COMPACT, TRELLIS_WS_PRETTY};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0) {
-            r->g->con_ws = modes[i];
+            *out = i;
             return 1;
         }
     tr_srv_error *err = r->err;
     char p[96];
-    return BAD(pname(r, "whitespace", p, sizeof p),
-               "'%s' must be \"flexible\", \"compact\" or \"pretty\"", p);
+    return BAD(pname(r, key, p, sizeof p), "'%s' must be %s", p, choices);
+}
+
+/* "whitespace" (extension; JSON kinds): what the grammar lets the model
+ * put between JSON tokens: "flexible" (the default), "compact" (none:
+ * every `": "`-free separator is forced, so jump-forward skips more
+ * forward passes) or "pretty" (newlines and indentation).
+ * "json_numbers" (extension; JSON kinds): "canonical" (the default: an
+ * integer is digits only, never 1.0 or 1e5; other numbers take at most
+ * 20 fraction and 3 exponent digits) or "full" (any JSON spelling of a
+ * valid value). Both name TRELLIS_* values in order. */
+static int read_json_modes(rd *r, json_t *o) {
+    static const char *const ws[] = {"flexible", "compact", "pretty"};
+    static const char *const num[] = {"canonical", "full"};
+    _Static_assert(TRELLIS_WS_FLEXIBLE == 0 && TRELLIS_WS_COMPACT == 1 && TRELLIS_WS_PRETTY == 2 &&
+                       TRELLIS_JSON_NUMBERS_CANONICAL == 0 && TRELLIS_JSON_NUMBERS_FULL == 1,
+                   "the names are listed in the values' order");
+    if (read_mode(r, o, "whitespace", ws, 3, "\"flexible\", \"compact\" or \"pretty\"",
+                  &r->g->con_ws) < 0)
+        return -1;
+    return read_mode(r, o, "json_numbers", num, 2, "\"canonical\" or \"full\"",
+                     &r->g->con_numbers);
 }
 
 /* temperature, top_p, top_k, min_p, penalties, seed, ignore_eos,
- * jump_forward, whitespace, n */
+ * jump_forward, whitespace, json_numbers, n */
 static int read_sampling(rd *r, json_t *o) {
     trellis_request *q = &r->g->req;
     tr_srv_error *err = r->err;
@@ -275,7 +293,7 @@ static int read_sampling(rd *r, json_t *o) {
     bool jf = true;
     if (get_bool(r, o, "jump_forward", &jf) < 0) return -1;
     q->no_jump_forward = !jf;
-    if (read_whitespace(r, o) < 0) return -1;
+    if (read_json_modes(r, o) < 0) return -1;
     if ((k = get_int(r, o, "n", 1, r->lim->max_n, &x)) < 0) return -1;
     if (k) q->n = (int32_t)x;
     if ((k = get_int(r, o, "best_of", 1, r->lim->max_n, &x)) < 0) return -1;
@@ -706,6 +724,7 @@ int tr_srv_gen_parse(tr_srv_api api, const char *body, size_t len,
     memset(g, 0, sizeof *g);
     g->api = api;
     g->con_ws = -1;
+    g->con_numbers = -1;
     trellis_request_default(&g->req);
     json_error_t je;
     g->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

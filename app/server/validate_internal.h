@@ -107,6 +107,9 @@ typedef struct tr_srv_gen {
     bool con_strict;            /* json_schema.strict */
     int32_t con_ws;             /* JSON kinds: TRELLIS_WS_* ("whitespace"
                                    extension), -1 = the compiler's default */
+    int32_t con_numbers;        /* JSON kinds: TRELLIS_JSON_NUMBERS_*
+                                   ("json_numbers" extension), -1 = the
+                                   compiler's default */
 
     const char *model;          /* as asked, or NULL */
     const char *rid;            /* generate: "rid", or NULL */

@@ -208,9 +208,14 @@ static gx *string_any(gcc *cc) {
     return r;
 }
 
-static gx *number_any(gcc *cc) {
-    return tr_gx_rx_ne(cc, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",
-                       strlen("-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"));
+static gx *number_any(js_ctx *x) {
+    js_buf b;
+    tr_js_buf_init(&b, x->cc);
+    js_numfmt f = tr_js_numfmt(x, false);
+    tr_js_num_any_regex(&f, false, &b);
+    gx *r = js_buf_ok(&b) ? tr_gx_rx_ne(x->cc, b.p, b.n) : NULL;
+    tr_js_buf_free(&b);
+    return r;
 }
 
 tr_status tr_js_any_value(js_ctx *x, uint32_t depth, uint32_t *rule) {
@@ -242,7 +247,7 @@ tr_status tr_js_any_value(js_ctx *x, uint32_t depth, uint32_t *rule) {
         gx *members = tr_gx_seq2(cc, member, tr_gx_rep(cc, tr_gx_seq2(cc, sep, member), 0, GX_INF));
         obj = container(x, '{', members, true, depth);
     }
-    gx *alts[] = {obj, arr, string_any(cc), number_any(cc), tr_gx_litz(cc, "true"),
+    gx *alts[] = {obj, arr, string_any(cc), number_any(x), tr_gx_litz(cc, "true"),
                   tr_gx_litz(cc, "false"), tr_gx_litz(cc, "null")};
     gx *body = tr_gx_alt(cc, alts, 7);
     if (!body) return cc->err;
@@ -265,7 +270,7 @@ gx *tr_js_value_gx(js_ctx *x, const json_t *v, uint32_t depth) {
         r.hi = r.lo;
         js_buf b;
         tr_js_buf_init(&b, cc);
-        tr_js_num_regex(cc, &r, false, &b);
+        tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
         if (json_is_real(v)) { /* Python writes large and tiny floats as 1e+16 */
             char *py = NULL;
             size_t n = 0, cap = 0;

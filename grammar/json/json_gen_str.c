@@ -708,7 +708,7 @@ static tr_status minus_values(js_ctx *x, const js_norm *n, num_lang *l) {
         r.hi = r.lo;
         js_buf vb;
         tr_js_buf_init(&vb, cc);
-        if (tr_js_num_regex(cc, &r, false, &vb) && js_buf_ok(&vb)) {
+        if (tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &vb) && js_buf_ok(&vb)) {
             cpdfa v;
             st = lang_of_regex(cc, vb.p, vb.n, &v);
             if (!st) st = lang_apply(x, l, &v, CPD_MINUS, "not");
@@ -763,16 +763,17 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     uint64_t step;
     int32_t q;
     if ((st = collect_step(x, n, integer, &step, &q))) return st;
+    /* "integer" (not a number with an integral step) is spelled plain */
+    js_numfmt f = tr_js_numfmt(x, integer);
     if (step) integer = true; /* integral steps: only integral values */
     const json_t *node = n->nodes ? n->nodes[0].node : NULL;
     num_lang l = {.kw = "type"};
     tr_js_buf_init(&l.b, cc);
     if (!r.has_lo && !r.has_hi && step <= 1 && q < 0) {
-        tr_js_buf_puts(&l.b, integer ? "-?(?:0|[1-9][0-9]*)(?:\\.0+)?(?:[eE]\\+?[0-9]+)?"
-                                     : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?");
+        tr_js_num_any_regex(&f, integer, &l.b);
         l.some = true;
     } else
-        l.some = tr_js_num_regex(cc, &r, integer, &l.b);
+        l.some = tr_js_num_regex(cc, &r, integer, &f, &l.b);
     bool frac_only = !(n->types & JT_INT);
     if (frac_only && integer) l.some = false; /* integral steps, no integers */
     if (l.some && frac_only) {

@@ -241,12 +241,28 @@ typedef struct js_range {
     js_dec lo, hi;
 } js_range;
 
+/* How number texts may be spelled (grammar_json_options.numbers). */
+typedef struct js_numfmt {
+    bool plain_int;    /* integral values: digits only (no "1.0", "1e3", "-0") */
+    uint32_t max_frac; /* most fraction digits; 0: any number */
+    uint32_t max_exp;  /* most exponent digits; 0: any number */
+} js_numfmt;
+
+/* Every spelling of a value: enum / const values and excluded values
+ * take it whatever the options (tr_js_numfmt gives the options'). */
+#define JS_NUMFMT_FULL ((js_numfmt){false, 0, 0})
+
 /* Regex text (appended to b) of the JSON number texts whose values lie
- * in r. integer: only integral values (written "12", "12.0", "-0",
- * "1e3"...). Writes nothing and returns false when the range is empty.
- * Sound (never a value outside r); exponent forms are accepted where
- * every value they can denote is inside r (see json_num.c). */
-bool tr_js_num_regex(gcc *cc, const js_range *r, bool integer, js_buf *b);
+ * in r, spelled as f allows. integer: only integral values (written
+ * "12", "12.0", "-0", "1e3"... unless f->plain_int). Writes nothing and
+ * returns false when the range is empty. Sound (never a value outside
+ * r); exponent forms are accepted where every value they can denote is
+ * inside r (see json_num.c). */
+bool tr_js_num_regex(gcc *cc, const js_range *r, bool integer, const js_numfmt *f,
+                     js_buf *b);
+/* Regex text of every number (integer: every integral one), spelled as
+ * f allows. */
+void tr_js_num_any_regex(const js_numfmt *f, bool integer, js_buf *b);
 
 /* Regex of the integer texts (canonical digits, no sign handling beyond
  * the values) that are multiples of k, within r; false if none or too
@@ -466,6 +482,10 @@ typedef struct js_ctx {
     js_ptrmap dep_with; /* dependentSchemas value -> the member "has the
                            property and satisfies it" */
 } js_ctx;
+
+/* The spelling of numbers the compile's options ask for; plain_int for
+ * a schema whose type is "integer" (json_num.c). */
+js_numfmt tr_js_numfmt(const js_ctx *x, bool plain_int);
 
 /* Takes a reference to a synthetic node for the compile's lifetime
  * (json_schema.c); TR_ERR_NOMEM (v released) on failure. */

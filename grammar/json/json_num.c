@@ -22,11 +22,52 @@
  * floats) are allowed only where every value they can denote is in the
  * range: a region that is unbounded away from zero and starts at 0, or
  * magnitudes of at least 10^K above a lower bound of K integer digits.
+ *
+ * Spellings (js_numfmt): the same automata, narrowed in the syntax only.
+ * Canonical integers drop the ".0+" and exponent forms and "-0"; a
+ * bounded fraction counts its digits in every digit loop of frac()
+ * (position i of the fraction leaves max_frac - i digits), and a bounded
+ * exponent writes its "at least K" values within max_exp digits. The
+ * range stays exact: the language is (range) ∩ (spelling).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "grammar/json/json_internal.h"
+
+js_numfmt tr_js_numfmt(const js_ctx *x, bool plain_int) {
+    if (x->opt.numbers == GRAMMAR_JSON_NUM_FULL) return JS_NUMFMT_FULL;
+    return (js_numfmt){plain_int, GRAMMAR_JSON_MAX_FRAC_DIGITS, GRAMMAR_JSON_MAX_EXP_DIGITS};
+}
+
+/* cls repeated min..max times (max 0: unbounded), as "+", "*" or {m,n}. */
+static void reps(js_buf *b, const char *cls, uint32_t min, uint32_t max) {
+    tr_js_buf_puts(b, cls);
+    if (max == 0)
+        tr_js_buf_puts(b, min ? "+" : "*");
+    else if (min == max && min != 1)
+        tr_js_buf_printf(b, "{%u}", min);
+    else if (min != max)
+        tr_js_buf_printf(b, "{%u,%u}", min, max);
+}
+
+/* Digit strings of 1..max digits (max 0: any) with a nonzero digit:
+ * "[0-9]*[1-9][0-9]*", or bounded, one alternative per count of
+ * leading zeros. */
+static void nonzero_digits(js_buf *b, uint32_t max) {
+    if (max == 0) {
+        tr_js_buf_puts(b, "[0-9]*[1-9][0-9]*");
+        return;
+    }
+    tr_js_buf_puts(b, "(?:");
+    for (uint32_t k = 0; k < max; k++) {
+        if (k) tr_js_buf_putc(b, '|');
+        if (k) reps(b, "0", k, k);
+        tr_js_buf_puts(b, "[1-9]");
+        if (max - 1 - k) reps(b, "[0-9]", 0, max - 1 - k);
+    }
+    tr_js_buf_putc(b, ')');
+}
 
 /* ---- decimals ---- */
 
@@ -340,18 +381,28 @@ typedef struct fr {
     const char *lf, *uf;
     size_t nl, nu;
     bool lex, uex;
+    uint32_t max; /* most fraction digits (0: any) */
 } fr;
 
 static bool frac(js_buf *b, const fr *f, size_t i, bool tl, bool th, bool *any) {
     bool lz = i >= f->nl, uz = i >= f->nu;
     bool empty_ok = (!tl || (lz && !f->lex)) && (!th || !(uz && f->uex));
+    /* digits the remainder may still take (0: any) */
+    uint32_t left = f->max ? f->max - (uint32_t)i : 0;
     *any = true;
+    if (f->max && i >= f->max) {
+        *any = false;
+        return empty_ok;
+    }
     if (!tl && !th) {
-        tr_js_buf_puts(b, "[0-9]+");
+        reps(b, "[0-9]", 1, left);
         return empty_ok;
     }
     if (tl && lz && !th) {
-        tr_js_buf_puts(b, f->lex ? "[0-9]*[1-9][0-9]*" : "[0-9]+");
+        if (f->lex)
+            nonzero_digits(b, left);
+        else
+            reps(b, "[0-9]", 1, left);
         return empty_ok;
     }
     if (th && uz) {
@@ -359,7 +410,7 @@ static bool frac(js_buf *b, const fr *f, size_t i, bool tl, bool th, bool *any) 
          * lower bound only if it ended too) */
         bool ok = !f->uex && (!tl || (lz && !f->lex));
         if (ok)
-            tr_js_buf_puts(b, "0+");
+            reps(b, "0", 1, left);
         else
             *any = false;
         return empty_ok;
@@ -408,9 +459,10 @@ static bool frac(js_buf *b, const fr *f, size_t i, bool tl, bool th, bool *any) 
     if (ma <= mz) {
         if (alts++) tr_js_buf_putc(&t, '|');
         if (ma == mz)
-            tr_js_buf_printf(&t, "%d[0-9]*", ma);
+            tr_js_buf_printf(&t, "%d", ma);
         else
-            tr_js_buf_printf(&t, "[%d-%d][0-9]*", ma, mz);
+            tr_js_buf_printf(&t, "[%d-%d]", ma, mz);
+        if (left != 1) reps(&t, "[0-9]", 0, left ? left - 1 : 0);
     }
     tr_js_buf_putc(&t, ')');
     if (alts)
@@ -425,8 +477,10 @@ static bool frac(js_buf *b, const fr *f, size_t i, bool tl, bool th, bool *any) 
 /* The optional fraction part ("" or "\.digits") after an integer part
  * equal to the bounds' (lf NULL: no lower constraint beyond 0; uf NULL:
  * none). Appends its regex; false when no fraction fits. */
-static bool frac_part_rx(js_buf *b, const char *lf, bool lex, const char *uf, bool uex) {
-    fr f = {.lf = lf ? lf : "", .uf = uf ? uf : "", .lex = lf && lex, .uex = uf && uex};
+static bool frac_part_rx(js_buf *b, const char *lf, bool lex, const char *uf, bool uex,
+                         uint32_t max) {
+    fr f = {.lf = lf ? lf : "", .uf = uf ? uf : "", .lex = lf && lex, .uex = uf && uex,
+            .max = max};
     f.nl = strlen(f.lf);
     f.nu = strlen(f.uf);
     js_buf s;
@@ -450,19 +504,71 @@ typedef struct region {
     bool lox, hix, has_hi;
 } region;
 
-/* Exponent part of at least k (k >= 1): e, E, optional +, leading zeros. */
-static void exp_at_least(gcc *cc, js_buf *b, int32_t k) {
-    char kd[16];
-    snprintf(kd, sizeof kd, "%d", k);
-    tr_js_buf_puts(b, "[eE]\\+?0*(?:");
-    int_range(cc, b, kd, NULL);
+/* Exponent part of at least k (k >= 1): e, E, optional +, leading zeros;
+ * max > 0: at most max digits, leading zeros included. false (nothing
+ * appended) when k needs more digits than that. */
+static bool exp_at_least(gcc *cc, js_buf *b, int32_t k, uint32_t max) {
+    char kd[16], lo[16], hi[16];
+    int nk = snprintf(kd, sizeof kd, "%d", k);
+    if (max == 0) {
+        tr_js_buf_puts(b, "[eE]\\+?0*(?:");
+        int_range(cc, b, kd, NULL);
+        tr_js_buf_putc(b, ')');
+        return true;
+    }
+    if ((uint32_t)nk > max || max >= sizeof hi) return false;
+    /* canonical exponents of each length L, after up to max - L zeros */
+    tr_js_buf_puts(b, "[eE]\\+?(?:");
+    for (uint32_t len = (uint32_t)nk; len <= max; len++) {
+        if (len > (uint32_t)nk) {
+            tr_js_buf_putc(b, '|');
+            memset(lo, '0', len);
+            lo[0] = '1';
+            lo[len] = 0;
+        } else
+            memcpy(lo, kd, (size_t)nk + 1);
+        memset(hi, '9', len);
+        hi[len] = 0;
+        if (max > len) reps(b, "0", 0, max - len);
+        tr_js_buf_puts(b, "(?:");
+        int_range(cc, b, lo, hi);
+        tr_js_buf_putc(b, ')');
+    }
     tr_js_buf_putc(b, ')');
+    return true;
+}
+
+/* The fraction of a number ("\\.[0-9]+"), or of an integral value
+ * written as a number ("\\.0+"), within f's bound. */
+static void frac_rx(js_buf *b, bool integer, const js_numfmt *f) {
+    tr_js_buf_puts(b, "\\.");
+    reps(b, integer ? "0" : "[0-9]", 1, f->max_frac);
+}
+
+/* "[eE]" and the exponent's sign and digits within f's bound; integral
+ * values: no minus (1e-1 is not an integer). */
+static void exp_rx(js_buf *b, bool integer, const js_numfmt *f) {
+    tr_js_buf_puts(b, integer ? "[eE]\\+?" : "[eE][+-]?");
+    reps(b, "[0-9]", 1, f->max_exp);
+}
+
+void tr_js_num_any_regex(const js_numfmt *f, bool integer, js_buf *b) {
+    if (integer && f->plain_int) {
+        tr_js_buf_puts(b, "(?:0|-?[1-9][0-9]*)");
+        return;
+    }
+    tr_js_buf_puts(b, "-?(?:0|[1-9][0-9]*)(?:");
+    frac_rx(b, integer, f);
+    tr_js_buf_puts(b, ")?(?:");
+    exp_rx(b, integer, f);
+    tr_js_buf_puts(b, ")?");
 }
 
 /* Magnitudes in the region, as `(0|[1-9]\d*)(\.\d+)?` texts (integer:
  * integral values only, written with an optional .0+), plus exponent
  * forms where safe. Appends alternatives; returns false if none. */
-static bool region_rx(gcc *cc, const region *r, bool integer, js_buf *b) {
+static bool region_rx(gcc *cc, const region *r, bool integer, const js_numfmt *f,
+                      js_buf *b) {
     if (r->has_hi) {
         int c = tr_js_dec_cmp(&r->lo, &r->hi);
         if (c > 0 || (c == 0 && (r->lox || r->hix))) return false;
@@ -486,7 +592,12 @@ static bool region_rx(gcc *cc, const region *r, bool integer, js_buf *b) {
         if (!ls || (r->has_hi && !hs)) return (b->failed = true), false;
         tr_js_buf_puts(b, "(?:");
         int_range(cc, b, ls, hs);
-        tr_js_buf_puts(b, ")(?:\\.0+)?");
+        tr_js_buf_putc(b, ')');
+        if (!f->plain_int) {
+            tr_js_buf_puts(b, "(?:");
+            frac_rx(b, true, f);
+            tr_js_buf_puts(b, ")?");
+        }
         some = true;
     } else {
         const char *li = int_part(cc, &r->lo), *lf = frac_part(cc, &r->lo);
@@ -495,11 +606,11 @@ static bool region_rx(gcc *cc, const region *r, bool integer, js_buf *b) {
         if (!li || !lf || (r->has_hi && (!ui || !uf))) return (b->failed = true), false;
         if (ui && strcmp(li, ui) == 0) {
             tr_js_buf_puts(b, li);
-            some = frac_part_rx(b, lf, r->lox, uf, r->hix);
+            some = frac_part_rx(b, lf, r->lox, uf, r->hix, f->max_frac);
         } else {
             size_t mark = b->n;
             tr_js_buf_puts(b, li);
-            if (frac_part_rx(b, lf, r->lox, NULL, false))
+            if (frac_part_rx(b, lf, r->lox, NULL, false, f->max_frac))
                 some = true;
             else
                 b->n = mark;
@@ -513,39 +624,56 @@ static bool region_rx(gcc *cc, const region *r, bool integer, js_buf *b) {
                 if (some) tr_js_buf_putc(b, '|');
                 tr_js_buf_puts(b, "(?:");
                 int_range(cc, b, mid_lo, mid_hi);
-                tr_js_buf_puts(b, ")(?:\\.[0-9]+)?");
+                tr_js_buf_puts(b, ")(?:");
+                frac_rx(b, false, f);
+                tr_js_buf_puts(b, ")?");
                 some = true;
             }
             if (ui) {
                 mark = b->n;
                 if (some) tr_js_buf_putc(b, '|');
                 tr_js_buf_puts(b, ui);
-                if (frac_part_rx(b, "", false, uf, r->hix))
+                if (frac_part_rx(b, "", false, uf, r->hix, f->max_frac))
                     some = true;
                 else
                     b->n = mark;
             }
         }
     }
-    if (!r->has_hi) { /* exponent forms */
-        const char *mant = integer ? "(?:0|[1-9][0-9]*)(?:\\.0+)?" : "(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?";
-        const char *mant_nz = integer ? "[1-9][0-9]*(?:\\.0+)?"
-                                      : "(?:[1-9][0-9]*(?:\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)";
+    if (!r->has_hi && !(integer && f->plain_int)) { /* exponent forms */
+        /* mantissas: any, or nonzero (0e5 is 0, outside a region that
+         * excludes 0), then the exponent */
+        if (some) tr_js_buf_putc(b, '|');
+        size_t mark = b->n;
         if (r->lo.n == 0 && !r->lox) {
-            tr_js_buf_printf(b, "%s%s%s", some ? "|" : "", mant,
-                             integer ? "[eE]\\+?[0-9]+" : "[eE][+-]?[0-9]+");
+            tr_js_buf_puts(b, "(?:0|[1-9][0-9]*)(?:");
+            frac_rx(b, integer, f);
+            tr_js_buf_puts(b, ")?");
+            exp_rx(b, integer, f);
             some = true;
         } else if (r->lo.n == 0) {
-            tr_js_buf_printf(b, "%s%s%s", some ? "|" : "", mant_nz,
-                             integer ? "[eE]\\+?[0-9]+" : "[eE][+-]?[0-9]+");
+            tr_js_buf_puts(b, integer ? "[1-9][0-9]*(?:" : "(?:[1-9][0-9]*(?:");
+            frac_rx(b, integer, f);
+            if (integer)
+                tr_js_buf_puts(b, ")?");
+            else {
+                tr_js_buf_puts(b, ")?|0\\.");
+                nonzero_digits(b, f->max_frac);
+                tr_js_buf_putc(b, ')');
+            }
+            exp_rx(b, integer, f);
             some = true;
         } else if (tr_js_dec_int_digits(&r->lo) < 100000) {
             /* [1-9](.d+)? x 10^K >= 10^K > lo when K >= lo's digit count */
-            tr_js_buf_printf(b, "%s[1-9]%s", some ? "|" : "",
-                             integer ? "(?:\\.0+)?" : "(?:\\.[0-9]+)?");
-            exp_at_least(cc, b, TR_MAX(1, tr_js_dec_int_digits(&r->lo)));
-            some = true;
-        }
+            tr_js_buf_puts(b, "[1-9](?:");
+            frac_rx(b, integer, f);
+            tr_js_buf_puts(b, ")?");
+            if (exp_at_least(cc, b, TR_MAX(1, tr_js_dec_int_digits(&r->lo)), f->max_exp))
+                some = true;
+            else
+                b->n = mark - (some ? 1 : 0);
+        } else
+            b->n = mark - (some ? 1 : 0);
     }
     if (!some) b->n = start;
     return some;
@@ -556,7 +684,8 @@ static void dec_neg(const js_dec *a, js_dec *out) {
     out->neg = a->n ? !a->neg : false;
 }
 
-bool tr_js_num_regex(gcc *cc, const js_range *r, bool integer, js_buf *b) {
+bool tr_js_num_regex(gcc *cc, const js_range *r, bool integer, const js_numfmt *f,
+                     js_buf *b) {
     js_dec zero = {.d = ""};
     /* values >= 0: X in [max(lo, 0), hi] */
     region p = {.lo = zero};
@@ -568,14 +697,16 @@ bool tr_js_num_regex(gcc *cc, const js_range *r, bool integer, js_buf *b) {
     bool m_ok = !(r->has_lo && !r->lo.neg && r->lo.n);
     if (r->has_hi && (r->hi.neg || r->hi.n == 0)) dec_neg(&r->hi, &m.lo), m.lox = r->hi_excl;
     if (r->has_lo) m.has_hi = true, dec_neg(&r->lo, &m.hi), m.hix = r->lo_excl;
+    /* canonical integers: 0 only without its sign */
+    if (integer && f->plain_int && m.lo.n == 0) m.lox = true;
     size_t start = b->n;
     tr_js_buf_puts(b, "(?:");
     bool some = false;
-    if (p_ok) some = region_rx(cc, &p, integer, b);
+    if (p_ok) some = region_rx(cc, &p, integer, f, b);
     if (m_ok) {
         size_t mark = b->n;
         tr_js_buf_puts(b, some ? "|-(?:" : "-(?:");
-        if (region_rx(cc, &m, integer, b)) {
+        if (region_rx(cc, &m, integer, f, b)) {
             tr_js_buf_putc(b, ')');
             some = true;
         } else

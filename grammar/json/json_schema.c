@@ -29,6 +29,7 @@
 void tr_grammar_json_options_default(grammar_json_options *o) {
     memset(o, 0, sizeof *o);
     o->whitespace = GRAMMAR_JSON_WS_FLEXIBLE;
+    o->numbers = GRAMMAR_JSON_NUM_CANONICAL;
     o->max_ws_run = 24;
     o->indent = 2;
     o->max_depth = 24;
@@ -115,6 +116,9 @@ static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
     if (o->whitespace > GRAMMAR_JSON_WS_PRETTY)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "unknown whitespace mode %d",
                            (int)o->whitespace);
+    if (o->numbers > GRAMMAR_JSON_NUM_FULL)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "unknown numbers mode %d",
+                           (int)o->numbers);
     if (o->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "max_ws_run %u is over 1000",
                            o->max_ws_run);

@@ -57,6 +57,11 @@ tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "options.whitespace is %d, not a TRELLIS_WS_* value",
                            in->whitespace);
+    if (in->json_numbers < TRELLIS_JSON_NUMBERS_CANONICAL ||
+        in->json_numbers > TRELLIS_JSON_NUMBERS_FULL)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
+                           "options.json_numbers is %d, not a TRELLIS_JSON_NUMBERS_* value",
+                           in->json_numbers);
     /* grammar/json/json_schema.c's bounds */
     if (in->max_ws_run < 0 || in->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
@@ -67,6 +72,7 @@ tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
                            "options.indent is %d, expected 0..16", in->indent);
     out->lenient = in->lenient && kind == TRELLIS_GRAMMAR_JSON_SCHEMA;
     out->whitespace = in->whitespace;
+    out->json_numbers = in->json_numbers;
     /* each layout reads only its own knob */
     out->max_ws_run = in->whitespace == TRELLIS_WS_FLEXIBLE ? in->max_ws_run : 0;
     out->indent = in->whitespace == TRELLIS_WS_PRETTY ? in->indent : 0;
@@ -231,6 +237,9 @@ _Static_assert(TRELLIS_WS_FLEXIBLE == (int)GRAMMAR_JSON_WS_FLEXIBLE &&
                    TRELLIS_WS_COMPACT == (int)GRAMMAR_JSON_WS_COMPACT &&
                    TRELLIS_WS_PRETTY == (int)GRAMMAR_JSON_WS_PRETTY,
                "trellis.h's whitespace layouts are grammar.h's");
+_Static_assert(TRELLIS_JSON_NUMBERS_CANONICAL == (int)GRAMMAR_JSON_NUM_CANONICAL &&
+                   TRELLIS_JSON_NUMBERS_FULL == (int)GRAMMAR_JSON_NUM_FULL,
+               "trellis.h's number modes are grammar.h's");
 
 static void json_options(const trellis_grammar_options *o, grammar_json_options *j,
                          warn_buf *w) {
@@ -238,6 +247,7 @@ static void json_options(const trellis_grammar_options *o, grammar_json_options 
     if (o) {
         j->lenient = o->lenient;
         j->whitespace = (grammar_json_ws)o->whitespace;
+        j->numbers = (grammar_json_numbers)o->json_numbers;
         j->max_ws_run = (uint32_t)o->max_ws_run;
         j->indent = (uint32_t)o->indent;
     }

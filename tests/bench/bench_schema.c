@@ -148,6 +148,7 @@ static void run_schema(const opts *o, json_t *item, i64s *tbm, i64s *ttfm, resul
     }
     grammar_json_options jo;
     tr_grammar_json_options_default(&jo);
+    jo.numbers = GRAMMAR_JSON_NUM_FULL; /* as maskbench */
     grammar_limits lim;
     tr_grammar_limits_default(&lim);
     lim.max_compile_us = 60000000; /* as maskbench --timeout 60 */

@@ -357,6 +357,8 @@ def bad_flag_values_name_the_flag():
            (["--schema-mode", "loose"], "--schema-mode: unknown value"),
            (["--whitespace", "tabs"], "--whitespace: unknown value"),
            (["--whitespace", "compact"], "--whitespace: needs --json-schema or --json-object"),
+           (["--json-numbers", "exact"], "--json-numbers: unknown value 'exact' (canonical or full)"),
+           (["--json-numbers", "full"], "--json-numbers: needs --json-schema or --json-object"),
            (["--schema-mode", "lenient"], "--schema-mode: needs --json-schema"),
            (["--stop", ""], "--stop number 1: must be 1 to 256 bytes"),
            (["--stop", "x" * 257], "--stop number 1: must be 1 to 256 bytes"),
@@ -604,6 +606,16 @@ def grammar_flags_work_or_say_why_not():
             assert rc == 2 and err.startswith("trellis generate: " + args[0] + ": "), (args, rc, err)
     rc, out, err = run("generate", "-p", "x", "--json-schema", "/nonexistent/schema.json")
     assert rc != 0 and "--json-schema" in err, err
+    # integers as plain digits by default; --json-numbers full compiles too
+    for extra in ([], ["--json-numbers", "canonical"], ["--json-numbers", "full"]):
+        rc, out, err = run("generate", "--chat", "-p", "Pi times 1000, as JSON.", "-n", "24",
+                           "--json", "--temp", "0.9", "--seed", "5", "--json-schema",
+                           '{"type": "array", "items": {"type": "integer"}, "maxItems": 3}',
+                           *extra)
+        assert rc == 0, (extra, err)
+        o = json.loads(out)
+        if extra[-1:] != ["full"]:
+            assert not re.search(r"[0-9][.eE]|-0(?![0-9])", o["text"]), o
 
 @case
 def info_unrunnable_model_is_described():

@@ -124,6 +124,7 @@ static void test_keys_and_hits(void **state) {
     trellis_grammar_options_default(&o);
     o.lenient = true;
     o.whitespace = TRELLIS_WS_PRETTY;
+    o.json_numbers = TRELLIS_JSON_NUMBERS_FULL;
     trellis_grammar *d = NULL;
     assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_REGEX, "[a-c]+xyz", 7, &o,
                                        &d, NULL, 0), TR_OK);
@@ -207,6 +208,12 @@ static void test_errors(void **state) {
     assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, &o,
                                        &h, err, sizeof err), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "options.whitespace is 7"));
+    trellis_grammar_options_default(&o);
+    o.json_numbers = 2;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{}", 0, &o, &h, err,
+                                       sizeof err), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "options.json_numbers is 2, not a TRELLIS_JSON_NUMBERS_* value"));
+    assert_null(h);
     /* too many choice bytes */
     json_t *arr = json_array();
     char item[1100];
@@ -294,9 +301,35 @@ static void test_json_and_ebnf(void **state) {
     grammar_memo_stats ms;
     tr_grammar_get_memo_stats(eb->g, &ms);
     assert_true(ms.masks > 0 && ms.bytes > 0);
+    /* canonical (the default) and full numbers: two entries of one schema */
+    const char *ints = "{\"type\":\"integer\",\"minimum\":0}";
+    trellis_grammar_options_default(&o);
+    assert_int_equal(o.json_numbers, TRELLIS_JSON_NUMBERS_CANONICAL);
+    trellis_grammar *n1 = NULL, *n2 = NULL, *n3 = NULL;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ints, 0, &o, &n1, err,
+                                       sizeof err), TR_OK);
+    o.json_numbers = TRELLIS_JSON_NUMBERS_FULL;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ints, 0, &o, &n2, err,
+                                       sizeof err), TR_OK);
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ints, 0, &o, &n3, err,
+                                       sizeof err), TR_OK);
+    assert_ptr_not_equal(n1, n2);
+    assert_ptr_equal(n2, n3);
+    assert_true(tr_grammar_matches(n1->g, "12", 2));
+    assert_false(tr_grammar_matches(n1->g, "12.0", 4));
+    assert_false(tr_grammar_matches(n1->g, "1e5", 3));
+    assert_true(tr_grammar_matches(n2->g, "12.0", 4));
+    assert_true(tr_grammar_matches(n2->g, "1e5", 3));
+    /* JSON_OBJECT reads it too (its numbers); a regex does not */
+    trellis_grammar *o1 = NULL;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, &o, &o1, err,
+                                       sizeof err), TR_OK);
+    assert_ptr_not_equal(o1, obj);
+    assert_true(tr_grammar_matches(o1->g, "{\"a\": 1e1000}", 13));
+    assert_false(tr_grammar_matches(obj->g, "{\"a\": 1e1000}", 13));
     trellis_grammar_cache_stats st = stats(c);
-    assert_int_equal(st.compiles, 4);
-    trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb};
+    assert_int_equal(st.compiles, 7);
+    trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb, n1, n2, n3, o1};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) trellis_grammar_release(hs[i]);
     tr_gcache_free(c);
     tr_grammar_vocab_free(v);

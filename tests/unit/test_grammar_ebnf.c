@@ -954,6 +954,7 @@ static void test_schema_masks(void **state) {
         const char *sc = k_mb_schemas[si];
         grammar_json_options jo;
         tr_grammar_json_options_default(&jo);
+        jo.numbers = GRAMMAR_JSON_NUM_FULL; /* MaskBench's setting */
         grammar_limits lim;
         tr_grammar_limits_default(&lim);
         grammar *g = NULL, *off = NULL;

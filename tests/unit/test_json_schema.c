@@ -60,14 +60,48 @@ static bool accepts(const char *schema, const char *text) {
     return accepts_opt(schema, &o, text);
 }
 
-/* Every text of yes is accepted, every text of no rejected (NULL-ended). */
-static void check(const char *schema, const char *const *yes, const char *const *no) {
+/* The default options with numbers in mode m (GRAMMAR_JSON_NUM_*). */
+static grammar_json_options numbers_opt(grammar_json_numbers m) {
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.numbers = m;
+    return o;
+}
+
+/* Every text of yes is accepted, every text of no rejected (NULL-ended),
+ * with options o. */
+static void check_opt(const char *schema, const grammar_json_options *o, const char *const *yes,
+                      const char *const *no) {
     for (int i = 0; yes && yes[i]; i++) {
-        if (!accepts(schema, yes[i])) fail_msg("should accept %s under %s", yes[i], schema);
+        if (!accepts_opt(schema, o, yes[i])) fail_msg("should accept %s under %s", yes[i], schema);
     }
     for (int i = 0; no && no[i]; i++) {
-        if (accepts(schema, no[i])) fail_msg("should reject %s under %s", no[i], schema);
+        if (accepts_opt(schema, o, no[i])) fail_msg("should reject %s under %s", no[i], schema);
     }
+}
+
+/* The same with the default options. */
+static void check(const char *schema, const char *const *yes, const char *const *no) {
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    check_opt(schema, &o, yes, no);
+}
+
+/* The same in full-number mode (every JSON spelling of a valid value:
+ * 1.0 and 1e3 are integers). */
+static void check_full(const char *schema, const char *const *yes, const char *const *no) {
+    grammar_json_options o = numbers_opt(GRAMMAR_JSON_NUM_FULL);
+    check_opt(schema, &o, yes, no);
+}
+
+/* Whether t is a canonical integer: an optional minus and digits, no
+ * leading zero, not -0. */
+static bool plain_int(const char *t, size_t n) {
+    size_t i = n && t[0] == '-';
+    if (i == n || (t[i] == '0' && (n > i + 1 || i == 1))) return false;
+    for (; i < n; i++)
+        if (t[i] < '0' || t[i] > '9') return false;
+    return true;
 }
 
 #define Y(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -78,10 +112,10 @@ static void test_types(void **s) {
     (void)s;
     check("{\"type\":\"null\"}", Y("null"), Y("0", "\"null\"", "nul", "null ", " null"));
     check("{\"type\":\"boolean\"}", Y("true", "false"), Y("1", "null", "True"));
-    check("{\"type\":\"integer\"}", Y("0", "-0", "12", "-12", "1.0", "1.000", "1e3", "2E+2"),
-          Y("1.5", "01", "1.", ".5", "+1", "1e-2", "\"1\"", "-"));
-    check("{\"type\":\"number\"}", Y("0", "1.5", "-0.25", "1e-5", "2E+10", "1e400"),
-          Y("01", "1.", ".5", "+1", "NaN", "Infinity", "1e"));
+    check_full("{\"type\":\"integer\"}", Y("0", "-0", "12", "-12", "1.0", "1.000", "1e3", "2E+2"),
+               Y("1.5", "01", "1.", ".5", "+1", "1e-2", "\"1\"", "-"));
+    check_full("{\"type\":\"number\"}", Y("0", "1.5", "-0.25", "1e-5", "2E+10", "1e400"),
+               Y("01", "1.", ".5", "+1", "NaN", "Infinity", "1e"));
     check("{\"type\":\"string\"}", Y("\"\"", "\"a b\"", "\"\\u00e9\\n\\\"\"", "\"\xc3\xa9\"",
                                      "\"\\ud83d\\ude00\""),
           Y("\"\\ud83d\"", "\"\n\"", "\"\\x\"", "'a'", "\"a"));
@@ -111,13 +145,13 @@ static void test_enum_const(void **s) {
 
 static void test_integer_ranges(void **s) {
     (void)s;
-    check("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}",
+    check_full("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}",
           Y("-15", "-1", "0", "-0", "9", "10", "99", "100", "199", "230", "230.0"),
           Y("-16", "231", "1000", "-100", "2300", "1e2"));
     check("{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", Y("1", "9"),
           Y("0", "10", "-0"));
-    check("{\"type\":\"integer\",\"minimum\":5}", Y("5", "1000000000000000000000", "1e+20"),
-          Y("4", "-5"));
+    check_full("{\"type\":\"integer\",\"minimum\":5}", Y("5", "1000000000000000000000", "1e+20"),
+               Y("4", "-5"));
     check("{\"type\":\"integer\",\"minimum\":2.5,\"maximum\":4.5}", Y("3", "4"), Y("2", "5", "3.5"));
     /* draft-04 boolean exclusiveMinimum */
     check("{\"type\":\"integer\",\"minimum\":3,\"exclusiveMinimum\":true}", Y("4"), Y("3"));
@@ -138,8 +172,8 @@ static void test_number_ranges(void **s) {
 
 static void test_multiple_of(void **s) {
     (void)s;
-    check("{\"type\":\"integer\",\"multipleOf\":7}", Y("0", "7", "-14", "700", "7.0"),
-          Y("1", "8", "15", "70.5"));
+    check_full("{\"type\":\"integer\",\"multipleOf\":7}", Y("0", "7", "-14", "700", "7.0"),
+               Y("1", "8", "15", "70.5"));
     check("{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":1,\"maximum\":20}", Y("3", "18"),
           Y("0", "21", "4"));
     check("{\"type\":\"number\",\"multipleOf\":0.01}", Y("1", "1.2", "1.25", "1.250", "-0.07"),
@@ -147,7 +181,9 @@ static void test_multiple_of(void **s) {
     check("{\"type\":\"number\",\"multipleOf\":1.0}", Y("1", "2.0"), Y("2.5"));
 }
 
-/* Every integer in [-300, 300] against ranges, with the validator as oracle. */
+/* Every integer in [-300, 300] against ranges, with the validator as
+ * oracle: in full mode exactly the valid texts, in canonical mode those
+ * of them an integer schema writes as plain digits. */
 static void test_ranges_exhaustive(void **s) {
     (void)s;
     const char *schemas[] = {
@@ -159,9 +195,13 @@ static void test_ranges_exhaustive(void **s) {
         "{\"type\":\"number\",\"maximum\":-9.5}",
         "{\"type\":\"integer\",\"multipleOf\":6,\"minimum\":-50,\"maximum\":250}",
     };
-    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
+    for (size_t k = 0; k < 2 * TR_ARRAY_LEN(schemas); k++) {
+        bool full = k & 1;
+        grammar_json_options o = numbers_opt(full ? GRAMMAR_JSON_NUM_FULL : GRAMMAR_JSON_NUM_CANONICAL);
+        const char *sc = schemas[k / 2];
+        bool plain = !full && strstr(sc, "integer");
         tr_diag d;
-        grammar *g = compile_opt(schemas[k], NULL, &d);
+        grammar *g = compile_opt(sc, &o, &d);
         assert_non_null(g);
         int n = small_scale_json() ? 60 : 300;
         for (int i = -n; i <= n; i++)
@@ -170,14 +210,79 @@ static void test_ranges_exhaustive(void **s) {
                 static const char *const fr[] = {"", ".5", ".25", ".0"};
                 snprintf(t, sizeof t, "%s%d%s", i < 0 ? "-" : "", i < 0 ? -i : i, fr[frac]);
                 bool valid;
-                assert_int_equal(tr_js_check_instance(schemas[k], strlen(schemas[k]), t, strlen(t),
-                                                      &valid, &d),
+                assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, strlen(t), &valid, &d),
                                  TR_OK);
+                bool want = valid && (!plain || plain_int(t, strlen(t)));
                 bool acc = tj_accepts(g, V, t, strlen(t));
-                if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", schemas[k], t, acc, valid);
+                if (acc != want)
+                    fail_msg("%s (%s): %s accepted %d, valid %d", sc, full ? "full" : "canonical", t,
+                             acc, valid);
             }
         tr_grammar_free(g);
     }
+}
+
+/* Canonical numbers (the default): "integer" is an optional minus and
+ * digits (no fraction, exponent, leading zero or -0), ranges and steps
+ * as exact as in full mode; other numbers take at most
+ * GRAMMAR_JSON_MAX_FRAC_DIGITS fraction and GRAMMAR_JSON_MAX_EXP_DIGITS
+ * exponent digits; enum / const values keep every spelling. */
+static void test_canonical_numbers(void **s) {
+    (void)s;
+    assert_int_equal(GRAMMAR_JSON_MAX_FRAC_DIGITS, 20);
+    assert_int_equal(GRAMMAR_JSON_MAX_EXP_DIGITS, 3);
+    check("{\"type\":\"integer\"}", Y("0", "-7", "123", "1000000000000000000000"),
+          Y("1.0", "1e5", "01", "-0", "-01", "1E5", "0.0", "-0.0", "1.5"));
+    check("{\"type\":[\"integer\",\"null\"]}", Y("3", "null", "-3"), Y("3.0", "3e0", "-0"));
+    check("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}",
+          Y("-15", "-1", "0", "9", "10", "199", "230"),
+          Y("-0", "230.0", "2e2", "-16", "231", "010"));
+    check("{\"type\":\"integer\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":10}", Y("0", "9"),
+          Y("-0", "-1", "10", "9.0"));
+    check("{\"type\":\"integer\",\"maximum\":0}", Y("0", "-1", "-123456789012"),
+          Y("-0", "1", "-1.0", "-1e3"));
+    check("{\"type\":\"integer\",\"minimum\":5}", Y("5", "1000000000000000000000"),
+          Y("1e+20", "5.0", "4"));
+    check("{\"type\":\"integer\",\"multipleOf\":7}", Y("0", "7", "-14", "700"),
+          Y("7.0", "7e1", "-0", "1", "070"));
+    check("{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":-20,\"maximum\":20}",
+          Y("-18", "0", "3", "18"), Y("-0", "3.0", "4", "21"));
+    /* a number with an integral step is still a number */
+    check("{\"type\":\"number\",\"multipleOf\":2}", Y("4", "4.0", "-6"), Y("3", "4.5"));
+    /* enum / const values: every spelling of the value, as before */
+    check("{\"enum\":[1.0,2]}", Y("1", "1.0", "2", "2.00"), Y("3"));
+    check("{\"type\":\"integer\",\"const\":3}", Y("3", "3.0"), Y("4"));
+    /* numbers: 20 fraction digits, 3 exponent digits */
+    check("{\"type\":\"number\"}",
+          Y("0.12345678901234567890", "-0.00012345678901234567", "1e308", "5e-324", "1E+001",
+            "1.5"),
+          Y("0.123456789012345678901", "1e1000", "1e0001", "1.000000000000000000000"));
+    check("{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
+          Y("0.99999999999999999999", "1.00000000000000000000", "0", "1"),
+          Y("0.999999999999999999999", "1.000000000000000000000"));
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0}",
+          Y("0.00000000000000000001", "1e5", "0.5e-300"),
+          Y("0.000000000000000000001", "0", "1e1000", "0.5e-3000"));
+    check("{\"type\":\"number\",\"minimum\":0.5,\"exclusiveMaximum\":2.25}",
+          Y("2.24999999999999999999", "0.50000000000000000000", "1.12345678901234567890"),
+          Y("2.249999999999999999999", "1.123456789012345678901"));
+    check("{\"type\":\"number\",\"minimum\":150}", Y("150", "2e3", "1e999", "5e003"),
+          Y("1e1000", "5e0003", "1e1"));
+    /* unconstrained values too */
+    check("true", Y("[1.5, 1e308, 0.12345678901234567890]"), Y("1e1000", "[0.123456789012345678901]"));
+    /* full mode: the JSON grammar as before */
+    check_full("{\"type\":\"number\"}", Y("0.123456789012345678901", "1e1000", "1e0001"), NULL);
+    check_full("{\"type\":\"number\",\"minimum\":150}", Y("1e1000", "5e0003"), Y("1e1"));
+    check_full("{\"type\":\"integer\",\"minimum\":0}", Y("1.0", "1e5", "7"), Y("-1", "-0.0e1"));
+    check_full("true", Y("1e1000", "[0.123456789012345678901]"), NULL);
+    /* an unknown mode is refused, naming it */
+    grammar_json_options o = numbers_opt((grammar_json_numbers)7);
+    grammar *g = NULL;
+    tr_diag d;
+    assert_int_equal(tr_grammar_compile_json_schema("{}", 2, &o, NULL, &g, &d),
+                     TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(d.message, "unknown numbers mode 7"));
+    assert_null(g);
 }
 
 /* ---- strings ---- */
@@ -236,28 +341,40 @@ static void test_patterns(void **s) {
 
 /* A schema whose regex would be too large: the text export refuses it,
  * saying so, and the compile takes it (its automaton as a terminal). */
-static grammar *compile_automaton_only(const char *sc) {
+static grammar *compile_automaton_only_opt(const char *sc, const grammar_json_options *o) {
     char *gt = NULL;
     size_t gn;
     tr_diag d;
-    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), NULL, NULL, &gt, &gn, &d),
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), o, NULL, &gt, &gn, &d),
                      TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(d.message, "too complex"));
-    grammar *g = compile_opt(sc, NULL, &d);
+    grammar *g = compile_opt(sc, o, &d);
     assert_non_null(g);
     return g;
 }
 
-/* The matcher and the compiler's validator agree on t; counts it. */
-static void agrees_with_validator(grammar *g, const char *sc, const char *t, size_t tl,
-                                  int *yes, int *no) {
+static grammar *compile_automaton_only(const char *sc) {
+    return compile_automaton_only_opt(sc, NULL);
+}
+
+/* The matcher and the compiler's validator agree on t (plain: the
+ * grammar takes only the valid texts that are canonical integers);
+ * counts it. */
+static void agrees_plain(grammar *g, const char *sc, bool plain, const char *t, size_t tl,
+                         int *yes, int *no) {
     bool valid;
     tr_diag d;
     assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, tl, &valid, &d), TR_OK);
+    bool want = valid && (!plain || plain_int(t, tl));
     bool acc = tj_accepts(g, V, t, tl);
-    if (acc != valid) fail_msg("%s: %s accepted %d, valid %d", sc, t, acc, valid);
-    *yes += valid;
-    *no += !valid;
+    if (acc != want) fail_msg("%s: %s accepted %d, valid %d", sc, t, acc, valid);
+    *yes += want;
+    *no += !want;
+}
+
+static void agrees_with_validator(grammar *g, const char *sc, const char *t, size_t tl,
+                                  int *yes, int *no) {
+    agrees_plain(g, sc, false, t, tl, yes, no);
 }
 
 /* String constraints whose regex would be too large (a pattern with a
@@ -318,9 +435,12 @@ static void test_automaton_numbers(void **s) {
     };
     uint64_t rng = 4242;
     int n = small_scale_json() ? 150 : 600;
-    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
-        const char *sc = schemas[k];
-        grammar *g = compile_automaton_only(sc);
+    for (size_t k = 0; k < 2 * TR_ARRAY_LEN(schemas); k++) {
+        bool full = k & 1;
+        grammar_json_options o = numbers_opt(full ? GRAMMAR_JSON_NUM_FULL : GRAMMAR_JSON_NUM_CANONICAL);
+        const char *sc = schemas[k / 2];
+        bool plain = !full && strstr(sc, "integer");
+        grammar *g = compile_automaton_only_opt(sc, &o);
         int yes = 0, no = 0;
         for (int i = 0; i < n; i++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -332,7 +452,7 @@ static void test_automaton_numbers(void **s) {
             const char *tail = tails[(rng >> 40) % 8];
             size_t tl = (size_t)snprintf(t, sizeof t, "%lld%s", v, tail);
             if (tail[0] != 'e') {
-                agrees_with_validator(g, sc, t, tl, &yes, &no);
+                agrees_plain(g, sc, plain, t, tl, &yes, &no);
                 continue;
             }
             /* exponent forms of multiples are left out (sound): never an
@@ -945,6 +1065,7 @@ int main(void) {
         cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
         cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_number_ranges),
         cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
+        cmocka_unit_test(test_canonical_numbers),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
         cmocka_unit_test(test_whitespace_counted),

@@ -2,6 +2,7 @@
 streaming with usage, structured outputs, n, logprobs, the radix cache
 in usage, and every error case the server promises."""
 import json
+import re
 import threading
 import time
 
@@ -166,6 +167,55 @@ def test_json_whitespace_extension(client):
             model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
             extra_body={"whitespace": "tabs", "regex": "a"})
     assert e.value.status_code == 400 and "whitespace" in e.value.message
+
+
+INT_SCHEMA = {"type": "object",
+              "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 150},
+                             "year": {"type": "integer"},
+                             "scores": {"type": "array", "maxItems": 3,
+                                        "items": {"type": "integer", "multipleOf": 5,
+                                                  "minimum": -100, "maximum": 100}}},
+              "required": ["age", "year", "scores"], "additionalProperties": False}
+
+
+def test_json_numbers_integers(client):
+    """An integer schema in response_format gives plain digits by default
+    (never 1.0, 1e5 or -0), greedy and sampled; `json_numbers` takes
+    "canonical" or "full", anything else is a 400 naming the field."""
+    def plain_int(s):
+        assert re.fullmatch(r"0|-?[1-9][0-9]*", s), s
+        return int(s)
+
+    def no_float(s):
+        raise AssertionError(f"an integer written as {s!r}")
+
+    for temperature, extra in ((0, None), (1.0, None), (1.0, {"json_numbers": "canonical"})):
+        for seed in (1, 2, 3):
+            r = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "A person's age, birth year "
+                                        "and test scores as JSON, with decimals."}],
+                max_tokens=100, temperature=temperature, seed=seed, extra_body=extra,
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "p", "schema": INT_SCHEMA}})
+            text = r.choices[0].message.content
+            if r.choices[0].finish_reason == "stop":
+                v = json.loads(text, parse_int=plain_int, parse_float=no_float)
+                jsonschema.validate(v, INT_SCHEMA)
+            else:  # cut by max_tokens: the prefix still has no fraction or exponent
+                assert not re.search(r"[0-9][.eE]", text), text
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "A person as JSON."}],
+        max_tokens=100, temperature=0, extra_body={"json_numbers": "full"},
+        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": INT_SCHEMA}})
+    assert r.choices[0].finish_reason in ("stop", "length")
+    for bad in ("exact", 1, "FULL"):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                extra_body={"json_numbers": bad},
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "p", "schema": INT_SCHEMA}})
+        assert e.value.status_code == 400 and "json_numbers" in e.value.message, e.value.message
 
 
 def test_json_object_response_format(client):
