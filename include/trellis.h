@@ -116,8 +116,8 @@ enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
 typedef struct trellis_engine_options {
     const char *device;       /* compute backend by name: NULL or "cpu"
-                                 (default; the only backend in this
-                                 tree: "cuda" comes with kernels/cuda).
+                                 (default), or "cuda" / "cuda:N" (GPU N;
+                                 in builds made with the CUDA toolkit).
                                  An unknown or unavailable name fails
                                  trellis_engine_new, err listing
                                  the backends there are. Borrowed for the

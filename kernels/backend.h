@@ -437,6 +437,8 @@ const tr_backend_reg *tr_backend_reg_get(int i);
 const tr_backend_reg *tr_backend_reg_find(const char *name);
 
 /* Creates backend `name` (NULL = "cpu") with cfg (NULL = defaults).
+ * "name:N" (e.g. "cuda:1") is name with cfg->device = N (a bad suffix:
+ * TR_ERR_INVALID_ARG).
  * Errors, with diag naming what exists: TR_ERR_NOT_FOUND for a name not
  * compiled in ("unknown backend 'tpu' (built in: cpu, cuda)"),
  * TR_ERR_UNSUPPORTED for one not usable here ("backend 'cuda' is not

@@ -6,6 +6,7 @@
  * Thread-safe: a constant table; `available` calls only ask the system.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -39,7 +40,7 @@ static const char *list(char *buf, size_t cap, bool usable) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < tr_backend_reg_count(); i++) {
-        char why[128];
+        char why[256];
         if (usable && !k_regs[i]->available(why, sizeof why)) continue;
         int w = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "",
                          k_regs[i]->name);
@@ -50,6 +51,27 @@ static const char *list(char *buf, size_t cap, bool usable) {
     return buf;
 }
 
+/* "cuda:1" -> base "cuda" in base[cap], *device 1; true if name had a
+ * ":N" suffix. false with *bad set for a suffix that is not a device
+ * ordinal (0..9999). */
+static bool split_device(const char *name, char *base, size_t cap,
+                         int32_t *device, bool *bad) {
+    *bad = false;
+    const char *colon = strchr(name, ':');
+    if (!colon) return false;
+    size_t n = (size_t)(colon - name);
+    const char *d = colon + 1;
+    size_t nd = strlen(d);
+    if (n >= cap || nd == 0 || nd > 4 || strspn(d, "0123456789") != nd) {
+        *bad = true;
+        return false;
+    }
+    memcpy(base, name, n);
+    base[n] = 0;
+    *device = (int32_t)atoi(d);
+    return true;
+}
+
 tr_status tr_backend_new(const char *name, const tr_backend_config *cfg,
                          tr_backend **out, tr_diag *diag) {
     static const tr_backend_config k_default;
@@ -58,7 +80,21 @@ tr_status tr_backend_new(const char *name, const tr_backend_config *cfg,
                            "tr_backend_new: out is NULL");
     if (!name) name = "cpu";
     if (!cfg) cfg = &k_default;
-    char names[128], why[128];
+    char names[128], why[256], base[32];
+    tr_backend_config with_device;
+    bool bad = false;
+    if (split_device(name, base, sizeof base, &with_device.device, &bad)) {
+        int32_t device = with_device.device;
+        with_device = *cfg;
+        with_device.device = device;
+        cfg = &with_device;
+        name = base;
+    } else if (bad) {
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
+                           "backend '%.40s': expected NAME or NAME:DEVICE "
+                           "(e.g. cuda:1)",
+                           name);
+    }
     const tr_backend_reg *r = tr_backend_reg_find(name);
     if (!r)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0,

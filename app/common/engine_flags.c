@@ -25,8 +25,8 @@ static const struct {
     const char *help, *meta, *choices;
 } k_flags[TR_EF_COUNT] = {
     [TR_EF_DEVICE] = {"--device", NULL, CLI_STR, NULL, OFF(device),
-                      "compute backend (built in today: cpu; a CUDA backend plugs in under "
-                      "this name)", "NAME", NULL},
+                      "compute backend: cpu, or cuda / cuda:N (GPU N) in a build with "
+                      "CUDA", "NAME", NULL},
     [TR_EF_THREADS] = {"--threads", "-t", CLI_INT32, "threads", OFF(threads),
                        "CPU compute threads", NULL, NULL},
     [TR_EF_CTX] = {"--ctx", "-c", CLI_INT32, "ctx", OFF(ctx),

@@ -381,6 +381,17 @@ def bad_flag_values_name_the_flag():
     # the backends are the engine's to know (before the weights bind)
     rc, out, err = run("generate", "-p", "x", "--device", "gpu")
     expect_error(rc, err, "trellis generate: --device: unknown backend 'gpu' (built in: cpu")
+    # --device cuda: unknown in a build without it; in a build with it on
+    # a machine without a usable GPU, an error naming the reason
+    # (kernels/cuda/cuda.h); on a GPU it runs
+    rc, out, err = run("generate", "-p", "x", "-n", "1", "--device", "cuda")
+    if rc != 0:
+        reasons = ("no CUDA driver found", "older than the runtime", "no CUDA device found",
+                   "CUDA runtime cannot start")
+        assert rc == 2, (rc, err)
+        assert ("--device: unknown backend 'cuda' (built in: cpu)" in err or
+                ("--device: backend 'cuda' is not available: " in err and
+                 any(r in err for r in reasons))), err
 
 @case
 def bad_bench_and_tokenize_flags():

@@ -52,7 +52,7 @@ static inline void tr_test_kernels_require(int (*runs_here)(const char *set)) {
     const char *s = tr_test_kernels();
     if (s && !runs_here(s)) {
         char why[160];
-        snprintf(why, sizeof why, "kernel set '%s' does not run on this CPU", s);
+        snprintf(why, sizeof why, "kernel set '%s' does not run on this machine", s);
         tr_test_skip_all(why);
     }
 }

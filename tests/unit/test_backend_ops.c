@@ -1284,11 +1284,13 @@ static void test_registry(void **state) {
 static int set_runs_here(const char *set) {
     for (int i = 0; i < tr_backend_reg_count(); i++) {
         const tr_backend_reg *r = tr_backend_reg_get(i);
-        char why[128];
-        for (int k = 0; r->kernel_sets[k]; k++)
-            if (strcmp(r->kernel_sets[k], set) == 0 && r->available(why, sizeof why) &&
-                r->kernels_available(set, why, sizeof why))
+        char why[256];
+        for (int k = 0; r->kernel_sets[k]; k++) {
+            if (strcmp(r->kernel_sets[k], set) != 0) continue;
+            if (r->available(why, sizeof why) && r->kernels_available(set, why, sizeof why))
                 return 1;
+            printf("%s/%s: %s\n", r->name, set, why); /* why it will be SKIPPED */
+        }
     }
     return 0;
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh OUTDIR — the CUDA backend's checks on a GPU machine, in
+# one go, from a bare checkout: configures the model core with the CUDA
+# backend (TRELLIS_CORE_ONLY: a C compiler, CMake and the CUDA toolkit;
+# no PCRE2, jansson, libuv; no network), builds it, runs the GPU tests,
+# and prints one table (step, result, seconds). OUTDIR gets log.txt (every
+# command's output), summary.txt (the table) and build/ (the build tree;
+# TRELLIS_GPU_BUILD=DIR puts it elsewhere).
+#
+# Results: pass, FAIL, or SKIPPED (exit 77: no usable GPU, said why in the
+# log). This script exists to prove things on a GPU, so a SKIPPED step
+# fails the run too: exit 0 only when every step passed.
+#
+# What it runs today (issue 28, phase 1; kernels/cuda/README.md):
+#   test_cuda_open           the device opens, every required op exists
+#   test_backend_ops[cuda]   every op against the CPU's portable reference
+#                            on the op test's grid, the determinism checks
+#                            (a row alone vs in a batch: bit-identical),
+#                            memory, streams and events
+#   test_backend_ops[portable]  the same binary's CPU check, as a control
+# Not yet (the table says so): model parity CPU vs CUDA, the engine on the
+# GPU, the benchmark. Budget: under 8 minutes on one H100/H200 (the build
+# takes ~1-2 of them; the op test's reference runs on one CPU thread).
+#
+# TRELLIS_CUDA_ARCHS overrides CMAKE_CUDA_ARCHITECTURES (default
+# 80-real;90-real;90-virtual, as CMakeLists.txt).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+if [ $# -ne 1 ]; then
+    echo "usage: tests/gpu/run.sh OUTDIR" >&2
+    exit 2
+fi
+out="$1"
+mkdir -p "$out" || exit 2
+out="$(cd "$out" && pwd)"
+log="$out/log.txt"
+table="$out/summary.txt"
+b="${TRELLIS_GPU_BUILD:-$out/build}"
+archs="${TRELLIS_CUDA_ARCHS:-80-real;90-real;90-virtual}"
+jobs="$(nproc 2>/dev/null || echo 4)"
+: >"$log"
+rows=()
+bad=0
+
+# step NAME COMMAND...: runs it with output to the log, records a row.
+step() {
+    local name="$1" t0 rc res
+    shift
+    echo "== $name: $*" >>"$log"
+    t0=$(date +%s.%N)
+    "$@" >>"$log" 2>&1
+    rc=$?
+    local dt
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    case $rc in
+    0) res=pass ;;
+    77) res=SKIPPED; bad=1 ;;
+    *) res="FAIL (exit $rc)"; bad=1 ;;
+    esac
+    echo "== $name: $res in ${dt}s" >>"$log"
+    rows+=("$(printf '%-30s %-16s %8s' "$name" "$res" "$dt")")
+    return $rc
+}
+
+{
+    echo "trellis GPU run, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)"
+    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    command -v nvcc >/dev/null && nvcc --version | tail -1
+} >>"$log" 2>&1
+
+with_env() { # with_env VAR=VALUE... COMMAND...: env for one command
+    env "$@"
+}
+
+if step configure cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=Release \
+        -DTRELLIS_CORE_ONLY=ON -DTRELLIS_CUDA=ON \
+        -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs" &&
+   step build cmake --build "$b" -j "$jobs" --target test_cuda_open test_backend_ops; then
+    t="$b/tests"
+    step test_cuda_open "$t/test_cuda_open"
+    step "test_backend_ops[cuda]" with_env TRELLIS_TEST_KERNELS=sm_80 "$t/test_backend_ops"
+    step "test_backend_ops[portable]" with_env TRELLIS_TEST_KERNELS=portable \
+        TRELLIS_TEST_SCALE=small "$t/test_backend_ops"
+fi
+for name in "model parity (cpu vs cuda)" "engine on the GPU" "benchmark"; do
+    rows+=("$(printf '%-30s %-16s %8s' "$name" "not written yet" "-")")
+done
+
+{
+    printf '%-30s %-16s %8s\n' step result seconds
+    printf '%s\n' "${rows[@]}"
+    if [ "$bad" -eq 0 ]; then
+        echo "every step passed"
+    else
+        echo "NOT every step passed (see $log)"
+    fi
+} | tee "$table"
+exit "$bad"
