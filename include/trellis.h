@@ -414,6 +414,10 @@ typedef struct trellis_request {
     const trellis_message *messages; /* rendered with the model's template */
     int32_t n_messages;
     bool no_generation_prompt; /* messages: do not open an assistant turn */
+    bool continue_final_message; /* messages: the last one, an assistant
+                                    message, stays open (no end of turn, no
+                                    new turn): the completion continues its
+                                    text (assistant prefill) */
 
     /* Sampling (the sampler module's semantics). */
     float temperature;        /* default 1; 0 = greedy */
@@ -428,7 +432,20 @@ typedef struct trellis_request {
     int32_t n_logit_bias;
 
     int32_t max_tokens;       /* >= 1, or -1: as many as context and pool
-                                 allow; 0 is an error. Default 128. */
+                                 allow, or 0: prefill only (the prompt's KV
+                                 is computed and cached in the radix tree,
+                                 nothing is sampled; each sample's DONE
+                                 comes with finish LENGTH, no text and 0
+                                 completion_tokens). Default 128. */
+    int32_t min_tokens;       /* 0..max_tokens (as resolved): before a
+                                 sample has this many tokens, its
+                                 end-of-generation tokens (unless
+                                 ignore_eos) and stop token ids are masked
+                                 out, and a stop string does not end it
+                                 unless it ends at or after that token (an
+                                 occurrence ending earlier is output as
+                                 text). A constraint that completes still
+                                 ends it. Default 0. */
     int32_t n;                /* samples forked from one prompt (1..64) */
     bool logprobs;            /* report the chosen tokens' log-probs */
     int32_t top_logprobs;     /* and this many alternatives (0..20) */
@@ -514,7 +531,8 @@ TRELLIS_API void trellis_request_default(trellis_request *r);
 /* Validates and copies the request, tokenizes the prompt and compiles
  * its regex through the grammar cache (both on the calling thread, never
  * on the engine's), and queues it. Requests that can never run
- * are rejected here, with err saying why: empty prompt, max_tokens 0,
+ * are rejected here, with err saying why: empty prompt, min_tokens above
+ * max_tokens,
  * prompt + max_tokens beyond the context (TRELLIS_ERR_TOO_LONG) or beyond
  * the whole KV pool (TRELLIS_ERR_LIMIT), bad sampling parameters, a bad
  * regex, etc. On success *id_out (may be NULL) receives the request id

@@ -344,7 +344,9 @@ static void on_event(tr_srv *s, trellis_event *ev) {
     tr_srv_choice *ch = &q->choices[ci];
     bool live = q->conn && !q->finished;
     if (q->gen.stream) {
-        if (live && q->stream_open && (ev->text_len || ev->n_tokens))
+        /* a completion's last text goes out with its finish_reason */
+        bool in_finish = ev->kind == TRELLIS_EVENT_DONE && q->gen.api == TR_API_COMPLETION;
+        if (live && q->stream_open && !in_finish && (ev->text_len || ev->n_tokens))
             tr_srv_stream_delta(q, ci, ev);
     } else {
         tr_srv_choice_add(q, ci, ev);
@@ -361,7 +363,7 @@ static void on_event(tr_srv *s, trellis_event *ev) {
     sub->prompt_tokens = ev->metrics.prompt_tokens;
     sub->cached_tokens = ev->index == 0 ? ev->metrics.cached_tokens : sub->cached_tokens;
     tr_srv_metrics_sample(&s->metrics, ev);
-    if (q->gen.stream && live && q->stream_open) tr_srv_stream_finish(q, ci);
+    if (q->gen.stream && live && q->stream_open) tr_srv_stream_finish(q, ci, ev);
     if (ev->request_done) {
         sub->request_done = true;
         s->subs_live--;

@@ -189,14 +189,21 @@ static json_t *finish_json(trellis_finish f) {
     return r ? json_string(r) : json_null();
 }
 
+/* What ended a choice, as SGLang's `matched_stop` and finish_reason's
+ * `matched` say it: the stop string, the stopping token id (EOS or a
+ * stop_token_ids entry), or null (length, a completed constraint). */
+static json_t *matched_stop(const tr_srv_req *q, const tr_srv_choice *ch) {
+    if (ch->finish != TRELLIS_FINISH_STOP) return json_null();
+    if (ch->stop_index >= 0 && ch->stop_index < q->gen.req.n_stop)
+        return json_string(q->gen.req.stop[ch->stop_index]);
+    if (ch->stop_token >= 0) return json_integer(ch->stop_token);
+    return json_null();
+}
+
 static json_t *generate_finish(const tr_srv_req *q, const tr_srv_choice *ch) {
     switch (ch->finish) {
     case TRELLIS_FINISH_STOP:
-        if (ch->stop_index >= 0 && ch->stop_index < q->gen.req.n_stop)
-            return json_pack("{s:s,s:s}", "type", "stop", "matched", q->gen.req.stop[ch->stop_index]);
-        if (ch->stop_token >= 0)
-            return json_pack("{s:s,s:i}", "type", "stop", "matched", ch->stop_token);
-        return json_pack("{s:s,s:n}", "type", "stop", "matched");
+        return json_pack("{s:s,s:o}", "type", "stop", "matched", matched_stop(q, ch));
     case TRELLIS_FINISH_LENGTH:
         return json_pack("{s:s,s:i}", "type", "length", "length", ch->m.completion_tokens);
     case TRELLIS_FINISH_CANCELLED: return json_pack("{s:s,s:s}", "type", "abort", "message", "cancelled");
@@ -216,6 +223,7 @@ static json_t *generate_item(const tr_srv_req *q, int32_t ci, bool partial) {
                              sub->cached_tokens, "e2e_latency",
                              partial ? (double)(uv_hrtime() - q->t_start_ns) / 1e9
                                      : ch->m.e2e_ms / 1000.0);
+    json_object_set_new(meta, "matched_stop", partial ? json_null() : matched_stop(q, ch));
     if (ch->logprobs) json_object_update(meta, ch->logprobs);
     json_t *ids = ch->token_ids ? json_incref(ch->token_ids) : json_array();
     json_t *item = json_pack("{s:o,s:o,s:o}", "text",
@@ -244,11 +252,14 @@ json_t *tr_srv_response_json(const tr_srv_req *q) {
                            ch->logprobs ? json_incref(ch->logprobs) : json_array());
         else if (g->logprobs)
             lp = ch->logprobs ? json_incref(ch->logprobs) : completion_lp_new();
-        json_t *c = chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:o}", "index", i, "message", "role",
-                                     "assistant", "content", text_json(&ch->text), "logprobs", lp,
-                                     "finish_reason", finish_json(ch->finish))
-                         : json_pack("{s:i,s:o,s:o,s:o}", "index", i, "text", text_json(&ch->text),
-                                     "logprobs", lp, "finish_reason", finish_json(ch->finish));
+        json_t *c = chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:o,s:o}", "index", i, "message",
+                                     "role", "assistant", "content", text_json(&ch->text),
+                                     "logprobs", lp, "finish_reason", finish_json(ch->finish),
+                                     "matched_stop", matched_stop(q, ch))
+                         : json_pack("{s:i,s:o,s:o,s:o,s:o}", "index", i, "text",
+                                     text_json(&ch->text), "logprobs", lp, "finish_reason",
+                                     finish_json(ch->finish), "matched_stop",
+                                     matched_stop(q, ch));
         json_array_append_new(choices, c);
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", q->id, "object",
@@ -294,13 +305,14 @@ int tr_srv_stream_open(tr_srv_req *q) {
         return -1;
     tr_srv_metrics_http(&q->srv->metrics, 200);
     if (q->gen.api != TR_API_CHAT) return 0;
-    /* OpenAI's first chunk of each choice carries the role */
-    json_t *choices = json_array();
-    for (int32_t i = 0; i < q->n_choices; i++)
-        json_array_append_new(choices, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta",
-                                                 "role", "assistant", "content", "", "logprobs",
-                                                 "finish_reason"));
-    return send_event(q, chunk(q, choices));
+    /* OpenAI's first chunk of each choice carries the role: one chunk per
+     * choice, as OpenAI sends them */
+    for (int32_t i = 0; i < q->n_choices; i++) {
+        json_t *c = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
+                              "assistant", "content", "", "logprobs", "finish_reason");
+        if (send_event(q, chunk(q, json_pack("[o]", c))) != 0) return -1;
+    }
+    return 0;
 }
 
 int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
@@ -337,8 +349,8 @@ int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
     return send_event(q, chunk(q, json_pack("[o]", c)));
 }
 
-int tr_srv_stream_finish(tr_srv_req *q, int32_t ci) {
-    const tr_srv_choice *ch = &q->choices[ci];
+int tr_srv_stream_finish(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
+    tr_srv_choice *ch = &q->choices[ci];
     if (q->gen.api == TR_API_GENERATE) {
         json_t *item = generate_item(q, ci, true);
         json_object_set_new(json_object_get(item, "meta_info"), "finish_reason",
@@ -351,11 +363,24 @@ int tr_srv_stream_finish(tr_srv_req *q, int32_t ci) {
                               "param", "code");
         send_event(q, e);
     }
-    json_t *c = q->gen.api == TR_API_CHAT
-                    ? json_pack("{s:i,s:{},s:n,s:o}", "index", ci, "delta", "logprobs",
-                                "finish_reason", finish_json(ch->finish))
-                    : json_pack("{s:i,s:s,s:n,s:o}", "index", ci, "text", "", "logprobs",
-                                "finish_reason", finish_json(ch->finish));
+    json_t *c;
+    if (q->gen.api == TR_API_CHAT) { /* OpenAI: an empty delta of its own */
+        c = json_pack("{s:i,s:{},s:n,s:o,s:o}", "index", ci, "delta", "logprobs",
+                      "finish_reason", finish_json(ch->finish), "matched_stop",
+                      matched_stop(q, ch));
+    } else {
+        /* completions: the last piece of text comes with the finish_reason,
+         * with its log-probabilities (empty lists when it has no token)
+         * when they were asked for */
+        json_t *lp = json_null();
+        if (q->gen.logprobs) {
+            lp = completion_lp_new();
+            completion_lp_add(q->srv, lp, ev, &ch->lp_offset);
+        }
+        c = json_pack("{s:i,s:o,s:o,s:o,s:o}", "index", ci, "text",
+                      json_stringn(ev->text, ev->text_len), "logprobs", lp, "finish_reason",
+                      finish_json(ch->finish), "matched_stop", matched_stop(q, ch));
+    }
     return send_event(q, chunk(q, json_pack("[o]", c)));
 }
 

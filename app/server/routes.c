@@ -188,20 +188,64 @@ static void ep_models(tr_srv *s, tr_http_conn *c, const char *path) {
     tr_srv_send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(s)));
 }
 
-/* No model_path or tokenizer_path: SGLang's router takes a path it cannot
- * find on its own disk for a model hub id and tries to download a
- * tokenizer from the network; without them it routes on text alone. The
- * server's file paths are not given out either. chat_template is the
- * GGUF's template text (null when it has none, or while loading), as
- * llama-server's /props gives it: clients that render prompts themselves
- * (and send them to /generate) need it. */
-static void ep_model_info(tr_srv *s, tr_http_conn *c) {
-    tr_srv_send_json(s, c, 200,
-                     json_pack("{s:s,s:s,s:b,s:n,s:s,s:i,s:s?}", "model_id", s->model_id,
-                               "served_model_name", s->model_id, "is_generation", 1,
-                               "preferred_sampling_params", "weight_version", "default",
-                               "max_context_length", s->engine ? s->info.n_ctx : 0,
-                               "chat_template", s->info.chat_template));
+/* The two names answer differently, because two SGLang clients read
+ * them. SGLang's router (sglang-router 0.3.2) asks /model_info first
+ * (/get_model_info only after a 404) and loads a tokenizer from
+ * tokenizer_path or model_path: a name it cannot find on its own disk is
+ * taken for a model hub id and fetched from the network, which blocks it
+ * for minutes where there is none. So /model_info has neither, and the
+ * router routes on text. SGLang's frontend (RuntimeEndpoint) reads
+ * /get_model_info and needs model_path (a KeyError without it), from
+ * which it guesses a chat template by name: there model_path is the
+ * served model name (the server's file paths are never given out), and
+ * a frontend program names its template itself (chat_template_name) when
+ * the name says nothing. chat_template is the GGUF's template text (null
+ * when it has none, or while loading), as llama-server's /props gives
+ * it: clients that render prompts themselves (and send them to
+ * /generate) need it. */
+static void ep_model_info(tr_srv *s, tr_http_conn *c, bool get_alias) {
+    json_t *o = json_pack("{s:s,s:s,s:b,s:n,s:s,s:i,s:s?,s:i}", "model_id", s->model_id,
+                          "served_model_name", s->model_id, "is_generation", 1,
+                          "preferred_sampling_params", "weight_version", "default",
+                          "max_context_length", s->engine ? s->info.n_ctx : 0,
+                          "chat_template", s->info.chat_template, "vocab_size",
+                          s->engine ? s->info.n_vocab : 0);
+    if (o && get_alias) json_object_set_new(o, "model_path", json_string(s->model_id));
+    tr_srv_send_json(s, c, 200, o);
+}
+
+/* Routes of SGLang's server and of OpenAI's API that this server does not
+ * offer: answered at once with 501 and the reason, so that a client
+ * reports it instead of waiting (SGLang's frontend calls
+ * /concate_and_append_request for parallel encoding, and
+ * /start_profile, /stop_profile). */
+static const struct {
+    const char *path;
+    const char *why;
+} unsupported[] = {
+    {"/concate_and_append_request",
+     "concatenating the KV caches of separate requests (SGLang's parallel encoding) is not "
+     "supported; run the branches as one prompt"},
+    {"/v1/embeddings", "embeddings are not supported: this server runs generative models"},
+    {"/encode", "embeddings are not supported: this server runs generative models"},
+    {"/v1/rerank", "reranking is not supported: this server runs generative models"},
+    {"/v1/score", "scoring is not supported"},
+    {"/classify", "classification is not supported: this server runs generative models"},
+    {"/v1/responses", "the Responses API is not supported; use /v1/chat/completions"},
+    {"/v1/audio/transcriptions", "audio is not supported"},
+    {"/v1/images/generations", "images are not supported"},
+    {"/v1/moderations", "moderations are not supported"},
+    {"/start_profile", "profiling is not supported"},
+    {"/stop_profile", "profiling is not supported"},
+    {"/update_weights_from_disk", "weights cannot be updated while serving; restart the server"},
+    {"/abort_request", "aborting by request id is not supported; close the connection to "
+                       "cancel a request"},
+};
+
+static const char *unsupported_why(const char *path) {
+    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
+        if (strcmp(path, unsupported[i].path) == 0) return unsupported[i].why;
+    return NULL;
 }
 
 static json_t *engine_json(tr_srv *s) {
@@ -404,6 +448,12 @@ static const route *find_route(const char *path) {
 void tr_srv_on_request(void *app, tr_http_conn *c, const tr_http_request *r) {
     tr_srv *s = app;
     const route *rt = find_route(r->path);
+    const char *why = rt ? NULL : unsupported_why(r->path);
+    if (why) {
+        tr_srv_errorf(s, c, 501, "invalid_request_error", "not_implemented", NULL,
+                      "%s: %s", r->path, why);
+        return;
+    }
     if (!rt) {
         tr_srv_errorf(s, c, 404, "invalid_request_error", "unknown_url", NULL,
                       "no route for %s %.200s", r->method_name, r->path);
@@ -432,7 +482,7 @@ void tr_srv_on_request(void *app, tr_http_conn *c, const tr_http_request *r) {
     case E_HEALTH: ep_health(s, c); return;
     case E_HEALTH_GEN: tr_srv_gen_health(s, c); return;
     case E_MODELS: ep_models(s, c, r->path); return;
-    case E_MODEL_INFO: ep_model_info(s, c); return;
+    case E_MODEL_INFO: ep_model_info(s, c, strcmp(r->path, "/get_model_info") == 0); return;
     case E_SERVER_INFO: ep_server_info(s, c); return;
     case E_LOAD: ep_load(s, c); return;
     case E_METRICS: ep_metrics(s, c); return;

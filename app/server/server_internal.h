@@ -193,7 +193,9 @@ void tr_srv_cancel_all(tr_srv *s);
 json_t *tr_srv_response_json(const tr_srv_req *q);
 int tr_srv_stream_open(tr_srv_req *q);                         /* headers, role */
 int tr_srv_stream_delta(tr_srv_req *q, int32_t choice, const trellis_event *ev);
-int tr_srv_stream_finish(tr_srv_req *q, int32_t choice);       /* finish_reason */
+/* finish_reason; ev: the choice's DONE event (completions send its text
+ * in this last chunk) */
+int tr_srv_stream_finish(tr_srv_req *q, int32_t choice, const trellis_event *ev);
 int tr_srv_stream_close(tr_srv_req *q);                        /* usage, [DONE] */
 void tr_srv_choice_add(tr_srv_req *q, int32_t choice, const trellis_event *ev);
 const char *tr_srv_finish_reason(trellis_finish f);

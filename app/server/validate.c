@@ -1,7 +1,7 @@
 /* validate.c — see validate_internal.h. One reader per API (chat, completions,
  * generate) over a shared set of field readers that name the field in
  * every error. Unknown fields are ignored, as OpenAI does; fields Trellis
- * knows but cannot honour (tools, echo, suffix, min_tokens...) are refused
+ * knows but cannot honour (tools, echo, suffix, stop_regex...) are refused
  * with a 400 when they ask for something, never silently dropped. */
 #include "app/server/validate_internal.h"
 
@@ -299,18 +299,46 @@ static int read_sampling(rd *r, json_t *o) {
     if ((k = get_int(r, o, "best_of", 1, r->lim->max_n, &x)) < 0) return -1;
     if (k && x != q->n)
         return BAD("best_of", "'best_of' other than n is not supported");
-    if ((k = get_int(r, o, "min_tokens", 0, INT32_MAX, &x)) < 0) return -1;
-    if (k && x > 0) return BAD("min_tokens", "'min_tokens' is not supported");
-    if ((k = get_int(r, o, "min_new_tokens", 0, INT32_MAX, &x)) < 0) return -1;
-    if (k && x > 0) return BAD("min_new_tokens", "'min_new_tokens' is not supported");
+    /* min_tokens (vLLM's name, OpenAI routes) / min_new_tokens (SGLang's);
+     * checked against max_tokens by check_min_tokens */
+    for (int i = 0; i < 2; i++) {
+        const char *key = i ? "min_new_tokens" : "min_tokens";
+        if ((k = get_int(r, o, key, 0, INT32_MAX, &x)) < 0) return -1;
+        if (k) q->min_tokens = (int32_t)x;
+    }
     if (read_stop(r, o, "stop") < 0 || read_stop_ids(r, o) < 0) return -1;
+    /* stop_regex (SGLang): not implemented; refused rather than ignored
+     * (null, "" and [] ask for nothing: SGLang's frontend sends null) */
+    json_t *sr = json_object_get(o, "stop_regex");
+    if (sr && !json_is_null(sr) && !(json_is_string(sr) && json_string_length(sr) == 0) &&
+        !(json_is_array(sr) && json_array_size(sr) == 0)) {
+        char p[96];
+        return BAD(pname(r, "stop_regex", p, sizeof p),
+                   "'%s' is not supported (stop strings and stop_token_ids are; a regex "
+                   "constraint is 'regex')",
+                   p);
+    }
     return 0;
 }
 
-static int read_max_tokens(rd *r, json_t *o, const char *key) {
+/* min_tokens above max_tokens names the field the client sent. */
+static int check_min_tokens(rd *r, json_t *o) {
+    const trellis_request *q = &r->g->req;
+    if (q->min_tokens == 0 || q->max_tokens < 0 || q->min_tokens <= q->max_tokens) return 0;
+    tr_srv_error *err = r->err;
+    char p[96];
+    pname(r, json_object_get(o, "min_new_tokens") ? "min_new_tokens" : "min_tokens", p,
+          sizeof p);
+    return BAD(p, "'%s' is %d, more than the %d tokens the request may generate", p,
+               q->min_tokens, q->max_tokens);
+}
+
+/* lo: 1, or 0 where the API allows a prefill-only request (SGLang's
+ * max_new_tokens, OpenAI completions' max_tokens) */
+static int read_max_tokens(rd *r, json_t *o, const char *key, int64_t lo) {
     int64_t x;
     int32_t cap = r->lim->max_tokens > 0 ? r->lim->max_tokens : INT32_MAX;
-    int k = get_int(r, o, key, 1, cap, &x);
+    int k = get_int(r, o, key, lo, cap, &x);
     if (k == 1) r->g->req.max_tokens = (int32_t)x;
     return k;
 }
@@ -631,12 +659,41 @@ static int read_openai_common(rd *r, json_t *o) {
     return refuse_tools(r, o);
 }
 
+/* How the rendered chat ends. A final assistant message is continued
+ * (assistant prefill, as llama-server does) unless the client asks for
+ * a new turn: continue_final_message false, or add_generation_prompt
+ * true; continue_final_message true needs an assistant message last.
+ * add_generation_prompt false without one: the prompt ends with the last
+ * closed turn. Both true is refused, as vLLM refuses it. */
+static int read_chat_end(rd *r, json_t *o) {
+    tr_srv_gen *g = r->g;
+    tr_srv_error *err = r->err;
+    bool cont = false, gen = true;
+    int kc = get_bool(r, o, "continue_final_message", &cont);
+    int kg = get_bool(r, o, "add_generation_prompt", &gen);
+    if (kc < 0 || kg < 0) return -1;
+    if (kc && kg && cont && gen)
+        return BAD("continue_final_message", "'continue_final_message' and "
+                                             "'add_generation_prompt' cannot both be true");
+    const char *last = g->messages[g->n_messages - 1].role;
+    bool assistant_last = strcmp(last, "assistant") == 0;
+    if (kc && cont && !assistant_last)
+        return BAD("continue_final_message",
+                   "'continue_final_message' needs an assistant message last (the last "
+                   "message's role is '%s')",
+                   last);
+    g->req.continue_final_message = kc ? cont : assistant_last && !(kg && gen);
+    g->req.no_generation_prompt = !gen;
+    return 0;
+}
+
 static int parse_chat(rd *r, json_t *o) {
     tr_srv_gen *g = r->g;
     g->req.max_tokens = -1; /* OpenAI: up to the context */
     if (read_messages(r, o) < 0 || read_openai_common(r, o) < 0) return -1;
-    int k1 = read_max_tokens(r, o, "max_completion_tokens");
-    if (k1 < 0 || (k1 == 0 && read_max_tokens(r, o, "max_tokens") < 0)) return -1;
+    int k1 = read_max_tokens(r, o, "max_completion_tokens", 1);
+    if (k1 < 0 || (k1 == 0 && read_max_tokens(r, o, "max_tokens", 1) < 0)) return -1;
+    if (check_min_tokens(r, o) < 0 || read_chat_end(r, o) < 0) return -1;
     int64_t x;
     int k = get_int(r, o, "top_logprobs", 0, TRELLIS_MAX_TOP_LOGPROBS, &x);
     if (k < 0 || get_bool(r, o, "logprobs", &g->logprobs) < 0) return -1;
@@ -659,7 +716,9 @@ static int parse_completion(rd *r, json_t *o) {
     if (!p || json_is_null(p)) return BAD("prompt", "'prompt' is required");
     bool batch;
     if (read_prompts(r, p, "prompt", &batch) < 0) return -1;
-    if (read_openai_common(r, o) < 0 || read_max_tokens(r, o, "max_tokens") < 0) return -1;
+    if (read_openai_common(r, o) < 0 || read_max_tokens(r, o, "max_tokens", 0) < 0 ||
+        check_min_tokens(r, o) < 0)
+        return -1;
     bool echo = false;
     const char *suffix = NULL;
     if (get_bool(r, o, "echo", &echo) < 0) return -1;
@@ -703,7 +762,8 @@ static int parse_generate(rd *r, json_t *o) {
         rd sub = *r;
         sub.prefix = "sampling_params.";
         if (read_sampling(&sub, sp) < 0 || read_constraint(&sub, sp) < 0) return -1;
-        if (read_max_tokens(&sub, sp, "max_new_tokens") < 0) return -1;
+        if (read_max_tokens(&sub, sp, "max_new_tokens", 0) < 0) return -1;
+        if (check_min_tokens(&sub, sp) < 0) return -1;
         if (read_logit_bias(&sub, sp) < 0) return -1;
     }
     if (get_bool(r, o, "stream", &g->stream) < 0) return -1;

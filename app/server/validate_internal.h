@@ -11,8 +11,9 @@
  *
  * Limits checked here, each naming the field: prompts per request, n,
  * messages (count and bytes), stop strings (count and length), stop token
- * ids, logit_bias entries and range, top_logprobs, max_tokens (>= 1 and
- * at most the configured cap); the rest (prompt length against the
+ * ids, logit_bias entries and range, top_logprobs, max_tokens (>= 1, or
+ * 0 for prefill only where the API allows it: /generate and completions;
+ * at most the configured cap), min_tokens (at most max_tokens); the rest (prompt length against the
  * context, token ids against the vocabulary, the constraint's text) is
  * checked by trellis_submit and trellis_grammar_compile, whose messages
  * the server passes on.

@@ -167,6 +167,8 @@ typedef struct sbuf {
     char *p;
     size_t len, cap;
     tr_status err;
+    size_t mark; /* the end of the latest message content written
+                    (CHAT_END_CONTINUE cuts there) */
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n) {
@@ -300,6 +302,7 @@ static void render_chatml(sbuf *b, const conv *c, bool gen) {
         sb_str(b, role_names[c->r[i]]);
         sb_str(b, "\n");
         sb_str(b, content_of(&c->m[i]));
+        b->mark = b->len;
         sb_str(b, "<|im_end|>\n");
     }
     if (gen) sb_str(b, "<|im_start|>assistant\n");
@@ -310,6 +313,7 @@ static void llama3_turn(sbuf *b, const char *role_name, const char *text) {
     sb_str(b, role_name);
     sb_str(b, "<|end_header_id|>\n\n");
     sb_trim(b, text);
+    b->mark = b->len;
     sb_str(b, "<|eot_id|>");
 }
 
@@ -345,6 +349,7 @@ static void render_gemma(sbuf *b, const conv *c, bool gen) {
             sb_str(b, "\n\n");
         }
         sb_trim(b, content_of(&c->m[i]));
+        b->mark = b->len;
         sb_str(b, "<end_of_turn>\n");
     }
     if (gen) sb_str(b, "<start_of_turn>model\n");
@@ -360,7 +365,7 @@ static void render_llama2(sbuf *b, const conv *c) {
             sb_str(b, "[INST] ");
             if (i == first && sys) {
                 /* .strip() applies to the whole folded content */
-                sbuf f = {NULL, 0, 0, TR_OK};
+                sbuf f = {NULL, 0, 0, TR_OK, 0};
                 sb_str(&f, "<<SYS>>\n");
                 sb_str(&f, sys);
                 sb_str(&f, "\n<</SYS>>\n\n");
@@ -375,6 +380,7 @@ static void render_llama2(sbuf *b, const conv *c) {
         } else {
             sb_str(b, " ");
             sb_trim(b, text);
+            b->mark = b->len;
             sb_str(b, " </s>");
         }
     }
@@ -395,6 +401,7 @@ static void render_mistral(sbuf *b, const conv *c) {
             sb_str(b, " [/INST]");
         } else {
             sb_str(b, text);
+            b->mark = b->len;
             sb_str(b, "</s>");
         }
     }
@@ -402,7 +409,7 @@ static void render_mistral(sbuf *b, const conv *c) {
 
 tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
                       const chat_message *msgs, size_t n,
-                      bool add_generation_prompt, char **out,
+                      chat_render_end end, char **out,
                       size_t *out_len, tr_diag *d) {
     if (!out) return tr_diag_set(d, TR_ERR_INVALID_ARG, 0, "out is NULL");
     if (n > 0 && !msgs)
@@ -413,6 +420,16 @@ tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
                            "unknown chat template kind %d", (int)kind);
     if (n > SIZE_MAX / sizeof(role))
         return tr_diag_set(d, TR_ERR_OVERFLOW, 0, "too many messages");
+    if (end == CHAT_END_CONTINUE &&
+        (n == 0 || !msgs[n - 1].role || strcmp(msgs[n - 1].role, "assistant") != 0)) {
+        char ex[120];
+        excerpt(n && msgs[n - 1].role ? msgs[n - 1].role : "none", 40, ex, sizeof ex);
+        return tr_diag_set(d, TR_ERR_INVALID_ARG, n ? n - 1 : 0,
+                           "continuing the final message needs an assistant "
+                           "message last (the last role is \"%s\")",
+                           ex);
+    }
+    bool add_generation_prompt = end == CHAT_END_GENERATION_PROMPT;
 
     conv c = {msgs, n, NULL, NULL};
     c.r = malloc((n ? n : 1) * sizeof *c.r);
@@ -428,7 +445,7 @@ tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
         return st;
     }
 
-    sbuf b = {NULL, 0, 0, TR_OK};
+    sbuf b = {NULL, 0, 0, TR_OK, 0};
     sb_put(&b, "", 0); /* an empty conversation still yields "" */
     switch (kind) {
     case CHAT_TEMPLATE_CHATML: render_chatml(&b, &c, add_generation_prompt); break;
@@ -443,6 +460,10 @@ tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
         free(b.p);
         return tr_diag_set(d, b.err, 0, "rendering the prompt: %s",
                            tr_status_message(b.err));
+    }
+    if (end == CHAT_END_CONTINUE) { /* the last message is written last */
+        b.len = b.mark;
+        b.p[b.len] = '\0';
     }
     *out = b.p;
     if (out_len) *out_len = b.len;

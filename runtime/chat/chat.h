@@ -124,13 +124,30 @@ tr_status tr_chat_template_default_system(const char *jinja_template,
  * "<end_of_turn>", "</s>"), for stop conditions; NULL for a bad kind. */
 const char *tr_chat_template_end_of_turn(chat_template_kind kind);
 
+/* How the rendered text ends (tr_chat_render's `end`; false and true
+ * are CLOSED and GENERATION_PROMPT, the G of the table above):
+ *   CLOSED             after the last message's end of turn
+ *   GENERATION_PROMPT  then an open assistant turn (G)
+ *   CONTINUE           right after the last message's content, which must
+ *                      be an assistant message (TR_ERR_INVALID_ARG
+ *                      otherwise, naming its role): its end of turn and
+ *                      what follows are not rendered, so the model
+ *                      continues that text (assistant prefill; as
+ *                      transformers' continue_final_message, the content
+ *                      is trimmed where the kind trims it). */
+typedef enum chat_render_end {
+    CHAT_END_CLOSED = 0,
+    CHAT_END_GENERATION_PROMPT = 1,
+    CHAT_END_CONTINUE = 2,
+} chat_render_end;
+
 /* Renders msgs[0..n) (n may be 0) as described above. default_system may
  * be NULL. On success *out is a malloc'd NUL-terminated string (free())
  * and *out_len (if not NULL) its length; on failure nothing is
  * allocated and *out is untouched. */
 tr_status tr_chat_render(chat_template_kind kind, const char *default_system,
                       const chat_message *msgs, size_t n,
-                      bool add_generation_prompt, char **out,
+                      chat_render_end end, char **out,
                       size_t *out_len, tr_diag *diag);
 
 #endif

@@ -112,7 +112,8 @@ struct engine_req {
 
     sampler_params sp;
     sampler_logit_bias *bias; /* owned copy */
-    int32_t max_tokens;      /* resolved (>= 1) */
+    int32_t max_tokens;      /* resolved (>= 0; 0: prefill only) */
+    int32_t min_tokens;      /* 0..max_tokens (trellis_request) */
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos, stream;

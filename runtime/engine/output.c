@@ -75,24 +75,34 @@ static bool push_out_token(engine_seq *s, int32_t tok,
     return true;
 }
 
-/* Emits what of `held` cannot start a stop string; true if one matched. */
+/* Emits what of `held` cannot start a stop string; true if one matched.
+ * Before the sample has min_tokens tokens a stop string does not end it:
+ * each occurrence, earliest first, is emitted as text (trellis.h). */
 static bool scan_stops(engine_seq *s) {
     const engine_req *r = s->req;
-    /* earliest occurrence of any stop string (ties: the earlier one) */
-    size_t best = SIZE_MAX;
-    int32_t which = -1;
-    for (int32_t k = 0; k < r->n_stop; k++) {
-        const char *p = memmem(s->held, s->held_len, r->stop[k], r->stop_len[k]);
-        if (p && (size_t)(p - s->held) < best) {
-            best = (size_t)(p - s->held);
-            which = k;
+    bool may_stop = s->n_gen >= r->min_tokens;
+    for (;;) {
+        /* earliest occurrence of any stop string (ties: the earlier one) */
+        size_t best = SIZE_MAX;
+        int32_t which = -1;
+        for (int32_t k = 0; k < r->n_stop; k++) {
+            const char *p = memmem(s->held, s->held_len, r->stop[k], r->stop_len[k]);
+            if (p && (size_t)(p - s->held) < best) {
+                best = (size_t)(p - s->held);
+                which = k;
+            }
         }
-    }
-    if (which >= 0) {
-        append(&s->out_text, &s->out_len, &s->out_cap, s->held, best);
-        s->held_len = 0;
-        s->stop_index = which;
-        return true;
+        if (which < 0) break;
+        if (may_stop) {
+            append(&s->out_text, &s->out_len, &s->out_cap, s->held, best);
+            s->held_len = 0;
+            s->stop_index = which;
+            return true;
+        }
+        size_t through = best + r->stop_len[which];
+        append(&s->out_text, &s->out_len, &s->out_cap, s->held, through);
+        memmove(s->held, s->held + through, s->held_len - through);
+        s->held_len -= through;
     }
     size_t keep = 0;
     for (int32_t k = 0; k < r->n_stop; k++) {

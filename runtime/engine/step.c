@@ -192,7 +192,8 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     }
     for (int32_t i = 0; i < n_chunk; i++) {
         int32_t t = chunk[i];
-        if (i > 0 && is_stop_token(r, t)) { /* forced, but still a stop */
+        if (i > 0 && is_stop_token(r, t) && s->n_gen >= r->min_tokens) {
+            /* forced, but still a stop */
             end_at_stop_token(e, s, t);
             return;
         }
@@ -227,6 +228,24 @@ static bool mask_allows_eog(const trellis_engine *e, const uint64_t *m) {
     return false;
 }
 
+static void clear_bit(uint64_t *m, int32_t t) {
+    m[(uint32_t)t >> 6] &= ~(UINT64_C(1) << (t & 63));
+}
+
+/* min_tokens (trellis.h): masks out what would end s now, its
+ * end-of-generation tokens (unless ignore_eos) and stop token ids, as
+ * SGLang's min_new_tokens and vLLM's min_tokens do. False when m then
+ * allows nothing (a constraint that may only end: it ends). */
+static bool mask_out_enders(const trellis_engine *e, const engine_seq *s, uint64_t *m) {
+    const engine_req *r = s->req;
+    if (!r->ignore_eos)
+        for (int32_t k = 0; k < e->n_eog; k++) clear_bit(m, e->eog_ids[k]);
+    for (int32_t k = 0; k < r->n_stop_tokens; k++) clear_bit(m, r->stop_tokens[k]);
+    for (size_t k = 0; k < e->n_words; k++)
+        if (m[k]) return true;
+    return false;
+}
+
 /* Fills the masks of the constrained rows (overlapped with the forward),
  * decides which rows the end-of-span rule applies to, and tells the
  * forward which logits sampling will read (e->row_mask: a masked row's
@@ -238,9 +257,19 @@ static void fill_masks(trellis_engine *e, int32_t n_rows) {
         s->mask = NULL;
         s->span_rule = s->span_end = false;
         e->row_mask[i] = NULL;
-        if (!s->cstate) continue;
+        bool ban = s->n_gen < s->req->min_tokens;
+        if (!s->cstate && !ban) continue;
         uint64_t *m = e->masks + (size_t)i * e->n_words;
-        int st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
+        int st = 0;
+        if (s->cstate) {
+            st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
+        } else { /* every token of the vocabulary, none past it */
+            memset(m, 0xff, e->n_words * sizeof *m);
+            if (e->n_vocab % 64)
+                m[e->n_words - 1] = (UINT64_C(1) << (e->n_vocab % 64)) - 1;
+        }
+        if (st == 0 && ban && !mask_out_enders(e, s, m) && s->cstate)
+            st = s->req->cops->fill_mask(s->cstate, m, e->n_words); /* as it was */
         if (st != 0) {
             s->status = st; /* ended after the forward pass */
             continue;
@@ -273,7 +302,8 @@ void tr_engine_step(trellis_engine *e) {
             e->b_seq[nt] = nseq;
             nt++;
         }
-        if (s->n_kv + s->plan == s->len) {
+        if (s->n_kv + s->plan == s->len && s->req->max_tokens > 0) {
+            /* a prefill-only request (max_tokens 0) needs no logits */
             e->b_rows[nrows] = nt - 1;
             e->row_seqs[nrows] = s;
             s->logit_row = nrows++;
@@ -329,6 +359,13 @@ void tr_engine_step(trellis_engine *e) {
         return;
     }
     for (int32_t i = 0; i < nseq; i++) tr_sched_after_forward(e, e->b_seqs[i]);
+    /* prefill only (max_tokens 0): done once the whole prompt is in the
+     * KV; releasing it caches the prompt's pages in the radix tree */
+    for (int32_t i = 0; i < nseq; i++) {
+        engine_seq *s = e->b_seqs[i];
+        if (s->req->max_tokens == 0 && s->n_kv == s->len)
+            tr_engine_end_seq(e, s, TRELLIS_FINISH_LENGTH, TR_OK, NULL);
+    }
     uint64_t t3 = tr_now_ns();
     /* the vocabulary-wide sampling work: half on the (now idle) compute
      * thread when there are enough rows to pay for the hand-off */

@@ -140,7 +140,10 @@ static int build_prompt(const trellis_engine *e, const trellis_request *r,
     tr_diag d = {0};
     tr_status s = tr_chat_render((chat_template_kind)e->chat_kind, e->chat_system,
                               msgs, (size_t)r->n_messages,
-                              !r->no_generation_prompt, &text, &text_len, &d);
+                              r->continue_final_message ? CHAT_END_CONTINUE
+                              : r->no_generation_prompt ? CHAT_END_CLOSED
+                                                        : CHAT_END_GENERATION_PROMPT,
+                              &text, &text_len, &d);
     free(msgs);
     if (s != TR_OK)
         return tr_errf(err, cap, s, "cannot render the chat: %s",
@@ -157,12 +160,14 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
     if (r->n < 1 || r->n > TRELLIS_MAX_N)
         return tr_errf(err, cap, TR_ERR_INVALID_ARG, "n is %d, expected 1..%d",
                        r->n, TRELLIS_MAX_N);
-    if (r->max_tokens == 0)
-        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
-                       "max_tokens is 0: nothing to generate");
     if (r->max_tokens < -1)
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
-                       "max_tokens is %d (expected >= 1, or -1 for as many as fit)",
+                       "max_tokens is %d (expected >= 1, -1 for as many as fit, "
+                       "or 0 for prefill only)",
+                       r->max_tokens);
+    if (r->min_tokens < 0 || (r->max_tokens >= 0 && r->min_tokens > r->max_tokens))
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "min_tokens is %d, expected 0..max_tokens (%d)", r->min_tokens,
                        r->max_tokens);
     if (r->top_logprobs < 0 || r->top_logprobs > TRELLIS_MAX_TOP_LOGPROBS)
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
@@ -271,6 +276,14 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                            n_prompt, e->n_ctx, (long long)pool_tokens);
         }
     }
+    if (r->min_tokens > max_tokens) { /* max_tokens -1, resolved */
+        free(prompt);
+        return tr_errf(err, cap, TR_ERR_TOO_LONG,
+                       "min_tokens is %d, but the prompt (%d tokens) leaves room for "
+                       "only %lld (context %d, KV pool %lld tokens)",
+                       r->min_tokens, n_prompt, (long long)max_tokens, e->n_ctx,
+                       (long long)pool_tokens);
+    }
     int64_t total = (int64_t)n_prompt + max_tokens;
     if (total > e->n_ctx) {
         free(prompt);
@@ -327,6 +340,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     prompt = NULL;
     q->sp = sp;
     q->max_tokens = (int32_t)max_tokens;
+    q->min_tokens = r->min_tokens;
     q->logprobs = r->logprobs;
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;

@@ -62,7 +62,7 @@ static const char MISTRAL_TEMPLATE[] =
 #define M(r, c) {r, c}
 
 static char *render_ok(chat_template_kind k, const char *sys,
-                       const chat_message *m, size_t n, bool gen) {
+                       const chat_message *m, size_t n, chat_render_end gen) {
     char *out = NULL;
     size_t len = 0;
     tr_diag d;
@@ -76,7 +76,7 @@ static char *render_ok(chat_template_kind k, const char *sys,
 }
 
 static void expect_render(chat_template_kind k, const char *sys,
-                          const chat_message *m, size_t n, bool gen,
+                          const chat_message *m, size_t n, chat_render_end gen,
                           const char *want) {
     char *out = render_ok(k, sys, m, n, gen);
     if (strcmp(out, want) != 0)
@@ -364,6 +364,37 @@ static void test_render_errors(void **state) {
                      TR_ERR_INVALID_ARG);
 }
 
+/* CHAT_END_CONTINUE: the final assistant message stays open, in every
+ * kind (trimmed where the kind trims); another last role is refused. */
+static void test_continue_final(void **state) {
+    (void)state;
+    chat_message m[] = {M("user", "Hi"), M("assistant", " The answer is ")};
+    const chat_render_end C = CHAT_END_CONTINUE;
+    expect_render(CHAT_TEMPLATE_CHATML, NULL, m, 2, C,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n The answer is ");
+    expect_render(CHAT_TEMPLATE_LLAMA3, NULL, m, 2, C,
+                  "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\nThe answer is");
+    expect_render(CHAT_TEMPLATE_GEMMA, NULL, m, 2, C,
+                  "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nThe answer is");
+    expect_render(CHAT_TEMPLATE_LLAMA2, NULL, m, 2, C, "[INST] Hi [/INST] The answer is");
+    expect_render(CHAT_TEMPLATE_MISTRAL, NULL, m, 2, C, "[INST] Hi [/INST] The answer is ");
+    /* an empty assistant message: the open turn alone */
+    chat_message e[] = {M("user", "Hi"), M("assistant", "")};
+    expect_render(CHAT_TEMPLATE_CHATML, NULL, e, 2, C,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* the last message must be the assistant's */
+    char *out = (char *)0x1;
+    tr_diag d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(tr_chat_render(CHAT_TEMPLATE_CHATML, NULL, m, 1, C, &out, NULL, &d),
+                     TR_ERR_INVALID_ARG);
+    assert_ptr_equal(out, (char *)0x1);
+    assert_non_null(strstr(d.message, "the last role is \"user\""));
+    assert_int_equal(tr_chat_render(CHAT_TEMPLATE_CHATML, NULL, m, 0, C, &out, NULL, &d),
+                     TR_ERR_INVALID_ARG);
+}
+
 static void test_long_content(void **state) {
     (void)state;
     size_t n = 1 << 20;
@@ -391,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_llama2),
         cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_render_errors),
+        cmocka_unit_test(test_continue_final),
         cmocka_unit_test(test_long_content),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -584,6 +584,169 @@ static void test_stops(void **state) {
     trellis_engine_free(e);
 }
 
+/* max_tokens 0: prefill only. No token, finish LENGTH, the prompt's
+ * full pages cached for the next request; with n = 2 and streaming too. */
+static void test_prefill_only(void **state) {
+    (void)state;
+    fake *f;
+    fake_cfg c = fake_default();
+    trellis_engine *e = fake_engine(&c, &f);
+    int32_t prompt[40];
+    rand_tokens(21, prompt, 40);
+    trellis_request q;
+    trellis_request_default(&q);
+    q.tokens = prompt;
+    q.n_tokens = 40;
+    q.max_tokens = 0;
+    q.n = 2;
+    q.stream = true;
+    q.logprobs = true;
+    result r;
+    run1(e, &q, &r);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(r.s[i].finish, TRELLIS_FINISH_LENGTH);
+        assert_int_equal(r.s[i].n_tokens, 0);
+        assert_int_equal(r.s[i].text_len, 0);
+        assert_int_equal(r.s[i].n_deltas, 0);
+        assert_int_equal(r.s[i].m.completion_tokens, 0);
+        assert_int_equal(r.s[i].m.prompt_tokens, 40);
+    }
+    result_free(&r);
+    trellis_stats st;
+    stats_now(e, &st);
+    assert_int_equal(st.generated_tokens, 0);
+    assert_true(st.pages_cached >= 2); /* 40 tokens: two full pages of 16 */
+    /* the next request with that prompt finds them */
+    q.n = 1;
+    q.max_tokens = 5;
+    q.stream = false;
+    run1(e, &q, &r);
+    assert_int_equal(r.s[0].n_tokens, 5);
+    assert_true(r.s[0].m.cached_tokens >= 32);
+    result_free(&r);
+    assert_int_equal(f->bad, 0);
+    expect_clean(e);
+    trellis_engine_free(e);
+}
+
+/* min_tokens: a favoured end-of-generation token, stop token or stop
+ * string cannot end the sample before it has min_tokens tokens. */
+static void test_min_tokens(void **state) {
+    (void)state;
+    fake *f;
+    fake_cfg c = fake_default();
+    trellis_engine *e = fake_engine(&c, &f);
+    trellis_engine_info info;
+    trellis_engine_get_info(e, &info);
+    assert_true(info.eos >= 0);
+    int32_t prompt[20];
+    rand_tokens(31, prompt, 20);
+    trellis_request q;
+    trellis_request_default(&q);
+    q.tokens = prompt;
+    q.n_tokens = 20;
+    q.max_tokens = 12;
+    q.temperature = 0;
+    q.logprobs = true;
+    /* EOS made the greedy choice: it ends the sample at once... */
+    trellis_logit_bias eos_bias = {info.eos, 50.0f};
+    q.logit_bias = &eos_bias;
+    q.n_logit_bias = 1;
+    result r;
+    run1(e, &q, &r);
+    assert_int_equal(r.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(r.s[0].stop_token, info.eos);
+    assert_int_equal(r.s[0].n_tokens, 0);
+    result_free(&r);
+    /* ...but not before min_tokens: masked until then, taken right after */
+    q.min_tokens = 5;
+    run1(e, &q, &r);
+    assert_int_equal(r.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(r.s[0].stop_token, info.eos);
+    assert_int_equal(r.s[0].n_tokens, 5);
+    for (int i = 0; i < 5; i++) assert_int_not_equal(r.s[0].tokens[i], info.eos);
+    assert_int_equal(r.s[0].m.completion_tokens, 6);
+    result_free(&r);
+    /* ignore_eos: EOS is an ordinary token, not masked */
+    q.ignore_eos = true;
+    run1(e, &q, &r);
+    assert_int_equal(r.s[0].finish, TRELLIS_FINISH_LENGTH);
+    assert_int_equal(r.s[0].tokens[0], info.eos);
+    result_free(&r);
+    q.ignore_eos = false;
+    /* a favoured stop token id: the same */
+    int32_t stok = 1000;
+    trellis_logit_bias stok_bias = {stok, 50.0f};
+    q.logit_bias = &stok_bias;
+    q.stop_tokens = &stok;
+    q.n_stop_tokens = 1;
+    q.min_tokens = 3;
+    run1(e, &q, &r);
+    assert_int_equal(r.s[0].finish, TRELLIS_FINISH_STOP);
+    assert_int_equal(r.s[0].stop_token, stok);
+    assert_int_equal(r.s[0].n_tokens, 3);
+    result_free(&r);
+    q.logit_bias = NULL;
+    q.n_logit_bias = 0;
+    q.stop_tokens = NULL;
+    q.n_stop_tokens = 0;
+    q.logprobs = false;
+    /* a stop string that occurs once, in the 2nd token: it stops there
+     * without min_tokens; with min_tokens = max_tokens it is text */
+    int tested = 0;
+    for (uint64_t seed = 1; seed < 60 && tested < 3; seed++) {
+        q.min_tokens = 0;
+        q.seed = seed;
+        q.temperature = 1;
+        rand_tokens(seed + 100, prompt, 20);
+        result ref;
+        run1(e, &q, &ref);
+        size_t l0 = 0, l1 = 0;
+        const char *t0 = trellis_token_text(e, ref.s[0].tokens[0], &l0);
+        const char *t1 = trellis_token_text(e, ref.s[0].tokens[1], &l1);
+        char stop[64];
+        bool ok = ref.s[0].n_tokens == 12 && l1 >= 2 && l1 < sizeof stop &&
+                  ref.s[0].text_len >= l0 + l1 && memcmp(ref.s[0].text, t0, l0) == 0;
+        if (ok) {
+            memcpy(stop, t1, l1);
+            stop[l1] = 0;
+            const char *at = strstr(ref.s[0].text, stop);
+            ok = at == ref.s[0].text + l0 && !strstr(at + 1, stop) && !memchr(stop, 0, l1);
+            for (size_t k = 0; ok && k < ref.s[0].text_len; k++)
+                ok = (unsigned char)ref.s[0].text[k] < 0x80;
+        }
+        if (!ok) {
+            result_free(&ref);
+            continue;
+        }
+        const char *stops[1] = {stop};
+        q.stop = stops;
+        q.n_stop = 1;
+        q.stream = true;
+        run1(e, &q, &r);
+        assert_int_equal(r.s[0].finish, TRELLIS_FINISH_STOP);
+        assert_int_equal(r.s[0].stop_index, 0);
+        assert_int_equal(r.s[0].text_len, l0);
+        result_free(&r);
+        q.min_tokens = 12;
+        run1(e, &q, &r);
+        assert_int_equal(r.s[0].finish, TRELLIS_FINISH_LENGTH);
+        assert_int_equal(r.s[0].stop_index, -1);
+        assert_int_equal(r.s[0].text_len, ref.s[0].text_len);
+        assert_memory_equal(r.s[0].text, ref.s[0].text, ref.s[0].text_len);
+        result_free(&r);
+        result_free(&ref);
+        q.stop = NULL;
+        q.n_stop = 0;
+        q.stream = false;
+        tested++;
+    }
+    assert_true(tested >= 1);
+    assert_int_equal(f->bad, 0);
+    expect_clean(e);
+    trellis_engine_free(e);
+}
+
 static void test_logprobs_and_greedy(void **state) {
     (void)state;
     fake *f;
@@ -862,8 +1025,17 @@ static void test_rejections(void **state) {
     q.n_tokens = -3;
     REJECT(TRELLIS_ERR_INVALID_ARG, "token array");
     q.n_tokens = 10;
-    q.max_tokens = 0;
-    REJECT(TRELLIS_ERR_INVALID_ARG, "max_tokens is 0");
+    q.max_tokens = -2;
+    REJECT(TRELLIS_ERR_INVALID_ARG, "max_tokens is -2");
+    q.max_tokens = 4;
+    q.min_tokens = 5;
+    REJECT(TRELLIS_ERR_INVALID_ARG, "min_tokens is 5");
+    q.n_tokens = 300;
+    q.max_tokens = -1; /* resolves to the 20 tokens the pool has left */
+    q.min_tokens = 30;
+    REJECT(TRELLIS_ERR_TOO_LONG, "min_tokens is 30");
+    q.n_tokens = 10;
+    q.min_tokens = 0;
     q.max_tokens = 5000; /* above the context (2048) */
     REJECT(TRELLIS_ERR_TOO_LONG, "context");
     q.max_tokens = 400;  /* fits the context, not the pool of 320 tokens */
@@ -1209,6 +1381,8 @@ int main(void) {
         cmocka_unit_test(test_fork_n),
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_logprobs_and_greedy),
+        cmocka_unit_test(test_prefill_only),
+        cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_regex_constraint),
         cmocka_unit_test(test_jump_forward_fake),
         cmocka_unit_test(test_rejections),

@@ -94,6 +94,62 @@ static void test_chat_fields(void **state) {
 
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
 
+/* max_tokens 0 (prefill only) where the API allows it, min_tokens,
+ * stop_regex that asks for nothing, and how a chat ends: a final
+ * assistant message is continued unless a new turn is asked for. */
+static void test_prefill_min_tokens_chat_end(void **state) {
+    (void)state;
+    tr_srv_gen g;
+    tr_srv_error e;
+    assert_int_equal(parse(TR_API_GENERATE,
+                           "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":0,"
+                           "\"stop_regex\":null,\"min_new_tokens\":0}}",
+                           &g, &e),
+                     0);
+    assert_int_equal(g.req.max_tokens, 0);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_COMPLETION,
+                           "{\"prompt\":\"a\",\"max_tokens\":0,\"stop_regex\":[]}", &g, &e),
+                     0);
+    assert_int_equal(g.req.max_tokens, 0);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_CHAT, "{" MSG ",\"max_tokens\":9,\"min_tokens\":9}", &g, &e),
+                     0);
+    assert_int_equal(g.req.min_tokens, 9);
+    assert_false(g.req.continue_final_message);
+    assert_false(g.req.no_generation_prompt);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_GENERATE,
+                           "{\"text\":\"a\",\"sampling_params\":{\"min_new_tokens\":4}}",
+                           &g, &e),
+                     0);
+    assert_int_equal(g.req.min_tokens, 4);
+    tr_srv_gen_free(&g);
+#define PREFILL "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}," \
+                "{\"role\":\"assistant\",\"content\":\"The\"}]"
+    struct {
+        const char *extra;
+        bool cont, no_gen;
+    } cases[] = {
+        {"}", true, false},
+        {",\"continue_final_message\":true,\"add_generation_prompt\":false}", true, true},
+        {",\"continue_final_message\":false}", false, false},
+        {",\"add_generation_prompt\":true}", false, false},
+        {",\"add_generation_prompt\":false}", true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "%s%s", PREFILL, cases[i].extra);
+        assert_int_equal(parse(TR_API_CHAT, body, &g, &e), 0);
+        if (g.req.continue_final_message != cases[i].cont ||
+            g.req.no_generation_prompt != cases[i].no_gen)
+            fail_msg("%s: continue %d, no_generation_prompt %d", body,
+                     g.req.continue_final_message, g.req.no_generation_prompt);
+        tr_srv_gen_free(&g);
+    }
+#undef PREFILL
+}
+
 static void test_chat_errors(void **state) {
     (void)state;
     expect_error(TR_API_CHAT, "{\"messages\":", NULL, "not valid JSON");
@@ -134,7 +190,24 @@ static void test_chat_errors(void **state) {
                  "stream_options.include_usage", NULL);
     expect_error(TR_API_CHAT, "{" MSG ",\"model\":5}", "model", NULL);
     expect_error(TR_API_CHAT, "{" MSG ",\"tools\":[{}]}", "tools", "not supported");
-    expect_error(TR_API_CHAT, "{" MSG ",\"min_tokens\":3}", "min_tokens", "not supported");
+    expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":2,\"min_tokens\":3}", "min_tokens",
+                 "more than the 2");
+    expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":0}", "max_tokens", NULL);
+    expect_error(TR_API_CHAT, "{" MSG ",\"continue_final_message\":true}",
+                 "continue_final_message", "role is 'user'");
+    expect_error(TR_API_CHAT,
+                 "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"}],"
+                 "\"continue_final_message\":true,\"add_generation_prompt\":true}",
+                 "continue_final_message", "both");
+    expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"stop_regex\":\"x+\"}", "stop_regex",
+                 "not supported");
+    expect_error(TR_API_GENERATE,
+                 "{\"text\":\"a\",\"sampling_params\":{\"stop_regex\":[\"x\"]}}",
+                 "sampling_params.stop_regex", "not supported");
+    expect_error(TR_API_GENERATE,
+                 "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":1,"
+                 "\"min_new_tokens\":2}}",
+                 "sampling_params.min_new_tokens", "more than the 1");
     expect_error(TR_API_CHAT, "{" MSG ",\"best_of\":3}", "best_of", NULL);
     expect_error(TR_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}",
                  "messages[0].content", "NUL");
@@ -305,7 +378,7 @@ static void test_completions_and_generate(void **state) {
                  NULL);
     expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"sampling_params\":{\"temperature\":\"x\"}}",
                  "sampling_params.temperature", NULL);
-    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":0}}",
+    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":-1}}",
                  "sampling_params.max_new_tokens", NULL);
     expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"top_logprobs_num\":2}", "top_logprobs_num",
                  NULL);
@@ -438,6 +511,7 @@ static void test_auth(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),
+        cmocka_unit_test(test_prefill_min_tokens_chat_end),
         cmocka_unit_test(test_chat_errors),
         cmocka_unit_test(test_limits_at_the_edge),
         cmocka_unit_test(test_constraints),

@@ -1,0 +1,221 @@
+"""What SGLang's clients (its frontend's RuntimeEndpoint, its router) and
+OpenAI clients read beyond the basics: /get_model_info's model_path,
+prefill-only requests (max_new_tokens 0), min_new_tokens / min_tokens,
+matched_stop, stop_regex refused by name, routes that are not offered
+answered at once, streaming with n > 1, the last streamed completion chunk,
+and assistant prefill. docs/compatibility.md is kept true by these."""
+import json
+import time
+
+import pytest
+
+from conftest import raw_connect, read_all
+
+
+def sse_events(server, path, body):
+    """The data: payloads of a streamed answer, parsed ([DONE] last)."""
+    s = raw_connect(server.port)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Type: application/json\r\nContent-Length: " +
+              str(len(data)).encode() + b"\r\n\r\n" + data)
+    raw = read_all(s, 60)
+    s.close()
+    head, _, body_raw = raw.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], raw[:500]
+    # de-chunk
+    out, rest = b"", body_raw
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        rest = rest[n + 2:]
+    events = []
+    for line in out.decode().split("\n"):
+        if line.startswith("data: "):
+            p = line[6:]
+            events.append(p if p == "[DONE]" else json.loads(p))
+    assert events and events[-1] == "[DONE]", out[-500:]
+    return events[:-1]
+
+
+def test_model_info_for_sglang_clients(server):
+    # the frontend (RuntimeEndpoint) reads /get_model_info["model_path"]
+    st, r = server.get("/get_model_info")
+    assert st == 200 and r["model_path"] == r["served_model_name"] == r["model_id"]
+    assert ".gguf" not in json.dumps(r) and "/" not in r["model_path"]
+    assert r["is_generation"] is True and r["max_context_length"] == 2048
+    assert r["vocab_size"] > 0
+    # the router reads /model_info first and would fetch a tokenizer for a
+    # model_path or tokenizer_path it cannot find on its disk
+    st, r = server.get("/model_info")
+    assert st == 200 and "model_path" not in r and "tokenizer_path" not in r
+
+
+def test_prefill_only_generate(server):
+    server.post("/flush_cache", {})
+    prompt = "The quick brown fox jumps over the lazy dog. " * 6
+    st, r = server.post("/generate", {"text": prompt, "sampling_params": {"max_new_tokens": 0}})
+    assert st == 200, r
+    m = r["meta_info"]
+    assert r["text"] == "" and r["output_ids"] == []
+    assert m["finish_reason"] == {"type": "length", "length": 0}
+    assert m["matched_stop"] is None
+    assert m["completion_tokens"] == 0 and m["prompt_tokens"] > 32
+    # its pages are in the radix cache: the next request finds them
+    st, r2 = server.post("/generate", {"text": prompt + "It",
+                                       "sampling_params": {"max_new_tokens": 2}})
+    assert st == 200 and r2["meta_info"]["cached_tokens"] >= 32, r2
+    # a batch of prefill-only prompts (SGLang's frontend caches prefixes so)
+    st, r = server.post("/generate", {"text": ["a b c", "d e f"],
+                                      "sampling_params": {"max_new_tokens": 0, "n": 1}})
+    assert st == 200 and [x["text"] for x in r] == ["", ""], r
+    # streamed: one last event, then [DONE]
+    ev = sse_events(server, "/generate", {"text": "hello there", "stream": True,
+                                          "sampling_params": {"max_new_tokens": 0}})
+    assert len(ev) == 1 and ev[0]["text"] == ""
+    assert ev[0]["meta_info"]["finish_reason"]["type"] == "length"
+    server.wait_idle()
+
+
+def test_prefill_only_completions(client, server):
+    r = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Once upon a time",
+                                  max_tokens=0)
+    c = r.choices[0]
+    assert c.text == "" and c.finish_reason == "length"
+    assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens > 0
+    # chat completions keep OpenAI's minimum of 1
+    st, e = server.post("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})
+    assert st == 400 and e["error"]["param"] == "max_tokens"
+
+
+def eos_run(server, **extra):
+    # the end-of-turn token made the greedy choice by logit_bias
+    body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 12, "temperature": 0,
+            "logit_bias": {"2": 100}}
+    body.update(extra)
+    st, r = server.post("/v1/completions", body)
+    assert st == 200, r
+    return r
+
+
+def test_min_tokens_and_matched_stop(server):
+    r = eos_run(server)
+    c = r["choices"][0]
+    assert c["finish_reason"] == "stop" and c["text"] == "" and c["matched_stop"] == 2, r
+    r = eos_run(server, min_tokens=4)
+    c = r["choices"][0]
+    assert c["finish_reason"] == "stop" and c["matched_stop"] == 2, r
+    assert r["usage"]["completion_tokens"] == 5  # 4 tokens, then the stop token
+    # native: min_new_tokens; matched_stop in meta_info and in finish_reason
+    st, r = server.post("/generate", {"text": "Count: 1, 2, 3,", "sampling_params": {
+        "max_new_tokens": 12, "min_new_tokens": 3, "temperature": 0,
+        "logit_bias": {"2": 100}}})
+    assert st == 200, r
+    m = r["meta_info"]
+    assert m["completion_tokens"] == 4 and len(r["output_ids"]) == 3, r
+    assert m["matched_stop"] == 2 and m["finish_reason"] == {"type": "stop", "matched": 2}
+    # min above max: a 400 naming the field the client sent
+    st, e = server.post("/generate", {"text": "a", "sampling_params": {
+        "max_new_tokens": 2, "min_new_tokens": 3}})
+    assert st == 400 and e["error"]["param"] == "sampling_params.min_new_tokens", e
+    # a stop string: matched_stop is the string, in both APIs
+    st, r = server.post("/generate", {"text": "Count: 1, 2, 3,", "sampling_params": {
+        "max_new_tokens": 16, "temperature": 0, "stop": [" 5"]}})
+    m = r["meta_info"]
+    if m["finish_reason"]["type"] == "stop":
+        assert m["matched_stop"] == m["finish_reason"]["matched"]
+    st, r = server.post("/v1/completions", {"prompt": "Count: 1, 2, 3,", "max_tokens": 16,
+                                            "temperature": 0, "stop": [","]})
+    c = r["choices"][0]
+    assert c["finish_reason"] == "stop" and c["matched_stop"] == ",", r
+    # length: null
+    r = eos_run(server, logit_bias={}, max_tokens=2, ignore_eos=True)
+    assert r["choices"][0]["matched_stop"] is None
+
+
+def test_stop_regex_refused(server):
+    st, e = server.post("/generate", {"text": "a", "sampling_params": {
+        "max_new_tokens": 2, "stop_regex": "[0-9]+"}})
+    assert st == 400 and e["error"]["param"] == "sampling_params.stop_regex", e
+    assert "not supported" in e["error"]["message"]
+    # what SGLang's frontend sends by default: null
+    st, r = server.post("/generate", {"text": "a", "sampling_params": {
+        "max_new_tokens": 1, "stop_regex": None}})
+    assert st == 200, r
+
+
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/concate_and_append_request"), ("POST", "/v1/embeddings"),
+    ("GET", "/start_profile"), ("POST", "/v1/responses"), ("POST", "/encode"),
+])
+def test_unoffered_routes_answer_at_once(server, method, path):
+    t = time.time()
+    st, e = server.request(method, path, {"src_rids": ["a"], "dst_rid": "b"}, timeout=5)
+    assert st == 501 and e["error"]["code"] == "not_implemented", e
+    assert path in e["error"]["message"] and time.time() - t < 2
+
+
+def test_unknown_routes_do_not_hang(server):
+    for method in ("GET", "POST", "PUT", "DELETE"):
+        t = time.time()
+        st, e = server.request(method, "/no/such/route", {} if method != "GET" else None,
+                               timeout=5)
+        assert st == 404 and time.time() - t < 2, (method, st, e)
+
+
+def test_stream_n2_role_chunks_and_finish(server):
+    ev = sse_events(server, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Say hi"}], "n": 2, "max_tokens": 4,
+        "stream": True, "seed": 1})
+    roles = [e for e in ev if any("role" in c["delta"] for c in e["choices"])]
+    assert len(roles) == 2 and all(len(e["choices"]) == 1 for e in roles)
+    assert sorted(e["choices"][0]["index"] for e in roles) == [0, 1]
+    finals = [c for e in ev for c in e["choices"] if c["finish_reason"]]
+    assert sorted(c["index"] for c in finals) == [0, 1]
+    assert all(c["delta"] == {} for c in finals)
+
+
+def test_stream_completion_last_chunk(server):
+    body = {"prompt": "The sky is", "max_tokens": 5, "temperature": 0, "logprobs": 2,
+            "stream": True, "ignore_eos": True}
+    ev = sse_events(server, "/v1/completions", body)
+    chunks = [c for e in ev for c in e["choices"]]
+    last = chunks[-1]
+    assert last["finish_reason"] == "length"
+    # the last chunk is a real piece: its text and its log-probabilities
+    assert last["text"] != "" and last["logprobs"] is not None
+    assert len(last["logprobs"]["tokens"]) >= 1
+    assert all(c["logprobs"] is not None for c in chunks)
+    st, whole = server.post("/v1/completions", dict(body, stream=False))
+    assert "".join(c["text"] for c in chunks) == whole["choices"][0]["text"]
+    n = sum(len(c["logprobs"]["tokens"]) for c in chunks)
+    assert n == len(whole["choices"][0]["logprobs"]["tokens"]) == 5
+
+
+def test_assistant_prefill(client, server):
+    msgs = [{"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"}]
+    # continued (the default with a final assistant message): the turn is
+    # open, so the prompt ends with the prefill text
+    r = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=msgs,
+                                       max_tokens=1, temperature=0, logprobs=True)
+    cont_prompt = r.usage.prompt_tokens
+    # closed with a new turn (vLLM's default), asked explicitly
+    r2 = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=1, temperature=0,
+        extra_body={"add_generation_prompt": True})
+    # the closed form adds "<|im_end|>\n<|im_start|>assistant\n"
+    assert r2.usage.prompt_tokens > cont_prompt
+    r3 = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1", messages=msgs, max_tokens=1, temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert r3.usage.prompt_tokens == cont_prompt
+    assert r3.choices[0].message.content == r.choices[0].message.content
+    # continue_final_message with a user message last: a 400 naming it
+    st, e = server.post("/v1/chat/completions", {"messages": msgs[:1],
+                                                 "continue_final_message": True})
+    assert st == 400 and e["error"]["param"] == "continue_final_message", e
