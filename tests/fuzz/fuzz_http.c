@@ -46,7 +46,11 @@ static void check_validate(tr_srv_api api, const char *body, size_t len) {
         if (g.req.n < 1 || g.req.n > lim.max_n) abort();
         if (api != TR_API_CHAT && g.n_prompts < 1) abort();
         if (api == TR_API_CHAT && g.req.n_messages < 1) abort();
-        if (g.req.max_tokens == 0 || g.req.n_stop > TRELLIS_MAX_STOP) abort();
+        /* 0 = prefill only, which chat completions refuse (OpenAI's rule) */
+        if (g.req.max_tokens < -1 || (api == TR_API_CHAT && g.req.max_tokens == 0)) abort();
+        if (g.req.min_tokens < 0 || (g.req.max_tokens >= 0 && g.req.min_tokens > g.req.max_tokens))
+            abort();
+        if (g.req.n_stop > TRELLIS_MAX_STOP) abort();
         if (g.con == TR_CON_CHOICE && (g.n_choices < 1 || !g.choices)) abort();
     }
     tr_srv_gen_free(&g);
