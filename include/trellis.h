@@ -454,6 +454,21 @@ typedef struct trellis_request {
     int32_t n_stop;
     const int32_t *stop_tokens; /* stop token ids (not emitted) */
     int32_t n_stop_tokens;
+    /* Stop patterns (SGLang's stop_regex): regular expressions in the
+     * grammar's regex dialect, each at most TRELLIS_MAX_STOP_LEN bytes, at
+     * most TRELLIS_MAX_STOP of them. The sample ends where its output
+     * first contains a match (the earliest END of a match; ties: the
+     * match starting first, a stop string before a pattern); the text
+     * before the match is the output, the match is not. Text that may
+     * begin a match is held back, at most 256 bytes; a longer match's
+     * older part may already have been emitted when it completes. ^ and
+     * $ hold at the match's own ends. A pattern matching the empty
+     * string, or one that does not compile within the stop budgets (100
+     * ms, 10,000 DFA states), is refused by trellis_submit. The DONE
+     * event's stop_index is n_stop + k for pattern k. min_tokens applies
+     * as for stop strings. */
+    const char *const *stop_regex;
+    int32_t n_stop_regex;
 
     /* Constraint (at most one of grammar, regex, constraint): a compiled
      * grammar (borrowed: trellis_submit takes its own reference), a regex
@@ -619,7 +634,8 @@ typedef struct trellis_event {
     trellis_finish finish;
     int status;           /* TRELLIS_OK unless finish is ERROR */
     const char *error;    /* "" unless finish is ERROR */
-    int32_t stop_index;   /* the stop string that matched, else -1 */
+    int32_t stop_index;   /* the stop string that matched (n_stop + k:
+                             stop pattern k), else -1 */
     int32_t stop_token;   /* the token that stopped (EOS/stop id), else -1 */
     bool request_done;    /* the request's last DONE event */
     trellis_metrics metrics;

@@ -194,8 +194,11 @@ static json_t *finish_json(trellis_finish f) {
  * stop_token_ids entry), or null (length, a completed constraint). */
 static json_t *matched_stop(const tr_srv_req *q, const tr_srv_choice *ch) {
     if (ch->finish != TRELLIS_FINISH_STOP) return json_null();
-    if (ch->stop_index >= 0 && ch->stop_index < q->gen.req.n_stop)
-        return json_string(q->gen.req.stop[ch->stop_index]);
+    const trellis_request *r = &q->gen.req;
+    if (ch->stop_index >= 0 && ch->stop_index < r->n_stop)
+        return json_string(r->stop[ch->stop_index]);
+    if (ch->stop_index >= r->n_stop && ch->stop_index < r->n_stop + r->n_stop_regex)
+        return json_string(r->stop_regex[ch->stop_index - r->n_stop]);
     if (ch->stop_token >= 0) return json_integer(ch->stop_token);
     return json_null();
 }

@@ -127,20 +127,27 @@ static int nomem(tr_srv_error *err) {
 
 /* ---- sampling fields shared by every API ---- */
 
-static int read_stop(rd *r, json_t *o, const char *key) {
+/* A string or an array of strings (stop strings, stop patterns) into an
+ * owned array of borrowed strings; *out_n gets the count. For
+ * stop_regex, "" asks for nothing (SGLang's frontend sends it). */
+static int read_strings(rd *r, json_t *o, const char *key, const char ***out,
+                        int32_t *out_n) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
     tr_srv_error *err = r->err;
-    tr_srv_gen *g = r->g;
     char p[96];
     pname(r, key, p, sizeof p);
+    bool patterns = strcmp(key, "stop_regex") == 0;
+    if (patterns && json_is_string(v) && json_string_length(v) == 0) return 0;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
     if (n == (size_t)-1) return BAD(p, "'%s' must be a string or an array of strings", p);
     if (n > TRELLIS_MAX_STOP)
         return BAD(p, "'%s' has %zu strings, at most %d are allowed", p, n, TRELLIS_MAX_STOP);
     if (n == 0) return 0;
-    g->stop = calloc(n, sizeof *g->stop);
-    if (!g->stop) return nomem(err);
+    const char **a = calloc(n, sizeof *a);
+    if (!a) return nomem(err);
+    free(*out);
+    *out = a;
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_string(v) ? v : json_array_get(v, i);
         if (!json_is_string(s)) return BAD(p, "'%s[%zu]' must be a string", p, i);
@@ -149,11 +156,17 @@ static int read_stop(rd *r, json_t *o, const char *key) {
         if (len > TRELLIS_MAX_STOP_LEN || strlen(json_string_value(s)) != len)
             return BAD(p, "'%s[%zu]' is %zu bytes, at most %d are allowed (and no NUL)", p, i,
                        len, TRELLIS_MAX_STOP_LEN);
-        g->stop[i] = json_string_value(s);
+        a[i] = json_string_value(s);
     }
-    g->req.stop = g->stop;
-    g->req.n_stop = (int32_t)n;
+    *out_n = (int32_t)n;
     return 1;
+}
+
+static int read_stop(rd *r, json_t *o, const char *key) {
+    tr_srv_gen *g = r->g;
+    int k = read_strings(r, o, key, &g->stop, &g->req.n_stop);
+    g->req.stop = g->stop;
+    return k;
 }
 
 static int read_stop_ids(rd *r, json_t *o) {
@@ -307,17 +320,11 @@ static int read_sampling(rd *r, json_t *o) {
         if (k) q->min_tokens = (int32_t)x;
     }
     if (read_stop(r, o, "stop") < 0 || read_stop_ids(r, o) < 0) return -1;
-    /* stop_regex (SGLang): not implemented; refused rather than ignored
-     * (null, "" and [] ask for nothing: SGLang's frontend sends null) */
-    json_t *sr = json_object_get(o, "stop_regex");
-    if (sr && !json_is_null(sr) && !(json_is_string(sr) && json_string_length(sr) == 0) &&
-        !(json_is_array(sr) && json_array_size(sr) == 0)) {
-        char p[96];
-        return BAD(pname(r, "stop_regex", p, sizeof p),
-                   "'%s' is not supported (stop strings and stop_token_ids are; a regex "
-                   "constraint is 'regex')",
-                   p);
-    }
+    /* stop_regex (SGLang): patterns compiled by trellis_submit, whose
+     * refusals (syntax, budgets, the empty match) come back as 400s */
+    if (read_strings(r, o, "stop_regex", &r->g->stop_regex, &r->g->req.n_stop_regex) < 0)
+        return -1;
+    r->g->req.stop_regex = r->g->stop_regex;
     return 0;
 }
 
@@ -815,6 +822,7 @@ void tr_srv_gen_free(tr_srv_gen *g) {
     free(g->messages);
     free(g->prompts);
     free(g->stop);
+    free(g->stop_regex);
     free(g->stop_tokens);
     free(g->bias);
     memset(g, 0, sizeof *g);

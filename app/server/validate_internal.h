@@ -97,6 +97,7 @@ typedef struct tr_srv_gen {
     tr_srv_prompt *prompts;     /* completions / generate: owned array */
     int32_t n_prompts;
     const char **stop;          /* owned array of borrowed strings */
+    const char **stop_regex;    /* the same, for stop patterns */
     int32_t *stop_tokens;       /* owned */
     trellis_logit_bias *bias;   /* owned */
 

@@ -110,6 +110,7 @@ void tr_engine_req_free(engine_req *r) {
         free(s->pages);
         free(s->spare);
         free(s->held);
+        tr_stop_scan_free(s->stop_scan);
         free(s->out_text);
         free(s->out_tokens);
         free(s->out_lp);
@@ -121,6 +122,7 @@ void tr_engine_req_free(engine_req *r) {
     free(r->stop);
     free(r->stop_len);
     free(r->stop_tokens);
+    tr_stop_regex_set_free(r->stop_rx);
     free(r->bias);
     free(r->prompt);
     free(r);

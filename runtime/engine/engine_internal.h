@@ -5,6 +5,7 @@
  *   sched.c    admission, page reservation, preemption, release
  *   step.c     one step: batch, forward (overlapped), sampling, stops
  *   output.c   detokenization, stop strings, events
+ *   stop_regex.c stop patterns (stop_regex_internal.h)
  *   compute.c  the real model behind engine_compute, the compute thread
  *   options.c  the table of option defaults and bounds
  *   grammar_*.c grammar handles and their compile cache (grammar_cache_internal.h)
@@ -41,6 +42,7 @@
 #include "runtime/engine/constraint_internal.h"
 #include "runtime/engine/engine_compute_internal.h"
 #include "runtime/engine/grammar_cache_internal.h"
+#include "runtime/engine/stop_regex_internal.h"
 
 typedef struct engine_req engine_req;
 typedef struct engine_seq engine_seq;
@@ -82,6 +84,7 @@ struct engine_seq {
 
     tokenizer_stream ts;
     char *held;              /* text held back (may start a stop string) */
+    tr_stop_scan *stop_scan; /* stop patterns' runs (NULL: none asked) */
     size_t held_len, held_cap;
     char *out_text;          /* text not yet handed out in an event */
     size_t out_len, out_cap;
@@ -122,6 +125,8 @@ struct engine_req {
     int32_t n_stop;
     int32_t *stop_tokens;
     int32_t n_stop_tokens;
+    tr_stop_regex_set *stop_rx; /* compiled stop patterns (NULL: none);
+                                   stop_index n_stop + k is pattern k */
 
     const trellis_constraint_ops *cops; /* NULL: unconstrained */
     bool jump_forward;       /* cops has forced_bytes and rollback, and the

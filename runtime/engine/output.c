@@ -14,6 +14,9 @@
  * never emitted, not even partly, and text is delayed by at most
  * max(stop length) - 1 bytes. The cut points are character boundaries
  * because the stop strings are valid UTF-8 (checked by trellis_submit).
+ * Stop patterns (stop_regex_internal.h) hold text the same way: from the
+ * earliest position where a match may still begin, at most
+ * TR_STOP_REGEX_HOLD bytes back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,12 +78,20 @@ static bool push_out_token(engine_seq *s, int32_t tok,
     return true;
 }
 
-/* Emits what of `held` cannot start a stop string; true if one matched.
- * Before the sample has min_tokens tokens a stop string does not end it:
- * each occurrence, earliest first, is emitted as text (trellis.h). */
-static bool scan_stops(engine_seq *s) {
+/* Emits what of `held` cannot start a stop string or a stop pattern's
+ * match; true if one ended the sample. `fresh`: bytes just appended to
+ * held (the stop patterns have seen the rest). The first stop to END in
+ * the text wins (ties: the one starting first; a stop string before a
+ * pattern). Before the sample has min_tokens tokens a stop does not end
+ * it: each stop-string occurrence, earliest first, is emitted as text
+ * (trellis.h). */
+static bool scan_stops(engine_seq *s, size_t fresh) {
     const engine_req *r = s->req;
     bool may_stop = s->n_gen >= r->min_tokens;
+    size_t hold_rx = s->held_len;
+    tr_stop_hit hit = {0};
+    bool rx = s->stop_scan && tr_stop_scan_feed(s->stop_scan, s->held, s->held_len,
+                                                fresh, may_stop, &hit, &hold_rx);
     for (;;) {
         /* earliest occurrence of any stop string (ties: the earlier one) */
         size_t best = SIZE_MAX;
@@ -92,6 +103,13 @@ static bool scan_stops(engine_seq *s) {
                 which = k;
             }
         }
+        size_t str_end = which >= 0 ? best + r->stop_len[which] : SIZE_MAX;
+        if (rx && (hit.end < str_end || (hit.end == str_end && hit.start < best))) {
+            append(&s->out_text, &s->out_len, &s->out_cap, s->held, hit.start);
+            s->held_len = 0;
+            s->stop_index = r->n_stop + hit.pattern;
+            return true;
+        }
         if (which < 0) break;
         if (may_stop) {
             append(&s->out_text, &s->out_len, &s->out_cap, s->held, best);
@@ -99,12 +117,13 @@ static bool scan_stops(engine_seq *s) {
             s->stop_index = which;
             return true;
         }
-        size_t through = best + r->stop_len[which];
+        size_t through = str_end;
         append(&s->out_text, &s->out_len, &s->out_cap, s->held, through);
         memmove(s->held, s->held + through, s->held_len - through);
         s->held_len -= through;
+        hold_rx = hold_rx > through ? hold_rx - through : 0;
     }
-    size_t keep = 0;
+    size_t keep = s->held_len - hold_rx;
     for (int32_t k = 0; k < r->n_stop; k++) {
         size_t lmax = TR_MIN(s->held_len, r->stop_len[k] - 1);
         for (size_t l = lmax; l > keep; l--) {
@@ -121,6 +140,10 @@ static bool scan_stops(engine_seq *s) {
     return false;
 }
 
+static bool has_stops(const engine_seq *s) {
+    return s->req->n_stop > 0 || s->stop_scan != NULL;
+}
+
 bool tr_out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
                     const sampler_logprobs *lp, bool emit_text) {
     char *piece = e->piece;
@@ -131,12 +154,12 @@ bool tr_out_push_token(trellis_engine *e, engine_seq *s, int32_t tok,
         n = 0; /* cannot happen: max_piece is the documented bound */
     if (!push_out_token(s, tok, lp)) return false;
     if (n == 0) return false;
-    if (s->req->n_stop == 0) {
+    if (!has_stops(s)) {
         append(&s->out_text, &s->out_len, &s->out_cap, piece, n);
         return false;
     }
     if (!append(&s->held, &s->held_len, &s->held_cap, piece, n)) return false;
-    return scan_stops(s);
+    return scan_stops(s, n);
 }
 
 void tr_out_flush(trellis_engine *e, engine_seq *s) {
@@ -144,7 +167,7 @@ void tr_out_flush(trellis_engine *e, engine_seq *s) {
     char tail[16];
     size_t n = tr_tokenizer_stream_flush(&s->ts, tail, sizeof tail);
     append(&s->held, &s->held_len, &s->held_cap, tail, n);
-    if (s->req->n_stop > 0 && scan_stops(s)) return;
+    if (has_stops(s) && scan_stops(s, n)) return;
     append(&s->out_text, &s->out_len, &s->out_cap, s->held, s->held_len);
     s->held_len = 0;
 }

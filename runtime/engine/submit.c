@@ -191,6 +191,20 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
             return tr_errf(err, cap, TR_ERR_INVALID_ARG,
                            "stop string %d is not valid UTF-8", k);
     }
+    if (r->n_stop_regex < 0 || r->n_stop_regex > TRELLIS_MAX_STOP ||
+        (r->n_stop_regex && !r->stop_regex))
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG, "%d stop patterns (at most %d)",
+                       r->n_stop_regex, TRELLIS_MAX_STOP);
+    for (int32_t k = 0; k < r->n_stop_regex; k++) {
+        const char *s = r->stop_regex[k];
+        size_t len = s ? strlen(s) : 0;
+        if (len == 0)
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG, "stop_regex %d is empty", k);
+        if (len > TRELLIS_MAX_STOP_LEN)
+            return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                           "stop_regex %d is %zu bytes (at most %d)", k, len,
+                           TRELLIS_MAX_STOP_LEN);
+    }
     if (r->n_stop_tokens < 0 || r->n_stop_tokens > 1024 ||
         (r->n_stop_tokens && !r->stop_tokens))
         return tr_errf(err, cap, TR_ERR_INVALID_ARG, "bad stop token array");
@@ -372,6 +386,11 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
             q->stop_len[k] = strlen(q->stop[k]);
         }
     }
+    if (r->n_stop_regex) {
+        rc = tr_stop_regex_set_new(e->gvocab, r->stop_regex, r->n_stop_regex,
+                                   &q->stop_rx, err, cap);
+        if (rc) goto fail;
+    }
     if (r->n_stop_tokens) {
         q->stop_tokens = malloc((size_t)r->n_stop_tokens * sizeof(int32_t));
         if (!q->stop_tokens) goto nomem;
@@ -392,6 +411,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         sq->spare = malloc(sizeof(engine_event_box));
         if (!sq->tokens || !sq->pages || !sq->spare) goto nomem;
         memcpy(sq->tokens, q->prompt, (size_t)n_prompt * sizeof(int32_t));
+        if (q->stop_rx && !(sq->stop_scan = tr_stop_scan_new(q->stop_rx))) goto nomem;
         sq->stop_index = -1;
         sq->stop_token = -1;
         sq->logit_row = -1;
@@ -408,6 +428,8 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     return TR_OK;
 
 nomem:
+    rc = tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
+fail:
     if (q) {
         /* the caller keeps its constraint state on failure */
         if (!owned_state) q->cstate0 = NULL;
@@ -416,5 +438,5 @@ nomem:
         cops->free(cstate);
     }
     free(prompt);
-    return tr_errf(err, cap, TR_ERR_NOMEM, "out of memory");
+    return rc;
 }

@@ -51,6 +51,13 @@ static void check_validate(tr_srv_api api, const char *body, size_t len) {
         if (g.req.min_tokens < 0 || (g.req.max_tokens >= 0 && g.req.min_tokens > g.req.max_tokens))
             abort();
         if (g.req.n_stop > TRELLIS_MAX_STOP) abort();
+        if (g.req.n_stop_regex < 0 || g.req.n_stop_regex > TRELLIS_MAX_STOP ||
+            (g.req.n_stop_regex > 0 && !g.req.stop_regex))
+            abort();
+        for (int32_t k = 0; k < g.req.n_stop_regex; k++)
+            if (!g.req.stop_regex[k] || !g.req.stop_regex[k][0] ||
+                strlen(g.req.stop_regex[k]) > TRELLIS_MAX_STOP_LEN)
+                abort();
         if (g.con == TR_CON_CHOICE && (g.n_choices < 1 || !g.choices)) abort();
     }
     tr_srv_gen_free(&g);

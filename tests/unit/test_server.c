@@ -95,7 +95,7 @@ static void test_chat_fields(void **state) {
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
 
 /* max_tokens 0 (prefill only) where the API allows it, min_tokens,
- * stop_regex that asks for nothing, and how a chat ends: a final
+ * stop_regex (asking for nothing, or patterns), and how a chat ends: a final
  * assistant message is continued unless a new turn is asked for. */
 static void test_prefill_min_tokens_chat_end(void **state) {
     (void)state;
@@ -199,11 +199,31 @@ static void test_chat_errors(void **state) {
                  "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"}],"
                  "\"continue_final_message\":true,\"add_generation_prompt\":true}",
                  "continue_final_message", "both");
-    expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"stop_regex\":\"x+\"}", "stop_regex",
-                 "not supported");
-    expect_error(TR_API_GENERATE,
-                 "{\"text\":\"a\",\"sampling_params\":{\"stop_regex\":[\"x\"]}}",
-                 "sampling_params.stop_regex", "not supported");
+    {
+        tr_srv_gen g;
+        tr_srv_error e;
+        /* stop_regex: a string or strings, passed to the engine (which
+         * compiles them at submit); shapes refused here name the field */
+        assert_int_equal(parse(TR_API_COMPLETION, "{\"prompt\":\"a\",\"stop_regex\":\"x+\"}", &g,
+                               &e),
+                         0);
+        assert_int_equal(g.req.n_stop_regex, 1);
+        assert_string_equal(g.req.stop_regex[0], "x+");
+        tr_srv_gen_free(&g);
+        assert_int_equal(parse(TR_API_GENERATE,
+                               "{\"text\":\"a\",\"sampling_params\":{\"stop_regex\":[\"x\",\"y\"],"
+                               "\"stop\":\"z\"}}",
+                               &g, &e),
+                         0);
+        assert_int_equal(g.req.n_stop_regex, 2);
+        assert_int_equal(g.req.n_stop, 1);
+        tr_srv_gen_free(&g);
+        expect_error(TR_API_GENERATE,
+                     "{\"text\":\"a\",\"sampling_params\":{\"stop_regex\":[\"x\",3]}}",
+                     "sampling_params.stop_regex", "must be a string");
+        expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"stop_regex\":{}}", "stop_regex",
+                     "string or an array");
+    }
     expect_error(TR_API_GENERATE,
                  "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":1,"
                  "\"min_new_tokens\":2}}",

@@ -1,10 +1,11 @@
 """What SGLang's clients (its frontend's RuntimeEndpoint, its router) and
 OpenAI clients read beyond the basics: /get_model_info's model_path,
 prefill-only requests (max_new_tokens 0), min_new_tokens / min_tokens,
-matched_stop, stop_regex refused by name, routes that are not offered
+matched_stop, stop_regex, routes that are not offered
 answered at once, streaming with n > 1, the last streamed completion chunk,
 and assistant prefill. docs/compatibility.md is kept true by these."""
 import json
+import re
 import time
 
 import pytest
@@ -137,15 +138,44 @@ def test_min_tokens_and_matched_stop(server):
     assert r["choices"][0]["matched_stop"] is None
 
 
-def test_stop_regex_refused(server):
-    st, e = server.post("/generate", {"text": "a", "sampling_params": {
-        "max_new_tokens": 2, "stop_regex": "[0-9]+"}})
-    assert st == 400 and e["error"]["param"] == "sampling_params.stop_regex", e
-    assert "not supported" in e["error"]["message"]
-    # what SGLang's frontend sends by default: null
-    st, r = server.post("/generate", {"text": "a", "sampling_params": {
-        "max_new_tokens": 1, "stop_regex": None}})
+def test_stop_regex(server):
+    """stop_regex ends the text where a match first ends; the match is not
+    returned, matched_stop names the pattern; streaming never shows it."""
+    base = {"text": "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9,", "sampling_params": {
+        "max_new_tokens": 24, "temperature": 0}}
+    st, ref = server.post("/generate", base)
+    assert st == 200, ref
+    full = ref["text"]
+    pat = r"1[0-9],"
+    m = re.search(pat, full)
+    assert m, full  # the model counts on; if not, the prompt needs changing
+    body = json.loads(json.dumps(base))
+    body["sampling_params"]["stop_regex"] = [pat]
+    st, r = server.post("/generate", body)
     assert st == 200, r
+    assert r["text"] == full[:m.start()], (r["text"], full)
+    assert r["meta_info"]["matched_stop"] == pat
+    assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": pat}
+    body["stream"] = True
+    events = sse_events(server, "/generate", body)
+    texts = [e["text"] for e in events if isinstance(e, dict) and "text" in e]
+    assert texts and texts[-1] == full[:m.start()]
+    assert all(not re.search(pat, t) for t in texts)
+    # OpenAI completions accept it too (an extension, as in SGLang)
+    st, c = server.post("/v1/completions", {"prompt": base["text"], "max_tokens": 24,
+                                            "temperature": 0, "stop_regex": pat})
+    assert st == 200 and c["choices"][0]["text"] == full[:m.start()], c
+    assert c["choices"][0]["finish_reason"] == "stop"
+    # refusals name the field and say why
+    for bad, says in [("[0-9", "stop_regex 0"), ("a*", "empty string"), ("(?=a)", "stop_regex 0")]:
+        st, e = server.post("/generate", {"text": "a", "sampling_params": {
+            "max_new_tokens": 2, "stop_regex": bad}})
+        assert st == 400 and says in e["error"]["message"], e
+    # what SGLang's frontend sends by default: null; "" and [] ask for nothing
+    for nothing in [None, "", []]:
+        st, r = server.post("/generate", {"text": "a", "sampling_params": {
+            "max_new_tokens": 1, "stop_regex": nothing}})
+        assert st == 200, r
 
 
 @pytest.mark.parametrize("method,path", [
