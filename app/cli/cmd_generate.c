@@ -97,6 +97,9 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
          "keep generating past end-of-generation tokens", "off"},
         {"--stop", NULL, CLI_STRS, &o->stops, 1, 0,
          "stop before this text; it is not printed (at most 16, 256 bytes each)"},
+        {"--stop-regex", NULL, CLI_STRS, &o->stop_regexes, 1, 0,
+         "stop before the first match of this regex; it is not printed (at most 16, "
+         "256 bytes each)"},
         {"--logprobs", NULL, CLI_INT, &o->logprobs, 0, TRELLIS_MAX_TOP_LOGPROBS,
          "with --json: each token's log-prob and the N most likely alternatives", "off"},
         {"--regex", NULL, CLI_STR, &o->regex, 1, 0, "constrain the output to match this regex"},
@@ -280,6 +283,8 @@ static void fill_request(const gen_opts *o, const char *text, size_t len,
     r->ignore_eos = o->ignore_eos;
     r->stop = o->stops.n ? o->stops.items : NULL;
     r->n_stop = o->stops.n;
+    r->stop_regex = o->stop_regexes.n ? o->stop_regexes.items : NULL;
+    r->n_stop_regex = o->stop_regexes.n;
     r->regex = c->regex;
     r->grammar = c->grammar;
     r->no_jump_forward = o->no_jump_forward;
@@ -327,7 +332,10 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
         trellis_engine_get_info(e, &info);
         gen_facts f = {.load_ms = load_ms, .threads = info.threads,
                        .model_load = info.load == TRELLIS_LOAD_READ ? "read" : "mmap",
-                       .stops = o->stops.items, .constraint = c->kind ? c : NULL};
+                       .stops = o->stops.items, .n_stops = o->stops.n,
+                       .stop_regexes = o->stop_regexes.items,
+                       .n_stop_regexes = o->stop_regexes.n,
+                       .constraint = c->kind ? c : NULL};
         rc = tr_cli_gen_output_run(e, o, &f, (int32_t)o->n_samples);
     }
     /* the request holds its own reference to the grammar */

@@ -24,7 +24,7 @@
 typedef struct gen_opts {
     const char *model, *prompt, *file, *system;
     const char *regex, *json_schema, *grammar;
-    cli_strs choices, stops;
+    cli_strs choices, stops, stop_regexes;
     bool chat, json, ignore_eos, special, json_object, no_jump_forward;
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */
@@ -69,6 +69,9 @@ typedef struct gen_facts {
     int32_t threads;
     const char *model_load;   /* "mmap" or "read" */
     const char *const *stops; /* the request's stop strings */
+    int32_t n_stops;
+    const char *const *stop_regexes; /* and its stop patterns */
+    int32_t n_stop_regexes;
     const gen_constraint *constraint;
 } gen_facts;
 

@@ -51,6 +51,15 @@ static void print_header(const out_state *st) {
     if (st->n > 1 && !st->o->json) printf("--- sample %d of %d ---\n", st->cur + 1, st->n);
 }
 
+
+/* The stop string or pattern that ended a sample (the DONE event's
+ * stop_index counts the strings first), or NULL. */
+static const char *stop_text(const gen_facts *f, int32_t i) {
+    if (i < 0) return NULL;
+    if (i < f->n_stops) return f->stops[i];
+    i -= f->n_stops;
+    return i < f->n_stop_regexes ? f->stop_regexes[i] : NULL;
+}
 static void print_json(out_state *st, const trellis_event *ev) {
     const gen_facts *f = st->f;
     cli_sample_json j = {
@@ -59,7 +68,7 @@ static void print_json(out_state *st, const trellis_event *ev) {
         .tokens = ev->tokens, .n_tokens = ev->n_tokens,
         .logprobs = st->o->logprobs >= 0 ? ev->logprobs : NULL,
         .finish = trellis_finish_name(ev->finish),
-        .stop = ev->stop_index >= 0 && f->stops ? f->stops[ev->stop_index] : NULL,
+        .stop = stop_text(f, ev->stop_index),
         .stop_token = ev->stop_token,
         .error = ev->finish == TRELLIS_FINISH_ERROR ? ev->error : NULL,
         .metrics = ev->metrics, .load_ms = f->load_ms, .threads = f->threads,

@@ -532,6 +532,19 @@ def stop_strings():
     assert rc == 0 and out.rstrip("\n") == o["text"], (out, o["text"])
 
 @case
+def stop_regex():
+    rc, out, err = run("generate", "-p", "1, 2, 3, 4,", "-n", "40", "--stop", "zzz",
+                       "--stop-regex", " [6-9],", "--json")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["finish_reason"] == "stop" and o["stop"] == " [6-9],", o
+    assert o["text"] == " 5,", o
+    rc, out, err = run("generate", "-p", "x", "-n", "4", "--stop-regex", "a*")
+    expect_error(rc, err, "stop_regex 0 matches the empty string")
+    rc, out, err = run("generate", "-p", "x", "-n", "4", "--stop-regex", "(?=a)")
+    expect_error(rc, err, "lookahead")
+
+@case
 def logprobs_in_json():
     rc, out, err = run("generate", "-p", "The capital of France is", "-n", "6", "--json", "--logprobs", "3")
     assert rc == 0, err
