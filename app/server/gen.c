@@ -64,7 +64,9 @@ static void respond_final(tr_srv_req *q) {
         q->conn = NULL;
         return;
     }
-    /* a sample that failed fails the request: its partial text is no answer */
+    /* a sample that failed fails the request: its partial text is no
+     * answer; one cancelled fails it too unless /abort_request asked for
+     * it (SGLang answers those with finish_reason "abort") */
     for (int32_t i = 0; i < q->n_choices; i++) {
         const tr_srv_choice *ch = &q->choices[i];
         if (ch->finish == TRELLIS_FINISH_ERROR) {
@@ -72,7 +74,7 @@ static void respond_final(tr_srv_req *q) {
                           ch->error ? ch->error : "unknown error");
             return;
         }
-        if (ch->finish == TRELLIS_FINISH_CANCELLED) {
+        if (ch->finish == TRELLIS_FINISH_CANCELLED && !q->aborted) {
             tr_srv_errorf(s, c, 503, "server_error", "shutting_down", NULL,
                           "the server shut down before the request finished");
             return;
@@ -180,7 +182,7 @@ static void job_done(uv_work_t *w, int status) {
         cancel_subs(q);
         if (q->conn) submit_error(q);
         q->finished = true;
-    } else if (!q->conn || s->cancelled_all) {
+    } else if (!q->conn || s->cancelled_all || q->aborted) {
         cancel_subs(q);
     } else if (q->gen.stream) {
         if (tr_srv_stream_open(q) == 0) q->stream_open = true;
@@ -291,7 +293,10 @@ void tr_srv_gen_start(tr_srv *s, tr_http_conn *c, tr_srv_api api, const tr_http_
         free(q);
         return;
     }
-    if (q->gen.model && strcmp(q->gen.model, s->model_id) != 0) {
+    /* "default" names the served model, as in SGLang (its clients, docs
+     * and test kits send it) */
+    if (q->gen.model && strcmp(q->gen.model, s->model_id) != 0 &&
+        strcmp(q->gen.model, "default") != 0) {
         tr_srv_errorf(s, c, 404, "invalid_request_error", "model_not_found", "model",
                       "the model '%.200s' does not exist; this server serves '%s'",
                       q->gen.model, s->model_id);
@@ -409,6 +414,19 @@ void tr_srv_req_gone(tr_srv_req *q) {
     if (q->finished) return;
     q->srv->metrics.client_disconnects++;
     if (q->job_done) cancel_subs(q); /* else job_done cancels */
+}
+
+int32_t tr_srv_abort(tr_srv *s, const char *rid) {
+    int32_t n = 0;
+    for (tr_srv_req *q = s->reqs; q; q = q->next) {
+        if (q->finished || q->health) continue;
+        const char *id = q->gen.rid ? q->gen.rid : q->id;
+        if (rid && strcmp(rid, id) != 0) continue;
+        q->aborted = true;
+        if (q->job_done) cancel_subs(q); /* else job_done cancels */
+        n++;
+    }
+    return n;
 }
 
 void tr_srv_cancel_all(tr_srv *s) {

@@ -216,16 +216,12 @@ static void ep_model_info(tr_srv *s, tr_http_conn *c, bool get_alias) {
 
 /* Routes of SGLang's server and of OpenAI's API that this server does not
  * offer: answered at once with 501 and the reason, so that a client
- * reports it instead of waiting (SGLang's frontend calls
- * /concate_and_append_request for parallel encoding, and
- * /start_profile, /stop_profile). */
+ * reports it instead of waiting (SGLang's frontend calls /start_profile,
+ * /stop_profile). */
 static const struct {
     const char *path;
     const char *why;
 } unsupported[] = {
-    {"/concate_and_append_request",
-     "concatenating the KV caches of separate requests (SGLang's parallel encoding) is not "
-     "supported; run the branches as one prompt"},
     {"/v1/embeddings", "embeddings are not supported: this server runs generative models"},
     {"/encode", "embeddings are not supported: this server runs generative models"},
     {"/v1/rerank", "reranking is not supported: this server runs generative models"},
@@ -238,8 +234,6 @@ static const struct {
     {"/start_profile", "profiling is not supported"},
     {"/stop_profile", "profiling is not supported"},
     {"/update_weights_from_disk", "weights cannot be updated while serving; restart the server"},
-    {"/abort_request", "aborting by request id is not supported; close the connection to "
-                       "cancel a request"},
 };
 
 static const char *unsupported_why(const char *path) {
@@ -364,6 +358,51 @@ static json_t *parse_body(tr_srv *s, tr_http_conn *c, const tr_http_request *r) 
     return o;
 }
 
+/* SGLang's parallel encoding: its frontend encodes fork branches as
+ * separate requests, asks the server to join their KV caches behind the
+ * parent's (this route), and then sends the parent's whole text with its
+ * next /generate. Trellis does not join caches: that next request
+ * computes the joined text with full attention (the radix cache supplies
+ * the shared prefix), which is exact where SGLang's joined caches are an
+ * approximation (a branch never attended to the branches before it). So
+ * the route checks its body and answers success; nothing else is owed. */
+static void ep_concat_append(tr_srv *s, tr_http_conn *c, const tr_http_request *r) {
+    json_t *o = parse_body(s, c, r);
+    if (!o) return;
+    json_t *src = json_object_get(o, "src_rids"), *dst = json_object_get(o, "dst_rid");
+    bool ok = json_is_array(src) && json_is_string(dst);
+    for (size_t i = 0; ok && i < json_array_size(src); i++)
+        ok = json_is_string(json_array_get(src, i));
+    json_decref(o);
+    if (!ok) {
+        tr_srv_errorf(s, c, 400, "invalid_request_error", NULL, NULL,
+                      "expected {\"src_rids\": [request ids], \"dst_rid\": request id}");
+        return;
+    }
+    tr_srv_send_json(s, c, 200, json_pack("{s:b}", "success", 1));
+}
+
+/* SGLang's /abort_request: {"rid": id} cancels that request (its rid, or
+ * the id of its response), {"abort_all": true} every one. Answers 200
+ * with how many were found (SGLang answers 200 whether or not the rid is
+ * known). */
+static void ep_abort(tr_srv *s, tr_http_conn *c, const tr_http_request *r) {
+    json_t *o = parse_body(s, c, r);
+    if (!o) return;
+    json_t *rid = json_object_get(o, "rid"), *all = json_object_get(o, "abort_all");
+    bool ok = (!rid || json_is_string(rid) || json_is_null(rid)) &&
+              (!all || json_is_boolean(all)) && (json_is_string(rid) || json_is_true(all));
+    if (!ok) {
+        json_decref(o);
+        tr_srv_errorf(s, c, 400, "invalid_request_error", NULL, NULL,
+                      "expected {\"rid\": request id} or {\"abort_all\": true}");
+        return;
+    }
+    int32_t n = tr_srv_abort(s, json_is_true(all) ? NULL : json_string_value(rid));
+    json_decref(o);
+    tr_srv_send_json(s, c, 200, json_pack("{s:b,s:i}", "success", 1, "aborted", n));
+}
+
 static void ep_detokenize(tr_srv *s, tr_http_conn *c, const tr_http_request *r) {
     json_t *o = parse_body(s, c, r);
     if (!o) return;
@@ -413,7 +452,7 @@ typedef struct route {
 
 enum {
     E_HEALTH = 1, E_HEALTH_GEN, E_MODELS, E_MODEL_INFO, E_SERVER_INFO, E_LOAD, E_METRICS,
-    E_TOKENIZE, E_DETOKENIZE, E_FLUSH, E_CHAT, E_COMPLETION, E_GENERATE
+    E_TOKENIZE, E_DETOKENIZE, E_FLUSH, E_CHAT, E_COMPLETION, E_GENERATE, E_CONCAT, E_ABORT
 };
 
 static const route routes[] = {
@@ -433,6 +472,8 @@ static const route routes[] = {
     {"/v1/chat/completions", false, R_POST, false, E_CHAT},
     {"/v1/completions", false, R_POST, false, E_COMPLETION},
     {"/generate", false, R_POST, false, E_GENERATE},
+    {"/concate_and_append_request", false, R_POST, false, E_CONCAT},
+    {"/abort_request", false, R_POST, false, E_ABORT},
 };
 
 static const route *find_route(const char *path) {
@@ -489,11 +530,16 @@ void tr_srv_on_request(void *app, tr_http_conn *c, const tr_http_request *r) {
     case E_CHAT: tr_srv_gen_start(s, c, TR_API_CHAT, r); return;
     case E_COMPLETION: tr_srv_gen_start(s, c, TR_API_COMPLETION, r); return;
     case E_GENERATE: tr_srv_gen_start(s, c, TR_API_GENERATE, r); return;
+    case E_ABORT: ep_abort(s, c, r); return;
     default: break;
     }
     if (!ready(s, c)) return;
     if (rt->id == E_DETOKENIZE) {
         ep_detokenize(s, c, r);
+        return;
+    }
+    if (rt->id == E_CONCAT) {
+        ep_concat_append(s, c, r);
         return;
     }
     if (rt->id == E_FLUSH) {

@@ -136,6 +136,7 @@ struct tr_srv_req {
     uv_work_t work;
     bool job_done;
     bool counted;        /* counts in srv->in_flight */
+    bool aborted;        /* /abort_request named it: cancelled once submitted */
     bool finished;       /* its response is complete (or nobody to send to) */
     bool stream_open;
     int submit_status;   /* written by the job */
@@ -187,6 +188,11 @@ void tr_srv_gen_health(tr_srv *s, tr_http_conn *c);
 void tr_srv_drain_events(tr_srv *s);
 void tr_srv_handle_event(tr_srv *s, trellis_event *ev); /* takes ev */
 void tr_srv_req_gone(tr_srv_req *q);
+/* SGLang's /abort_request: cancels the live generation requests whose
+ * rid (or, without one, response id) is `rid`, or every one when rid is
+ * NULL. They end as cancelled requests do (finish "abort"). Returns how
+ * many it found. */
+int32_t tr_srv_abort(tr_srv *s, const char *rid);
 void tr_srv_cancel_all(tr_srv *s);
 
 /* respond.c: response bodies and stream chunks for each API */

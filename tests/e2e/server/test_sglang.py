@@ -178,8 +178,61 @@ def test_stop_regex(server):
         assert st == 200, r
 
 
+def test_model_default_names_the_served_model(server):
+    """SGLang's clients and docs send model "default"; another name is a 404."""
+    for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/completions", {"prompt": "hi"})]:
+        st, r = server.post(path, dict(body, model="default", max_tokens=2))
+        assert st == 200 and r["model"] != "default", r
+        st, e = server.post(path, dict(body, model="defaults", max_tokens=2))
+        assert st == 404 and e["error"]["code"] == "model_not_found", e
+
+
+def test_abort_request(server):
+    """SGLang's /abort_request: by rid, then every request at once; each
+    aborted request answers with finish_reason type "abort"."""
+    import concurrent.futures as cf
+
+    def long_gen(rid):
+        body = {"text": "Once upon a time", "rid": rid,
+                "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True}}
+        return server.post("/generate", body, timeout=300)
+
+    with cf.ThreadPoolExecutor(4) as ex:
+        futs = {rid: ex.submit(long_gen, rid) for rid in ["r-a", "r-b", "r-c"]}
+        time.sleep(1.0)
+        st, r = server.post("/abort_request", {"rid": "r-a"})
+        assert st == 200 and r["aborted"] == 1, r
+        st, r = futs["r-a"].result(timeout=60)
+        assert st == 200 and r["meta_info"]["finish_reason"]["type"] == "abort", r
+        assert r["meta_info"]["id"] == "r-a" and r["meta_info"]["completion_tokens"] < 1500
+        st, r = server.post("/abort_request", {"abort_all": True})
+        assert st == 200 and r["aborted"] == 2, r
+        for rid in ["r-b", "r-c"]:
+            st, r = futs[rid].result(timeout=60)
+            assert st == 200 and r["meta_info"]["finish_reason"]["type"] == "abort", r
+    st, r = server.post("/abort_request", {"rid": "nobody"})
+    assert st == 200 and r["aborted"] == 0, r
+    for bad in [{}, {"rid": 3}, {"abort_all": "yes"}, {"abort_all": False}]:
+        st, e = server.post("/abort_request", bad)
+        assert st == 400 and "abort_all" in e["error"]["message"], (bad, e)
+    server.wait_idle()
+
+
+def test_concate_and_append_request(server):
+    """SGLang's parallel encoding: the join is answered as done (the next
+    /generate carries the joined text and is computed whole); a body of
+    the wrong shape is a 400 that says what is expected."""
+    st, r = server.post("/concate_and_append_request", {"src_rids": ["a", "b"], "dst_rid": "c"})
+    assert st == 200 and r == {"success": True}, r
+    for bad in [{"src_rids": "a", "dst_rid": "c"}, {"src_rids": ["a", 1], "dst_rid": "c"},
+                {"src_rids": ["a"]}]:
+        st, e = server.post("/concate_and_append_request", bad)
+        assert st == 400 and "src_rids" in e["error"]["message"], e
+
+
 @pytest.mark.parametrize("method,path", [
-    ("POST", "/concate_and_append_request"), ("POST", "/v1/embeddings"),
+    ("POST", "/v1/embeddings"),
     ("GET", "/start_profile"), ("POST", "/v1/responses"), ("POST", "/encode"),
 ])
 def test_unoffered_routes_answer_at_once(server, method, path):
