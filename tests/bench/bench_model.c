@@ -3,6 +3,7 @@
  *
  *   bench_model [-m MODEL] [-t THREADS] [-p PROMPT_TOKENS] [-n DECODE_TOKENS]
  *               [-r REPEATS] [-l auto|mmap|read] [-d BACKEND] [-k KERNELS]
+ *               [-P 1]
  *
  * Prompt ids are synthetic and deterministic (token speed does not depend
  * on content): id_i = (i * 7919) % 49000 + 100, the same formula the
@@ -11,12 +12,18 @@
  * median over repeats. -l: how the model file comes in (gguf.h; default
  * auto, as `trellis generate` and the engine). -d: the backend by registry
  * name (default cpu); -k: its kernel set (default: the best, or
- * $TRELLIS_CPU). Not a test: never run by ctest. */
+ * $TRELLIS_CPU). -P 1: where decode's time goes: the backend runs under
+ * kernels/profile.h's timer, and after the JSON line a table gives, for
+ * each op (matmuls by shape), its calls and microseconds per decoded token
+ * (summed over the repeats' decode phases) and its share of decode time;
+ * "outside ops" is the rest (the model's own code between ops, and this
+ * program's argmax). Not a test: never run by ctest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/profile.h"
 #include "base/paths.h"
 #include "base/util.h"
 #include "runtime/gguf/gguf.h"
@@ -27,10 +34,44 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Adds the profile backend's counters to sum[0..n) by key; returns the
+ * new count. */
+static int add_profile(tr_backend *be, tr_profile_entry *sum, int n) {
+    tr_profile_entry e[TR_PROFILE_MAX_KEYS + 1];
+    int k = tr_backend_profile_get(be, e, TR_PROFILE_MAX_KEYS + 1);
+    for (int i = 0; i < k && i <= TR_PROFILE_MAX_KEYS; i++) {
+        int j = 0;
+        while (j < n && strcmp(sum[j].key, e[i].key) != 0) j++;
+        if (j == n) {
+            if (n > TR_PROFILE_MAX_KEYS) continue;
+            sum[n++] = (tr_profile_entry){.calls = 0, .ns = 0};
+            memcpy(sum[j].key, e[i].key, sizeof sum[j].key);
+        }
+        sum[j].calls += e[i].calls;
+        sum[j].ns += e[i].ns;
+    }
+    return n;
+}
+
+/* The decode breakdown: per op, calls and microseconds per token. */
+static void print_profile(tr_profile_entry *e, int n, double total_s, double tokens) {
+    double ops_s = 0;
+    printf("%-40s %10s %12s %7s\n", "op (decode)", "calls/tok", "us/tok", "share");
+    for (int i = 0; i < n; i++) {
+        double s = (double)e[i].ns / 1e9;
+        ops_s += s;
+        printf("%-40s %10.1f %12.1f %6.1f%%\n", e[i].key, (double)e[i].calls / tokens,
+               s / tokens * 1e6, 100 * s / total_s);
+    }
+    printf("%-40s %10s %12.1f %6.1f%%\n", "outside ops", "", (total_s - ops_s) / tokens * 1e6,
+           100 * (total_s - ops_s) / total_s);
+    printf("%-40s %10s %12.1f\n", "decode step", "", total_s / tokens * 1e6);
+}
+
 int main(int argc, char **argv) {
     char def[4096];
     const char *path = tr_default_model_path(def, sizeof def);
-    int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3;
+    int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3, profile = 0;
     gguf_load load = GGUF_LOAD_AUTO;
     const char *device = NULL, *kernels = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -41,6 +82,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-d")) device = argv[i + 1];
         else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
+        else if (!strcmp(argv[i], "-P")) profile = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-l")) {
             if (!tr_gguf_load_parse(argv[i + 1], &load)) {
                 fprintf(stderr, "bench_model: -l wants auto, mmap or read\n");
@@ -57,8 +99,16 @@ int main(int argc, char **argv) {
     model *m;
     tr_diag d = {0};
     tr_backend_config cfg = {.threads = threads, .kernels = kernels};
-    if (tr_gguf_open_ex(path, load, &f, &d) || tr_backend_new(device, &cfg, &be, &d) ||
-        tr_model_load(f, be, n_prompt, &m, &d)) {
+    if (tr_gguf_open_ex(path, load, &f, &d) || tr_backend_new(device, &cfg, &be, &d)) {
+        fprintf(stderr, "bench_model: %s\n", d.message);
+        return 1;
+    }
+    if (profile) {
+        tr_backend *pb;
+        if (tr_backend_profile_new(be, &pb)) return 1;
+        be = pb;
+    }
+    if (tr_model_load(f, be, n_prompt, &m, &d)) {
         fprintf(stderr, "bench_model: %s\n", d.message);
         return 1;
     }
@@ -80,6 +130,9 @@ int main(int argc, char **argv) {
         pos[i] = i;
     }
     const int32_t *tables[1] = {table};
+    tr_profile_entry prof[TR_PROFILE_MAX_KEYS + 1];
+    int n_prof = 0;
+    double dec_total = 0;
     for (int r = 0; r < repeats; r++) {
         tr_batch b = {.n_tokens = n_prompt, .pos = pos, .seq = seq, .n_seqs = 1,
                       .page_table = tables, .n_pages = &n_pages};
@@ -87,6 +140,7 @@ int main(int argc, char **argv) {
         uint64_t t0 = tr_now_ns();
         if (tr_model_forward(m, &kv, &b, ids, &row, 1, logits)) return 1;
         uint64_t t1 = tr_now_ns();
+        if (profile) tr_backend_profile_reset(be);
         for (int k = 0; k < n_decode; k++) {
             int32_t tok = 0;
             for (int32_t v = 1; v < hp->n_vocab; v++)
@@ -100,6 +154,9 @@ int main(int argc, char **argv) {
         uint64_t t2 = tr_now_ns();
         pre[r] = (double)(t1 - t0) / 1e9;
         dec[r] = (double)(t2 - t1) / 1e9;
+        dec_total += dec[r];
+        if (profile) /* decode phases only: each prefill is excluded */
+            n_prof = add_profile(be, prof, n_prof);
     }
     qsort(pre, (size_t)repeats, sizeof(double), cmp_double);
     qsort(dec, (size_t)repeats, sizeof(double), cmp_double);
@@ -109,6 +166,7 @@ int main(int argc, char **argv) {
            "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
            info.name, info.kernels, info.threads, n_prompt, n_decode,
            n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
+    if (profile) print_profile(prof, n_prof, dec_total, (double)n_decode * repeats);
     tr_model_kv_free(m, &kv);
     tr_model_free(m);
     tr_backend_free(be);
