@@ -91,7 +91,8 @@ def chat(topic):
 
 def one_request(port, rng, st):
     kind = rng.choice(["plain", "plain", "completion_n", "regex", "choices", "schema",
-                       "ebnf", "stream", "cut_stream", "cut_wait", "bad"])
+                       "ebnf", "stream", "cut_stream", "cut_wait", "bad", "stop_regex",
+                       "abort"])
     topic = rng.choice(TOPICS)
     mt = rng.randint(4, 24)
     if kind == "plain":
@@ -129,6 +130,30 @@ def one_request(port, rng, st):
         s, raw = post(port, "/v1/completions", {"prompt": f"{topic}:", "max_tokens": 12,
                                                 "ebnf": 'root ::= "yes" | "no" | [0-9]+'})
         ok = s == 200
+    elif kind == "stop_regex":  # the text ends before the first sentence end
+        s, raw = post(port, "/v1/completions", {"prompt": f"About {topic}:", "max_tokens": 40,
+                                                "stop_regex": "[.!?]( |$)", "temperature": 0.8})
+        ch = json.loads(raw)["choices"][0] if s == 200 else {}
+        ok = s == 200 and (ch["finish_reason"] == "length" or
+                           (ch["matched_stop"] == "[.!?]( |$)" and
+                            not re.search("[.!?]( |$)", ch["text"])))
+    elif kind == "abort":  # a long request aborted by rid from another connection
+        rid = f"soak-{rng.getrandbits(48):x}"
+        res = {}
+
+        def run():
+            res["r"] = post(port, "/generate", {"text": topic, "rid": rid, "sampling_params": {
+                "max_new_tokens": 300, "ignore_eos": True}})
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(rng.uniform(0.05, 0.4))
+        sa, _ = post(port, "/abort_request", {"rid": rid})
+        th.join(300)
+        s, raw = res.get("r", (0, b""))
+        fin = json.loads(raw)["meta_info"]["finish_reason"]["type"] if s == 200 else ""
+        ok = sa == 200 and s == 200 and fin in ("abort", "length")
+        if s == 429:
+            ok = True
     elif kind in ("stream", "cut_stream", "cut_wait"):
         body = json.dumps({"messages": chat(topic), "max_tokens": 200 if kind != "stream" else mt,
                            "stream": kind != "cut_wait", "ignore_eos": kind != "stream"}).encode()
@@ -194,6 +219,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--warmup", type=float, default=0, help="seconds (default: 10%% of the run, >= 30 s)")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--plot", help="write the RSS curve (after warm-up) here as a PNG")
     a = ap.parse_args()
     total = a.minutes * 60
     warm = a.warmup or max(30.0, total / 10)
@@ -259,6 +285,11 @@ def main():
         pts = [samples[min(len(samples) - 1, i * (len(samples) - 1) // 5)] for i in range(6)]
         print("  rss MiB / grammar cache MiB at t: " + ", ".join(
             f"{p[0]:.0f}s {p[1] / 1024:.1f}/{p[4] / 2**20:.1f}" for p in pts))
+    if a.plot and samples:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from plot_png import write_plot
+        write_plot(a.plot, [p[0] for p in samples], [p[1] / 1024 for p in samples])
+        print(f"  rss curve: {a.plot}")
     print(f"  pages: total {m1.get('trellis_kv_pages_total', 0):.0f}, free at start "
           f"{m0.get('trellis_kv_pages_free', 0):.0f}, idle at the end: free "
           f"{m1.get('trellis_kv_pages_free', 0):.0f} + cached "
