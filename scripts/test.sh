@@ -25,6 +25,10 @@
 #              in host and device code), then its tests: they SKIP (77)
 #              without a GPU, and ctest counts a skip as a skip, never a
 #              pass. The GPU run itself: tests/gpu/run.sh on a GPU machine
+#   browser    the playground page (`trellis serve` at /) in headless
+#              Chromium: tests/browser/run.sh (installs Debian's chromium
+#              and chromedriver if missing, Selenium from PyPI); screenshots
+#              in build/browser-artifacts/
 #   install    cmake --install into a temporary prefix, then the samples
 #              built against it with pkg-config (shared and static) and run
 #   fuzz       tests/fuzz/run.sh: every libFuzzer target for FUZZ_SECONDS
@@ -35,7 +39,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
-stages="${STAGES:-release asan server-asan tsan core-only cuda-build install fuzz}"
+stages="${STAGES:-release asan server-asan tsan browser core-only cuda-build install fuzz}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 summary=()
@@ -138,6 +142,10 @@ stage_cuda_build() {
     cmake --build "$b" -j "$jobs" --target tr_kernels_cuda test_cuda_open test_backend_ops \
           >/dev/null &&
     TRELLIS_TEST_SCALE=small ctest --test-dir "$b" --output-on-failure -L gpu
+}
+
+stage_browser() {
+    bash "$here/tests/browser/run.sh" "$here/build" "$here/build/browser-artifacts"
 }
 
 stage_install() {

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "app/server/server_internal.h"
+#include "app/server/ui_internal.h"
 
 /* ---- logging ---- */
 
@@ -486,8 +487,21 @@ static const route *find_route(const char *path) {
     return NULL;
 }
 
+/* The playground page and its files: public (the page asks for the API
+ * key itself), GET or HEAD only. True when r was one of them. */
+static bool ui_request(tr_srv *s, tr_http_conn *c, const tr_http_request *r) {
+    if (s->cfg.no_ui || (r->method != TR_HTTP_GET && r->method != TR_HTTP_HEAD)) return false;
+    const tr_embedded_file *f = tr_ui_find(r->path);
+    if (!f) return false;
+    tr_http_respond(c, 200, tr_ui_content_type(f->path), tr_ui_headers, (const char *)f->data,
+                    f->len, false);
+    tr_srv_metrics_http(&s->metrics, 200);
+    return true;
+}
+
 void tr_srv_on_request(void *app, tr_http_conn *c, const tr_http_request *r) {
     tr_srv *s = app;
+    if (ui_request(s, c, r)) return;
     const route *rt = find_route(r->path);
     const char *why = rt ? NULL : unsupported_why(r->path);
     if (why) {

@@ -71,6 +71,8 @@ static int parse(int argc, char **argv, tr_srv_config *c, tr_engine_flags *ef) {
          "one log line per request (method and path)", "off"},
         {"--port-file", NULL, CLI_STR, &c->port_file, 1, 0, "write the bound port to F",
          .meta = "F"},
+        {"--no-ui", NULL, CLI_FLAG, &c->no_ui, 1, 0,
+         "no playground page at / (the API only)", "the page is served"},
         {"limits", NULL, CLI_SECTION},
         {"--max-body", NULL, CLI_INT, &max_body, 1024, 1LL << 32, "request body -> 413",
          "8388608", .meta = "BYTES"},

@@ -46,6 +46,7 @@ typedef struct tr_srv_config {
     bool log_json;            /* --log-format json */
     bool log_prompts;         /* prompts and outputs in the log */
     bool log_requests;        /* one access-log line per request */
+    bool no_ui;               /* --no-ui: no playground page at / */
     uint32_t stuck_after_s;   /* /health 503 after this long without an
                                  engine step while work is queued (60) */
     uint32_t shutdown_timeout_s; /* SIGINT/SIGTERM: in-flight requests get
