@@ -232,6 +232,8 @@ static const struct {
     {"/v1/audio/transcriptions", "audio is not supported"},
     {"/v1/images/generations", "images are not supported"},
     {"/v1/moderations", "moderations are not supported"},
+    {"/pause_generation", "pausing the engine is not supported"},
+    {"/continue_generation", "pausing the engine is not supported"},
     {"/start_profile", "profiling is not supported"},
     {"/stop_profile", "profiling is not supported"},
     {"/update_weights_from_disk", "weights cannot be updated while serving; restart the server"},

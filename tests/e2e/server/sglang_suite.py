@@ -128,7 +128,13 @@ def run_kits(url, model, results, only):
             results.append({"suite": kit, "test": "(import)", "status": "ERROR", "why": first_line(err)})
             print(f"ERROR {kit} (import) {first_line(err)}", flush=True)
             continue
-        case = type(f"Trellis{cls.__name__}", (cls, unittest.TestCase), kit_bindings(url, model))
+        bases = (cls,) if issubclass(cls, unittest.TestCase) else (cls, unittest.TestCase)
+        try:
+            case = type(f"Trellis{cls.__name__}", bases, kit_bindings(url, model))
+        except TypeError as e:
+            results.append({"suite": kit, "test": "(bind)", "status": "ERROR", "why": first_line(e)})
+            print(f"ERROR {kit} (bind) {first_line(e)}", flush=True)
+            continue
         names = unittest.TestLoader().getTestCaseNames(case)
         for n in names:
             res = _Collect()

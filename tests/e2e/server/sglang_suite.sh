@@ -16,13 +16,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$build/sglang-venv"
 sglang_version=0.5.23
 if ! "$venv/bin/pip" show sglang 2>/dev/null | grep -q "^Version: $sglang_version$" ||
-   ! "$venv/bin/python" -c "import anthropic, openai, yaml" 2>/dev/null; then
+   ! "$venv/bin/python" -c "import anthropic, openai, yaml, jinja2, fastapi" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "sglang==$sglang_version"
     # what `import sglang`, its frontend and its HTTP test kits import
     "$venv/bin/pip" install -q --disable-pip-version-check numpy requests orjson psutil \
         pybase64 packaging starlette msgspec pydantic pyzmq tqdm aiohttp openai httpx \
-        tabulate pyyaml anthropic
+        tabulate pyyaml anthropic jinja2 fastapi
 fi
 dir="$(mktemp -d)"
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT

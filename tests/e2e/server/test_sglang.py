@@ -234,6 +234,7 @@ def test_concate_and_append_request(server):
 @pytest.mark.parametrize("method,path", [
     ("POST", "/v1/embeddings"),
     ("GET", "/start_profile"), ("POST", "/v1/responses"), ("POST", "/encode"),
+    ("POST", "/pause_generation"),
 ])
 def test_unoffered_routes_answer_at_once(server, method, path):
     t = time.time()
