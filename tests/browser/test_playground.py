@@ -3,7 +3,8 @@ chromedriver, driven by Selenium from PyPI): tests/browser/run.sh runs it.
 
 Steps, each with a screenshot in OUTDIR:
   1. the page loads, shows the model, and logic.js's unit tests pass in it
-  2. a chat message gets a streamed answer with its figures
+  2. a chat message gets a streamed answer with its figures; editing the
+     question brings it back and sends it again
   3. a JSON Schema answer is checked in the page and marked valid
   4. an invalid regex shows the compiler's error at its position, before
      anything is sent
@@ -106,6 +107,12 @@ def main():
         assert body.strip(), "empty answer"
         assert "tokens" in stats.text and "TTFT" in stats.text, stats.text
         assert drv.find_elements(By.CSS_SELECTOR, ".msg.assistant .tok"), "no token view"
+        # edit the question: it comes back in the input, the answer goes
+        drv.find_element(By.CSS_SELECTOR, ".msg.user button.edit").click()
+        assert drv.find_element(By.ID, "input").get_attribute("value").startswith("What is")
+        assert not drv.find_elements(By.CSS_SELECTOR, ".msg")
+        drv.find_element(By.ID, "send").click()
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, ".msg.assistant .stats")))
 
     def schema():
         drv.find_element(By.ID, "clear").click()

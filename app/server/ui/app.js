@@ -89,8 +89,24 @@
 
   function renderHistory() {
     $("messages").textContent = "";
-    history.forEach(function (m) {
-      messageBox(m.role).querySelector(".body").textContent = m.content;
+    history.forEach(function (m, i) {
+      var box = messageBox(m.role);
+      box.querySelector(".body").textContent = m.content;
+      if (m.role !== "user") return;
+      /* edit: the message back in the input, the conversation cut there */
+      var b = document.createElement("button");
+      b.type = "button";
+      b.className = "edit";
+      b.textContent = "edit";
+      b.addEventListener("click", function () {
+        if (controller) return;
+        $("input").value = m.content;
+        history = history.slice(0, i);
+        renderHistory();
+        setBusy(false);
+        $("input").focus();
+      });
+      box.appendChild(b);
     });
   }
 
