@@ -140,7 +140,7 @@ stage_cuda_build() {
     cmake -S "$here" -B "$b" -DTRELLIS_CORE_ONLY=ON -DTRELLIS_CUDA=ON \
           -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON >/dev/null &&
     cmake --build "$b" -j "$jobs" --target tr_kernels_cuda test_cuda_open test_backend_ops \
-          >/dev/null &&
+          test_gpu_parity >/dev/null &&
     TRELLIS_TEST_SCALE=small ctest --test-dir "$b" --output-on-failure -L gpu
 }
 

@@ -119,7 +119,7 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
                           const tr_kv_layout *kv, int32_t layer,
                           const tr_batch *b, int32_t n_heads, float scale);
 
-/* ---- matmul: matmul.cu ---- */
+/* ---- matmul: matmul.cu (the K-quants: matmul_k.cu) ---- */
 /* The weight types matmul, matmul_rows and embed compute with. */
 bool tr_cuda_weight_type_ok(tr_dtype t);
 void tr_cuda_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
@@ -128,6 +128,20 @@ void tr_cuda_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
 void tr_cuda_op_matmul_rows(tr_stream *s, float *out, const tr_weight *w,
                             const float *x, int32_t n, const int32_t *ids,
                             int32_t n_ids);
+/* Q4_K, Q5_K, Q6_K. */
+bool tr_cuda_is_k(tr_dtype t);
+/* Bytes of one A256 activation row (matmul_k.cu's layout), a multiple of
+ * 16. */
+size_t tr_cuda_a256_stride(int64_t cols);
+/* Enqueues on cs the A256 rows of x[n, cols] (cols a multiple of 256)
+ * into dst, rows `stride` bytes apart (dst 16-aligned). */
+void tr_cuda_a256_quantize(cuda_stream *cs, uint8_t *dst, size_t stride, const float *x,
+                           int32_t n, int64_t cols);
+/* Enqueues out[t, ids[k] (or k)] (+)= x[t] . row of w, for k < n_rows and
+ * t < n, w a K-quant, xq its A256 rows (device; ids device or NULL). */
+void tr_cuda_matmul_k(cuda_stream *cs, float *out, int64_t out_stride, const tr_weight *w,
+                      const uint8_t *xq, size_t xq_stride, int32_t n, int64_t n_rows,
+                      const int32_t *ids, bool accumulate);
 
 } /* extern "C" */
 

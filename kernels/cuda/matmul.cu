@@ -10,8 +10,11 @@
  * 32-block with the CPU's rule: d = amax / 127, q = round-to-even(x *
  * 127 / amax), the block's integer sum kept; so the integer dot products
  * equal the CPU's and the per-block float steps are the CPU's mm_a32,
- * fmaf for fmaf). The K-quants (Q4_K, Q5_K, Q6_K) are not written yet:
- * `supports` says no, and a model with them is refused at load.
+ * fmaf for fmaf). The K-quants (Q4_K, Q5_K, Q6_K) have their own kernel
+ * and 256-block activations in matmul_k.cu; this file rounds x once for
+ * every matrix of a call, in each form the call's weights need, and
+ * dispatches. embed dequantizes every type exactly as the CPU's
+ * dequantize_row (the same bits).
  *
  * Geometry, first version (kernels/cuda/README.md): one warp per weight
  * row and tile of up to 8 tokens; lane l takes blocks l, l + 32, ... of
@@ -29,26 +32,7 @@
 #include <math.h>
 #include <string.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include "kernels/cuda/cuda_internal.h"
-
-
-const int k_tok_tile = 8;
-const int k_rows_per_block = 4; /* warps */
-
-/* ---- loads ---- */
-
-static __device__ __forceinline__ uint32_t ld16(const uint8_t *p) {
-    return *(const uint16_t *)p;
-}
-static __device__ __forceinline__ uint32_t ld32(const uint8_t *p) { /* p 2-aligned */
-    return ld16(p) | ld16(p + 2) << 16;
-}
-static __device__ __forceinline__ float ldh(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)ld16(p)));
-}
+#include "kernels/cuda/cuda_quant_internal.h"
 
 /* ---- one 32-block decoded: 32 quants as 8 words of 4 int8 (element
  * order), the offset to subtract, the scales ---- */
@@ -105,11 +89,6 @@ static size_t a32_stride(int64_t cols) {
     return (size_t)((nb * 44 + 15) / 16 * 16);
 }
 
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* One warp per (token, 32-block); lane l holds element l. */
 static __global__ void quantize_a32_kernel(uint8_t *dst, size_t stride, const float *x, int64_t cols,
                                     int64_t n_blocks_total) {
@@ -141,28 +120,6 @@ static __global__ void quantize_a32_kernel(uint8_t *dst, size_t stride, const fl
             ((int32_t *)(row + nb * 40))[b] = sum;
         }
     }
-}
-
-/* Folds each lane's per-token sums across the warp (a fixed butterfly)
- * and stores (or adds) them at out[t, r] for the tile's tn tokens. */
-static __device__ __forceinline__ void store_tile(float *out, int64_t out_stride, int64_t r,
-                                                  int32_t t0, int tn,
-                                                  const float (&acc)[k_tok_tile],
-                                                  bool accumulate, int lane) {
-#pragma unroll
-    for (int i = 0; i < k_tok_tile; i++) {
-        if (i >= tn) break;
-        float v = warp_sum(acc[i]);
-        if (lane == 0) {
-            float *o = out + (int64_t)(t0 + i) * out_stride + r;
-            *o = accumulate ? *o + v : v;
-        }
-    }
-}
-
-/* The output row of the k-th row this launch computes. */
-static __device__ __forceinline__ int64_t out_row(const int32_t *ids, int64_t k) {
-    return ids ? ids[k] : k;
 }
 
 template <int T>
@@ -251,11 +208,26 @@ static bool is_a32(tr_dtype t) {
            t == TR_DTYPE_Q5_1 || t == TR_DTYPE_Q8_0;
 }
 
+/* x[n, cols] in the forms the weights of one call multiply with: as it
+ * is (float weights), A32 rows (32-block types), A256 rows (K-quants). */
+typedef struct acts {
+    const float *x;
+    const uint8_t *a32, *a256;
+    size_t s32, s256; /* row strides */
+} acts;
+
 /* One weight matrix (rows given by ids, device, or all of them) on the
- * prepared activations: xq (A32 rows) for 32-block types, x otherwise. */
+ * prepared activations. */
 static void launch_one(cuda_stream *cs, float *out, int64_t out_stride, const tr_weight *w,
-                const float *x, const uint8_t *xq, size_t xq_stride, int32_t n,
-                int64_t n_rows, const int32_t *ids, bool accumulate) {
+                       const acts *a, int32_t n, int64_t n_rows, const int32_t *ids,
+                       bool accumulate) {
+    if (tr_cuda_is_k(w->type)) {
+        tr_cuda_matmul_k(cs, out, out_stride, w, a->a256, a->s256, n, n_rows, ids, accumulate);
+        return;
+    }
+    const float *x = a->x;
+    const uint8_t *xq = a->a32;
+    const size_t xq_stride = a->s32;
     uint64_t rb = 0;
     tr_dtype_row_bytes(w->type, (uint64_t)w->cols, &rb);
     const uint8_t *wd = (const uint8_t *)w->data;
@@ -289,18 +261,37 @@ static void launch_one(cuda_stream *cs, float *out, int64_t out_stride, const tr
     tr_cuda_launched(cs, "matmul");
 }
 
-/* The A32 rows of x[n, cols] in s's scratch; NULL (fault set) on failure. */
-static const uint8_t *quantize_a32(cuda_stream *cs, const float *x, int32_t n, int64_t cols,
-                            size_t *stride) {
-    *stride = a32_stride(cols);
-    uint8_t *xq = (uint8_t *)tr_cuda_scratch(cs, *stride * (size_t)n);
-    if (!xq) return NULL;
-    int64_t total = (int64_t)n * (cols / 32);
-    int64_t blocks = (total * 32 + 255) / 256;
-    quantize_a32_kernel<<<(unsigned)(blocks < 65535 * 8 ? blocks : 65535 * 8), 256, 0,
-                          cs->s>>>(xq, *stride, x, cols, total);
-    tr_cuda_launched(cs, "matmul (activations)");
-    return xq;
+/* Rounds x[n, cols] once for every weight of the call (w[0..n_mats)):
+ * A32 rows if one is a 32-block type, A256 rows if one is a K-quant,
+ * both in one piece of s's scratch. false (fault set) on failure. */
+static bool prepare_acts(cuda_stream *cs, const float *x, int32_t n, int64_t cols,
+                         int32_t n_mats, const tr_weight *const *w, acts *a) {
+    bool need32 = false, need256 = false;
+    for (int32_t i = 0; i < n_mats; i++) {
+        need32 = need32 || is_a32(w[i]->type);
+        need256 = need256 || tr_cuda_is_k(w[i]->type);
+    }
+    a->x = x;
+    a->a32 = a->a256 = NULL;
+    a->s32 = need32 ? a32_stride(cols) : 0;
+    a->s256 = need256 ? tr_cuda_a256_stride(cols) : 0;
+    size_t b32 = a->s32 * (size_t)n, b256 = a->s256 * (size_t)n;
+    if (!need32 && !need256) return true;
+    uint8_t *xq = (uint8_t *)tr_cuda_scratch(cs, b32 + b256);
+    if (!xq) return false;
+    if (need32) {
+        int64_t total = (int64_t)n * (cols / 32);
+        int64_t blocks = (total * 32 + 255) / 256;
+        quantize_a32_kernel<<<(unsigned)(blocks < 65535 * 8 ? blocks : 65535 * 8), 256, 0,
+                              cs->s>>>(xq, a->s32, x, cols, total);
+        tr_cuda_launched(cs, "matmul (activations)");
+        a->a32 = xq;
+    }
+    if (need256) { /* b32 is a multiple of 16: the rows stay 16-aligned */
+        tr_cuda_a256_quantize(cs, xq + b32, a->s256, x, n, cols);
+        a->a256 = xq + b32;
+    }
+    return true;
 }
 
 /* ---- embed: one block per token ---- */
@@ -310,6 +301,9 @@ static __device__ float deq_elem(int type, const uint8_t *row, int64_t e) {
     case TR_DTYPE_F32: return ((const float *)row)[e];
     case TR_DTYPE_F16: return __half2float(((const __half *)row)[e]);
     case TR_DTYPE_BF16: return __uint_as_float((uint32_t)((const uint16_t *)row)[e] << 16);
+    case TR_DTYPE_Q4_K: return deq_k_elem(type, row + e / 256 * 144, (int)(e % 256));
+    case TR_DTYPE_Q5_K: return deq_k_elem(type, row + e / 256 * 176, (int)(e % 256));
+    case TR_DTYPE_Q6_K: return deq_k_elem(type, row + e / 256 * 210, (int)(e % 256));
     default: break;
     }
     int64_t b = e / 32;
@@ -346,7 +340,8 @@ static __global__ void embed_kernel(float *out, const uint8_t *table, size_t row
 
 
 bool tr_cuda_weight_type_ok(tr_dtype t) {
-    return is_a32(t) || t == TR_DTYPE_F32 || t == TR_DTYPE_F16 || t == TR_DTYPE_BF16;
+    return is_a32(t) || tr_cuda_is_k(t) || t == TR_DTYPE_F32 || t == TR_DTYPE_F16 ||
+           t == TR_DTYPE_BF16;
 }
 
 void tr_cuda_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
@@ -354,17 +349,10 @@ void tr_cuda_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
                        bool accumulate) {
     cuda_stream *cs = tr_cuda_stream_of(s);
     if (n <= 0 || n_mats <= 0 || !tr_cuda_enter(tr_cuda_backend_of(s))) return;
-    const uint8_t *xq = NULL;
-    size_t xq_stride = 0;
-    for (int32_t i = 0; i < n_mats; i++) { /* x rounded once for them all */
-        if (is_a32(w[i]->type) && !xq) {
-            xq = quantize_a32(cs, x, n, w[0]->cols, &xq_stride);
-            if (!xq) return;
-        }
-    }
+    acts a; /* x rounded once for them all */
+    if (!prepare_acts(cs, x, n, w[0]->cols, n_mats, w, &a)) return;
     for (int32_t i = 0; i < n_mats; i++)
-        launch_one(cs, out[i], w[i]->rows, w[i], x, xq, xq_stride, n, w[i]->rows, NULL,
-                   accumulate);
+        launch_one(cs, out[i], w[i]->rows, w[i], &a, n, w[i]->rows, NULL, accumulate);
 }
 
 void tr_cuda_op_matmul_rows(tr_stream *s, float *out, const tr_weight *w, const float *x,
@@ -374,10 +362,9 @@ void tr_cuda_op_matmul_rows(tr_stream *s, float *out, const tr_weight *w, const 
     const int32_t *dids =
         (const int32_t *)tr_cuda_stage(cs, ids, sizeof(int32_t) * (size_t)n_ids);
     if (!dids) return;
-    const uint8_t *xq = NULL;
-    size_t xq_stride = 0;
-    if (is_a32(w->type) && !(xq = quantize_a32(cs, x, n, w->cols, &xq_stride))) return;
-    launch_one(cs, out, w->rows, w, x, xq, xq_stride, n, n_ids, dids, false);
+    acts a;
+    if (!prepare_acts(cs, x, n, w->cols, 1, &w, &a)) return;
+    launch_one(cs, out, w->rows, w, &a, n, n_ids, dids, false);
 }
 
 void tr_cuda_op_embed(tr_stream *s, float *out, const tr_weight *table, const int32_t *ids,

@@ -869,8 +869,9 @@ static void grid_attention(pair *p) {
 /* ---- determinism: bit-identical alone, in a batch, on 1 or 3 threads,
  * on another stream ---- */
 
-static void determinism_matmul(tb *a, tb *b) {
-    const tr_dtype types[3] = {TR_DTYPE_Q4_1, TR_DTYPE_Q6_K, TR_DTYPE_F16};
+/* Three matrices of `types` on one activation (mixed activation forms:
+ * the CUDA backend rounds x into two layouts in one call). */
+static void determinism_matmul_types(tb *a, tb *b, const tr_dtype types[3]) {
     const int64_t rows[3] = {48, 33, 16}, cols = 256;
     const int32_t n = 70;
     uint8_t *wh[3];
@@ -930,6 +931,12 @@ static void determinism_matmul(tb *a, tb *b) {
     free(x);
 }
 
+static void determinism_matmul(tb *a, tb *b) {
+    const tr_dtype sets[][3] = {{TR_DTYPE_Q4_1, TR_DTYPE_Q6_K, TR_DTYPE_F16},
+                                {TR_DTYPE_Q4_K, TR_DTYPE_Q5_K, TR_DTYPE_Q8_0}};
+    for (size_t i = 0; i < TR_ARRAY_LEN(sets); i++) determinism_matmul_types(a, b, sets[i]);
+}
+
 /* matmul_rows (OPTIONAL) stores bitwise what matmul stores for the listed
  * rows, in any order, and writes no other element. */
 static void check_matmul_rows_case(tb *t, tr_dtype type, int64_t rows,
@@ -975,7 +982,7 @@ static void check_matmul_rows_case(tb *t, tr_dtype type, int64_t rows,
 static void determinism_matmul_rows(tb *t) {
     if (!t->be->ops->matmul_rows) return; /* OPTIONAL */
     const tr_dtype types[] = {TR_DTYPE_Q8_0, TR_DTYPE_Q4_1, TR_DTYPE_Q6_K,
-                              TR_DTYPE_Q4_K, TR_DTYPE_F16, TR_DTYPE_F32};
+                              TR_DTYPE_Q4_K, TR_DTYPE_Q5_K, TR_DTYPE_F16, TR_DTYPE_F32};
     const int64_t rows = 301, cols = 256;
     int32_t ids[301];
     for (size_t k = 0; k < TR_ARRAY_LEN(types); k++) {

@@ -68,6 +68,11 @@ static void test_open(void **state) {
         if (missing) fail_msg("the cuda backend lacks the required op '%s'", missing);
         assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q4_1));
         assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q8_0));
+        /* Gemma 3 Q4_K_M's K-quants; Q2_K: neither backend computes it */
+        assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q4_K));
+        assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q5_K));
+        assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q6_K));
+        assert_false(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q2_K));
         assert_true(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_F16));
         tr_backend_free(be);
         be = NULL;

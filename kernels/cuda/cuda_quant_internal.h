@@ -1,0 +1,96 @@
+/* cuda_quant_internal.h — the device helpers the weight-reading kernels of
+ * matmul.cu (32-blocks, float weights, embed) and matmul_k.cu (K-quants)
+ * share: little-endian loads, the warp folds, the token tile's store, and
+ * the exact dequantization of one element.
+ *
+ * Layering: internal to kernels/cuda; CUDA C++, included by .cu files
+ * only. Everything here is `static` (docs/style.md: no global symbol
+ * without the tr_ prefix). Block layouts: kernels/cpu/quant_internal.h.
+ * GGML blocks are 2-byte aligned within a row (Q6_K's 210 bytes make odd
+ * blocks only 2-aligned), so 32-bit words are read as two 16-bit halves.
+ */
+#ifndef TR_KERNELS_CUDA_CUDA_QUANT_INTERNAL_H
+#define TR_KERNELS_CUDA_CUDA_QUANT_INTERNAL_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+/* Tokens per tile (each warp keeps one float per token) and warps per
+ * block of the matmul kernels; kernels/cuda/README.md says why. */
+static const int k_tok_tile = 8;
+static const int k_rows_per_block = 4;
+
+static __device__ __forceinline__ uint32_t ld16(const uint8_t *p) {
+    return *(const uint16_t *)p;
+}
+static __device__ __forceinline__ uint32_t ld32(const uint8_t *p) { /* p 2-aligned */
+    return ld16(p) | ld16(p + 2) << 16;
+}
+static __device__ __forceinline__ float ldh(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)ld16(p)));
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Folds each lane's per-token sums across the warp (a fixed butterfly)
+ * and stores (or adds) them at out[t, r] for the tile's tn tokens. Every
+ * lane of the warp must call it. */
+static __device__ __forceinline__ void store_tile(float *out, int64_t out_stride, int64_t r,
+                                                  int32_t t0, int tn,
+                                                  const float (&acc)[k_tok_tile],
+                                                  bool accumulate, int lane) {
+#pragma unroll
+    for (int i = 0; i < k_tok_tile; i++) {
+        if (i >= tn) break;
+        float v = warp_sum(acc[i]);
+        if (lane == 0) {
+            float *o = out + (int64_t)(t0 + i) * out_stride + r;
+            *o = accumulate ? *o + v : v;
+        }
+    }
+}
+
+/* The output row of the k-th row this launch computes. */
+static __device__ __forceinline__ int64_t out_row(const int32_t *ids, int64_t k) {
+    return ids ? ids[k] : k;
+}
+
+/* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
+ * s (the CPU's cpu_q_kscale, the same bits). */
+static __device__ __forceinline__ void kscale(const uint8_t *s, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Element e (0..255) of one K-quant block, exactly as the CPU's deq_256:
+ * Q4_K/Q5_K fmaf(d * sc, q, -(dmin * m)) (two exact products, one
+ * rounding), Q6_K d * (sc * (q - 32)) (an exact integer, one rounding). */
+static __device__ __forceinline__ float deq_k_elem(int type, const uint8_t *blk, int e) {
+    if (type == TR_DTYPE_Q6_K) {
+        int n = e / 128, qq = (e % 128) / 32, l = e % 32;
+        int ql = blk[64 * n + 32 * (qq & 1) + l];
+        int q = (qq >= 2 ? ql >> 4 : ql & 15) | ((blk[128 + 32 * n + l] >> (2 * qq)) & 3) << 4;
+        int sc = (int8_t)blk[192 + e / 16];
+        return ldh(blk + 208) * (float)(sc * (q - 32));
+    }
+    int s = e / 32, c = e / 64, l = e % 32, sc, m;
+    kscale(blk + 4, s, sc, m);
+    bool five = type == TR_DTYPE_Q5_K;
+    int byte = blk[(five ? 48 : 16) + 32 * c + l];
+    int q = s & 1 ? byte >> 4 : byte & 15;
+    if (five) q |= ((blk[16 + l] >> s) & 1) << 4;
+    return fmaf(ldh(blk) * (float)sc, (float)q, -(ldh(blk + 2) * (float)m));
+}
+
+#endif
