@@ -23,6 +23,9 @@ typedef struct prof_key {
     _Atomic uint64_t calls, ns;
 } prof_key;
 
+_Static_assert(sizeof(((prof_key *)0)->key) == sizeof(((tr_profile_entry *)0)->key),
+               "keys are copied whole");
+
 typedef struct prof {
     tr_backend base;
     tr_backend_ops ops;
@@ -49,7 +52,9 @@ static prof_key *key_for(prof *p, const char *key) {
         }
     if (p->n_keys < TR_PROFILE_MAX_KEYS) {
         k = &p->keys[p->n_keys++];
-        snprintf(k->key, sizeof k->key, "%s", key);
+        size_t n = strnlen(key, sizeof k->key - 1);
+        memcpy(k->key, key, n);
+        k->key[n] = 0;
     }
 out:
     pthread_mutex_unlock(&p->mu);
@@ -278,7 +283,7 @@ int tr_backend_profile_get(tr_backend *be, tr_profile_entry *out, int cap) {
         if (i >= p->n_keys && i < TR_PROFILE_MAX_KEYS) continue;
         const prof_key *k = &p->keys[i];
         if (i == TR_PROFILE_MAX_KEYS && atomic_load(&k->calls) == 0) break;
-        snprintf(out[j].key, sizeof out[j].key, "%s", k->key);
+        memcpy(out[j].key, k->key, sizeof out[j].key); /* NUL-terminated: key_for */
         out[j].calls = atomic_load(&k->calls);
         out[j].ns = atomic_load(&k->ns);
         j++;

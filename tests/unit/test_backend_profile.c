@@ -117,6 +117,5 @@ int main(void) {
         cmocka_unit_test(test_forwards_and_counts),
         cmocka_unit_test(test_key_limit),
     };
-    tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
