@@ -313,7 +313,7 @@ void tr_grammar_dump(const grammar *g, FILE *f);
  * schema accepts, as far as this compiler can enforce them, written
  * with the chosen whitespace, object properties in the order of
  * `properties` (then the required names not listed there, then any
- * additional properties), every JSON string escape a JSON parser reads
+ * additional properties) or, with property_order ANY, in any order, every JSON string escape a JSON parser reads
  * back as the same string (raw characters, \" \\ \/ \b \f \n \r
  * \t, \u00XX for control characters, any \uXXXX in unconstrained
  * strings). A keyword it cannot enforce (uniqueItems over unbounded
@@ -353,10 +353,31 @@ typedef enum grammar_json_numbers {
 #define GRAMMAR_JSON_MAX_FRAC_DIGITS 20u
 #define GRAMMAR_JSON_MAX_EXP_DIGITS 3u
 
+/* In which order an object's properties may be written
+ * (grammar/README.md, "Property order"). */
+typedef enum grammar_json_property_order {
+    GRAMMAR_JSON_ORDER_SCHEMA = 0, /* the order of `properties` (then
+                                      required names not listed, then
+                                      additional properties) */
+    GRAMMAR_JSON_ORDER_ANY,        /* any order, exactly: each listed
+                                      property at most once, every
+                                      required one before `}`,
+                                      additional ones anywhere */
+} grammar_json_property_order;
+
+/* ORDER_ANY keeps the set of listed properties written so far in the
+ * grammar's state (2^n states per object): an object with more listed
+ * properties than this keeps schema order (fewer texts, never more), and
+ * a schema whose ANY grammar passes a size budget (TR_ERR_LIMIT other
+ * than time, diag given) is compiled again in schema order. Compiles
+ * cost ~2x at the median, far more at the tail (grammar/README.md). */
+#define GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS 10u
+
 typedef struct grammar_json_options {
     bool lenient;             /* ignore unenforceable keywords (warn) */
     grammar_json_ws whitespace;
     grammar_json_numbers numbers; /* default canonical */
+    grammar_json_property_order property_order; /* default schema */
     uint32_t max_ws_run;      /* flexible: longest whitespace run (default
                                  24: deep pretty-printed output fits, and
                                  generation cannot loop on blanks) */

@@ -292,6 +292,17 @@ enum {
                                            as JSON Schema says) */
 };
 
+/* trellis_grammar_options.property_order (JSON Schema; the same values as
+ * grammar/'s grammar_json_property_order) */
+enum {
+    TRELLIS_PROPERTY_ORDER_SCHEMA = 0, /* the order of `properties` */
+    TRELLIS_PROPERTY_ORDER_ANY = 1,    /* any order: each listed property
+                                          at most once, every required one
+                                          before `}`; objects with more than
+                                          10 listed properties keep schema
+                                          order */
+};
+
 typedef struct trellis_grammar_options {
     bool lenient;       /* JSON Schema: ignore keywords that cannot be
                            enforced (with a warning) instead of refusing
@@ -303,6 +314,8 @@ typedef struct trellis_grammar_options {
     int32_t indent;     /* PRETTY: spaces per level (0..16, default 2) */
     int32_t json_numbers; /* TRELLIS_JSON_NUMBERS_*; default CANONICAL
                              (enum / const values keep every spelling) */
+    int32_t property_order; /* TRELLIS_PROPERTY_ORDER_*; default SCHEMA
+                               (JSON_SCHEMA only) */
 } trellis_grammar_options;
 
 TRELLIS_API void trellis_grammar_options_default(trellis_grammar_options *o);

@@ -6,6 +6,7 @@
  *   trellis bench maskbench FILE.jsonl[.gz] [-m MODEL] [--limit N]
  *       [--timeout S] [--json] [--csv OUT] [--lenient] [--mem-limit-gb G]
  *       [--reasons N] [--quiet] [--clock wall|cpu] [--fork-each]
+ *       [--property-order schema|any]
  *
  * FILE: one JSON object a line, {"id", "schema", "tests": [{"valid",
  * "data"}]} (MaskBench's data from guidance-ai/jsonschemabench, which
@@ -13,8 +14,9 @@
  *   - compile it (strict mode unless --lenient; flexible whitespace, the
  *     peers' setting; full numbers: the tests are Python's json.dumps of
  *     the data, which writes 1.0 for an integer-typed float, and JSON
- *     Schema counts 1.0 as an integer; the compile time budget is
- *     --timeout), TTFM = wall time of tr_grammar_compile_json_schema;
+ *     Schema counts 1.0 as an integer; properties in schema order, the
+ *     peers' setting, unless --property-order any; the compile time
+ *     budget is --timeout), TTFM = wall time of tr_grammar_compile_json_schema;
  *   - per test: text = Python's json.dumps(data) (tr_grammar_json_dumps_py:
  *     ", " and ": ", ensure_ascii=False, repr floats), tokens = the model's
  *     tokenizer (llama.cpp's ids; a test whose tokens do not spell the
@@ -81,6 +83,7 @@ typedef struct mb_opts {
     bool json, lenient, quiet;
     bool cpu;       /* --clock cpu: this thread's CPU time, not wall time */
     bool fork_each; /* a fresh child per schema instead of one worker */
+    int any_order;  /* --property-order any: GRAMMAR_JSON_ORDER_ANY */
     int reasons;
 } mb_opts;
 
@@ -291,6 +294,7 @@ static void mb_child(const mb_ctx *c, json_t *item, int fd) {
     tr_grammar_json_options_default(&jo);
     jo.lenient = o->lenient;
     jo.numbers = GRAMMAR_JSON_NUM_FULL; /* the tests write integers as 1.0 too */
+    jo.property_order = o->any_order ? GRAMMAR_JSON_ORDER_ANY : GRAMMAR_JSON_ORDER_SCHEMA;
     /* the per-schema timeout bounds the compile, not the library's 2 s
      * default (a shared machine's load would turn slow compiles into
      * refusals) */
@@ -661,9 +665,10 @@ static void mb_json(mb_sum *s, const mb_opts *o) {
     for (int k = 0; k < MB_N_STATUS; k++) printf(", \"%s\": %ld", keys[k], s->counts[k]);
     printf("}, \"extra\": {\"tests run\": %ld, \"tests skipped (tokens do not spell the text)\": %ld,"
            " \"mask/advance disagreements\": %ld}, \"config\": {\"mode\": \"%s\", \"whitespace\": "
-           "\"flexible\", \"json_numbers\": \"full\", \"timeout_s\": %g, \"clock\": \"%s\", \"data\": \"%s\"}}\n",
-           s->tests, s->skipped, s->inconsistent, o->lenient ? "lenient" : "strict", o->timeout_s,
-           o->cpu ? "thread_cpu" : "wall", o->data);
+           "\"flexible\", \"json_numbers\": \"full\", \"property_order\": \"%s\", \"timeout_s\": %g, "
+           "\"clock\": \"%s\", \"data\": \"%s\"}}\n",
+           s->tests, s->skipped, s->inconsistent, o->lenient ? "lenient" : "strict",
+           o->any_order ? "any" : "schema", o->timeout_s, o->cpu ? "thread_cpu" : "wall", o->data);
 }
 
 /* Most frequent compile-error reasons, JSON pointers and quoted names
@@ -772,6 +777,10 @@ static int mb_parse_args(int argc, char **argv, mb_opts *o) {
          "a fresh child per schema, no warm-up (default: one worker process, replaced "
          "after a timeout or crash, warmed up by one untimed schema, as the peers' runner "
          "does)", "off"},
+        {"--property-order", NULL, CLI_ENUM, &o->any_order, 1, 0,
+         "object properties in the order of `properties` (the peers' setting) or in any "
+         "order (each at most once, required ones before `}`)", "schema",
+         .choices = "schema|any"},
     };
     const cli_cmd c = {.name = "bench maskbench", .usage = "FILE.jsonl[.gz] [options]",
                        .opts = opts, .n_opts = sizeof opts / sizeof opts[0],
@@ -912,10 +921,10 @@ int tr_bench_maskbench(int argc, char **argv) {
     fprintf(stderr,
             "\nTimes in µs (%s). TBM = mask + check + advance per token; TTFM = compile; %ld "
             "schemas of %s; %ld tests run, %ld skipped (tokens do not spell the text), %ld "
-            "mask/advance disagreements; %s mode, flexible whitespace, full numbers, timeout "
-            "%g s.\n",
+            "mask/advance disagreements; %s mode, flexible whitespace, full numbers, %s "
+            "property order, timeout %g s.\n",
             o.cpu ? "thread CPU time" : "wall clock", sum.schemas, o.data, sum.tests, sum.skipped, sum.inconsistent,
-            o.lenient ? "lenient" : "strict", o.timeout_s);
+            o.lenient ? "lenient" : "strict", o.any_order ? "any" : "schema", o.timeout_s);
     if (o.reasons && sum.counts[MB_COMPILE_ERROR]) {
         fprintf(stderr, "most frequent compile-error reasons:\n");
         mb_reasons(recs, nrec, o.reasons);

@@ -119,6 +119,10 @@ static bool parse(int argc, char **argv, gen_opts *o, bool *help) {
          "numbers in constrained JSON: canonical (an integer is digits only, no 1.0 or 1e5; "
          "at most 20 fraction and 3 exponent digits) or full (any JSON number that has "
          "the value)", "canonical", .choices = "canonical|full"},
+        {"--property-order", NULL, CLI_ENUM, &o->property_order, 1, 0,
+         "object properties in constrained JSON: in the schema's order, or in any order "
+         "(each at most once, required ones before `}`; objects with more than 10 listed "
+         "properties keep schema order)", "schema", .choices = "schema|any"},
         {"--grammar", NULL, CLI_STR, &o->grammar, 1, 0,
          "constrain the output to this GBNF grammar (start rule root)", .meta = "FILE"},
         {"--end-span", NULL, CLI_ENUM, &o->end_span, 1, 0,
@@ -350,7 +354,8 @@ int tr_cli_generate(int argc, char **argv) {
     gen_opts o = {.n_predict = 128, .batch = -1, .temp = 0.0, .top_p = rd.top_p,
                   .min_p = rd.min_p, .repeat_penalty = rd.repetition_penalty,
                   .repeat_last_n = rd.penalty_last_n, .logprobs = -1, .n_samples = 1,
-                  .schema_mode = -1, .whitespace = -1, .json_numbers = -1};
+                  .schema_mode = -1, .whitespace = -1, .json_numbers = -1,
+                  .property_order = -1};
     tr_engine_flags_init(&o.engine);
     bool help = false;
     if (!parse(argc, argv, &o, &help)) return 2;

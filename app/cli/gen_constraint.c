@@ -6,8 +6,8 @@
  *                        so that its errors name the flag)
  *   --choice A ...       trellis_grammar_compile_choices -> request.grammar
  *   --json-schema S      trellis_grammar_compile(JSON_SCHEMA), with
- *                        --schema-mode, --whitespace and --json-numbers as
- *                        its options
+ *                        --schema-mode, --whitespace, --json-numbers and
+ *                        --property-order as its options
  *   --json-object        trellis_grammar_compile(JSON_OBJECT)
  *   --grammar FILE       trellis_grammar_compile(EBNF)
  *
@@ -58,6 +58,10 @@ static bool check(const gen_opts *o) {
                         "--json-object\n");
         return false;
     }
+    if (o->property_order >= 0 && !o->json_schema) {
+        fprintf(stderr, "trellis generate: --property-order: needs --json-schema\n");
+        return false;
+    }
     if (o->json_numbers >= 0 && !o->json_schema && !o->json_object) {
         fprintf(stderr, "trellis generate: --json-numbers: needs --json-schema or "
                         "--json-object\n");
@@ -98,6 +102,7 @@ static int compile_grammar(const gen_opts *o, trellis_engine *e, gen_constraint 
     if (o->schema_mode >= 0) go.lenient = o->schema_mode == 1;
     if (o->whitespace >= 0) go.whitespace = o->whitespace;
     if (o->json_numbers >= 0) go.json_numbers = o->json_numbers;
+    if (o->property_order >= 0) go.property_order = o->property_order;
     trellis_grammar_kind kind = o->json_object ? TRELLIS_GRAMMAR_JSON_OBJECT
                                 : o->grammar   ? TRELLIS_GRAMMAR_EBNF
                                                : TRELLIS_GRAMMAR_JSON_SCHEMA;

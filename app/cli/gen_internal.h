@@ -29,6 +29,7 @@ typedef struct gen_opts {
     int schema_mode; /* -1 unset, 0 strict, 1 lenient */
     int whitespace;  /* -1 unset, else TRELLIS_WS_* */
     int json_numbers; /* -1 unset, else TRELLIS_JSON_NUMBERS_* */
+    int property_order; /* -1 unset, else TRELLIS_PROPERTY_ORDER_* */
     int end_span;    /* TRELLIS_END_SPAN_* */
     int64_t n_predict, seed, top_k, batch, logprobs, n_samples, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty, presence, frequency;

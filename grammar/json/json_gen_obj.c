@@ -29,6 +29,9 @@
  * Short chains are written out flat (regular, one terminal when the
  * values are); long ones share the R_i as rules. minProperties /
  * maxProperties add a count to the state: R(i, c).
+ *
+ * With property_order ANY the state is the set of listed members
+ * written so far instead of the position in the list (chain_any).
  */
 #include <string.h>
 
@@ -769,6 +772,117 @@ static tr_status chain_counted(objc *o, gx **out) {
     return *out ? TR_OK : o->x->cc->err;
 }
 
+/* property_order ANY: A(S, a, first), S the set of listed members
+ * written so far, a the additional members written (tracked up to
+ * min / max, saturating at min without a max), first: nothing written.
+ *   A(S, a, f) = | for each i not in S:  [SEP] m_i A(S+i, a, 0)
+ *                | [SEP] add A(S, a+1, 0)
+ *                | (empty)  when not first, S holds every required
+ *                           name, every dependency it raises and
+ *                           |S| + a >= min
+ * and, once a saturates, the additional members are a loop in front:
+ * A(S, sat, 0) = (SEP add)* (the rest). Exact: a listed name cannot be
+ * taken twice (S), nor by an additional key (their keys exclude every
+ * listed name). 2^n states: objects with more listed members than
+ * GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS keep schema order (fewer texts,
+ * never more). Each member is a rule, so its value is written once. */
+typedef struct anyord {
+    objc *o;
+    uint32_t acap;  /* additional count tracked 0..acap */
+    uint64_t req;   /* required members (bits) */
+    uint32_t *kv;   /* rule id per member */
+    js_ptrmap ids;  /* state key -> rule id */
+} anyord;
+
+static gx *A_ref(anyord *k, uint64_t S, uint32_t a, bool first);
+
+static bool any_closable(const anyord *k, uint64_t S, uint32_t a) {
+    const objc *o = k->o;
+    if ((S & k->req) != k->req) return false;
+    uint64_t raised = 0, met = 0;
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (S >> i & 1) {
+            raised |= o->m[i].set_take | o->m[i].block;
+            met |= o->m[i].need | o->m[i].set_skip;
+        }
+    uint64_t c = (uint64_t)__builtin_popcountll(S) + a;
+    return !(raised & ~met) && c >= o->min;
+}
+
+static gx *A_body(anyord *k, uint64_t S, uint32_t a, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    uint64_t c = (uint64_t)__builtin_popcountll(S) + a;
+    bool room = o->max == UINT64_MAX || c < o->max;
+    bool loop = o->add && o->max == UINT64_MAX && a == k->acap && !first;
+    gx_list alts = {0};
+    for (uint32_t i = 0; room && i < o->nm; i++) {
+        if (S >> i & 1) continue;
+        gx *m = tr_gx_ref(cc, k->kv[i]);
+        if (!first) m = tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), m);
+        gx *next = A_ref(k, S | 1ull << i, a, false);
+        if (!next || tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, m, next))) return NULL;
+    }
+    if (o->add && room && !loop) {
+        gx *m = first ? o->add : tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add);
+        gx *next = A_ref(k, S, TR_MIN(a + 1, k->acap), false);
+        if (!next || tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, m, next))) return NULL;
+    }
+    if (!first && any_closable(k, S, a) && tr_gx_list_push(cc, &alts, tr_gx_empty(cc)))
+        return NULL;
+    gx *body = alts.n ? tr_gx_alt(cc, alts.v, alts.n) : tr_gx_never(cc);
+    return loop && body ? tr_gx_seq2(cc, add_loop(o, 0, UINT64_MAX), body) : body;
+}
+
+static gx *A_ref(anyord *k, uint64_t S, uint32_t a, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    uint64_t key = ((S * ((uint64_t)k->acap + 1) + a) << 1 | first) + 1;
+    uint64_t id;
+    if (!tr_js_ptrmap_get(&k->ids, (const void *)(uintptr_t)key, &id)) {
+        uint32_t rid;
+        if (tr_gx_rule_add(cc, &o->x->g, "props", &rid) ||
+            tr_js_ptrmap_put(cc, &k->ids, (const void *)(uintptr_t)key, rid))
+            return NULL;
+        gx *b = A_body(k, S, a, first);
+        if (!b) return NULL;
+        o->x->g.rules[rid].body = b;
+        id = rid;
+    }
+    return tr_gx_ref(cc, (uint32_t)id);
+}
+
+/* *out NULL: the object is too large for ANY and keeps schema order. */
+static tr_status chain_any(objc *o, gx **out) {
+    gcc *cc = o->x->cc;
+    *out = NULL;
+    uint64_t acap = 0;
+    if (o->add)
+        acap = o->max != UINT64_MAX ? o->max : o->min;
+    if (o->nm > GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS || acap > 64 ||
+        (acap + 1) << o->nm > (1u << GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS))
+        return TR_OK;
+    anyord k = {o, (uint32_t)acap, 0, NULL, {0}};
+    k.kv = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *k.kv);
+    if (!k.kv) return cc->err;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        if (o->m[i].required) k.req |= 1ull << i;
+        tr_status st = tr_gx_rule_add(cc, &o->x->g, "prop", &k.kv[i]);
+        if (st) return st;
+        o->x->g.rules[k.kv[i]].body = o->m[i].g;
+    }
+    if (o->add) { /* its keys exclude every listed name: often long */
+        uint32_t id;
+        tr_status st = tr_gx_rule_add(cc, &o->x->g, "props-add", &id);
+        if (st) return st;
+        o->x->g.rules[id].body = o->add;
+        o->add = tr_gx_ref(cc, id);
+        if (!o->add) return cc->err;
+    }
+    *out = A_ref(&k, 0, 0, true);
+    return *out ? TR_OK : cc->err;
+}
+
 /* dependentRequired / dependencies (array form): "if t is present, so is
  * d", as pair bits on the members (names not listed become listed). */
 static tr_status collect_deps(objc *o) {
@@ -908,11 +1022,11 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
     if (st || (st = additional(&o, &pn))) return st;
     bool any_required = false;
     for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
-    gx *items;
-    if (o.min > 1 || o.max != UINT64_MAX || o.n_deps)
-        st = chain_counted(&o, &items);
-    else
-        st = chain_plain(&o, &items);
+    gx *items = NULL;
+    if (x->opt.property_order == GRAMMAR_JSON_ORDER_ANY) st = chain_any(&o, &items);
+    if (!st && !items)
+        st = o.min > 1 || o.max != UINT64_MAX || o.n_deps ? chain_counted(&o, &items)
+                                                          : chain_plain(&o, &items);
     if (st) return st;
     *out = tr_js_container(x, '{', items, !any_required && o.min == 0, depth);
     return *out ? TR_OK : x->cc->err;

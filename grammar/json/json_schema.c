@@ -30,6 +30,7 @@ void tr_grammar_json_options_default(grammar_json_options *o) {
     memset(o, 0, sizeof *o);
     o->whitespace = GRAMMAR_JSON_WS_FLEXIBLE;
     o->numbers = GRAMMAR_JSON_NUM_CANONICAL;
+    o->property_order = GRAMMAR_JSON_ORDER_SCHEMA;
     o->max_ws_run = 24;
     o->indent = 2;
     o->max_depth = 24;
@@ -119,6 +120,9 @@ static tr_status check_options(const grammar_json_options *o, tr_diag *diag) {
     if (o->numbers > GRAMMAR_JSON_NUM_FULL)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "unknown numbers mode %d",
                            (int)o->numbers);
+    if (o->property_order > GRAMMAR_JSON_ORDER_ANY)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "unknown property_order %d",
+                           (int)o->property_order);
     if (o->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "max_ws_run %u is over 1000",
                            o->max_ws_run);
@@ -269,7 +273,17 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
                                          tr_diag *diag) {
     if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     compile_out o = {limits, out, diag};
-    return run(schema_json, len, opt, limits, diag, true, to_grammar, &o);
+    tr_status st = run(schema_json, len, opt, limits, diag, true, to_grammar, &o);
+    /* property_order ANY writes 2^n states per object; past a size budget
+     * (not the time budget: that would double the wait) the schema is
+     * compiled again in schema order: fewer texts, never more */
+    if (st == TR_ERR_LIMIT && opt && opt->property_order == GRAMMAR_JSON_ORDER_ANY && diag &&
+        !strstr(diag->message, "time")) {
+        grammar_json_options so = *opt;
+        so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
+        st = run(schema_json, len, &so, limits, diag, true, to_grammar, &o);
+    }
+    return st;
 }
 
 tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,

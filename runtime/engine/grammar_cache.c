@@ -90,6 +90,7 @@ void trellis_grammar_options_default(trellis_grammar_options *o) {
     o->lenient = j.lenient;
     o->whitespace = (int32_t)j.whitespace;
     o->json_numbers = (int32_t)j.numbers;
+    o->property_order = (int32_t)j.property_order;
     o->max_ws_run = (int32_t)j.max_ws_run;
     o->indent = (int32_t)j.indent;
 }
@@ -153,8 +154,8 @@ gcache_mask_counters *tr_gcache_counters(gcache *c) { return &c->masks; }
 /* FNV-1a over the key's fields. */
 static uint64_t key_hash(trellis_grammar_kind kind, const trellis_grammar_options *o,
                          const char *text, size_t len) {
-    int32_t k[6] = {(int32_t)kind, o->lenient, o->whitespace, o->max_ws_run,
-                    o->indent, o->json_numbers};
+    int32_t k[7] = {(int32_t)kind, o->lenient,  o->whitespace,    o->max_ws_run,
+                    o->indent,     o->json_numbers, o->property_order};
     return tr_fnv1a(tr_fnv1a(TR_FNV1A_BASIS, k, sizeof k), text, len);
 }
 
@@ -165,6 +166,7 @@ static bool key_equal(const gentry *x, uint64_t hash, trellis_grammar_kind kind,
            x->opt.lenient == o->lenient && x->opt.whitespace == o->whitespace &&
            x->opt.max_ws_run == o->max_ws_run && x->opt.indent == o->indent &&
            x->opt.json_numbers == o->json_numbers &&
+           x->opt.property_order == o->property_order &&
            memcmp(x->text, text, len) == 0;
 }
 

@@ -62,6 +62,11 @@ tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "options.json_numbers is %d, not a TRELLIS_JSON_NUMBERS_* value",
                            in->json_numbers);
+    if (in->property_order < TRELLIS_PROPERTY_ORDER_SCHEMA ||
+        in->property_order > TRELLIS_PROPERTY_ORDER_ANY)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
+                           "options.property_order is %d, not a TRELLIS_PROPERTY_ORDER_* value",
+                           in->property_order);
     /* grammar/json/json_schema.c's bounds */
     if (in->max_ws_run < 0 || in->max_ws_run > 1000)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
@@ -73,6 +78,8 @@ tr_status tr_engine_grammar_kind_options(trellis_grammar_kind kind,
     out->lenient = in->lenient && kind == TRELLIS_GRAMMAR_JSON_SCHEMA;
     out->whitespace = in->whitespace;
     out->json_numbers = in->json_numbers;
+    /* only schemas have listed properties: one cache entry per JSON_OBJECT */
+    out->property_order = kind == TRELLIS_GRAMMAR_JSON_SCHEMA ? in->property_order : 0;
     /* each layout reads only its own knob */
     out->max_ws_run = in->whitespace == TRELLIS_WS_FLEXIBLE ? in->max_ws_run : 0;
     out->indent = in->whitespace == TRELLIS_WS_PRETTY ? in->indent : 0;
@@ -240,6 +247,9 @@ _Static_assert(TRELLIS_WS_FLEXIBLE == (int)GRAMMAR_JSON_WS_FLEXIBLE &&
 _Static_assert(TRELLIS_JSON_NUMBERS_CANONICAL == (int)GRAMMAR_JSON_NUM_CANONICAL &&
                    TRELLIS_JSON_NUMBERS_FULL == (int)GRAMMAR_JSON_NUM_FULL,
                "trellis.h's number modes are grammar.h's");
+_Static_assert(TRELLIS_PROPERTY_ORDER_SCHEMA == (int)GRAMMAR_JSON_ORDER_SCHEMA &&
+                   TRELLIS_PROPERTY_ORDER_ANY == (int)GRAMMAR_JSON_ORDER_ANY,
+               "trellis.h's property orders are grammar.h's");
 
 static void json_options(const trellis_grammar_options *o, grammar_json_options *j,
                          warn_buf *w) {
@@ -248,6 +258,7 @@ static void json_options(const trellis_grammar_options *o, grammar_json_options 
         j->lenient = o->lenient;
         j->whitespace = (grammar_json_ws)o->whitespace;
         j->numbers = (grammar_json_numbers)o->json_numbers;
+        j->property_order = (grammar_json_property_order)o->property_order;
         j->max_ws_run = (uint32_t)o->max_ws_run;
         j->indent = (uint32_t)o->indent;
     }

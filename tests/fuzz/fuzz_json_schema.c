@@ -7,8 +7,8 @@
  * a byte vocabulary: a byte's token must be in the mask iff accepting it
  * succeeds. Strict mode bounds whitespace runs at 1-4 bytes (by the
  * input's size): an accepted instance must not hold a longer run outside
- * its strings. Numbers are canonical or full (by the input's size too:
- * both modes, at no extra compile). If the whole instance is accepted in strict mode, it must be
+ * its strings. Numbers are canonical or full, properties in schema or
+ * any order (by the input's size too: every mode, at no extra compile). If the whole instance is accepted in strict mode, it must be
  * valid JSON that the compiler's own validator (json_valid.c) declares
  * valid against the schema: the grammar never lets through what the
  * schema forbids. Any broken invariant aborts. Replayed over
@@ -102,6 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         o.lenient = lenient;
         if (!lenient) o.max_ws_run = 1 + (uint32_t)(size % 4); /* counted by the matcher */
         o.numbers = (size >> 2) & 1 ? GRAMMAR_JSON_NUM_FULL : GRAMMAR_JSON_NUM_CANONICAL;
+        o.property_order = (size >> 3) & 1 ? GRAMMAR_JSON_ORDER_ANY : GRAMMAR_JSON_ORDER_SCHEMA;
         grammar *g = NULL;
         tr_diag d;
         tr_status st = tr_grammar_compile_json_schema((const char *)data, slen, &o, &lim, &g, &d);

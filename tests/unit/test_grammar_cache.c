@@ -214,6 +214,12 @@ static void test_errors(void **state) {
                                        sizeof err), TR_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "options.json_numbers is 2, not a TRELLIS_JSON_NUMBERS_* value"));
     assert_null(h);
+    trellis_grammar_options_default(&o);
+    o.property_order = -1;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{}", 0, &o, &h, err,
+                                       sizeof err), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "options.property_order is -1, not a TRELLIS_PROPERTY_ORDER_* value"));
+    assert_null(h);
     /* too many choice bytes */
     json_t *arr = json_array();
     char item[1100];
@@ -329,7 +335,31 @@ static void test_json_and_ebnf(void **state) {
     assert_false(tr_grammar_matches(obj->g, "{\"a\": 1e1000}", 13));
     trellis_grammar_cache_stats st = stats(c);
     assert_int_equal(st.compiles, 7);
-    trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb, n1, n2, n3, o1};
+    /* property order: schema (the default) and any, two entries; plain
+     * JSON objects read it not (one entry) */
+    const char *ab = "{\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\",\"b\"]}";
+    trellis_grammar_options_default(&o);
+    assert_int_equal(o.property_order, TRELLIS_PROPERTY_ORDER_SCHEMA);
+    trellis_grammar *p1 = NULL, *p2 = NULL, *p3 = NULL, *o2 = NULL;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ab, 0, &o, &p1, err,
+                                       sizeof err), TR_OK);
+    o.property_order = TRELLIS_PROPERTY_ORDER_ANY;
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ab, 0, &o, &p2, err,
+                                       sizeof err), TR_OK);
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_SCHEMA, ab, 0, &o, &p3, err,
+                                       sizeof err), TR_OK);
+    assert_ptr_not_equal(p1, p2);
+    assert_ptr_equal(p2, p3);
+    assert_true(tr_grammar_matches(p1->g, "{\"a\": 1, \"b\": 2}", 16));
+    assert_false(tr_grammar_matches(p1->g, "{\"b\": 2, \"a\": 1}", 16));
+    assert_true(tr_grammar_matches(p2->g, "{\"b\": 2, \"a\": 1}", 16));
+    assert_false(tr_grammar_matches(p2->g, "{\"b\": 2, \"b\": 1}", 16));
+    assert_int_equal(tr_gcache_compile(c, TRELLIS_GRAMMAR_JSON_OBJECT, NULL, 0, &o, &o2, err,
+                                       sizeof err), TR_OK);
+    assert_ptr_equal(o2, obj);
+    st = stats(c);
+    assert_int_equal(st.compiles, 9);
+    trellis_grammar *hs[] = {s1, s2, s3, obj, obj2, eb, n1, n2, n3, o1, p1, p2, p3, o2};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) trellis_grammar_release(hs[i]);
     tr_gcache_free(c);
     tr_grammar_vocab_free(v);
