@@ -24,6 +24,7 @@ int tr_srv_constraint_prepare(tr_srv_req *q, trellis_engine *e, char *err, size_
         trellis_grammar_options_default(&opt);
         if (g->con_ws >= 0) opt.whitespace = g->con_ws;
         if (g->con_numbers >= 0) opt.json_numbers = g->con_numbers;
+        if (g->con_order >= 0) opt.property_order = g->con_order;
         rc = trellis_grammar_compile(e, (trellis_grammar_kind)g->con, g->con_text, g->con_len,
                                      &opt, &gr, err, cap);
     }

@@ -251,7 +251,10 @@ static int read_mode(rd *r, json_t *o, const char *key, const char *const *names
  * "json_numbers" (extension; JSON kinds): "canonical" (the default: an
  * integer is digits only, never 1.0 or 1e5; other numbers take at most
  * 20 fraction and 3 exponent digits) or "full" (any JSON spelling of a
- * valid value). Both name TRELLIS_* values in order. */
+ * valid value). "property_order" (extension; JSON Schema): "schema" (the
+ * default: properties in the schema's order) or "any" (any order, each
+ * listed key once; grammar/README.md). All name TRELLIS_* values in
+ * order. */
 static int read_json_modes(rd *r, json_t *o) {
     static const char *const ws[] = {"flexible", "compact", "pretty"};
     static const char *const num[] = {"canonical", "full"};
@@ -261,8 +264,14 @@ static int read_json_modes(rd *r, json_t *o) {
     if (read_mode(r, o, "whitespace", ws, 3, "\"flexible\", \"compact\" or \"pretty\"",
                   &r->g->con_ws) < 0)
         return -1;
-    return read_mode(r, o, "json_numbers", num, 2, "\"canonical\" or \"full\"",
-                     &r->g->con_numbers);
+    if (read_mode(r, o, "json_numbers", num, 2, "\"canonical\" or \"full\"",
+                  &r->g->con_numbers) < 0)
+        return -1;
+    static const char *const order[] = {"schema", "any"};
+    _Static_assert(TRELLIS_PROPERTY_ORDER_SCHEMA == 0 && TRELLIS_PROPERTY_ORDER_ANY == 1,
+                   "the names are listed in the values' order");
+    return read_mode(r, o, "property_order", order, 2, "\"schema\" or \"any\"",
+                     &r->g->con_order);
 }
 
 /* temperature, top_p, top_k, min_p, penalties, seed, ignore_eos,
@@ -792,6 +801,7 @@ int tr_srv_gen_parse(tr_srv_api api, const char *body, size_t len,
     g->api = api;
     g->con_ws = -1;
     g->con_numbers = -1;
+    g->con_order = -1;
     trellis_request_default(&g->req);
     json_error_t je;
     g->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

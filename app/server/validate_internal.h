@@ -112,6 +112,7 @@ typedef struct tr_srv_gen {
     int32_t con_numbers;        /* JSON kinds: TRELLIS_JSON_NUMBERS_*
                                    ("json_numbers" extension), -1 = the
                                    compiler's default */
+    int32_t con_order;          /* JSON Schema: TRELLIS_PROPERTY_ORDER_*, -1 unset */
 
     const char *model;          /* as asked, or NULL */
     const char *rid;            /* generate: "rid", or NULL */

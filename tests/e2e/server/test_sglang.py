@@ -303,3 +303,24 @@ def test_assistant_prefill(client, server):
     st, e = server.post("/v1/chat/completions", {"messages": msgs[:1],
                                                  "continue_final_message": True})
     assert st == 400 and e["error"]["param"] == "continue_final_message", e
+
+
+def test_property_order_field(server):
+    """property_order: "any" compiles the schema with keys in any order;
+    a bad value is a 400 naming the field."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    for order in ["schema", "any"]:
+        st, r = server.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Give b then a as JSON."}], "max_tokens": 40,
+            "temperature": 0, "property_order": order,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        assert st == 200, r
+        ch = r["choices"][0]
+        if ch["finish_reason"] == "stop":
+            v = json.loads(ch["message"]["content"])
+            assert sorted(v) == ["a", "b"], v
+    st, e = server.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "property_order": "random",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert st == 400 and e["error"]["param"] == "property_order", e
