@@ -162,6 +162,8 @@ struct tr_dsl_stmt {
             tr_dsl_expr *from; /* SELECT: the options */
             tr_dsl_genopt *opts;
             int32_t n_opts;
+            bool by_logprob;   /* SELECT ... by logprob: scored, not
+                                  constrained (frontend/README.md) */
         } gen; /* GEN, SELECT */
         struct {
             tr_dsl_expr **conds; /* n_conds conditions ... */

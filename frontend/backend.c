@@ -19,6 +19,9 @@ void tr_dsl_gen_out_deinit(tr_dsl_gen_out *o) {
     free(o->text);
     o->text = NULL;
     o->len = 0;
+    free(o->prompt_logprobs);
+    o->prompt_logprobs = NULL;
+    o->n_prompt_logprobs = 0;
 }
 
 char *tr_dsl_choices_regex(const char *const *choices, int32_t n) {

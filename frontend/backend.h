@@ -53,6 +53,11 @@ typedef struct tr_dsl_gen_req {
     const char *const *choices;
     int32_t n_choices;
     bool stream;
+    /* the prompt tokens' log-probs from token position
+     * prompt_logprobs_start (negative: from the end), as
+     * trellis_request.prompt_logprobs; max_tokens may then be 0 */
+    bool prompt_logprobs;
+    int32_t prompt_logprobs_start;
 } tr_dsl_gen_req;
 
 /* temperature 1, top_p 1, repetition 1, max_tokens 128, the rest 0. */
@@ -65,6 +70,11 @@ typedef struct tr_dsl_gen_out {
     size_t len;
     const char *finish;  /* "stop", "length", "cancelled", "error" (static) */
     int32_t prompt_tokens, cached_tokens, completion_tokens;
+    float *prompt_logprobs; /* owned, [n_prompt_logprobs] when asked: the
+                               log-prob of each prompt token from the start
+                               asked for (NAN where there is none: position
+                               0), else NULL */
+    int32_t n_prompt_logprobs;
     char error[512];     /* when status != TR_OK */
 } tr_dsl_gen_out;
 

@@ -35,7 +35,19 @@ typedef struct pending {
     bool stream;
     bool lost; /* a delta could not be kept: the text is incomplete */
     tr_dsl_buf text;
+    bool want_plp;
+    float *plp; /* the prompt's log-probs, from whichever event had them */
+    int32_t n_plp;
 } pending;
+
+static void keep_plp(pending *p, const trellis_event *ev) {
+    if (!ev->prompt_logprobs || p->plp) return;
+    p->plp = malloc((size_t)ev->n_prompt_logprobs * sizeof *p->plp + 1);
+    if (!p->plp) return; /* deliver reports it */
+    for (int32_t i = 0; i < ev->n_prompt_logprobs; i++)
+        p->plp[i] = ev->prompt_logprobs[i].logprob;
+    p->n_plp = ev->n_prompt_logprobs;
+}
 
 static void deliver(pending *p, const trellis_event *ev) {
     tr_dsl_gen_out out = {0};
@@ -53,11 +65,19 @@ static void deliver(pending *p, const trellis_event *ev) {
         out.status = TR_ERR_CANCELLED;
         snprintf(out.error, sizeof out.error, "the engine cancelled the generation");
     }
+    if (out.status == TR_OK && p->want_plp && !p->plp) {
+        out.status = TR_ERR_NOMEM;
+        snprintf(out.error, sizeof out.error, "no prompt log-probs (out of memory)");
+    }
     if (out.status == TR_OK) {
         out.text = p->text.p;
         out.len = p->text.len;
         p->text.p = NULL;
+        out.prompt_logprobs = p->plp;
+        out.n_prompt_logprobs = p->n_plp;
+        p->plp = NULL;
     }
+    free(p->plp);
     tr_dsl_buf_free(&p->text);
     p->sink.done(p->sink.user, &out);
     tr_dsl_gen_out_deinit(&out);
@@ -70,6 +90,7 @@ static void *pump_main(void *arg) {
         trellis_event *ev;
         if (trellis_wait(b->e, 50, &ev) != 1) continue;
         pending *p = ev->user;
+        keep_plp(p, ev);
         if (ev->kind == TRELLIS_EVENT_DELTA) {
             if (p->stream && p->sink.delta && ev->text_len)
                 p->sink.delta(p->sink.user, ev->text, ev->text_len);
@@ -112,6 +133,8 @@ static tr_status engine_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
     q.n_stop = r->n_stop;
     q.ignore_eos = r->ignore_eos;
     q.stream = r->stream;
+    q.prompt_logprobs = r->prompt_logprobs;
+    q.prompt_logprobs_start = r->prompt_logprobs ? r->prompt_logprobs_start : 0;
     trellis_grammar *g = NULL;
     int rc = TRELLIS_OK;
     switch (r->constraint) {
@@ -138,6 +161,7 @@ static tr_status engine_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,
     }
     p->sink = *sink;
     p->stream = r->stream;
+    p->want_plp = r->prompt_logprobs;
     q.user = p;
     atomic_fetch_add(&b->inflight, 1);
     rc = trellis_submit(b->e, &q, NULL, err, cap);

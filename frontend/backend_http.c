@@ -6,8 +6,11 @@
  *        "top_k", "min_p", "presence_penalty", "frequency_penalty",
  *        "repetition_penalty", "stop", "ignore_eos", "sampling_seed",
  *        "regex" | "json_schema" (a string)}}
+ *   (with "return_logprob": true, "logprob_start_len" when the prompt's
+ *   log-probs are asked: select by logprob)
  *   -> {"text": COMPLETION, "meta_info": {"finish_reason": {"type"},
- *        "prompt_tokens", "completion_tokens", "cached_tokens"}}
+ *        "prompt_tokens", "completion_tokens", "cached_tokens",
+ *        "input_token_logprobs"}}
  *
  * streamed as server-sent events `data: {...}` (each with the text so
  * far, as SGLang sends it) ending with `data: [DONE]`. A choice list goes
@@ -31,6 +34,7 @@
  * token ids /tokenize gives (input_ids): one more round trip per
  * generation, the same tokens as in-process.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +182,16 @@ static void read_meta(json_t *obj, tr_dsl_gen_out *out) {
     out->finish = type && strcmp(type, "length") == 0    ? "length"
                   : type && strcmp(type, "abort") == 0   ? "cancelled"
                                                          : "stop";
+    /* [[logprob or null, id, text or null], ...] */
+    json_t *itl = json_object_get(meta, "input_token_logprobs");
+    size_t n = json_is_array(itl) ? json_array_size(itl) : 0;
+    if (n && !out->prompt_logprobs && (out->prompt_logprobs = malloc(n * sizeof(float)))) {
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(json_array_get(itl, i), 0);
+            out->prompt_logprobs[i] = json_is_number(v) ? (float)json_number_value(v) : NAN;
+        }
+        out->n_prompt_logprobs = (int32_t)n;
+    }
 }
 
 /* POST path with body (a JSON object); *out the answer's JSON object. */
@@ -384,8 +398,13 @@ static json_t *request_json(const tr_dsl_gen_req *r, char *err, size_t cap) {
         snprintf(err, cap, "the prompt is not valid UTF-8");
         return NULL;
     }
-    return json_pack("{s:o, s:o, s:b}", "text", text, "sampling_params", sp, "stream",
-                     r->stream);
+    json_t *req = json_pack("{s:o, s:o, s:b}", "text", text, "sampling_params", sp, "stream",
+                            r->stream);
+    if (req && r->prompt_logprobs) { /* meta_info.input_token_logprobs */
+        json_object_set_new(req, "return_logprob", json_true());
+        json_object_set_new(req, "logprob_start_len", json_integer(r->prompt_logprobs_start));
+    }
+    return req;
 }
 
 static tr_status http_submit(tr_dsl_backend *base, const tr_dsl_gen_req *r,

@@ -4,8 +4,9 @@
  * needs the prompt whole again).
  *
  * select is constrained decoding over its options (a choice grammar,
- * greedy by default): one request whose output is exactly one option.
- * frontend/README.md, "select", says why not log-probability scoring.
+ * greedy by default): one request whose output is exactly one option;
+ * `select ... by logprob` scores the options instead (select_lp.c).
+ * frontend/README.md, "select", compares the two.
  */
 #include <math.h>
 #include <stdio.h>
@@ -377,6 +378,11 @@ tr_status tr_dsl_exec_gen(tr_dsl_task *t, const tr_dsl_stmt *st) {
             a.held[a.n_held++] = v;
             a.req.constraint = TR_DSL_CONSTRAINT_CHOICES;
             s = set_choices(t, st->u.gen.from->off, "select's options", v, &a);
+            if (s == TR_OK && st->u.gen.by_logprob) { /* scored, not generated */
+                s = tr_dsl_select_by_logprob(t, st, v);
+                gen_args_free(&a);
+                return s;
+            }
         }
     }
     tr_dsl_future *f = NULL;

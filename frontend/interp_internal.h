@@ -258,6 +258,9 @@ void tr_dsl_run_join_children(tr_dsl_run *run);
 tr_status tr_dsl_exec_fork(tr_dsl_task *t, const tr_dsl_stmt *st);
 tr_status tr_dsl_exec_parallel(tr_dsl_task *t, const tr_dsl_stmt *st);
 tr_status tr_dsl_exec_gen(tr_dsl_task *t, const tr_dsl_stmt *st);
+/* select_lp.c: `select ... by logprob` over options (a list of distinct
+ * non-empty strings, checked): scores them, binds and appends the best. */
+tr_status tr_dsl_select_by_logprob(tr_dsl_task *t, const tr_dsl_stmt *st, json_t *options);
 /* The fork warm-up: prefills the task's prompt (one token), waits. */
 tr_status tr_dsl_warm(tr_dsl_task *t, uint32_t off);
 

@@ -583,6 +583,18 @@ static tr_status parse_gen(parser *p, tr_dsl_stmt **out) {
                           NULL, NULL);
         TRY(advance(p));
         TRY(parse_expr(p, &st->u.gen.from));
+        /* `by logprob` / `by constrained`, on the same line */
+        if (is(p, TR_DSL_TOK_IDENT) && !p->cur.nl_before && strcmp(p->cur.name, "by") == 0) {
+            TRY(advance(p));
+            bool lp = is(p, TR_DSL_TOK_IDENT) && strcmp(p->cur.name, "logprob") == 0;
+            if (!lp && !(is(p, TR_DSL_TOK_IDENT) && strcmp(p->cur.name, "constrained") == 0))
+                return err_at(p, p->cur.offset,
+                              "expected `logprob` or `constrained` after `by` (how select "
+                              "chooses)%s%s",
+                              NULL, NULL);
+            st->u.gen.by_logprob = lp;
+            TRY(advance(p));
+        }
     }
     *out = st;
     return TR_OK;

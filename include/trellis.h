@@ -462,6 +462,34 @@ typedef struct trellis_request {
     int32_t n;                /* samples forked from one prompt (1..64) */
     bool logprobs;            /* report the chosen tokens' log-probs */
     int32_t top_logprobs;     /* and this many alternatives (0..20) */
+    /* Prompt log-probs (SGLang's return_logprob + logprob_start_len,
+     * OpenAI completions' echo with logprobs). When prompt_logprobs is
+     * set, the log-prob of each prompt token at positions
+     * prompt_logprobs_start .. n_prompt-1 given the tokens before it
+     * (positions count the prompt's tokens as the model is fed them, BOS
+     * included), with the prompt_top_logprobs (0..20) most likely
+     * alternatives at each position. They are the model's own
+     * distribution: log_softmax of the logits at temperature 1, without
+     * penalties, logit_bias, constraint or truncation (so they equal the
+     * log-probs `logprobs` reports for the same tokens when generated
+     * greedily without those). Position 0 has none (nothing precedes it):
+     * its entry has logprob NAN and n_top 0. They come with sample 0's
+     * first event (trellis_event.prompt_logprobs); max_tokens 0 (prefill
+     * only) works.
+     * Cost and the prefix cache. The prefill computes the output
+     * projection for those positions only (at most 64 rows per engine
+     * step, so a long prompt takes more steps). Positions the prefix
+     * cache holds are not recomputed by a prefill, so sample 0 of such a
+     * request matches the cache only up to the position before the first
+     * log-prob it needs (max(start, 1) - 1, rounded down to a page) and
+     * computes the rest afresh, as SGLang does; the other samples and
+     * later requests share what it computed. A negative
+     * prompt_logprobs_start counts from the end (-1: the last prompt
+     * token alone, SGLang's default); outside [-prompt tokens, prompt
+     * tokens) it is refused by trellis_submit (TRELLIS_ERR_INVALID_ARG). */
+    bool prompt_logprobs;
+    int32_t prompt_logprobs_start;
+    int32_t prompt_top_logprobs;
     bool ignore_eos;          /* end-of-generation tokens do not stop */
     const char *const *stop;  /* stop strings (not emitted) */
     int32_t n_stop;
@@ -652,6 +680,20 @@ typedef struct trellis_event {
     int32_t stop_token;   /* the token that stopped (EOS/stop id), else -1 */
     bool request_done;    /* the request's last DONE event */
     trellis_metrics metrics;
+
+    /* Prompt log-probs (trellis_request.prompt_logprobs): in sample 0's
+     * first event, DELTA or DONE (NULL and 0 in every other event, and
+     * when the sample ended before its prompt was computed: error,
+     * cancel). prompt_logprobs[i] is prompt position
+     * prompt_logprobs_start + i (the start as resolved: never negative):
+     * the prompt token there (token), its
+     * log-prob (NAN at position 0) and its n_top alternatives, most
+     * likely first. n_prompt_logprobs = prompt tokens -
+     * prompt_logprobs_start. They live in the event's memory
+     * (trellis_event_free). */
+    const trellis_logprob *prompt_logprobs;
+    int32_t n_prompt_logprobs;
+    int32_t prompt_logprobs_start;
 } trellis_event;
 
 /* Takes the next event: 1 and *out set (free it with trellis_event_free),

@@ -28,6 +28,7 @@ static void req_free(tr_srv_req *q) {
         free(c->error);
     }
     free(q->choices);
+    for (int32_t i = 0; i < q->n_prompts; i++) json_decref(q->subs[i].plp);
     free(q->subs);
     for (int32_t i = 0; i < q->n_held; i++) trellis_event_free(q->held[i]);
     free(q->held);
@@ -348,6 +349,7 @@ static void on_event(tr_srv *s, trellis_event *ev) {
     if (ci < 0 || ci >= q->n_choices) return; /* cannot happen: the engine echoes user */
     tr_srv_choice *ch = &q->choices[ci];
     bool live = q->conn && !q->finished;
+    tr_srv_plp_take(q, sub, ev); /* prompt log-probs: sample 0's first event */
     if (q->gen.stream) {
         /* a completion's last text goes out with its finish_reason */
         bool in_finish = ev->kind == TRELLIS_EVENT_DONE && q->gen.api == TR_API_COMPLETION;

@@ -110,17 +110,19 @@ static json_t *completion_lp_new(void) {
                      "text_offset");
 }
 
-/* generate: output_token_logprobs [[lp, id, null]], output_top_logprobs */
-static void generate_lp_add(json_t *obj, const trellis_event *ev) {
+/* generate: output_token_logprobs [[lp, id, text or null]] (text with
+ * return_text_in_logprobs), output_top_logprobs */
+static void generate_lp_add(const tr_srv_req *q, json_t *obj, const trellis_event *ev) {
     json_t *out = json_object_get(obj, "output_token_logprobs");
     json_t *tops = json_object_get(obj, "output_top_logprobs");
+    bool text = q->gen.lp_text;
     for (int32_t i = 0; ev->logprobs && i < ev->n_tokens; i++) {
         const trellis_logprob *lp = &ev->logprobs[i];
-        json_array_append_new(out, json_pack("[f,i,n]", lp_value(lp->logprob), (json_int_t)lp->token));
+        json_array_append_new(out, tr_srv_generate_lp_entry(q->srv, lp->logprob, lp->token, text));
         json_t *t = json_array();
         for (int32_t k = 0; k < lp->n_top; k++)
-            json_array_append_new(t, json_pack("[f,i,n]", lp_value(lp->top[k].logprob),
-                                               (json_int_t)lp->top[k].token));
+            json_array_append_new(t, tr_srv_generate_lp_entry(q->srv, lp->top[k].logprob,
+                                                              lp->top[k].token, text));
         json_array_append_new(tops, t);
     }
 }
@@ -134,6 +136,10 @@ static json_t *generate_lp_new(void) {
 void tr_srv_choice_add(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
     tr_srv_choice *ch = &q->choices[ci];
     const tr_srv *s = q->srv;
+    if (q->gen.echo && !ch->echoed) { /* the completion's offsets follow the prompt's */
+        ch->lp_offset = tr_srv_echo_len(q, &q->subs[ci / q->gen.req.n]);
+        ch->echoed = true;
+    }
     if (ev->text_len) tr_sbuf_append(&ch->text, ev->text, ev->text_len);
     ch->n_tokens += ev->n_tokens;
     if (q->gen.api == TR_API_GENERATE) {
@@ -157,7 +163,7 @@ void tr_srv_choice_add(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
     }
     case TR_API_GENERATE:
         if (!ch->logprobs) ch->logprobs = generate_lp_new();
-        generate_lp_add(ch->logprobs, ev);
+        generate_lp_add(q, ch->logprobs, ev);
         break;
     }
 }
@@ -216,7 +222,27 @@ static json_t *generate_finish(const tr_srv_req *q, const tr_srv_choice *ch) {
     }
 }
 
-static json_t *generate_item(const tr_srv_req *q, int32_t ci, bool partial) {
+/* SGLang's meta_info log-probs: the input ones, then the output ones from
+ * entry `from` on (a streamed chunk carries only its new entries, as
+ * SGLang's frontend expects), output_token_logprobs_length the total. */
+static void generate_lp_meta(const tr_srv_choice *ch, const tr_srv_sub *sub, json_t *meta,
+                             size_t from) {
+    static const char *keys[] = {"output_token_logprobs", "output_top_logprobs"};
+    if (sub->plp) json_object_update(meta, sub->plp);
+    size_t total = 0;
+    for (int k = 0; k < 2; k++) {
+        json_t *all = ch->logprobs ? json_object_get(ch->logprobs, keys[k]) : NULL;
+        json_t *part = json_array();
+        for (size_t i = from; all && i < json_array_size(all); i++)
+            json_array_append(part, json_array_get(all, i));
+        if (k == 0) total = all ? json_array_size(all) : 0;
+        json_object_set_new(meta, keys[k], part);
+    }
+    json_object_set_new(meta, "output_token_logprobs_length", json_integer((json_int_t)total));
+}
+
+/* lp_from: the first output log-prob entry to include (streaming) */
+static json_t *generate_item(const tr_srv_req *q, int32_t ci, bool partial, size_t lp_from) {
     const tr_srv_choice *ch = &q->choices[ci];
     const tr_srv_sub *sub = &q->subs[ci / q->gen.req.n];
     json_t *meta = json_pack("{s:s,s:o,s:i,s:i,s:i,s:f}", "id", q->gen.rid ? q->gen.rid : q->id,
@@ -227,7 +253,7 @@ static json_t *generate_item(const tr_srv_req *q, int32_t ci, bool partial) {
                              partial ? (double)(uv_hrtime() - q->t_start_ns) / 1e9
                                      : ch->m.e2e_ms / 1000.0);
     json_object_set_new(meta, "matched_stop", partial ? json_null() : matched_stop(q, ch));
-    if (ch->logprobs) json_object_update(meta, ch->logprobs);
+    if (q->gen.logprobs) generate_lp_meta(ch, sub, meta, lp_from);
     json_t *ids = ch->token_ids ? json_incref(ch->token_ids) : json_array();
     json_t *item = json_pack("{s:o,s:o,s:o}", "text",
                              text_json(partial ? &ch->sent_text : &ch->text), "output_ids", ids,
@@ -240,9 +266,9 @@ json_t *tr_srv_response_json(const tr_srv_req *q) {
     const tr_srv *s = q->srv;
     const tr_srv_gen *g = &q->gen;
     if (g->api == TR_API_GENERATE) {
-        if (!g->batch && g->req.n == 1) return generate_item(q, 0, false);
+        if (!g->batch && g->req.n == 1) return generate_item(q, 0, false, 0);
         json_t *arr = json_array();
-        for (int32_t i = 0; i < q->n_choices; i++) json_array_append_new(arr, generate_item(q, i, false));
+        for (int32_t i = 0; i < q->n_choices; i++) json_array_append_new(arr, generate_item(q, i, false, 0));
         return arr;
     }
     bool chat = g->api == TR_API_CHAT;
@@ -250,17 +276,21 @@ json_t *tr_srv_response_json(const tr_srv_req *q) {
     for (int32_t i = 0; i < q->n_choices; i++) {
         const tr_srv_choice *ch = &q->choices[i];
         json_t *lp = json_null();
+        const tr_srv_sub *sub = &q->subs[i / g->req.n];
         if (g->logprobs && chat)
             lp = json_pack("{s:o}", "content",
                            ch->logprobs ? json_incref(ch->logprobs) : json_array());
+        else if (g->logprobs && g->echo) /* the prompt's first (echo.c) */
+            lp = tr_srv_echo_logprobs(sub, ch->logprobs);
         else if (g->logprobs)
             lp = ch->logprobs ? json_incref(ch->logprobs) : completion_lp_new();
+        json_t *text = g->echo ? tr_srv_echo_text(q, sub, &ch->text) : text_json(&ch->text);
         json_t *c = chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:o,s:o}", "index", i, "message",
-                                     "role", "assistant", "content", text_json(&ch->text),
+                                     "role", "assistant", "content", text,
                                      "logprobs", lp, "finish_reason", finish_json(ch->finish),
                                      "matched_stop", matched_stop(q, ch))
                          : json_pack("{s:i,s:o,s:o,s:o,s:o}", "index", i, "text",
-                                     text_json(&ch->text), "logprobs", lp, "finish_reason",
+                                     text, "logprobs", lp, "finish_reason",
                                      finish_json(ch->finish), "matched_stop",
                                      matched_stop(q, ch));
         json_array_append_new(choices, c);
@@ -318,8 +348,33 @@ int tr_srv_stream_open(tr_srv_req *q) {
     return 0;
 }
 
+/* completions' echo, streamed: the prompt (and its log-probs) in a chunk
+ * of its own before the choice's first text */
+static int stream_echo(tr_srv_req *q, int32_t ci) {
+    tr_srv_choice *ch = &q->choices[ci];
+    if (!q->gen.echo || ch->echoed) return 0;
+    const tr_srv_sub *sub = &q->subs[ci / q->gen.req.n];
+    ch->echoed = true;
+    ch->lp_offset = tr_srv_echo_len(q, sub);
+    json_t *lp = q->gen.logprobs ? tr_srv_echo_logprobs(sub, NULL) : json_null();
+    json_t *c = json_pack("{s:i,s:o,s:o,s:n}", "index", ci, "text",
+                          tr_srv_echo_text(q, sub, NULL), "logprobs", lp, "finish_reason");
+    return send_event(q, chunk(q, json_pack("[o]", c)));
+}
+
+/* A streamed /generate chunk: the text and ids so far, the output
+ * log-probs not sent before */
+static json_t *generate_stream_item(tr_srv_req *q, int32_t ci) {
+    tr_srv_choice *ch = &q->choices[ci];
+    json_t *item = generate_item(q, ci, true, ch->lp_sent);
+    json_t *out = ch->logprobs ? json_object_get(ch->logprobs, "output_token_logprobs") : NULL;
+    ch->lp_sent = out ? json_array_size(out) : 0;
+    return item;
+}
+
 int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
     const tr_srv_gen *g = &q->gen;
+    if (stream_echo(q, ci) != 0) return -1;
     if (g->api == TR_API_GENERATE) {
         tr_srv_choice *ch = &q->choices[ci];
         tr_sbuf_append(&ch->sent_text, ev->text, ev->text_len);
@@ -329,10 +384,10 @@ int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
             json_array_append_new(ch->token_ids, json_integer(ev->tokens[i]));
         if (g->logprobs && ev->logprobs) {
             if (!ch->logprobs) ch->logprobs = generate_lp_new();
-            generate_lp_add(ch->logprobs, ev);
+            generate_lp_add(q, ch->logprobs, ev);
         }
         if (ev->kind == TRELLIS_EVENT_DONE) return 0; /* tr_srv_stream_finish sends it */
-        return send_event(q, generate_item(q, ci, true));
+        return send_event(q, generate_stream_item(q, ci));
     }
     json_t *lp = json_null();
     if (g->logprobs && ev->logprobs) {
@@ -354,8 +409,9 @@ int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
 
 int tr_srv_stream_finish(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
     tr_srv_choice *ch = &q->choices[ci];
+    if (stream_echo(q, ci) != 0) return -1;
     if (q->gen.api == TR_API_GENERATE) {
-        json_t *item = generate_item(q, ci, true);
+        json_t *item = generate_stream_item(q, ci);
         json_object_set_new(json_object_get(item, "meta_info"), "finish_reason",
                             generate_finish(q, ch));
         return send_event(q, item);

@@ -105,6 +105,8 @@ typedef struct tr_srv_choice {
     tr_sbuf sent_text;   /* /generate streaming: the text so far (SGLang
                             streams it cumulatively) */
     json_t *logprobs;    /* the API's logprob entries so far, or NULL */
+    size_t lp_sent;      /* /generate streaming: output log-prob entries
+                            sent in earlier chunks */
     size_t lp_offset;    /* completions: text_offset of the next token */
     int32_t n_tokens;
     json_t *token_ids;   /* /generate: output_ids */
@@ -113,6 +115,8 @@ typedef struct tr_srv_choice {
     int32_t stop_token;
     char *error;
     bool done;
+    bool echoed;         /* completions' echo: lp_offset set, the prompt
+                            streamed (echo.c) */
     trellis_metrics m;
 } tr_srv_choice;
 
@@ -123,6 +127,8 @@ typedef struct tr_srv_sub {
     bool submitted;      /* written by the job */
     bool request_done;   /* its last DONE event arrived */
     int32_t prompt_tokens, cached_tokens;
+    json_t *plp;         /* its prompt's log-probs in the API's shape
+                            (echo.c), or NULL */
 } tr_srv_sub;
 
 enum { TR_CTX_REQ = 1, TR_CTX_JOB = 2 }; /* what a connection's ctx points at */
@@ -208,6 +214,18 @@ void tr_srv_choice_add(tr_srv_req *q, int32_t choice, const trellis_event *ev);
 const char *tr_srv_finish_reason(trellis_finish f);
 /* bytes as a JSON string, invalid UTF-8 replaced by U+FFFD */
 json_t *tr_srv_lossy_string(const char *p, size_t n);
+
+/* echo.c: prompt log-probs and completions' echo */
+/* Keeps ev's prompt log-probs (if any) on sub, in q's API shape. */
+void tr_srv_plp_take(tr_srv_req *q, tr_srv_sub *sub, const trellis_event *ev);
+/* /generate's [logprob (null for NaN), id, text or null] */
+json_t *tr_srv_generate_lp_entry(const tr_srv *s, float logprob, int32_t id, bool text);
+/* Bytes of sub's prompt as echoed; the echoed prompt followed by rest
+ * (may be NULL); the prompt's log-probs followed by a completion's
+ * (completion may be NULL), as one completions logprobs object. */
+size_t tr_srv_echo_len(const tr_srv_req *q, const tr_srv_sub *sub);
+json_t *tr_srv_echo_text(const tr_srv_req *q, const tr_srv_sub *sub, const tr_sbuf *rest);
+json_t *tr_srv_echo_logprobs(const tr_srv_sub *sub, const json_t *completion);
 
 /* constraint.c: a request's constraint, compiled off the loop thread */
 int tr_srv_constraint_prepare(tr_srv_req *q, trellis_engine *e, char *err, size_t cap);

@@ -735,10 +735,8 @@ static int parse_completion(rd *r, json_t *o) {
     if (read_openai_common(r, o) < 0 || read_max_tokens(r, o, "max_tokens", 0) < 0 ||
         check_min_tokens(r, o) < 0)
         return -1;
-    bool echo = false;
     const char *suffix = NULL;
-    if (get_bool(r, o, "echo", &echo) < 0) return -1;
-    if (echo) return BAD("echo", "'echo' is not supported");
+    if (get_bool(r, o, "echo", &g->echo) < 0) return -1;
     if (get_str(r, o, "suffix", &suffix, NULL) < 0) return -1;
     if (suffix && *suffix) return BAD("suffix", "'suffix' is not supported");
     int64_t x;
@@ -746,6 +744,11 @@ static int parse_completion(rd *r, json_t *o) {
     if (k < 0) return -1;
     g->logprobs = k == 1;
     g->top_logprobs = k ? (int32_t)x : 0;
+    /* echo with logprobs: the prompt's tokens first (app/server/echo.c) */
+    g->req.prompt_logprobs = g->echo && g->logprobs;
+    g->req.prompt_top_logprobs = g->req.prompt_logprobs ? g->top_logprobs : 0;
+    if (g->echo && g->logprobs && g->stream && g->req.n > 1)
+        return BAD("echo", "'echo' with 'logprobs' and 'stream' takes n = 1 only");
     return check_total(r);
 }
 
@@ -790,6 +793,15 @@ static int parse_generate(rd *r, json_t *o) {
     g->top_logprobs = k ? (int32_t)x : 0;
     if (g->top_logprobs && !g->logprobs)
         return BAD("top_logprobs_num", "'top_logprobs_num' needs 'return_logprob': true");
+    /* SGLang returns input_token_logprobs whenever return_logprob is set,
+     * from logprob_start_len (default -1: the last prompt token alone) */
+    int64_t ls = -1;
+    if (get_int(r, o, "logprob_start_len", -1, INT32_MAX, &ls) < 0 ||
+        get_bool(r, o, "return_text_in_logprobs", &g->lp_text) < 0)
+        return -1;
+    g->req.prompt_logprobs = g->logprobs;
+    g->req.prompt_logprobs_start = g->logprobs ? (int32_t)ls : 0;
+    g->req.prompt_top_logprobs = g->top_logprobs;
     json_t *rid = json_object_get(o, "rid");
     if (rid && json_is_string(rid)) g->rid = json_string_value(rid);
     return check_total(r);

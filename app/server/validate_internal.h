@@ -121,6 +121,9 @@ typedef struct tr_srv_gen {
     bool include_usage;         /* stream_options.include_usage */
     bool logprobs;
     int32_t top_logprobs;
+    bool echo;                  /* completions: the prompt before the text
+                                   (and its log-probs first: echo.c) */
+    bool lp_text;               /* generate: return_text_in_logprobs */
 } tr_srv_gen;
 
 /* Parses and checks body[0..len) for api. On failure fills err (status

@@ -114,9 +114,11 @@ void tr_engine_req_free(engine_req *r) {
         free(s->out_text);
         free(s->out_tokens);
         free(s->out_lp);
+        free(s->plp);
         tr_sampler_free(s->smp);
         if (s->cstate && r->cops) r->cops->free(s->cstate);
     }
+    tr_sampler_free(r->plp_smp);
     if (r->cstate0 && r->cops) r->cops->free(r->cstate0);
     for (int32_t k = 0; k < r->n_stop; k++) free(r->stop[k]);
     free(r->stop);
@@ -439,6 +441,8 @@ static void engine_destroy(trellis_engine *e) {
     free(e->row_lp);
     free(e->masks);
     free(e->row_mask);
+    free(e->plp_bidx);
+    free(e->plp_seqs);
     free(e->running);
     free(e->cand);
     pthread_mutex_destroy(&e->in_mu);
@@ -580,17 +584,21 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->b_tokens = malloc(nb * sizeof(int32_t));
     e->b_pos = malloc(nb * sizeof(int32_t));
     e->b_seq = malloc(nb * sizeof(int32_t));
-    e->b_rows = malloc(nr * sizeof(int32_t));
+    /* logits rows: the sampled ones, then prompt log-prob rows */
+    e->b_rows = malloc((nr + TR_PLP_ROWS_MAX) * sizeof(int32_t));
+    e->plp_bidx = malloc(TR_PLP_ROWS_MAX * sizeof(int32_t));
+    e->plp_seqs = malloc(TR_PLP_ROWS_MAX * sizeof(*e->plp_seqs));
     e->b_npages = malloc(nr * sizeof(int32_t));
     e->b_tables = malloc(nr * sizeof(*e->b_tables));
     e->b_seqs = malloc(nr * sizeof(*e->b_seqs));
     e->row_seqs = malloc(nr * sizeof(*e->row_seqs));
     e->logits = malloc(nr * (size_t)e->n_vocab * sizeof(float));
+    e->logits_rows = (int32_t)nr; /* grown by tr_plp_reserve_logits */
     e->row_tok = malloc(nr * sizeof(*e->row_tok));
     e->row_st = malloc(nr * sizeof(*e->row_st));
     e->row_lp = malloc(nr * sizeof(*e->row_lp));
     e->masks = malloc(nr * e->n_words * sizeof(uint64_t));
-    e->row_mask = malloc(nr * sizeof(*e->row_mask));
+    e->row_mask = malloc((nr + TR_PLP_ROWS_MAX) * sizeof(*e->row_mask));
     e->running = malloc(nr * sizeof(*e->running));
     e->cand = malloc(SCHED_SCAN_MAX * sizeof(*e->cand));
     e->hash_cap = 64;
@@ -598,7 +606,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     if (!e->is_eog || !e->piece || !e->b_tokens || !e->b_pos || !e->b_seq ||
         !e->b_rows || !e->b_npages || !e->b_tables || !e->b_seqs ||
         !e->row_seqs || !e->logits || !e->masks || !e->row_mask || !e->running || !e->cand ||
-        !e->row_tok || !e->row_st || !e->row_lp ||
+        !e->row_tok || !e->row_st || !e->row_lp || !e->plp_bidx || !e->plp_seqs ||
         !e->hash) {
         s = tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
         goto fail;

@@ -97,8 +97,16 @@ struct engine_seq {
     int32_t n_forced;        /* of which placed by jump-forward */
     trellis_finish finish;
     int status;
+    const char *fail_msg;    /* this step: why status is set, when not the
+                                mask's fault (static text), or NULL */
     char error[256];
     int32_t stop_index, stop_token;
+
+    /* prompt log-probs (sample 0 of a request that asks; prompt_lp.c) */
+    trellis_logprob *plp;    /* [n_prompt - plp_start] entries, or NULL */
+    int32_t plp_next;        /* next position whose logits row is needed;
+                                n_prompt - 1: all computed */
+    bool plp_sent;           /* handed out in an event */
 
     /* metrics */
     uint64_t t_first_sched, t_first_token, t_last_token;
@@ -133,6 +141,11 @@ struct engine_req {
                                 request did not turn it off */
     bool end_span;           /* the end-of-span rule (trellis.h), resolved */
     void *cstate0;           /* the state given (sample 0 uses it) */
+
+    bool plp;                /* prompt log-probs asked (prompt_lp.c) */
+    int32_t plp_start;       /* first prompt position reported */
+    sampler *plp_smp;        /* plain sampler computing them: default
+                                params, n_logprobs = prompt_top_logprobs */
 
     uint64_t ns;             /* radix namespace */
     void *user;
@@ -252,7 +265,14 @@ struct trellis_engine {
     const int32_t **b_tables;
     engine_seq **b_seqs;     /* batch sequence index -> seq */
     engine_seq **row_seqs;   /* logits row -> seq */
-    float *logits;           /* [max_running, n_vocab] */
+    float *logits;           /* [logits_rows, n_vocab]: the sampled rows,
+                                then the prompt log-prob rows */
+    int32_t logits_rows;     /* max_running, + TR_PLP_ROWS_MAX once a
+                                request asked for prompt log-probs */
+    int32_t *plp_bidx;       /* [TR_PLP_ROWS_MAX] this step's prompt rows:
+                                batch index */
+    engine_seq **plp_seqs;   /* [TR_PLP_ROWS_MAX] ... and sequence */
+    int32_t plp_rows_left;   /* the scheduler's prompt-row budget */
     int32_t *row_tok;        /* [max_running] sampled token per row */
     int *row_st;             /* [max_running] sampler status per row */
     sampler_logprobs *row_lp; /* [max_running] */
@@ -336,6 +356,28 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
                 int status, const char *error);
 /* Moves this step's events to the output queue and wakes the embedder. */
 void tr_out_publish(trellis_engine *e);
+
+/* ---- prompt_lp.c: prompt log-probs (trellis_request.prompt_logprobs) ----
+ * Logits rows of prompt positions per step, over all sequences: bounds
+ * the extra logits memory (64 x 49,152 floats = 12.6 MB for SmolLM2),
+ * allocated on first use. */
+#define TR_PLP_ROWS_MAX 64
+/* s still needs logits rows of prompt positions. */
+bool tr_plp_pending(const engine_seq *s);
+/* The most tokens of s the prefix cache may supply (they are not
+ * recomputed, so they would get no rows): len - 1, or less while s
+ * still needs rows. */
+int32_t tr_plp_match_limit(const engine_seq *s);
+/* Rows s needs when fed c tokens from n_kv on. */
+int32_t tr_plp_rows_for(const engine_seq *s, int32_t c);
+/* The longest chunk <= c whose rows fit e->plp_rows_left; takes those
+ * rows from the budget. */
+int32_t tr_plp_fit_chunk(trellis_engine *e, const engine_seq *s, int32_t c);
+/* After the forward: stores the entries of rows [r0, r0 + n) of e->logits,
+ * which are s's prompt rows of this step, in order. */
+tr_status tr_plp_store(trellis_engine *e, engine_seq *s, int32_t r0, int32_t n);
+/* Grows e->logits for the prompt rows (engine thread, between forwards). */
+tr_status tr_plp_reserve_logits(trellis_engine *e);
 
 /* ---- step.c ---- */
 void tr_engine_step(trellis_engine *e);

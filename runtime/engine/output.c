@@ -182,9 +182,13 @@ static engine_event_box *make_event(engine_seq *s, trellis_event_kind kind,
     size_t lps = s->out_lp && s->req->logprobs
                      ? (size_t)s->out_n * sizeof(trellis_logprob)
                      : 0;
+    /* prompt log-probs: once, in the first event after they are done */
+    bool plp = s->plp && !s->plp_sent && !tr_plp_pending(s);
+    int32_t n_plp = plp ? s->req->n_prompt - s->req->plp_start : 0;
     size_t off_text = sizeof(engine_event_box);
     size_t off_lp = (off_text + text + 15) & ~(size_t)15;
-    size_t off_tok = off_lp + lps;
+    size_t off_plp = off_lp + lps;
+    size_t off_tok = off_plp + (size_t)n_plp * sizeof(trellis_logprob);
     size_t off_err = off_tok + toks;
     engine_event_box *b = malloc(off_err + err_len + 1);
     if (!b) return NULL;
@@ -206,6 +210,13 @@ static engine_event_box *make_event(engine_seq *s, trellis_event_kind kind,
     if (lps) {
         memcpy(base + off_lp, s->out_lp, lps);
         ev->logprobs = (const trellis_logprob *)(base + off_lp);
+    }
+    if (plp) {
+        memcpy(base + off_plp, s->plp, (size_t)n_plp * sizeof(trellis_logprob));
+        ev->prompt_logprobs = (const trellis_logprob *)(base + off_plp);
+        ev->n_prompt_logprobs = n_plp;
+        ev->prompt_logprobs_start = s->req->plp_start;
+        s->plp_sent = true;
     }
     ev->stop_index = -1;
     ev->stop_token = -1;
@@ -298,6 +309,8 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     free(s->out_text);
     free(s->out_tokens);
     free(s->out_lp);
+    free(s->plp);
+    s->plp = NULL;
     s->held = s->out_text = NULL;
     s->out_tokens = NULL;
     s->out_lp = NULL;

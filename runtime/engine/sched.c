@@ -260,10 +260,12 @@ static int cand_cmp(const void *a, const void *b) {
 static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
                          int32_t n_decoding, bool *stop) {
     radix_match m;
-    tr_status st = tr_radix_tree_match(e->tree, s->req->ns, s->tokens, s->len - 1,
+    /* prompt log-probs: cached positions would get no logits rows */
+    int32_t limit = tr_plp_match_limit(s);
+    tr_status st = tr_radix_tree_match(e->tree, s->req->ns, s->tokens, limit,
                                     s->pages, &m);
     if (st != TR_OK) m = (radix_match){0};
-    if (defer_for_inflight(e, s, m.n_tokens)) return 0;
+    if (limit == s->len - 1 && defer_for_inflight(e, s, m.n_tokens)) return 0;
     if (m.node) {
         st = tr_radix_tree_lock(e->tree, m.node);
         TR_ASSERT(st == TR_OK);
@@ -272,13 +274,22 @@ static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
     s->n_locked = s->n_pages = m.n_pages;
     s->n_kv = m.n_tokens;
     int32_t c = TR_MIN(TR_MIN(e->opt.chunk_size, s->len - s->n_kv), budget);
+    int32_t rows_left = e->plp_rows_left;
+    c = tr_plp_fit_chunk(e, s, c);
+    if (c == 0) { /* no prompt log-prob rows left this step */
+        drop_pages(e, s);
+        e->plp_rows_left = rows_left;
+        return 0;
+    }
     int32_t need = tr_sched_pages_for(e, s->n_kv + c) - s->n_pages;
     if (need + n_decoding > pages_available(e) || !reserve(e, s, s->n_kv + c)) {
+        e->plp_rows_left = rows_left;
         drop_pages(e, s);
         *stop = true;
         return 0;
     }
     if (!s->admitted_once && !first_admission(e, s, m.n_tokens)) {
+        e->plp_rows_left = rows_left;
         return 0; /* s was ended (and released) */
     }
     tr_sched_waiting_remove(e, s);
@@ -336,6 +347,9 @@ int32_t tr_sched_admit_ahead(trellis_engine *e) {
         else need += TR_MIN(e->opt.chunk_size, left);
     }
     if (need >= e->opt.max_batch_tokens) return 0;
+    /* the rows are planned again next step (pass 2); this only shapes the
+     * first chunks */
+    e->plp_rows_left = TR_PLP_ROWS_MAX;
     int32_t before = e->n_running;
     int32_t planned = admit(e, e->opt.max_batch_tokens - (int32_t)need);
     e->st.admitted_ahead += (uint64_t)(e->n_running - before);
@@ -346,6 +360,7 @@ int32_t tr_sched_plan(trellis_engine *e) {
     for (;;) {
         int32_t budget = e->opt.max_batch_tokens, planned = 0;
         int32_t waiting_before = e->n_waiting;
+        e->plp_rows_left = TR_PLP_ROWS_MAX;
         for (int32_t i = 0; i < e->n_running; i++) e->running[i]->plan = 0;
 
         /* 1. decodes, oldest first; preempt the newest when out of pages */
@@ -372,6 +387,7 @@ int32_t tr_sched_plan(trellis_engine *e) {
             int32_t left = s->len - s->n_kv;
             if (left <= 1) continue;
             int32_t c = TR_MIN(TR_MIN(e->opt.chunk_size, left), budget);
+            c = tr_plp_fit_chunk(e, s, c); /* prompt log-prob rows */
             if (!reserve(e, s, s->n_kv + c)) {
                 /* take what the pool still has */
                 int32_t room = (s->n_pages + pages_available(e)) * e->page_size -

@@ -132,7 +132,8 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     tr_status st = (tr_status)e->row_st[row];
     if (s->status != 0) {
         tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
-                          s->status == TR_ERR_LIMIT
+                          s->fail_msg ? s->fail_msg
+                          : s->status == TR_ERR_LIMIT
                               ? "the constraint reached a budget of its grammar (automaton "
                                 "states or parse stacks) computing a token mask"
                               : "the constraint could not compute a token mask");
@@ -280,6 +281,43 @@ static void fill_masks(trellis_engine *e, int32_t n_rows) {
     }
 }
 
+/* Prompt log-probs of this step's prompt rows (logits rows nrows..,
+ * grouped by sequence, prompt_lp.c), before any event of the step. When
+ * their logits could not be had (nomem), the sequences that needed rows
+ * end with an error. */
+static void fail_prompt_rows(trellis_engine *e, engine_seq *s, tr_status st,
+                             const char *msg) {
+    if (s->logit_row >= 0) { /* it has a row to sample: finish_row ends it */
+        s->status = st;
+        s->fail_msg = msg;
+        return;
+    }
+    tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, msg);
+}
+
+static void store_prompt_rows(trellis_engine *e, int32_t nrows, int32_t nplp,
+                              bool nomem, int32_t nseq) {
+    if (nomem) {
+        for (int32_t i = 0; i < nseq; i++) {
+            engine_seq *s = e->b_seqs[i];
+            if (tr_plp_pending(s))
+                fail_prompt_rows(e, s, TR_ERR_NOMEM,
+                                 "out of memory for the prompt log-probs' logits");
+        }
+        return;
+    }
+    for (int32_t k = 0; k < nplp;) {
+        engine_seq *s = e->plp_seqs[k];
+        int32_t n = 1;
+        while (k + n < nplp && e->plp_seqs[k + n] == s) n++;
+        tr_status st = tr_plp_store(e, s, nrows + k, n);
+        if (st != TR_OK)
+            fail_prompt_rows(e, s, st, "the prompt log-probs could not be computed "
+                                       "(no finite logit)");
+        k += n;
+    }
+}
+
 void tr_engine_step(trellis_engine *e) {
     uint64_t t0 = tr_now_ns();
     int32_t n_tok = tr_sched_plan(e);
@@ -288,7 +326,7 @@ void tr_engine_step(trellis_engine *e) {
         return;
     }
     /* the batch: each running sequence's planned tokens, in running order */
-    int32_t nt = 0, nseq = 0, nrows = 0;
+    int32_t nt = 0, nseq = 0, nrows = 0, nplp = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         engine_seq *s = e->running[i];
         s->logit_row = -1;
@@ -296,6 +334,13 @@ void tr_engine_step(trellis_engine *e) {
         e->b_seqs[nseq] = s;
         e->b_tables[nseq] = s->pages;
         e->b_npages[nseq] = s->n_pages;
+        /* prompt log-prob rows: positions plp_next.. (prompt_lp.c) */
+        int32_t k_plp = tr_plp_rows_for(s, s->plan);
+        TR_ASSERT(nplp + k_plp <= TR_PLP_ROWS_MAX);
+        for (int32_t k = 0; k < k_plp; k++) {
+            e->plp_bidx[nplp] = nt + s->plp_next - s->n_kv + k;
+            e->plp_seqs[nplp++] = s;
+        }
         for (int32_t k = 0; k < s->plan; k++) {
             e->b_tokens[nt] = s->tokens[s->n_kv + k];
             e->b_pos[nt] = s->n_kv + k;
@@ -309,9 +354,17 @@ void tr_engine_step(trellis_engine *e) {
             s->logit_row = nrows++;
         }
         s->status = 0;
+        s->fail_msg = NULL;
         nseq++;
     }
     TR_ASSERT(nt == n_tok && nt <= e->opt.max_batch_tokens);
+    /* the prompt rows go after the sampled ones, every logit read */
+    bool plp_nomem = nplp > 0 && tr_plp_reserve_logits(e) != TR_OK;
+    if (plp_nomem) nplp = 0; /* those sequences end after the forward */
+    for (int32_t k = 0; k < nplp; k++) {
+        e->b_rows[nrows + k] = e->plp_bidx[k];
+        e->row_mask[nrows + k] = NULL;
+    }
     tr_batch b = {.n_tokens = nt, .pos = e->b_pos, .seq = e->b_seq,
                   .n_seqs = nseq, .page_table = e->b_tables,
                   .n_pages = e->b_npages};
@@ -322,7 +375,7 @@ void tr_engine_step(trellis_engine *e) {
                                  .n_words = e->n_words};
     if (e->worker.started) {
         e->lmasks.await = tr_worker_await_masks;
-        tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows, e->logits);
+        tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows + nplp, e->logits);
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
         tr_worker_masks_ready(e);
@@ -336,7 +389,8 @@ void tr_engine_step(trellis_engine *e) {
         tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
-                                      e->b_rows, nrows, e->logits, &e->lmasks);
+                                      e->b_rows, nrows + nplp, e->logits,
+                                      &e->lmasks);
     }
     uint64_t t2 = tr_now_ns();
     e->st.steps++;
@@ -359,6 +413,7 @@ void tr_engine_step(trellis_engine *e) {
         return;
     }
     for (int32_t i = 0; i < nseq; i++) tr_sched_after_forward(e, e->b_seqs[i]);
+    store_prompt_rows(e, nrows, nplp, plp_nomem, nseq);
     /* prefill only (max_tokens 0): done once the whole prompt is in the
      * KV; releasing it caches the prompt's pages in the radix tree */
     for (int32_t i = 0; i < nseq; i++) {

@@ -60,6 +60,22 @@ static sampler_params request_sampler_params(const trellis_request *r) {
     return sp;
 }
 
+/* The plain sampler that computes prompt log-probs (prompt_lp.c): no
+ * penalties, bias or truncation, the request's number of alternatives. */
+static int plp_setup(trellis_engine *e, engine_req *q, const trellis_request *r,
+                     char *err, size_t cap) {
+    sampler_params sp = tr_sampler_params_default();
+    sp.n_logprobs = r->prompt_top_logprobs;
+    tr_diag d = {0};
+    tr_status st = tr_sampler_new(&sp, e->n_vocab, &q->plp_smp, &d);
+    if (st != TR_OK)
+        return tr_errf(err, cap, st, "prompt log-probs: %s",
+                       d.message[0] ? d.message : "cannot create their sampler");
+    q->plp = true;
+    q->plp_start = r->prompt_logprobs_start;
+    return TR_OK;
+}
+
 /* ---- prompt ---- */
 
 static int append_ids(int32_t **ids, int32_t *n, const int32_t *src,
@@ -175,6 +191,15 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
                        TRELLIS_MAX_TOP_LOGPROBS);
     if (r->top_logprobs > 0 && !r->logprobs)
         return tr_errf(err, cap, TR_ERR_INVALID_ARG, "top_logprobs needs logprobs");
+    if (r->prompt_top_logprobs < 0 || r->prompt_top_logprobs > TRELLIS_MAX_TOP_LOGPROBS)
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "prompt_top_logprobs is %d, expected 0..%d",
+                       r->prompt_top_logprobs, TRELLIS_MAX_TOP_LOGPROBS);
+    if ((r->prompt_top_logprobs > 0 || r->prompt_logprobs_start != 0) &&
+        !r->prompt_logprobs)
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "prompt_top_logprobs and prompt_logprobs_start need "
+                       "prompt_logprobs");
     if (r->n_stop < 0 || r->n_stop > TRELLIS_MAX_STOP || (r->n_stop && !r->stop))
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
                        "%d stop strings (at most %d)", r->n_stop, TRELLIS_MAX_STOP);
@@ -278,6 +303,15 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
                        "the prompt is empty (no tokens to start from)");
     }
+    if (r->prompt_logprobs &&
+        (r->prompt_logprobs_start < -n_prompt || r->prompt_logprobs_start >= n_prompt)) {
+        free(prompt);
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "prompt_logprobs_start is %d, but the prompt has %d tokens "
+                       "(expected 0..%d, or -%d..-1 from the end; positions count "
+                       "the BOS token when one is added)",
+                       r->prompt_logprobs_start, n_prompt, n_prompt - 1, n_prompt);
+    }
     int64_t pool_tokens = (int64_t)e->n_pages * e->page_size;
     int64_t max_tokens = r->max_tokens;
     if (max_tokens == -1) {
@@ -375,6 +409,8 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         q->sp.logit_bias = q->bias;
         q->sp.n_logit_bias = r->n_logit_bias;
     }
+    if (r->prompt_logprobs && (rc = plp_setup(e, q, r, err, cap)) != TR_OK) goto fail;
+    if (q->plp && q->plp_start < 0) q->plp_start += n_prompt; /* from the end */
     if (r->n_stop) {
         q->stop = calloc((size_t)r->n_stop, sizeof *q->stop);
         q->stop_len = calloc((size_t)r->n_stop, sizeof *q->stop_len);
@@ -415,6 +451,16 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         sq->stop_index = -1;
         sq->stop_token = -1;
         sq->logit_row = -1;
+    }
+    if (q->plp) {
+        /* sample 0 computes them (prompt_lp.c); position 0 has none */
+        engine_seq *s0 = &q->seqs[0];
+        int32_t n_e = n_prompt - q->plp_start;
+        s0->plp = calloc((size_t)n_e, sizeof *s0->plp);
+        if (!s0->plp) goto nomem;
+        for (int32_t i = 0; i < n_e; i++) s0->plp[i].token = q->prompt[q->plp_start + i];
+        if (q->plp_start == 0) s0->plp[0].logprob = NAN;
+        s0->plp_next = TR_MAX(q->plp_start, 1) - 1;
     }
     engine_msg *m = calloc(1, sizeof *m);
     if (!m) goto nomem;

@@ -7,6 +7,7 @@
 #ifndef TR_TESTS_DSL_FAKE_H
 #define TR_TESTS_DSL_FAKE_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,11 @@ typedef struct fake_backend {
     const char *fail_done;           /* a message: the generation fails */
     const char *finish;              /* "stop" (default) or "length" */
     char *(*answer)(struct fake_backend *f, int index, const char *prompt);
+    /* prompt log-probs (select by logprob): one entry per prompt byte from
+     * the start asked (the fake's tokens are bytes), each score(prompt),
+     * default -1; NAN at position 0; none at all when no_plp */
+    double (*score)(const char *prompt);
+    bool no_plp;
 } fake_backend;
 
 typedef struct fake_job {
@@ -84,6 +90,22 @@ static void fake_complete(fake_job *j) {
         snprintf(buf, sizeof buf, "A%d", j->index);
         text = strdup(buf);
     }
+    if (r->prompt_logprobs && !f->no_plp && !f->fail_done) {
+        int32_t n = out.prompt_tokens;
+        int32_t start = r->prompt_logprobs_start < 0 ? n + r->prompt_logprobs_start
+                                                     : r->prompt_logprobs_start;
+        if (start >= 0 && start < n) {
+            out.prompt_logprobs = malloc((size_t)(n - start) * sizeof(float));
+            out.n_prompt_logprobs = n - start;
+            double v = f->score ? f->score(f->prompts[j->index]) : -1.0;
+            for (int32_t k = 0; k < n - start; k++)
+                out.prompt_logprobs[k] = start + k == 0 ? NAN : (float)v;
+        }
+    }
+    if (r->max_tokens == 0 && !f->fail_done) { /* prefill only: no text */
+        free(text);
+        text = strdup("");
+    }
     if (text) {
         if (j->stream && j->sink.delta) {
             size_t half = strlen(text) / 2;
@@ -99,6 +121,7 @@ static void fake_complete(fake_job *j) {
     pthread_mutex_unlock(&f->mu);
     j->sink.done(j->sink.user, &out);
     free(out.text);
+    free(out.prompt_logprobs);
     free(j);
 }
 

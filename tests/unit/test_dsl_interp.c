@@ -237,6 +237,82 @@ static void test_select_and_json(void **state) {
     env_close(&e);
 }
 
+/* select ... by logprob: the prompt prefilled alone (its token count),
+ * then every option at once, prefill only, with the prompt's log-probs
+ * from its last token on; the best mean wins (ties: the first), is bound
+ * and goes into the prompt; `by constrained` is the choice grammar; a
+ * backend without log-probs and options on the statement are errors. */
+static double favour_no(const char *prompt) {
+    size_t n = strlen(prompt);
+    return n >= 3 && strcmp(prompt + n - 3, " no") == 0 ? -0.25 : -2.0;
+}
+
+static void test_select_by_logprob(void **state) {
+    (void)state;
+    env e;
+    env_open(&e,
+             "fn main() {\n"
+             "  \"Q: is the sky green? A:\"\n"
+             "  select a from [\" yes\", \" no\", \" maybe\"] by logprob\n"
+             "  \" Then\" select b from [\"x\", \"y\"] by logprob\n"
+             "  \" And\" select c from [\"p\", \"q\"] by constrained\n"
+             "  gen d\n"
+             "  return [a, b, c]\n"
+             "}\n",
+             0, NULL);
+    e.fake->score = favour_no;
+    e.fake->pick = 1;
+    tr_dsl_result r = run_ok(&e, "main", NULL);
+    fake_backend *f = e.fake;
+    const char *q = "Q: is the sky green? A:";
+    int32_t plen = (int32_t)strlen(q);
+    assert_int_equal(f->n, 1 + 3 + 1 + 2 + 1 + 1);
+    assert_string_equal(f->prompts[0], q);
+    assert_int_equal(f->reqs[0].max_tokens, 0);
+    assert_false(f->reqs[0].prompt_logprobs);
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(f->reqs[i].max_tokens, 0);
+        assert_true(f->reqs[i].prompt_logprobs);
+        assert_int_equal(f->reqs[i].prompt_logprobs_start, plen - 1);
+        assert_int_equal(f->reqs[i].constraint, TR_DSL_CONSTRAINT_NONE);
+        assert_int_equal(strncmp(f->prompts[i], q, (size_t)plen), 0);
+    }
+    assert_string_equal(f->prompts[2], "Q: is the sky green? A: no");
+    /* b: equal scores, the first option */
+    assert_string_equal(f->prompts[4], "Q: is the sky green? A: no Then");
+    assert_int_equal(f->reqs[7].constraint, TR_DSL_CONSTRAINT_CHOICES);
+    assert_string_equal(f->prompts[8], "Q: is the sky green? A: no Thenx Andq");
+    expect_json(r.ret, "[\" no\", \"x\", \"q\"]");
+    expect_json(json_object_get(r.vars, "a"), "\" no\"");
+    tr_dsl_result_deinit(&r);
+    env_close(&e);
+
+    env_open(&e, "fn main() {\n  \"Q\" select a from [\"x\", \"y\"] by logprob\n}\n", 0,
+             NULL);
+    e.fake->no_plp = true;
+    tr_dsl_error err = run_err(&e, "main", NULL);
+    assert_non_null(strstr(err.message, "without log-probs"));
+    assert_int_equal(err.line, 2);
+    env_close(&e);
+    env_open(&e,
+             "fn main() {\n  \"Q\" select a(temperature=0) from [\"x\"] by logprob\n}\n",
+             0, NULL);
+    err = run_err(&e, "main", NULL);
+    assert_non_null(strstr(err.message, "takes no options"));
+    env_close(&e);
+    env_open(&e, "fn main() {\n  \"Q\" select a from [\"x\", \"x\"] by logprob\n}\n", 0,
+             NULL);
+    err = run_err(&e, "main", NULL);
+    assert_non_null(strstr(err.message, "are the same"));
+    env_close(&e);
+    env_open(&e, "fn main() {\n  \"Q\" select a from [\"x\", \"y\"] by logprob\n}\n", 0,
+             NULL);
+    e.fake->fail_done = "boom";
+    err = run_err(&e, "main", NULL);
+    assert_non_null(strstr(err.message, "boom"));
+    env_close(&e);
+}
+
 /* ---- concurrency ---- */
 
 static void test_fork_concurrent_and_joined(void **state) {
@@ -749,6 +825,7 @@ int main(void) {
         cmocka_unit_test(test_plain_prompt_and_options),
         cmocka_unit_test(test_chat_prompt),
         cmocka_unit_test(test_select_and_json),
+        cmocka_unit_test(test_select_by_logprob),
         cmocka_unit_test(test_fork_concurrent_and_joined),
         cmocka_unit_test(test_parallel),
         cmocka_unit_test(test_spawned_calls_overlap),

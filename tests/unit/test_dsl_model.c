@@ -129,6 +129,38 @@ static void test_constructs(void **state) {
     prog_close(&p);
 }
 
+/* select by logprob on the real model: the obvious option wins in text and
+ * chat prompts (the scores are the engine's prompt log-probs, checked
+ * against generation in test_engine_model.c); one prefill of the prompt
+ * plus one per option, the options served from the prompt's cache. */
+static void test_select_by_logprob_real(void **state) {
+    (void)state;
+    prog p;
+    prog_open(&p,
+              "fn main() {\n"
+              "  \"The Eiffel Tower, the famous wrought-iron lattice tower that was built \"\n"
+              "  \"for the World's Fair of 1889, stands in the capital of France, the city of\"\n"
+              "  select city from [\" Banana bread\", \" Paris\", \" the moon\"] by logprob\n"
+              "  return city\n"
+              "}\n"
+              "fn chat() {\n"
+              "  user { \"What is the capital of France? Answer with the city only.\" }\n"
+              "  assistant { select city from [\"Tokyo\", \"Paris\", \"Lima\"] by logprob }\n"
+              "  return city\n"
+              "}\n",
+              NULL);
+    tr_dsl_result r = run(&p, "main", NULL);
+    assert_string_equal(json_string_value(r.ret), " Paris");
+    assert_int_equal(r.stats.gens, 4);
+    assert_true(r.stats.cached_tokens > 0);
+    assert_non_null(strstr(r.text, "the city of Paris"));
+    tr_dsl_result_deinit(&r);
+    r = run(&p, "chat", NULL);
+    assert_string_equal(json_string_value(r.ret), "Paris");
+    tr_dsl_result_deinit(&r);
+    prog_close(&p);
+}
+
 static void test_raw_text_and_greedy_repeatable(void **state) {
     (void)state;
     prog p;
@@ -317,6 +349,7 @@ static void test_engine_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_constructs),
+        cmocka_unit_test(test_select_by_logprob_real),
         cmocka_unit_test(test_raw_text_and_greedy_repeatable),
         cmocka_unit_test(test_fork_parallel_spawn),
         cmocka_unit_test(test_stream),

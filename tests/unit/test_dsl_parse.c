@@ -130,6 +130,8 @@ static const bad_case BAD[] = {
     {"fn main() {\n  let s = \"\\q\"\n}\n", 2, 12, "unknown escape", TR_ERR_FORMAT},
     {"fn main() {\n  let s = 'x'\n}\n", 2, 11, "double quotes", TR_ERR_FORMAT},
     {"fn main() {\n  select x [\"a\"]\n}\n", 2, 12, "expected `from`", TR_ERR_FORMAT},
+    {"fn main() {\n  \"q\" select x from [\"a\"] by chance\n}\n", 2, 30,
+     "expected `logprob` or `constrained` after `by`", TR_ERR_FORMAT},
     {"fn main() {\n  select x(stop=\"a\") from [\"a\"]\n}\n", 2, 12, "select takes only",
      TR_ERR_FORMAT},
     {"fn main() {\n  gen x(max_tokens=1, max_tokens=2)\n}\n", 2, 23, "given twice", TR_ERR_FORMAT},

@@ -310,6 +310,89 @@ static void test_jump_forward_real(void **state) {
     trellis_engine_free(e);
 }
 
+/* Prompt log-probs against teacher forcing: greedy generation's own
+ * log-probs of its tokens equal the prompt log-probs those tokens get
+ * when the prompt is the original prompt followed by them (prefill rows
+ * vs decode rows of the same positions; within 2e-3, printed). The
+ * greedy token is the top alternative of its position. A second run,
+ * with the prompt cached by the first, gives the same numbers (the cached
+ * positions are recomputed). Chunking and the cache's limits are
+ * test_engine_plp.c's, on the fake model. */
+static void test_prompt_logprobs_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    trellis_engine *e = real_engine(0, 8);
+    const int ngen = small_scale() ? 6 : 24;
+    const char *text = "A radix tree is a data structure that";
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    assert_int_equal(trellis_tokenize(e, text, strlen(text), false, &ids, &n_ids), 0);
+    trellis_request q;
+    trellis_request_default(&q);
+    q.tokens = ids;
+    q.n_tokens = (int32_t)n_ids;
+    q.temperature = 0;
+    q.max_tokens = ngen;
+    q.ignore_eos = true;
+    q.logprobs = true;
+    result gen;
+    run1(e, &q, &gen);
+    assert_int_equal(gen.s[0].n_tokens, ngen);
+    /* the prompt: the text's tokens, then the generated ones */
+    int32_t n_full = (int32_t)n_ids + ngen;
+    int32_t *full = malloc((size_t)n_full * sizeof *full);
+    assert_non_null(full);
+    memcpy(full, ids, n_ids * sizeof *full);
+    memcpy(full + n_ids, gen.s[0].tokens, (size_t)ngen * sizeof *full);
+    trellis_logprob first[64];
+    for (int run = 0; run < 2; run++) {
+        trellis_request p;
+        trellis_request_default(&p);
+        p.tokens = full;
+        p.n_tokens = n_full;
+        p.max_tokens = 0;
+        p.prompt_logprobs = true;
+        p.prompt_logprobs_start = (int32_t)n_ids;
+        p.prompt_top_logprobs = 3;
+        result r;
+        submit_ok(e, &p, &r);
+        int got_plp = 0;
+        while (!r.request_done) {
+            trellis_event *ev;
+            assert_int_equal(trellis_wait(e, 900000, &ev), 1);
+            if (ev->prompt_logprobs) {
+                got_plp++;
+                assert_int_equal(ev->n_prompt_logprobs, ngen);
+                assert_int_equal(ev->prompt_logprobs_start, (int32_t)n_ids);
+                double worst = 0;
+                for (int i = 0; i < ngen; i++) {
+                    const trellis_logprob *a = &ev->prompt_logprobs[i];
+                    assert_int_equal(a->token, gen.s[0].tokens[i]);
+                    double d = fabs((double)a->logprob - (double)gen.s[0].lp[i].logprob);
+                    worst = d > worst ? d : worst;
+                    assert_int_equal(a->n_top, 3);
+                    assert_int_equal(a->top[0].token, a->token); /* greedy: argmax */
+                    if (run == 0) first[i] = *a;
+                    else assert_true(fabs((double)a->logprob - (double)first[i].logprob) < 1e-5);
+                }
+                fprintf(stderr, "prompt logprobs vs generation (run %d): max |diff| %.2e\n",
+                        run, worst);
+                assert_true(worst < 2e-3);
+            }
+            collect(&r, ev);
+            trellis_event_free(ev);
+        }
+        assert_int_equal(got_plp, 1);
+        assert_int_equal(r.s[0].finish, TRELLIS_FINISH_LENGTH);
+        result_free(&r);
+    }
+    free(full);
+    free(ids);
+    result_free(&gen);
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_modes_real),
@@ -317,6 +400,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance_real),
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),
+        cmocka_unit_test(test_prompt_logprobs_real),
     };
     tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -365,7 +365,22 @@ static void test_completions_and_generate(void **state) {
     expect_error(TR_API_COMPLETION, "{}", "prompt", NULL);
     expect_error(TR_API_COMPLETION, "{\"prompt\":\"\"}", "prompt", "empty");
     expect_error(TR_API_COMPLETION, "{\"prompt\":[[-1]]}", "prompt[0]", "prompt[0][0]");
-    expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", NULL);
+    /* echo: the prompt's log-probs asked from the engine only with logprobs */
+    assert_int_equal(parse(TR_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"max_tokens\":0}",
+                           &g, &e),
+                     0);
+    assert_true(g.echo && !g.req.prompt_logprobs && g.req.max_tokens == 0);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":3}",
+                           &g, &e),
+                     0);
+    assert_true(g.echo && g.req.prompt_logprobs && g.req.prompt_logprobs_start == 0 &&
+                g.req.prompt_top_logprobs == 3);
+    tr_srv_gen_free(&g);
+    expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo", "true or false");
+    expect_error(TR_API_COMPLETION,
+                 "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1,\"stream\":true,\"n\":2}", "echo",
+                 "n = 1");
     expect_error(TR_API_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", NULL);
     expect_error(TR_API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":64,\"max_tokens\":1}",
                  "n", "choices");
@@ -402,6 +417,29 @@ static void test_completions_and_generate(void **state) {
                  "sampling_params.max_new_tokens", NULL);
     expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"top_logprobs_num\":2}", "top_logprobs_num",
                  NULL);
+    /* prompt log-probs: from logprob_start_len whenever return_logprob (SGLang) */
+    assert_int_equal(parse(TR_API_GENERATE,
+                           "{\"text\":\"a\",\"return_logprob\":true,\"logprob_start_len\":3,"
+                           "\"top_logprobs_num\":2,\"return_text_in_logprobs\":true}",
+                           &g, &e),
+                     0);
+    assert_true(g.req.prompt_logprobs && g.req.prompt_logprobs_start == 3 &&
+                g.req.prompt_top_logprobs == 2 && g.lp_text);
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_GENERATE, "{\"text\":\"a\",\"return_logprob\":true}", &g, &e),
+                     0);
+    assert_true(g.req.prompt_logprobs && g.req.prompt_logprobs_start == -1); /* last token */
+    tr_srv_gen_free(&g);
+    assert_int_equal(parse(TR_API_GENERATE, "{\"text\":\"a\",\"logprob_start_len\":0}", &g, &e),
+                     0);
+    assert_false(g.req.prompt_logprobs); /* without return_logprob: nothing */
+    tr_srv_gen_free(&g);
+    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"return_logprob\":true,\"logprob_start_len\":-2}",
+                 "logprob_start_len", "-1..");
+    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"logprob_start_len\":\"x\"}",
+                 "logprob_start_len", "integer");
+    expect_error(TR_API_GENERATE, "{\"text\":\"a\",\"return_text_in_logprobs\":2}",
+                 "return_text_in_logprobs", NULL);
 }
 
 /* Raw text prompts (/generate, /v1/completions) are tokenized with

@@ -283,7 +283,9 @@ def test_errors_malformed(server):
     err(server, "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}}, 400,
         param="logit_bias")
-    err(server, "/v1/completions", {"prompt": "x", "echo": True}, 400, param="echo")
+    err(server, "/v1/completions", {"prompt": "x", "echo": 1}, 400, param="echo")
+    err(server, "/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1, "stream": True,
+                                    "n": 2}, 400, param="echo")
     err(server, "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
         param="tools")
@@ -521,3 +523,66 @@ def test_sigterm_lets_inflight_finish():
     t.join()
     assert results[0][0] == 200 and results[0][1]["usage"]["completion_tokens"] == 60
     s.stop(expect=0)
+
+
+# ---- completions echo (issue 34) ----
+
+def test_completions_echo_logprobs(client, server):
+    """echo: the prompt before the text; with logprobs the prompt's tokens first (the first
+    token's log-prob null, text_offset into the echoed text), also with max_tokens 0
+    (lm-evaluation-harness's log-likelihood requests)."""
+    prompt = "The quick brown fox"
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True,
+                                  logprobs=2)
+    c = r.choices[0]
+    assert c.text == prompt and c.finish_reason == "length"
+    lp = c.logprobs
+    n = r.usage.prompt_tokens
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == n
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x < 0 for x in lp.token_logprobs[1:])
+    assert "".join(lp.tokens) == prompt
+    assert lp.text_offset == [len("".join(lp.tokens[:i]).encode()) for i in range(n)]
+    assert all(len(t) >= 1 for t in lp.top_logprobs[1:])
+    # with a completion: the prompt's entries, then the completion's
+    r2 = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, echo=True,
+                                   logprobs=1, temperature=0)
+    c2 = r2.choices[0]
+    assert c2.text.startswith(prompt) and len(c2.text) > len(prompt)
+    lp2 = c2.logprobs
+    assert len(lp2.tokens) == n + 4
+    assert lp2.token_logprobs[0] is None
+    assert lp2.token_logprobs[1:n] == pytest.approx(lp.token_logprobs[1:], abs=1e-5)
+    assert lp2.text_offset[n] == len(prompt.encode())
+    assert "".join(lp2.tokens) == c2.text
+    # the generated tokens' log-probs match their prompt log-probs when echoed back
+    r3 = client.completions.create(model=MODEL, prompt=c2.text, max_tokens=0, echo=True,
+                                   logprobs=0)
+    lp3 = r3.choices[0].logprobs
+    if lp3.tokens == lp2.tokens:  # the text re-tokenizes the same
+        for a, b in zip(lp3.token_logprobs[n:], lp2.token_logprobs[n:]):
+            assert abs(a - b) < 2e-3
+    # echo without logprobs; and a token-id prompt echoes its text
+    r4 = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, echo=True)
+    assert r4.choices[0].text.startswith(prompt) and r4.choices[0].logprobs is None
+    ids = server.post("/tokenize", {"prompt": prompt})[1]["tokens"]
+    s, r5 = server.post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True})
+    assert s == 200 and r5["choices"][0]["text"] == prompt
+
+
+def test_completions_echo_stream(client):
+    """Streamed echo: the prompt (with its log-probs) in the choice's first chunk."""
+    prompt = "Once upon a time"
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=3,
+                                            echo=True, logprobs=1, temperature=0,
+                                            stream=True))
+    assert chunks[0].choices[0].text == prompt
+    first = chunks[0].choices[0].logprobs
+    assert first.token_logprobs[0] is None and "".join(first.tokens) == prompt
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, echo=True,
+                                      logprobs=1, temperature=0)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    offs = [o for c in chunks if c.choices and c.choices[0].logprobs
+            for o in c.choices[0].logprobs.text_offset]
+    assert offs == whole.choices[0].logprobs.text_offset

@@ -324,3 +324,78 @@ def test_property_order_field(server):
         "messages": [{"role": "user", "content": "x"}], "property_order": "random",
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
     assert st == 400 and e["error"]["param"] == "property_order", e
+
+
+# ---- prompt log-probabilities (issue 34) ----
+
+def test_input_token_logprobs(server):
+    """return_logprob + logprob_start_len: input_token_logprobs from that position, as
+    SGLang returns them ([logprob, id, text-or-null], null logprob at position 0);
+    input_top_logprobs with top_logprobs_num; they equal the output log-probs greedy
+    generation gave the same tokens (teacher forcing)."""
+    prompt = "The capital of France is"
+    st, g = server.post("/generate", {"text": prompt, "return_logprob": True,
+                                      "sampling_params": {"max_new_tokens": 6, "temperature": 0}})
+    assert st == 200, g
+    m = g["meta_info"]
+    # SGLang's default logprob_start_len (-1): the last prompt token alone
+    assert len(m["input_token_logprobs"]) == 1 and m["input_token_logprobs"][0][2] is None
+    assert m["output_token_logprobs_length"] == len(m["output_token_logprobs"]) == 6
+    n_prompt = m["prompt_tokens"]
+    ids = server.post("/tokenize", {"prompt": prompt})[1]["tokens"]
+    assert len(ids) == n_prompt
+    full = ids + g["output_ids"]
+    st, r = server.post("/generate", {"input_ids": full, "return_logprob": True,
+                                      "logprob_start_len": 0, "top_logprobs_num": 2,
+                                      "return_text_in_logprobs": True,
+                                      "sampling_params": {"max_new_tokens": 0}})
+    assert st == 200, r
+    m2 = r["meta_info"]
+    itl = m2["input_token_logprobs"]
+    assert len(itl) == len(full) and [e[1] for e in itl] == full
+    assert itl[0][0] is None and m2["input_top_logprobs"][0] is None
+    assert all(isinstance(e[2], str) for e in itl)
+    for k, (lp, tok, _) in enumerate(m["output_token_logprobs"]):
+        assert abs(itl[n_prompt + k][0] - lp) < 2e-3, (k, itl[n_prompt + k], lp)
+        assert m2["input_top_logprobs"][n_prompt + k][0][1] == tok  # greedy: the argmax
+    assert all(len(t) == 2 for t in m2["input_top_logprobs"][1:])
+    assert m2["output_token_logprobs"] == [] and m2["output_token_logprobs_length"] == 0
+    # from a later position: the tail of the same numbers, cache or not
+    st, r3 = server.post("/generate", {"input_ids": full, "return_logprob": True,
+                                       "logprob_start_len": n_prompt,
+                                       "sampling_params": {"max_new_tokens": 0}})
+    tail = r3["meta_info"]["input_token_logprobs"]
+    assert [e[1] for e in tail] == full[n_prompt:] and all(e[2] is None for e in tail)
+    assert all(abs(a[0] - b[0]) < 1e-5 for a, b in zip(tail, itl[n_prompt:]))
+    # a start past the prompt is refused with the reason
+    st, e = server.post("/generate", {"input_ids": full, "return_logprob": True,
+                                      "logprob_start_len": len(full),
+                                      "sampling_params": {"max_new_tokens": 0}})
+    assert st == 400 and "prompt_logprobs_start" in e["error"]["message"], e
+    server.wait_idle()
+
+
+def test_stream_output_token_logprobs(server):
+    """Streamed /generate: each chunk has the text so far but only its new output log-probs
+    (what SGLang's frontend and its test_stream_logprobs expect), with
+    output_token_logprobs_length the total so far; input_token_logprobs in every chunk. The
+    chunks' entries joined equal the unstreamed answer's."""
+    body = {"text": "One, two, three,", "return_logprob": True, "logprob_start_len": 1,
+            "sampling_params": {"max_new_tokens": 5, "temperature": 0}}
+    ev = sse_events(server, "/generate", dict(body, stream=True))
+    assert len(ev) >= 2
+    n_prompt = ev[-1]["meta_info"]["prompt_tokens"]
+    joined, prev_len = [], 0
+    for e in ev:
+        m = e["meta_info"]
+        assert len(m["input_token_logprobs"]) == n_prompt - 1
+        assert m["output_token_logprobs_length"] == m["completion_tokens"] == len(e["output_ids"])
+        assert len(m["output_token_logprobs"]) == m["output_token_logprobs_length"] - prev_len
+        prev_len = m["output_token_logprobs_length"]
+        joined += m["output_token_logprobs"]
+    assert prev_len == 5 and [x[1] for x in joined] == ev[-1]["output_ids"]
+    st, whole = server.post("/generate", body)
+    assert st == 200 and whole["meta_info"]["output_token_logprobs_length"] == 5
+    assert [x[1] for x in whole["meta_info"]["output_token_logprobs"]] == [x[1] for x in joined]
+    assert all(abs(a[0] - b[0]) < 1e-5
+               for a, b in zip(whole["meta_info"]["output_token_logprobs"], joined))
