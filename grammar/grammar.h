@@ -410,6 +410,25 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
                                          const grammar_json_options *opt,
                                          const grammar_limits *limits, grammar **out,
                                          tr_diag *diag);
+/* EBNF with embedded JSON Schemas: besides the items above, `%json`
+ * followed by a JSON Schema object ({...}, as JSON text) is an item
+ * standing for the JSON texts the schema accepts, written as opt says
+ * (opt and limits may be NULL for the defaults). Rule names starting
+ * with "json", digits and '-' are reserved for the schemas' rules
+ * (TR_ERR_FORMAT). A `%json` inside a literal, class, regex or comment is
+ * text. _expand writes the plain EBNF text (malloc'd, NUL-terminated;
+ * *text_len may be NULL); _compile compiles it. Errors: those of the
+ * schema translator (the message starts with the `%json`'s line:column)
+ * and of the EBNF compiler (offsets past the first `%json` refer to the
+ * expanded text). */
+tr_status tr_grammar_ebnf_expand_json(const char *text, size_t len,
+                                      const grammar_json_options *opt,
+                                      const grammar_limits *limits, char **out,
+                                      size_t *out_len, tr_diag *diag);
+tr_status tr_grammar_compile_ebnf_json(const char *text, size_t len,
+                                       const grammar_json_options *opt,
+                                       const grammar_limits *limits, grammar **out,
+                                       tr_diag *diag);
 /* Plain JSON: any JSON value, or (object_only) any JSON object. */
 tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *opt,
                                   const grammar_limits *limits, grammar **out,

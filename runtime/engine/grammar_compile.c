@@ -291,8 +291,9 @@ tr_status tr_engine_grammar_compile(trellis_grammar_kind kind, const char *text,
         json_options(o, &jo, &w);
         st = tr_grammar_compile_json(true, &jo, lim, &g, diag);
         break;
-    case TRELLIS_GRAMMAR_EBNF:
-        st = tr_grammar_compile_ebnf(text, len, lim, &g, diag);
+    case TRELLIS_GRAMMAR_EBNF: /* %json items take the JSON options */
+        json_options(o, &jo, &w);
+        st = tr_grammar_compile_ebnf_json(text, len, &jo, lim, &g, diag);
         break;
     default:
         st = tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,

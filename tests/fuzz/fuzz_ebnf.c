@@ -40,7 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     grammar *g = NULL;
     tr_diag diag;
-    tr_status st = tr_grammar_compile_ebnf(input.text, input.text_len, &lim, &g, &diag);
+    /* the %json-aware entry: without %json the same as tr_grammar_compile_ebnf */
+    tr_status st =
+        tr_grammar_compile_ebnf_json(input.text, input.text_len, NULL, &lim, &g, &diag);
     if (st != TR_OK) {
         fuzz_check_refusal(g, &diag, st);
         if (st == TR_ERR_FORMAT && (diag.line < 1 || diag.column < 1)) abort();
