@@ -25,6 +25,7 @@ static void req_free(tr_srv_req *q) {
         tr_sbuf_reset(&c->sent_text);
         json_decref(c->logprobs);
         json_decref(c->token_ids);
+        tr_tp_free(c->tp);
         free(c->error);
     }
     free(q->choices);

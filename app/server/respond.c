@@ -285,14 +285,19 @@ json_t *tr_srv_response_json(const tr_srv_req *q) {
         else if (g->logprobs)
             lp = ch->logprobs ? json_incref(ch->logprobs) : completion_lp_new();
         json_t *text = g->echo ? tr_srv_echo_text(q, sub, &ch->text) : text_json(&ch->text);
-        json_t *c = chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:o,s:o}", "index", i, "message",
-                                     "role", "assistant", "content", text,
-                                     "logprobs", lp, "finish_reason", finish_json(ch->finish),
-                                     "matched_stop", matched_stop(q, ch))
+        bool called = false;
+        json_t *msg = !chat                 ? NULL
+                      : g->tools.active ? tr_srv_tool_message(q, i, &ch->text, &called)
+                                        : json_pack("{s:s,s:O}", "role", "assistant",
+                                                    "content", text);
+        json_t *fin = called ? json_string("tool_calls") : finish_json(ch->finish);
+        json_t *c = chat ? json_pack("{s:i,s:o,s:o,s:o,s:o}", "index", i, "message", msg,
+                                     "logprobs", lp, "finish_reason", fin, "matched_stop",
+                                     matched_stop(q, ch))
                          : json_pack("{s:i,s:o,s:o,s:o,s:o}", "index", i, "text",
-                                     text, "logprobs", lp, "finish_reason",
-                                     finish_json(ch->finish), "matched_stop",
-                                     matched_stop(q, ch));
+                                     json_incref(text), "logprobs", lp, "finish_reason", fin,
+                                     "matched_stop", matched_stop(q, ch));
+        json_decref(text);
         json_array_append_new(choices, c);
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", q->id, "object",
@@ -303,7 +308,7 @@ json_t *tr_srv_response_json(const tr_srv_req *q) {
 
 /* ---- streaming ---- */
 
-static int send_event(tr_srv_req *q, json_t *obj) {
+int tr_srv_send_event(tr_srv_req *q, json_t *obj) {
     if (!obj || !q->conn) {
         json_decref(obj);
         return -1;
@@ -321,7 +326,7 @@ static int send_event(tr_srv_req *q, json_t *obj) {
     return rc;
 }
 
-static json_t *chunk(const tr_srv_req *q, json_t *choices) {
+json_t *tr_srv_chunk(const tr_srv_req *q, json_t *choices) {
     bool chat = q->gen.api == TR_API_CHAT;
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", q->id, "object",
                           chat ? "chat.completion.chunk" : "text_completion", "created",
@@ -343,7 +348,7 @@ int tr_srv_stream_open(tr_srv_req *q) {
     for (int32_t i = 0; i < q->n_choices; i++) {
         json_t *c = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
                               "assistant", "content", "", "logprobs", "finish_reason");
-        if (send_event(q, chunk(q, json_pack("[o]", c))) != 0) return -1;
+        if (tr_srv_send_event(q, tr_srv_chunk(q, json_pack("[o]", c))) != 0) return -1;
     }
     return 0;
 }
@@ -359,7 +364,7 @@ static int stream_echo(tr_srv_req *q, int32_t ci) {
     json_t *lp = q->gen.logprobs ? tr_srv_echo_logprobs(sub, NULL) : json_null();
     json_t *c = json_pack("{s:i,s:o,s:o,s:n}", "index", ci, "text",
                           tr_srv_echo_text(q, sub, NULL), "logprobs", lp, "finish_reason");
-    return send_event(q, chunk(q, json_pack("[o]", c)));
+    return tr_srv_send_event(q, tr_srv_chunk(q, json_pack("[o]", c)));
 }
 
 /* A streamed /generate chunk: the text and ids so far, the output
@@ -387,7 +392,15 @@ int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
             generate_lp_add(q, ch->logprobs, ev);
         }
         if (ev->kind == TRELLIS_EVENT_DONE) return 0; /* tr_srv_stream_finish sends it */
-        return send_event(q, generate_stream_item(q, ci));
+        return tr_srv_send_event(q, generate_stream_item(q, ci));
+    }
+    if (g->tools.active) { /* content and calls as they come (tool_respond.c) */
+        if (tr_srv_tool_stream(q, ci, ev->text, ev->text_len) != 0) return -1;
+        if (!g->logprobs || !ev->logprobs) return 0;
+        json_t *c = json_pack("{s:i,s:{},s:{s:o},s:n}", "index", ci, "delta", "logprobs",
+                              "content", chat_lp_entries(q->srv, ev, g->top_logprobs),
+                              "finish_reason");
+        return tr_srv_send_event(q, tr_srv_chunk(q, json_pack("[o]", c)));
     }
     json_t *lp = json_null();
     if (g->logprobs && ev->logprobs) {
@@ -404,7 +417,7 @@ int tr_srv_stream_delta(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
                                 "logprobs", lp, "finish_reason")
                     : json_pack("{s:i,s:o,s:o,s:n}", "index", ci, "text", text, "logprobs", lp,
                                 "finish_reason");
-    return send_event(q, chunk(q, json_pack("[o]", c)));
+    return tr_srv_send_event(q, tr_srv_chunk(q, json_pack("[o]", c)));
 }
 
 int tr_srv_stream_finish(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
@@ -414,19 +427,22 @@ int tr_srv_stream_finish(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
         json_t *item = generate_stream_item(q, ci);
         json_object_set_new(json_object_get(item, "meta_info"), "finish_reason",
                             generate_finish(q, ch));
-        return send_event(q, item);
+        return tr_srv_send_event(q, item);
     }
     if (ch->finish == TRELLIS_FINISH_ERROR) {
         json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message",
                               ch->error ? ch->error : "generation failed", "type", "server_error",
                               "param", "code");
-        send_event(q, e);
+        tr_srv_send_event(q, e);
     }
     json_t *c;
     if (q->gen.api == TR_API_CHAT) { /* OpenAI: an empty delta of its own */
+        bool called = false;
+        if (q->gen.tools.active && tr_srv_tool_stream_end(q, ci, &called) != 0) return -1;
         c = json_pack("{s:i,s:{},s:n,s:o,s:o}", "index", ci, "delta", "logprobs",
-                      "finish_reason", finish_json(ch->finish), "matched_stop",
-                      matched_stop(q, ch));
+                      "finish_reason",
+                      called ? json_string("tool_calls") : finish_json(ch->finish),
+                      "matched_stop", matched_stop(q, ch));
     } else {
         /* completions: the last piece of text comes with the finish_reason,
          * with its log-probabilities (empty lists when it has no token)
@@ -440,14 +456,14 @@ int tr_srv_stream_finish(tr_srv_req *q, int32_t ci, const trellis_event *ev) {
                       json_stringn(ev->text, ev->text_len), "logprobs", lp, "finish_reason",
                       finish_json(ch->finish), "matched_stop", matched_stop(q, ch));
     }
-    return send_event(q, chunk(q, json_pack("[o]", c)));
+    return tr_srv_send_event(q, tr_srv_chunk(q, json_pack("[o]", c)));
 }
 
 int tr_srv_stream_close(tr_srv_req *q) {
     if (q->gen.include_usage && q->gen.api != TR_API_GENERATE) {
-        json_t *o = chunk(q, json_array());
+        json_t *o = tr_srv_chunk(q, json_array());
         json_object_set_new(o, "usage", usage_json(q));
-        send_event(q, o);
+        tr_srv_send_event(q, o);
     }
     const char *done = "data: [DONE]\n\n";
     return q->conn ? tr_http_stream_write(q->conn, done, strlen(done)) : -1;

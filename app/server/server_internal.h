@@ -31,6 +31,7 @@
 #include "app/server/metrics_internal.h"
 #include "app/server/sbuf_internal.h"
 #include "app/server/server.h"
+#include "app/server/tool_parse.h"
 #include "app/server/validate_internal.h"
 #include "trellis.h"
 
@@ -117,6 +118,8 @@ typedef struct tr_srv_choice {
     bool done;
     bool echoed;         /* completions' echo: lp_offset set, the prompt
                             streamed (echo.c) */
+    struct tr_tp *tp;    /* chat with tools, streamed: the text's reader
+                            (tool_respond.c), or NULL */
     trellis_metrics m;
 } tr_srv_choice;
 
@@ -214,6 +217,20 @@ void tr_srv_choice_add(tr_srv_req *q, int32_t choice, const trellis_event *ev);
 const char *tr_srv_finish_reason(trellis_finish f);
 /* bytes as a JSON string, invalid UTF-8 replaced by U+FFFD */
 json_t *tr_srv_lossy_string(const char *p, size_t n);
+
+/* respond.c: one server-sent event (obj taken; 0, or -1 when the
+ * client is gone); a chunk object around choices (taken) */
+int tr_srv_send_event(tr_srv_req *q, json_t *obj);
+json_t *tr_srv_chunk(const tr_srv_req *q, json_t *choices);
+
+/* tool_respond.c: chat with tools (g->tools.active). The choice's
+ * message {role, content, tool_calls} from its whole text; *called: it
+ * ended on complete calls (finish_reason "tool_calls"). Streamed: text as
+ * it comes, then the end (flushes held text; *called as above). */
+json_t *tr_srv_tool_message(const tr_srv_req *q, int32_t ci, const tr_sbuf *text,
+                            bool *called);
+int tr_srv_tool_stream(tr_srv_req *q, int32_t ci, const char *text, size_t n);
+int tr_srv_tool_stream_end(tr_srv_req *q, int32_t ci, bool *called);
 
 /* echo.c: prompt log-probs and completions' echo */
 /* Keeps ev's prompt log-probs (if any) on sub, in q's API shape. */

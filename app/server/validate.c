@@ -109,7 +109,8 @@ static int get_str(rd *r, json_t *o, const char *key, const char **out, size_t *
     return 1;
 }
 
-static char *keep(tr_srv_gen *g, char *s) {
+#define keep tr_srv_gen_keep
+char *tr_srv_gen_keep(tr_srv_gen *g, char *s) {
     if (!s) return NULL;
     char **o = realloc(g->owned, ((size_t)g->n_owned + 1) * sizeof *o);
     if (!o) {
@@ -616,6 +617,8 @@ static int read_messages(rd *r, json_t *o) {
     if (!g->messages) return nomem(err);
     g->n_messages = (int32_t)n;
     size_t bytes = 0;
+    int32_t out = 0;       /* consecutive tool results make one user turn */
+    bool last_tool = false;
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
         char p[96];
@@ -624,33 +627,35 @@ static int read_messages(rd *r, json_t *o) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role) return BAD(p, "'%s.role' must be a string", p);
         if (strcmp(role, "developer") == 0) role = "system"; /* OpenAI's newer name */
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
-            return BAD(p, "'%s.role' is '%.32s'; expected system, user or assistant", p, role);
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0))
-            return BAD(p, "'%s.tool_calls': tool calls are not supported", p);
+        bool tool = strcmp(role, "tool") == 0;
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && !tool)
+            return BAD(p, "'%s.role' is '%.32s'; expected system, user, assistant or tool", p,
+                       role);
         char pc[112];
         snprintf(pc, sizeof pc, "%s.content", p);
-        g->messages[i].role = role;
-        if (read_content(r, json_object_get(m, "content"), pc, &g->messages[i].content, &bytes))
-            return -1;
+        const char *content;
+        if (read_content(r, json_object_get(m, "content"), pc, &content, &bytes)) return -1;
+        json_t *tc = json_object_get(m, "tool_calls");
+        bool calls = tc && !json_is_null(tc) && !(json_is_array(tc) && !json_array_size(tc));
+        if (calls && strcmp(role, "assistant") != 0)
+            return BAD(p, "'%s.tool_calls' belongs to assistant messages only", p);
+        if (calls && tr_srv_tools_assistant(g, tc, p, &content, err) < 0) return -1;
+        if (tool) {
+            const char *prev = last_tool ? g->messages[out - 1].content : NULL;
+            if (tr_srv_tools_result(g, prev, content, &content, err) < 0) return -1;
+            if (last_tool) out--;
+            role = "user";
+        }
+        g->messages[out].role = role;
+        g->messages[out++].content = content;
+        last_tool = tool;
         if (bytes > r->lim->max_message_bytes)
             return BAD("messages", "the messages hold more than %zu bytes of text",
                        r->lim->max_message_bytes);
     }
+    g->n_messages = out;
     g->req.messages = g->messages;
     g->req.n_messages = g->n_messages;
-    return 0;
-}
-
-static int refuse_tools(rd *r, json_t *o) {
-    tr_srv_error *err = r->err;
-    const char *keys[] = {"tools", "functions"};
-    for (size_t i = 0; i < 2; i++) {
-        json_t *v = json_object_get(o, keys[i]);
-        if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-            return BAD(keys[i], "'%s' (tool calling) is not supported", keys[i]);
-    }
     return 0;
 }
 
@@ -672,7 +677,8 @@ static int read_openai_common(rd *r, json_t *o) {
     }
     if (read_sampling(r, o) < 0 || read_logit_bias(r, o) < 0) return -1;
     if (read_constraint(r, o) < 0) return -1;
-    return refuse_tools(r, o);
+    if (tr_srv_tools_read(g, o, err) < 0) return -1; /* after the constraint: it joins */
+    return tr_srv_tools_system(g, err);
 }
 
 /* How the rendered chat ends. A final assistant message is continued

@@ -83,6 +83,24 @@ typedef struct tr_srv_prompt {
     int32_t n_tokens;
 } tr_srv_prompt;
 
+/* Tool calling (tools.c): what the request's tools ask of the output. */
+typedef enum tr_srv_tool_choice {
+    TR_TOOL_NONE = 0, /* no calls: the tools are not even described */
+    TR_TOOL_AUTO,     /* text, or calls */
+    TR_TOOL_REQUIRED, /* one call or more */
+    TR_TOOL_NAMED,    /* one call of tools[named] */
+} tr_srv_tool_choice;
+
+typedef struct tr_srv_tools {
+    bool active;               /* the output is parsed for calls */
+    tr_srv_tool_choice choice;
+    int32_t named;             /* TR_TOOL_NAMED: the tool's index */
+    bool parallel;             /* parallel_tool_calls (default true) */
+    bool format_first;         /* auto with response_format: the output is
+                                  the format's JSON or calls from byte 0 */
+    const char *prompt;        /* the tools' description (in `owned`) */
+} tr_srv_tools;
+
 typedef struct tr_srv_gen {
     tr_srv_api api;
     json_t *root;               /* owned */
@@ -124,7 +142,28 @@ typedef struct tr_srv_gen {
     bool echo;                  /* completions: the prompt before the text
                                    (and its log-probs first: echo.c) */
     bool lp_text;               /* generate: return_text_in_logprobs */
+    tr_srv_tools tools;         /* chat: tools, tool_choice (tools.c) */
 } tr_srv_gen;
+
+/* Hands s (malloc'd, may be NULL) to g, freed with it; returns s, or NULL
+ * (s freed) when it cannot be kept. */
+char *tr_srv_gen_keep(tr_srv_gen *g, char *s);
+
+/* tools.c. Each returns 0, or -1 with err filled. */
+/* tools, tool_choice, parallel_tool_calls of body o; when calls may come,
+ * sets g->tools and replaces the constraint with the tool grammar
+ * (after read_constraint: a json response_format joins it). */
+int tr_srv_tools_read(tr_srv_gen *g, json_t *o, tr_srv_error *err);
+/* The tools' description into the first system message (or a new one). */
+int tr_srv_tools_system(tr_srv_gen *g, tr_srv_error *err);
+/* An assistant message's tool_calls (param p) appended to *content as the
+ * model writes calls. */
+int tr_srv_tools_assistant(tr_srv_gen *g, json_t *tool_calls, const char *p,
+                           const char **content, tr_srv_error *err);
+/* A tool result as user text; prev: the text of the results just before
+ * it (consecutive results make one turn), or NULL. */
+int tr_srv_tools_result(tr_srv_gen *g, const char *prev, const char *content,
+                        const char **out, tr_srv_error *err);
 
 /* Parses and checks body[0..len) for api. On failure fills err (status
  * 400 or 413) and leaves *out freed (tr_srv_gen_free is still safe). */

@@ -161,7 +161,7 @@ static void test_chat_errors(void **state) {
                  "\"content\":\"2\"},{\"role\":\"user\",\"content\":\"3\"},{\"role\":\"user\","
                  "\"content\":\"4\"},{\"role\":\"user\",\"content\":\"5\"}]}",
                  "messages", "at most 4");
-    expect_error(TR_API_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}",
+    expect_error(TR_API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
                  "messages[0]", "role");
     expect_error(TR_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":7}]}",
                  "messages[0].content", NULL);
@@ -189,7 +189,7 @@ static void test_chat_errors(void **state) {
     expect_error(TR_API_CHAT, "{" MSG ",\"stream_options\":{\"include_usage\":\"y\"}}",
                  "stream_options.include_usage", NULL);
     expect_error(TR_API_CHAT, "{" MSG ",\"model\":5}", "model", NULL);
-    expect_error(TR_API_CHAT, "{" MSG ",\"tools\":[{}]}", "tools", "not supported");
+    expect_error(TR_API_CHAT, "{" MSG ",\"tools\":[{}]}", "tools[0]", "function");
     expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":2,\"min_tokens\":3}", "min_tokens",
                  "more than the 2");
     expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":0}", "max_tokens", NULL);

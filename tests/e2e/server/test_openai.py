@@ -288,7 +288,7 @@ def test_errors_malformed(server):
                                     "n": 2}, 400, param="echo")
     err(server, "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
-        param="tools")
+        param="tools[0]")
 
 
 def test_errors_constraints(server):
