@@ -88,6 +88,14 @@ static json_t *call_schema(json_t *f, const char *at) {
         json_decref(args);
         return NULL;
     }
+    /* a function takes the arguments it lists: without a word on others,
+     * none (else a small model invents keys until max_tokens) */
+    if (json_object_get(args, "properties") && !json_object_get(args, "additionalProperties") &&
+        !json_object_get(args, "patternProperties") &&
+        json_object_set_new(args, "additionalProperties", json_false())) {
+        json_decref(args);
+        return NULL;
+    }
     return json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type", "object", "properties",
                      "name", "const", json_string_value(json_object_get(f, "name")),
                      "arguments", args, "required", "name", "arguments",

@@ -184,6 +184,9 @@ static void test_grammars(void **state) {
     assert_false(m(g, "<tool_call>\n{\"name\":\"w\",\"arguments\":{\"c\":1}}\n</tool_call>"));
     assert_false(m(g, "<tool_call>\n{\"name\":\"t\",\"arguments\":{\"z\":\"pst\"}}\n</tool_call>"));
     assert_false(m(g, "<tool_call>\n{\"name\":\"x\",\"arguments\":{}}\n</tool_call>"));
+    /* t says nothing of other arguments: none are taken */
+    assert_false(m(g, "<tool_call>\n{\"name\":\"t\",\"arguments\":{\"z\":\"utc\","
+                      "\"x\":1}}\n</tool_call>"));
     tr_grammar_free(g);
     /* the tools are described in a system message put first */
     assert_string_equal(G.messages[0].role, "system");

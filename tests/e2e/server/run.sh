@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/e2e/server/run.sh BUILD_DIR [pytest args] — the server's end-to-end
-# tests (official `openai` client, `jsonschema`, raw sockets) with pytest,
+# tests (official `openai` client, `instructor`, LangChain's `langchain-openai`,
+# `jsonschema`, raw sockets) with pytest,
 # in a venv this script makes from PyPI under BUILD_DIR/e2e-venv (build
 # output, ignored by git; made once, reused after). Needs the default model
 # (label `model`: fails when it is missing). TRELLIS_ROUTER=1 also installs
@@ -12,9 +13,11 @@ build="$(cd "$1" && pwd)"
 shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$build/e2e-venv"
-if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" -c 'import openai, jsonschema' 2>/dev/null; then
+if [ ! -x "$venv/bin/pytest" ] ||
+   ! "$venv/bin/python" -c 'import openai, jsonschema, instructor, langchain_openai' 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check openai jsonschema pytest
+    "$venv/bin/pip" install -q --disable-pip-version-check openai jsonschema pytest \
+        instructor langchain-openai
 fi
 if [ "${TRELLIS_ROUTER:-0}" = 1 ] && ! "$venv/bin/python" -c 'import sglang_router' 2>/dev/null; then
     "$venv/bin/pip" install -q --disable-pip-version-check sglang-router==0.3.2
