@@ -146,6 +146,14 @@ typedef struct trellis_engine_options {
                                  instead of a compute thread */
     int32_t grammar_cache_mb; /* compiled grammars kept for reuse,
                                  memos included (default 256) */
+    int32_t spec_ngram;       /* speculative decoding with n-gram drafts
+                                 (prompt lookup): at most this many draft
+                                 tokens per sequence and step, verified in
+                                 the same forward pass (1..32; default 0:
+                                 off). The output is the same, token for
+                                 token, at any temperature; requests with a
+                                 constraint, log-probs or min_tokens do not
+                                 speculate. */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */
@@ -644,6 +652,8 @@ typedef struct trellis_metrics {
     int32_t completion_tokens; /* sampled (stop tokens included) and
                                   forced (jump-forward) */
     int32_t forced_tokens;     /* of which placed by jump-forward */
+    int32_t spec_accepted_tokens; /* of which drafts verified in the pass
+                                     of the token before them (spec_ngram) */
     int32_t preemptions;
 } trellis_metrics;
 
@@ -737,6 +747,11 @@ typedef struct trellis_stats {
     uint64_t jump_forwards;        /* jumps that placed tokens */
     uint64_t forced_tokens;
     uint64_t forward_passes_saved;
+    /* Speculative decoding (options.spec_ngram): draft tokens proposed,
+     * and of those the ones verified and kept (each also counts in
+     * forward_passes_saved). */
+    uint64_t spec_drafted_tokens;
+    uint64_t spec_accepted_tokens;
     /* Where the engine thread's time went (seconds, cumulative). */
     double step_s;      /* whole steps */
     double forward_s;   /* waiting for / running forward passes */

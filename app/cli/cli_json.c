@@ -116,6 +116,7 @@ static json_t *timings(const cli_sample_json *s) {
     json_object_set_new(t, "queue_ms", num(m->queue_ms));
     json_object_set_new(t, "ttft_ms", num(m->ttft_ms));
     json_object_set_new(t, "e2e_ms", num(m->e2e_ms));
+    json_object_set_new(t, "spec_accepted_tokens", json_integer(m->spec_accepted_tokens));
     return t;
 }
 

@@ -53,6 +53,10 @@ static const struct {
                           "run forward passes on the engine thread instead of a compute "
                           "thread (no hand-off per step; constraint masks then wait for "
                           "the forward pass)", NULL, NULL},
+    [TR_EF_SPEC_NGRAM] = {"--spec-ngram", NULL, CLI_INT32, "spec_ngram", OFF(spec_ngram),
+                          "speculative decoding: up to N draft tokens per step from n-grams "
+                          "of the prompt and output (prompt lookup), verified in the same "
+                          "pass; the output is unchanged", "N", NULL},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {

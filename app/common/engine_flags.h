@@ -42,6 +42,7 @@ typedef enum tr_engine_flag {
     TR_EF_LOAD,             /* --load auto|mmap|read */
     TR_EF_NO_RADIX,         /* --no-radix */
     TR_EF_NO_OVERLAP,       /* --no-overlap */
+    TR_EF_SPEC_NGRAM,       /* --spec-ngram N */
     TR_EF_COUNT,
 } tr_engine_flag;
 

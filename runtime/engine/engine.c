@@ -17,6 +17,7 @@
 #include "base/paths.h"
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
+#include "runtime/spec/spec.h"
 
 #include "runtime/chat/chat.h"
 #include "runtime/vocab/vocab.h"
@@ -115,6 +116,7 @@ void tr_engine_req_free(engine_req *r) {
         free(s->out_tokens);
         free(s->out_lp);
         free(s->plp);
+        tr_ngram_free(s->ngram);
         tr_sampler_free(s->smp);
         if (s->cstate && r->cops) r->cops->free(s->cstate);
     }
@@ -585,7 +587,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->b_pos = malloc(nb * sizeof(int32_t));
     e->b_seq = malloc(nb * sizeof(int32_t));
     /* logits rows: the sampled ones, then prompt log-prob rows */
-    e->b_rows = malloc((nr + TR_PLP_ROWS_MAX) * sizeof(int32_t));
+    e->b_rows = malloc((nr + TR_PLP_ROWS_MAX + TR_SPEC_ROWS_MAX) * sizeof(int32_t));
     e->plp_bidx = malloc(TR_PLP_ROWS_MAX * sizeof(int32_t));
     e->plp_seqs = malloc(TR_PLP_ROWS_MAX * sizeof(*e->plp_seqs));
     e->b_npages = malloc(nr * sizeof(int32_t));
@@ -598,7 +600,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->row_st = malloc(nr * sizeof(*e->row_st));
     e->row_lp = malloc(nr * sizeof(*e->row_lp));
     e->masks = malloc(nr * e->n_words * sizeof(uint64_t));
-    e->row_mask = malloc((nr + TR_PLP_ROWS_MAX) * sizeof(*e->row_mask));
+    e->row_mask = malloc((nr + TR_PLP_ROWS_MAX + TR_SPEC_ROWS_MAX) * sizeof(*e->row_mask));
     e->running = malloc(nr * sizeof(*e->running));
     e->cand = malloc(SCHED_SCAN_MAX * sizeof(*e->cand));
     e->hash_cap = 64;

@@ -102,6 +102,14 @@ struct engine_seq {
     char error[256];
     int32_t stop_index, stop_token;
 
+    /* speculative decoding (spec.c): drafts at tokens[len - spec_k, len),
+     * fed and verified with the token before them */
+    struct tr_ngram *ngram;  /* the proposer, NULL: no speculation */
+    int32_t spec_k;          /* unverified drafts at the end of tokens */
+    int32_t spec_row0;       /* this step: logits row of the first draft's
+                                predecessor (rows spec_row0 .. + spec_k) */
+    int32_t n_spec_accepted; /* drafts verified and kept (metrics) */
+
     /* prompt log-probs (sample 0 of a request that asks; prompt_lp.c) */
     trellis_logprob *plp;    /* [n_prompt - plp_start] entries, or NULL */
     int32_t plp_next;        /* next position whose logits row is needed;
@@ -273,6 +281,7 @@ struct trellis_engine {
                                 batch index */
     engine_seq **plp_seqs;   /* [TR_PLP_ROWS_MAX] ... and sequence */
     int32_t plp_rows_left;   /* the scheduler's prompt-row budget */
+    int32_t spec_rows_left;  /* ... and its draft-row budget */
     int32_t *row_tok;        /* [max_running] sampled token per row */
     int *row_st;             /* [max_running] sampler status per row */
     sampler_logprobs *row_lp; /* [max_running] */
@@ -379,7 +388,31 @@ tr_status tr_plp_store(trellis_engine *e, engine_seq *s, int32_t r0, int32_t n);
 /* Grows e->logits for the prompt rows (engine thread, between forwards). */
 tr_status tr_plp_reserve_logits(trellis_engine *e);
 
+/* ---- spec.c: speculative decoding (trellis_engine_options.spec_ngram) ----
+ * Rows of drafts per step, over all sequences (the logits buffer grows by
+ * that many rows once, when speculation is on). */
+#define TR_SPEC_ROWS_MAX 128
+/* At first admission: gives s a proposer when the engine speculates and
+ * the request lets it (no constraint, log-probs, min_tokens). */
+void tr_spec_setup(trellis_engine *e, engine_seq *s);
+/* Keeps at most keep of s's drafts (0: none, before a preemption). */
+void tr_spec_cut(engine_seq *s, int32_t keep);
+/* After s took a token and goes on: drafts for the next step. */
+void tr_spec_propose(trellis_engine *e, engine_seq *s);
+/* The step's end for s, fed with drafts: samples its rows in order,
+ * takes each token, keeps the drafts that match, proposes again. */
+void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row);
+/* The token after the ngram of s; for take_token. */
+void tr_spec_accepted(engine_seq *s, int32_t tok);
+/* Grows e->logits to rows rows (engine thread, between forwards). */
+tr_status tr_engine_reserve_logits(trellis_engine *e, int32_t rows);
+
 /* ---- step.c ---- */
+/* Takes tok (sampled for s; lp: its log-probs, or NULL) as s's next
+ * token: constraint, stop tokens, jump-forward, output and stops, length.
+ * True when s goes on (no event queued yet: the caller emits the delta). */
+bool tr_engine_take_token(trellis_engine *e, engine_seq *s, int32_t tok,
+                          const sampler_logprobs *lp);
 void tr_engine_step(trellis_engine *e);
 /* The vocabulary-wide part of sampling for logits rows [r0, r1) (each row
  * with its own sampler, so two threads may take disjoint ranges). */

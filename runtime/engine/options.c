@@ -50,6 +50,7 @@ static const opt_spec k_opts[] = {
     OPT(ctx, 0, 0, INT32_MAX, STRICT, "0 = the model's"),
     OPT(lpm_max_waiting, 128, 0, INT32_MAX, UNSET_NEG, ""),
     OPT(grammar_cache_mb, 256, 1, INT32_MAX, UNSET_NONPOS, ""),
+    OPT(spec_ngram, 0, 0, 32, STRICT, "0 = off"),
     OPT(load, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_READ, STRICT,
         "a TRELLIS_LOAD_* mode"),
 };

@@ -24,6 +24,7 @@
 
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
+#include "runtime/spec/spec.h"
 
 static bool grow(char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return true;
@@ -295,6 +296,7 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
         m->cached_tokens = s->cached_tokens;
         m->completion_tokens = s->n_gen;
         m->forced_tokens = s->n_forced;
+        m->spec_accepted_tokens = s->n_spec_accepted;
         m->preemptions = s->preemptions;
         queue_event(e, b);
     }
@@ -311,6 +313,8 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     free(s->out_lp);
     free(s->plp);
     s->plp = NULL;
+    tr_ngram_free(s->ngram);
+    s->ngram = NULL;
     s->held = s->out_text = NULL;
     s->out_tokens = NULL;
     s->out_lp = NULL;

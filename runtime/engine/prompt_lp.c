@@ -60,13 +60,7 @@ int32_t tr_plp_fit_chunk(trellis_engine *e, const engine_seq *s, int32_t c) {
 }
 
 tr_status tr_plp_reserve_logits(trellis_engine *e) {
-    int32_t want = e->opt.max_running + TR_PLP_ROWS_MAX;
-    if (e->logits_rows >= want) return TR_OK;
-    float *l = realloc(e->logits, (size_t)want * (size_t)e->n_vocab * sizeof *l);
-    if (!l) return TR_ERR_NOMEM;
-    e->logits = l;
-    e->logits_rows = want;
-    return TR_OK;
+    return tr_engine_reserve_logits(e, e->opt.max_running + TR_PLP_ROWS_MAX);
 }
 
 tr_status tr_plp_store(trellis_engine *e, engine_seq *s, int32_t r0, int32_t n) {

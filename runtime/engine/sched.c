@@ -178,6 +178,7 @@ void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache) {
 
 static void preempt(trellis_engine *e, engine_seq *v) {
     TR_ASSERT(v->state == SEQ_RUNNING);
+    tr_spec_cut(v, 0); /* unverified: re-admission must not prefill them */
     tr_sched_release(e, v, true);
     v->preemptions++;
     e->st.preemptions++;
@@ -240,6 +241,7 @@ static bool first_admission(trellis_engine *e, engine_seq *s, int32_t cached) {
     /* the penalty window starts with the prompt (as cmd_generate does) */
     for (int32_t i = 0; i < s->len; i++) tr_sampler_accept(s->smp, s->tokens[i]);
     s->admitted_once = true;
+    tr_spec_setup(e, s); /* a proposer when the engine speculates */
     s->cached_tokens = cached;
     s->t_first_sched = tr_now_ns();
     e->st.prompt_tokens += (uint64_t)r->n_prompt;
@@ -363,10 +365,15 @@ int32_t tr_sched_plan(trellis_engine *e) {
         e->plp_rows_left = TR_PLP_ROWS_MAX;
         for (int32_t i = 0; i < e->n_running; i++) e->running[i]->plan = 0;
 
-        /* 1. decodes, oldest first; preempt the newest when out of pages */
+        /* 1. decodes, oldest first, with their drafts (speculate.c) when
+         * the budget, the draft rows and the pool allow, else without;
+         * preempt the newest when out of pages */
+        e->spec_rows_left = TR_SPEC_ROWS_MAX;
         for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
             engine_seq *s = e->running[i];
-            if (s->len - s->n_kv != 1) continue;
+            if (s->len - s->n_kv != 1 + s->spec_k) continue;
+            tr_spec_cut(s, TR_MIN(budget - 1, e->spec_rows_left));
+            if (s->spec_k && !reserve(e, s, s->n_kv + 1 + s->spec_k)) tr_spec_cut(s, 0);
             bool self = false;
             while (!reserve(e, s, s->n_kv + 1)) {
                 engine_seq *v = e->running[e->n_running - 1];
@@ -377,15 +384,16 @@ int32_t tr_sched_plan(trellis_engine *e) {
                 }
             }
             if (self) break;
-            s->plan = 1;
-            budget--;
-            planned++;
+            s->plan = 1 + s->spec_k;
+            e->spec_rows_left -= s->spec_k;
+            budget -= s->plan;
+            planned += s->plan;
         }
         /* 2. continuing prefills, oldest first; stall when out of pages */
         for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
             engine_seq *s = e->running[i];
             int32_t left = s->len - s->n_kv;
-            if (left <= 1) continue;
+            if (left <= 1 || s->spec_k) continue; /* drafts: pass 1 only */
             int32_t c = TR_MIN(TR_MIN(e->opt.chunk_size, left), budget);
             c = tr_plp_fit_chunk(e, s, c); /* prompt log-prob rows */
             if (!reserve(e, s, s->n_kv + c)) {

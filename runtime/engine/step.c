@@ -84,6 +84,10 @@ static int sample_span_rule(trellis_engine *e, engine_seq *s, int32_t r) {
 void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
     for (int32_t r = r0; r < r1; r++) {
         engine_seq *s = e->row_seqs[r];
+        if (s->spec_k > 0) { /* sampled in order with its drafts' rows */
+            e->row_st[r] = TR_OK;
+            continue;
+        }
         if (s->status != 0) { /* no mask: ended by the caller */
             e->row_st[r] = s->status;
             continue;
@@ -127,6 +131,10 @@ static void end_at_stop_token(trellis_engine *e, engine_seq *s, int32_t tok) {
  * its whole token list, the unfed part being prefilled like a prompt. */
 static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     engine_req *r = s->req;
+    if (s->spec_k > 0) {
+        tr_spec_verify(e, s, row); /* speculate.c */
+        return;
+    }
     const sampler_logprobs *lp = r->logprobs ? &e->row_lp[row] : NULL;
     int32_t tok = e->row_tok[row];
     tr_status st = (tr_status)e->row_st[row];
@@ -150,12 +158,20 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
         tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
         return;
     }
+    if (!tr_engine_take_token(e, s, tok, lp)) return;
+    tr_spec_propose(e, s); /* drafts for the next step, when s speculates */
+    tr_out_emit_delta(e, s);
+}
+
+bool tr_engine_take_token(trellis_engine *e, engine_seq *s, int32_t tok,
+                          const sampler_logprobs *lp) {
+    engine_req *r = s->req;
     if (s->cstate) {
         int cs = r->cops->accept(s->cstate, tok);
         if (cs != 0) {
             tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, cs,
                            "the constraint rejected the sampled token");
-            return;
+            return false;
         }
     }
     uint64_t now = tr_now_ns();
@@ -165,7 +181,7 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     bool eog = e->is_eog[tok] && !r->ignore_eos;
     if (eog || is_stop_token(r, tok)) {
         end_at_stop_token(e, s, tok);
-        return;
+        return false;
     }
     /* the tokens to append: the sampled one, or what jump-forward puts in
      * its place (written straight into s->tokens; room keeps len <= cap) */
@@ -182,7 +198,7 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
             tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, js,
                            "the constraint refused its own token again after "
                            "a jump-forward rollback");
-            return;
+            return false;
         }
     }
     bool jumped = n_chunk > 1 || chunk[0] != tok;
@@ -196,29 +212,30 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
         if (i > 0 && is_stop_token(r, t) && s->n_gen >= r->min_tokens) {
             /* forced, but still a stop */
             end_at_stop_token(e, s, t);
-            return;
+            return false;
         }
         tr_sampler_accept(s->smp, t);
+        tr_spec_accepted(s, t);
         s->len++;
         s->n_gen++;
         e->st.generated_tokens++;
         /* forced tokens report logprob 0 (probability 1), no alternatives */
         if (tr_out_push_token(e, s, t, jumped ? NULL : lp, true)) {
             tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
-            return;
+            return false;
         }
     }
     if (s->cstate && r->cops->is_done && r->cops->is_done(s->cstate)) {
         tr_out_flush(e, s);
         tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
-        return;
+        return false;
     }
     if (s->n_gen >= r->max_tokens || s->len >= e->n_ctx) {
         tr_out_flush(e, s);
         tr_engine_end_seq(e, s, TRELLIS_FINISH_LENGTH, TR_OK, NULL);
-        return;
+        return false;
     }
-    tr_out_emit_delta(e, s);
+    return true;
 }
 
 static bool mask_allows_eog(const trellis_engine *e, const uint64_t *m) {
@@ -318,6 +335,43 @@ static void store_prompt_rows(trellis_engine *e, int32_t nrows, int32_t nplp,
     }
 }
 
+/* Speculation (speculate.c): the logits rows the planned drafts need,
+ * or, when they cannot be had (out of memory), no drafts this step. */
+static void plan_draft_rows(trellis_engine *e) {
+    int32_t need = 0;
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i]->plan > 1) need += e->running[i]->spec_k;
+    if (need == 0 ||
+        tr_engine_reserve_logits(e, e->opt.max_running + TR_PLP_ROWS_MAX + need) == TR_OK)
+        return;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        engine_seq *s = e->running[i];
+        if (s->plan == 0 || s->spec_k == 0) continue;
+        s->plan -= s->spec_k;
+        tr_spec_cut(s, 0);
+    }
+}
+
+/* The drafts' rows from logits row `base` on: each speculating sequence's
+ * positions but its last (whose row is the usual one); spec_row0 turns
+ * from the first batch index into the first row. Returns the count. */
+static int32_t place_draft_rows(trellis_engine *e, int32_t base) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        engine_seq *s = e->running[i];
+        if (s->plan == 0 || s->spec_k == 0) continue;
+        TR_ASSERT(s->plan == 1 + s->spec_k && s->logit_row >= 0);
+        int32_t b0 = s->spec_row0;
+        s->spec_row0 = base + n;
+        for (int32_t k = 0; k < s->spec_k; k++, n++) {
+            e->b_rows[base + n] = b0 + k;
+            e->row_mask[base + n] = NULL;
+        }
+    }
+    TR_ASSERT(n <= TR_SPEC_ROWS_MAX);
+    return n;
+}
+
 void tr_engine_step(trellis_engine *e) {
     uint64_t t0 = tr_now_ns();
     int32_t n_tok = tr_sched_plan(e);
@@ -325,6 +379,7 @@ void tr_engine_step(trellis_engine *e) {
         tr_out_publish(e);
         return;
     }
+    plan_draft_rows(e);
     /* the batch: each running sequence's planned tokens, in running order */
     int32_t nt = 0, nseq = 0, nrows = 0, nplp = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
@@ -341,6 +396,7 @@ void tr_engine_step(trellis_engine *e) {
             e->plp_bidx[nplp] = nt + s->plp_next - s->n_kv + k;
             e->plp_seqs[nplp++] = s;
         }
+        if (s->spec_k > 0) s->spec_row0 = nt; /* its batch index, for now */
         for (int32_t k = 0; k < s->plan; k++) {
             e->b_tokens[nt] = s->tokens[s->n_kv + k];
             e->b_pos[nt] = s->n_kv + k;
@@ -365,6 +421,7 @@ void tr_engine_step(trellis_engine *e) {
         e->b_rows[nrows + k] = e->plp_bidx[k];
         e->row_mask[nrows + k] = NULL;
     }
+    int32_t nspec = place_draft_rows(e, nrows + nplp); /* after them */
     tr_batch b = {.n_tokens = nt, .pos = e->b_pos, .seq = e->b_seq,
                   .n_seqs = nseq, .page_table = e->b_tables,
                   .n_pages = e->b_npages};
@@ -375,7 +432,7 @@ void tr_engine_step(trellis_engine *e) {
                                  .n_words = e->n_words};
     if (e->worker.started) {
         e->lmasks.await = tr_worker_await_masks;
-        tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows + nplp, e->logits);
+        tr_worker_post(e, &b, e->b_tokens, e->b_rows, nrows + nplp + nspec, e->logits);
         uint64_t o0 = tr_now_ns();
         fill_masks(e, nrows);
         tr_worker_masks_ready(e);
@@ -389,7 +446,7 @@ void tr_engine_step(trellis_engine *e) {
         tr_sched_admit_ahead(e);
         ov = tr_now_ns() - o0;
         fst = e->compute.ops->forward(e->compute.ctx, &b, e->b_tokens,
-                                      e->b_rows, nrows + nplp, e->logits,
+                                      e->b_rows, nrows + nplp + nspec, e->logits,
                                       &e->lmasks);
     }
     uint64_t t2 = tr_now_ns();
@@ -400,7 +457,7 @@ void tr_engine_step(trellis_engine *e) {
         /* prompt tokens computed (all but decode feeds) */
         if (s->n_kv < s->prefill_to)
             e->st.prefill_tokens += (uint64_t)TR_MIN(s->plan, s->prefill_to - s->n_kv);
-        else if (s->plan > 1) /* a jump-forward chunk: one pass, not plan */
+        else if (s->plan > 1 && s->spec_k == 0) /* a jump-forward chunk: one pass, not plan */
             e->st.forward_passes_saved += (uint64_t)(s->plan - 1);
     }
     if (fst != TR_OK) {

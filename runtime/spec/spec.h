@@ -3,8 +3,7 @@
  *
  * Layering: runtime; depends on base only. Knows nothing of models or
  * the engine: a proposer sees a sequence's token ids and the outcome of
- * its proposals. (The engine's verification step, KV rollback and the
- * request options are issue 29's other half and are not written yet.)
+ * its proposals (runtime/engine/speculate.c feeds and verifies them).
  *
  * N-gram ("prompt lookup"). The sequence so far (prompt, then accepted
  * output) is indexed by its n-grams, n = min_n .. max_n. A proposal takes

@@ -54,7 +54,18 @@ typedef struct fake {
     int32_t max_batch_seen;
     int delay_us;      /* per forward, to make requests take a while */
     uint64_t masked_rows; /* rows the engine said it reads through a mask */
+    bool copy;         /* a copying model: the likeliest next token is the
+                          one that followed the latest earlier occurrence
+                          of the current token (n-gram drafts then match) */
 } fake;
+
+/* copy mode: the token after the latest earlier occurrence of hist[p]
+ * in hist[0..p), or -1 */
+static inline int32_t fake_copy_next(const int32_t *hist, int32_t p) {
+    for (int32_t j = p - 1; j >= 0; j--)
+        if (hist[j] == hist[p]) return hist[j + 1];
+    return -1;
+}
 
 static inline uint64_t mix(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
@@ -105,14 +116,17 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
     for (int32_t r = 0; r < n_rows; r++) {
         int32_t t = rows[r], s = b->seq[t], p = b->pos[t];
         uint64_t h = 0x12345;
+        int32_t *hist = f->copy ? malloc((size_t)(p + 1) * sizeof *hist) : NULL;
         for (int32_t i = 0; i <= p; i++) {
             int32_t page = b->page_table[s][i / f->ps];
             size_t slot = (size_t)page * (size_t)f->ps + (size_t)(i % f->ps);
             if (f->slot_pos[slot] != i) {
                 f->bad = 3;
+                free(hist);
                 return TR_ERR_INTERNAL;
             }
             h = mix(h ^ (uint64_t)f->slot_tok[slot]);
+            if (hist) hist[i] = f->slot_tok[slot];
         }
         float *l = logits + (size_t)r * (size_t)f->n_vocab;
         memset(l, 0, (size_t)f->n_vocab * sizeof *l);
@@ -121,6 +135,9 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
             int32_t id = 100 + (int32_t)(mix(h + (uint64_t)k) % (uint64_t)(f->n_vocab - 200));
             l[id] = 12.0f + 0.5f * (float)k;
         }
+        int32_t next = hist ? fake_copy_next(hist, p) : -1;
+        if (next >= 100) l[next] = 17.0f; /* likeliest, not certain */
+        free(hist);
     }
     fake_poison_unread(f, masks, n_rows, logits);
     return TR_OK;
@@ -141,6 +158,8 @@ typedef struct fake_cfg {
     int32_t ctx;
     int32_t lpm;
     int32_t grammar_cache_mb; /* 0: the default */
+    int32_t spec_ngram;       /* options.spec_ngram */
+    bool copy;                /* fake.copy */
     trellis_wake_fn wake;
     void *wake_user;
 } fake_cfg;
@@ -182,6 +201,8 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     o.ctx = c->ctx;
     o.lpm_max_waiting = c->lpm;
     if (c->grammar_cache_mb) o.grammar_cache_mb = c->grammar_cache_mb;
+    o.spec_ngram = c->spec_ngram;
+    f->copy = c->copy;
     o.wake = c->wake;
     o.wake_user = c->wake_user;
     trellis_engine *e = NULL;

@@ -393,6 +393,51 @@ static void test_prompt_logprobs_real(void **state) {
     trellis_engine_free(e);
 }
 
+/* Speculative decoding on the real model: batch invariance makes a
+ * draft's logits those of a one-token step, so the tokens are the same
+ * with and without it, greedy and sampled; on a copying prompt drafts
+ * are kept. */
+static void test_spec_ngram_real(void **state) {
+    (void)state;
+    assert_true(model_present());
+    trellis_engine *plain = real_engine(0, 8);
+    trellis_engine_options o;
+    trellis_engine_options_default(&o);
+    o.threads = 2;
+    o.max_batch_tokens = 256;
+    o.chunk_size = 128;
+    o.max_running = 8;
+    o.spec_ngram = 8;
+    trellis_engine *spec = NULL;
+    char err[512];
+    assert_int_equal(trellis_engine_new(NULL, &o, &spec, err, sizeof err), 0);
+    const float temps[] = {0.0f, 0.9f};
+    int32_t kept = 0;
+    for (int k = 0; k < 2; k++) {
+        trellis_request q;
+        trellis_request_default(&q);
+        q.prompt = "Copy the text.\nText: the red fox ran over the green hill, and the red "
+                   "fox ran back over the green hill.\nCopy: the red fox";
+        q.max_tokens = small_scale() ? 16 : 40;
+        q.temperature = temps[k];
+        q.seed = 11;
+        q.n = 2;
+        result a, b;
+        run1(plain, &q, &a);
+        run1(spec, &q, &b);
+        for (int i = 0; i < 2; i++) {
+            same_tokens(&a, &b, i);
+            assert_string_equal(a.s[i].text, b.s[i].text);
+            kept += b.s[i].m.spec_accepted_tokens;
+        }
+        result_free(&a);
+        result_free(&b);
+    }
+    assert_true(kept > 0);
+    trellis_engine_free(plain);
+    trellis_engine_free(spec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_modes_real),
@@ -401,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_preemption_and_fork_real),
         cmocka_unit_test(test_jump_forward_real),
         cmocka_unit_test(test_prompt_logprobs_real),
+        cmocka_unit_test(test_spec_ngram_real),
     };
     tr_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -586,3 +586,23 @@ def test_completions_echo_stream(client):
     offs = [o for c in chunks if c.choices and c.choices[0].logprobs
             for o in c.choices[0].logprobs.text_offset]
     assert offs == whole.choices[0].logprobs.text_offset
+
+
+# ---- speculative decoding (issue 29) ----
+
+def test_spec_ngram_same_output(server):
+    """A server with --spec-ngram gives the same completions as one without, greedy and
+    sampled (seeded), and says in usage nothing different."""
+    s = Server("--spec-ngram", "8")
+    try:
+        prompt = ("Copy the text.\nText: the red fox ran over the green hill, and the red fox "
+                  "ran back over the green hill.\nCopy: the red fox")
+        for temp in (0, 0.9):
+            body = {"prompt": prompt, "max_tokens": 40, "temperature": temp, "seed": 5, "n": 2}
+            sa, a = server.post("/v1/completions", body)
+            sb, b = s.post("/v1/completions", body)
+            assert sa == sb == 200
+            assert [c["text"] for c in a["choices"]] == [c["text"] for c in b["choices"]]
+            assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+    finally:
+        s.stop()
