@@ -3,7 +3,7 @@
 
 Starts the server, runs a mixed workload on CONCURRENCY client threads for
 MINUTES (plain chat and completions, regex, choices, JSON Schema, EBNF,
-streaming, n > 1, requests cut by their client mid-stream or before the
+tool calls (whole and streamed, each call's arguments checked), streaming, n > 1, requests cut by their client mid-stream or before the
 answer, and a few bad requests that must be 400s), samples the server's RSS
 after a warm-up and its /metrics page counts, then checks at the end:
 
@@ -33,6 +33,11 @@ SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 12},
                          "age": {"type": "integer", "minimum": 0, "maximum": 150}},
           "required": ["name", "age"], "additionalProperties": False}
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"]}}}
 TOPICS = ["the sea", "a city at night", "prime numbers", "bread", "a lighthouse",
           "the moon", "rivers", "old maps", "trains", "winter"]
 
@@ -89,10 +94,35 @@ def chat(topic):
     return [{"role": "user", "content": f"Write one sentence about {topic}."}]
 
 
+def weather_args_ok(text):
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(v, dict) and set(v) == {"city", "unit"} and isinstance(v["city"], str)
+            and len(v["city"]) <= 20 and v["unit"] in ("c", "f"))
+
+
+def sse_tool_calls(raw):
+    """The calls of a streamed chat answer: [(name, arguments)], and whether the last
+    one is complete (a stream cut by max_tokens may end inside a call)."""
+    calls, finish = {}, None
+    for line in raw.decode().splitlines():
+        if not line.startswith("data: {"):
+            continue
+        for c in json.loads(line[6:]).get("choices", []):
+            for tc in c.get("delta", {}).get("tool_calls") or []:
+                d = calls.setdefault(tc["index"], ["", ""])
+                d[0] += tc.get("function", {}).get("name", "")
+                d[1] += tc.get("function", {}).get("arguments", "")
+            finish = c.get("finish_reason") or finish
+    return [tuple(calls[k]) for k in sorted(calls)], finish != "length"
+
+
 def one_request(port, rng, st):
     kind = rng.choice(["plain", "plain", "completion_n", "regex", "choices", "schema",
                        "ebnf", "stream", "cut_stream", "cut_wait", "bad", "stop_regex",
-                       "abort"])
+                       "abort", "tools", "tools_stream"])
     topic = rng.choice(TOPICS)
     mt = rng.randint(4, 24)
     if kind == "plain":
@@ -130,6 +160,22 @@ def one_request(port, rng, st):
         s, raw = post(port, "/v1/completions", {"prompt": f"{topic}:", "max_tokens": 12,
                                                 "ebnf": 'root ::= "yes" | "no" | [0-9]+'})
         ok = s == 200
+    elif kind in ("tools", "tools_stream"):  # every reported call valid under its schema
+        body = {"messages": [{"role": "user", "content": f"What is the weather in {topic}?"}],
+                "tools": [WEATHER_TOOL], "max_tokens": 60, "temperature": 0.8,
+                "tool_choice": rng.choice(["auto", "required"]),
+                "parallel_tool_calls": rng.random() < 0.5}
+        if kind == "tools":
+            s, raw = post(port, "/v1/chat/completions", body)
+            ch = json.loads(raw)["choices"][0] if s == 200 else {}
+            calls = [(c["function"]["name"], c["function"]["arguments"])
+                     for c in (ch.get("message") or {}).get("tool_calls") or []]
+            done = True
+        else:
+            s, raw = post(port, "/v1/chat/completions", dict(body, stream=True))
+            calls, done = sse_tool_calls(raw) if s == 200 else ([], True)
+        ok = s == 200 and all(name == "get_weather" and weather_args_ok(a) for name, a in
+                              (calls if done else calls[:-1]))
     elif kind == "stop_regex":  # the text ends before the first sentence end
         s, raw = post(port, "/v1/completions", {"prompt": f"About {topic}:", "max_tokens": 40,
                                                 "stop_regex": "[.!?]( |$)", "temperature": 0.8})
@@ -220,6 +266,9 @@ def main():
     ap.add_argument("--warmup", type=float, default=0, help="seconds (default: 10%% of the run, >= 30 s)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--plot", help="write the RSS curve (after warm-up) here as a PNG")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="one more `trellis serve` argument (repeatable), e.g. "
+                         "--server-arg=--spec-ngram --server-arg=8")
     a = ap.parse_args()
     total = a.minutes * 60
     warm = a.warmup or max(30.0, total / 10)
@@ -229,6 +278,7 @@ def main():
     cmd = [a.bin, "serve", "--port", "0", "--port-file", port_file, "--kv-mem", "64"]
     if a.model:
         cmd += ["-m", a.model]
+    cmd += a.server_arg
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
         if proc.poll() is not None:
