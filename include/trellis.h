@@ -151,9 +151,9 @@ typedef struct trellis_engine_options {
                                  tokens per sequence and step, verified in
                                  the same forward pass (1..32; default 0:
                                  off). The output is the same, token for
-                                 token, at any temperature; requests with a
-                                 constraint, log-probs or min_tokens do not
-                                 speculate. */
+                                 token, at any temperature, constraints and
+                                 log-probs included (a constraint must have
+                                 rollback to speculate). */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */

@@ -413,6 +413,16 @@ tr_status tr_engine_reserve_logits(trellis_engine *e, int32_t rows);
  * True when s goes on (no event queued yet: the caller emits the delta). */
 bool tr_engine_take_token(trellis_engine *e, engine_seq *s, int32_t tok,
                           const sampler_logprobs *lp);
+/* s's mask for its next token, written to m (n_words): sets s->mask,
+ * span_rule (and s->status when the constraint fails); returns what the
+ * forward may restrict the row to (NULL: every logit). */
+uint64_t *tr_engine_seq_mask(trellis_engine *e, engine_seq *s, uint64_t *m);
+/* Samples s's next token from logits row l under s->mask and the
+ * end-of-span rule; lp: its log-probs (NULL: none). */
+int tr_engine_seq_sample(engine_seq *s, float *l, int32_t *tok, sampler_logprobs *lp);
+/* Ends s when its row failed (mask, sampler status st) or drew a token
+ * past the end of its span; true when it did. */
+bool tr_engine_end_row(trellis_engine *e, engine_seq *s, tr_status st);
 void tr_engine_step(trellis_engine *e);
 /* The vocabulary-wide part of sampling for logits rows [r0, r1) (each row
  * with its own sampler, so two threads may take disjoint ranges). */

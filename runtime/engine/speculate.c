@@ -20,9 +20,13 @@
  * seed (tests/unit/test_engine_spec.c), and a step emits 1 .. k + 1
  * tokens.
  *
- * Who speculates: requests without a constraint (masks would have to be
- * computed down the drafts), without log-probs, without min_tokens; the
- * drafts never pass max_tokens or the context. The scheduler feeds a
+ * Constraints: drafts are cut at the first token the constraint refuses
+ * (accepted one by one, then rolled back), and verification computes each
+ * position's mask after the tokens before it, as a step would (min_tokens
+ * and the end-of-span rule included); a jump-forward inside verification
+ * ends it (its forced tokens are fed next step, as always). Log-probs come
+ * from each position's own row. Requests whose constraint cannot roll back
+ * do not speculate. The drafts never pass max_tokens or the context. The scheduler feeds a
  * sequence's chunk whole or cuts its drafts (budget, pages, at most
  * TR_SPEC_ROWS_MAX draft rows a step); a preempted sequence drops them.
  */
@@ -35,8 +39,8 @@
 
 void tr_spec_setup(trellis_engine *e, engine_seq *s) {
     const engine_req *r = s->req;
-    if (e->opt.spec_ngram <= 0 || r->cops || r->logprobs || r->min_tokens > 0 || s->ngram)
-        return;
+    /* a constraint must take drafts back (rollback) to check them */
+    if (e->opt.spec_ngram <= 0 || (r->cops && !r->cops->rollback) || s->ngram) return;
     tr_ngram_options o;
     tr_ngram_options_default(&o);
     o.max_draft = e->opt.spec_ngram;
@@ -65,8 +69,27 @@ void tr_spec_accepted(engine_seq *s, int32_t tok) {
     }
 }
 
+/* The drafts the constraint allows, in order (cut at the first it
+ * refuses, or after one that completes it); the constraint is left as it
+ * was. 0, and no more speculation for s, if it cannot be taken back. */
+static int32_t grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
+    const trellis_constraint_ops *c = s->req->cops;
+    int32_t ok = 0;
+    while (ok < n && c->accept(s->cstate, d[ok]) == 0) {
+        ok++;
+        if (c->is_done && c->is_done(s->cstate)) break;
+    }
+    if (ok > 0 && c->rollback(s->cstate, ok) != 0) {
+        tr_ngram_free(s->ngram);
+        s->ngram = NULL;
+        return 0;
+    }
+    return ok;
+}
+
 void tr_spec_propose(trellis_engine *e, engine_seq *s) {
-    if (!s->ngram || s->spec_k || s->state != SEQ_RUNNING) return;
+    /* not after a jump-forward: its forced tokens go in first */
+    if (!s->ngram || s->spec_k || s->state != SEQ_RUNNING || s->len - s->n_kv != 1) return;
     const engine_req *r = s->req;
     /* every accepted draft and the token after them are generated tokens,
      * at positions below the context */
@@ -75,6 +98,7 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
     room = TR_MIN(room, e->opt.spec_ngram);
     if (room <= 0) return;
     int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, room);
+    if (n > 0 && s->cstate) n = grammar_cut(s, s->tokens + s->len, n);
     s->spec_k = n;
     s->len += n;
     e->st.spec_drafted_tokens += (uint64_t)n;
@@ -99,19 +123,29 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
     s->len = base + 1;
     s->n_kv = base + 1;
     s->spec_k = 0;
+    /* each position's mask after the tokens before it: the regular row's
+     * mask slot is free (fill_masks skipped s) */
+    uint64_t *m = e->masks + (size_t)s->logit_row * e->n_words;
+    bool want_lp = s->req->logprobs;
     int32_t accepted = 0;
     bool going = true;
     for (int32_t i = 0; i <= k && going; i++) {
         int32_t rr = i < k ? s->spec_row0 + i : row;
         float *l = e->logits + (size_t)rr * (size_t)e->n_vocab;
-        int32_t tok;
-        tr_status st = tr_sampler_sample(s->smp, l, NULL, &tok, NULL);
-        if (st != TR_OK) {
-            tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, tr_sampler_last_error(s->smp));
-            return;
+        s->status = 0;
+        tr_engine_seq_mask(e, s, m);
+        int32_t tok = -1;
+        sampler_logprobs lp;
+        tr_status st = s->status ? TR_OK : (tr_status)tr_engine_seq_sample(
+                                                 s, l, &tok, want_lp ? &lp : NULL);
+        if (tr_engine_end_row(e, s, st)) {
+            going = false;
+            break;
         }
-        going = tr_engine_take_token(e, s, tok, NULL); /* false: s may be freed */
+        int32_t len0 = s->len;
+        going = tr_engine_take_token(e, s, tok, want_lp ? &lp : NULL); /* false: s may be freed */
         if (!going || i == k || tok != drafts[i]) break;
+        if (s->len != len0 + 1) break; /* a jump-forward placed other tokens */
         s->n_kv++; /* d(i+1)'s K/V, computed after the same prefix */
         s->n_spec_accepted++;
         accepted++;

@@ -68,17 +68,19 @@ static bool is_stop_token(const engine_req *r, int32_t tok) {
  * one draw from the unmasked distribution decides. A forbidden token
  * ends the span (s->span_end; finish_row ends the sample); an allowed one
  * is taken, with the log-probs of the masked distribution. */
-static int sample_span_rule(trellis_engine *e, engine_seq *s, int32_t r) {
-    float *l = e->logits + (size_t)r * (size_t)e->n_vocab;
-    int32_t *tok = &e->row_tok[r];
+static int sample_span_rule(engine_seq *s, float *l, int32_t *tok, sampler_logprobs *lp) {
     tr_status st = tr_sampler_sample(s->smp, l, NULL, tok, NULL);
     if (st != TR_OK) return st;
     if (!(s->mask[(uint32_t)*tok >> 6] >> (*tok & 63) & 1)) {
         s->span_end = true;
         return TR_OK;
     }
-    return s->req->logprobs ? tr_sampler_logprobs(s->smp, l, s->mask, *tok, &e->row_lp[r])
-                            : TR_OK;
+    return lp ? tr_sampler_logprobs(s->smp, l, s->mask, *tok, lp) : TR_OK;
+}
+
+int tr_engine_seq_sample(engine_seq *s, float *l, int32_t *tok, sampler_logprobs *lp) {
+    if (s->span_rule) return sample_span_rule(s, l, tok, lp);
+    return tr_sampler_sample(s->smp, l, s->mask, tok, lp);
 }
 
 void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
@@ -92,13 +94,9 @@ void tr_engine_sample_rows(trellis_engine *e, int32_t r0, int32_t r1) {
             e->row_st[r] = s->status;
             continue;
         }
-        if (s->span_rule) {
-            e->row_st[r] = sample_span_rule(e, s, r);
-            continue;
-        }
-        e->row_st[r] = tr_sampler_sample(
-            s->smp, e->logits + (size_t)r * (size_t)e->n_vocab, s->mask,
-            &e->row_tok[r], s->req->logprobs ? &e->row_lp[r] : NULL);
+        e->row_st[r] = tr_engine_seq_sample(s, e->logits + (size_t)r * (size_t)e->n_vocab,
+                                            &e->row_tok[r],
+                                            s->req->logprobs ? &e->row_lp[r] : NULL);
     }
 }
 
@@ -129,6 +127,30 @@ static void end_at_stop_token(trellis_engine *e, engine_seq *s, int32_t tok) {
  * caches tokens[0..n_kv), computed ones only, so a sample that ends with
  * tokens still unfed caches nothing wrong; preemption re-admits it with
  * its whole token list, the unfed part being prefilled like a prompt. */
+bool tr_engine_end_row(trellis_engine *e, engine_seq *s, tr_status st) {
+    if (s->status != 0) {
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
+                          s->fail_msg ? s->fail_msg
+                          : s->status == TR_ERR_LIMIT
+                              ? "the constraint reached a budget of its grammar (automaton "
+                                "states or parse stacks) computing a token mask"
+                              : "the constraint could not compute a token mask");
+        return true;
+    }
+    if (st != TR_OK) {
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, tr_sampler_last_error(s->smp));
+        return true;
+    }
+    if (s->span_end) {
+        /* the model chose a token the constraint forbids where the text is
+         * complete: the span ends here; the token is not output */
+        tr_out_flush(e, s);
+        tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
+        return true;
+    }
+    return false;
+}
+
 static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     engine_req *r = s->req;
     if (s->spec_k > 0) {
@@ -138,26 +160,7 @@ static void finish_row(trellis_engine *e, engine_seq *s, int32_t row) {
     const sampler_logprobs *lp = r->logprobs ? &e->row_lp[row] : NULL;
     int32_t tok = e->row_tok[row];
     tr_status st = (tr_status)e->row_st[row];
-    if (s->status != 0) {
-        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, s->status,
-                          s->fail_msg ? s->fail_msg
-                          : s->status == TR_ERR_LIMIT
-                              ? "the constraint reached a budget of its grammar (automaton "
-                                "states or parse stacks) computing a token mask"
-                              : "the constraint could not compute a token mask");
-        return;
-    }
-    if (st != TR_OK) {
-        tr_engine_end_seq(e, s, TRELLIS_FINISH_ERROR, st, tr_sampler_last_error(s->smp));
-        return;
-    }
-    if (s->span_end) {
-        /* the model chose a token the constraint forbids where the text is
-         * complete: the span ends here; the token is not output */
-        tr_out_flush(e, s);
-        tr_engine_end_seq(e, s, TRELLIS_FINISH_STOP, TR_OK, NULL);
-        return;
-    }
+    if (tr_engine_end_row(e, s, st)) return;
     if (!tr_engine_take_token(e, s, tok, lp)) return;
     tr_spec_propose(e, s); /* drafts for the next step, when s speculates */
     tr_out_emit_delta(e, s);
@@ -269,32 +272,40 @@ static bool mask_out_enders(const trellis_engine *e, const engine_seq *s, uint64
  * forward which logits sampling will read (e->row_mask: a masked row's
  * mask; every logit of a row sampled without one, the end-of-span rule's
  * draw included). */
+uint64_t *tr_engine_seq_mask(trellis_engine *e, engine_seq *s, uint64_t *m) {
+    s->mask = NULL;
+    s->span_rule = s->span_end = false;
+    bool ban = s->n_gen < s->req->min_tokens;
+    if (!s->cstate && !ban) return NULL;
+    int st = 0;
+    if (s->cstate) {
+        st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
+    } else { /* every token of the vocabulary, none past it */
+        memset(m, 0xff, e->n_words * sizeof *m);
+        if (e->n_vocab % 64)
+            m[e->n_words - 1] = (UINT64_C(1) << (e->n_vocab % 64)) - 1;
+    }
+    if (st == 0 && ban && !mask_out_enders(e, s, m) && s->cstate)
+        st = s->req->cops->fill_mask(s->cstate, m, e->n_words); /* as it was */
+    if (st != 0) {
+        s->status = st; /* ended after the forward pass */
+        return NULL;
+    }
+    s->mask = m;
+    s->span_rule = s->req->end_span && mask_allows_eog(e, m);
+    return s->span_rule ? NULL : m;
+}
+
 static void fill_masks(trellis_engine *e, int32_t n_rows) {
     for (int32_t i = 0; i < n_rows; i++) {
         engine_seq *s = e->row_seqs[i];
-        s->mask = NULL;
-        s->span_rule = s->span_end = false;
-        e->row_mask[i] = NULL;
-        bool ban = s->n_gen < s->req->min_tokens;
-        if (!s->cstate && !ban) continue;
-        uint64_t *m = e->masks + (size_t)i * e->n_words;
-        int st = 0;
-        if (s->cstate) {
-            st = s->req->cops->fill_mask(s->cstate, m, e->n_words);
-        } else { /* every token of the vocabulary, none past it */
-            memset(m, 0xff, e->n_words * sizeof *m);
-            if (e->n_vocab % 64)
-                m[e->n_words - 1] = (UINT64_C(1) << (e->n_vocab % 64)) - 1;
-        }
-        if (st == 0 && ban && !mask_out_enders(e, s, m) && s->cstate)
-            st = s->req->cops->fill_mask(s->cstate, m, e->n_words); /* as it was */
-        if (st != 0) {
-            s->status = st; /* ended after the forward pass */
+        if (s->spec_k > 0) { /* its masks follow its drafts (speculate.c) */
+            s->mask = NULL;
+            s->span_rule = s->span_end = false;
+            e->row_mask[i] = NULL;
             continue;
         }
-        s->mask = m;
-        s->span_rule = s->req->end_span && mask_allows_eog(e, m);
-        if (!s->span_rule) e->row_mask[i] = m;
+        e->row_mask[i] = tr_engine_seq_mask(e, s, e->masks + (size_t)i * e->n_words);
     }
 }
 

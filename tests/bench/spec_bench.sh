@@ -7,8 +7,10 @@
 #
 #   tests/bench/spec_bench.sh        (BUILD [build], THREADS [2], N [160],
 #                                     DRAFT [8], ROUNDS [3], TEMP [0])
-# Workloads: copy (repeat a passage), extract (list the fields of a
-# record), free (a story: little to copy). Run on a quiet machine.
+# Workloads: copy (repeat a passage), extract (records to JSON, free
+# text), json (the same under a JSON Schema: drafts cut by the grammar,
+# masks down the drafts, jump-forward), free (a story: little to copy).
+# Run on a quiet machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${BUILD:-$here/build}"
@@ -16,9 +18,13 @@ THREADS="${THREADS:-2}" N="${N:-160}" DRAFT="${DRAFT:-8}" ROUNDS="${ROUNDS:-3}" 
 copy=$'Copy the following text exactly.\nText: The committee met on Tuesday to review the budget. The committee approved the budget for the new library, the new park and the road repairs. The committee will meet again next month to review the progress.\nCopy: '
 extract=$'Record: name=Alice Smith; city=Paris; phone=555-0199; email=alice@example.com; role=engineer.\nRecord: name=Bob Jones; city=Berlin; phone=555-0142; email=bob@example.com; role=designer.\nWrite each record as JSON with the keys name, city, phone, email and role:\n'
 free=$'Write a short story about a lighthouse keeper who finds a message in a bottle.\n'
-run() { # prompt draft -> "tok/s accepted md5"
-    "$BUILD/trellis" generate -p "$1" -n "$N" --temp "$TEMP" --seed 1 -t "$THREADS" \
-        --ignore-eos --spec-ngram "$2" --json 2>/dev/null |
+json="$extract"
+schema='{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},"phone":{"type":"string"},"email":{"type":"string"},"role":{"type":"string"}},"required":["name","city","phone","email","role"],"additionalProperties":false},"minItems":2,"maxItems":2}'
+run() { # workload draft -> "tok/s accepted md5"
+    local p="${!1}" extra=(--ignore-eos)
+    [ "$1" = json ] && extra=(--json-schema "$schema")
+    "$BUILD/trellis" generate -p "$p" -n "$N" --temp "$TEMP" --seed 1 -t "$THREADS" \
+        "${extra[@]}" --spec-ngram "$2" --json 2>/dev/null |
         python3 -c 'import sys, json, hashlib
 d = json.loads(sys.stdin.readline()); t = d["timings"]
 print(round(t["decode_tok_per_s"], 2), t["spec_accepted_tokens"],
@@ -28,12 +34,11 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
      "threads $THREADS, n $N, draft $DRAFT, temp $TEMP, rounds $ROUNDS"
 printf '%-8s %10s %10s %7s %9s\n' workload "off tok/s" "on tok/s" speedup "kept/$N"
-for w in copy extract free; do
-    p="${!w}"
+for w in copy extract json free; do
     off=() on=() kept=0
     for r in $(seq "$ROUNDS"); do
-        read -r a _ ha < <(run "$p" 0)
-        read -r b k hb < <(run "$p" "$DRAFT")
+        read -r a _ ha < <(run "$w" 0)
+        read -r b k hb < <(run "$w" "$DRAFT")
         [ "$ha" = "$hb" ] || { echo "spec_bench: $w: tokens differ with speculation" >&2; exit 1; }
         off+=("$a") on+=("$b") kept=$k
     done

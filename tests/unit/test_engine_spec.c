@@ -9,8 +9,9 @@
  * strings and stop tokens inside drafts, max_tokens and the context
  * reached inside drafts, many at once under a small step budget, a pool
  * small enough to preempt, radix and overlap off); drafts are accepted
- * and save forward passes; requests that may not speculate (constraint,
- * log-probs, min_tokens) draft nothing; pages all come back.
+ * and save forward passes; constrained requests (drafts cut by the
+ * grammar, masks down the drafts), log-probs and min_tokens give the same
+ * tokens and log-probs too; pages all come back.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -148,30 +149,137 @@ static void test_alone_greedy(void **state) {
     result_free(&b);
 }
 
-/* Requests that may not speculate draft nothing, and are unchanged. */
-static void test_not_eligible(void **state) {
+/* Constraints (a regex, a choice list, JSON), log-probs and min_tokens
+ * speculate too, with the same output, masks and log-probs. */
+static void test_constrained_logprobs(void **state) {
     (void)state;
-    job j[3];
-    for (int k = 0; k < 3; k++) {
-        make_job(&j[k], 3 * k);
-        j[k].q.n = 1;
+    enum { NJ = 8 };
+    static job j[NJ];
+    static const char *const choices[] = {"apple pie", "apple tart", "banana split"};
+    for (int k = 0; k < NJ; k++) {
+        make_job(&j[k], k);
+        j[k].q.n = 1 + k % 2;
+        j[k].q.stop = NULL;
+        j[k].q.n_stop = 0;
     }
     j[0].q.logprobs = true;
-    j[1].q.min_tokens = 5;
-    j[2].q.regex = "[a-z ]{1,40}";
-    result a[3], b[3];
+    j[0].q.top_logprobs = 3;
+    j[1].q.min_tokens = 12;
+    j[2].q.regex = "([a-z]+ ){2,30}";
+    j[3].q.regex = "[a-z ]{1,40}";
+    j[3].q.logprobs = true;
+    j[4].q.regex = "(ab|cd|ef)+x";
+    j[5].q.min_tokens = 30;
+    j[5].q.logprobs = true;
+    j[6].q.regex = "([0-9]{1,3}, ){1,20}";
+    j[7].q.regex = "apple pie|apple tart|banana split";
+    (void)choices;
+    result a[NJ], b[NJ];
     fake_cfg c = fake_default();
     c.copy = true;
-    run_jobs(&c, j, 3, a, NULL, NULL);
+    run_jobs(&c, j, NJ, a, NULL, NULL);
     c.spec_ngram = 8;
     trellis_stats st;
-    run_jobs(&c, j, 3, b, &st, NULL);
-    for (int k = 0; k < 3; k++) {
+    run_jobs(&c, j, NJ, b, &st, NULL);
+    for (int k = 0; k < NJ; k++) {
         same_result(&a[k], &b[k]);
+        for (int i = 0; i < a[k].n; i++) {
+            if (!j[k].q.logprobs) continue;
+            assert_non_null(b[k].s[i].lp);
+            assert_memory_equal(a[k].s[i].lp, b[k].s[i].lp,
+                                (size_t)a[k].s[i].n_tokens * sizeof(trellis_logprob));
+        }
         result_free(&a[k]);
         result_free(&b[k]);
     }
-    assert_int_equal(st.spec_drafted_tokens, 0);
+    assert_true(st.spec_drafted_tokens > 0);
+}
+
+/* A token-level constraint of the test's own: every id >= 100 but the
+ * multiples of 7, done after `limit` tokens; rolls back. Masks that bite,
+ * drafts it refuses, and a constraint that completes inside drafts. */
+typedef struct ban7 {
+    int32_t n, limit, n_vocab;
+} ban7;
+
+static int ban7_fill(void *st, uint64_t *m, size_t n_words) {
+    ban7 *b = st;
+    memset(m, 0, n_words * sizeof *m);
+    for (int32_t t = 100; t < b->n_vocab; t++)
+        if (t % 7) m[t >> 6] |= UINT64_C(1) << (t & 63);
+    return 0;
+}
+
+static int ban7_accept(void *st, int32_t t) {
+    ban7 *b = st;
+    if (t < 100 || t % 7 == 0 || b->n >= b->limit) return -1;
+    b->n++;
+    return 0;
+}
+
+static bool ban7_done(void *st) { return ((ban7 *)st)->n >= ((ban7 *)st)->limit; }
+
+static void *ban7_clone(void *st) {
+    ban7 *c = malloc(sizeof *c);
+    if (c) *c = *(ban7 *)st;
+    return c;
+}
+
+static int ban7_rollback(void *st, int32_t n) {
+    ban7 *b = st;
+    if (n > b->n) return -1;
+    b->n -= n;
+    return 0;
+}
+
+static int ban7_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
+    (void)st, (void)buf, (void)cap;
+    *len = 0; /* never a single continuation */
+    return 0;
+}
+
+static const trellis_constraint_ops k_ban7 = {ban7_fill, ban7_accept, ban7_done, ban7_clone,
+                                              free, ban7_forced, ban7_rollback};
+
+static void test_custom_constraint(void **state) {
+    (void)state;
+    enum { NJ = 6 };
+    static job j[NJ];
+    result a[NJ], b[NJ];
+    trellis_stats st;
+    for (int pass = 0; pass < 2; pass++) {
+        fake_cfg c = fake_default();
+        c.copy = true;
+        c.spec_ngram = pass ? 8 : 0;
+        for (int k = 0; k < NJ; k++) {
+            make_job(&j[k], k);
+            j[k].q.stop = NULL;
+            j[k].q.n_stop = 0;
+            j[k].q.max_tokens = 70;
+            ban7 *cs = malloc(sizeof *cs);
+            assert_non_null(cs);
+            *cs = (ban7){0, 20 + 9 * k, 49152};
+            j[k].q.constraint = &k_ban7;
+            j[k].q.n = 1 + k % 2; /* clone copies a state that accepted nothing */
+            j[k].q.constraint_state = cs;
+            j[k].q.logprobs = k % 2;
+        }
+        run_jobs(&c, j, NJ, pass ? b : a, pass ? &st : NULL, NULL);
+    }
+    for (int k = 0; k < NJ; k++) {
+        same_result(&a[k], &b[k]);
+        for (int i = 0; i < a[k].n; i++) {
+            assert_int_equal(b[k].s[i].finish, TRELLIS_FINISH_STOP); /* the constraint ended */
+            for (int32_t t = 0; t < b[k].s[i].n_tokens; t++)
+                assert_true(b[k].s[i].tokens[t] % 7 != 0);
+            if (j[k].q.logprobs)
+                assert_memory_equal(a[k].s[i].lp, b[k].s[i].lp,
+                                    (size_t)a[k].s[i].n_tokens * sizeof(trellis_logprob));
+        }
+        result_free(&a[k]);
+        result_free(&b[k]);
+    }
+    assert_true(st.spec_accepted_tokens > 0);
 }
 
 /* The option's bounds. */
@@ -188,7 +296,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output),
         cmocka_unit_test(test_alone_greedy),
-        cmocka_unit_test(test_not_eligible),
+        cmocka_unit_test(test_constrained_logprobs),
+        cmocka_unit_test(test_custom_constraint),
         cmocka_unit_test(test_option_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
