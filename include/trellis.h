@@ -153,7 +153,10 @@ typedef struct trellis_engine_options {
                                  off). The output is the same, token for
                                  token, at any temperature, constraints and
                                  log-probs included (a constraint must have
-                                 rollback to speculate). */
+                                 rollback to speculate); the bytes a
+                                 constraint forces are drafts too, verified
+                                 instead of jumped over, so the output is
+                                 that of no_jump_forward. */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */

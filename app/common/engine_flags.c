@@ -56,7 +56,7 @@ static const struct {
     [TR_EF_SPEC_NGRAM] = {"--spec-ngram", NULL, CLI_INT32, "spec_ngram", OFF(spec_ngram),
                           "speculative decoding: up to N draft tokens per step from n-grams "
                           "of the prompt and output (prompt lookup), verified in the same "
-                          "pass; the output is unchanged", "N", NULL},
+                          "pass; the output is unchanged (constraints and log-probs too)", "N", NULL},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {

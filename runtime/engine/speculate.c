@@ -23,10 +23,14 @@
  * Constraints: drafts are cut at the first token the constraint refuses
  * (accepted one by one, then rolled back), and verification computes each
  * position's mask after the tokens before it, as a step would (min_tokens
- * and the end-of-span rule included); a jump-forward inside verification
- * ends it (its forced tokens are fed next step, as always). Log-probs come
- * from each position's own row. Requests whose constraint cannot roll back
- * do not speculate. The drafts never pass max_tokens or the context. The scheduler feeds a
+ * and the end-of-span rule included). Where the n-gram index has nothing,
+ * the bytes the constraint forces next are the drafts: a speculating
+ * sequence does not jump forward (trusting a re-encoding of forced bytes)
+ * but verifies them, so the model's own tokenization of forced text is
+ * kept; its output is then plain sampling's with jump-forward off
+ * (no_jump_forward), token for token. Log-probs come from each position's
+ * own row. Requests whose constraint cannot roll back do not speculate.
+ * The drafts never pass max_tokens or the context. The scheduler feeds a
  * sequence's chunk whole or cuts its drafts (budget, pages, at most
  * TR_SPEC_ROWS_MAX draft rows a step); a preempted sequence drops them.
  */
@@ -87,6 +91,24 @@ static int32_t grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
     return ok;
 }
 
+/* Drafts from the bytes the constraint forces next (what jump-forward
+ * would place unverified), tokenized on their own; the model's own
+ * tokenization wins where it differs. */
+static int32_t forced_drafts(trellis_engine *e, engine_seq *s, int32_t *out, int32_t cap) {
+    const trellis_constraint_ops *c = s->req->cops;
+    uint8_t buf[CONSTRAINT_JF_MAX_BYTES];
+    size_t fl = 0;
+    if (!c->forced_bytes || c->forced_bytes(s->cstate, buf, sizeof buf, &fl) != 0 || fl == 0)
+        return 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tr_tokenizer_encode(e->tok, (const char *)buf, fl, false, &ids, &n) != TR_OK) n = 0;
+    int32_t m = (int32_t)TR_MIN(n, (size_t)cap);
+    if (m > 0) memcpy(out, ids, (size_t)m * sizeof *out);
+    free(ids);
+    return m > 0 ? grammar_cut(s, out, m) : 0;
+}
+
 void tr_spec_propose(trellis_engine *e, engine_seq *s) {
     /* not after a jump-forward: its forced tokens go in first */
     if (!s->ngram || s->spec_k || s->state != SEQ_RUNNING || s->len - s->n_kv != 1) return;
@@ -99,6 +121,7 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
     if (room <= 0) return;
     int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, room);
     if (n > 0 && s->cstate) n = grammar_cut(s, s->tokens + s->len, n);
+    if (n == 0 && s->cstate && s->ngram) n = forced_drafts(e, s, s->tokens + s->len, room);
     s->spec_k = n;
     s->len += n;
     e->st.spec_drafted_tokens += (uint64_t)n;

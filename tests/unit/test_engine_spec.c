@@ -149,8 +149,9 @@ static void test_alone_greedy(void **state) {
     result_free(&b);
 }
 
-/* Constraints (a regex, a choice list, JSON), log-probs and min_tokens
- * speculate too, with the same output, masks and log-probs. */
+/* Constraints (regexes, a choice), log-probs and min_tokens speculate
+ * too: the output, masks and log-probs of sampling every token (forced
+ * bytes are drafts, verified, not jumped over). */
 static void test_constrained_logprobs(void **state) {
     (void)state;
     enum { NJ = 8 };
@@ -177,10 +178,15 @@ static void test_constrained_logprobs(void **state) {
     result a[NJ], b[NJ];
     fake_cfg c = fake_default();
     c.copy = true;
+    /* the reference samples every token: a speculating sequence verifies
+     * forced bytes as drafts instead of jumping over them */
+    for (int k = 0; k < NJ; k++) j[k].q.no_jump_forward = true;
     run_jobs(&c, j, NJ, a, NULL, NULL);
+    for (int k = 0; k < NJ; k++) j[k].q.no_jump_forward = false;
     c.spec_ngram = 8;
     trellis_stats st;
     run_jobs(&c, j, NJ, b, &st, NULL);
+    assert_int_equal(st.jump_forwards, 0);
     for (int k = 0; k < NJ; k++) {
         same_result(&a[k], &b[k]);
         for (int i = 0; i < a[k].n; i++) {
