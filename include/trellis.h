@@ -502,6 +502,12 @@ typedef struct trellis_request {
     int32_t prompt_logprobs_start;
     int32_t prompt_top_logprobs;
     bool ignore_eos;          /* end-of-generation tokens do not stop */
+    int32_t spec_ngram;       /* speculative decoding for this request
+                                 (trellis_engine_options.spec_ngram): -1
+                                 (trellis_request_default) the engine's
+                                 option, 0 off, 1..32 at most this many
+                                 drafts a step, also on an engine whose
+                                 option is 0 */
     const char *const *stop;  /* stop strings (not emitted) */
     int32_t n_stop;
     const int32_t *stop_tokens; /* stop token ids (not emitted) */

@@ -142,8 +142,17 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
     /* Per sequence, not per step: in a batch a row saved is not a step
      * saved (trellis_stats.forward_passes_saved). */
     rc |= one(o, "counter", "trellis_forward_passes_saved_total",
-              "sequence forward passes jump-forward made unnecessary",
+              "sequence forward passes jump-forward and speculation made unnecessary",
               (double)st.forward_passes_saved);
+    rc |= one(o, "counter", "trellis_spec_draft_tokens_total",
+              "draft tokens proposed by speculative decoding", (double)st.spec_drafted_tokens);
+    rc |= one(o, "counter", "trellis_spec_accepted_tokens_total",
+              "draft tokens verified and kept", (double)st.spec_accepted_tokens);
+    rc |= one(o, "gauge", "trellis_spec_acceptance_rate",
+              "kept / proposed draft tokens so far (0 before any)",
+              st.spec_drafted_tokens
+                  ? (double)st.spec_accepted_tokens / (double)st.spec_drafted_tokens
+                  : 0.0);
     {
         trellis_grammar_cache_stats gs;
         memset(&gs, 0, sizeof gs);

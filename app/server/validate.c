@@ -309,6 +309,10 @@ static int read_sampling(rd *r, json_t *o) {
     if ((k = get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x)) < 0) return -1;
     if (k) q->seed = (uint64_t)x;
     if (get_bool(r, o, "ignore_eos", &q->ignore_eos) < 0) return -1;
+    /* speculative decoding for this request: -1 the server's --spec-ngram,
+     * 0 off, 1..32 drafts a step at most */
+    if ((k = get_int(r, o, "spec_ngram", -1, 32, &x)) < 0) return -1;
+    if (k) q->spec_ngram = (int32_t)x;
     /* jump_forward (default true): false samples every token, even those
      * the constraint forces (trellis_request.no_jump_forward); for
      * measuring what jump-forward saves, and for clients that want the

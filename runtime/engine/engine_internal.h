@@ -133,6 +133,7 @@ struct engine_req {
     sampler_logit_bias *bias; /* owned copy */
     int32_t max_tokens;      /* resolved (>= 0; 0: prefill only) */
     int32_t min_tokens;      /* 0..max_tokens (trellis_request) */
+    int32_t spec_max;        /* drafts a step at most (0: no speculation) */
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos, stream;

@@ -44,10 +44,11 @@
 void tr_spec_setup(trellis_engine *e, engine_seq *s) {
     const engine_req *r = s->req;
     /* a constraint must take drafts back (rollback) to check them */
-    if (e->opt.spec_ngram <= 0 || (r->cops && !r->cops->rollback) || s->ngram) return;
+    (void)e;
+    if (r->spec_max <= 0 || (r->cops && !r->cops->rollback) || s->ngram) return;
     tr_ngram_options o;
     tr_ngram_options_default(&o);
-    o.max_draft = e->opt.spec_ngram;
+    o.max_draft = r->spec_max;
     if (o.start > o.max_draft) o.start = o.max_draft;
     tr_diag d;
     if (tr_ngram_new(&o, &s->ngram, &d) != TR_OK) {
@@ -117,7 +118,7 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
      * at positions below the context */
     int32_t room = TR_MIN(r->max_tokens - s->n_gen - 1, e->n_ctx - s->len - 1);
     room = TR_MIN(room, s->cap - s->len);
-    room = TR_MIN(room, e->opt.spec_ngram);
+    room = TR_MIN(room, r->spec_max);
     if (room <= 0) return;
     int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, room);
     if (n > 0 && s->cstate) n = grammar_cut(s, s->tokens + s->len, n);

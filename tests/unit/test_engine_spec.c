@@ -288,6 +288,42 @@ static void test_custom_constraint(void **state) {
     assert_true(st.spec_accepted_tokens > 0);
 }
 
+/* The request's own spec_ngram wins over the engine's: on on an engine
+ * without it, off on an engine with it; out of range refused. */
+static void test_per_request(void **state) {
+    (void)state;
+    job j;
+    make_job(&j, 0);
+    j.q.n = 1;
+    j.q.max_tokens = 60;
+    result a, b, c;
+    trellis_stats sa, sb, sc;
+    fake_cfg cfg = fake_default();
+    cfg.copy = true;
+    run_jobs(&cfg, &j, 1, &a, &sa, NULL); /* engine off, request default */
+    j.q.spec_ngram = 6;
+    run_jobs(&cfg, &j, 1, &b, &sb, NULL); /* engine off, request on */
+    cfg.spec_ngram = 8;
+    j.q.spec_ngram = 0;
+    run_jobs(&cfg, &j, 1, &c, &sc, NULL); /* engine on, request off */
+    same_result(&a, &b);
+    same_result(&a, &c);
+    assert_int_equal(sa.spec_drafted_tokens, 0);
+    assert_true(sb.spec_accepted_tokens > 0);
+    assert_int_equal(sc.spec_drafted_tokens, 0);
+    result_free(&a);
+    result_free(&b);
+    result_free(&c);
+    trellis_engine *e = fake_engine(&cfg, NULL);
+    char err[256];
+    for (int bad = 0; bad < 2; bad++) {
+        j.q.spec_ngram = bad ? 33 : -2;
+        assert_int_equal(trellis_submit(e, &j.q, NULL, err, sizeof err), TR_ERR_INVALID_ARG);
+        assert_non_null(strstr(err, "spec_ngram"));
+    }
+    trellis_engine_free(e);
+}
+
 /* The option's bounds. */
 static void test_option_bounds(void **state) {
     (void)state;
@@ -304,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_alone_greedy),
         cmocka_unit_test(test_constrained_logprobs),
         cmocka_unit_test(test_custom_constraint),
+        cmocka_unit_test(test_per_request),
         cmocka_unit_test(test_option_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

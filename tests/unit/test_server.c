@@ -537,6 +537,9 @@ static void test_metrics_text(void **state) {
         "trellis_grammar_cache_hits_total 0\n",
         "trellis_jump_forward_tokens_total 0\n",
         "trellis_forward_passes_saved_total 0\n",
+        "trellis_spec_draft_tokens_total 0\n",
+        "trellis_spec_accepted_tokens_total 0\n",
+        "trellis_spec_acceptance_rate 0\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(o.data, want[i])) fail_msg("metrics lack: %s", want[i]);

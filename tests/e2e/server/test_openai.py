@@ -604,5 +604,18 @@ def test_spec_ngram_same_output(server):
             assert sa == sb == 200
             assert [c["text"] for c in a["choices"]] == [c["text"] for c in b["choices"]]
             assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+            # per request, on a server without the flag (and off on one with it)
+            sc, c = server.post("/v1/completions", dict(body, spec_ngram=6))
+            sd, d = s.post("/v1/completions", dict(body, spec_ngram=0))
+            assert sc == sd == 200
+            assert [x["text"] for x in c["choices"]] == [x["text"] for x in a["choices"]]
+            assert [x["text"] for x in d["choices"]] == [x["text"] for x in a["choices"]]
+        st, e = server.post("/v1/completions", {"prompt": "x", "spec_ngram": 33})
+        assert st == 400 and e["error"]["param"] == "spec_ngram", e
+        st, text = s.get("/metrics")
+        assert st == 200
+        drafted = float(re.search(r"\ntrellis_spec_draft_tokens_total (\S+)", text).group(1))
+        kept = float(re.search(r"\ntrellis_spec_accepted_tokens_total (\S+)", text).group(1))
+        assert drafted > 0 and 0 < kept <= drafted, text
     finally:
         s.stop()
