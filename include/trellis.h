@@ -756,9 +756,9 @@ typedef struct trellis_stats {
     uint64_t jump_forwards;        /* jumps that placed tokens */
     uint64_t forced_tokens;
     uint64_t forward_passes_saved;
-    /* Speculative decoding (options.spec_ngram): draft tokens proposed,
-     * and of those the ones verified and kept (each also counts in
-     * forward_passes_saved). */
+    /* Speculative decoding (options.spec_ngram): draft tokens fed to the
+     * model for verification, and of those the ones kept (each also counts
+     * in forward_passes_saved). */
     uint64_t spec_drafted_tokens;
     uint64_t spec_accepted_tokens;
     /* Where the engine thread's time went (seconds, cumulative). */

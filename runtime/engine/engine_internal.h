@@ -396,6 +396,14 @@ tr_status tr_plp_reserve_logits(trellis_engine *e);
 /* At first admission: gives s a proposer when the engine speculates and
  * the request lets it (no constraint, log-probs, min_tokens). */
 void tr_spec_setup(trellis_engine *e, engine_seq *s);
+/* A step's fixed cost (weights read once, whatever the rows) in rows of
+ * compute: a draft row is worth its cost in a batch of B decode rows when
+ * its sequence keeps more than B / (TR_SPEC_FIXED_ROWS + B) of its drafts
+ * (docs/performance.md, "Speculative decoding": measured 2026-12-04). */
+#define TR_SPEC_FIXED_ROWS 5
+/* That acceptance for this step's batch; whether s's drafts reach it. */
+float tr_spec_worth(const trellis_engine *e);
+bool tr_spec_pays(const engine_seq *s, float worth);
 /* Keeps at most keep of s's drafts (0: none, before a preemption). */
 void tr_spec_cut(engine_seq *s, int32_t keep);
 /* After s took a token and goes on: drafts for the next step. */

@@ -369,10 +369,12 @@ int32_t tr_sched_plan(trellis_engine *e) {
          * the budget, the draft rows and the pool allow, else without;
          * preempt the newest when out of pages */
         e->spec_rows_left = TR_SPEC_ROWS_MAX;
+        float worth = tr_spec_worth(e); /* the acceptance a draft needs now */
         for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
             engine_seq *s = e->running[i];
             if (s->len - s->n_kv != 1 + s->spec_k) continue;
             tr_spec_cut(s, TR_MIN(budget - 1, e->spec_rows_left));
+            if (s->spec_k && !tr_spec_pays(s, worth)) tr_spec_cut(s, 0);
             if (s->spec_k && !reserve(e, s, s->n_kv + 1 + s->spec_k)) tr_spec_cut(s, 0);
             bool self = false;
             while (!reserve(e, s, s->n_kv + 1)) {

@@ -30,7 +30,13 @@
  * kept; its output is then plain sampling's with jump-forward off
  * (no_jump_forward), token for token. Log-probs come from each position's
  * own row. Requests whose constraint cannot roll back do not speculate.
- * The drafts never pass max_tokens or the context. The scheduler feeds a
+ * The drafts never pass max_tokens or the context.
+ *
+ * Batches: a draft row costs what a prefill token costs, a kept draft
+ * saves its sequence a step; with B decode rows a step costs about
+ * TR_SPEC_FIXED_ROWS + B rows, so drafts go in only for sequences whose
+ * running acceptance beats B / (TR_SPEC_FIXED_ROWS + B) (1/6 alone, 0.86
+ * at 32 streams). The scheduler feeds a
  * sequence's chunk whole or cuts its drafts (budget, pages, at most
  * TR_SPEC_ROWS_MAX draft rows a step); a preempted sequence drops them.
  */
@@ -65,6 +71,19 @@ void tr_spec_cut(engine_seq *s, int32_t keep) {
     if (keep >= s->spec_k) return;
     s->len -= s->spec_k - keep;
     s->spec_k = keep;
+}
+
+float tr_spec_worth(const trellis_engine *e) {
+    int32_t b = 0; /* decode rows this step, drafts aside */
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const engine_seq *s = e->running[i];
+        if (s->len - s->n_kv == 1 + s->spec_k) b++;
+    }
+    return (float)b / (float)(TR_SPEC_FIXED_ROWS + b);
+}
+
+bool tr_spec_pays(const engine_seq *s, float worth) {
+    return s->ngram && tr_ngram_acceptance(s->ngram) > worth;
 }
 
 void tr_spec_accepted(engine_seq *s, int32_t tok) {
@@ -125,7 +144,6 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
     if (n == 0 && s->cstate && s->ngram) n = forced_drafts(e, s, s->tokens + s->len, room);
     s->spec_k = n;
     s->len += n;
-    e->st.spec_drafted_tokens += (uint64_t)n;
 }
 
 tr_status tr_engine_reserve_logits(trellis_engine *e, int32_t rows) {
@@ -174,6 +192,7 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
         s->n_spec_accepted++;
         accepted++;
     }
+    e->st.spec_drafted_tokens += (uint64_t)k; /* verified: fed to the model */
     e->st.spec_accepted_tokens += (uint64_t)accepted;
     e->st.forward_passes_saved += (uint64_t)accepted;
     if (!going) return;

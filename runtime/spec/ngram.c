@@ -203,3 +203,5 @@ void tr_ngram_feedback(tr_ngram *g, int32_t proposed, int32_t accepted) {
 int32_t tr_ngram_draft_length(const tr_ngram *g) { return g->draft; }
 
 int tr_ngram_is_off(const tr_ngram *g) { return g->off_for > 0; }
+
+float tr_ngram_acceptance(const tr_ngram *g) { return g->rate; }

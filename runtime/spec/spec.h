@@ -77,6 +77,9 @@ void tr_ngram_feedback(tr_ngram *g, int32_t proposed, int32_t accepted);
 /* The current draft length, and whether the proposer is off (tests,
  * metrics). */
 int32_t tr_ngram_draft_length(const tr_ngram *g);
+/* The running acceptance rate (kept / proposed, exponential; 1 before
+ * any feedback): what the engine weighs against a batch's cost. */
+float tr_ngram_acceptance(const tr_ngram *g);
 int tr_ngram_is_off(const tr_ngram *g);
 
 #endif
