@@ -11,7 +11,8 @@
 #              build-asan-rel/): the server's e2e tests and the short load
 #              test against it; a leak or UB report makes the server exit
 #              non-zero, which fails its test
-#   tsan       the engine's fake-model tests (test_engine, test_end_span),
+#   tsan       the engine's fake-model tests (test_engine, test_engine_spec:
+#              speculative decoding, test_engine_plp, test_end_span),
 #              the grammar tests that share state across threads
 #              (test_grammar_cache; test_grammar_ebnf's regions and memo
 #              threads), the server's unit tests and the DSL's threaded
@@ -102,8 +103,9 @@ stage_tsan() {
     local b="$here/build-tsan"
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
-    cmake --build "$b" -j "$jobs" --target test_engine test_grammar_cache test_end_span \
-          test_grammar_ebnf test_server test_dsl_interp test_dsl_http >/dev/null || return 1
+    cmake --build "$b" -j "$jobs" --target test_engine test_engine_spec test_engine_plp \
+          test_grammar_cache test_end_span test_grammar_ebnf test_server test_dsl_interp \
+          test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
     # test_measure_real) are left out: the same engine threads and queues
@@ -114,6 +116,8 @@ stage_tsan() {
     # hand. The stage took ~10 min on the shared 2-core machine.
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_engine_spec" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_engine_plp" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_regions' "$b/tests/test_grammar_ebnf" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_memo_threads' "$b/tests/test_grammar_ebnf" &&
