@@ -153,10 +153,9 @@ typedef struct trellis_engine_options {
                                  off). The output is the same, token for
                                  token, at any temperature, constraints and
                                  log-probs included (a constraint must have
-                                 rollback to speculate); the bytes a
-                                 constraint forces are drafts too, verified
-                                 instead of jumped over, so the output is
-                                 that of no_jump_forward. */
+                                 rollback to speculate). With
+                                 no_jump_forward, the bytes a constraint
+                                 forces are drafts too, verified. */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
     trellis_wake_fn wake;     /* may be NULL */

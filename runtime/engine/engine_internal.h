@@ -393,6 +393,9 @@ tr_status tr_plp_reserve_logits(trellis_engine *e);
  * Rows of drafts per step, over all sequences (the logits buffer grows by
  * that many rows once, when speculation is on). */
 #define TR_SPEC_ROWS_MAX 128
+/* Drafts of one sequence at most: n-gram ones (TR_NGRAM_MAX_DRAFT) or the
+ * tokens of forced bytes (what jump-forward would place in one chunk). */
+#define TR_SPEC_DRAFT_MAX CONSTRAINT_JF_MAX_TOKENS
 /* At first admission: gives s a proposer when the engine speculates and
  * the request lets it (no constraint, log-probs, min_tokens). */
 void tr_spec_setup(trellis_engine *e, engine_seq *s);

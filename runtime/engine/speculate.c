@@ -23,13 +23,12 @@
  * Constraints: drafts are cut at the first token the constraint refuses
  * (accepted one by one, then rolled back), and verification computes each
  * position's mask after the tokens before it, as a step would (min_tokens
- * and the end-of-span rule included). Where the n-gram index has nothing,
- * the bytes the constraint forces next are the drafts: a speculating
- * sequence does not jump forward (trusting a re-encoding of forced bytes)
- * but verifies them, so the model's own tokenization of forced text is
- * kept; its output is then plain sampling's with jump-forward off
- * (no_jump_forward), token for token. Log-probs come from each position's
- * own row. Requests whose constraint cannot roll back do not speculate.
+ * and the end-of-span rule included); jump-forward works as without
+ * speculation (its chunk is fed before drafts start again). A request that
+ * turns jump-forward off (no_jump_forward: the model's own tokenization
+ * of forced text) gets the forced bytes as drafts where the n-gram index
+ * has nothing: verified, not trusted, in as few passes as jump-forward
+ * would take. Log-probs come from each position's own row. Requests whose constraint cannot roll back do not speculate.
  * The drafts never pass max_tokens or the context.
  *
  * Batches: a draft row costs what a prefill token costs, a kept draft
@@ -137,11 +136,13 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
      * at positions below the context */
     int32_t room = TR_MIN(r->max_tokens - s->n_gen - 1, e->n_ctx - s->len - 1);
     room = TR_MIN(room, s->cap - s->len);
-    room = TR_MIN(room, r->spec_max);
     if (room <= 0) return;
-    int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, room);
+    int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, TR_MIN(room, r->spec_max));
     if (n > 0 && s->cstate) n = grammar_cut(s, s->tokens + s->len, n);
-    if (n == 0 && s->cstate && s->ngram) n = forced_drafts(e, s, s->tokens + s->len, room);
+    /* forced bytes, where jump-forward is off: as many tokens as it would
+     * place at once (they cost the rows its chunk would) */
+    if (n == 0 && s->cstate && s->ngram && !r->jump_forward)
+        n = forced_drafts(e, s, s->tokens + s->len, TR_MIN(room, TR_SPEC_DRAFT_MAX));
     s->spec_k = n;
     s->len += n;
 }
@@ -159,7 +160,7 @@ tr_status tr_engine_reserve_logits(trellis_engine *e, int32_t rows) {
 
 void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
     int32_t k = s->spec_k, base = s->len - 1 - k; /* position of t */
-    int32_t drafts[TR_NGRAM_MAX_DRAFT];
+    int32_t drafts[TR_SPEC_DRAFT_MAX];
     memcpy(drafts, s->tokens + base + 1, (size_t)k * sizeof *drafts);
     /* t is in the K/V now; the drafts count only as they are taken */
     s->len = base + 1;

@@ -192,7 +192,7 @@ bool tr_engine_take_token(trellis_engine *e, engine_seq *s, int32_t tok,
     int32_t *chunk = s->tokens + s->len;
     int32_t n_chunk = 1;
     chunk[0] = tok;
-    if (r->jump_forward && s->cstate && !s->ngram) { /* speculation verifies them instead */
+    if (r->jump_forward && s->cstate) {
         int32_t room = TR_MIN(r->max_tokens - s->n_gen, e->n_ctx - s->len);
         room = TR_MIN(room, s->cap - s->len);
         tr_status js = tr_constraint_jump_forward(e->tok, r->cops, s->cstate, tok,

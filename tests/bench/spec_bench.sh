@@ -9,7 +9,9 @@
 #                                     DRAFT [8], ROUNDS [3], TEMP [0])
 # Workloads: copy (repeat a passage), extract (records to JSON, free
 # text), json (the same under a JSON Schema: drafts cut by the grammar,
-# masks down the drafts, jump-forward), free (a story: little to copy).
+# masks down the drafts, jump-forward as always), json_nojf (the same with
+# --no-jump-forward: forced bytes become drafts), free (a story: little to
+# copy).
 # Run on a quiet machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,11 +20,12 @@ THREADS="${THREADS:-2}" N="${N:-160}" DRAFT="${DRAFT:-8}" ROUNDS="${ROUNDS:-3}" 
 copy=$'Copy the following text exactly.\nText: The committee met on Tuesday to review the budget. The committee approved the budget for the new library, the new park and the road repairs. The committee will meet again next month to review the progress.\nCopy: '
 extract=$'Record: name=Alice Smith; city=Paris; phone=555-0199; email=alice@example.com; role=engineer.\nRecord: name=Bob Jones; city=Berlin; phone=555-0142; email=bob@example.com; role=designer.\nWrite each record as JSON with the keys name, city, phone, email and role:\n'
 free=$'Write a short story about a lighthouse keeper who finds a message in a bottle.\n'
-json="$extract"
+json="$extract" json_nojf="$extract"
 schema='{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},"phone":{"type":"string"},"email":{"type":"string"},"role":{"type":"string"}},"required":["name","city","phone","email","role"],"additionalProperties":false},"minItems":2,"maxItems":2}'
-run() { # workload draft -> "tok/s accepted md5"
+run() { # workload draft [more flags] -> "tok/s accepted md5"
     local p="${!1}" extra=(--ignore-eos)
-    [ "$1" = json ] && extra=(--json-schema "$schema")
+    case "$1" in json*) extra=(--json-schema "$schema") ;; esac
+    extra+=("${@:3}")
     "$BUILD/trellis" generate -p "$p" -n "$N" --temp "$TEMP" --seed 1 -t "$THREADS" \
         "${extra[@]}" --spec-ngram "$2" --json 2>/dev/null |
         python3 -c 'import sys, json, hashlib
@@ -33,15 +36,16 @@ print(round(t["decode_tok_per_s"], 2), t["spec_accepted_tokens"],
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
      "threads $THREADS, n $N, draft $DRAFT, temp $TEMP, rounds $ROUNDS"
-printf '%-8s %10s %10s %7s %9s\n' workload "off tok/s" "on tok/s" speedup "kept/$N"
-for w in copy extract json free; do
-    off=() on=() kept=0
+printf '%-9s %10s %10s %7s %9s\n' workload "off tok/s" "on tok/s" speedup "kept/$N"
+for w in copy extract json json_nojf free; do
+    off=() on=() kept=0 more=()
+    [ "$w" = json_nojf ] && more=(--no-jump-forward)
     for r in $(seq "$ROUNDS"); do
-        read -r a _ ha < <(run "$w" 0)
-        read -r b k hb < <(run "$w" "$DRAFT")
+        read -r a _ ha < <(run "$w" 0 "${more[@]}")
+        read -r b k hb < <(run "$w" "$DRAFT" "${more[@]}")
         [ "$ha" = "$hb" ] || { echo "spec_bench: $w: tokens differ with speculation" >&2; exit 1; }
         off+=("$a") on+=("$b") kept=$k
     done
     mo=$(printf '%s\n' "${off[@]}" | median) mn=$(printf '%s\n' "${on[@]}" | median)
-    printf '%-8s %10s %10s %7.2f %9s\n' "$w" "$mo" "$mn" "$(echo "$mn / $mo" | bc -l)" "$kept"
+    printf '%-9s %10s %10s %7.2f %9s\n' "$w" "$mo" "$mn" "$(echo "$mn / $mo" | bc -l)" "$kept"
 done
