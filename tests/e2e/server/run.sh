@@ -13,11 +13,18 @@ build="$(cd "$1" && pwd)"
 shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$build/e2e-venv"
-if [ ! -x "$venv/bin/pytest" ] ||
-   ! "$venv/bin/python" -c 'import openai, jsonschema, instructor, langchain_openai' 2>/dev/null; then
+# pinned: left free, the resolver picked instructor 1.3 (another API) on a
+# fresh machine; these versions are the ones the tests were written with
+pins=(openai==3.3.0 jsonschema==4.26.0 pytest==9.2.0 instructor==1.17.0
+      langchain-openai==1.8.1)
+if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" - "${pins[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check openai jsonschema pytest \
-        instructor langchain-openai
+    "$venv/bin/pip" install -q --disable-pip-version-check "${pins[@]}"
 fi
 if [ "${TRELLIS_ROUTER:-0}" = 1 ] && ! "$venv/bin/python" -c 'import sglang_router' 2>/dev/null; then
     "$venv/bin/pip" install -q --disable-pip-version-check sglang-router==0.3.2
