@@ -154,6 +154,10 @@ typedef struct tr_weight {
     tr_dtype type;
     int64_t rows;
     int64_t cols;
+    /* 0: row-major as above (GGUF's layout). Else the bytes are in a
+     * layout private to the backend that made them (prepare_matmul_weights)
+     * and only that backend's ops read them. */
+    int32_t layout;
 } tr_weight;
 
 /* Paged KV memory. Page p, layer l, kind c (0 = K, 1 = V), slot s starts at
@@ -360,6 +364,22 @@ typedef struct tr_backend_ops {
     void (*matmul_rows)(tr_stream *s, float *out, const tr_weight *w,
                         const float *x, int32_t n, const int32_t *ids,
                         int32_t n_ids);
+
+    /* ---- load time ---- */
+
+    /* OPTIONAL. Copies of the n matrices w[i] in a layout this backend's
+     * matmul reads faster (the CPU: 16 rows interleaved per block, so a
+     * decode step loads a block's quants without transposing them). out[i]
+     * describes w[i]'s copy (out[i].layout != 0) or, for a matrix the
+     * backend keeps as it is (its type, its shape), *w[i] itself. All the
+     * copies live in *owned (free it with `free` once no op uses them;
+     * NULL when nothing was copied). A prepared matrix goes to this
+     * backend's ops only (matmul, matmul_rows, embed), which compute from
+     * it bitwise what they compute from the row-major matrix. Synchronous;
+     * the w[i] stay the caller's. NULL: every matrix stays row-major. */
+    tr_status (*prepare_matmul_weights)(tr_backend *be, int32_t n,
+                                        const tr_weight *const *w,
+                                        tr_weight *out, void **owned);
 } tr_backend_ops;
 
 /* Every backend object starts with this header, every stream with

@@ -231,6 +231,10 @@ static tr_status p_host_alloc(tr_backend *be, size_t n, void **out) {
 static void p_host_free(tr_backend *be, void *ptr) {
     of_be(be)->inner->ops->host_free(of_be(be)->inner, ptr);
 }
+static tr_status p_prepare(tr_backend *be, int32_t n, const tr_weight *const *w, tr_weight *out,
+                           void **owned) {
+    return of_be(be)->inner->ops->prepare_matmul_weights(of_be(be)->inner, n, w, out, owned);
+}
 static tr_status p_import_weights(tr_backend *be, const void *src, size_t n, const void **dev,
                                   void **owned) {
     return of_be(be)->inner->ops->import_weights(of_be(be)->inner, src, n, dev, owned);
@@ -243,7 +247,7 @@ static const tr_backend_ops profile_ops = {
     .event_free = p_event_free, .event_record = p_event_record, .stream_wait = p_stream_wait,
     .event_synchronize = p_event_synchronize, .synchronize = p_synchronize, .alloc = p_alloc,
     .free = p_free, .host_alloc = p_host_alloc, .host_free = p_host_free,
-    .import_weights = p_import_weights, .upload = p_upload, .download = p_download,
+    .import_weights = p_import_weights, .prepare_matmul_weights = p_prepare, .upload = p_upload, .download = p_download,
     .copy = p_copy, .embed = p_embed, .rmsnorm = p_rmsnorm, .matmul = p_matmul, .rope = p_rope,
     .kv_store = p_kv_store, .attention = p_attention, .swiglu = p_swiglu, .add = p_add,
     .get_rows = p_get_rows, .rope_neox = p_rope_neox, .geglu = p_geglu, .add_bias = p_add_bias,
@@ -261,6 +265,7 @@ tr_status tr_backend_profile_new(tr_backend *inner, tr_backend **out) {
     /* an optional op the inner backend lacks stays absent here */
     if (!inner->ops->get_rows) p->ops.get_rows = NULL;
     if (!inner->ops->matmul_rows) p->ops.matmul_rows = NULL;
+    if (!inner->ops->prepare_matmul_weights) p->ops.prepare_matmul_weights = NULL;
     if (!inner->ops->stream_free) p->ops.stream_free = NULL;
     p->inner = inner;
     p->base.ops = &p->ops;

@@ -240,6 +240,7 @@ static const tr_backend_ops k_cpu_ops = {
     .stream_wait = cpu_stream_wait,
     .event_synchronize = cpu_event_synchronize,
     .synchronize = cpu_synchronize,
+    .prepare_matmul_weights = tr_cpu_prepare_matmul_weights,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .host_alloc = cpu_alloc,
@@ -292,6 +293,11 @@ tr_status tr_backend_cpu_new(const tr_backend_config *cfg, tr_backend **out,
     c->stream0.be = &c->base;
     c->n_threads = n_threads;
     set_bind(c, set);
+    /* TRELLIS_CPU_REPACK=0 keeps every matrix row-major (a before/after
+     * switch for benchmarks, and half the weights' memory where the model
+     * file is read into memory rather than mapped) */
+    const char *rp = getenv("TRELLIS_CPU_REPACK");
+    c->repack = !(rp && strcmp(rp, "0") == 0);
     for (int e = 0; e < CPU_ROPE_TABLES; e++) c->rope[e].n = -1;
     if (!tr_cpu_scratch_reserve(&c->act, &c->act_cap, CPU_ACT_RESERVE)) {
         free(c);

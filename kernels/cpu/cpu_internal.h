@@ -123,6 +123,7 @@ typedef struct cpu_backend {
     bool avx2;        /* k is the AVX2 table */
     const cpu_op_kernels *k;
     const cpu_quant_kernels *qk;
+    bool repack; /* prepare_matmul_weights copies matrices into r16 */
 
     void *act;        /* matmul: quantized activations */
     size_t act_cap;   /* bytes */
@@ -153,6 +154,14 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
                      const int32_t *ids, int32_t n);
 void tr_cpu_op_rmsnorm(tr_stream *s, float *out, const float *x,
                        const float *w, int32_t n, int32_t dim, float eps);
+/* tr_weight.layout of a matrix in quant_math_internal.h's r16 layout. */
+#define TR_CPU_LAYOUT_R16 1
+
+/* backend.h's prepare_matmul_weights (prepare.c). */
+tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
+                                        const tr_weight *const *w,
+                                        tr_weight *out, void **owned);
+
 void tr_cpu_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
                       const tr_weight *const *w, const float *x, int32_t n,
                       bool accumulate);

@@ -219,6 +219,20 @@ typedef struct embed_args {
     size_t row_bytes;
 } embed_args;
 
+/* Row id of an r16 table (a tied output matrix), a few blocks at a time
+ * back in GGUF's layout, then dequantized as a row-major row would be. */
+static void embed_r16_row(const cpu_backend *c, const tr_weight *table, int32_t id,
+                          float *dst) {
+    enum { CHUNK_BLOCKS = 64 };
+    uint8_t blocks[CHUNK_BLOCKS * 34]; /* the widest r16 block: Q8_0's 34 bytes */
+    const int64_t nb = table->cols / 32;
+    for (int64_t b0 = 0; b0 < nb; b0 += CHUNK_BLOCKS) {
+        const int64_t n = TR_MIN((int64_t)CHUNK_BLOCKS, nb - b0);
+        tr_cpu_r16_read_blocks(table->type, table->data, table->cols, id, b0, n, blocks);
+        c->qk->dequantize_row(table->type, blocks, dst + b0 * 32, n * 32);
+    }
+}
+
 static void embed_task(void *ctx, int ith, int nth) {
     const embed_args *a = ctx;
     int64_t lo, hi;
@@ -231,6 +245,10 @@ static void embed_task(void *ctx, int ith, int nth) {
             /* Ids are validated upstream; an invalid one must not read
              * outside the table, so it embeds as zeros. */
             memset(dst, 0, (size_t)dim * sizeof(float));
+            continue;
+        }
+        if (a->table->layout == TR_CPU_LAYOUT_R16) {
+            embed_r16_row(a->c, a->table, id, dst);
             continue;
         }
         const uint8_t *src =
@@ -258,7 +276,7 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
  * contiguous pieces per thread, balanced by weight bytes (at decode the op
  * streams the weights once: it is memory-bound), cut at multiples of
  * MATMUL_ROW_ALIGN rows within a matrix (the quant kernels' register tile
- * is 8 rows). Threads take pieces from a shared counter rather than owning
+ * is 16 rows). Threads take pieces from a shared counter rather than owning
  * a fixed share: when another process preempts one worker (a server's
  * event loop and its clients wake once per streamed token on a machine
  * with as many cores as workers), the others take its pieces instead of
@@ -267,7 +285,7 @@ void tr_cpu_op_embed(tr_stream *s, float *out, const tr_weight *table,
  * MATMUL_TOK_BLOCK tokens so that a block of weights stays in cache while
  * the token rows go by (prefill). The quant kernels' contract makes every
  * output value independent of these blockings. */
-#define MATMUL_ROW_ALIGN 8
+#define MATMUL_ROW_ALIGN 16 /* also the r16 layout's row groups */
 /* Overridable at build time for tuning experiments (-DMATMUL_ROW_BLOCK=). */
 #ifndef MATMUL_ROW_BLOCK
 #define MATMUL_ROW_BLOCK 64
@@ -369,7 +387,8 @@ static void matmul_piece(const matmul_args *a, row_pos from, row_pos to) {
             int64_t re = TR_MIN(rb + MATMUL_ROW_BLOCK, r1);
             for (int32_t tb = 0; tb < a->n; tb += MATMUL_TOK_BLOCK) {
                 int32_t nt = TR_MIN(MATMUL_TOK_BLOCK, a->n - tb);
-                a->qk->matmul_tile(
+                (w->layout == TR_CPU_LAYOUT_R16 ? a->qk->matmul_tile_r16
+                                                 : a->qk->matmul_tile)(
                     w->type, w->data, a->w_row_bytes[i], a->cols,
                     a->fmt_data[f] + (size_t)tb * a->fmt_row_bytes[f],
                     a->fmt_row_bytes[f], nt,

@@ -6,7 +6,8 @@
  *
  * How. The rows are scattered through the matrix, and matmul_tile takes a
  * contiguous row range, so each piece of ROWS_TILE ids copies its weight
- * rows into the thread's packed buffer, runs matmul_tile over it (for
+ * rows into the thread's packed buffer (an r16 matrix's rows are
+ * put back in row order on the way), runs matmul_tile over it (for
  * every token) into a small tile of outputs and scatters those to their
  * ids. matmul_tile's contract makes a value independent of which tile and
  * range its row sits in, so every stored element is bitwise what the full
@@ -47,9 +48,14 @@ static void rows_piece(const rows_args *a, int k, uint8_t *packed,
     const int32_t j0 = k * ROWS_TILE;
     const int32_t nr = TR_MIN(ROWS_TILE, a->n_ids - j0);
     const uint8_t *w = a->w->data;
-    for (int32_t j = 0; j < nr; j++)
-        memcpy(packed + (size_t)j * a->w_row_bytes,
-               w + (size_t)a->ids[j0 + j] * a->w_row_bytes, a->w_row_bytes);
+    for (int32_t j = 0; j < nr; j++) {
+        uint8_t *dst = packed + (size_t)j * a->w_row_bytes;
+        if (a->w->layout == TR_CPU_LAYOUT_R16) /* the row's bytes, back in row order */
+            tr_cpu_r16_read_blocks(a->w->type, w, a->w->cols, a->ids[j0 + j], 0,
+                                   a->w->cols / 32, dst);
+        else
+            memcpy(dst, w + (size_t)a->ids[j0 + j] * a->w_row_bytes, a->w_row_bytes);
+    }
     a->qk->matmul_tile(a->w->type, packed, a->w_row_bytes, a->w->cols, a->xq,
                        a->xq_row_bytes, a->n, tile, ROWS_TILE, 0, nr, false);
     for (int32_t t = 0; t < a->n; t++) {

@@ -115,6 +115,17 @@ typedef struct cpu_quant_kernels {
                         int n_tok, float *out, size_t out_stride, int64_t r0,
                         int64_t r1, bool accumulate);
 
+    /* OPTIONAL (NULL in the portable set): matmul_tile over a matrix in
+     * the 16-row interleaved layout (tr_cpu_repack16, below): w is the
+     * repacked matrix, w_row_bytes its rows' size before repacking, r0 and
+     * r1 multiples of 16. Otherwise matmul_tile's contract, with the same
+     * results bit for bit (the same integer dots and float steps; only the
+     * loads differ). */
+    void (*matmul_tile_r16)(tr_dtype wtype, const void *w, size_t w_row_bytes,
+                            int64_t cols, const void *xq, size_t xq_stride,
+                            int n_tok, float *out, size_t out_stride,
+                            int64_t r0, int64_t r1, bool accumulate);
+
     /* dst[n] = the n elements of a row of type `type` at src. Precondition:
      * tr_dtype_computable(type) and n a multiple of its block size. The
      * result is exact (each element is fp16 * small int (+ fp16 * int),
@@ -138,6 +149,37 @@ const cpu_quant_kernels *tr_cpu_quant_get(const char *name);
  * Q4_K, Q5_K or Q6_K, and cols is positive, a multiple of the block size
  * (32 or 256) and at most 2^24 (row byte counts stay far from overflow). */
 bool tr_cpu_quant_supported(tr_dtype wtype, int64_t cols);
+
+/* ---- the 16-row interleaved layout ("r16") ----
+ * Why: a decode step multiplies each weight byte by one token, so the
+ * GEMV's cost is its instructions per byte. Row-major blocks must be
+ * transposed (8 rows' dwords into the 8 lanes of a vector) before the
+ * lane-parallel integer dot; stored already transposed, a block of 16 rows
+ * is a handful of aligned loads. Done once, when the model loads.
+ * Layout: rows in groups of 16, each group's blocks in column order, one
+ * chunk of 16 * type_size bytes per (group, block):
+ *   body of rows 0-7:  dword j of row r's quants at byte (8 j + r) * 4
+ *   body of rows 8-15: the same, after it
+ *   d of rows 0..15:   16 fp16 (row order)
+ *   m of rows 0..15:   16 fp16 (Q4_1 only)
+ * (Q4_0, Q4_1: 4 body dwords per row, chunks of 288 and 320 bytes; Q8_0:
+ * 8 dwords, 544 bytes.) A matrix keeps its byte size. Chunks are 32-byte
+ * aligned when the matrix is. */
+
+/* true if tr_cpu_repack16 takes a rows x cols matrix of type t: Q4_0, Q4_1
+ * or Q8_0, rows a positive multiple of 16, tr_cpu_quant_supported. */
+bool tr_cpu_repack16_supported(tr_dtype t, int64_t rows, int64_t cols);
+
+/* dst (the matrix's byte size, 32-byte aligned) = src (row-major, GGUF's
+ * layout) in the r16 layout. Precondition: tr_cpu_repack16_supported. */
+void tr_cpu_repack16(tr_dtype t, const void *src, int64_t rows, int64_t cols,
+                     void *dst);
+
+/* dst = blocks [b0, b0 + n_blocks) of row `row` of the r16 matrix r16
+ * (cols columns), as they were before repacking (GGUF's block bytes): the
+ * way back, for ops that read single rows (embed, matmul_rows). */
+void tr_cpu_r16_read_blocks(tr_dtype t, const void *r16, int64_t cols, int64_t row,
+                            int64_t b0, int64_t n_blocks, void *dst);
 
 /* Bytes of one quantized activation row for weights of type wtype, a
  * multiple of 64 (so consecutive rows of a 64-aligned buffer stay

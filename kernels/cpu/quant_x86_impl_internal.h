@@ -463,14 +463,154 @@ QX_INLINE void run32(tr_dtype t, const __m256i *u, int kn, int64_t kb, int64_t n
         for (int k = 0; k < nt; k++) _mm256_store_ps(acc16 + 16 * k + 8 * grp, acc[4 * grp + k]);
 }
 
+/* ---- 16-row interleaved weights (the r16 layout of quant_math_internal.h) ----
+ * A chunk holds one block of 16 rows already transposed, so unpacking is
+ * aligned loads (and the nibble split): no shuffles, no stack buffer for a
+ * decode step. */
+
+/* Body dwords per row of a block: 4 (Q4_0, Q4_1) or 8 (Q8_0). */
+QX_INLINE int r16_nd(tr_dtype t) { return t == TR_DTYPE_Q8_0 ? 8 : 4; }
+
+/* unpack32's vectors for group grp (rows 8 grp .. 8 grp + 7) of chunk c. */
+QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, __m256i *raw,
+                            __m256 *d, __m256 *m) {
+    const int nd = r16_nd(t);
+    const __m256i *q = (const __m256i *)c + grp * nd;
+    const uint8_t *sc = c + 64 * nd;
+    *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16 * grp)));
+    *m = t == TR_DTYPE_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32 + 16 * grp)))
+                            : _mm256_setzero_ps();
+    if (t == TR_DTYPE_Q8_0) {
+        for (int j = 0; j < 8; j++) {
+            __m256i r = _mm256_load_si256(q + j);
+#ifdef QX_VNNI
+            g[j] = _mm256_xor_si256(r, _mm256_set1_epi8((char)0x80));
+            (void)raw;
+#else
+            g[j] = _mm256_abs_epi8(r);
+            raw[j] = r;
+#endif
+        }
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; j++) {
+        __m256i v = _mm256_load_si256(q + j);
+        g[2 * j] = _mm256_and_si256(v, m4);
+        g[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+/* unpack32_tile for one chunk (both groups). */
+QX_INLINE void unpack32_tile_r16(tr_dtype t, const uint8_t *c, __m256i *u) {
+    const int sp = u32_spos(t);
+    for (int grp = 0; grp < 2; grp++) {
+        __m256 d, m;
+        unpack32_r16(t, c, grp, u + 8 * grp, u + 16 + 8 * grp, &d, &m);
+        _mm256_store_si256(u + sp + 2 * grp, _mm256_castps_si256(d));
+        _mm256_store_si256(u + sp + 2 * grp + 1, _mm256_castps_si256(m));
+    }
+}
+
+/* The exact int32 dot of one group's body (q: nd vectors) with 32
+ * activation bytes x, lane r = row r: dot32's sums, from registers. */
+QX_INLINE __m256i dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x) {
+    __m256i a = _mm256_setzero_si256();
+    if (t == TR_DTYPE_Q8_0) {
+#ifndef QX_VNNI
+        const __m256i ones = _mm256_set1_epi16(1);
+#endif
+        QX_UNROLL
+        for (int j = 0; j < 8; j++) {
+            __m256i r = _mm256_load_si256(q + j), xb = bc32(x + 4 * j);
+#ifdef QX_VNNI
+            a = dp4(a, _mm256_xor_si256(r, _mm256_set1_epi8((char)0x80)), xb);
+#else
+            a = _mm256_add_epi32(
+                a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(r), _mm256_sign_epi8(xb, r)),
+                                     ones));
+#endif
+        }
+        return a;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    QX_UNROLL
+    for (int j = 0; j < 4; j++) {
+        __m256i v = _mm256_load_si256(q + j);
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i xl = bc32(x + 4 * j), xh = bc32(x + 16 + 4 * j);
+#ifdef QX_VNNI
+        a = dp4(dp4(a, lo, xl), hi, xh);
+#else
+        /* int16 pair sums: 8 of them <= 30480, as in dot32 */
+        a = _mm256_add_epi16(a, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                 _mm256_maddubs_epi16(hi, xh)));
+#endif
+    }
+#ifndef QX_VNNI
+    a = _mm256_madd_epi16(a, _mm256_set1_epi16(1));
+#endif
+    return a;
+}
+
+/* Decode GEMV over one group of 16 repacked rows (chunks c[0..nb-1]), one
+ * token: everything in registers. Per (block, row) the float steps are
+ * upd32's, in its order. */
+QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_t *xr,
+                          float *o, bool accumulate) {
+    const int nd = r16_nd(t);
+    const size_t csz = (size_t)16 * tr_dtype_type_size(t);
+    const int sh = t == TR_DTYPE_Q4_0 ? 3
+#ifdef QX_VNNI
+                 : t == TR_DTYPE_Q8_0 ? 7
+#endif
+                 : 0;
+    const int8_t *xq = cpu_a32_q(xr);
+    const float *dx = cpu_a32_d(xr, nb), *sx = cpu_a32_s(xr, nb);
+    const int32_t *xsum = cpu_a32_sum(xr, nb);
+    __m256 accA = _mm256_setzero_ps(), accB = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, c += csz) {
+        _mm_prefetch((const char *)c + 8 * csz, _MM_HINT_T0);
+        __m256i iA = dot32_r16(t, (const __m256i *)c, xq + 32 * b);
+        __m256i iB = dot32_r16(t, (const __m256i *)c + nd, xq + 32 * b);
+        if (sh) {
+            const __m256i off = _mm256_set1_epi32(xsum[b] * (1 << sh));
+            iA = _mm256_sub_epi32(iA, off);
+            iB = _mm256_sub_epi32(iB, off);
+        }
+        const uint8_t *sc = c + 64 * nd;
+        const __m256 dxv = bcf(dx + b);
+        __m256 sA = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc)), dxv);
+        __m256 sB = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16))), dxv);
+        if (t == TR_DTYPE_Q4_1) {
+            const __m256 sxv = bcf(sx + b);
+            __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
+            __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));
+            accA = _mm256_add_ps(accA, _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA), _mm256_mul_ps(mA, sxv)));
+            accB = _mm256_add_ps(accB, _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB), _mm256_mul_ps(mB, sxv)));
+        } else {
+            accA = _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA), accA);
+            accB = _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB), accB);
+        }
+    }
+    store_rows(o, accA, 8, accumulate);
+    store_rows(o + 8, accB, 8, accumulate);
+}
+
 /* One row tile of NG groups: rows[0..8*NG-1] (clamped), nr valid rows. */
-QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, int nr, int64_t nb,
-                         size_t tsz, const uint8_t *xq, size_t xs, int n_tok, float *out,
-                         size_t os, int64_t rg, bool accumulate, __m256i *buf, float *accbuf,
-                         const qx_prefetch *pf, const int ng) {
+/* grp: NULL for row-major rows, else the tile's first r16 chunk (then
+ * ng == 2, nr == 16, rows unused). */
+QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, const uint8_t *grp, int nr,
+                         int64_t nb, size_t tsz, const uint8_t *xq, size_t xs, int n_tok,
+                         float *out, size_t os, int64_t rg, bool accumulate, __m256i *buf,
+                         float *accbuf, const qx_prefetch *pf, const int ng) {
     const int nv = u32_nvec(t);
     const bool five = t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1;
     const int nt4 = five ? 4 / ng : 4; /* tokens per pass */
+    if (n_tok == 1 && grp) {
+        gemv32_r16(t, grp, nb, xq, out + rg, accumulate);
+        return;
+    }
     if (n_tok == 1) {
         /* Decode GEMV: each block is used once, so it is unpacked and
          * consumed at once (same arithmetic, one block per run32), not
@@ -496,9 +636,13 @@ QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, int nr, int64_t
         for (int64_t kb = 0; kb < nb; kb += QX_KC32) {
             const int kn = nb - kb < QX_KC32 ? (int)(nb - kb) : QX_KC32;
             for (int b = 0; b < kn; b++) {
+                if (t0 == 0) prefetch_part(pf, kb + b, nb);
+                if (grp) {
+                    unpack32_tile_r16(t, grp + (size_t)(kb + b) * 16 * tsz, buf + b * nv);
+                    continue;
+                }
                 const uint8_t *p[16];
                 for (int i = 0; i < 8 * ng; i++) p[i] = rows[i] + (size_t)(kb + b) * tsz;
-                if (t0 == 0) prefetch_part(pf, kb + b, nb);
                 unpack32_tile(t, p, buf + b * nv, ng);
             }
             int k = 0;
@@ -588,10 +732,12 @@ QX_INLINE void gemv_q5_0(const uint8_t *w, size_t wrb, int64_t cols, const uint8
     }
 }
 
-QX_INLINE void mm32(tr_dtype t, const uint8_t *w, size_t wrb, int64_t cols,
-                    const uint8_t *xq, size_t xs, int n_tok, float *out,
-                    size_t os, int64_t r0, int64_t r1, bool accumulate) {
-    if (t == TR_DTYPE_Q5_0 && n_tok == 1) {
+/* r16: w is in the r16 layout (r0, r1 multiples of 16); its group of 16
+ * rows starting at row rg lies where those rows would (rg * wrb). */
+QX_INLINE void mm32_any(tr_dtype t, const uint8_t *w, size_t wrb, int64_t cols,
+                        const uint8_t *xq, size_t xs, int n_tok, float *out,
+                        size_t os, int64_t r0, int64_t r1, bool accumulate, const bool r16) {
+    if (t == TR_DTYPE_Q5_0 && n_tok == 1 && !r16) {
         gemv_q5_0(w, wrb, cols, xq, out, r0, r1, accumulate);
         return;
     }
@@ -605,13 +751,28 @@ QX_INLINE void mm32(tr_dtype t, const uint8_t *w, size_t wrb, int64_t cols,
         for (int i = 0; i < 16; i++)
             rows[i] = w + (size_t)(i < nr ? rg + i : r1 - 1) * wrb;
         const qx_prefetch pf = next_tile(w, wrb, rg + 16, 16);
-        if (nr > 8)
-            mm32_tile(t, rows, nr, nb, tsz, xq, xs, n_tok, out, os, rg, accumulate, buf, accbuf,
-                      &pf, 2);
+        if (r16)
+            mm32_tile(t, rows, w + (size_t)rg * wrb, 16, nb, tsz, xq, xs, n_tok, out, os, rg,
+                      accumulate, buf, accbuf, &pf, 2);
+        else if (nr > 8)
+            mm32_tile(t, rows, NULL, nr, nb, tsz, xq, xs, n_tok, out, os, rg, accumulate, buf,
+                      accbuf, &pf, 2);
         else
-            mm32_tile(t, rows, nr, nb, tsz, xq, xs, n_tok, out, os, rg, accumulate, buf, accbuf,
-                      &pf, 1);
+            mm32_tile(t, rows, NULL, nr, nb, tsz, xq, xs, n_tok, out, os, rg, accumulate, buf,
+                      accbuf, &pf, 1);
     }
+}
+
+QX_INLINE void mm32(tr_dtype t, const uint8_t *w, size_t wrb, int64_t cols,
+                    const uint8_t *xq, size_t xs, int n_tok, float *out,
+                    size_t os, int64_t r0, int64_t r1, bool accumulate) {
+    mm32_any(t, w, wrb, cols, xq, xs, n_tok, out, os, r0, r1, accumulate, false);
+}
+
+QX_INLINE void mm32_r16(tr_dtype t, const uint8_t *w, size_t wrb, int64_t cols,
+                        const uint8_t *xq, size_t xs, int n_tok, float *out,
+                        size_t os, int64_t r0, int64_t r1, bool accumulate) {
+    mm32_any(t, w, wrb, cols, xq, xs, n_tok, out, os, r0, r1, accumulate, true);
 }
 
 /* =====================================================================
@@ -1003,6 +1164,27 @@ static void QX_NAME(matmul_tile)(tr_dtype wtype, const void *w, size_t w_row_byt
 #undef QX_CASE
 }
 
+static void QX_NAME(matmul_tile_r16)(tr_dtype wtype, const void *w, size_t w_row_bytes,
+                                     int64_t cols, const void *xq, size_t xq_stride,
+                                     int n_tok, float *out, size_t out_stride,
+                                     int64_t r0, int64_t r1, bool accumulate) {
+    if (n_tok <= 0 || r1 <= r0) return;
+    const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)xq;
+#define QX_CASE(T)                                                                        \
+    case T:                                                                               \
+        mm32_r16(T, wb, w_row_bytes, cols, xb, xq_stride, n_tok, out, out_stride, r0, r1, \
+                 accumulate);                                                             \
+        break;
+    switch (wtype) {
+        QX_CASE(TR_DTYPE_Q4_0)
+        QX_CASE(TR_DTYPE_Q4_1)
+        QX_CASE(TR_DTYPE_Q8_0)
+    default:
+        break;
+    }
+#undef QX_CASE
+}
+
 /* ---- activation quantization ---- */
 
 /* Quantizes n (a multiple of 32) floats with one shared scale (the rule
@@ -1097,5 +1279,6 @@ const cpu_quant_kernels QX_NAME(tr_cpu_quant_kernels) = {
 #endif
     .quantize_act_row = QX_NAME(quantize_act_row),
     .matmul_tile = QX_NAME(matmul_tile),
+    .matmul_tile_r16 = QX_NAME(matmul_tile_r16),
     .dequantize_row = tr_cpu_q_dequantize_row_portable,
 };

@@ -337,6 +337,7 @@ static const tr_backend_ops k_ops = {
     /* .scale = */ tr_cuda_op_scale,
     /* .softcap = */ tr_cuda_op_softcap,
     /* .matmul_rows = */ tr_cuda_op_matmul_rows,
+    /* .prepare_matmul_weights = */ NULL, /* weights stay row-major */
 };
 
 

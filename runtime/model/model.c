@@ -116,7 +116,8 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
     }
     if ((m->arch->load_windows &&
          (s = m->arch->load_windows(f, hp, m->window, diag))) ||
-        (s = m->arch->bind_layers(m, diag)))
+        (s = m->arch->bind_layers(m, diag)) ||
+        (s = tr_model_prepare_matmuls(m, diag)))
         goto fail;
     hp->n_local_layers = 0;
     for (int32_t l = 0; l < hp->n_layers; l++) hp->n_local_layers += m->window[l] > 0;

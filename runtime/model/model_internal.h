@@ -185,6 +185,10 @@ tr_status tr_model_bind_layer_vec(model *m, int32_t l, const char *suffix,
                                   tr_diag *diag);
 /* The standard GGUF names of layer l: attn_norm, attn_q, attn_k, attn_v,
  * attn_output. */
+/* After bind_layers: the backend's prepare_matmul_weights over every
+ * layer matrix (each tr_weight replaced by what it returns; the copies
+ * freed with the model). A backend without it: nothing. */
+tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag);
 tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
                              tr_diag *diag);
 /* ffn_norm, ffn_gate, ffn_up, ffn_down. */

@@ -147,3 +147,34 @@ tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
         return s;
     return TR_OK;
 }
+
+/* Every layer's matrices and the output matrix (a tied one is also the
+ * token table: embed reads the prepared copy too). A separate token_embd
+ * stays as it is: embed reads one row of it per token. */
+tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
+    if (!m->be->ops->prepare_matmul_weights || m->hp.n_layers <= 0) return TR_OK;
+    const int32_t per_layer = 7, n = m->hp.n_layers * per_layer + 1;
+    const tr_weight **in = malloc(sizeof *in * (size_t)n);
+    tr_weight *out = malloc(sizeof *out * (size_t)n);
+    void **grown = realloc(m->device_copies,
+                           sizeof(void *) * (size_t)(m->n_device_copies + 1));
+    if (grown) m->device_copies = grown;
+    tr_status s = in && out && grown ? TR_OK : TR_ERR_NOMEM;
+    for (int32_t l = 0; s == TR_OK && l < m->hp.n_layers; l++) {
+        tr_layer_weights *L = &m->layers[l];
+        tr_weight *mats[] = {&L->attn.wq, &L->attn.wk, &L->attn.wv, &L->attn.wo,
+                             &L->ffn.gate, &L->ffn.up, &L->ffn.down};
+        for (int32_t i = 0; i < per_layer; i++) in[l * per_layer + i] = mats[i];
+    }
+    if (s == TR_OK) in[n - 1] = &m->output;
+    void *owned = NULL;
+    if (s == TR_OK) s = m->be->ops->prepare_matmul_weights(m->be, n, in, out, &owned);
+    if (s == TR_OK) {
+        if (owned) m->device_copies[m->n_device_copies++] = owned;
+        for (int32_t k = 0; k < n; k++) *(tr_weight *)in[k] = out[k];
+        if (m->hp.tied_output) m->tok_embd = m->output;
+    }
+    free(in);
+    free(out);
+    return s ? tr_diag_set(diag, s, 0, "cannot prepare the layers' matrices") : TR_OK;
+}

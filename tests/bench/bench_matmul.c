@@ -122,13 +122,14 @@ static uint8_t *make_act(const cpu_quant_kernels *k, tr_dtype t, int64_t cols, i
 
 /* Seconds per call of matmul over `ncopies` weight copies in turn. */
 static double time_mm(const cpu_quant_kernels *k, const shape *s, uint8_t *const *w, int ncopies,
-                      const uint8_t *xq, size_t xs, int n_tok, float *out) {
+                      const uint8_t *xq, size_t xs, int n_tok, float *out, bool r16) {
     const size_t wrb = row_bytes(s->t, s->cols);
     int64_t calls = 0;
     uint64_t t0 = now_ns(), t1;
     do {
-        k->matmul_tile(s->t, w[calls % ncopies], wrb, s->cols, xq, xs, n_tok, out,
-                       (size_t)s->rows, 0, s->rows, false);
+        (r16 ? k->matmul_tile_r16 : k->matmul_tile)(s->t, w[calls % ncopies], wrb, s->cols, xq,
+                                                    xs, n_tok, out, (size_t)s->rows, 0, s->rows,
+                                                    false);
         calls++;
         t1 = now_ns();
     } while ((double)(t1 - t0) * 1e-9 < g_min_time);
@@ -138,7 +139,7 @@ static double time_mm(const cpu_quant_kernels *k, const shape *s, uint8_t *const
 static void report(const char *set, const shape *s, const char *mode, int n_tok, double sec) {
     double flop = 2.0 * (double)s->rows * (double)s->cols * n_tok;
     double bytes = (double)row_bytes(s->t, s->cols) * (double)s->rows;
-    printf("  %-10s %s %-4s n_tok=%-3d %10.1f us  %7.2f GFLOP/s  %7.2f GB/s\n", set, s->what,
+    printf("  %-10s %s %-8s n_tok=%-3d %10.1f us  %7.2f GFLOP/s  %7.2f GB/s\n", set, s->what,
            mode, n_tok, sec * 1e6, flop / sec * 1e-9, bytes / sec * 1e-9);
     fflush(stdout);
 }
@@ -161,18 +162,33 @@ static void bench_shapes(const cpu_quant_kernels *k) {
                 memcpy(w[c], w[0], wbytes);
         }
         const bool portable = strcmp(k->name, "portable") == 0;
-        const int ntoks[3] = {1, 32, 512};
-        for (int j = 0; j < (portable ? 2 : 3); j++) {
-            const int n_tok = ntoks[j];
-            size_t xs;
-            uint8_t *xq = make_act(k, s->t, s->cols, n_tok, &xs);
-            float *out = tr_aligned_alloc(sizeof(float) * (size_t)n_tok * (size_t)s->rows, 64);
-            if (!out) abort();
-            report(k->name, s, "hot", n_tok, time_mm(k, s, w, 1, xq, xs, n_tok, out));
-            if (n_tok == 1)
-                report(k->name, s, "cold", n_tok, time_mm(k, s, w, ncold, xq, xs, n_tok, out));
-            tr_aligned_free(out);
-            tr_aligned_free(xq);
+        /* the layout matmul sees: row-major, then (where the set and type
+         * have it) the 16-row interleaved copies of the same matrices */
+        const bool has_r16 = k->matmul_tile_r16 && tr_cpu_repack16_supported(s->t, s->rows, s->cols);
+        for (int layout = 0; layout < (has_r16 ? 2 : 1); layout++) {
+            if (layout == 1) {
+                uint8_t *rm = tr_aligned_alloc(wbytes, 64);
+                if (!rm) abort();
+                memcpy(rm, w[0], wbytes);
+                for (int c = 0; c < ncold; c++) tr_cpu_repack16(s->t, rm, s->rows, s->cols, w[c]);
+                tr_aligned_free(rm);
+            }
+            const int ntoks[3] = {1, 32, 512};
+            for (int j = 0; j < (portable ? 2 : 3); j++) {
+                const int n_tok = ntoks[j];
+                const bool r16 = layout == 1;
+                size_t xs;
+                uint8_t *xq = make_act(k, s->t, s->cols, n_tok, &xs);
+                float *out = tr_aligned_alloc(sizeof(float) * (size_t)n_tok * (size_t)s->rows, 64);
+                if (!out) abort();
+                report(k->name, s, r16 ? "r16 hot" : "hot", n_tok,
+                       time_mm(k, s, w, 1, xq, xs, n_tok, out, r16));
+                if (n_tok == 1)
+                    report(k->name, s, r16 ? "r16 cold" : "cold", n_tok,
+                           time_mm(k, s, w, ncold, xq, xs, n_tok, out, r16));
+                tr_aligned_free(out);
+                tr_aligned_free(xq);
+            }
         }
         for (int c = 0; c < ncold; c++) tr_aligned_free(w[c]);
         free(w);

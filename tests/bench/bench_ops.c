@@ -345,7 +345,7 @@ static void bench_matmul(tr_backend *be, int n) {
         double bytes = 0, macs = 0;
         for (int k = 0; k < g[i].n_mats; k++) {
             w[k] = (tr_weight){q41_matrix(g[i].rows[k], g[i].cols),
-                               TR_DTYPE_Q4_1, g[i].rows[k], g[i].cols};
+                               TR_DTYPE_Q4_1, g[i].rows[k], g[i].cols, 0};
             m.w[k] = &w[k];
             m.out[k] = malloc(sizeof(float) * n * g[i].rows[k]);
             bytes += (double)g[i].rows[k] * g[i].cols / 32 * 20;

@@ -244,7 +244,7 @@ typedef struct tb_weight {
 
 static tb_weight tb_import(tb *t, const void *host, tr_dtype type,
                            int64_t rows, int64_t cols) {
-    tb_weight r = {{NULL, type, rows, cols}, NULL};
+    tb_weight r = {{NULL, type, rows, cols, 0}, NULL};
     assert_int_equal(t->be->ops->import_weights(t->be, host,
                                                 row_bytes(type, cols) * (size_t)rows,
                                                 &r.w.data, &r.owned),
@@ -1001,6 +1001,91 @@ static void determinism_matmul_rows(tb *t) {
     }
 }
 
+/* prepare_matmul_weights (OPTIONAL): matmul, matmul_rows and embed over
+ * the prepared copies store bitwise what they store over the row-major
+ * matrices; matrices in one call get distinct copies; a matrix the
+ * backend keeps (a type or a row count it does not repack) comes back as
+ * it was. */
+static void determinism_prepared(tb *t) {
+    const tr_backend_ops *o = t->be->ops;
+    if (!o->prepare_matmul_weights) return;
+    enum { NM = 5 };
+    const tr_dtype types[NM] = {TR_DTYPE_Q4_1, TR_DTYPE_Q8_0, TR_DTYPE_Q4_0, TR_DTYPE_Q4_K,
+                                TR_DTYPE_Q8_0};
+    const int64_t rows[NM] = {320, 48, 64, 64, 301}, cols = 256;
+    uint8_t *wh[NM];
+    tb_weight w[NM];
+    const tr_weight *in[NM];
+    tr_weight prep[NM];
+    for (int m = 0; m < NM; m++) {
+        size_t rb = row_bytes(types[m], cols);
+        wh[m] = malloc(rb * (size_t)rows[m]);
+        for (int64_t r = 0; r < rows[m]; r++) random_row(types[m], wh[m] + r * rb, cols);
+        w[m] = tb_import(t, wh[m], types[m], rows[m], cols);
+        in[m] = &w[m].w;
+    }
+    void *owned = NULL;
+    assert_int_equal(o->prepare_matmul_weights(t->be, NM, in, prep, &owned), TR_OK);
+    assert_true(prep[3].layout == 0 && prep[3].data == w[3].w.data); /* Q4_K: kept */
+    assert_true(prep[4].layout == 0 && prep[4].data == w[4].w.data); /* 301 rows: kept */
+    for (int m = 0; m < NM; m++) {
+        assert_int_equal(prep[m].type, types[m]);
+        assert_true(prep[m].rows == rows[m] && prep[m].cols == cols);
+        if (prep[m].layout) assert_ptr_not_equal(prep[m].data, w[m].w.data);
+        if (prep[m].layout) assert_non_null(owned);
+        const int ns[] = {1, 3, 70};
+        for (size_t k = 0; k < TR_ARRAY_LEN(ns); k++) {
+            const int n = ns[k];
+            size_t nout = (size_t)n * (size_t)rows[m];
+            float *x = rnd_floats((size_t)n * cols, -1, 1);
+            float *dx = tb_put(t, x, sizeof(float) * (size_t)n * cols);
+            float *a[1] = {tb_nan(t, sizeof(float) * nout)}, *b[1] = {tb_nan(t, sizeof(float) * nout)};
+            const tr_weight *wa[1] = {&w[m].w}, *wb[1] = {&prep[m]};
+            o->matmul(t->run, 1, a, wa, dx, n, false);
+            o->matmul(t->run, 1, b, wb, dx, n, false);
+            float *ha = tb_get_floats(t, a[0], nout), *hb = tb_get_floats(t, b[0], nout);
+            if (memcmp(ha, hb, sizeof(float) * nout))
+                fail_msg("%s prepared %s x%lld: matmul of %d tokens differs", t->label,
+                         tr_dtype_name(types[m]), (long long)rows[m], n);
+            if (o->matmul_rows) {
+                int32_t ids[] = {(int32_t)rows[m] - 1, 0, 17, 18, 33, 5};
+                float *c = tb_nan(t, sizeof(float) * nout);
+                o->matmul_rows(t->run, c, &prep[m], dx, n, ids, 6);
+                float *hc = tb_get_floats(t, c, nout);
+                for (int tok = 0; tok < n; tok++)
+                    for (int j = 0; j < 6; j++) {
+                        size_t i = (size_t)tok * (size_t)rows[m] + (size_t)ids[j];
+                        if (memcmp(&hc[i], &ha[i], sizeof(float)))
+                            fail_msg("%s prepared %s: matmul_rows row %d differs", t->label,
+                                     tr_dtype_name(types[m]), ids[j]);
+                    }
+                free(hc);
+                tb_free(t, 1, c);
+            }
+            free(ha);
+            free(hb);
+            free(x);
+            tb_free(t, 3, dx, a[0], b[0]);
+        }
+        int32_t ids[] = {0, (int32_t)rows[m] - 1, 17, -1, (int32_t)rows[m], 40};
+        const size_t ne = 6 * (size_t)cols;
+        float *ea = tb_nan(t, sizeof(float) * ne), *eb = tb_nan(t, sizeof(float) * ne);
+        o->embed(t->run, ea, &w[m].w, ids, 6);
+        o->embed(t->run, eb, &prep[m], ids, 6);
+        float *hea = tb_get_floats(t, ea, ne), *heb = tb_get_floats(t, eb, ne);
+        if (memcmp(hea, heb, sizeof(float) * ne))
+            fail_msg("%s prepared %s: embed differs", t->label, tr_dtype_name(types[m]));
+        free(hea);
+        free(heb);
+        tb_free(t, 2, ea, eb);
+    }
+    if (owned) tb_free(t, 1, owned);
+    for (int m = 0; m < NM; m++) {
+        tb_unimport(t, &w[m]);
+        free(wh[m]);
+    }
+}
+
 static void determinism_rows(tb *a, tb *b) {
     const int32_t n = 33, dim = 576, nh = 9, hd = 64;
     float *x = rnd_floats((size_t)n * dim, -2, 2), *wn = rnd_floats(dim, -1, 1);
@@ -1221,6 +1306,8 @@ static void test_determinism(void **state) {
     determinism_matmul(&a, &b);
     determinism_matmul_rows(&a);
     determinism_matmul_rows(&b);
+    determinism_prepared(&a);
+    determinism_prepared(&b);
     determinism_rows(&a, &b);
     determinism_attention(&a, &b);
     tb_close(&a);

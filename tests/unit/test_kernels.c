@@ -717,7 +717,7 @@ static void test_embed(void **state) {
                 assert_true(tr_dtype_row_bytes(t, dim, &rb));
                 uint8_t *table = malloc(rb * vocab);
                 for (int64_t r = 0; r < vocab; r++) random_row(t, table + r * rb, dim);
-                tr_weight w = {table, t, vocab, dim};
+                tr_weight w = {table, t, vocab, dim, 0};
                 int32_t ids[70];
                 for (int i = 0; i < 70; i++) ids[i] = rnd_int((int)vocab);
                 ids[3] = -1; /* invalid ids embed as zeros */
@@ -779,7 +779,7 @@ static void test_matmul(void **state) {
                         ref_dequant(mc->types[m], wdata[m] + r * rb,
                                     wref[m] + r * cols, cols);
                     }
-                    w[m] = (tr_weight){wdata[m], mc->types[m], mc->rows[m], cols};
+                    w[m] = (tr_weight){wdata[m], mc->types[m], mc->rows[m], cols, 0};
                     wp[m] = &w[m];
                 }
                 for (size_t ni = 0; ni < TR_ARRAY_LEN(ntoks); ni++) {

@@ -1005,6 +1005,79 @@ static void test_matmul_determinism(void **state) {
     free(base);
 }
 
+/* The 16-row interleaved layout: tr_cpu_repack16 writes exactly the
+ * matrix's bytes, and every SIMD set's matmul_tile_r16 over the repacked
+ * copy gives bitwise the portable set's matmul_tile over the rows, for any
+ * token count (decode GEMV, token tiles of 64 and beyond), any row range
+ * of whole groups, and with accumulate. */
+static void test_matmul_r16(void **state) {
+    (void)state;
+    const cpu_quant_kernels *ks[3];
+    int nk = kernel_sets(ks);
+    assert_null(ks[0]->matmul_tile_r16); /* portable: row-major only */
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_1, 40, 64));
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_1, 0, 64));
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q5_0, 32, 64));
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_K, 32, 256));
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q8_0, 32, 48));
+    static const tr_dtype types[] = {TR_DTYPE_Q4_0, TR_DTYPE_Q4_1, TR_DTYPE_Q8_0};
+    static const int ntoks[] = {1, 2, 5, 17, 64, 70, 130};
+    const int T = 130;
+    const int64_t R = 48;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (int shape = 0; shape < 2; shape++) {
+            const tr_dtype t = types[ti];
+            const int64_t cols = shape ? 1088 : 64; /* 34 blocks cross the 24-block chunk */
+            assert_true(tr_cpu_repack16_supported(t, R, cols));
+            mm_case c;
+            mm_case_init(&c, t, R, cols, T, shape == 1);
+            const size_t rb = row_bytes(t, cols), bytes = (size_t)R * rb;
+            uint8_t *dense = malloc(bytes), *r16 = tr_aligned_alloc(bytes + 64, 64);
+            assert_true(dense && r16);
+            for (int64_t r = 0; r < R; r++) memcpy(dense + r * rb, c.w + r * c.wrb, rb);
+            memset(r16 + bytes, 0xa5, 64);
+            tr_cpu_repack16(t, dense, R, cols, r16);
+            for (int i = 0; i < 64; i++) assert_int_equal(r16[bytes + i], 0xa5);
+            const size_t os = (size_t)R + 3;
+            float *ref = malloc((size_t)T * os * sizeof(float)), *out = malloc((size_t)T * os * sizeof(float));
+            float *base = malloc((size_t)T * os * sizeof(float));
+            assert_true(ref && out && base);
+            for (int k = 1; k < nk; k++) {
+                const cpu_quant_kernels *q = ks[k];
+                assert_non_null(q->matmul_tile_r16);
+                for (size_t j = 0; j < sizeof ntoks / sizeof ntoks[0]; j++) {
+                    const int n = ntoks[j];
+                    static const int64_t ranges[][2] = {{0, 48}, {16, 32}, {32, 48}};
+                    for (int g = 0; g < 3; g++) {
+                        const int64_t r0 = ranges[g][0], r1 = ranges[g][1];
+                        fill_canary(ref, (size_t)T * os);
+                        fill_canary(out, (size_t)T * os);
+                        mm_run(ks[0], &c, 0, n, ref, os, r0, r1, false);
+                        q->matmul_tile_r16(t, r16, rb, cols, c.xq, c.xs, n, out, os, r0, r1, false);
+                        if (memcmp(ref, out, (size_t)T * os * sizeof(float)) != 0)
+                            fail_msg("%s/%s r16: n_tok %d rows [%lld, %lld) differ from portable",
+                                     tr_dtype_name(t), q->name, n, (long long)r0, (long long)r1);
+                    }
+                    for (size_t e = 0; e < (size_t)T * os; e++) base[e] = rnd_gauss();
+                    memcpy(ref, base, (size_t)T * os * sizeof(float));
+                    memcpy(out, base, (size_t)T * os * sizeof(float));
+                    mm_run(ks[0], &c, 0, n, ref, os, 0, R, true);
+                    q->matmul_tile_r16(t, r16, rb, cols, c.xq, c.xs, n, out, os, 0, R, true);
+                    if (memcmp(ref, out, (size_t)T * os * sizeof(float)) != 0)
+                        fail_msg("%s/%s r16: accumulate, n_tok %d differs", tr_dtype_name(t),
+                                 q->name, n);
+                }
+            }
+            free(ref);
+            free(out);
+            free(base);
+            free(dense);
+            tr_aligned_free(r16);
+            mm_case_free(&c);
+        }
+    }
+}
+
 /* ---- the real default model ---- */
 
 typedef struct model_golden {
@@ -1122,6 +1195,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_matmul_accuracy),
         cmocka_unit_test(test_matmul_determinism),
+        cmocka_unit_test(test_matmul_r16),
         cmocka_unit_test(test_real_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,62 @@
+/* quant_repack.c — row-major GGUF blocks into the 16-row interleaved
+ * ("r16") layout that matmul_tile_r16 reads; the layout and why are in
+ * quant_math_internal.h. Portable C: it runs once per matrix at load. */
+#include <string.h>
+
+#include "kernels/cpu/quant_internal.h"
+#include "kernels/cpu/quant_math_internal.h"
+
+/* Bytes of a block before its quants (fp16 d, and m for Q4_1). */
+static size_t header_bytes(tr_dtype t) { return t == TR_DTYPE_Q4_1 ? 4 : 2; }
+
+bool tr_cpu_repack16_supported(tr_dtype t, int64_t rows, int64_t cols) {
+    return (t == TR_DTYPE_Q4_0 || t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q8_0) &&
+           rows > 0 && rows % 16 == 0 && tr_cpu_quant_supported(t, cols);
+}
+
+/* One chunk: block b of the 16 rows starting at `first`. */
+static void repack_chunk(tr_dtype t, const uint8_t *first, size_t row_bytes,
+                         int64_t b, uint8_t *chunk) {
+    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t);
+    const size_t nd = (tsz - hdr) / 4; /* body dwords per row */
+    uint8_t *scales = chunk + 2 * nd * 32;
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *blk = first + (size_t)r * row_bytes + (size_t)b * tsz;
+        uint8_t *body = chunk + (size_t)(r / 8) * nd * 32;
+        for (size_t j = 0; j < nd; j++)
+            memcpy(body + (8 * j + (size_t)(r % 8)) * 4, blk + hdr + 4 * j, 4);
+        memcpy(scales + 2 * r, blk, 2);
+        if (t == TR_DTYPE_Q4_1) memcpy(scales + 32 + 2 * r, blk + 2, 2);
+    }
+}
+
+void tr_cpu_repack16(tr_dtype t, const void *src, int64_t rows, int64_t cols,
+                     void *dst) {
+    const size_t tsz = tr_dtype_type_size(t);
+    const int64_t nb = cols / 32;
+    const size_t row_bytes = (size_t)nb * tsz, chunk = 16 * tsz;
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    for (int64_t g = 0; g < rows / 16; g++)
+        for (int64_t b = 0; b < nb; b++)
+            repack_chunk(t, s + (size_t)g * 16 * row_bytes, row_bytes, b,
+                         d + ((size_t)g * (size_t)nb + (size_t)b) * chunk);
+}
+
+void tr_cpu_r16_read_blocks(tr_dtype t, const void *r16, int64_t cols, int64_t row,
+                            int64_t b0, int64_t n_blocks, void *dst) {
+    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t);
+    const size_t nd = (tsz - hdr) / 4, chunk = 16 * tsz;
+    const int64_t nb = cols / 32;
+    const size_t r = (size_t)(row % 16);
+    const uint8_t *grp = (const uint8_t *)r16 + (size_t)(row / 16) * (size_t)nb * chunk;
+    uint8_t *out = dst;
+    for (int64_t b = b0; b < b0 + n_blocks; b++, out += tsz) {
+        const uint8_t *c = grp + (size_t)b * chunk;
+        const uint8_t *body = c + (r / 8) * nd * 32, *scales = c + 2 * nd * 32;
+        memcpy(out, scales + 2 * r, 2);
+        if (t == TR_DTYPE_Q4_1) memcpy(out + 2, scales + 32 + 2 * r, 2);
+        for (size_t j = 0; j < nd; j++)
+            memcpy(out + hdr + 4 * j, body + (8 * j + r % 8) * 4, 4);
+    }
+}
