@@ -699,6 +699,8 @@ int trellis_engine_new(const char *model_path,
         return tr_errf(err, err_cap, s, "cannot load model '%s': %s", path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
+    /* the engine owns f and only this model reads its tensors */
+    tr_model_forget_copied_tensors(m, f);
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
         uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, TR_DTYPE_F16);

@@ -469,6 +469,18 @@ void tr_gguf_close(gguf_file *f) {
     free(f);
 }
 
+void tr_gguf_forget(gguf_file *f, const void *p, size_t n) {
+    if (!f || !f->map || !p) return;
+    uintptr_t lo = (uintptr_t)p, hi = lo + n, base = (uintptr_t)f->base;
+    if (hi < lo || lo < base || hi > base + f->size) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    lo = (lo + page - 1) / page * page; /* whole pages only: the neighbours' bytes stay */
+    hi = hi / page * page;
+    if (hi <= lo) return;
+    if (f->load == GGUF_LOAD_READ) (void)mprotect((void *)lo, hi - lo, PROT_NONE);
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure costs memory only */
+}
+
 static tr_status parse_header(rd *r, gguf_file *f, uint64_t *n_tensors,
                               uint64_t *n_kv) {
     tr_status s = rd_need(r, 4, "magic");

@@ -125,6 +125,15 @@ tr_status tr_gguf_open_memory(const void *data, size_t size, gguf_file **out,
 /* f may be NULL. */
 void tr_gguf_close(gguf_file *f);
 
+/* Gives back to the system the whole pages inside [p, p + n), bytes of f
+ * that the caller will not read again (a model that copied some tensors
+ * into another layout). Mapped files: the pages leave this process's
+ * memory (a later read would bring them back from the file). Files read
+ * in: the pages are freed and made inaccessible, so a later read faults
+ * at once instead of seeing zeros (a bug in the caller). Borrowed bytes
+ * (tr_gguf_open_memory), or a range not inside f's bytes: nothing. */
+void tr_gguf_forget(gguf_file *f, const void *p, size_t n);
+
 /* Re-validates the invariants open established (tensors inside the file,
  * sizes consistent with types, indexes complete). TR_OK or
  * TR_ERR_INTERNAL. For tests. */

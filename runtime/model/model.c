@@ -164,6 +164,7 @@ void tr_model_free(model *m) {
     for (int i = 0; i < m->n_device_copies; i++)
         be->ops->free(be, m->device_copies[i]);
     free(m->device_copies);
+    free(m->copied_from);
     free(m->layers);
     free(m->window);
     free(m->mask_union);

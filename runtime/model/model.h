@@ -94,6 +94,14 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
                      int32_t max_batch_tokens, model **out, tr_diag *diag);
 void tr_model_free(model *m);
 
+/* The backend may have copied matrices into a layout of its own at load
+ * (backend.h, prepare_matmul_weights); the model then never reads their
+ * bytes in f again. The file's owner, when nothing else reads f's tensors,
+ * gives those bytes back with this (tr_gguf_forget): without it a file
+ * read into memory would stay resident beside the copies. f must be the
+ * file m was loaded from (else nothing happens). */
+void tr_model_forget_copied_tensors(model *m, gguf_file *f);
+
 const model_hparams *tr_model_get_hparams(const model *m);
 /* Layer l's sliding window (0: global attention, every position). */
 int32_t tr_model_layer_window(const model *m, int32_t layer);

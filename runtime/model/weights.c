@@ -159,7 +159,10 @@ tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
     void **grown = realloc(m->device_copies,
                            sizeof(void *) * (size_t)(m->n_device_copies + 1));
     if (grown) m->device_copies = grown;
-    tr_status s = in && out && grown ? TR_OK : TR_ERR_NOMEM;
+    free(m->copied_from);
+    m->n_copied = 0;
+    m->copied_from = calloc((size_t)n, sizeof *m->copied_from);
+    tr_status s = in && out && grown && m->copied_from ? TR_OK : TR_ERR_NOMEM;
     for (int32_t l = 0; s == TR_OK && l < m->hp.n_layers; l++) {
         tr_layer_weights *L = &m->layers[l];
         tr_weight *mats[] = {&L->attn.wq, &L->attn.wk, &L->attn.wv, &L->attn.wo,
@@ -171,10 +174,24 @@ tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
     if (s == TR_OK) s = m->be->ops->prepare_matmul_weights(m->be, n, in, out, &owned);
     if (s == TR_OK) {
         if (owned) m->device_copies[m->n_device_copies++] = owned;
+        for (int32_t k = 0; k < n && m->host_memory; k++) {
+            if (out[k].layout == 0 || out[k].data == in[k]->data) continue;
+            uint64_t rb = 0;
+            if (!tr_dtype_row_bytes(in[k]->type, (uint64_t)in[k]->cols, &rb)) continue;
+            m->copied_from[m->n_copied].data = in[k]->data;
+            m->copied_from[m->n_copied++].bytes = (size_t)(rb * (uint64_t)in[k]->rows);
+        }
         for (int32_t k = 0; k < n; k++) *(tr_weight *)in[k] = out[k];
         if (m->hp.tied_output) m->tok_embd = m->output;
     }
     free(in);
     free(out);
     return s ? tr_diag_set(diag, s, 0, "cannot prepare the layers' matrices") : TR_OK;
+}
+
+void tr_model_forget_copied_tensors(model *m, gguf_file *f) {
+    if (!m || f != m->file) return;
+    for (int32_t i = 0; i < m->n_copied; i++)
+        tr_gguf_forget(f, m->copied_from[i].data, m->copied_from[i].bytes);
+    m->n_copied = 0;
 }

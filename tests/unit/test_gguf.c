@@ -705,6 +705,56 @@ static void test_load_modes(void **state) {
 
 /* ---- corrupt files, one per stage ---- */
 
+/* tr_gguf_forget: only whole pages inside the range go; the neighbours'
+ * bytes stay readable; a mapped file's forgotten bytes come back from the
+ * file; out-of-range, NULL and borrowed bytes are no-ops. (A read-in
+ * file's forgotten pages fault when read: not exercised here.) */
+static void test_forget(void **state) {
+    (void)state;
+    enum { BIG = 131072, SMALL = 64 };
+    small_file sf;
+    memset(&sf, 0, sizeof sf);
+    w_header(&sf.w, 3, 2, 0);
+    const uint64_t big_ne[1] = {BIG / 4}, small_ne[1] = {SMALL / 4};
+    w_tensor(&sf.w, "big", 1, big_ne, 0 /* F32 */, 0);
+    w_tensor(&sf.w, "small", 1, small_ne, 0, BIG);
+    w_pad(&sf.w, 32);
+    size_t data_at = sf.w.len;
+    w_fill(&sf.w, BIG, 3);
+    w_fill(&sf.w, SMALL, 9);
+    char path[] = "/tmp/trellis_test_gguf_XXXXXX";
+    temp_file(path, &sf);
+    const uint8_t *want = sf.w.p + data_at;
+    const gguf_load modes[2] = {GGUF_LOAD_MMAP, GGUF_LOAD_READ};
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < 2; i++) {
+        gguf_file *f = NULL;
+        tr_diag d;
+        assert_int_equal(tr_gguf_open_ex(path, modes[i], &f, &d), TR_OK);
+        const gguf_tensor *big = tr_gguf_tensor_find(f, "big"), *small = tr_gguf_tensor_find(f, "small");
+        assert_true(big && small && big->size == BIG);
+        tr_gguf_forget(f, NULL, 10);
+        tr_gguf_forget(f, want, BIG); /* not f's bytes */
+        tr_gguf_forget(NULL, big->data, BIG);
+        tr_gguf_forget(f, big->data, big->size);
+        assert_memory_equal(small->data, want + BIG, SMALL);
+        /* the bytes before big's first whole page stay */
+        size_t head = (page - (uintptr_t)big->data % page) % page;
+        assert_memory_equal(big->data, want, head);
+        if (modes[i] == GGUF_LOAD_MMAP) assert_memory_equal(big->data, want, BIG);
+        tr_gguf_close(f);
+    }
+    gguf_file *fm = NULL;
+    tr_diag d;
+    assert_int_equal(tr_gguf_open_memory(sf.w.p, sf.w.len, &fm, &d), TR_OK);
+    const gguf_tensor *big = tr_gguf_tensor_find(fm, "big");
+    tr_gguf_forget(fm, big->data, big->size); /* borrowed: kept */
+    assert_memory_equal(big->data, want, BIG);
+    tr_gguf_close(fm);
+    unlink(path);
+    w_free(&sf.w);
+}
+
 static void test_bad_header(void **state) {
     (void)state;
     wbuf w = {0};
@@ -1242,6 +1292,7 @@ int main(void) {
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_load_modes),
+        cmocka_unit_test(test_forget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
