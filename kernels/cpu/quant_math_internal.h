@@ -158,16 +158,19 @@ bool tr_cpu_quant_supported(tr_dtype wtype, int64_t cols);
  * is a handful of aligned loads. Done once, when the model loads.
  * Layout: rows in groups of 16, each group's blocks in column order, one
  * chunk of 16 * type_size bytes per (group, block):
- *   body of rows 0-7:  dword j of row r's quants at byte (8 j + r) * 4
+ *   body of rows 0-7:  dword j of row r's body at byte (8 j + r) * 4
  *   body of rows 8-15: the same, after it
  *   d of rows 0..15:   16 fp16 (row order)
- *   m of rows 0..15:   16 fp16 (Q4_1 only)
- * (Q4_0, Q4_1: 4 body dwords per row, chunks of 288 and 320 bytes; Q8_0:
- * 8 dwords, 544 bytes.) A matrix keeps its byte size. Chunks are 32-byte
- * aligned when the matrix is. */
+ *   m of rows 0..15:   16 fp16 (Q4_1, Q5_1 only)
+ * where a row's body is its block's bytes after d (and m): Q4_0, Q4_1 the
+ * 16 quant bytes (4 dwords; chunks of 288, 320 bytes); Q5_0, Q5_1 qh then
+ * the quants (5 dwords; 352, 384 bytes); Q8_0 32 quant bytes (8 dwords;
+ * 544 bytes). A matrix keeps its byte size. Chunks are 32-byte aligned
+ * when the matrix is. */
 
-/* true if tr_cpu_repack16 takes a rows x cols matrix of type t: Q4_0, Q4_1
- * or Q8_0, rows a positive multiple of 16, tr_cpu_quant_supported. */
+/* true if tr_cpu_repack16 takes a rows x cols matrix of type t: Q4_0, Q4_1,
+ * Q5_0, Q5_1 or Q8_0, rows a positive multiple of 16,
+ * tr_cpu_quant_supported. */
 bool tr_cpu_repack16_supported(tr_dtype t, int64_t rows, int64_t cols);
 
 /* dst (the matrix's byte size, 32-byte aligned) = src (row-major, GGUF's

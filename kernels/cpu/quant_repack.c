@@ -6,11 +6,15 @@
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/cpu/quant_math_internal.h"
 
-/* Bytes of a block before its quants (fp16 d, and m for Q4_1). */
-static size_t header_bytes(tr_dtype t) { return t == TR_DTYPE_Q4_1 ? 4 : 2; }
+/* Bytes of a block before its body (fp16 d, and m for the type-1 formats). */
+static size_t header_bytes(tr_dtype t) {
+    return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1 ? 4 : 2;
+}
+static bool has_m(tr_dtype t) { return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1; }
 
 bool tr_cpu_repack16_supported(tr_dtype t, int64_t rows, int64_t cols) {
-    return (t == TR_DTYPE_Q4_0 || t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q8_0) &&
+    return (t == TR_DTYPE_Q4_0 || t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_0 ||
+            t == TR_DTYPE_Q5_1 || t == TR_DTYPE_Q8_0) &&
            rows > 0 && rows % 16 == 0 && tr_cpu_quant_supported(t, cols);
 }
 
@@ -26,7 +30,7 @@ static void repack_chunk(tr_dtype t, const uint8_t *first, size_t row_bytes,
         for (size_t j = 0; j < nd; j++)
             memcpy(body + (8 * j + (size_t)(r % 8)) * 4, blk + hdr + 4 * j, 4);
         memcpy(scales + 2 * r, blk, 2);
-        if (t == TR_DTYPE_Q4_1) memcpy(scales + 32 + 2 * r, blk + 2, 2);
+        if (has_m(t)) memcpy(scales + 32 + 2 * r, blk + 2, 2);
     }
 }
 
@@ -55,7 +59,7 @@ void tr_cpu_r16_read_blocks(tr_dtype t, const void *r16, int64_t cols, int64_t r
         const uint8_t *c = grp + (size_t)b * chunk;
         const uint8_t *body = c + (r / 8) * nd * 32, *scales = c + 2 * nd * 32;
         memcpy(out, scales + 2 * r, 2);
-        if (t == TR_DTYPE_Q4_1) memcpy(out + 2, scales + 32 + 2 * r, 2);
+        if (has_m(t)) memcpy(out + 2, scales + 32 + 2 * r, 2);
         for (size_t j = 0; j < nd; j++)
             memcpy(out + hdr + 4 * j, body + (8 * j + r % 8) * 4, 4);
     }

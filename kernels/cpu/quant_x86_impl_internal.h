@@ -468,8 +468,12 @@ QX_INLINE void run32(tr_dtype t, const __m256i *u, int kn, int64_t kb, int64_t n
  * aligned loads (and the nibble split): no shuffles, no stack buffer for a
  * decode step. */
 
-/* Body dwords per row of a block: 4 (Q4_0, Q4_1) or 8 (Q8_0). */
-QX_INLINE int r16_nd(tr_dtype t) { return t == TR_DTYPE_Q8_0 ? 8 : 4; }
+QX_INLINE bool r16_five(tr_dtype t) { return t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1; }
+QX_INLINE bool r16_has_m(tr_dtype t) { return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1; }
+
+/* Body dwords per row of a block: 4 (Q4_0, Q4_1), 5 (Q5_0, Q5_1: qh, then
+ * the quants) or 8 (Q8_0). */
+QX_INLINE int r16_nd(tr_dtype t) { return t == TR_DTYPE_Q8_0 ? 8 : r16_five(t) ? 5 : 4; }
 
 /* unpack32's vectors for group grp (rows 8 grp .. 8 grp + 7) of chunk c. */
 QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, __m256i *raw,
@@ -478,8 +482,8 @@ QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, _
     const __m256i *q = (const __m256i *)c + grp * nd;
     const uint8_t *sc = c + 64 * nd;
     *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16 * grp)));
-    *m = t == TR_DTYPE_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32 + 16 * grp)))
-                            : _mm256_setzero_ps();
+    *m = r16_has_m(t) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32 + 16 * grp)))
+                      : _mm256_setzero_ps();
     if (t == TR_DTYPE_Q8_0) {
         for (int j = 0; j < 8; j++) {
             __m256i r = _mm256_load_si256(q + j);
@@ -494,10 +498,16 @@ QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, _
         return;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const bool five = r16_five(t);
+    const __m256i qh = five ? _mm256_load_si256(q) : _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
-        __m256i v = _mm256_load_si256(q + j);
+        __m256i v = _mm256_load_si256(q + five + j);
         g[2 * j] = _mm256_and_si256(v, m4);
         g[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (five) {
+            g[2 * j] = _mm256_or_si256(g[2 * j], qh_bits(qh, 4 * j));
+            g[2 * j + 1] = _mm256_or_si256(g[2 * j + 1], qh_bits(qh, 16 + 4 * j));
+        }
     }
 }
 
@@ -534,21 +544,35 @@ QX_INLINE __m256i dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x) {
         return a;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const bool five = r16_five(t);
+    const __m256i qh = five ? _mm256_load_si256(q) : _mm256_setzero_si256();
+#ifndef QX_VNNI
+    __m256i h = _mm256_setzero_si256(); /* 5-bit: the second half's int16 sums */
+#endif
     QX_UNROLL
     for (int j = 0; j < 4; j++) {
-        __m256i v = _mm256_load_si256(q + j);
+        __m256i v = _mm256_load_si256(q + five + j);
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (five) {
+            lo = _mm256_or_si256(lo, qh_bits(qh, 4 * j));
+            hi = _mm256_or_si256(hi, qh_bits(qh, 16 + 4 * j));
+        }
         __m256i xl = bc32(x + 4 * j), xh = bc32(x + 16 + 4 * j);
 #ifdef QX_VNNI
         a = dp4(dp4(a, lo, xl), hi, xh);
 #else
-        /* int16 pair sums: 8 of them <= 30480, as in dot32 */
-        a = _mm256_add_epi16(a, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
-                                                 _mm256_maddubs_epi16(hi, xh)));
+        /* int16 pair sums: 8 of 4-bit <= 30480, as in dot32; 5-bit pairs
+         * (<= 7874) four at a time, in two halves */
+        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+        if (five && j >= 2)
+            h = _mm256_add_epi16(h, p);
+        else
+            a = _mm256_add_epi16(a, p);
 #endif
     }
 #ifndef QX_VNNI
     a = _mm256_madd_epi16(a, _mm256_set1_epi16(1));
+    if (five) a = _mm256_add_epi32(a, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
 #endif
     return a;
 }
@@ -560,7 +584,7 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
                           float *o, bool accumulate) {
     const int nd = r16_nd(t);
     const size_t csz = (size_t)16 * tr_dtype_type_size(t);
-    const int sh = t == TR_DTYPE_Q4_0 ? 3
+    const int sh = t == TR_DTYPE_Q4_0 ? 3 : t == TR_DTYPE_Q5_0 ? 4
 #ifdef QX_VNNI
                  : t == TR_DTYPE_Q8_0 ? 7
 #endif
@@ -582,7 +606,7 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
         const __m256 dxv = bcf(dx + b);
         __m256 sA = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc)), dxv);
         __m256 sB = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16))), dxv);
-        if (t == TR_DTYPE_Q4_1) {
+        if (r16_has_m(t)) {
             const __m256 sxv = bcf(sx + b);
             __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
             __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));
@@ -1178,6 +1202,8 @@ static void QX_NAME(matmul_tile_r16)(tr_dtype wtype, const void *w, size_t w_row
     switch (wtype) {
         QX_CASE(TR_DTYPE_Q4_0)
         QX_CASE(TR_DTYPE_Q4_1)
+        QX_CASE(TR_DTYPE_Q5_0)
+        QX_CASE(TR_DTYPE_Q5_1)
         QX_CASE(TR_DTYPE_Q8_0)
     default:
         break;

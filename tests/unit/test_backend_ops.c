@@ -1009,10 +1009,10 @@ static void determinism_matmul_rows(tb *t) {
 static void determinism_prepared(tb *t) {
     const tr_backend_ops *o = t->be->ops;
     if (!o->prepare_matmul_weights) return;
-    enum { NM = 5 };
+    enum { NM = 7 };
     const tr_dtype types[NM] = {TR_DTYPE_Q4_1, TR_DTYPE_Q8_0, TR_DTYPE_Q4_0, TR_DTYPE_Q4_K,
-                                TR_DTYPE_Q8_0};
-    const int64_t rows[NM] = {320, 48, 64, 64, 301}, cols = 256;
+                                TR_DTYPE_Q8_0, TR_DTYPE_Q5_0, TR_DTYPE_Q5_1};
+    const int64_t rows[NM] = {320, 48, 64, 64, 301, 48, 32}, cols = 256;
     uint8_t *wh[NM];
     tb_weight w[NM];
     const tr_weight *in[NM];
@@ -1048,7 +1048,7 @@ static void determinism_prepared(tb *t) {
                 fail_msg("%s prepared %s x%lld: matmul of %d tokens differs", t->label,
                          tr_dtype_name(types[m]), (long long)rows[m], n);
             if (o->matmul_rows) {
-                int32_t ids[] = {(int32_t)rows[m] - 1, 0, 17, 18, 33, 5};
+                int32_t ids[] = {(int32_t)rows[m] - 1, 0, 17, 18, 31, 5};
                 float *c = tb_nan(t, sizeof(float) * nout);
                 o->matmul_rows(t->run, c, &prep[m], dx, n, ids, 6);
                 float *hc = tb_get_floats(t, c, nout);

@@ -1017,10 +1017,11 @@ static void test_matmul_r16(void **state) {
     assert_null(ks[0]->matmul_tile_r16); /* portable: row-major only */
     assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_1, 40, 64));
     assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_1, 0, 64));
-    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q5_0, 32, 64));
+    assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q6_K, 32, 256));
     assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q4_K, 32, 256));
     assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q8_0, 32, 48));
-    static const tr_dtype types[] = {TR_DTYPE_Q4_0, TR_DTYPE_Q4_1, TR_DTYPE_Q8_0};
+    static const tr_dtype types[] = {TR_DTYPE_Q4_0, TR_DTYPE_Q4_1, TR_DTYPE_Q5_0, TR_DTYPE_Q5_1,
+                                     TR_DTYPE_Q8_0};
     static const int ntoks[] = {1, 2, 5, 17, 64, 70, 130};
     const int T = 130;
     const int64_t R = 48;
