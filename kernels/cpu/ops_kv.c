@@ -180,20 +180,27 @@ typedef struct attn_pf {
     int32_t next;     /* next row to request: K rows, then V rows */
 } attn_pf;
 
+/* Requests the next per_call rows, a page run at a time (a run's rows are
+ * contiguous), into L2 rather than L1: the rows requested while one block
+ * computes are the next block's (~50 KB for SmolLM2), more than L1 holds
+ * beside the block being read, so into L1 they pushed that block out
+ * (measured: decode at 512 positions 5-8% faster, 1 and 2 threads). */
 static void attn_pf_step(const attn_args *a, attn_pf *pf) {
     const tr_kv_layout *kv = a->kv;
     int32_t ps = kv->page_size;
     const int32_t *pt = a->b->page_table[a->b->seq[pf->t]];
     size_t row_bytes = a->kv_dim * a->esize;
     int32_t stop = TR_MIN(2 * pf->rows, pf->next + pf->per_call);
-    for (; pf->next < stop; pf->next++) {
+    while (pf->next < stop) {
         int c = pf->next >= pf->rows;
         int32_t j = pf->first + pf->next - c * pf->rows;
+        int32_t n = TR_MIN(TR_MIN(stop, (c + 1) * pf->rows) - pf->next, ps - j % ps);
         const char *row = (const char *)kv->base +
                           kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) *
                               a->esize;
-        for (size_t o = 0; o < row_bytes; o += 64)
-            __builtin_prefetch(row + o, 0, 3);
+        for (size_t o = 0; o < (size_t)n * row_bytes; o += 64)
+            __builtin_prefetch(row + o, 0, 2);
+        pf->next += n;
     }
 }
 
