@@ -376,10 +376,16 @@ typedef struct tr_backend_ops {
      * NULL when nothing was copied). A prepared matrix goes to this
      * backend's ops only (matmul, matmul_rows, embed), which compute from
      * it bitwise what they compute from the row-major matrix. Synchronous;
-     * the w[i] stay the caller's. NULL: every matrix stays row-major. */
+     * the w[i] stay the caller's. copied (may be NULL) is called, on the
+     * calling thread before the op returns, with i for each w[i] copied,
+     * once the backend will not read w[i]->data again (so a caller can
+     * give those bytes back while the rest are copied). NULL: every
+     * matrix stays row-major. */
     tr_status (*prepare_matmul_weights)(tr_backend *be, int32_t n,
                                         const tr_weight *const *w,
-                                        tr_weight *out, void **owned);
+                                        tr_weight *out, void **owned,
+                                        void (*copied)(void *ctx, int32_t i),
+                                        void *ctx);
 } tr_backend_ops;
 
 /* Every backend object starts with this header, every stream with

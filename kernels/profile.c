@@ -232,8 +232,9 @@ static void p_host_free(tr_backend *be, void *ptr) {
     of_be(be)->inner->ops->host_free(of_be(be)->inner, ptr);
 }
 static tr_status p_prepare(tr_backend *be, int32_t n, const tr_weight *const *w, tr_weight *out,
-                           void **owned) {
-    return of_be(be)->inner->ops->prepare_matmul_weights(of_be(be)->inner, n, w, out, owned);
+                           void **owned, void (*copied)(void *ctx, int32_t i), void *ctx) {
+    return of_be(be)->inner->ops->prepare_matmul_weights(of_be(be)->inner, n, w, out, owned,
+                                                         copied, ctx);
 }
 static tr_status p_import_weights(tr_backend *be, const void *src, size_t n, const void **dev,
                                   void **owned) {

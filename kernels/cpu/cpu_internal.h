@@ -160,7 +160,9 @@ void tr_cpu_op_rmsnorm(tr_stream *s, float *out, const float *x,
 /* backend.h's prepare_matmul_weights (prepare.c). */
 tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
                                         const tr_weight *const *w,
-                                        tr_weight *out, void **owned);
+                                        tr_weight *out, void **owned,
+                                        void (*copied)(void *ctx, int32_t i),
+                                        void *ctx);
 
 void tr_cpu_op_matmul(tr_stream *s, int32_t n_mats, float *const *out,
                       const tr_weight *const *w, const float *x, int32_t n,

@@ -23,7 +23,9 @@ static size_t matrix_bytes(const tr_weight *w) {
 
 tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
                                         const tr_weight *const *w,
-                                        tr_weight *out, void **owned) {
+                                        tr_weight *out, void **owned,
+                                        void (*copied)(void *ctx, int32_t i),
+                                        void *ctx) {
     cpu_backend *c = (cpu_backend *)be;
     if (!be || n < 0 || (n && (!w || !out)) || !owned) return TR_ERR_INVALID_ARG;
     *owned = NULL;
@@ -52,6 +54,7 @@ tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
         out[i].data = buf + at;
         out[i].layout = TR_CPU_LAYOUT_R16;
         at += (matrix_bytes(w[i]) + 63) / 64 * 64;
+        if (copied) copied(ctx, i);
     }
     *owned = buf;
     return TR_OK;

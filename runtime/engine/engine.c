@@ -691,7 +691,8 @@ int trellis_engine_new(const char *model_path,
         return tr_errf(err, err_cap, s, "cannot start the compute backend: %s",
                        d.message[0] ? d.message : tr_status_message(s));
     }
-    s = tr_model_load(f, be, o.max_batch_tokens, &m, &d);
+    /* the engine owns f and only this model reads its tensors */
+    s = tr_model_load_owning(f, be, o.max_batch_tokens, &m, &d);
     if (s != TR_OK) {
         tr_backend_free(be);
         tr_tokenizer_free(tok);
@@ -699,8 +700,6 @@ int trellis_engine_new(const char *model_path,
         return tr_errf(err, err_cap, s, "cannot load model '%s': %s", path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
-    /* the engine owns f and only this model reads its tensors */
-    tr_model_forget_copied_tensors(m, f);
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
         uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, TR_DTYPE_F16);

@@ -82,8 +82,10 @@ static tr_status alloc_scratch(model *m, float **p, int64_t rows,
     return m->be->ops->alloc(m->be, (size_t)bytes, (void **)p);
 }
 
-tr_status tr_model_load(const gguf_file *f, tr_backend *be,
-                        int32_t max_batch_tokens, model **out, tr_diag *diag) {
+/* owned: f again when the caller lets the model give back copied tensors'
+ * bytes, else NULL. */
+static tr_status load(const gguf_file *f, gguf_file *owned, tr_backend *be,
+                      int32_t max_batch_tokens, model **out, tr_diag *diag) {
     if (!f || !be || !out || max_batch_tokens <= 0)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
                            "model_load: bad arguments");
@@ -97,6 +99,7 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
     model *m = calloc(1, sizeof *m);
     if (!m) return TR_ERR_NOMEM;
     m->be = be;
+    m->owned_file = owned;
     m->host_memory = tr_backend_get_info(be).host_memory;
     m->file = f;
     m->max_batch = max_batch_tokens;
@@ -154,6 +157,17 @@ fail:
     return s;
 }
 
+tr_status tr_model_load(const gguf_file *f, tr_backend *be,
+                        int32_t max_batch_tokens, model **out, tr_diag *diag) {
+    return load(f, NULL, be, max_batch_tokens, out, diag);
+}
+
+tr_status tr_model_load_owning(gguf_file *f, tr_backend *be,
+                               int32_t max_batch_tokens, model **out,
+                               tr_diag *diag) {
+    return load(f, f, be, max_batch_tokens, out, diag);
+}
+
 void tr_model_free(model *m) {
     if (!m) return;
     tr_backend *be = m->be;
@@ -164,7 +178,6 @@ void tr_model_free(model *m) {
     for (int i = 0; i < m->n_device_copies; i++)
         be->ops->free(be, m->device_copies[i]);
     free(m->device_copies);
-    free(m->copied_from);
     free(m->layers);
     free(m->window);
     free(m->mask_union);

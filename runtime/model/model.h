@@ -94,13 +94,14 @@ tr_status tr_model_load(const gguf_file *f, tr_backend *be,
                      int32_t max_batch_tokens, model **out, tr_diag *diag);
 void tr_model_free(model *m);
 
-/* The backend may have copied matrices into a layout of its own at load
- * (backend.h, prepare_matmul_weights); the model then never reads their
- * bytes in f again. The file's owner, when nothing else reads f's tensors,
- * gives those bytes back with this (tr_gguf_forget): without it a file
- * read into memory would stay resident beside the copies. f must be the
- * file m was loaded from (else nothing happens). */
-void tr_model_forget_copied_tensors(model *m, gguf_file *f);
+/* As tr_model_load, for a caller that owns f and reads no tensor of it
+ * afterwards (the engine): when the backend copies matrices into a layout
+ * of its own (backend.h, prepare_matmul_weights), the file's bytes of each
+ * are given back as soon as it is copied (tr_gguf_forget), so neither the
+ * load nor the model holds both. f must outlive the model as usual. */
+tr_status tr_model_load_owning(gguf_file *f, tr_backend *be,
+                               int32_t max_batch_tokens, model **out,
+                               tr_diag *diag);
 
 const model_hparams *tr_model_get_hparams(const model *m);
 /* Layer l's sliding window (0: global attention, every position). */

@@ -109,11 +109,9 @@ struct model {
     const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
     void **device_copies;     /* weights the backend copied (import_weights) */
     int n_device_copies;
-    struct {
-        const void *data; /* the file's bytes of a matrix prepare_matmul_weights copied */
-        size_t bytes;
-    } *copied_from;
-    int32_t n_copied;
+    gguf_file *owned_file;    /* file (the same as `file`) whose copied tensors'
+                                 bytes may be given back (tr_model_load_owning);
+                                 NULL: f is only borrowed */
     uint64_t weight_bytes;
 
     /* scratch on the backend, sized for max_batch tokens */

@@ -148,9 +148,25 @@ tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
     return TR_OK;
 }
 
+/* prepare's callback: matrix i's file bytes are no longer read. */
+typedef struct forget_ctx {
+    model *m;
+    const tr_weight *const *in;
+} forget_ctx;
+
+static void forget_copied(void *ctx, int32_t i) {
+    const forget_ctx *c = ctx;
+    const tr_weight *w = c->in[i];
+    uint64_t rb = 0;
+    if (c->m->host_memory && tr_dtype_row_bytes(w->type, (uint64_t)w->cols, &rb))
+        tr_gguf_forget(c->m->owned_file, w->data, (size_t)(rb * (uint64_t)w->rows));
+}
+
 /* Every layer's matrices and the output matrix (a tied one is also the
  * token table: embed reads the prepared copy too). A separate token_embd
- * stays as it is: embed reads one row of it per token. */
+ * stays as it is: embed reads one row of it per token. With an owned
+ * file, each copied matrix's file bytes are given back as soon as it is
+ * copied, so the load never holds both (peak RSS). */
 tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
     if (!m->be->ops->prepare_matmul_weights || m->hp.n_layers <= 0) return TR_OK;
     const int32_t per_layer = 7, n = m->hp.n_layers * per_layer + 1;
@@ -159,10 +175,7 @@ tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
     void **grown = realloc(m->device_copies,
                            sizeof(void *) * (size_t)(m->n_device_copies + 1));
     if (grown) m->device_copies = grown;
-    free(m->copied_from);
-    m->n_copied = 0;
-    m->copied_from = calloc((size_t)n, sizeof *m->copied_from);
-    tr_status s = in && out && grown && m->copied_from ? TR_OK : TR_ERR_NOMEM;
+    tr_status s = in && out && grown ? TR_OK : TR_ERR_NOMEM;
     for (int32_t l = 0; s == TR_OK && l < m->hp.n_layers; l++) {
         tr_layer_weights *L = &m->layers[l];
         tr_weight *mats[] = {&L->attn.wq, &L->attn.wk, &L->attn.wv, &L->attn.wo,
@@ -171,27 +184,16 @@ tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag) {
     }
     if (s == TR_OK) in[n - 1] = &m->output;
     void *owned = NULL;
-    if (s == TR_OK) s = m->be->ops->prepare_matmul_weights(m->be, n, in, out, &owned);
+    forget_ctx fc = {m, in};
+    if (s == TR_OK)
+        s = m->be->ops->prepare_matmul_weights(m->be, n, in, out, &owned,
+                                               m->owned_file ? forget_copied : NULL, &fc);
     if (s == TR_OK) {
         if (owned) m->device_copies[m->n_device_copies++] = owned;
-        for (int32_t k = 0; k < n && m->host_memory; k++) {
-            if (out[k].layout == 0 || out[k].data == in[k]->data) continue;
-            uint64_t rb = 0;
-            if (!tr_dtype_row_bytes(in[k]->type, (uint64_t)in[k]->cols, &rb)) continue;
-            m->copied_from[m->n_copied].data = in[k]->data;
-            m->copied_from[m->n_copied++].bytes = (size_t)(rb * (uint64_t)in[k]->rows);
-        }
         for (int32_t k = 0; k < n; k++) *(tr_weight *)in[k] = out[k];
         if (m->hp.tied_output) m->tok_embd = m->output;
     }
     free(in);
     free(out);
     return s ? tr_diag_set(diag, s, 0, "cannot prepare the layers' matrices") : TR_OK;
-}
-
-void tr_model_forget_copied_tensors(model *m, gguf_file *f) {
-    if (!m || f != m->file) return;
-    for (int32_t i = 0; i < m->n_copied; i++)
-        tr_gguf_forget(f, m->copied_from[i].data, m->copied_from[i].bytes);
-    m->n_copied = 0;
 }

@@ -1006,6 +1006,8 @@ static void determinism_matmul_rows(tb *t) {
  * matrices; matrices in one call get distinct copies; a matrix the
  * backend keeps (a type or a row count it does not repack) comes back as
  * it was. */
+static void count_copied(void *ctx, int32_t i) { ((int32_t *)ctx)[i]++; }
+
 static void determinism_prepared(tb *t) {
     const tr_backend_ops *o = t->be->ops;
     if (!o->prepare_matmul_weights) return;
@@ -1025,7 +1027,10 @@ static void determinism_prepared(tb *t) {
         in[m] = &w[m].w;
     }
     void *owned = NULL;
-    assert_int_equal(o->prepare_matmul_weights(t->be, NM, in, prep, &owned), TR_OK);
+    int32_t copied[NM] = {0};
+    assert_int_equal(o->prepare_matmul_weights(t->be, NM, in, prep, &owned, count_copied, copied),
+                     TR_OK);
+    for (int m = 0; m < NM; m++) assert_int_equal(copied[m], prep[m].layout != 0); /* once each */
     assert_true(prep[3].layout == 0 && prep[3].data == w[3].w.data); /* Q4_K: kept */
     assert_true(prep[4].layout == 0 && prep[4].data == w[4].w.data); /* 301 rows: kept */
     for (int m = 0; m < NM; m++) {
