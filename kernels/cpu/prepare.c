@@ -17,8 +17,11 @@ static bool repackable(const cpu_backend *c, const tr_weight *w) {
            tr_cpu_repack16_supported(w->type, w->rows, w->cols);
 }
 
-static size_t matrix_bytes(const tr_weight *w) {
-    return tr_dtype_type_size(w->type) * (size_t)(w->cols / 32) * (size_t)w->rows;
+/* A copy's bytes in the buffer: the matrix's, each copy 64-byte aligned
+ * (the layout's loads want 32). */
+static size_t copy_bytes(const tr_weight *w) {
+    size_t bytes = tr_dtype_type_size(w->type) * (size_t)(w->cols / 32) * (size_t)w->rows;
+    return (bytes + 63) / 64 * 64;
 }
 
 tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
@@ -32,8 +35,7 @@ tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
     size_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         if (!w[i]) return TR_ERR_INVALID_ARG;
-        /* each copy 64-byte aligned (the layout's loads want 32) */
-        if (repackable(c, w[i])) total += (matrix_bytes(w[i]) + 63) / 64 * 64;
+        if (repackable(c, w[i])) total += copy_bytes(w[i]);
     }
     uint8_t *buf = NULL;
     if (total) {
@@ -53,7 +55,7 @@ tr_status tr_cpu_prepare_matmul_weights(tr_backend *be, int32_t n,
         tr_cpu_repack16(w[i]->type, w[i]->data, w[i]->rows, w[i]->cols, buf + at);
         out[i].data = buf + at;
         out[i].layout = TR_CPU_LAYOUT_R16;
-        at += (matrix_bytes(w[i]) + 63) / 64 * 64;
+        at += copy_bytes(w[i]);
         if (copied) copied(ctx, i);
     }
     *owned = buf;

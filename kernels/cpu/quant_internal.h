@@ -71,6 +71,24 @@ static inline cpu_act_kind cpu_q_act_kind(tr_dtype t) {
     }
 }
 
+/* The 32-blocks that store a minimum m after d (x = d*q + m). */
+static inline bool cpu_q_has_min(tr_dtype t) {
+    return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1;
+}
+
+/* ---- the r16 layout (quant_math_internal.h): offsets in a chunk ---- */
+/* Body dwords per row of a block: 4 (Q4_0, Q4_1), 5 (Q5_0, Q5_1: qh, then
+ * the quants) or 8 (Q8_0). */
+static inline size_t cpu_r16_nd(tr_dtype t) {
+    return t == TR_DTYPE_Q8_0 ? 8 : t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1 ? 5 : 4;
+}
+/* Dword j of row r's body (r < 16). */
+static inline size_t cpu_r16_body_off(size_t nd, size_t r, size_t j) {
+    return (r / 8) * nd * 32 + (8 * j + r % 8) * 4;
+}
+/* The 16 fp16 d (then, with a minimum, the 16 m) after both bodies. */
+static inline size_t cpu_r16_scales_off(size_t nd) { return 64 * nd; }
+
 /* ---- activation row accessors (row = start of one quantized row) ---- */
 static inline const int8_t *cpu_a32_q(const void *row) {
     return (const int8_t *)row;

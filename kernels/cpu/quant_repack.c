@@ -6,31 +6,25 @@
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/cpu/quant_math_internal.h"
 
-/* Bytes of a block before its body (fp16 d, and m for the type-1 formats). */
-static size_t header_bytes(tr_dtype t) {
-    return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1 ? 4 : 2;
-}
-static bool has_m(tr_dtype t) { return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1; }
+/* Bytes of a block before its body (fp16 d, and m where there is one). */
+static size_t header_bytes(tr_dtype t) { return cpu_q_has_min(t) ? 4 : 2; }
 
 bool tr_cpu_repack16_supported(tr_dtype t, int64_t rows, int64_t cols) {
-    return (t == TR_DTYPE_Q4_0 || t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_0 ||
-            t == TR_DTYPE_Q5_1 || t == TR_DTYPE_Q8_0) &&
-           rows > 0 && rows % 16 == 0 && tr_cpu_quant_supported(t, cols);
+    return cpu_q_act_kind(t) == CPU_ACT_A32 && rows > 0 && rows % 16 == 0 &&
+           tr_cpu_quant_supported(t, cols);
 }
 
 /* One chunk: block b of the 16 rows starting at `first`. */
 static void repack_chunk(tr_dtype t, const uint8_t *first, size_t row_bytes,
                          int64_t b, uint8_t *chunk) {
-    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t);
-    const size_t nd = (tsz - hdr) / 4; /* body dwords per row */
-    uint8_t *scales = chunk + 2 * nd * 32;
-    for (int r = 0; r < 16; r++) {
-        const uint8_t *blk = first + (size_t)r * row_bytes + (size_t)b * tsz;
-        uint8_t *body = chunk + (size_t)(r / 8) * nd * 32;
+    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t), nd = cpu_r16_nd(t);
+    uint8_t *scales = chunk + cpu_r16_scales_off(nd);
+    for (size_t r = 0; r < 16; r++) {
+        const uint8_t *blk = first + r * row_bytes + (size_t)b * tsz;
         for (size_t j = 0; j < nd; j++)
-            memcpy(body + (8 * j + (size_t)(r % 8)) * 4, blk + hdr + 4 * j, 4);
+            memcpy(chunk + cpu_r16_body_off(nd, r, j), blk + hdr + 4 * j, 4);
         memcpy(scales + 2 * r, blk, 2);
-        if (has_m(t)) memcpy(scales + 32 + 2 * r, blk + 2, 2);
+        if (cpu_q_has_min(t)) memcpy(scales + 32 + 2 * r, blk + 2, 2);
     }
 }
 
@@ -49,18 +43,16 @@ void tr_cpu_repack16(tr_dtype t, const void *src, int64_t rows, int64_t cols,
 
 void tr_cpu_r16_read_blocks(tr_dtype t, const void *r16, int64_t cols, int64_t row,
                             int64_t b0, int64_t n_blocks, void *dst) {
-    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t);
-    const size_t nd = (tsz - hdr) / 4, chunk = 16 * tsz;
+    const size_t tsz = tr_dtype_type_size(t), hdr = header_bytes(t), nd = cpu_r16_nd(t);
+    const size_t chunk = 16 * tsz, r = (size_t)(row % 16);
     const int64_t nb = cols / 32;
-    const size_t r = (size_t)(row % 16);
     const uint8_t *grp = (const uint8_t *)r16 + (size_t)(row / 16) * (size_t)nb * chunk;
     uint8_t *out = dst;
     for (int64_t b = b0; b < b0 + n_blocks; b++, out += tsz) {
-        const uint8_t *c = grp + (size_t)b * chunk;
-        const uint8_t *body = c + (r / 8) * nd * 32, *scales = c + 2 * nd * 32;
+        const uint8_t *c = grp + (size_t)b * chunk, *scales = c + cpu_r16_scales_off(nd);
         memcpy(out, scales + 2 * r, 2);
-        if (has_m(t)) memcpy(out + 2, scales + 32 + 2 * r, 2);
+        if (cpu_q_has_min(t)) memcpy(out + 2, scales + 32 + 2 * r, 2);
         for (size_t j = 0; j < nd; j++)
-            memcpy(out + hdr + 4 * j, body + (8 * j + r % 8) * 4, 4);
+            memcpy(out + hdr + 4 * j, c + cpu_r16_body_off(nd, r, j), 4);
     }
 }

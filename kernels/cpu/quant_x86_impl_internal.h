@@ -411,7 +411,7 @@ QX_INLINE __m256 upd32(tr_dtype t, const __m256i *sc, __m256 acc, __m256i dot,
     __m256 dv = _mm256_castsi256_ps(_mm256_load_si256(sc));
     __m256 s = _mm256_mul_ps(dv, bcf(dx));
     __m256 fd = _mm256_cvtepi32_ps(dot);
-    if (t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1) {
+    if (cpu_q_has_min(t)) {
         __m256 mv = _mm256_castsi256_ps(_mm256_load_si256(sc + 1));
         return _mm256_add_ps(acc, _mm256_fmadd_ps(s, fd, _mm256_mul_ps(mv, bcf(sx))));
     }
@@ -469,21 +469,36 @@ QX_INLINE void run32(tr_dtype t, const __m256i *u, int kn, int64_t kb, int64_t n
  * decode step. */
 
 QX_INLINE bool r16_five(tr_dtype t) { return t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1; }
-QX_INLINE bool r16_has_m(tr_dtype t) { return t == TR_DTYPE_Q4_1 || t == TR_DTYPE_Q5_1; }
 
-/* Body dwords per row of a block: 4 (Q4_0, Q4_1), 5 (Q5_0, Q5_1: qh, then
- * the quants) or 8 (Q8_0). */
-QX_INLINE int r16_nd(tr_dtype t) { return t == TR_DTYPE_Q8_0 ? 8 : r16_five(t) ? 5 : 4; }
+/* A 4/5-bit group's (q: its body vectors) qh vector (zero for 4-bit). */
+QX_INLINE __m256i r16_qh(tr_dtype t, const __m256i *q) {
+    return r16_five(t) ? _mm256_load_si256(q) : _mm256_setzero_si256();
+}
+
+/* Quant vector j (0..3) of a 4/5-bit group split into its low and high
+ * nibbles with their fifth bits: unpack32's g[2 j] and g[2 j + 1]. */
+QX_INLINE void r16_nibbles(tr_dtype t, const __m256i *q, __m256i qh, int j, __m256i *lo,
+                           __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const bool five = r16_five(t);
+    __m256i v = _mm256_load_si256(q + five + j);
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+        *lo = _mm256_or_si256(*lo, qh_bits(qh, 4 * j));
+        *hi = _mm256_or_si256(*hi, qh_bits(qh, 16 + 4 * j));
+    }
+}
 
 /* unpack32's vectors for group grp (rows 8 grp .. 8 grp + 7) of chunk c. */
 QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, __m256i *raw,
                             __m256 *d, __m256 *m) {
-    const int nd = r16_nd(t);
+    const int nd = (int)cpu_r16_nd(t);
     const __m256i *q = (const __m256i *)c + grp * nd;
-    const uint8_t *sc = c + 64 * nd;
+    const uint8_t *sc = c + cpu_r16_scales_off((size_t)nd);
     *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16 * grp)));
-    *m = r16_has_m(t) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32 + 16 * grp)))
-                      : _mm256_setzero_ps();
+    *m = cpu_q_has_min(t) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32 + 16 * grp)))
+                          : _mm256_setzero_ps();
     if (t == TR_DTYPE_Q8_0) {
         for (int j = 0; j < 8; j++) {
             __m256i r = _mm256_load_si256(q + j);
@@ -497,18 +512,8 @@ QX_INLINE void unpack32_r16(tr_dtype t, const uint8_t *c, int grp, __m256i *g, _
         }
         return;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const bool five = r16_five(t);
-    const __m256i qh = five ? _mm256_load_si256(q) : _mm256_setzero_si256();
-    for (int j = 0; j < 4; j++) {
-        __m256i v = _mm256_load_si256(q + five + j);
-        g[2 * j] = _mm256_and_si256(v, m4);
-        g[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (five) {
-            g[2 * j] = _mm256_or_si256(g[2 * j], qh_bits(qh, 4 * j));
-            g[2 * j + 1] = _mm256_or_si256(g[2 * j + 1], qh_bits(qh, 16 + 4 * j));
-        }
-    }
+    const __m256i qh = r16_qh(t, q);
+    for (int j = 0; j < 4; j++) r16_nibbles(t, q, qh, j, &g[2 * j], &g[2 * j + 1]);
 }
 
 /* unpack32_tile for one chunk (both groups). */
@@ -543,20 +548,15 @@ QX_INLINE __m256i dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x) {
         }
         return a;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const bool five = r16_five(t);
-    const __m256i qh = five ? _mm256_load_si256(q) : _mm256_setzero_si256();
+    const __m256i qh = r16_qh(t, q);
 #ifndef QX_VNNI
+    const bool five = r16_five(t);
     __m256i h = _mm256_setzero_si256(); /* 5-bit: the second half's int16 sums */
 #endif
     QX_UNROLL
     for (int j = 0; j < 4; j++) {
-        __m256i v = _mm256_load_si256(q + five + j);
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (five) {
-            lo = _mm256_or_si256(lo, qh_bits(qh, 4 * j));
-            hi = _mm256_or_si256(hi, qh_bits(qh, 16 + 4 * j));
-        }
+        __m256i lo, hi;
+        r16_nibbles(t, q, qh, j, &lo, &hi);
         __m256i xl = bc32(x + 4 * j), xh = bc32(x + 16 + 4 * j);
 #ifdef QX_VNNI
         a = dp4(dp4(a, lo, xl), hi, xh);
@@ -582,7 +582,7 @@ QX_INLINE __m256i dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x) {
  * upd32's, in its order. */
 QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_t *xr,
                           float *o, bool accumulate) {
-    const int nd = r16_nd(t);
+    const int nd = (int)cpu_r16_nd(t);
     const size_t csz = (size_t)16 * tr_dtype_type_size(t);
     const int sh = t == TR_DTYPE_Q4_0 ? 3 : t == TR_DTYPE_Q5_0 ? 4
 #ifdef QX_VNNI
@@ -604,11 +604,11 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
             iA = _mm256_sub_epi32(iA, off);
             iB = _mm256_sub_epi32(iB, off);
         }
-        const uint8_t *sc = c + 64 * nd;
+        const uint8_t *sc = c + cpu_r16_scales_off((size_t)nd);
         const __m256 dxv = bcf(dx + b);
         __m256 sA = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc)), dxv);
         __m256 sB = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16))), dxv);
-        if (r16_has_m(t)) {
+        if (cpu_q_has_min(t)) {
             const __m256 sxv = bcf(sx + b);
             __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
             __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));

@@ -186,12 +186,13 @@ tr_status tr_model_bind_norm(model *m, const char *name, int64_t n,
 tr_status tr_model_bind_layer_vec(model *m, int32_t l, const char *suffix,
                                   int64_t n, bool required, const float **out,
                                   tr_diag *diag);
+/* After bind_layers: the backend's prepare_matmul_weights over every
+ * layer matrix and the output matrix (each tr_weight replaced by what it
+ * returns, a tied token table with the output; the copies freed with the
+ * model). A backend without it: nothing. */
+tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag);
 /* The standard GGUF names of layer l: attn_norm, attn_q, attn_k, attn_v,
  * attn_output. */
-/* After bind_layers: the backend's prepare_matmul_weights over every
- * layer matrix (each tr_weight replaced by what it returns; the copies
- * freed with the model). A backend without it: nothing. */
-tr_status tr_model_prepare_matmuls(model *m, tr_diag *diag);
 tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
                              tr_diag *diag);
 /* ffn_norm, ffn_gate, ffn_up, ffn_down. */
