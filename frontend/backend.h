@@ -4,7 +4,7 @@
  * table).
  *
  * Layering: frontend. backend_engine.c uses include/trellis.h only;
- * backend_http.c uses plain sockets (frontend/http_internal.h) and jansson. The
+ * backend_http.c uses plain sockets (frontend/http.h) and jansson. The
  * interpreter sees nothing but this header.
  *
  * Contract of submit: it either fails (returns an error, writes err, and

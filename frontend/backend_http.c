@@ -43,7 +43,7 @@
 #include <jansson.h>
 
 #include "frontend/backend_internal.h"
-#include "frontend/http_internal.h"
+#include "frontend/http.h"
 #include "frontend/value.h"
 
 #define MAX_RESPONSE_BYTES ((size_t)64 << 20)

@@ -1,5 +1,5 @@
 /* http.c — see http_internal.h. */
-#include "frontend/http_internal.h"
+#include "frontend/http.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,6 +12,7 @@ static const struct {
     {"serve", tr_bench_serve, "the engine under load: throughput, TTFT/TPOT, prefix cache"},
     {"grammar", tr_bench_grammar, "constrained decoding: compile, masks, jump-forward"},
     {"maskbench", tr_bench_maskbench, "JSON Schema coverage and mask speed on MaskBench data"},
+    {"stream", tr_bench_stream, "one stream over HTTP against in-process: TTFT, TPOT"},
 };
 
 static void usage(FILE *f) {

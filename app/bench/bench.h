@@ -9,6 +9,9 @@
  *             (bench_grammar.c)
  *   maskbench JSON Schema coverage and mask speed on MaskBench data, as
  *             the peers' runner measures them (bench_maskbench.c)
+ *   stream    one stream through `trellis serve` against the same requests
+ *             in-process, alternating: TTFT and TPOT and their ratios
+ *             (bench_stream.c; the HTTP client is frontend/http.h)
  *
  * Layering: applications, beside app/cli (compiled into the trellis
  * binary). The engine is reached through include/trellis.h only; `bench
@@ -22,6 +25,8 @@
 #ifndef TR_BENCH_H
 #define TR_BENCH_H
 
+#include <stdint.h>
+
 /* `trellis bench NAME [options]`: argv[0] is NAME. Returns the exit
  * status (0 ok, 1 failure, 2 bad usage). */
 int tr_bench_main(int argc, char **argv);
@@ -30,5 +35,17 @@ int tr_bench_main(int argc, char **argv);
 int tr_bench_serve(int argc, char **argv);
 int tr_bench_grammar(int argc, char **argv);
 int tr_bench_maskbench(int argc, char **argv);
+int tr_bench_stream(int argc, char **argv);
+
+/* Shared by the benchmarks (bench_util.c). */
+
+/* n prompt ids in [100, 40100), a pure function of seed: the same
+ * prompts for every run and every path of a comparison. */
+void tr_bench_rand_ids(uint64_t seed, int32_t *out, int n);
+/* CLOCK_MONOTONIC in seconds. */
+double tr_bench_now_s(void);
+/* The nearest-rank percentile, p in [0, 1], of v[0..n) (v unchanged);
+ * 0 when n is 0 or a copy cannot be made. */
+double tr_bench_pct(const double *v, int n, double p);
 
 #endif

@@ -106,37 +106,6 @@ typedef struct bench_row {
 
 /* ---- helpers ---- */
 
-static void rand_ids(uint64_t seed, int32_t *out, int n) {
-    for (int i = 0; i < n; i++)
-        out[i] = 100 + (int32_t)(tr_splitmix64(seed * 0x100000001b3ull + (uint64_t)i) % 40000u);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* p in [0, 1]; nearest rank over a sorted copy. */
-static double pct(const double *v, int n, double p) {
-    if (n <= 0) return 0;
-    double *c = malloc((size_t)n * sizeof *c);
-    if (!c) return 0;
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_d);
-    int k = (int)ceil(p * n) - 1;
-    if (k < 0) k = 0;
-    if (k >= n) k = n - 1;
-    double r = c[k];
-    free(c);
-    return r;
-}
-
 static double mean(const double *v, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += v[i];
@@ -223,7 +192,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
     case WL_RANDOM:
         if (w->next >= w->total) return false;
         n = o->prompt_min + (int)(r % (uint64_t)(o->prompt_max - o->prompt_min + 1));
-        rand_ids(r, buf, n);
+        tr_bench_rand_ids(r, buf, n);
         q.max_tokens = o->max_tokens ? o->max_tokens : 64;
         w->next++;
         break;
@@ -231,7 +200,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
         if (w->next >= w->total) return false;
         int qn = 24 + (int)(r % 17);
         memcpy(buf, w->prefix, (size_t)o->prefix * sizeof *buf);
-        rand_ids(r, buf + o->prefix, qn);
+        tr_bench_rand_ids(r, buf + o->prefix, qn);
         n = o->prefix + qn;
         q.max_tokens = o->max_tokens ? o->max_tokens : 16;
         w->next++;
@@ -252,7 +221,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
         }
         int un = 24 + (int)(r % 17);
         int32_t user[64];
-        rand_ids(r, user, un);
+        tr_bench_rand_ids(r, user, un);
         if (!push_ids(&c->hist, &c->n_hist, &c->cap_hist, user, un)) return false;
         toks = c->hist;
         n = c->n_hist;
@@ -265,7 +234,7 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
     case WL_JSON:
         if (w->next >= w->total) return false;
         n = 64;
-        rand_ids(r, buf, n);
+        tr_bench_rand_ids(r, buf, n);
         q.regex = JSON_REGEX;
         q.ignore_eos = false;
         q.max_tokens = o->max_tokens ? o->max_tokens : 48;
@@ -316,12 +285,12 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
         trellis_engine_free(e);
         return 1;
     }
-    rand_ids(o->seed + 1, w.prefix, o->prefix);
-    rand_ids(o->seed + 2, w.sys, 64);
+    tr_bench_rand_ids(o->seed + 1, w.prefix, o->prefix);
+    tr_bench_rand_ids(o->seed + 2, w.sys, 64);
 
     int done = 0, n_tpot = 0, active = 0;
     uint64_t p2 = 0, c2 = 0;
-    double t0 = now_s();
+    double t0 = tr_bench_now_s();
     for (int i = 0; i < conc; i++)
         if (submit_next(e, &w, &cl[i], &row->errors)) active++;
     while (active > 0) {
@@ -362,19 +331,19 @@ static int run_config(const bench_opts *o, bench_workload wl, int radix, int con
         }
         trellis_event_free(ev);
     }
-    double t1 = now_s();
+    double t1 = tr_bench_now_s();
     trellis_stats st;
     trellis_get_stats(e, &st);
     row->duration_s = t1 - t0;
     row->out_tok_s = row->generated / row->duration_s;
     row->total_tok_s = (row->generated + row->prompt_tokens) / row->duration_s;
     row->ttft_mean = mean(ttft, done);
-    row->ttft_p50 = pct(ttft, done, 0.50);
-    row->ttft_p99 = pct(ttft, done, 0.99);
+    row->ttft_p50 = tr_bench_pct(ttft, done, 0.50);
+    row->ttft_p99 = tr_bench_pct(ttft, done, 0.99);
     row->tpot_mean = mean(tpot, n_tpot);
-    row->tpot_p50 = pct(tpot, n_tpot, 0.50);
-    row->tpot_p99 = pct(tpot, n_tpot, 0.99);
-    row->e2e_p50 = pct(e2e, done, 0.50);
+    row->tpot_p50 = tr_bench_pct(tpot, n_tpot, 0.50);
+    row->tpot_p99 = tr_bench_pct(tpot, n_tpot, 0.99);
+    row->e2e_p50 = tr_bench_pct(e2e, done, 0.50);
     row->queue_mean = mean(queue, done);
     row->prefill_tokens = st.prefill_tokens;
     row->hit_rate = row->prompt_tokens ? (double)row->cached_tokens / row->prompt_tokens : 0;

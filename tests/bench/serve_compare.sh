@@ -2,7 +2,7 @@
 # tests/bench/serve_compare.sh — `trellis serve` against llama.cpp's
 # llama-server on this machine, side by side, with one client
 # (tests/bench/serve_http.py), same GGUF, same threads; then a single
-# stream through HTTP against the in-process engine (`trellis bench serve`).
+# stream through HTTP against the in-process engine (`trellis bench stream`).
 #
 #   tests/bench/serve_compare.sh [build-llama]   builds llama-server first if missing
 #
@@ -121,19 +121,17 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
-# single stream: HTTP against in-process, same prompt length and output
+# single stream: HTTP against in-process (`trellis bench stream`: the same
+# requests down both paths, alternating, a client that costs the cores
+# little; tests/bench/stream_http.sh runs it alone)
 echo "single stream: HTTP vs in-process engine (200-token prompt, $MAX_TOKENS tokens)"
 start_trellis 1
-"$PY" "$here/tests/bench/serve_http.py" --url "http://127.0.0.1:$PORT_T" --label http \
-    --workload tokens --prompt-tokens 200 --concurrency 1 --requests 8 \
-    --max-tokens "$MAX_TOKENS" --json "$OUT" || true
+"$BUILD/trellis" bench stream --url "http://127.0.0.1:$PORT_T" -m "$MODEL" --threads "$THREADS" \
+    --ctx "$CTX" --max-running 64 --rounds 3 --requests 8 --max-tokens "$MAX_TOKENS" || true
 stop_server
-"$BUILD/trellis" bench serve -m "$MODEL" --workload random --concurrency 1 --radix on \
-    --requests 8 --max-tokens "$MAX_TOKENS" --prompt-min 200 --prompt-max 200 \
-    --threads "$THREADS" --csv "$OUT.inproc.csv" --quiet >/dev/null
 
-"$PY" - "$OUT" "$OUT.inproc.csv" <<'EOF'
-import collections, csv, json, statistics, sys
+"$PY" - "$OUT" <<'EOF'
+import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = collections.defaultdict(list)
 for r in rows:
@@ -154,11 +152,4 @@ for w, c in keys:
     print(f"{w:8s} {c:4d} | {tt:13.1f} {lt:11.1f} {tt / lt if lt else float('nan'):6.2f} | "
           f"{t1:8.0f}/{l1:<8.0f} {t1 / l1 if l1 else float('nan'):6.2f} | {t9:8.0f}/{l9:<8.0f} | "
           f"{tp:7.1f}/{lp:<7.1f} | {te}/{le}")
-http = by.get(("tokens", 1, "http"), [])
-ip = list(csv.DictReader(open(sys.argv[2])))
-if http and ip:
-    h1, hp = med(http, "ttft_p50_ms"), med(http, "tpot_p50_ms")
-    i1, ipt = float(ip[0]["ttft_p50_ms"]), float(ip[0]["tpot_p50_ms"])
-    print(f"\nsingle stream   TTFT p50: HTTP {h1:.1f} ms, in-process {i1:.1f} ms ({100 * (h1 / i1 - 1):+.1f}%)"
-          f"   TPOT p50: HTTP {hp:.2f} ms, in-process {ipt:.2f} ms ({100 * (hp / ipt - 1):+.1f}%)")
 EOF

@@ -10,8 +10,9 @@ Workloads (the same bytes for every server: seeded):
   random   random-word prompts of 100..400 tokens, nothing shared
   json     a short prompt with response_format json_schema
   tokens   /v1/completions with a prompt of --prompt-tokens random token ids
-           (the single-stream comparison with the in-process engine:
-           `trellis bench serve --workload random` with the same length)
+           (for the single-stream comparison with the in-process engine use
+           `trellis bench stream`: this client's own CPU time, ~0.28 ms a
+           token, is taken from the server's cores when both share them)
 
 Reports, per workload and concurrency: output tok/s (all completion
 tokens / wall time), TTFT p50/p99, TPOT p50 (per request: (last token -

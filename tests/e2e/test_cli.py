@@ -403,6 +403,9 @@ def bad_bench_and_tokenize_flags():
                          (["bench", "serve", "--prompt-min", "9", "--prompt-max", "8"], "--prompt-min"),
                          (["bench", "grammar", "--part", "nano"], "--part: unknown part 'nano'"),
                          (["bench", "grammar", "--requests", "0"], "--requests: must be"),
+                         (["bench", "stream"], "--url: required"),
+                         (["bench", "stream", "--url", "ftp://h"], "--url: ftp://h: expected a URL"),
+                         (["bench", "stream", "--url", "http://h", "--rounds", "0"], "--rounds: must be"),
                          (["bench", "frobnicate"], "unknown benchmark 'frobnicate'"),
                          (["tokenize", "-p", "x", "--bogus"], "unknown option '--bogus'"),
                          (["info", "--kv=1"], "--kv: takes no value")):

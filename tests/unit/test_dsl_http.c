@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "frontend/dsl.h"
-#include "frontend/http_internal.h"
+#include "frontend/http.h"
 
 /* ---- the fake server ---- */
 

@@ -1,11 +1,12 @@
-/* http_internal.h — a small blocking HTTP/1.1 client for the remote backend: one
+/* http.h — a small blocking HTTP/1.1 client for the remote backend: one
  * request per connection (Connection: close), plain TCP (no TLS), a
  * connect timeout and an idle timeout (no byte for that long fails the
  * request), the response parsed by http-parser (Content-Length, chunked
  * and close-delimited bodies alike), its body size bounded.
  *
- * Layering: frontend, internal (backend_http.c). Threads: reentrant; each
- * call uses its own socket.
+ * Layering: frontend; used by backend_http.c and by app/bench's
+ * `trellis bench stream` (a client light enough that the server's own
+ * cost shows). Threads: reentrant; each call uses its own socket.
  * Errors: TR_ERR_INVALID_ARG (bad URL), TR_ERR_IO (cannot connect, the
  * connection broke, a malformed response; err says which, with the
  * host and port), TR_ERR_CANCELLED (timed out; err says after how long),
