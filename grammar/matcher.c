@@ -18,11 +18,18 @@
  * Grammars with recursion (GRAMMAR_KIND_CFG) keep a set of stacks
  * instead of one state: every entry point hands them to cfg_matcher.c
  * (one branch on m->cfg; the regex path is unchanged).
+ *
+ * Grammars compiled from a JSON Schema also keep, on either path, the
+ * keys of the open objects (json_keys_internal.h): masks lose, and
+ * accept calls refuse, what would repeat a key; forced bytes stop before
+ * it. Its history moves with the automaton's: one push per successful
+ * accept call, rolled back together.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "grammar/cfg/cfg.h"
+#include "grammar/json_keys_internal.h"
 
 #define MAX_ROLLBACK_LIMIT (1u << 20)
 
@@ -73,6 +80,10 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
     } else {
         m->cache = cache_for(g, v);
     }
+    if (g->unique_keys && !(m->keys = tr_gkeys_new(v, max_rollback))) {
+        tr_grammar_matcher_free(m);
+        return TR_ERR_NOMEM;
+    }
     tr_grammar_matcher_reset(m);
     *out = m;
     return TR_OK;
@@ -80,6 +91,7 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
 
 void tr_grammar_matcher_free(grammar_matcher *m) {
     if (!m) return;
+    tr_gkeys_free(m->keys);
     tr_cfgm_free(m);
     tr_grammar_free(m->g);
     tr_grammar_vocab_free(m->v);
@@ -91,6 +103,7 @@ void tr_grammar_matcher_free(grammar_matcher *m) {
 }
 
 void tr_grammar_matcher_reset(grammar_matcher *m) {
+    if (m->keys) tr_gkeys_reset(m->keys);
     if (m->cfg) {
         tr_cfgm_reset(m);
         return;
@@ -116,11 +129,33 @@ tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
         memset(mask, 0, n_words * sizeof *mask);
         return TR_OK;
     }
-    if (m->cfg) return tr_cfgm_fill_mask(m, mask);
+    if (m->cfg) {
+        tr_status st = tr_cfgm_fill_mask(m, mask);
+        if (st == TR_OK && m->keys) tr_gkeys_filter_mask(m->keys, mask);
+        return st;
+    }
     if (!tr_mask_cache_fill(m->cache, &m->g->dfa, m->state, m->v, m->stack,
                           m->scratch, mask))
         m->n_computed++;
+    if (m->keys) tr_gkeys_filter_mask(m->keys, mask);
     return TR_OK;
+}
+
+static const uint8_t *token_bytes(const grammar_matcher *m, int32_t id, size_t *len) {
+    *len = (size_t)(m->v->offs[id + 1] - m->v->offs[id]);
+    return m->v->bytes + m->v->offs[id];
+}
+
+/* Whether token id's bytes would repeat a key (never, without a tracker). */
+static bool token_repeats_key(const grammar_matcher *m, int32_t id) {
+    return m->keys && tr_gkeys_token_would_dup(m->keys, id);
+}
+
+/* After a successful accept call of b[0..n): the tracker follows. Out of
+ * memory there turns the tracker off (json_keys_internal.h), never the
+ * call into a failure. */
+static void keys_follow(grammar_matcher *m, const uint8_t *b, size_t n) {
+    if (m->keys) (void)tr_gkeys_push(m->keys, b, n);
 }
 
 /* The state after token id, or GDFA_DEAD if it is rejected (EOG: the same
@@ -138,25 +173,33 @@ static uint32_t token_target(const grammar_matcher *m, int32_t id) {
 
 bool tr_grammar_matcher_token_allowed(const grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return false;
+    if (!(m->v->flags[id] & GVOCAB_EOG) && token_repeats_key(m, id)) return false;
     if (m->cfg) return tr_cfgm_token_allowed(m, id);
     return token_target(m, id) != GDFA_DEAD;
 }
 
 tr_status tr_grammar_matcher_accept_token(grammar_matcher *m, int32_t id) {
     if (id < 0 || id >= m->v->n_vocab) return TR_ERR_INVALID_ARG;
+    const grammar_vocab *v = m->v;
+    uint8_t f = v->flags[id];
+    size_t len;
+    const uint8_t *b = token_bytes(m, id, &len);
+    bool eog = f & GVOCAB_EOG;
+    /* an end-of-generation token adds no text: the tracker sees nothing */
+    size_t text_len = eog ? 0 : len;
+    if (!eog && token_repeats_key(m, id)) return TR_ERR_STATE;
     if (m->cfg) {
-        const grammar_vocab *v = m->v;
-        uint8_t f = v->flags[id];
-        size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
-        if (!(f & GVOCAB_EOG) && ((f & GVOCAB_SPECIAL) || len == 0))
-            return TR_ERR_STATE;
-        return tr_cfgm_accept(m, v->bytes + v->offs[id], len, f & GVOCAB_EOG);
+        if (!eog && ((f & GVOCAB_SPECIAL) || len == 0)) return TR_ERR_STATE;
+        tr_status st = tr_cfgm_accept(m, b, len, eog);
+        if (st == TR_OK) keys_follow(m, b, text_len);
+        return st;
     }
     uint32_t t = token_target(m, id);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
     push_history(m);
-    if (m->v->flags[id] & GVOCAB_EOG) m->terminated = true;
+    if (eog) m->terminated = true;
     m->state = t;
+    keys_follow(m, b, text_len);
     return TR_OK;
 }
 
@@ -164,16 +207,29 @@ tr_status tr_grammar_matcher_accept_bytes(grammar_matcher *m, const void *bytes,
                                        size_t len) {
     if (!bytes && len > 0) return TR_ERR_INVALID_ARG;
     if (m->terminated) return TR_ERR_STATE;
-    if (m->cfg) return tr_cfgm_accept(m, bytes, len, false);
+    if (m->keys && tr_gkeys_would_dup(m->keys, bytes, len)) return TR_ERR_STATE;
+    if (m->cfg) {
+        tr_status st = tr_cfgm_accept(m, bytes, len, false);
+        if (st == TR_OK) keys_follow(m, bytes, len);
+        return st;
+    }
     uint32_t t = tr_dfa_run(&m->g->dfa, m->state, bytes, len);
     if (t == GDFA_DEAD) return TR_ERR_STATE;
     push_history(m);
     m->state = t;
+    keys_follow(m, bytes, len);
     return TR_OK;
 }
 
+/* The tracker undoes what the automaton undid (it remembers as many
+ * calls: the same max_rollback, one push per successful call). */
+static tr_status keys_rollback(grammar_matcher *m, tr_status st, uint32_t n) {
+    if (st == TR_OK && m->keys && !tr_gkeys_rollback(m->keys, n)) tr_gkeys_reset(m->keys);
+    return st;
+}
+
 tr_status tr_grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
-    if (m->cfg) return tr_cfgm_rollback(m, n);
+    if (m->cfg) return keys_rollback(m, tr_cfgm_rollback(m, n), n);
     if (n > m->hist_len) return TR_ERR_STATE;
     if (n == 0) return TR_OK;
     /* the entry pushed by the earliest undone call holds the state to
@@ -183,7 +239,7 @@ tr_status tr_grammar_matcher_rollback(grammar_matcher *m, uint32_t n) {
     m->terminated = m->hist_term[idx];
     m->hist_head = idx;
     m->hist_len -= n;
-    return TR_OK;
+    return keys_rollback(m, TR_OK, n);
 }
 
 uint32_t tr_grammar_matcher_history_len(const grammar_matcher *m) {
@@ -210,10 +266,19 @@ bool tr_grammar_matcher_is_terminated(const grammar_matcher *m) {
     return m->terminated;
 }
 
+/* Forced bytes stop before a key they would repeat. */
+static tr_status keys_clip(const grammar_matcher *m, const uint8_t *buf, size_t *len) {
+    if (m->keys && *len) *len = tr_gkeys_clean_prefix(m->keys, buf, *len);
+    return TR_OK;
+}
+
 tr_status tr_grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf,
                                        size_t cap, size_t *len) {
     if (!len || (!buf && cap > 0)) return TR_ERR_INVALID_ARG;
-    if (m->cfg) return tr_cfgm_forced_bytes(m, buf, cap, len);
+    if (m->cfg) {
+        tr_status st = tr_cfgm_forced_bytes(m, buf, cap, len);
+        return st == TR_OK ? keys_clip(m, buf, len) : st;
+    }
     size_t n = 0;
     if (!m->terminated) {
         const gdfa *d = &m->g->dfa;
@@ -227,5 +292,5 @@ tr_status tr_grammar_matcher_forced_bytes(const grammar_matcher *m, uint8_t *buf
         }
     }
     *len = n;
-    return TR_OK;
+    return keys_clip(m, buf, len);
 }

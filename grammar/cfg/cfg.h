@@ -55,6 +55,8 @@ struct grammar {
     gmask_cache *caches;
     gcfg *cfg;            /* GRAMMAR_KIND_CFG: cfg_internal.h */
     gcfg_memo *cfg_memos; /* GRAMMAR_KIND_CFG: one per vocabulary */
+    bool unique_keys;     /* compiled from a JSON Schema: its matchers keep
+                             every object's keys unique (json_keys_internal.h) */
 };
 
 /* ---------------------------------------------------------------------
@@ -76,6 +78,8 @@ struct grammar_matcher {
     uint32_t *stack;     /* [v->max_len + 1] scratch of the mask walk */
     uint64_t *scratch;   /* [v->n_words + 1] the walk's output */
     uint64_t n_fills, n_computed; /* masks served / computed (stats) */
+    struct gkeys *keys;  /* g->unique_keys: the keys of the open objects
+                            (json_keys_internal.h); else NULL */
 };
 
 /* ---------------------------------------------------------------------

@@ -283,6 +283,7 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
         so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
         st = run(schema_json, len, &so, limits, diag, true, to_grammar, &o);
     }
+    if (st == TR_OK) (*out)->unique_keys = true;
     return st;
 }
 

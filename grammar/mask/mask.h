@@ -162,6 +162,9 @@ struct grammar_vocab {
      * (grammar/cfg/cfg_mask.c, "Regions"); made on first use, lock-free,
      * freed with the vocabulary. */
     _Atomic(gvocab_ext *) rcache;
+    /* The tokens with a '"' (grammar/json_keys.c): made on first use,
+     * lock-free, freed with the vocabulary. */
+    _Atomic(gvocab_ext *) qcache;
 };
 
 /* ---------------------------------------------------------------------

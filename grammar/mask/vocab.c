@@ -62,6 +62,8 @@ static void vocab_destroy(grammar_vocab *v) {
     free(v->dups);
     gvocab_ext *ext = atomic_load_explicit(&v->rcache, memory_order_acquire);
     if (ext) ext->free(ext);
+    ext = atomic_load_explicit(&v->qcache, memory_order_acquire);
+    if (ext) ext->free(ext);
     free(v);
 }
 
@@ -344,6 +346,7 @@ tr_status tr_grammar_vocab_new(const grammar_vocab_desc *desc,
     grammar_vocab *v = calloc(1, sizeof *v);
     if (!v) return tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory");
     atomic_init(&v->rcache, NULL);
+    atomic_init(&v->qcache, NULL);
     v->n_vocab = n;
     v->n_words = ((size_t)n + 63) / 64;
     v->bytes = malloc(total ? (size_t)total : 1);

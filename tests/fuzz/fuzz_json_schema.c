@@ -11,13 +11,16 @@
  * any order (by the input's size too: every mode, at no extra compile). If the whole instance is accepted in strict mode, it must be
  * valid JSON that the compiler's own validator (json_valid.c) declares
  * valid against the schema: the grammar never lets through what the
- * schema forbids. Any broken invariant aborts. Replayed over
+ * schema forbids; and no object in it may repeat a key (jansson's
+ * JSON_REJECT_DUPLICATES), in either mode. Any broken invariant aborts. Replayed over
  * tests/fuzz/corpus/json_schema/ by ctest (replay_json_schema).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "grammar/grammar.h"
 #include "grammar/json/json_internal.h"
@@ -113,7 +116,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (tr_grammar_check(g) != TR_OK) abort();
         bool acc = drive(g, inst, ilen);
         tr_grammar_free(g);
-        if (!acc || lenient) continue;
+        if (!acc) continue;
+        json_error_t je;
+        json_t *dup = json_loadb((const char *)inst, ilen, JSON_DECODE_ANY | JSON_ALLOW_NUL |
+                                 JSON_REJECT_DUPLICATES, &je);
+        if (!dup && strstr(je.text, "duplicate")) {
+            fprintf(stderr, "accepted a repeated key: %.*s (%s)\n", (int)ilen,
+                    (const char *)inst, je.text);
+            abort();
+        }
+        json_decref(dup);
+        if (lenient) continue;
         if (longest_blank_run(inst, ilen) > o.max_ws_run) {
             fprintf(stderr, "accepted a run of blanks over %u: %.*s\n", o.max_ws_run, (int)ilen,
                     (const char *)inst);

@@ -619,3 +619,47 @@ def test_spec_ngram_same_output(server):
         assert drafted > 0 and 0 < kept <= drafted, text
     finally:
         s.stop()
+
+
+def _strict_keys(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"repeated key in {keys}"
+    return dict(pairs)
+
+
+def test_no_repeated_keys_sampled(client):
+    """Objects whose keys the schema leaves free (additionalProperties,
+    json_object) never repeat a key: many sampled outputs, every object
+    of every finished one checked by a parser that refuses repeats."""
+    schemas = [
+        # six possible keys: without the rule this model repeats them
+        # ({"a":1,"b":2,"a":2,"b":2} at seed 0..2 before it)
+        {"type": "object", "patternProperties": {"^[ab]{1,2}$": {"type": "integer"}},
+         "additionalProperties": False},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        {"type": "object", "properties": {"name": {"type": "string"}},
+         "additionalProperties": {"type": "object", "additionalProperties": {"enum": [1, 2]}}},
+    ]
+    finished = 0
+    for i, schema in enumerate(schemas):
+        for seed in range(4):
+            r = client.chat.completions.create(
+                model="default", max_tokens=120, temperature=1.0, seed=seed, n=8,
+                messages=[{"role": "user", "content": "Count the letters: a JSON object with "
+                                                      "keys a and b and more."}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": f"s{i}", "schema": schema}})
+            for ch in r.choices:
+                if ch.finish_reason != "stop":
+                    continue
+                json.loads(ch.message.content, object_pairs_hook=_strict_keys)
+                finished += 1
+    r = client.chat.completions.create(
+        model="default", max_tokens=120, temperature=1.2, seed=9, n=8,
+        messages=[{"role": "user", "content": "A JSON object with the same key twice."}],
+        response_format={"type": "json_object"})
+    for ch in r.choices:
+        if ch.finish_reason == "stop":
+            json.loads(ch.message.content, object_pairs_hook=_strict_keys)
+            finished += 1
+    assert finished >= 10, finished

@@ -1,0 +1,66 @@
+/* json_keys_internal.h — the keys already written in each open JSON
+ * object of a matcher's text, so that no object gets a key twice.
+ *
+ * A JSON Schema may let an object take keys it does not list
+ * (additionalProperties, patternProperties, a plain JSON object): a
+ * regular or context-free grammar cannot remember which of infinitely
+ * many strings were used, so such a grammar alone allows {"a": 1, "a": 2},
+ * which most parsers read as {"a": 2}. The matcher of a grammar compiled
+ * from a JSON Schema (or plain JSON) keeps this tracker beside its
+ * automaton: a small JSON lexer over the accepted bytes with, per open
+ * object, the set of its keys as decoded strings (so "a" and "\u0061" are
+ * one key; surrogate pairs join; a lone surrogate is kept as its 3-byte
+ * form). It refuses any bytes that would close a key string equal to one
+ * its object already has: masks lose those tokens, accept calls refuse
+ * them, forced bytes stop before them. Exact for every key, listed or
+ * not; the grammar still decides everything else.
+ *
+ * Limit, stated: the tracker only removes. Where the grammar allows
+ * nothing but a duplicate next (an object that must take another key
+ * and can only repeat one), the mask is left without that key and the
+ * request ends as any empty mask ends it, instead of writing the
+ * duplicate.
+ *
+ * Layering: grammar/ facade, internal (matcher.c). Owns its memory; one
+ * thread at a time, like its matcher.
+ */
+#ifndef TR_GRAMMAR_JSON_KEYS_H
+#define TR_GRAMMAR_JSON_KEYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar/mask/mask.h"
+
+typedef struct gkeys gkeys;
+
+/* A tracker for text matched against vocabulary v (borrowed: must
+ * outlive it), remembering hist_cap accept calls for rollback. NULL on
+ * out-of-memory. */
+gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap);
+void tr_gkeys_free(gkeys *k);
+/* Back to empty text. */
+void tr_gkeys_reset(gkeys *k);
+
+/* Whether appending b[0..n) would close a key its object already has. */
+bool tr_gkeys_would_dup(const gkeys *k, const uint8_t *b, size_t n);
+/* The same for token id of the vocabulary (at once false for a token
+ * without a quote). */
+bool tr_gkeys_token_would_dup(const gkeys *k, int32_t id);
+/* The longest prefix of b[0..n) that closes no duplicate key. */
+size_t tr_gkeys_clean_prefix(const gkeys *k, const uint8_t *b, size_t n);
+/* Clears from mask (the vocabulary's words) every token whose bytes
+ * would close a duplicate key. */
+void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask);
+
+/* Appends b[0..n) as one accept call (n may be 0: an end-of-generation
+ * token). The caller has checked tr_gkeys_would_dup. False on
+ * out-of-memory (the tracker is then reset and refuses nothing until
+ * reset again: it never refuses valid text for want of memory). */
+bool tr_gkeys_push(gkeys *k, const uint8_t *b, size_t n);
+/* Undoes the last n pushes; false (unchanged) when fewer are
+ * remembered. */
+bool tr_gkeys_rollback(gkeys *k, uint32_t n);
+
+#endif

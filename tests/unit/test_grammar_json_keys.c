@@ -1,0 +1,304 @@
+/* test_grammar_json_keys.c — no object gets a key twice in the text of a
+ * JSON Schema grammar's matcher (grammar/json_keys_internal.h): accept
+ * calls refuse a repeated key however it is spelled (escapes, surrogate
+ * pairs), masks lose exactly the tokens that would close one, forced
+ * bytes stop before one, rollback restores what was known, other
+ * objects (nested, siblings in an array) are their own; and random walks
+ * over masks with key-heavy tokens only ever write objects whose keys a
+ * strict parser (jansson, JSON_REJECT_DUPLICATES) accepts.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "grammar/grammar.h"
+#include "tests/unit/test_json_util.h"
+
+/* Every byte, then tokens that write or close keys; EOG last. */
+static const char *const k_multi[] = {
+    "\"a\"", "\"b\"", "\"a\":", "\"b\":", "a\"", "b\"", "\",\"", "\":", ",\"", "{\"",
+    "{\"a\":", "\"ab\"", "1,\"a\":", "},\"a\"", "\":1,\"a\"", "\\u0061", "\"\\u0061\"", "a\":",
+};
+
+static grammar_vocab *key_vocab(int32_t *n_out) {
+    static uint8_t bytes[256];
+    const uint8_t *tb[256 + 32];
+    uint32_t tl[256 + 32];
+    int32_t n = 0;
+    for (int b = 0; b < 256; b++, n++) {
+        bytes[b] = (uint8_t)b;
+        tb[n] = &bytes[b];
+        tl[n] = 1;
+    }
+    for (size_t i = 0; i < sizeof k_multi / sizeof k_multi[0]; i++, n++) {
+        tb[n] = (const uint8_t *)k_multi[i];
+        tl[n] = (uint32_t)strlen(k_multi[i]);
+    }
+    tb[n] = NULL;
+    tl[n] = 0;
+    uint8_t sp[256 + 32] = {0};
+    sp[n] = 1;
+    int32_t eog = n++;
+    grammar_vocab_desc d = {.n_vocab = n, .token_bytes = tb, .token_lens = tl,
+                            .is_special = sp, .eog_ids = &eog, .n_eog = 1};
+    grammar_vocab *v = NULL;
+    assert_int_equal(tr_grammar_vocab_new(&d, &v, NULL), TR_OK);
+    *n_out = n;
+    return v;
+}
+
+static int32_t multi_id(const char *s) {
+    for (size_t i = 0; i < sizeof k_multi / sizeof k_multi[0]; i++)
+        if (!strcmp(k_multi[i], s)) return 256 + (int32_t)i;
+    fail_msg("no token %s", s);
+    return -1;
+}
+
+static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v, grammar **g_out) {
+    tr_diag d;
+    grammar *g = NULL;
+    if (tr_grammar_compile_json_schema(schema, strlen(schema), NULL, NULL, &g, &d) != TR_OK)
+        fail_msg("%s: %s", schema, d.message);
+    grammar_matcher *m = NULL;
+    assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    *g_out = g;
+    return m;
+}
+
+static tr_status feed(grammar_matcher *m, const char *s) {
+    return tr_grammar_matcher_accept_bytes(m, s, strlen(s));
+}
+
+static bool bit(const uint64_t *mask, int32_t id) { return mask[id >> 6] >> (id & 63) & 1; }
+
+#define FREE_OBJ "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}"
+
+static void test_repeated_key_refused(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    grammar *g;
+    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"a\":1,"), TR_OK);
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);      /* the same key */
+    assert_int_equal(feed(m, "\"\\u0061\""), TR_ERR_STATE); /* the same, escaped */
+    assert_int_equal(feed(m, "\"a"), TR_OK);                /* not closed yet */
+    assert_int_equal(feed(m, "\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "b\":2"), TR_OK); /* "ab" is new */
+    assert_int_equal(feed(m, ",\"ab\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, ",\"b\":3}"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+
+    /* non-ASCII: a raw character and its escape, a surrogate pair and the
+     * raw 4-byte character are one key each */
+    m = matcher_for(FREE_OBJ, v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"\xc3\xa9\":1,"), TR_OK);
+    assert_int_equal(feed(m, "\"\\u00e9\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"\\u00E9x\":2,\"\\ud83d\\ude00\":3,"), TR_OK);
+    assert_int_equal(feed(m, "\"\xf0\x9f\x98\x80\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"\xc3\xa9x\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"\\n\":4,\"\\u000a\""), TR_ERR_STATE);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_objects_are_their_own(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    grammar *g;
+    /* nested objects and objects in an array keep separate key sets; a
+     * closed object's keys are forgotten */
+    grammar_matcher *m = matcher_for("{\"type\":\"object\"}", v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"a\":{\"a\":{\"a\":1}},\"b\":[{\"a\":1},{\"a\":1,\"b\":\"a\"}]"),
+                     TR_OK);
+    assert_int_equal(feed(m, ",\"a\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, ",\"b\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, ",\"c\":{\"a\":1,\"c\":2}}"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    /* a string value equal to a key is no key */
+    m = matcher_for(FREE_OBJ, v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"a\":1}"), TR_OK);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_masks_and_allowed(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    grammar *g;
+    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"a\":1"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    /* "1,"a": closes a repeat of "a"; ":1,"a" would be a value's end */
+    assert_false(bit(mask, multi_id("1,\"a\":")));
+    assert_int_equal(feed(m, ","), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("\"a\"")));
+    assert_false(bit(mask, multi_id("\"a\":")));
+    assert_false(bit(mask, multi_id("\"\\u0061\"")));
+    assert_true(bit(mask, multi_id("\"b\"")));
+    assert_true(bit(mask, multi_id("\"ab\"")));
+    assert_true(bit(mask, '"'));
+    assert_int_equal(feed(m, "\"a"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, '"'));
+    assert_false(bit(mask, multi_id("\":")));
+    assert_false(bit(mask, multi_id("\",\""))); /* not JSON here anyway */
+    assert_true(bit(mask, 'b'));
+    assert_true(bit(mask, multi_id("b\"")));
+    for (int32_t t = 0; t < nv; t++)
+        assert_int_equal(tr_grammar_matcher_token_allowed(m, t), bit(mask, t));
+    assert_int_equal(tr_grammar_matcher_accept_token(m, '"'), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_accept_token(m, multi_id("b\"")), TR_OK);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_rollback_restores(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t before[8], after[8];
+    grammar *g;
+    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
+    tr_grammar_free(g);
+    assert_int_equal(feed(m, "{\"a\":1,"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, before, nw), TR_OK);
+    /* write "b", close the object, roll all of it back */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, multi_id("\"b\":")), TR_OK);
+    assert_int_equal(feed(m, "2}"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 2), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, after, nw), TR_OK);
+    assert_memory_equal(before, after, nw * sizeof *before);
+    /* "b" is free again, "a" is still taken */
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"b\":3}"), TR_OK);
+    tr_grammar_matcher_reset(m);
+    assert_int_equal(feed(m, "{\"a\":1,\"b\":2}"), TR_OK); /* reset: nothing taken */
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_forced_bytes_stop(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    grammar *g;
+    /* the only key this object takes is "k" */
+    grammar_matcher *m = matcher_for("{\"type\":\"object\",\"patternProperties\":{\"^k$\":"
+                                     "{\"type\":\"integer\"}},\"additionalProperties\":false}",
+                                     v, &g);
+    tr_grammar_free(g);
+    uint8_t buf[64];
+    size_t n;
+    assert_int_equal(feed(m, "{\""), TR_OK);
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
+    assert_int_equal(n, 2); /* blanks may come before the colon */
+    assert_memory_equal(buf, "k\"", 2);
+    assert_int_equal(feed(m, "k\":1,\""), TR_OK);
+    /* the automaton forces k" again; the tracker stops it before the
+     * quote that would close the repeat */
+    assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
+    assert_int_equal(n, 1);
+    assert_memory_equal(buf, "k", 1);
+    assert_int_equal(feed(m, "k"), TR_OK);
+    /* the stated limit: nothing left but the repeat, so nothing at all */
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    for (size_t w = 0; w < nw; w++) assert_int_equal(mask[w], 0);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+/* Random walks over the masks, biased to the key tokens; every finished
+ * text parses under JSON_REJECT_DUPLICATES. */
+static void test_random_walks_unique(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    static const char *const schemas[] = {
+        FREE_OBJ,
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+        "\"additionalProperties\":{\"type\":\"object\",\"additionalProperties\":"
+        "{\"type\":\"integer\"}}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"additionalProperties\":"
+        "{\"enum\":[1,\"a\"]}}}",
+    };
+    uint64_t rng = 7;
+    int finished = 0, walks = small_scale_json() ? 60 : 400;
+    for (size_t si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
+        grammar *g;
+        grammar_matcher *m = matcher_for(schemas[si], v, &g);
+        tr_grammar_free(g);
+        for (int w = 0; w < walks; w++) {
+            tr_grammar_matcher_reset(m);
+            char text[4096];
+            size_t len = 0;
+            uint64_t mask[8];
+            for (int step = 0; step < 200; step++) {
+                assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+                int32_t cand[512], nc = 0, keyish = 0;
+                for (int32_t t = 0; t < nv; t++)
+                    if (bit(mask, t)) cand[nc++] = t, keyish += t >= 256;
+                if (!nc) break; /* the stated dead end */
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t r = (uint32_t)(rng >> 33);
+                int32_t t = cand[r % (uint32_t)nc];
+                if (keyish && r % 3 == 0) /* prefer a multi-byte token */
+                    for (int i = 0; i < nc; i++)
+                        if (cand[(r / 3 + (uint32_t)i) % (uint32_t)nc] >= 256) {
+                            t = cand[(r / 3 + (uint32_t)i) % (uint32_t)nc];
+                            break;
+                        }
+                if (len > 3000 && bit(mask, nv - 1)) t = nv - 1; /* end when it may */
+                assert_int_equal(tr_grammar_matcher_accept_token(m, t), TR_OK);
+                if (t == nv - 1) break;
+                size_t tl;
+                const uint8_t *tb = tr_grammar_vocab_token_bytes(v, t, &tl);
+                memcpy(text + len, tb, tl);
+                len += tl;
+                if (step > 60 && tr_grammar_matcher_is_accepting(m)) break;
+            }
+            if (!tr_grammar_matcher_is_accepting(m) && !tr_grammar_matcher_is_terminated(m))
+                continue;
+            json_error_t je;
+            json_t *doc = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+            if (!doc) fail_msg("schema %zu walk %d: %.*s: %s", si, w, (int)len, text, je.text);
+            json_decref(doc);
+            finished++;
+        }
+        tr_grammar_matcher_free(m);
+    }
+    assert_true(finished > walks); /* most walks end in a whole value */
+    tr_grammar_vocab_free(v);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_repeated_key_refused),
+        cmocka_unit_test(test_objects_are_their_own),
+        cmocka_unit_test(test_masks_and_allowed),
+        cmocka_unit_test(test_rollback_restores),
+        cmocka_unit_test(test_forced_bytes_stop),
+        cmocka_unit_test(test_random_walks_unique),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
