@@ -161,6 +161,8 @@ tr_status tr_gx_list_push(gcc *cc, gx_list *l, gx *x);
 typedef struct gx_rule {
     const char *name; /* arena; unique, [A-Za-z][A-Za-z0-9-]* */
     gx *body;         /* NULL until built */
+    uint32_t next_suffix; /* rules named after this one as a base: the
+                             suffix to try next (0: none yet) */
 } gx_rule;
 
 typedef struct gx_grammar {

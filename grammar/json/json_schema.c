@@ -141,6 +141,23 @@ static uint32_t counted_ws_bound(const grammar_json_options *o, bool automata) {
     return automata && o->whitespace == GRAMMAR_JSON_WS_FLEXIBLE ? o->max_ws_run : 0;
 }
 
+/* A budget ran out while building job j's rule: the message says where
+ * in the schema (the first member the schema itself holds) and how many
+ * rules were made, so the author can see which part grows. */
+static void name_job(js_ctx *x, const js_job *j, uint32_t done) {
+    tr_diag *d = x->cc->diag;
+    if (!d) return;
+    const char *where = "a node the compiler made";
+    for (uint32_t i = 0; i < j->conj.n; i++)
+        if (tr_js_info(x, j->conj.v[i].node)) {
+            where = tr_js_ptr(x, j->conj.v[i].node);
+            break;
+        }
+    size_t n = strlen(d->message);
+    snprintf(d->message + n, sizeof d->message - n, " (while building the rule for %s, rule %u of %u)",
+             where, done + 1, x->n_jobs);
+}
+
 /* The translation proper, into out (charged to cc); automata the text
  * names go to dfas. */
 static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
@@ -161,6 +178,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
         js_job j = x.jobs[done];
         st = tr_js_build(&x, &j);
         if (!st) st = tr_gcc_poll_time(cc);
+        if (st == TR_ERR_LIMIT) name_job(&x, &j, done);
     }
     gx_emit_opts eo = {.max_repeat = cc->lim.max_repeat};
     if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);

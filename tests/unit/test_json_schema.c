@@ -1065,6 +1065,70 @@ static int teardown(void **s) {
     return 0;
 }
 
+/* Rule names from one hint: root, then h, h-2, h-3, ... (a name a hint
+ * already took is skipped); 300,000 of them are made in linear time
+ * (each used to search from h-2 up: a MaskBench schema spent minutes
+ * there, past its time budget), and the loop polls the time budget. */
+static void test_rule_names_many(void **s) {
+    (void)s;
+    tr_diag d;
+    gcc cc;
+    tr_gcc_init(&cc, NULL, &d);
+    gx_grammar g = {0};
+    uint32_t id;
+    assert_int_equal(tr_gx_rule_add(&cc, &g, "h", &id), TR_OK);
+    assert_string_equal(g.rules[id].name, "root");
+    assert_int_equal(tr_gx_rule_add(&cc, &g, "h-3", &id), TR_OK); /* taken ahead */
+    const uint32_t n = 300000;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(tr_gx_rule_add(&cc, &g, "h", &id), TR_OK);
+        char want[32];
+        uint32_t k = i + (i >= 2); /* h, h-2, h-4, h-5, ... */
+        if (k == 0)
+            snprintf(want, sizeof want, "h");
+        else
+            snprintf(want, sizeof want, "h-%u", k + 1);
+        if (strcmp(g.rules[id].name, want) != 0)
+            fail_msg("rule %u named %s, expected %s", i, g.rules[id].name, want);
+    }
+    tr_gcc_deinit(&cc);
+    /* a spent budget stops the adding with TR_ERR_LIMIT */
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_compile_us = 1;
+    tr_gcc_init(&cc, &lim, &d);
+    gx_grammar g2 = {0};
+    tr_status st = TR_OK;
+    for (uint32_t i = 0; i < 100000 && st == TR_OK; i++) st = tr_gx_rule_add(&cc, &g2, "h", &id);
+    assert_int_equal(st, TR_ERR_LIMIT);
+    assert_non_null(strstr(d.message, "time budget"));
+    tr_gcc_deinit(&cc);
+}
+
+/* A budget that runs out while the rules are built says for which part
+ * of the schema (its JSON pointer) and how far the compile got. */
+static void test_budget_names_the_part(void **s) {
+    (void)s;
+    static char sch[65536];
+    size_t n = (size_t)snprintf(sch, sizeof sch, "{\"$defs\":{\"big\":{\"type\":\"object\","
+                                                 "\"properties\":{");
+    for (int i = 0; i < 200; i++)
+        n += (size_t)snprintf(sch + n, sizeof sch - n, "%s\"p%d\":{\"type\":\"array\",\"items\":"
+                              "{\"type\":\"object\",\"properties\":{\"q%d\":{\"type\":\"integer\"}}}}",
+                              i ? "," : "", i, i);
+    snprintf(sch + n, sizeof sch - n, "}}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/big\"}}");
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_compile_bytes = 256u << 10;
+    grammar *g = NULL;
+    tr_diag d;
+    assert_int_equal(tr_grammar_compile_json_schema(sch, strlen(sch), NULL, &lim, &g, &d),
+                     TR_ERR_LIMIT);
+    assert_null(g);
+    if (!strstr(d.message, "while building the rule for /$defs/big"))
+        fail_msg("%s", d.message);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
@@ -1074,6 +1138,8 @@ int main(void) {
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
         cmocka_unit_test(test_whitespace_counted),
+        cmocka_unit_test(test_rule_names_many),
+        cmocka_unit_test(test_budget_names_the_part),
         cmocka_unit_test(test_automaton_numbers),
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
