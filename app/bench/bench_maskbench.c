@@ -671,8 +671,9 @@ static void mb_json(mb_sum *s, const mb_opts *o) {
            o->any_order ? "any" : "schema", o->timeout_s, o->cpu ? "thread_cpu" : "wall", o->data);
 }
 
-/* Most frequent compile-error reasons, JSON pointers and quoted names
- * blanked so that one kind of refusal counts once. */
+/* Most frequent compile-error reasons, JSON pointers, quoted names and
+ * a budget's "(while building the rule for ...)" blanked so that one
+ * kind of refusal counts once. */
 typedef struct mb_reason {
     char text[200];
     long n;
@@ -698,6 +699,8 @@ static void mb_generalize(const char *in, char *out, size_t cap) {
         if (!quoted) out[k++] = *p;
     }
     out[k] = 0;
+    char *where = strstr(out, " (while building the rule for ");
+    if (where) *where = 0;
 }
 
 static void mb_reasons(mb_rec *recs, size_t n, int top) {
