@@ -28,7 +28,8 @@
 #define JS_LEN_AUTOMATON_MAX 2048u
 
 typedef struct js_pat {
-    const char *text;
+    const char *text; /* len bytes: a `pattern` may hold a NUL */
+    size_t len;
     tr_status err;
     char msg[384];
     gre_node *ast; /* search language, anchor-free */
@@ -37,9 +38,9 @@ typedef struct js_pat {
 
 /* ---- patterns ---- */
 
-static js_pat *pat_slot(js_ctx *x, const char *text) {
+static js_pat *pat_slot(js_ctx *x, const char *text, size_t len) {
     for (uint32_t i = 0; i < x->n_pats; i++)
-        if (strcmp(x->pats[i].text, text) == 0) return &x->pats[i];
+        if (x->pats[i].len == len && memcmp(x->pats[i].text, text, len) == 0) return &x->pats[i];
     if (x->n_pats == x->cap_pats) {
         uint32_t nc = x->cap_pats ? x->cap_pats * 2 : 16;
         js_pat *p = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *p);
@@ -51,6 +52,7 @@ static js_pat *pat_slot(js_ctx *x, const char *text) {
     js_pat *p = &x->pats[x->n_pats++];
     memset(p, 0, sizeof *p);
     p->text = text;
+    p->len = len;
     return p;
 }
 
@@ -74,13 +76,13 @@ static bool recoverable(tr_status st) {
 
 /* The decoded AST of a pattern (cached); *ast NULL with TR_OK when the
  * pattern is ignored (lenient mode, it did not parse). */
-tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast);
-tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast) {
+tr_status tr_js_pattern_ast_n(js_ctx *x, const json_t *node, const char *text, size_t len,
+                             gre_node **ast) {
     *ast = NULL;
-    js_pat *p = pat_slot(x, text);
+    js_pat *p = pat_slot(x, text, len);
     if (!p) return x->cc->err;
     if (!p->ast && !p->err) {
-        tr_status st = tr_js_pattern_parse(x->cc, text, strlen(text), &p->ast);
+        tr_status st = tr_js_pattern_parse(x->cc, text, len, &p->ast);
         if (st) {
             if (!recoverable(st)) return st;
             p->err = take_error(x, p->msg, sizeof p->msg);
@@ -94,12 +96,17 @@ tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre
     return TR_OK;
 }
 
-tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *node, const char *text, cpdfa **out) {
+tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast) {
+    return tr_js_pattern_ast_n(x, node, text, strlen(text), ast);
+}
+
+tr_status tr_js_pattern_cpdfa_n(js_ctx *x, const json_t *node, const char *text, size_t len,
+                                cpdfa **out) {
     *out = NULL;
     gre_node *ast;
-    tr_status st = tr_js_pattern_ast(x, node, text, &ast);
+    tr_status st = tr_js_pattern_ast_n(x, node, text, len, &ast);
     if (st || !ast) return st;
-    js_pat *p = pat_slot(x, text);
+    js_pat *p = pat_slot(x, text, len);
     if (!p) return x->cc->err;
     if (!p->dfa) {
         cpdfa *d = tr_gcc_alloc(x->cc, sizeof *d);
@@ -109,6 +116,10 @@ tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *node, const char *text, c
     }
     *out = p->dfa;
     return TR_OK;
+}
+
+tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *node, const char *text, cpdfa **out) {
+    return tr_js_pattern_cpdfa_n(x, node, text, strlen(text), out);
 }
 
 /* ---- keys and literal strings ---- */
@@ -225,7 +236,9 @@ static tr_status collect_str(js_ctx *x, const js_norm *n, str_c *c) {
         if (p && !json_is_string(p))
             return tr_js_fail(x, TR_ERR_FORMAT, node, "pattern must be a string");
         gre_node *a = NULL;
-        if (p && (st = tr_js_pattern_ast(x, node, json_string_value(p), &a))) return st;
+        if (p && (st = tr_js_pattern_ast_n(x, node, json_string_value(p), json_string_length(p),
+                                           &a)))
+            return st;
         const json_t *f = json_object_get(node, "format");
         if (json_is_string(f)) {
             gre_node *fa;

@@ -631,6 +631,8 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out
  * patternProperties); NULL language = any string. */
 tr_status tr_js_pattern_cpdfa(js_ctx *x, const json_t *pat_node, const char *pat,
                               cpdfa **out);
+tr_status tr_js_pattern_cpdfa_n(js_ctx *x, const json_t *pat_node, const char *pat, size_t len,
+                                cpdfa **out);
 /* The decoded strings a schema accepts (the key language of
  * propertyNames): *any when it accepts every string; an empty automaton
  * when none. */
@@ -657,8 +659,11 @@ tr_status tr_js_text_dfa_gx(js_ctx *x, const cpdfa *m, const json_t *node, const
 /* [any code point]* */
 gre_node *tr_js_rep_any(gcc *cc);
 /* A pattern's search language (cached; NULL when lenient mode ignores
- * a pattern that does not parse). */
+ * a pattern that does not parse). _n: len bytes (a `pattern` string may
+ * hold U+0000); without: a NUL-terminated text (object keys cannot). */
 tr_status tr_js_pattern_ast(js_ctx *x, const json_t *node, const char *text, gre_node **ast);
+tr_status tr_js_pattern_ast_n(js_ctx *x, const json_t *node, const char *text, size_t len,
+                             gre_node **ast);
 /* a restricted to lengths [min, max] when that is structural (one part
  * of varying length, repeating one code point); *fits false otherwise;
  * NULL with *fits: empty. */

@@ -114,7 +114,8 @@ static tr_status valid_string(js_ctx *x, const json_t *s, const json_t *v, bool 
     const json_t *p = json_object_get(s, "pattern");
     if (json_is_string(p)) {
         cpdfa *d;
-        if ((st = tr_js_pattern_cpdfa(x, s, json_string_value(p), &d))) return st;
+        if ((st = tr_js_pattern_cpdfa_n(x, s, json_string_value(p), json_string_length(p), &d)))
+            return st;
         if (d && !tr_cpdfa_matches(d, str, n)) return (*ok = false), TR_OK;
     }
     const json_t *f = json_object_get(s, "format");

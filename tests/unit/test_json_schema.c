@@ -1129,6 +1129,23 @@ static void test_budget_names_the_part(void **s) {
         fail_msg("%s", d.message);
 }
 
+/* A `pattern` holding U+0000 (written \u0000 in the schema) is the whole
+ * pattern, not a text cut at the NUL ("missing ]" before); the
+ * validator reads it the same way. */
+static void test_pattern_with_nul(void **s) {
+    (void)s;
+    const char *sch = "{\"type\":\"string\",\"pattern\":\"^/[^\\u0000]+$\"}";
+    assert_true(accepts(sch, "\"/a/b\""));
+    assert_false(accepts(sch, "\"/a\\u0000b\""));
+    assert_false(accepts(sch, "\"a\""));
+    bool valid = true;
+    tr_diag d;
+    assert_int_equal(tr_js_check_instance(sch, strlen(sch), "\"/x\\u0000\"", 10, &valid, &d), TR_OK);
+    assert_false(valid);
+    assert_int_equal(tr_js_check_instance(sch, strlen(sch), "\"/x\"", 4, &valid, &d), TR_OK);
+    assert_true(valid);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
@@ -1140,6 +1157,7 @@ int main(void) {
         cmocka_unit_test(test_whitespace_counted),
         cmocka_unit_test(test_rule_names_many),
         cmocka_unit_test(test_budget_names_the_part),
+        cmocka_unit_test(test_pattern_with_nul),
         cmocka_unit_test(test_automaton_numbers),
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
