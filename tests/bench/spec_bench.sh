@@ -17,11 +17,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${BUILD:-$here/build}"
 THREADS="${THREADS:-2}" N="${N:-160}" DRAFT="${DRAFT:-8}" ROUNDS="${ROUNDS:-3}" TEMP="${TEMP:-0}"
-copy=$'Copy the following text exactly.\nText: The committee met on Tuesday to review the budget. The committee approved the budget for the new library, the new park and the road repairs. The committee will meet again next month to review the progress.\nCopy: '
-extract=$'Record: name=Alice Smith; city=Paris; phone=555-0199; email=alice@example.com; role=engineer.\nRecord: name=Bob Jones; city=Berlin; phone=555-0142; email=bob@example.com; role=designer.\nWrite each record as JSON with the keys name, city, phone, email and role:\n'
-free=$'Write a short story about a lighthouse keeper who finds a message in a bottle.\n'
-json="$extract" json_nojf="$extract"
-schema='{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},"phone":{"type":"string"},"email":{"type":"string"},"role":{"type":"string"}},"required":["name","city","phone","email","role"],"additionalProperties":false},"minItems":2,"maxItems":2}'
+. "$here/tests/bench/spec_prompts.sh"
 run() { # workload draft [more flags] -> "tok/s accepted md5"
     local p="${!1}" extra=(--ignore-eos)
     case "$1" in json*) extra=(--json-schema "$schema") ;; esac
