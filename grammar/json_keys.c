@@ -472,7 +472,7 @@ bool tr_gkeys_push(gkeys *k, const uint8_t *b, size_t n) {
 
 bool tr_gkeys_rollback(gkeys *k, uint32_t n) {
     if (n > k->hist_len) return false;
-    if (n == 0) return true;
+    if (n == 0 || k->off) return true; /* off (out of memory) until reset */
     uint32_t idx = (k->hist_head + k->hist_cap - n) % k->hist_cap;
     k->txt_len = k->hist[idx];
     k->hist_head = idx;
