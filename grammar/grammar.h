@@ -434,6 +434,31 @@ tr_status tr_grammar_compile_json(bool object_only, const grammar_json_options *
                                   const grammar_limits *limits, grammar **out,
                                   tr_diag *diag);
 
+/* Numbers beyond what a JSON parser holds exactly. jansson keeps
+ * integers in 64 bits and other numbers as doubles, so a schema's
+ * `maximum: 18446744073709551615` or `const: 0.1234567890123456789`
+ * cannot reach the compiler as written. Every number literal of
+ * text[0..len) outside strings that does not fit (an integer outside
+ * int64; a decimal with more than 15 significant digits or a decimal
+ * exponent beyond +-300) is rewritten as a JSON string: the prefix
+ * below, then the literal. The JSON Schema compiler and validator read
+ * such a string as the number it spells, exactly; so does anything that
+ * passes a parsed value on (a server re-serializing a schema from a
+ * request). integers_only: decimals are left to the parser (a server's
+ * request fields read them as doubles anyway). *out is malloc'd
+ * (NUL-terminated) when something was rewritten, else NULL (use the text
+ * as it is). false: out of memory. */
+#define GRAMMAR_JSON_EXACT_PREFIX "\\u0000\\u0001num:" /* as JSON text */
+#define GRAMMAR_JSON_EXACT_PREFIX_BYTES "\0\001num:" /* decoded: 6 bytes */
+#define GRAMMAR_JSON_EXACT_PREFIX_LEN 6
+bool tr_grammar_json_exact_numbers(const char *text, size_t len, bool integers_only, char **out,
+                                   size_t *out_len);
+/* Whether a parsed value is such a string (_string: its bytes
+ * s[0..n)); *lit, *len: the literal. */
+struct json_t;
+bool tr_grammar_json_exact_literal(const struct json_t *v, const char **lit, size_t *len);
+bool tr_grammar_json_exact_string(const char *s, size_t n, const char **lit, size_t *len);
+
 /* JSON text exactly as Python's json.dumps(v, ensure_ascii=False) writes
  * it (separators ", " and ": ", keys in the object's order, floats as
  * repr(): shortest round trip, "1e-05", "1e+16", "1.0"; non-finite as

@@ -381,6 +381,24 @@ typedef struct trellis_grammar_cache_stats {
 TRELLIS_API void trellis_grammar_cache_get_stats(trellis_engine *e,
                                                  trellis_grammar_cache_stats *out);
 
+/* Exact numbers in JSON Schemas. A JSON parser in front of the engine
+ * (jansson keeps 64-bit integers and doubles) cannot hold a schema's
+ * `maximum: 18446744073709551615` or `const: 0.12345678901234567891`.
+ * Before parsing JSON text that carries a schema, call this: every
+ * number literal outside strings that such a parser cannot hold (an
+ * integer outside int64; with integers_only false also a decimal of more
+ * than 15 significant digits or with an exponent beyond +-300) becomes a
+ * string that the JSON Schema compiler reads back as exactly that number
+ * (and that the parser carries unchanged when the schema is written out
+ * again). *out: malloc'd text (free()) when something was rewritten,
+ * NULL when the text needs no change. Returns false on out-of-memory. */
+TRELLIS_API bool trellis_json_exact_numbers(const char *text, size_t len, bool integers_only,
+                                            char **out, size_t *out_len);
+/* Whether a parsed string value (bytes s[0..len)) is such a number;
+ * *lit, *lit_len: its literal as the text wrote it. */
+TRELLIS_API bool trellis_json_exact_string(const char *s, size_t len, const char **lit,
+                                           size_t *lit_len);
+
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 /* ------------------------------------------------------------------ */

@@ -133,6 +133,18 @@ static int mb_cmp_i64(const void *a, const void *b) {
 
 /* ---- reading the data file (plain or gzip) line by line ---- */
 
+/* One line of the data set, its numbers beyond jansson's reach carried
+ * exactly (grammar.h: the schema compiler reads them as written, the
+ * tests' text is written back with them). je may be NULL. */
+static json_t *mb_load_line(const char *s, size_t n, json_error_t *je) {
+    char *x = NULL;
+    size_t xn = 0;
+    if (!tr_grammar_json_exact_numbers(s, n, false, &x, &xn)) return NULL;
+    json_t *v = json_loadb(x ? x : s, x ? xn : n, JSON_ALLOW_NUL, je);
+    free(x);
+    return v;
+}
+
 static char *mb_getline(gzFile f, char **buf, size_t *cap) {
     size_t n = 0;
     for (;;) {
@@ -476,7 +488,7 @@ static void mb_worker_main(const mb_ctx *c, int in, int out, bool warm_up) {
             return;
         }
         text[len] = 0;
-        json_t *item = json_loadb(text, (size_t)len, JSON_ALLOW_NUL, NULL);
+        json_t *item = mb_load_line(text, (size_t)len, NULL);
         free(text);
         if (!item) item = json_object(); /* the parent read it: out of memory */
         mb_child(c, item, out);
@@ -878,7 +890,7 @@ int tr_bench_maskbench(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a dead worker's pipe: write fails, recorded as a crash */
     for (long k = 0; (!o.limit || k < o.limit) && mb_getline(in, &line, &cap); k++) {
         json_error_t je;
-        json_t *item = json_loads(line, JSON_ALLOW_NUL, &je);
+        json_t *item = mb_load_line(line, strlen(line), &je);
         if (nrec == caprec) {
             caprec = caprec ? caprec * 2 : 1024;
             mb_rec *p = realloc(recs, caprec * sizeof *p);

@@ -73,6 +73,12 @@ static int get_int(rd *r, json_t *o, const char *key, int64_t lo, int64_t hi, in
     char p[96];
     pname(r, key, p, sizeof p);
     int64_t x;
+    const char *lit;
+    size_t lit_len;
+    if (json_is_string(v) &&
+        trellis_json_exact_string(json_string_value(v), json_string_length(v), &lit, &lit_len))
+        return BAD(p, "'%s' is %.*s, expected %lld..%lld", p, lit_len > 64 ? 64 : (int)lit_len,
+                   lit, (long long)lo, (long long)hi);
     if (json_is_integer(v)) {
         x = (int64_t)json_integer_value(v);
     } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
@@ -826,7 +832,16 @@ int tr_srv_gen_parse(tr_srv_api api, const char *body, size_t len,
     g->con_order = -1;
     trellis_request_default(&g->req);
     json_error_t je;
-    g->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    /* integers beyond 64 bits travel as exact-number strings (grammar.h):
+     * a JSON Schema takes them as written, a field with a smaller range
+     * refuses them by name (get_int) */
+    char *exact = NULL;
+    size_t exact_len = 0;
+    if (!trellis_json_exact_numbers(body, len, true, &exact, &exact_len))
+        return tr_srv_fail(err, 503, "server_error", NULL, NULL, "out of memory");
+    g->root = json_loadb(exact ? exact : body, exact ? exact_len : len,
+                         JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    free(exact);
     if (!g->root) {
         return tr_srv_fail(err, 400, "invalid_request_error", NULL, NULL,
                            "the body is not valid JSON: %s (line %d, column %d, byte %d)",

@@ -146,7 +146,15 @@ static void dump(out *o, const json_t *v, int depth) {
         puts_(o, num);
         return;
     case JSON_REAL: put_float(o, json_real_value(v)); return;
-    case JSON_STRING: put_str(o, json_string_value(v), json_string_length(v)); return;
+    case JSON_STRING: {
+        const char *lit;
+        size_t n;
+        if (tr_grammar_json_exact_literal(v, &lit, &n)) /* a number beyond jansson's */
+            put(o, lit, n);
+        else
+            put_str(o, json_string_value(v), json_string_length(v));
+        return;
+    }
     case JSON_ARRAY:
         put(o, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {

@@ -37,7 +37,12 @@ uint32_t tr_js_value_type(gcc *cc, const json_t *v) {
         if (!tr_js_dec_from_json(cc, v, &d)) return JT_FRAC;
         return tr_js_dec_is_int(&d) ? JT_INT : JT_FRAC;
     }
-    case JSON_STRING: return JT_STR;
+    case JSON_STRING: {
+        js_dec d;
+        if (!tr_js_exact_literal(v, NULL, NULL)) return JT_STR;
+        if (!tr_js_dec_from_json(cc, v, &d)) return JT_FRAC;
+        return tr_js_dec_is_int(&d) ? JT_INT : JT_FRAC;
+    }
     case JSON_ARRAY: return JT_ARR;
     case JSON_OBJECT: return JT_OBJ;
     }
@@ -45,10 +50,11 @@ uint32_t tr_js_value_type(gcc *cc, const json_t *v) {
 }
 
 bool tr_js_json_equal(gcc *cc, const json_t *a, const json_t *b) {
-    if (json_is_number(a) && json_is_number(b)) {
+    if (tr_js_is_num(a) && tr_js_is_num(b)) {
         js_dec x, y;
         if (!tr_js_dec_from_json(cc, a, &x) || !tr_js_dec_from_json(cc, b, &y))
-            return json_number_value(a) == json_number_value(b);
+            return json_is_number(a) && json_is_number(b) &&
+                   json_number_value(a) == json_number_value(b);
         return tr_js_dec_cmp(&x, &y) == 0;
     }
     if (json_typeof(a) != json_typeof(b)) return false;

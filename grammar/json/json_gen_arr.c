@@ -168,7 +168,7 @@ static tr_status count_kw(js_ctx *x, const json_t *node, const char *kw, uint64_
     *has = false;
     if (!j) return TR_OK;
     js_dec d;
-    if (!json_is_number(j) || !tr_js_dec_from_json(x->cc, j, &d) || !tr_js_dec_is_int(&d) ||
+    if (!tr_js_is_num(j) || !tr_js_dec_from_json(x->cc, j, &d) || !tr_js_dec_is_int(&d) ||
         (d.neg && d.n))
         return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", kw);
     *has = true;

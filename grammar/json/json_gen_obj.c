@@ -1004,7 +1004,7 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
             const json_t *v = json_object_get(node, name);
             if (!v) continue;
             js_dec d;
-            if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+            if (!tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
                 (d.neg && d.n))
                 return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", name);
             uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);

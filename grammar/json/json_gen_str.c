@@ -211,7 +211,7 @@ static tr_status uint_kw(js_ctx *x, const json_t *node, const char *kw, uint64_t
     *has = false;
     if (!v) return TR_OK;
     js_dec d;
-    if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+    if (!tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
         (d.neg && d.n))
         return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", kw);
     *has = true;
@@ -508,7 +508,7 @@ static tr_status bound(js_ctx *x, const json_t *node, const char *kw, js_dec *d,
     const json_t *v = json_object_get(node, kw);
     *has = false;
     if (!v || json_is_boolean(v)) return TR_OK;
-    if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, d))
+    if (!tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, d))
         return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a finite number", kw);
     *has = true;
     return TR_OK;
@@ -610,7 +610,7 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
         if (!v) v = json_object_get(node, "divisibleBy");
         if (!v) continue;
         js_dec d;
-        if (!json_is_number(v) || !tr_js_dec_from_json(x->cc, v, &d) || d.n == 0 || d.neg)
+        if (!tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || d.n == 0 || d.neg)
             return tr_js_fail(x, TR_ERR_FORMAT, node, "multipleOf must be a number > 0");
         /* d = p / 10^q with p an integer */
         int32_t q = (int32_t)d.n - d.exp;
@@ -708,14 +708,14 @@ static tr_status minus_multiples(js_ctx *x, const js_norm *n, num_lang *l) {
 static tr_status minus_values(js_ctx *x, const js_norm *n, num_lang *l) {
     gcc *cc = x->cc;
     bool any = false;
-    for (uint32_t i = 0; i < n->n_not_vals && !any; i++) any = json_is_number(n->not_vals[i]);
+    for (uint32_t i = 0; i < n->n_not_vals && !any; i++) any = tr_js_is_num(n->not_vals[i]);
     if (!any) return TR_OK;
     static const char plain[] = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?";
     cpdfa p;
     tr_status st = lang_of_regex(cc, plain, strlen(plain), &p);
     if (!st) st = lang_apply(x, l, &p, CPD_AND, "not");
     for (uint32_t i = 0; !st && l->some && i < n->n_not_vals; i++) {
-        if (!json_is_number(n->not_vals[i])) continue;
+        if (!tr_js_is_num(n->not_vals[i])) continue;
         js_range r = {.has_lo = true, .has_hi = true};
         if (!tr_js_dec_from_json(cc, n->not_vals[i], &r.lo)) continue; /* not finite: never written */
         r.hi = r.lo;

@@ -226,6 +226,18 @@ bool tr_js_dec_parse(gcc *cc, const char *s, size_t len, js_dec *out);
  * reads back as the same double (what the schema's author wrote, for
  * any literal of at most 17 significant digits). false for NaN/inf. */
 bool tr_js_dec_from_json(gcc *cc, const json_t *v, js_dec *out);
+/* Exact numbers. jansson holds integers in 64 bits and other numbers as
+ * doubles: before a schema or instance text is parsed, every number
+ * literal it cannot hold exactly (an integer outside int64, a decimal
+ * with more than 15 significant digits or a decimal exponent beyond
+ * +-300) is rewritten as the string GRAMMAR_JSON_EXACT_PREFIX + the
+ * literal (grammar.h, tr_grammar_json_exact_numbers), which the
+ * compiler and the validator read as that number: tr_js_is_num,
+ * tr_js_dec_from_json, tr_js_value_type, tr_js_json_equal,
+ * tr_js_value_gx and the dumps. lit, len: the literal. */
+bool tr_js_exact_literal(const json_t *v, const char **lit, size_t *len);
+/* json_is_number, or an exact-number string. */
+bool tr_js_is_num(const json_t *v);
 int tr_js_dec_cmp(const js_dec *a, const js_dec *b);
 bool tr_js_dec_is_int(const js_dec *a);
 /* Integer part's digit count (0 when |a| < 1). */

@@ -369,7 +369,7 @@ static bool g_number(negc *c, const json_t *s, bool synth, uint32_t types, dlist
         for (int k = 0; k < 2 && !bv; k++) {
             const json_t *v = json_object_get(s, cand[lower][k]);
             js_dec dv;
-            if (json_is_number(v) && tr_js_dec_from_json(x->cc, v, &dv) && !tr_js_dec_cmp(&dv, b))
+            if (tr_js_is_num(v) && tr_js_dec_from_json(x->cc, v, &dv) && !tr_js_dec_cmp(&dv, b))
                 bv = v;
         }
         if (!bv) return fail(c, "a numeric bound that could not be read back");

@@ -128,6 +128,9 @@ bool tr_js_dec_parse(gcc *cc, const char *s, size_t len, js_dec *out) {
 
 bool tr_js_dec_from_json(gcc *cc, const json_t *v, js_dec *out) {
     char buf[64];
+    const char *lit;
+    size_t lit_len;
+    if (tr_js_exact_literal(v, &lit, &lit_len)) return tr_js_dec_parse(cc, lit, lit_len, out);
     if (json_is_integer(v)) {
         snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
         return tr_js_dec_parse(cc, buf, strlen(buf), out);

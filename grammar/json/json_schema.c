@@ -197,6 +197,21 @@ void tr_js_dfas_free(js_dfas *d) {
     d->n = 0;
 }
 
+/* jansson's parse of text whose numbers beyond its reach are first
+ * carried as exact-number strings (grammar.h). A syntax error's position
+ * is then that of the rewritten text (numbers made longer). */
+static json_t *load_exact(const char *text, size_t len, json_error_t *je) {
+    char *x = NULL;
+    size_t xn = 0;
+    if (!tr_grammar_json_exact_numbers(text, len, false, &x, &xn)) {
+        memset(je, 0, sizeof *je);
+        return NULL; /* an empty message: out of memory */
+    }
+    json_t *doc = json_loadb(x ? x : text, x ? xn : len, JSON_DECODE_ANY | JSON_ALLOW_NUL, je);
+    free(x);
+    return doc;
+}
+
 /* automata: whether the text may name automata (a compile) or must
  * stand alone (the text export). */
 static tr_status run(const char *schema, size_t len, const grammar_json_options *opt,
@@ -216,7 +231,7 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
         return tr_diag_set(diag, TR_ERR_LIMIT, 0, "schema of %zu bytes is over the %u limit",
                            len, JS_MAX_SCHEMA_BYTES);
     json_error_t je;
-    json_t *doc = json_loadb(schema ? schema : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    json_t *doc = load_exact(schema ? schema : "", len, &je);
     /* jansson reports every syntax error with a message; out of memory
      * either says so or (its lexer's first buffer) leaves the text empty */
     if (!doc && (json_error_code(&je) == json_error_out_of_memory || !je.text[0]))
@@ -315,9 +330,9 @@ tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst
                                bool *valid, tr_diag *diag) {
     if (diag) memset(diag, 0, sizeof *diag);
     json_error_t je;
-    json_t *doc = json_loadb(schema, slen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    json_t *doc = load_exact(schema, slen, &je);
     if (!doc) return tr_diag_set(diag, TR_ERR_FORMAT, 0, "schema: %s", je.text);
-    json_t *v = json_loadb(inst, ilen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    json_t *v = load_exact(inst, ilen, &je);
     if (!v) {
         json_decref(doc);
         return tr_diag_set(diag, TR_ERR_FORMAT, 0, "instance: %s", je.text);

@@ -43,7 +43,7 @@ static tr_status kw_uint(js_ctx *x, const json_t *s, const char *kw, uint64_t *o
     *has = j != NULL;
     if (!j) return TR_OK;
     js_dec d;
-    if (!json_is_number(j) || !tr_js_dec_from_json(x->cc, j, &d) || !tr_js_dec_is_int(&d) ||
+    if (!tr_js_is_num(j) || !tr_js_dec_from_json(x->cc, j, &d) || !tr_js_dec_is_int(&d) ||
         (d.neg && d.n))
         return tr_js_fail(x, TR_ERR_FORMAT, s, "%s must be a non-negative integer", kw);
     *out = tr_js_dec_int_digits(&d) > 15 ? UINT64_MAX : (uint64_t)json_number_value(j);
@@ -82,7 +82,7 @@ static tr_status valid_number(js_ctx *x, const json_t *s, const json_t *v, bool 
         const json_t *b = json_object_get(s, kw[i]);
         if (!b || json_is_boolean(b)) continue;
         js_dec bd;
-        if (!json_is_number(b) || !tr_js_dec_from_json(x->cc, b, &bd))
+        if (!tr_js_is_num(b) || !tr_js_dec_from_json(x->cc, b, &bd))
             return tr_js_fail(x, TR_ERR_FORMAT, s, "%s must be a finite number", kw[i]);
         int c = tr_js_dec_cmp(&d, &bd);
         bool excl = i >= 2 || json_is_true(json_object_get(s, i ? "exclusiveMaximum"
@@ -94,7 +94,7 @@ static tr_status valid_number(js_ctx *x, const json_t *s, const json_t *v, bool 
     if (!m) m = json_object_get(s, "divisibleBy");
     if (m && *ok) {
         js_dec k;
-        if (!json_is_number(m) || !tr_js_dec_from_json(x->cc, m, &k) || k.n == 0 || k.neg)
+        if (!tr_js_is_num(m) || !tr_js_dec_from_json(x->cc, m, &k) || k.n == 0 || k.neg)
             return tr_js_fail(x, TR_ERR_FORMAT, s, "multipleOf must be a number > 0");
         return multiple_of(x, s, &d, &k, ok);
     }
@@ -318,14 +318,14 @@ static tr_status valid_private(js_ctx *x, const json_t *s, const json_t *v, uint
     for (size_t i = 0; json_is_array(nv) && i < json_array_size(nv) && *ok; i++)
         if (tr_js_json_equal(x->cc, json_array_get(nv, i), v)) *ok = false;
     const json_t *ns = json_object_get(s, JS_KW_NOT_STRING);
-    if (*ok && ns && json_is_string(v)) {
+    if (*ok && ns && json_is_string(v) && !tr_js_exact_literal(v, NULL, NULL)) {
         bool m = true;
         tr_status st = valid_node(x, ns, v, depth + 1, &m, NULL);
         if (st) return st;
         *ok = !m;
     }
     const json_t *nm = json_object_get(s, JS_KW_NOT_MULTIPLE);
-    if (*ok && nm && json_is_number(v)) {
+    if (*ok && nm && tr_js_is_num(v)) {
         js_dec d, k;
         if (!tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_from_json(x->cc, nm, &k))
             return (*ok = false), TR_OK;
@@ -411,7 +411,7 @@ static tr_status valid_here(js_ctx *x, const json_t *s, const json_t *v, uint32_
     }
     const json_t *c = skip_values ? NULL : json_object_get(s, "const");
     if (c && !tr_js_json_equal(x->cc, c, v)) return (*ok = false), TR_OK;
-    if (json_is_number(v))
+    if (tr_js_is_num(v))
         st = valid_number(x, s, v, ok);
     else if (json_is_string(v))
         st = valid_string(x, s, v, ok);

@@ -1146,6 +1146,56 @@ static void test_pattern_with_nul(void **s) {
     assert_true(valid);
 }
 
+/* Numbers jansson cannot hold (integers beyond 64 bits, decimals of more
+ * than 15 significant digits) reach the compiler and the validator
+ * exactly, as the schema and the instance write them. */
+static void test_exact_numbers(void **s) {
+    (void)s;
+    char *out;
+    size_t n;
+    const char *plain = "{\"a\":[1,-9223372036854775808,9223372036854775807,1.5,\"99999999999999999999\"]}";
+    assert_true(tr_grammar_json_exact_numbers(plain, strlen(plain), false, &out, &n));
+    assert_null(out); /* nothing to carry */
+    const char *big = "[9223372036854775808,-9223372036854775809,0.1234567890123456789,1e400,\"1e400\"]";
+    assert_true(tr_grammar_json_exact_numbers(big, strlen(big), false, &out, &n));
+    assert_non_null(out);
+    json_error_t je;
+    json_t *v = json_loadb(out, n, JSON_ALLOW_NUL, &je);
+    assert_non_null(v);
+    const char *lit;
+    size_t ln;
+    static const char *const want[] = {"9223372036854775808", "-9223372036854775809",
+                                       "0.1234567890123456789", "1e400"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_true(tr_grammar_json_exact_literal(json_array_get(v, i), &lit, &ln));
+        assert_int_equal(ln, strlen(want[i]));
+        assert_memory_equal(lit, want[i], ln);
+    }
+    assert_false(tr_grammar_json_exact_literal(json_array_get(v, 4), &lit, &ln)); /* a string */
+    json_decref(v);
+    free(out);
+
+    const char *range = "{\"type\":\"integer\",\"minimum\":-18446744073709551616,"
+                        "\"maximum\":18446744073709551615}";
+    assert_true(accepts(range, "18446744073709551615"));
+    assert_false(accepts(range, "18446744073709551616"));
+    assert_true(accepts(range, "-18446744073709551616"));
+    assert_false(accepts(range, "-18446744073709551617"));
+    assert_true(accepts(range, "7"));
+    const char *vals = "{\"enum\":[18446744073709551616,0.12345678901234567891]}";
+    assert_true(accepts(vals, "18446744073709551616"));
+    assert_false(accepts(vals, "18446744073709551617"));
+    assert_true(accepts(vals, "0.12345678901234567891"));
+    assert_false(accepts(vals, "0.1234567890123456789"));
+    bool valid = false;
+    tr_diag d;
+    const char *inst = "18446744073709551616";
+    assert_int_equal(tr_js_check_instance(vals, strlen(vals), inst, strlen(inst), &valid, &d), TR_OK);
+    assert_true(valid);
+    assert_int_equal(tr_js_check_instance(range, strlen(range), inst, strlen(inst), &valid, &d), TR_OK);
+    assert_false(valid);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
@@ -1158,6 +1208,7 @@ int main(void) {
         cmocka_unit_test(test_rule_names_many),
         cmocka_unit_test(test_budget_names_the_part),
         cmocka_unit_test(test_pattern_with_nul),
+        cmocka_unit_test(test_exact_numbers),
         cmocka_unit_test(test_automaton_numbers),
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),

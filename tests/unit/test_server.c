@@ -173,6 +173,11 @@ static void test_chat_errors(void **state) {
     expect_error(TR_API_CHAT, "{" MSG ",\"top_p\":0}", "top_p", "> 0");
     expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":0}", "max_tokens", NULL);
     expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":1.5}", "max_tokens", "integer");
+    /* integers beyond 64 bits: refused by name where the field is smaller */
+    expect_error(TR_API_CHAT, "{" MSG ",\"seed\":18446744073709551616}", "seed",
+                 "'seed' is 18446744073709551616, expected -9223372036854775808..");
+    expect_error(TR_API_CHAT, "{" MSG ",\"max_tokens\":-99999999999999999999}", "max_tokens",
+                 "-99999999999999999999");
     expect_error(TR_API_CHAT, "{" MSG ",\"n\":65}", "n", NULL);
     expect_error(TR_API_CHAT, "{" MSG ",\"stop\":[\"\"]}", "stop", "empty");
     expect_error(TR_API_CHAT, "{" MSG ",\"stop\":[1]}", "stop", NULL);

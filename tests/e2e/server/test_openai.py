@@ -663,3 +663,29 @@ def test_no_repeated_keys_sampled(client):
             json.loads(ch.message.content, object_pairs_hook=_strict_keys)
             finished += 1
     assert finished >= 10, finished
+
+
+def test_integers_beyond_64_bits(client, server):
+    """A JSON Schema's integers beyond 64 bits are taken as written (the
+    output lands in the exact range); a field with a smaller range refuses
+    them by name."""
+    lo, hi = 2 ** 64 - 1, 2 ** 64 + 1
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": lo,
+                                                     "maximum": hi}},
+              "required": ["n"], "additionalProperties": False}
+    finished = 0
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model="default", max_tokens=60, temperature=1.0, seed=seed,
+            messages=[{"role": "user", "content": "A very large number, as JSON."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+        ch = r.choices[0]
+        if ch.finish_reason == "stop":
+            n = json.loads(ch.message.content)["n"]
+            assert isinstance(n, int) and lo <= n <= hi, ch.message.content
+            finished += 1
+    assert finished >= 1
+    status, body = server.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "seed": 2 ** 64})
+    assert status == 400, body
+    assert body["error"]["param"] == "seed" and str(2 ** 64) in body["error"]["message"], body
