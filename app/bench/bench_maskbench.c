@@ -133,13 +133,14 @@ static int mb_cmp_i64(const void *a, const void *b) {
 
 /* ---- reading the data file (plain or gzip) line by line ---- */
 
-/* One line of the data set, its numbers beyond jansson's reach carried
- * exactly (grammar.h: the schema compiler reads them as written, the
- * tests' text is written back with them). je may be NULL. */
+/* One line of the data set, its integers beyond 64 bits carried exactly
+ * (grammar.h: the schema compiler reads them as written, the tests' text
+ * is written back with them; decimals are doubles, as for the schema
+ * compiler). je may be NULL. */
 static json_t *mb_load_line(const char *s, size_t n, json_error_t *je) {
     char *x = NULL;
     size_t xn = 0;
-    if (!tr_grammar_json_exact_numbers(s, n, false, &x, &xn)) return NULL;
+    if (!tr_grammar_json_exact_numbers(s, n, true, &x, &xn)) return NULL;
     json_t *v = json_loadb(x ? x : s, x ? xn : n, JSON_ALLOW_NUL, je);
     free(x);
     return v;

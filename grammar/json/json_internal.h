@@ -227,10 +227,10 @@ bool tr_js_dec_parse(gcc *cc, const char *s, size_t len, js_dec *out);
  * any literal of at most 17 significant digits). false for NaN/inf. */
 bool tr_js_dec_from_json(gcc *cc, const json_t *v, js_dec *out);
 /* Exact numbers. jansson holds integers in 64 bits and other numbers as
- * doubles: before a schema or instance text is parsed, every number
- * literal it cannot hold exactly (an integer outside int64, a decimal
- * with more than 15 significant digits or a decimal exponent beyond
- * +-300) is rewritten as the string GRAMMAR_JSON_EXACT_PREFIX + the
+ * doubles: before a schema or instance text is parsed, every integer
+ * literal outside int64 (and, when the caller asks, every decimal of
+ * more than 15 significant digits or an exponent beyond +-300) is
+ * rewritten as the string GRAMMAR_JSON_EXACT_PREFIX + the
  * literal (grammar.h, tr_grammar_json_exact_numbers), which the
  * compiler and the validator read as that number: tr_js_is_num,
  * tr_js_dec_from_json, tr_js_value_type, tr_js_json_equal,

@@ -197,13 +197,16 @@ void tr_js_dfas_free(js_dfas *d) {
     d->n = 0;
 }
 
-/* jansson's parse of text whose numbers beyond its reach are first
- * carried as exact-number strings (grammar.h). A syntax error's position
- * is then that of the rewritten text (numbers made longer). */
+/* jansson's parse of text whose integers beyond 64 bits are first
+ * carried as exact-number strings (grammar.h). Decimals stay doubles:
+ * a schema's 0.1000000000000000055511151231257827 is a double printed in
+ * full, and its author, Python's jsonschema and the peers all read it as
+ * 0.1 (read exactly, it refused valid instances of 8 MaskBench schemas).
+ * A syntax error's position is that of the rewritten text. */
 static json_t *load_exact(const char *text, size_t len, json_error_t *je) {
     char *x = NULL;
     size_t xn = 0;
-    if (!tr_grammar_json_exact_numbers(text, len, false, &x, &xn)) {
+    if (!tr_grammar_json_exact_numbers(text, len, true, &x, &xn)) {
         memset(je, 0, sizeof *je);
         return NULL; /* an empty message: out of memory */
     }
