@@ -58,14 +58,14 @@ static int32_t multi_id(const char *s) {
     return -1;
 }
 
-static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v, grammar **g_out) {
+/* A matcher of the schema's grammar (which the matcher keeps alive). */
+static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v) {
     tr_diag d;
     grammar *g = NULL;
     if (tr_grammar_compile_json_schema(schema, strlen(schema), NULL, NULL, &g, &d) != TR_OK)
         fail_msg("%s: %s", schema, d.message);
     grammar_matcher *m = NULL;
     assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
-    *g_out = g;
     return m;
 }
 
@@ -81,9 +81,7 @@ static void test_repeated_key_refused(void **s) {
     (void)s;
     int32_t nv;
     grammar_vocab *v = key_vocab(&nv);
-    grammar *g;
-    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
-    tr_grammar_free(g);
+    grammar_matcher *m = matcher_for(FREE_OBJ, v);
     assert_int_equal(feed(m, "{\"a\":1,"), TR_OK);
     assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);      /* the same key */
     assert_int_equal(feed(m, "\"\\u0061\""), TR_ERR_STATE); /* the same, escaped */
@@ -97,8 +95,7 @@ static void test_repeated_key_refused(void **s) {
 
     /* non-ASCII: a raw character and its escape, a surrogate pair and the
      * raw 4-byte character are one key each */
-    m = matcher_for(FREE_OBJ, v, &g);
-    tr_grammar_free(g);
+    m = matcher_for(FREE_OBJ, v);
     assert_int_equal(feed(m, "{\"\xc3\xa9\":1,"), TR_OK);
     assert_int_equal(feed(m, "\"\\u00e9\""), TR_ERR_STATE);
     assert_int_equal(feed(m, "\"\\u00E9x\":2,\"\\ud83d\\ude00\":3,"), TR_OK);
@@ -113,11 +110,9 @@ static void test_objects_are_their_own(void **s) {
     (void)s;
     int32_t nv;
     grammar_vocab *v = key_vocab(&nv);
-    grammar *g;
     /* nested objects and objects in an array keep separate key sets; a
      * closed object's keys are forgotten */
-    grammar_matcher *m = matcher_for("{\"type\":\"object\"}", v, &g);
-    tr_grammar_free(g);
+    grammar_matcher *m = matcher_for("{\"type\":\"object\"}", v);
     assert_int_equal(feed(m, "{\"a\":{\"a\":{\"a\":1}},\"b\":[{\"a\":1},{\"a\":1,\"b\":\"a\"}]"),
                      TR_OK);
     assert_int_equal(feed(m, ",\"a\""), TR_ERR_STATE);
@@ -126,8 +121,7 @@ static void test_objects_are_their_own(void **s) {
     assert_true(tr_grammar_matcher_is_accepting(m));
     tr_grammar_matcher_free(m);
     /* a string value equal to a key is no key */
-    m = matcher_for(FREE_OBJ, v, &g);
-    tr_grammar_free(g);
+    m = matcher_for(FREE_OBJ, v);
     assert_int_equal(feed(m, "{\"a\":1}"), TR_OK);
     tr_grammar_matcher_free(m);
     tr_grammar_vocab_free(v);
@@ -139,9 +133,7 @@ static void test_masks_and_allowed(void **s) {
     grammar_vocab *v = key_vocab(&nv);
     size_t nw = tr_grammar_vocab_mask_words(v);
     uint64_t mask[8];
-    grammar *g;
-    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
-    tr_grammar_free(g);
+    grammar_matcher *m = matcher_for(FREE_OBJ, v);
     assert_int_equal(feed(m, "{\"a\":1"), TR_OK);
     assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
     /* "1,"a": closes a repeat of "a"; ":1,"a" would be a value's end */
@@ -175,9 +167,7 @@ static void test_rollback_restores(void **s) {
     grammar_vocab *v = key_vocab(&nv);
     size_t nw = tr_grammar_vocab_mask_words(v);
     uint64_t before[8], after[8];
-    grammar *g;
-    grammar_matcher *m = matcher_for(FREE_OBJ, v, &g);
-    tr_grammar_free(g);
+    grammar_matcher *m = matcher_for(FREE_OBJ, v);
     assert_int_equal(feed(m, "{\"a\":1,"), TR_OK);
     assert_int_equal(tr_grammar_matcher_fill_mask(m, before, nw), TR_OK);
     /* write "b", close the object, roll all of it back */
@@ -201,12 +191,10 @@ static void test_forced_bytes_stop(void **s) {
     grammar_vocab *v = key_vocab(&nv);
     size_t nw = tr_grammar_vocab_mask_words(v);
     uint64_t mask[8];
-    grammar *g;
     /* the only key this object takes is "k" */
     grammar_matcher *m = matcher_for("{\"type\":\"object\",\"patternProperties\":{\"^k$\":"
                                      "{\"type\":\"integer\"}},\"additionalProperties\":false}",
-                                     v, &g);
-    tr_grammar_free(g);
+                                     v);
     uint8_t buf[64];
     size_t n;
     assert_int_equal(feed(m, "{\""), TR_OK);
@@ -245,9 +233,7 @@ static void test_random_walks_unique(void **s) {
     uint64_t rng = 7;
     int finished = 0, walks = small_scale_json() ? 60 : 400;
     for (size_t si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
-        grammar *g;
-        grammar_matcher *m = matcher_for(schemas[si], v, &g);
-        tr_grammar_free(g);
+        grammar_matcher *m = matcher_for(schemas[si], v);
         for (int w = 0; w < walks; w++) {
             tr_grammar_matcher_reset(m);
             char text[4096];
