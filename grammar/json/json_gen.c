@@ -270,10 +270,7 @@ gx *tr_js_value_gx(js_ctx *x, const json_t *v, uint32_t depth) {
         r.hi = r.lo;
         js_buf b;
         tr_js_buf_init(&b, cc);
-        /* spelled as the numbers option says: canonical writes an
-         * integral value as digits only (never 5.000...) */
-        js_numfmt f = tr_js_numfmt(x, tr_js_dec_is_int(&r.lo));
-        tr_js_num_regex(cc, &r, false, &f, &b);
+        tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
         if (json_is_real(v)) { /* Python writes large and tiny floats as 1e+16 */
             char *py = NULL;
             size_t n = 0, cap = 0;
@@ -294,8 +291,7 @@ gx *tr_js_value_gx(js_ctx *x, const json_t *v, uint32_t depth) {
             js_range r = {.has_lo = true, .has_hi = true};
             if (!tr_js_dec_from_json(cc, v, &r.lo)) return tr_gx_never(cc);
             r.hi = r.lo;
-            js_numfmt f = tr_js_numfmt(x, tr_js_dec_is_int(&r.lo));
-            tr_js_num_regex(cc, &r, false, &f, &b);
+            tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
             gx *rn = js_buf_ok(&b) && b.n ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
             tr_js_buf_free(&b);
             return rn;
