@@ -66,6 +66,7 @@ static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v) {
         fail_msg("%s: %s", schema, d.message);
     grammar_matcher *m = NULL;
     assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+    tr_grammar_free(g); /* the matcher holds its own reference */
     return m;
 }
 
