@@ -336,7 +336,10 @@ static bool v_key_end(void *c, uint64_t hash) {
     vcheck *v = c;
     const gkeys *k = v->k;
     uint32_t tag = v_tag(v);
-    if (tag == UINT32_MAX) return true;
+    /* past the local slots (frames, keys, key bytes) these bytes are no
+     * longer followed: a repeat within them may be missed, never a key
+     * refused wrongly */
+    if (v->overflow || tag == UINT32_MAX) return true;
     const uint8_t *p = v->prefix ? k->kb + k->cur_off : NULL;
     uint32_t plen = v->prefix ? k->kb_len - k->cur_off : 0;
     const uint8_t *s = v->kbuf + v->kstart;
@@ -349,9 +352,6 @@ static bool v_key_end(void *c, uint64_t hash) {
                 eq2(k->kb + k->keys[i].off, k->keys[i].len, p, plen, s, slen))
                 return false;
     }
-    /* past the local slots a duplicate within these bytes may be missed,
-     * never a key refused wrongly (truncated bytes never compare equal) */
-    if (v->overflow) return true;
     for (uint32_t i = 0; i < v->n_lk; i++)
         if (v->lk[i].tag == tag && v->lk[i].hash == hash &&
             eq2(v->kbuf + v->lk[i].off, v->lk[i].len, p, plen, s, slen))
@@ -418,14 +418,11 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
      * be of a key these bytes wrote) */
     uint32_t need = k->lx.mode == OUT ? 2 : k->lx.key ? 1 : 3;
     if (!k->n_keys) need += 2;
-    const grammar_vocab *v = k->v;
     const kquotes *q = k->q;
     /* few: 163 of SmolLM2's 49,152 tokens have a quote, 20 two or more */
     for (uint32_t i = 0; i < q->count && q->n[i] >= need; i++) {
         int32_t id = q->id[i];
-        if (!(mask[id >> 6] >> (id & 63) & 1)) continue;
-        size_t len = (size_t)(v->offs[id + 1] - v->offs[id]);
-        if (tr_gkeys_would_dup(k, v->bytes + v->offs[id], len))
+        if ((mask[id >> 6] >> (id & 63) & 1) && tr_gkeys_token_would_dup(k, id))
             mask[id >> 6] &= ~(UINT64_C(1) << (id & 63));
     }
 }

@@ -257,45 +257,42 @@ tr_status tr_js_any_value(js_ctx *x, uint32_t depth, uint32_t *rule) {
 
 /* ---- exact values ---- */
 
+/* A number value (jansson's, or an exact-number string) spelled every
+ * way JSON writes it, plus Python's exponent form of a large or tiny
+ * double. */
+static gx *number_gx(gcc *cc, const json_t *v) {
+    js_range r = {.has_lo = true, .has_hi = true};
+    if (!tr_js_dec_from_json(cc, v, &r.lo)) return tr_gx_never(cc);
+    r.hi = r.lo;
+    js_buf b;
+    tr_js_buf_init(&b, cc);
+    tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
+    if (json_is_real(v)) { /* Python writes large and tiny floats as 1e+16 */
+        char *py = NULL;
+        size_t n = 0, cap = 0;
+        if (tr_grammar_json_dumps_py(v, &py, &n, &cap) && memchr(py, 'e', n)) {
+            tr_js_buf_putc(&b, '|');
+            tr_js_rx_escape(&b, py, n);
+        }
+        free(py);
+    }
+    gx *g = js_buf_ok(&b) && b.n ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
+    tr_js_buf_free(&b);
+    return g;
+}
+
 gx *tr_js_value_gx(js_ctx *x, const json_t *v, uint32_t depth) {
     gcc *cc = x->cc;
+    if (tr_js_exact_literal(v, NULL, NULL)) return number_gx(cc, v);
     switch (json_typeof(v)) {
     case JSON_NULL: return tr_gx_litz(cc, "null");
+    case JSON_INTEGER:
+    case JSON_REAL: return number_gx(cc, v);
     case JSON_TRUE: return tr_gx_litz(cc, "true");
     case JSON_FALSE: return tr_gx_litz(cc, "false");
-    case JSON_INTEGER:
-    case JSON_REAL: {
-        js_range r = {.has_lo = true, .has_hi = true};
-        if (!tr_js_dec_from_json(cc, v, &r.lo)) return tr_gx_never(cc);
-        r.hi = r.lo;
-        js_buf b;
-        tr_js_buf_init(&b, cc);
-        tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
-        if (json_is_real(v)) { /* Python writes large and tiny floats as 1e+16 */
-            char *py = NULL;
-            size_t n = 0, cap = 0;
-            if (tr_grammar_json_dumps_py(v, &py, &n, &cap) && memchr(py, 'e', n)) {
-                tr_js_buf_putc(&b, '|');
-                tr_js_rx_escape(&b, py, n);
-            }
-            free(py);
-        }
-        gx *r2 = js_buf_ok(&b) && b.n ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
-        tr_js_buf_free(&b);
-        return r2;
-    }
     case JSON_STRING: {
         js_buf b;
         tr_js_buf_init(&b, cc);
-        if (tr_js_exact_literal(v, NULL, NULL)) { /* a number beyond jansson's */
-            js_range r = {.has_lo = true, .has_hi = true};
-            if (!tr_js_dec_from_json(cc, v, &r.lo)) return tr_gx_never(cc);
-            r.hi = r.lo;
-            tr_js_num_regex(cc, &r, false, &JS_NUMFMT_FULL, &b);
-            gx *rn = js_buf_ok(&b) && b.n ? tr_gx_rx_ne(cc, b.p, b.n) : tr_gx_never(cc);
-            tr_js_buf_free(&b);
-            return rn;
-        }
         tr_status st = tr_js_key_regex(x, json_string_value(v), json_string_length(v), &b);
         gx *r = !st && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
         tr_js_buf_free(&b);

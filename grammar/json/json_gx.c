@@ -231,7 +231,7 @@ tr_status tr_gx_rule_add(gcc *cc, gx_grammar *g, const char *hint, uint32_t *id)
      * with 100,000 rules of one base otherwise spent minutes here) */
     uint32_t owner = name_find(g, base);
     if (owner != UINT32_MAX) {
-        uint32_t k = g->rules[owner].next_suffix > 2 ? g->rules[owner].next_suffix : 2;
+        uint32_t k = g->rules[owner].next_suffix ? g->rules[owner].next_suffix : 2;
         do snprintf(name, sizeof name, "%s-%u", base, k++);
         while (name_taken(g, name));
         g->rules[owner].next_suffix = k;

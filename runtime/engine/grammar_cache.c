@@ -560,14 +560,3 @@ void trellis_grammar_cache_get_stats(trellis_engine *e,
     }
     tr_gcache_get_stats(e->gcache, out);
 }
-
-/* ---- exact numbers (trellis.h): grammar.h's, for the layers above ---- */
-
-bool trellis_json_exact_numbers(const char *text, size_t len, bool integers_only, char **out,
-                                size_t *out_len) {
-    return tr_grammar_json_exact_numbers(text, len, integers_only, out, out_len);
-}
-
-bool trellis_json_exact_string(const char *s, size_t len, const char **lit, size_t *lit_len) {
-    return tr_grammar_json_exact_string(s, len, lit, lit_len);
-}

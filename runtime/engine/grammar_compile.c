@@ -5,7 +5,9 @@
  * Layering: runtime/engine, over grammar/ and jansson. Pure functions:
  * any thread (grammar_cache.c calls them with no lock held). The JSON
  * kinds map trellis_grammar_options onto grammar_json_options and collect
- * lenient mode's warnings, one line each ("pointer: message").
+ * lenient mode's warnings, one line each ("pointer: message"). It also
+ * gives the layers above grammar.h's exact-number carrier (trellis.h,
+ * trellis_json_exact_numbers) for the schemas they parse first.
  *
  * Choices. A JSON array of distinct strings compiles to the regex that is
  * the alternation of the strings, each escaped into grammar.h's dialect:
@@ -311,4 +313,15 @@ tr_status tr_engine_grammar_compile(trellis_grammar_kind kind, const char *text,
     *out = g;
     *warnings = w.p;
     return TR_OK;
+}
+
+/* ---- exact numbers (trellis.h): grammar.h's, for the layers above ---- */
+
+bool trellis_json_exact_numbers(const char *text, size_t len, bool integers_only, char **out,
+                                size_t *out_len) {
+    return tr_grammar_json_exact_numbers(text, len, integers_only, out, out_len);
+}
+
+bool trellis_json_exact_string(const char *s, size_t len, const char **lit, size_t *lit_len) {
+    return tr_grammar_json_exact_string(s, len, lit, lit_len);
 }
