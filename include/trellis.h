@@ -114,6 +114,17 @@ typedef void (*trellis_wake_fn)(void *user);
  *         for READ cannot be had). */
 enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
 
+/* trellis_engine_options.kv_type_k / kv_type_v: how the KV cache stores
+ * keys and values (each quantized once, when stored):
+ *   F16  2 bytes per element.
+ *   Q8   int8 with one F16 scale per (position, KV head): ~0.52x the
+ *        bytes of F16 (head_dim + 2 bytes per head).
+ *   Q4   4-bit with one F16 scale per 32 elements of a head: ~0.28x
+ *        (head_dim / 2 + head_dim / 16 bytes per head; head_dim a
+ *        multiple of 32).
+ * docs/performance.md has what each costs in quality and speed. */
+enum { TRELLIS_KV_F16 = 0, TRELLIS_KV_Q8 = 1, TRELLIS_KV_Q4 = 2 };
+
 typedef struct trellis_engine_options {
     const char *device;       /* compute backend by name: NULL or "cpu"
                                  (default), or "cuda" / "cuda:N" (GPU N;
@@ -158,6 +169,9 @@ typedef struct trellis_engine_options {
                                  forces are drafts too, verified. */
     int32_t load;             /* how the model file is brought in: one of
                                  TRELLIS_LOAD_* (default AUTO) */
+    int32_t kv_type_k;        /* TRELLIS_KV_* of the cached keys (default
+                                 F16) */
+    int32_t kv_type_v;        /* and of the cached values (default F16) */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
@@ -212,6 +226,8 @@ typedef struct trellis_engine_info {
     bool add_bos;
     bool no_radix, overlap;
     int32_t load;        /* TRELLIS_LOAD_MMAP or _READ: what AUTO chose */
+    int32_t kv_type_k, kv_type_v; /* TRELLIS_KV_* in force */
+    int64_t kv_bytes;    /* the KV pool's size in bytes; 0 when unknown */
     const char *arch;    /* the model's architecture ("llama", "gemma3",
                             ...; "custom" for an engine on a custom
                             compute object); lives as long as the engine */

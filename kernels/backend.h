@@ -160,25 +160,88 @@ typedef struct tr_weight {
     int32_t layout;
 } tr_weight;
 
-/* Paged KV memory. Page p, layer l, kind c (0 = K, 1 = V), slot s starts at
- *   base + ((((p * n_layers + l) * 2 + c) * page_size + s) * kv_dim) * esize
- * where kv_dim = n_kv_heads * head_dim and esize = 2 for F16, 4 for F32.
- * So one page holds K and V of page_size consecutive positions for every
- * layer, and a layer's K (or V) rows of one page are contiguous. */
+/* Element formats of cached K and V. A row is one position's K (or V) in
+ * one layer: its n_kv_heads heads side by side, each tr_kv_head_bytes:
+ *   F32, F16  head_dim floats / halves (F16: rounded to nearest even).
+ *   Q8        head_dim int8 q, then one F16 scale d: element i is d * q[i],
+ *             d = max|x| / 127 rounded to F16, q = round(x / d).
+ *   Q4        head_dim / 32 groups of 16 bytes (element i < 16 of a group
+ *             in the low nibble of byte i, element 16 + i in its high
+ *             nibble), then one F16 scale per group: an element is
+ *             d * (nibble - 8), d = max|x| / 7 rounded to F16, nibble =
+ *             round(x / d) + 8 (1..15). head_dim a multiple of 32.
+ * A dequantized element is exact in F32 (an 11-bit mantissa times an
+ * integer of at most 8 bits), so a kernel may stage rows as F32 and read
+ * them there with the same result as from the cache. Quantizing is done
+ * once, by kv_store, the same way on every kernel set. */
+typedef enum tr_kv_type {
+    TR_KV_F16 = 0,
+    TR_KV_F32 = 1,
+    TR_KV_Q8 = 2,
+    TR_KV_Q4 = 3,
+    TR_KV_TYPE_COUNT
+} tr_kv_type;
+
+/* Bytes of one head of a row; 0 when the type cannot hold head_dim (Q4:
+ * not a multiple of 32) or is unknown. */
+static inline size_t tr_kv_head_bytes(tr_kv_type t, int32_t head_dim) {
+    size_t hd = head_dim > 0 ? (size_t)head_dim : 0;
+    switch (t) {
+    case TR_KV_F16: return 2 * hd;
+    case TR_KV_F32: return 4 * hd;
+    case TR_KV_Q8: return hd ? hd + 2 : 0;
+    case TR_KV_Q4: return hd && hd % 32 == 0 ? hd / 2 + hd / 16 : 0;
+    default: return 0;
+    }
+}
+
+/* "f16", "f32", "q8", "q4"; "?" for other values. */
+static inline const char *tr_kv_type_name(tr_kv_type t) {
+    static const char *const names[] = {"f16", "f32", "q8", "q4"};
+    return (unsigned)t < TR_KV_TYPE_COUNT ? names[t] : "?";
+}
+
+/* Paged KV memory. Page p holds K and V of page_size consecutive
+ * positions for every layer: layer l's part of the page is its page_size
+ * K rows, then its page_size V rows, each row tr_kv_row_bytes of its
+ * kind; so a layer's K (or V) rows of one page are contiguous. Byte
+ * offsets: tr_kv_offset below. */
 typedef struct tr_kv_layout {
-    void *base;     /* device pointer, n_pages * page_bytes (borrowed) */
+    void *base;     /* device pointer, n_pages * tr_kv_page_bytes (borrowed) */
     int32_t n_pages;
     int32_t n_layers;
     int32_t page_size; /* tokens per page, >= 1 */
     int32_t n_kv_heads;
     int32_t head_dim;
-    tr_dtype type; /* TR_DTYPE_F16 or TR_DTYPE_F32 */
+    tr_kv_type type_k, type_v; /* formats of the K rows and the V rows */
     /* Sliding-window layers: window[l] > 0 means a token at position p
      * attends only to positions p - window[l] + 1 .. p in layer l (the
      * older ones stay in the pages, unread); 0 = every position. NULL: no
      * layer has a window. Host memory, borrowed (the model owns it). */
     const int32_t *window;
 } tr_kv_layout;
+
+/* Bytes of one row of kind c (0 = K, 1 = V). */
+static inline size_t tr_kv_row_bytes(const tr_kv_layout *kv, int c) {
+    return tr_kv_head_bytes(c ? kv->type_v : kv->type_k, kv->head_dim) *
+           (size_t)kv->n_kv_heads;
+}
+
+/* Bytes of one layer's part of a page, and of a page. */
+static inline size_t tr_kv_layer_bytes(const tr_kv_layout *kv) {
+    return (size_t)kv->page_size * (tr_kv_row_bytes(kv, 0) + tr_kv_row_bytes(kv, 1));
+}
+static inline size_t tr_kv_page_bytes(const tr_kv_layout *kv) {
+    return (size_t)kv->n_layers * tr_kv_layer_bytes(kv);
+}
+
+/* Byte offset from base of row (page, slot) of kind c of a layer. */
+static inline size_t tr_kv_offset(const tr_kv_layout *kv, int32_t layer, int64_t page,
+                                  int c, int32_t slot) {
+    return (size_t)page * tr_kv_page_bytes(kv) + (size_t)layer * tr_kv_layer_bytes(kv) +
+           (c ? (size_t)kv->page_size * tr_kv_row_bytes(kv, 0) : 0) +
+           (size_t)slot * tr_kv_row_bytes(kv, c);
+}
 
 /* A ragged batch of tokens from one or more sequences.
  * Token t belongs to sequence seq[t] at position pos[t]. Its K/V is written
@@ -216,7 +279,6 @@ typedef struct tr_backend_info {
 /* The data types a backend computes with, asked at load time. */
 typedef enum tr_backend_cap {
     TR_BACKEND_CAP_WEIGHT = 1, /* matmul and embed with weights of type t */
-    TR_BACKEND_CAP_KV = 2,     /* KV pages of type t */
 } tr_backend_cap;
 
 typedef struct tr_backend_ops {
@@ -227,6 +289,9 @@ typedef struct tr_backend_ops {
     void (*destroy)(tr_backend *be);
     void (*get_info)(const tr_backend *be, tr_backend_info *out);
     bool (*supports)(const tr_backend *be, tr_backend_cap cap, tr_dtype t);
+    /* Whether kv_store and attention take KV pages whose K rows are of
+     * type k and V rows of type v. */
+    bool (*supports_kv)(const tr_backend *be, tr_kv_type k, tr_kv_type v);
 
     /* ---- streams and events ---- */
     tr_status (*stream_new)(tr_backend *be, tr_stream **out);
@@ -301,8 +366,8 @@ typedef struct tr_backend_ops {
                  int32_t head_dim, const int32_t *pos, float freq_base);
 
     /* Writes k[n, kv_dim], v[n, kv_dim] of the batch's tokens into their
-     * pages of layer `layer`, converting to kv->type (F16: round to
-     * nearest even). */
+     * pages of layer `layer`, converting to kv->type_k / type_v (the
+     * formats above). */
     void (*kv_store)(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
                      const float *k, const float *v, const tr_batch *b);
 

@@ -180,6 +180,7 @@ static bool take_value(const char *cmd, const char *flag, const cli_opt *o,
             size_t len = bar ? (size_t)(bar - p) : strlen(p);
             if (len == vl && strncmp(p, v, len) == 0) {
                 *(int *)o->dest = idx;
+                if (o->also) *(int *)o->also = idx;
                 return true;
             }
             p = bar ? bar + 1 : p + len;

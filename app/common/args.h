@@ -58,6 +58,8 @@ typedef struct cli_opt {
     const char *choices; /* CLI_ENUM: the values, '|'-separated ("a|b|c") */
     const char *meta;  /* the value's name in --help (NULL: N, X or TEXT) */
     bool *given;       /* set to true when the flag is given (may be NULL) */
+    void *also;        /* CLI_ENUM: a second destination the value goes to
+                          too (--kv-type sets the K and the V type); NULL */
 } cli_opt;
 
 /* A command: its name ("generate", "bench serve": errors begin "trellis

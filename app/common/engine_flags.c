@@ -8,6 +8,8 @@
 
 /* --load's value is stored through an int (CLI_ENUM) */
 _Static_assert(sizeof(int) == sizeof(int32_t), "trellis_engine_options.load is read as int");
+_Static_assert(TRELLIS_KV_F16 == 0 && TRELLIS_KV_Q8 == 1 && TRELLIS_KV_Q4 == 2,
+               "--kv-type's choices are the TRELLIS_KV_* values in order");
 
 #define OFF(m) offsetof(trellis_engine_options, m)
 
@@ -23,6 +25,7 @@ static const struct {
     const char *option;
     size_t off;
     const char *help, *meta, *choices;
+    size_t also; /* CLI_ENUM: a second member it sets (0: none) */
 } k_flags[TR_EF_COUNT] = {
     [TR_EF_DEVICE] = {"--device", NULL, CLI_STR, NULL, OFF(device),
                       "compute backend: cpu, or cuda / cuda:N (GPU N) in a build with "
@@ -57,6 +60,15 @@ static const struct {
                           "speculative decoding: up to N draft tokens per step from n-grams "
                           "of the prompt and output (prompt lookup), verified in the same "
                           "pass; the output is unchanged (constraints and log-probs too)", "N", NULL},
+    [TR_EF_KV_TYPE] = {"--kv-type", NULL, CLI_ENUM, "kv_type_k", OFF(kv_type_k),
+                       "KV cache type of keys and values: f16, q8 (int8, one scale per "
+                       "position and KV head: ~half the bytes) or q4 (4-bit, a scale per 32: "
+                       "~0.28x); a later --kv-type-k/-v overrides one of them",
+                       NULL, "f16|q8|q4", OFF(kv_type_v)},
+    [TR_EF_KV_TYPE_K] = {"--kv-type-k", NULL, CLI_ENUM, "kv_type_k", OFF(kv_type_k),
+                         "KV cache type of the keys", NULL, "f16|q8|q4", 0},
+    [TR_EF_KV_TYPE_V] = {"--kv-type-v", NULL, CLI_ENUM, "kv_type_v", OFF(kv_type_v),
+                         "KV cache type of the values", NULL, "f16|q8|q4", 0},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {
@@ -100,6 +112,7 @@ void tr_engine_flags_attach(tr_engine_flags *f, cli_cmd *c) {
         o->meta = k_flags[i].meta;
         o->choices = k_flags[i].choices;
         o->given = &f->given[i];
+        o->also = k_flags[i].also ? (char *)&f->opts + k_flags[i].also : NULL;
         o->help = k_flags[i].help;
         int32_t lo, hi;
         if (tr_engine_flag_bounds((tr_engine_flag)i, &lo, &hi)) {

@@ -43,6 +43,9 @@ typedef enum tr_engine_flag {
     TR_EF_NO_RADIX,         /* --no-radix */
     TR_EF_NO_OVERLAP,       /* --no-overlap */
     TR_EF_SPEC_NGRAM,       /* --spec-ngram N */
+    TR_EF_KV_TYPE,          /* --kv-type f16|q8|q4 (keys and values) */
+    TR_EF_KV_TYPE_K,        /* --kv-type-k f16|q8|q4 */
+    TR_EF_KV_TYPE_V,        /* --kv-type-v f16|q8|q4 */
     TR_EF_COUNT,
 } tr_engine_flag;
 

@@ -135,8 +135,13 @@ static bool cpu_supports(const tr_backend *be, tr_backend_cap cap,
                          tr_dtype t) {
     (void)be;
     if (cap == TR_BACKEND_CAP_WEIGHT) return tr_dtype_computable(t);
-    if (cap == TR_BACKEND_CAP_KV) return t == TR_DTYPE_F16 || t == TR_DTYPE_F32;
     return false;
+}
+
+/* Every format of backend.h, K and V independently. */
+static bool cpu_supports_kv(const tr_backend *be, tr_kv_type k, tr_kv_type v) {
+    (void)be;
+    return (unsigned)k < TR_KV_TYPE_COUNT && (unsigned)v < TR_KV_TYPE_COUNT;
 }
 
 /* ---- streams and events ---- */
@@ -231,6 +236,7 @@ static const tr_backend_ops k_cpu_ops = {
     .destroy = cpu_destroy,
     .get_info = cpu_get_info,
     .supports = cpu_supports,
+    .supports_kv = cpu_supports_kv,
     .stream_new = cpu_stream_new,
     .stream_free = cpu_stream_free,
     .stream_synchronize = cpu_stream_synchronize,

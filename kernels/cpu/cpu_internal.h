@@ -37,8 +37,12 @@
 /* The largest head_dim the attention kernels accept (stack buffers). */
 #define CPU_ATTN_MAX_HEAD_DIM 1024
 
-/* Inner loops with one implementation per instruction set. `f16` says the
- * KV rows are F16 (else F32). Strides are in elements. */
+/* Inner loops with one implementation per instruction set. KV rows are
+ * in a format of backend.h (tr_kv_type); a "row" argument points at one
+ * head of row 0 and `stride` is in bytes from one row to the next (staged
+ * F32 rows included). A quantized element enters the arithmetic as its
+ * exact F32 value, in the order an F32 row's would, so a row staged as F32
+ * (load_heads) gives bitwise the same results as the cached row. */
 typedef struct cpu_op_kernels {
     const char *name; /* "avx2" or "portable" */
 
@@ -60,38 +64,53 @@ typedef struct cpu_op_kernels {
     void (*store_row)(void *dst, const float *src, int32_t n, bool f16);
     /* dst[n] = src[n] (F16 or F32): exact, the inverse of store_row. */
     void (*load_row)(float *dst, const void *src, int32_t n, bool f16);
+    /* dst[n_heads * hd] = the exact F32 values of n_heads consecutive
+     * heads of a row of type t (any type). */
+    void (*load_heads)(float *dst, const void *src, int32_t n_heads,
+                       int32_t hd, tr_kv_type t);
 
     /* The g query heads of one KV head (grouped-query attention) against
      * the same K rows, so that each row is read and converted once:
      *   s[h * s_stride + j] = scale * dot(q + h * hd, k_j),  j < n, h < g,
-     * k_j = k + j * stride; max[h] = the largest of head h's s (n >= 1).
-     * Each head's scores are bitwise those it gets alone (g = 1): sharing
-     * a row changes no arithmetic. */
+     * k_j = k + j * stride bytes; max[h] = the largest of head h's s
+     * (n >= 1). Each head's scores are bitwise those it gets alone
+     * (g = 1): sharing a row changes no arithmetic. */
     void (*attn_scores)(float *s, size_t s_stride, float *max,
                         const float *q, int32_t g, const void *k,
-                        size_t stride, int32_t n, int32_t hd, bool f16,
+                        size_t stride, int32_t n, int32_t hd, tr_kv_type t,
                         float scale);
     /* s[j] = exp(s[j] - max) for j < n; returns their sum. */
     float (*attn_exp_sum)(float *s, int32_t n, float max);
     /* For the g heads of one KV head, against the same V rows:
      *   acc[h * acc_stride + d] += sum_j p[h * p_stride + j] * v_j[d],
-     * j < n in order, v_j = v + j * stride; bitwise as for g = 1. */
+     * j < n in order, v_j = v + j * stride bytes; bitwise as for g = 1. */
     void (*attn_accum)(float *acc, size_t acc_stride, const float *p,
                        size_t p_stride, int32_t g, const void *v,
-                       size_t stride, int32_t n, int32_t hd, bool f16);
+                       size_t stride, int32_t n, int32_t hd, tr_kv_type t);
 } cpu_op_kernels;
+
+/* Quantizes one head of hd elements into backend.h's format t (Q8, Q4:
+ * the one quantizer of every kernel set, so stored bytes never depend on
+ * the CPU). dst: tr_kv_head_bytes(t, hd) bytes. */
+void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
+                             tr_kv_type t);
+/* Element d of a head of type t (exact), for the portable kernels. */
+float tr_cpu_kv_elem(const uint8_t *head, int32_t d, int32_t hd, tr_kv_type t);
 
 extern const cpu_op_kernels tr_cpu_op_kernels_portable;
 extern const cpu_op_kernels tr_cpu_op_kernels_avx2; /* only if the CPU has it */
 
 /* The portable entries, for AVX2 kernels that fall back on odd sizes. */
 void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
-                              const float *q, int32_t g, const void *k,
-                              size_t stride, int32_t n, int32_t hd, bool f16,
-                              float scale);
+                                 const float *q, int32_t g, const void *k,
+                                 size_t stride, int32_t n, int32_t hd,
+                                 tr_kv_type t, float scale);
 void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
-                             size_t p_stride, int32_t g, const void *v,
-                             size_t stride, int32_t n, int32_t hd, bool f16);
+                                size_t p_stride, int32_t g, const void *v,
+                                size_t stride, int32_t n, int32_t hd,
+                                tr_kv_type t);
+void tr_cpu_load_heads_portable(float *dst, const void *src, int32_t n_heads,
+                                int32_t hd, tr_kv_type t);
 void tr_cpu_rope_row_portable(float *x, int32_t n_heads, int32_t head_dim,
                            const float *cs);
 

@@ -135,17 +135,17 @@ static void load_row_portable(float *dst, const void *src, int32_t n,
 /* One head: s[j] = scale * dot(q, k_j). */
 static float scores_one_portable(float *s, const float *q, const void *k,
                                  size_t stride, int32_t n, int32_t hd,
-                                 bool f16, float scale) {
+                                 tr_kv_type t, float scale) {
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) {
+        const uint8_t *r = (const uint8_t *)k + (size_t)j * stride;
         float acc = 0.0f;
-        if (f16) {
-            const uint16_t *r = (const uint16_t *)k + (size_t)j * stride;
-            for (int32_t d = 0; d < hd; d++)
-                acc += q[d] * cpu_fp16_to_fp32(r[d]);
+        if (t == TR_KV_F32) {
+            const float *rf = (const float *)(const void *)r;
+            for (int32_t d = 0; d < hd; d++) acc += q[d] * rf[d];
         } else {
-            const float *r = (const float *)k + (size_t)j * stride;
-            for (int32_t d = 0; d < hd; d++) acc += q[d] * r[d];
+            for (int32_t d = 0; d < hd; d++)
+                acc += q[d] * tr_cpu_kv_elem(r, d, hd, t);
         }
         s[j] = acc * scale;
         mx = s[j] > mx ? s[j] : mx;
@@ -154,13 +154,13 @@ static float scores_one_portable(float *s, const float *q, const void *k,
 }
 
 void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
-                              const float *q, int32_t g, const void *k,
-                              size_t stride, int32_t n, int32_t hd, bool f16,
-                              float scale) {
+                                 const float *q, int32_t g, const void *k,
+                                 size_t stride, int32_t n, int32_t hd,
+                                 tr_kv_type t, float scale) {
     for (int32_t h = 0; h < g; h++)
         max[h] = scores_one_portable(s + (size_t)h * s_stride,
                                      q + (size_t)h * (size_t)hd, k, stride, n,
-                                     hd, f16, scale);
+                                     hd, t, scale);
 }
 
 static float attn_exp_sum_portable(float *s, int32_t n, float max) {
@@ -174,20 +174,21 @@ static float attn_exp_sum_portable(float *s, int32_t n, float max) {
 }
 
 void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
-                             size_t p_stride, int32_t g, const void *v,
-                             size_t stride, int32_t n, int32_t hd, bool f16) {
+                                size_t p_stride, int32_t g, const void *v,
+                                size_t stride, int32_t n, int32_t hd,
+                                tr_kv_type t) {
     for (int32_t h = 0; h < g; h++) {
         float *ah = acc + (size_t)h * acc_stride;
         const float *ph = p + (size_t)h * p_stride;
         for (int32_t j = 0; j < n; j++) {
             float w = ph[j];
-            if (f16) {
-                const uint16_t *r = (const uint16_t *)v + (size_t)j * stride;
-                for (int32_t d = 0; d < hd; d++)
-                    ah[d] += w * cpu_fp16_to_fp32(r[d]);
+            const uint8_t *r = (const uint8_t *)v + (size_t)j * stride;
+            if (t == TR_KV_F32) {
+                const float *rf = (const float *)(const void *)r;
+                for (int32_t d = 0; d < hd; d++) ah[d] += w * rf[d];
             } else {
-                const float *r = (const float *)v + (size_t)j * stride;
-                for (int32_t d = 0; d < hd; d++) ah[d] += w * r[d];
+                for (int32_t d = 0; d < hd; d++)
+                    ah[d] += w * tr_cpu_kv_elem(r, d, hd, t);
             }
         }
     }
@@ -202,6 +203,7 @@ const cpu_op_kernels tr_cpu_op_kernels_portable = {
     .add = add_portable,
     .store_row = store_row_portable,
     .load_row = load_row_portable,
+    .load_heads = tr_cpu_load_heads_portable,
     .attn_scores = tr_cpu_attn_scores_portable,
     .attn_exp_sum = attn_exp_sum_portable,
     .attn_accum = tr_cpu_attn_accum_portable,

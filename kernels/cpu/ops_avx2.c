@@ -203,14 +203,40 @@ static void load_row_avx2(float *dst, const void *src, int32_t n, bool f16) {
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-/* 8 elements of a KV row at element index idx. With f16 and hd constant
- * at the call site, the kernels below compile to straight-line code with
- * constant displacements. */
-static ALWAYS_INLINE __m256 kv_load8(const void *base, size_t idx, bool f16) {
-    if (f16)
+/* A Q8/Q4 scale (F16 at p) in every lane. */
+static ALWAYS_INLINE __m256 kv_scale8(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _mm256_set1_ps(_cvtsh_ss(h));
+}
+
+/* Elements d .. d + 7 (d a multiple of 8) of one head of a KV row of type
+ * t (backend.h's formats), as their exact F32 values. With t and hd
+ * constant at the call site, the kernels below compile to straight-line
+ * code with constant displacements. */
+static ALWAYS_INLINE __m256 kv_load8(const uint8_t *row, int32_t d,
+                                     tr_kv_type t, int32_t hd) {
+    switch (t) {
+    case TR_KV_F32:
+        return _mm256_loadu_ps((const float *)(const void *)row + d);
+    case TR_KV_F16:
         return _mm256_cvtph_ps(
-            _mm_loadu_si128((const __m128i *)((const uint16_t *)base + idx)));
-    return _mm256_loadu_ps((const float *)base + idx);
+            _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * (size_t)d)));
+    case TR_KV_Q8: {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(row + d));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+                             kv_scale8(row + hd));
+    }
+    default: { /* TR_KV_Q4 */
+        int32_t g = d / 32, i = d % 32;
+        __m128i b = _mm_loadl_epi64(
+            (const __m128i *)(const void *)(row + 16 * g + (i & 15)));
+        if (i >= 16) b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, _mm_set1_epi8(15));
+        __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(v), kv_scale8(row + hd / 2 + 2 * g));
+    }
+    }
 }
 
 /* Lane i = ((a_i0+a_i1)+(a_i2+a_i3)) + ((a_i4+a_i5)+(a_i6+a_i7)) for the 8
@@ -241,17 +267,18 @@ static ALWAYS_INLINE float hmax8(__m256 v) {
  * change the max nor get stored. Returns the max score. */
 static ALWAYS_INLINE float scores_impl(float *s, const float *q,
                                        const void *k, size_t stride,
-                                       int32_t n, int32_t hd, bool f16,
+                                       int32_t n, int32_t hd, tr_kv_type t,
                                        float scale) {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     for (int32_t j0 = 0; j0 < n; j0 += 8) {
         __m256 acc[8];
         for (int i = 0; i < 8; i++) {
-            size_t row = (size_t)TR_MIN(j0 + i, n - 1) * stride;
+            const uint8_t *row =
+                (const uint8_t *)k + (size_t)TR_MIN(j0 + i, n - 1) * stride;
             __m256 a = _mm256_setzero_ps();
             for (int32_t d = 0; d < hd; d += 8)
-                a = _mm256_fmadd_ps(kv_load8(k, row + (size_t)d, f16),
+                a = _mm256_fmadd_ps(kv_load8(row, d, t, hd),
                                     _mm256_loadu_ps(q + d), a);
             acc[i] = a;
         }
@@ -276,7 +303,7 @@ static ALWAYS_INLINE void scores_group_impl(float *s, size_t s_stride,
                                             float *max, const float *q,
                                             const int G, const void *k,
                                             size_t stride, int32_t n,
-                                            int32_t hd, bool f16,
+                                            int32_t hd, tr_kv_type t,
                                             float scale) {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vmax[3];
@@ -284,15 +311,16 @@ static ALWAYS_INLINE void scores_group_impl(float *s, size_t s_stride,
     for (int32_t j0 = 0; j0 < n; j0 += 8) {
         __m256 acc[3][8];
         for (int r0 = 0; r0 < 8; r0 += 4) {
-            size_t row[4];
+            const uint8_t *row[4];
             for (int r = 0; r < 4; r++)
-                row[r] = (size_t)TR_MIN(j0 + r0 + r, n - 1) * stride;
+                row[r] = (const uint8_t *)k +
+                         (size_t)TR_MIN(j0 + r0 + r, n - 1) * stride;
             __m256 a[3][4];
             for (int h = 0; h < G; h++)
                 for (int r = 0; r < 4; r++) a[h][r] = _mm256_setzero_ps();
             for (int32_t d = 0; d < hd; d += 8) {
                 for (int r = 0; r < 4; r++) {
-                    __m256 kv = kv_load8(k, row[r] + (size_t)d, f16);
+                    __m256 kv = kv_load8(row[r], d, t, hd);
                     for (int h = 0; h < G; h++)
                         a[h][r] = _mm256_fmadd_ps(
                             kv, _mm256_loadu_ps(q + (size_t)h * hd + d),
@@ -321,18 +349,18 @@ static ALWAYS_INLINE void scores_group_impl(float *s, size_t s_stride,
 static ALWAYS_INLINE void scores_heads(float *s, size_t s_stride, float *max,
                                        const float *q, int32_t g,
                                        const void *k, size_t stride,
-                                       int32_t n, int32_t hd, bool f16,
+                                       int32_t n, int32_t hd, tr_kv_type t,
                                        float scale) {
     int32_t h = 0;
     for (; h + 3 <= g; h += 3)
         scores_group_impl(s + (size_t)h * s_stride, s_stride, max + h,
-                          q + (size_t)h * hd, 3, k, stride, n, hd, f16, scale);
+                          q + (size_t)h * hd, 3, k, stride, n, hd, t, scale);
     if (g - h == 2)
         scores_group_impl(s + (size_t)h * s_stride, s_stride, max + h,
-                          q + (size_t)h * hd, 2, k, stride, n, hd, f16, scale);
+                          q + (size_t)h * hd, 2, k, stride, n, hd, t, scale);
     else if (g - h == 1)
         max[h] = scores_impl(s + (size_t)h * s_stride, q + (size_t)h * hd, k,
-                             stride, n, hd, f16, scale);
+                             stride, n, hd, t, scale);
 }
 
 /* Common head sizes get fully unrolled copies (f16 is a constant in each
@@ -340,27 +368,31 @@ static ALWAYS_INLINE void scores_heads(float *s, size_t s_stride, float *max,
 static ALWAYS_INLINE void scores_by_hd(float *s, size_t s_stride, float *max,
                                        const float *q, int32_t g,
                                        const void *k, size_t stride,
-                                       int32_t n, int32_t hd, bool f16,
+                                       int32_t n, int32_t hd, tr_kv_type t,
                                        float scale) {
     if (hd == 64)
-        scores_heads(s, s_stride, max, q, g, k, stride, n, 64, f16, scale);
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 64, t, scale);
     else if (hd == 128)
-        scores_heads(s, s_stride, max, q, g, k, stride, n, 128, f16, scale);
+        scores_heads(s, s_stride, max, q, g, k, stride, n, 128, t, scale);
     else
-        scores_heads(s, s_stride, max, q, g, k, stride, n, hd, f16, scale);
+        scores_heads(s, s_stride, max, q, g, k, stride, n, hd, t, scale);
 }
 
 static void attn_scores_avx2(float *s, size_t s_stride, float *max,
                              const float *q, int32_t g, const void *k,
-                             size_t stride, int32_t n, int32_t hd, bool f16,
+                             size_t stride, int32_t n, int32_t hd, tr_kv_type t,
                              float scale) {
     if (hd % 8 != 0)
-        tr_cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, f16,
-                                 scale);
-    else if (f16)
-        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, true, scale);
+        tr_cpu_attn_scores_portable(s, s_stride, max, q, g, k, stride, n, hd, t,
+                                    scale);
+    else if (t == TR_KV_F16)
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, TR_KV_F16, scale);
+    else if (t == TR_KV_F32)
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, TR_KV_F32, scale);
+    else if (t == TR_KV_Q8)
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, TR_KV_Q8, scale);
     else
-        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, false, scale);
+        scores_by_hd(s, s_stride, max, q, g, k, stride, n, hd, TR_KV_Q4, scale);
 }
 
 static float attn_exp_sum_avx2(float *s, int32_t n, float max) {
@@ -386,7 +418,7 @@ static float attn_exp_sum_avx2(float *s, int32_t n, float max) {
  * a time live in 8 registers across all rows. */
 static ALWAYS_INLINE void accum_impl(float *acc, const float *p,
                                      const void *v, size_t stride, int32_t n,
-                                     int32_t hd, bool f16) {
+                                     int32_t hd, tr_kv_type t) {
     for (int32_t d0 = 0; d0 < hd; d0 += 64) {
         int32_t nv = TR_MIN(8, (hd - d0) / 8);
         __m256 a[8];
@@ -394,20 +426,20 @@ static ALWAYS_INLINE void accum_impl(float *acc, const float *p,
             for (int u = 0; u < 8; u++) a[u] = _mm256_loadu_ps(acc + d0 + 8 * u);
             for (int32_t j = 0; j < n; j++) {
                 __m256 w = _mm256_set1_ps(p[j]);
-                size_t row = (size_t)j * stride + (size_t)d0;
+                const uint8_t *row = (const uint8_t *)v + (size_t)j * stride;
                 for (int u = 0; u < 8; u++)
                     a[u] = _mm256_fmadd_ps(
-                        w, kv_load8(v, row + (size_t)(8 * u), f16), a[u]);
+                        w, kv_load8(row, d0 + 8 * u, t, hd), a[u]);
             }
             for (int u = 0; u < 8; u++) _mm256_storeu_ps(acc + d0 + 8 * u, a[u]);
         } else {
             for (int u = 0; u < nv; u++) a[u] = _mm256_loadu_ps(acc + d0 + 8 * u);
             for (int32_t j = 0; j < n; j++) {
                 __m256 w = _mm256_set1_ps(p[j]);
-                size_t row = (size_t)j * stride + (size_t)d0;
+                const uint8_t *row = (const uint8_t *)v + (size_t)j * stride;
                 for (int u = 0; u < nv; u++)
                     a[u] = _mm256_fmadd_ps(
-                        w, kv_load8(v, row + (size_t)(8 * u), f16), a[u]);
+                        w, kv_load8(row, d0 + 8 * u, t, hd), a[u]);
             }
             for (int u = 0; u < nv; u++) _mm256_storeu_ps(acc + d0 + 8 * u, a[u]);
         }
@@ -423,7 +455,7 @@ static ALWAYS_INLINE void accum_group_impl(float *acc, size_t acc_stride,
                                            const float *p, size_t p_stride,
                                            const int G, const void *v,
                                            size_t stride, int32_t n,
-                                           int32_t hd, bool f16) {
+                                           int32_t hd, tr_kv_type t) {
     for (int32_t d0 = 0; d0 < hd; d0 += 16) {
         const bool two = hd - d0 >= 16; /* hd % 8 == 0: else one vector */
         __m256 a[3][2];
@@ -433,9 +465,9 @@ static ALWAYS_INLINE void accum_group_impl(float *acc, size_t acc_stride,
             a[h][1] = two ? _mm256_loadu_ps(ah + 8) : _mm256_setzero_ps();
         }
         for (int32_t j = 0; j < n; j++) {
-            size_t row = (size_t)j * stride + (size_t)d0;
-            __m256 v0 = kv_load8(v, row, f16);
-            __m256 v1 = two ? kv_load8(v, row + 8, f16) : _mm256_setzero_ps();
+            const uint8_t *row = (const uint8_t *)v + (size_t)j * stride;
+            __m256 v0 = kv_load8(row, d0, t, hd);
+            __m256 v1 = two ? kv_load8(row, d0 + 8, t, hd) : _mm256_setzero_ps();
             for (int h = 0; h < G; h++) {
                 __m256 w = _mm256_set1_ps(p[(size_t)h * p_stride + (size_t)j]);
                 a[h][0] = _mm256_fmadd_ps(w, v0, a[h][0]);
@@ -453,42 +485,69 @@ static ALWAYS_INLINE void accum_group_impl(float *acc, size_t acc_stride,
 static ALWAYS_INLINE void accum_heads(float *acc, size_t acc_stride,
                                       const float *p, size_t p_stride,
                                       int32_t g, const void *v, size_t stride,
-                                      int32_t n, int32_t hd, bool f16) {
+                                      int32_t n, int32_t hd, tr_kv_type t) {
     int32_t h = 0;
     for (; h + 3 <= g; h += 3)
         accum_group_impl(acc + (size_t)h * acc_stride, acc_stride,
                          p + (size_t)h * p_stride, p_stride, 3, v, stride, n,
-                         hd, f16);
+                         hd, t);
     if (g - h == 2)
         accum_group_impl(acc + (size_t)h * acc_stride, acc_stride,
                          p + (size_t)h * p_stride, p_stride, 2, v, stride, n,
-                         hd, f16);
+                         hd, t);
     else if (g - h == 1)
         accum_impl(acc + (size_t)h * acc_stride, p + (size_t)h * p_stride, v,
-                   stride, n, hd, f16);
+                   stride, n, hd, t);
 }
 
 /* As scores_by_hd: hd == 64 unrolled, one copy per KV type. */
 static ALWAYS_INLINE void accum_by_hd(float *acc, size_t acc_stride,
                                       const float *p, size_t p_stride,
                                       int32_t g, const void *v, size_t stride,
-                                      int32_t n, int32_t hd, bool f16) {
+                                      int32_t n, int32_t hd, tr_kv_type t) {
     if (hd == 64)
-        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, f16);
+        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, 64, t);
     else
-        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, f16);
+        accum_heads(acc, acc_stride, p, p_stride, g, v, stride, n, hd, t);
 }
 
 static void attn_accum_avx2(float *acc, size_t acc_stride, const float *p,
                             size_t p_stride, int32_t g, const void *v,
-                            size_t stride, int32_t n, int32_t hd, bool f16) {
+                            size_t stride, int32_t n, int32_t hd, tr_kv_type t) {
     if (hd % 8 != 0)
         tr_cpu_attn_accum_portable(acc, acc_stride, p, p_stride, g, v, stride, n,
-                                hd, f16);
-    else if (f16)
-        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, true);
+                                   hd, t);
+    else if (t == TR_KV_F16)
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, TR_KV_F16);
+    else if (t == TR_KV_F32)
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, TR_KV_F32);
+    else if (t == TR_KV_Q8)
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, TR_KV_Q8);
     else
-        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, false);
+        accum_by_hd(acc, acc_stride, p, p_stride, g, v, stride, n, hd, TR_KV_Q4);
+}
+
+/* load_heads: 8 elements at a time through kv_load8 (exact). */
+static void load_heads_avx2(float *dst, const void *src, int32_t n_heads,
+                            int32_t hd, tr_kv_type t) {
+    if (hd % 8 != 0 || t == TR_KV_F32) {
+        tr_cpu_load_heads_portable(dst, src, n_heads, hd, t);
+        return;
+    }
+    size_t hb = tr_kv_head_bytes(t, hd);
+    for (int32_t h = 0; h < n_heads; h++) {
+        const uint8_t *head = (const uint8_t *)src + (size_t)h * hb;
+        float *o = dst + (size_t)h * hd;
+        if (t == TR_KV_F16)
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(o + d, kv_load8(head, d, TR_KV_F16, hd));
+        else if (t == TR_KV_Q8)
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(o + d, kv_load8(head, d, TR_KV_Q8, hd));
+        else
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(o + d, kv_load8(head, d, TR_KV_Q4, hd));
+    }
 }
 
 const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
@@ -500,6 +559,7 @@ const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
     .add = add_avx2,
     .store_row = store_row_avx2,
     .load_row = load_row_avx2,
+    .load_heads = load_heads_avx2,
     .attn_scores = attn_scores_avx2,
     .attn_exp_sum = attn_exp_sum_avx2,
     .attn_accum = attn_accum_avx2,

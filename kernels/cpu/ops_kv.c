@@ -21,16 +21,15 @@
 /* ------------------------------------------------------------------ */
 /* kv_store and attention: paged KV addressing                         */
 
-/* Element offset of row (page, slot) of kind c (0 = K, 1 = V) of a layer,
- * per the layout in backend.h. */
-static inline size_t kv_row_offset(const tr_kv_layout *kv, int32_t layer,
-                                   int64_t page, int c, int32_t slot) {
-    size_t kv_dim = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
-    return ((((size_t)page * (size_t)kv->n_layers + (size_t)layer) * 2 +
-             (size_t)c) *
-                (size_t)kv->page_size +
-            (size_t)slot) *
-           kv_dim;
+/* Row (page, slot) of kind c (0 = K, 1 = V) of a layer, per the layout in
+ * backend.h. */
+static inline uint8_t *kv_row(const tr_kv_layout *kv, int32_t layer,
+                              int64_t page, int c, int32_t slot) {
+    return (uint8_t *)kv->base + tr_kv_offset(kv, layer, page, c, slot);
+}
+
+static inline tr_kv_type kv_type_of(const tr_kv_layout *kv, int c) {
+    return c ? kv->type_v : kv->type_k;
 }
 
 /* Checks (once per op, on the calling thread) that every page a token
@@ -70,9 +69,7 @@ typedef struct kv_store_args {
 static void kv_store_task(void *ctx, int ith, int nth) {
     const kv_store_args *a = ctx;
     const tr_kv_layout *kv = a->kv;
-    bool f16 = kv->type == TR_DTYPE_F16;
-    size_t esize = f16 ? 2 : 4;
-    int32_t kv_dim = kv->n_kv_heads * kv->head_dim;
+    int32_t hd = kv->head_dim, kv_dim = kv->n_kv_heads * hd;
     int64_t lo, hi;
     tr_cpu_share_rows(a->b->n_tokens, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
@@ -80,9 +77,16 @@ static void kv_store_task(void *ctx, int ith, int nth) {
         int64_t page = a->b->page_table[s][p / kv->page_size];
         int32_t slot = p % kv->page_size;
         for (int c = 0; c < 2; c++) {
-            size_t off = kv_row_offset(kv, a->layer, page, c, slot);
-            a->k->store_row((uint8_t *)kv->base + off * esize,
-                            a->src[c] + t * kv_dim, kv_dim, f16);
+            uint8_t *row = kv_row(kv, a->layer, page, c, slot);
+            const float *src = a->src[c] + t * kv_dim;
+            tr_kv_type ty = kv_type_of(kv, c);
+            if (ty == TR_KV_F16 || ty == TR_KV_F32) {
+                a->k->store_row(row, src, kv_dim, ty == TR_KV_F16);
+                continue;
+            }
+            size_t hb = tr_kv_head_bytes(ty, hd);
+            for (int32_t h = 0; h < kv->n_kv_heads; h++)
+                tr_cpu_kv_quantize_head(row + (size_t)h * hb, src + (size_t)h * hd, hd, ty);
         }
     }
 }
@@ -91,7 +95,7 @@ void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
                      const float *k, const float *v, const tr_batch *b) {
     cpu_backend *c = cpu_of(s);
     if (b->n_tokens <= 0) return;
-    TR_ASSERT(kv->type == TR_DTYPE_F16 || kv->type == TR_DTYPE_F32);
+    TR_ASSERT(tr_kv_row_bytes(kv, 0) > 0 && tr_kv_row_bytes(kv, 1) > 0);
     TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
     check_batch_pages(kv, b, false);
     kv_store_args a = {c->k, kv, layer, {k, v}, b};
@@ -137,8 +141,9 @@ typedef struct attn_args {
     int32_t layer;
     const tr_batch *b;
     int32_t n_heads, group, hd;
-    size_t kv_dim, esize;
-    bool f16;
+    size_t kv_dim;           /* elements of a row (staged F32 rows) */
+    tr_kv_type type[2];      /* K, V */
+    size_t head_bytes[2], row_bytes[2];
     float scale;
     int32_t window;         /* 0, or this layer's sliding window */
     int32_t heads_per_pass; /* query heads whose partials fit the stack */
@@ -189,41 +194,36 @@ static void attn_pf_step(const attn_args *a, attn_pf *pf) {
     const tr_kv_layout *kv = a->kv;
     int32_t ps = kv->page_size;
     const int32_t *pt = a->b->page_table[a->b->seq[pf->t]];
-    size_t row_bytes = a->kv_dim * a->esize;
     int32_t stop = TR_MIN(2 * pf->rows, pf->next + pf->per_call);
     while (pf->next < stop) {
         int c = pf->next >= pf->rows;
         int32_t j = pf->first + pf->next - c * pf->rows;
         int32_t n = TR_MIN(TR_MIN(stop, (c + 1) * pf->rows) - pf->next, ps - j % ps);
-        const char *row = (const char *)kv->base +
-                          kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) *
-                              a->esize;
-        for (size_t o = 0; o < (size_t)n * row_bytes; o += 64)
+        const char *row = (const char *)kv_row(kv, a->layer, pt[j / ps], c, j % ps);
+        for (size_t o = 0; o < (size_t)n * a->row_bytes[c]; o += 64)
             __builtin_prefetch(row + o, 0, 2);
         pf->next += n;
     }
 }
 
 /* Requests rows [from, to) of kind c (0 K, 1 V) of token t's sequence,
- * the width elements from col of each, as far as its pages go. The rows of a
+ * heads h0 .. h0 + nh - 1 of each, as far as its pages go. The rows of a
  * page are contiguous but pages lie far apart, so the hardware prefetcher
  * starts over at each page: reading page by page, request the next one
  * (attn_stage; measured on a 43-token suffix over ~1,593 cached
  * positions, 30 layers, 1 thread, with and without: 119-143 vs 124-193
  * ms in 3 rounds each, on a busy machine). */
 static void attn_prefetch_rows(const attn_args *a, int32_t t, int c,
-                               int32_t from, int32_t to, size_t col,
-                               size_t width) {
+                               int32_t from, int32_t to, int32_t h0,
+                               int32_t nh) {
     const tr_kv_layout *kv = a->kv;
     int32_t s = a->b->seq[t], ps = kv->page_size;
     const int32_t *pt = a->b->page_table[s];
     to = TR_MIN(to, a->b->n_pages[s] * ps);
-    size_t bytes = width * a->esize;
+    size_t bytes = (size_t)nh * a->head_bytes[c];
     for (int32_t j = from; j < to; j++) {
-        const char *row =
-            (const char *)kv->base +
-            (kv_row_offset(kv, a->layer, pt[j / ps], c, j % ps) + col) *
-                a->esize;
+        const char *row = (const char *)kv_row(kv, a->layer, pt[j / ps], c, j % ps) +
+                          (size_t)h0 * a->head_bytes[c];
         for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
     }
 }
@@ -268,8 +268,6 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
     int32_t j0 = TR_MAX(blk * CPU_ATTN_BLOCK, attn_lo(a->window, p));
     int32_t j1 = TR_MIN((blk + 1) * CPU_ATTN_BLOCK, p + 1);
     int32_t len = j1 - j0;
-    const uint8_t *base = kv->base;
-    size_t head_off = (size_t)kvh * (size_t)hd;
     size_t pstride = (size_t)hd + 2;
 
     for (int32_t c0 = h0; c0 < h1; c0 += ATTN_HEADS_TOGETHER) {
@@ -281,17 +279,17 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
         if (rows)
             a->k->attn_scores(scores, CPU_ATTN_BLOCK, m, q, g,
                               rows->k + (size_t)(j0 - rows->base) * rows->stride,
-                              rows->stride,
-                              len, hd, false, a->scale);
+                              rows->stride * sizeof(float),
+                              len, hd, TR_KV_F32, a->scale);
         /* Scores, page run by page run (rows of a run are contiguous). */
         for (int32_t j = rows ? j1 : j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
-            size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 0, j % ps) +
-                         head_off;
+            const uint8_t *row = kv_row(kv, a->layer, pt[j / ps], 0, j % ps) +
+                                 (size_t)kvh * a->head_bytes[0];
             if (pf) attn_pf_step(a, pf);
             a->k->attn_scores(scores + (j - j0), CPU_ATTN_BLOCK, rm, q, g,
-                              base + off * a->esize, a->kv_dim, end - j, hd,
-                              a->f16, a->scale);
+                              row, a->row_bytes[0], end - j, hd,
+                              a->type[0], a->scale);
             for (int32_t h = 0; h < g; h++) m[h] = rm[h] > m[h] ? rm[h] : m[h];
             j = end;
         }
@@ -305,16 +303,16 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
         if (rows)
             a->k->attn_accum(part + 2, pstride, scores, CPU_ATTN_BLOCK, g,
                              rows->v + (size_t)(j0 - rows->base) * rows->stride,
-                             rows->stride,
-                             len, hd, false);
+                             rows->stride * sizeof(float),
+                             len, hd, TR_KV_F32);
         for (int32_t j = rows ? j1 : j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
-            size_t off = kv_row_offset(kv, a->layer, pt[j / ps], 1, j % ps) +
-                         head_off;
+            const uint8_t *row = kv_row(kv, a->layer, pt[j / ps], 1, j % ps) +
+                                 (size_t)kvh * a->head_bytes[1];
             if (pf) attn_pf_step(a, pf);
             a->k->attn_accum(part + 2, pstride, scores + (j - j0),
-                             CPU_ATTN_BLOCK, g, base + off * a->esize,
-                             a->kv_dim, end - j, hd, a->f16);
+                             CPU_ATTN_BLOCK, g, row, a->row_bytes[1], end - j,
+                             hd, a->type[1]);
             j = end;
         }
     }
@@ -382,28 +380,36 @@ static inline int32_t tile_first(const attn_args *a, int32_t i) {
     return a->tile ? a->tile[i] : i;
 }
 
+/* nh heads of a cached row of kind c as F32 (exact). */
+static void kv_load(const attn_args *a, int c, float *dst, const uint8_t *src,
+                    int32_t nh) {
+    tr_kv_type t = a->type[c];
+    if (t == TR_KV_F16 || t == TR_KV_F32)
+        a->k->load_row(dst, src, nh * a->hd, t == TR_KV_F16);
+    else
+        a->k->load_heads(dst, src, nh, a->hd, t);
+}
+
 /* Stages positions [from, to) of token t's sequence as F32 rows (exact
- * conversion): elements [col, col + width) of each cached row into kbuf
- * and vbuf, width floats per row (one KV head's slice, or whole rows). */
-static void attn_stage(const attn_args *a, int32_t t, size_t col,
-                       size_t width, int32_t from, int32_t to, float *kbuf,
-                       float *vbuf) {
+ * conversion): heads h0 .. h0 + nh - 1 of each cached row into kbuf and
+ * vbuf, nh * hd floats per row (one KV head's slice, or whole rows). */
+static void attn_stage(const attn_args *a, int32_t t, int32_t h0, int32_t nh,
+                       int32_t from, int32_t to, float *kbuf, float *vbuf) {
     const tr_kv_layout *kv = a->kv;
     const int32_t *pt = a->b->page_table[a->b->seq[t]];
     int32_t ps = kv->page_size;
-    const uint8_t *base = kv->base;
+    size_t width = (size_t)nh * (size_t)a->hd;
     for (int32_t j = from; j < to; j++) {
         size_t r = (size_t)(j - from) * width;
         /* a page ahead, a row at a time: the requests spread over the
          * conversions instead of queueing up in a burst */
-        attn_prefetch_rows(a, t, 0, j + ps, j + ps + 1, col, width);
-        attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, col, width);
-        size_t k_off = kv_row_offset(kv, a->layer, pt[j / ps], 0, j % ps);
-        size_t v_off = kv_row_offset(kv, a->layer, pt[j / ps], 1, j % ps);
-        a->k->load_row(kbuf + r, base + (k_off + col) * a->esize,
-                       (int32_t)width, a->f16);
-        a->k->load_row(vbuf + r, base + (v_off + col) * a->esize,
-                       (int32_t)width, a->f16);
+        attn_prefetch_rows(a, t, 0, j + ps, j + ps + 1, h0, nh);
+        attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, h0, nh);
+        for (int c = 0; c < 2; c++)
+            kv_load(a, c, (c ? vbuf : kbuf) + r,
+                    kv_row(kv, a->layer, pt[j / ps], c, j % ps) +
+                        (size_t)h0 * a->head_bytes[c],
+                    nh);
     }
 }
 
@@ -432,7 +438,7 @@ static void attn_tile(const attn_args *a, int32_t t0, int32_t nt,
     }
     for (int32_t blk = b0; blk <= b1; blk++) {
         attn_rows rows = {kbuf, vbuf, (size_t)hd, TR_MAX(blk * CPU_ATTN_BLOCK, lo)};
-        attn_stage(a, t0, (size_t)kvh * (size_t)hd, (size_t)hd, rows.base,
+        attn_stage(a, t0, kvh, 1, rows.base,
                    TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
         for (int32_t i = 0; i < nt; i++) {
             int32_t fb = attn_first_blk(a->window, pos[i]);
@@ -543,7 +549,7 @@ static void split_tile_block(const attn_args *a, int32_t ti, int32_t blk,
             hi = TR_MAX(hi, a->b->pos[t] + 1);
         }
         from = TR_MAX(blk * CPU_ATTN_BLOCK, lo);
-        attn_stage(a, t0, 0, a->kv_dim, from,
+        attn_stage(a, t0, 0, n_kv, from,
                    TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
     }
     for (int32_t t = t0; t < t1; t++) {
@@ -736,7 +742,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
     int32_t n_tok = b->n_tokens;
     if (n_tok <= 0) return;
     int32_t n_kv = kv->n_kv_heads, hd = kv->head_dim;
-    TR_ASSERT(kv->type == TR_DTYPE_F16 || kv->type == TR_DTYPE_F32);
+    TR_ASSERT(tr_kv_row_bytes(kv, 0) > 0 && tr_kv_row_bytes(kv, 1) > 0);
     TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
     TR_ASSERT(n_kv >= 1 && n_heads >= n_kv && n_heads % n_kv == 0);
     TR_ASSERT(hd >= 1 && hd <= CPU_ATTN_MAX_HEAD_DIM);
@@ -753,8 +759,9 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .group = n_heads / n_kv,
         .hd = hd,
         .kv_dim = (size_t)n_kv * (size_t)hd,
-        .esize = kv->type == TR_DTYPE_F16 ? 2 : 4,
-        .f16 = kv->type == TR_DTYPE_F16,
+        .type = {kv->type_k, kv->type_v},
+        .head_bytes = {tr_kv_head_bytes(kv->type_k, hd), tr_kv_head_bytes(kv->type_v, hd)},
+        .row_bytes = {tr_kv_row_bytes(kv, 0), tr_kv_row_bytes(kv, 1)},
         .scale = scale,
         .window = kv->window ? kv->window[layer] : 0,
         .pool = c->pool,

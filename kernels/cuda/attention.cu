@@ -72,7 +72,8 @@ struct kv_geom {
     int32_t n_layers, page_size, kv_dim, layer;
 };
 
-/* Element offset of (page, kind, slot)'s row, backend.h's formula. */
+/* Element offset of (page, kind, slot)'s row: backend.h's layout for K
+ * and V of one F16 or F32 type (cuda_supports_kv). */
 static __device__ __forceinline__ int64_t kv_row(const kv_geom &g, int64_t page, int c, int32_t slot) {
     return (((page * g.n_layers + g.layer) * 2 + c) * g.page_size + slot) * (int64_t)g.kv_dim;
 }
@@ -193,7 +194,7 @@ void tr_cuda_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
     int64_t total = (int64_t)b->n_tokens * g.kv_dim;
     int64_t nb = (total + 255) / 256;
     unsigned blocks = (unsigned)(nb < 65535 * 8 ? nb : 65535 * 8);
-    if (kv->type == TR_DTYPE_F16)
+    if (kv->type_k == TR_KV_F16)
         kv_store_kernel<__half><<<blocks, 256, 0, cs->s>>>(g, k, v, db, b->n_tokens);
     else
         kv_store_kernel<float><<<blocks, 256, 0, cs->s>>>(g, k, v, db, b->n_tokens);
@@ -219,7 +220,7 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
     int32_t window = kv->window ? kv->window[layer] : 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)n_heads);
     int32_t group = n_heads / kv->n_kv_heads;
-    if (kv->type == TR_DTYPE_F16)
+    if (kv->type_k == TR_KV_F16)
         attention_kernel<__half><<<grid, 32 * k_warps, 0, cs->s>>>(
             out, q, g, db, n_heads, group, kv->head_dim, window, scale);
     else

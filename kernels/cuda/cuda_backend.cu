@@ -136,8 +136,14 @@ static void cuda_get_info(const tr_backend *be, tr_backend_info *out) {
 static bool cuda_supports(const tr_backend *be, tr_backend_cap cap, tr_dtype t) {
     (void)be;
     if (cap == TR_BACKEND_CAP_WEIGHT) return tr_cuda_weight_type_ok(t);
-    if (cap == TR_BACKEND_CAP_KV) return t == TR_DTYPE_F16 || t == TR_DTYPE_F32;
     return false;
+}
+
+/* F16 or F32 pages, K and V of one type (attention.cu addresses rows by
+ * element; the quantized formats are not written for the GPU yet). */
+static bool cuda_supports_kv(const tr_backend *be, tr_kv_type k, tr_kv_type v) {
+    (void)be;
+    return k == v && (k == TR_KV_F16 || k == TR_KV_F32);
 }
 
 /* ---- streams and events ---- */
@@ -305,6 +311,7 @@ static const tr_backend_ops k_ops = {
     /* .destroy = */ cuda_destroy,
     /* .get_info = */ cuda_get_info,
     /* .supports = */ cuda_supports,
+    /* .supports_kv = */ cuda_supports_kv,
     /* .stream_new = */ cuda_stream_new,
     /* .stream_free = */ cuda_stream_free,
     /* .stream_synchronize = */ cuda_stream_synchronize,

@@ -56,13 +56,27 @@ static int32_t mc_layer_window(void *ctx, int32_t layer) {
 
 static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_window};
 
+tr_kv_type tr_engine_kv_type(int32_t trellis_kv) {
+    switch (trellis_kv) {
+    case TRELLIS_KV_Q8: return TR_KV_Q8;
+    case TRELLIS_KV_Q4: return TR_KV_Q4;
+    default: return TR_KV_F16;
+    }
+}
+
+static int32_t public_kv_type(tr_kv_type t) {
+    return t == TR_KV_Q8 ? TRELLIS_KV_Q8 : t == TR_KV_Q4 ? TRELLIS_KV_Q4 : TRELLIS_KV_F16;
+}
+
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
-                                   int32_t page_size, bool own, engine_compute *out) {
+                                      int32_t page_size, tr_kv_type k, tr_kv_type v,
+                                      bool own, engine_compute *out, const char **why) {
+    if (why) *why = NULL;
     if (!m || !be || !out || n_pages <= 0 || page_size <= 0)
         return TR_ERR_INVALID_ARG;
     model_compute *mc = calloc(1, sizeof *mc);
     if (!mc) return TR_ERR_NOMEM;
-    tr_status s = tr_model_kv_alloc(m, n_pages, page_size, TR_DTYPE_F16, &mc->kv);
+    tr_status s = tr_model_kv_alloc(m, n_pages, page_size, k, v, &mc->kv, why);
     if (s != TR_OK) {
         free(mc);
         return s;
@@ -83,6 +97,9 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .device = tr_backend_get_info(be).name,
         .arch = hp->arch,
         .n_layers = hp->n_layers,
+        .kv_type_k = public_kv_type(k),
+        .kv_type_v = public_kv_type(v),
+        .kv_bytes = (int64_t)(tr_model_kv_page_bytes(m, page_size, k, v) * (uint64_t)n_pages),
     };
     return TR_OK;
 }

@@ -700,20 +700,26 @@ int trellis_engine_new(const char *model_path,
         return tr_errf(err, err_cap, s, "cannot load model '%s': %s", path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
+    tr_kv_type kt = tr_engine_kv_type(o.kv_type_k), vt = tr_engine_kv_type(o.kv_type_v);
+    uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, kt, vt);
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
-        uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, TR_DTYPE_F16);
         uint64_t n = (uint64_t)o.kv_mb * 1024u * 1024u / (pb ? pb : 1);
         n_pages = (int32_t)TR_MIN(n, (uint64_t)INT32_MAX / 2);
         if (n_pages < 1) n_pages = 1;
     }
     engine_compute c;
-    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, true, &c);
+    const char *why = NULL;
+    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, true, &c, &why);
     if (s != TR_OK) {
         tr_model_free(m);
         tr_backend_free(be);
         tr_tokenizer_free(tok);
         tr_gguf_close(f);
+        if (why)
+            return tr_errf(err, err_cap, s,
+                           "cannot use KV type %s for keys and %s for values: %s",
+                           tr_kv_type_name(kt), tr_kv_type_name(vt), why);
         return tr_errf(err, err_cap, s,
                        "cannot allocate the KV cache (%d pages of %d tokens)",
                        n_pages, o.page_size);
@@ -754,6 +760,9 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->arch = e->compute.arch ? e->compute.arch : "custom";
     o->n_layers = e->compute.n_layers;
     o->chat_template = e->chat_template;
+    o->kv_type_k = e->compute.kv_type_k;
+    o->kv_type_v = e->compute.kv_type_v;
+    o->kv_bytes = e->compute.kv_bytes;
 }
 
 int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer) {

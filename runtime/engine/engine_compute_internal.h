@@ -90,6 +90,8 @@ typedef struct engine_compute {
     const char *arch;   /* architecture for reports (lives as long as the
                            compute object); NULL: "custom" */
     int32_t n_layers;   /* for reports; 0 when unknown */
+    int32_t kv_type_k, kv_type_v; /* TRELLIS_KV_* for reports */
+    int64_t kv_bytes;   /* the KV pool's bytes for reports; 0: unknown */
 } engine_compute;
 
 /* Starts an engine on a compute object and a tokenizer. Takes ownership of
@@ -110,10 +112,16 @@ tr_status tr_engine_debug_check(trellis_engine *e);
 
 /* The real model as an engine_compute: loads nothing itself; m and be stay
  * owned by the caller until the compute object is destroyed, which frees
- * the KV memory it allocated (n_pages pages of page_size tokens, F16). */
+ * the KV memory it allocated (n_pages pages of page_size tokens, K and V
+ * of the given types). *why: as tr_model_kv_alloc's. */
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be,
-                                   int32_t n_pages, int32_t page_size,
-                                   bool own_model_and_backend,
-                                   engine_compute *out);
+                                      int32_t n_pages, int32_t page_size,
+                                      tr_kv_type k, tr_kv_type v,
+                                      bool own_model_and_backend,
+                                      engine_compute *out, const char **why);
+
+/* The KV format of a TRELLIS_KV_* value (an unknown one: F16; the option
+ * table has checked it). */
+tr_kv_type tr_engine_kv_type(int32_t trellis_kv);
 
 #endif

@@ -53,6 +53,10 @@ static const opt_spec k_opts[] = {
     OPT(spec_ngram, 0, 0, 32, STRICT, "0 = off"),
     OPT(load, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_AUTO, TRELLIS_LOAD_READ, STRICT,
         "a TRELLIS_LOAD_* mode"),
+    OPT(kv_type_k, TRELLIS_KV_F16, TRELLIS_KV_F16, TRELLIS_KV_Q4, STRICT,
+        "a TRELLIS_KV_* type"),
+    OPT(kv_type_v, TRELLIS_KV_F16, TRELLIS_KV_F16, TRELLIS_KV_Q4, STRICT,
+        "a TRELLIS_KV_* type"),
 };
 
 static int32_t *field(trellis_engine_options *o, const opt_spec *s) {

@@ -192,35 +192,54 @@ int32_t tr_model_layer_window(const model *m, int32_t layer) {
 uint64_t tr_model_weight_bytes(const model *m) { return m->weight_bytes; }
 int32_t tr_model_max_batch_tokens(const model *m) { return m->max_batch; }
 
-uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size,
-                             tr_dtype type) {
-    uint64_t esize = type == TR_DTYPE_F16 ? 2 : 4;
-    return (uint64_t)m->hp.n_layers * 2u * (uint64_t)page_size *
-           (uint64_t)m->hp.n_kv_heads * (uint64_t)m->hp.head_dim * esize;
+/* The layout of a model's pages, without memory. */
+static tr_kv_layout kv_shape(const model *m, int32_t page_size, tr_kv_type k,
+                             tr_kv_type v) {
+    return (tr_kv_layout){.n_layers = m->hp.n_layers,
+                          .page_size = page_size,
+                          .n_kv_heads = m->hp.n_kv_heads,
+                          .head_dim = m->hp.head_dim,
+                          .type_k = k,
+                          .type_v = v};
+}
+
+uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
+                                tr_kv_type v) {
+    tr_kv_layout kv = kv_shape(m, page_size, k, v);
+    if (!tr_kv_row_bytes(&kv, 0) || !tr_kv_row_bytes(&kv, 1)) return 0;
+    /* in 64 bits: the layout's own size_t helpers could wrap on 32-bit */
+    return (uint64_t)m->hp.n_layers * (uint64_t)page_size *
+           ((uint64_t)tr_kv_row_bytes(&kv, 0) + (uint64_t)tr_kv_row_bytes(&kv, 1));
 }
 
 tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
-                         tr_dtype type, tr_kv_layout *kv) {
-    if (n_pages <= 0 || page_size <= 0 ||
-        (type != TR_DTYPE_F16 && type != TR_DTYPE_F32))
+                            tr_kv_type k, tr_kv_type v, tr_kv_layout *kv,
+                            const char **why) {
+    const char *dummy;
+    if (!why) why = &dummy;
+    *why = NULL;
+    if (n_pages <= 0 || page_size <= 0 || (unsigned)k >= TR_KV_TYPE_COUNT ||
+        (unsigned)v >= TR_KV_TYPE_COUNT)
         return TR_ERR_INVALID_ARG;
-    if (!m->be->ops->supports(m->be, TR_BACKEND_CAP_KV, type))
+    uint64_t page_bytes = tr_model_kv_page_bytes(m, page_size, k, v);
+    if (page_bytes == 0) {
+        *why = "the KV type needs head_dim to be a multiple of 32 (q4)";
         return TR_ERR_UNSUPPORTED;
+    }
+    if (!m->be->ops->supports_kv(m->be, k, v)) {
+        *why = "the compute backend does not implement this KV type";
+        return TR_ERR_UNSUPPORTED;
+    }
     uint64_t bytes;
-    if (tr_mul_overflow_u64(tr_model_kv_page_bytes(m, page_size, type),
-                            (uint64_t)n_pages, &bytes) ||
+    if (tr_mul_overflow_u64(page_bytes, (uint64_t)n_pages, &bytes) ||
         bytes > SIZE_MAX)
         return TR_ERR_OVERFLOW;
     void *base = NULL;
     tr_status s = m->be->ops->alloc(m->be, (size_t)bytes, &base);
     if (s) return s;
+    *kv = kv_shape(m, page_size, k, v);
     kv->base = base;
     kv->n_pages = n_pages;
-    kv->n_layers = m->hp.n_layers;
-    kv->page_size = page_size;
-    kv->n_kv_heads = m->hp.n_kv_heads;
-    kv->head_dim = m->hp.head_dim;
-    kv->type = type;
     kv->window = m->hp.n_local_layers ? m->window : NULL;
     return TR_OK;
 }

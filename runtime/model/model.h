@@ -111,13 +111,18 @@ uint64_t tr_model_weight_bytes(const model *m);
 int32_t tr_model_max_batch_tokens(const model *m);
 
 /* Allocates KV memory for n_pages pages of page_size tokens on the
- * model's backend (type TR_DTYPE_F16 or TR_DTYPE_F32) and describes it in
- * *kv. Free with tr_model_kv_free. */
+ * model's backend, K rows of type k and V rows of type v (backend.h's
+ * formats), and describes it in *kv. TR_ERR_UNSUPPORTED when the backend
+ * cannot compute with those types or a type cannot hold the model's heads
+ * (Q4: head_dim not a multiple of 32); *why (may be NULL) then says which.
+ * Free with tr_model_kv_free. */
 tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
-                         tr_dtype type, tr_kv_layout *kv);
+                            tr_kv_type k, tr_kv_type v, tr_kv_layout *kv,
+                            const char **why);
 void tr_model_kv_free(model *m, tr_kv_layout *kv);
-/* Bytes of one KV page. */
-uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_dtype type);
+/* Bytes of one KV page; 0 when a type cannot hold the model's heads. */
+uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
+                                tr_kv_type v);
 
 /* Runs the batch: tokens[b->n_tokens] at the positions/sequences of b
  * (1 <= n_tokens <= max_batch_tokens; every page a token writes or reads

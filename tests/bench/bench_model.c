@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     int32_t total = n_prompt + n_decode, page = 16;
     int32_t n_pages = (total + page - 1) / page;
     tr_kv_layout kv;
-    if (tr_model_kv_alloc(m, n_pages, page, TR_DTYPE_F16, &kv)) return 1;
+    if (tr_model_kv_alloc(m, n_pages, page, TR_KV_F16, TR_KV_F16, &kv, NULL)) return 1;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_pages);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt);

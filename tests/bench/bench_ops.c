@@ -127,11 +127,11 @@ static void run_attn(void *ctx) {
  * read cold as in a forward pass); the batch is the last `n_tok`
  * positions. */
 static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
-                              tr_dtype type, int n_layers) {
+                              tr_kv_type type, int n_layers) {
     const int n_heads = 9, n_kv = 3, hd = 64, ps = 16;
     int n_pages = (ctx_len + ps - 1) / ps;
-    size_t es = type == TR_DTYPE_F16 ? 2 : 4;
-    size_t bytes = (size_t)n_pages * n_layers * 2 * ps * n_kv * hd * es;
+    tr_kv_layout shape = {NULL, n_pages, n_layers, ps, n_kv, hd, type, type, NULL};
+    size_t bytes = (size_t)n_pages * tr_kv_page_bytes(&shape);
     attn_bench a = {.be = be, .n_heads = n_heads};
     void *mem = NULL;
     be->ops->alloc(be, bytes, &mem);
@@ -143,7 +143,8 @@ static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
     for (int i = 0; i < ctx_len; i++) pos[i] = i;
     const int32_t *const pts[1] = {pt};
     int32_t np[1] = {n_pages};
-    a.kv = (tr_kv_layout){mem, n_pages, n_layers, ps, n_kv, hd, type, NULL};
+    a.kv = shape;
+    a.kv.base = mem;
     /* Fill the whole context with random K/V. */
     float *k = malloc(sizeof(float) * ctx_len * n_kv * hd);
     float *v = malloc(sizeof(float) * ctx_len * n_kv * hd);
@@ -211,7 +212,7 @@ static double bench_attention_decode32(tr_backend *be, int *ctx_total) {
     void *mem = NULL;
     be->ops->alloc(be, bytes, &mem);
     memset(mem, 0, bytes);
-    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_DTYPE_F16, NULL};
+    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_KV_F16, TR_KV_F16, NULL};
     for (int s = 0, next = 0; s < S; s++) {
         pt[s] = malloc(sizeof(int32_t) * np[s]);
         for (int i = 0; i < np[s]; i++) pt[s][i] = perm[next++];
@@ -381,9 +382,10 @@ int main(int argc, char **argv) {
                 break; /* no SIMD set here: the second round measures it */
             }
             printf("== %s, %d thread(s) ==\n", k, th);
-            for (int ti = 0; ti < 2; ti++) {
-                tr_dtype t = ti ? TR_DTYPE_F32 : TR_DTYPE_F16;
-                const char *tn = ti ? "F32" : "F16";
+            const tr_kv_type kts[] = {TR_KV_F16, TR_KV_F32, TR_KV_Q8, TR_KV_Q4};
+            for (int ti = 0; ti < 4; ti++) {
+                tr_kv_type t = kts[ti];
+                const char *tn = tr_kv_type_name(t);
                 double d512 = bench_attention(be, 512, 1, t, 1);
                 double d2048 = bench_attention(be, 2048, 1, t, 1);
                 double p512 = bench_attention(be, 512, 512, t, 1);
@@ -394,13 +396,16 @@ int main(int argc, char **argv) {
             /* a few-shot question after its cached prompt, and one decode
              * step there: 43, 14 and 1 tokens at ~1,593 positions, 30
              * layers */
-            double sfx = bench_attention(be, 1593, 43, TR_DTYPE_F16, 30);
-            double sfx14 = bench_attention(be, 1564, 14, TR_DTYPE_F16, 30);
-            double dec = bench_attention(be, 1594, 1, TR_DTYPE_F16, 30);
-            printf("  attention F16 KV, 30 layers at ~1,593 positions (cold): "
-                   "43-token suffix %7.2f ms, 14-token %7.2f ms, decode "
-                   "%7.2f ms\n",
-                   sfx / 1e6, sfx14 / 1e6, dec / 1e6);
+            for (int ti = 0; ti < 4; ti++) {
+                if (ti == 1) continue; /* F32: not a serving type */
+                double sfx = bench_attention(be, 1593, 43, kts[ti], 30);
+                double sfx14 = bench_attention(be, 1564, 14, kts[ti], 30);
+                double dec = bench_attention(be, 1594, 1, kts[ti], 30);
+                printf("  attention %s KV, 30 layers at ~1,593 positions (cold): "
+                       "43-token suffix %7.2f ms, 14-token %7.2f ms, decode "
+                       "%7.2f ms\n",
+                       tr_kv_type_name(kts[ti]), sfx / 1e6, sfx14 / 1e6, dec / 1e6);
+            }
             int ctx_total = 0;
             double d32 = bench_attention_decode32(be, &ctx_total);
             printf("  attention F16 KV: decode 32 sequences x 30 layers "

@@ -18,9 +18,9 @@
 
 static void run_forward(model *m) {
     const int32_t page = 4;
-    if (tr_model_kv_page_bytes(m, page, TR_DTYPE_F16) > FUZZ_KV_BUDGET) return;
+    if (tr_model_kv_page_bytes(m, page, TR_KV_F16, TR_KV_F16) > FUZZ_KV_BUDGET) return;
     tr_kv_layout kv;
-    if (tr_model_kv_alloc(m, 1, page, TR_DTYPE_F16, &kv) != TR_OK) return;
+    if (tr_model_kv_alloc(m, 1, page, TR_KV_F16, TR_KV_F16, &kv, NULL) != TR_OK) return;
     const model_hparams *hp = tr_model_get_hparams(m);
     int32_t tokens[2] = {0, hp->n_vocab - 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
     int32_t table[1] = {0}, n_pages = 1, row = 1;

@@ -135,7 +135,7 @@ typedef struct mseq {
 
 static void mseq_init(model *m, mseq *s, int32_t max_tokens) {
     s->n_pages = (max_tokens + MREF_PAGE - 1) / MREF_PAGE;
-    assert_int_equal(tr_model_kv_alloc(m, s->n_pages, MREF_PAGE, TR_DTYPE_F16, &s->kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, s->n_pages, MREF_PAGE, TR_KV_F16, TR_KV_F16, &s->kv, NULL), TR_OK);
     s->table = malloc(sizeof(int32_t) * (size_t)s->n_pages);
     for (int32_t i = 0; i < s->n_pages; i++) s->table[i] = s->n_pages - 1 - i;
 }
@@ -279,7 +279,7 @@ static void mref_batch_invariance(model *m, const mref_case *ca, const mref_case
     mseq_free(m, &s);
     int32_t pa = (na + MREF_PAGE - 1) / MREF_PAGE, pb = (nb + MREF_PAGE - 1) / MREF_PAGE;
     tr_kv_layout kv;
-    assert_int_equal(tr_model_kv_alloc(m, pa + pb, MREF_PAGE, TR_DTYPE_F16, &kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, pa + pb, MREF_PAGE, TR_KV_F16, TR_KV_F16, &kv, NULL), TR_OK);
     int32_t *ta = malloc(sizeof(int32_t) * (size_t)pa), *tb = malloc(sizeof(int32_t) * (size_t)pb);
     int32_t next = 0;
     for (int32_t i = 0; i < TR_MAX(pa, pb); i++) {

@@ -75,6 +75,19 @@
 #define ERR_EMBED 1e-12
 #define ERR_ROW 1e-10
 #define ERR_ATTN 1e-9
+/* Quantized KV against F32 KV (the same inputs, uniform in [-1, 1]): each
+ * stored element is off by at most half a step, d/2 with d = amax / 127
+ * (Q8, amax over a head) or amax / 7 (Q4, over 32): noise variance d^2/12
+ * against the signal's 1/3, NMSE ~ 3 / (12 * 127^2) = 1.6e-5 (Q8) and
+ * 3 / (12 * 7^2) = 5.1e-3 (Q4) per element. V's error passes to the
+ * output about as is (a weighted mean of noisy rows shrinks it); K's moves
+ * the scores by scale * sum q_i e_i and the softmax weights with them, of
+ * the same order. Measured over the grid (largest, K and V quantized
+ * together, 2026-12-04): Q8 1.8e-5, Q4 7.4e-3. The bounds allow a few
+ * times the estimate per side; a scale or nibble read wrongly gives NMSE
+ * ~0.1 .. 1. */
+#define ERR_KV_Q8 1e-4
+#define ERR_KV_Q4 3e-2
 #define ERR_MATMUL_FLOAT 1e-6
 #define ERR_MATMUL_QUANT 2e-4
 
@@ -259,16 +272,19 @@ static void tb_unimport(tb *t, tb_weight *w) {
 /* ---- comparison ---- */
 
 typedef struct worst {
-    double nmse[16]; /* per op kind, the largest seen (printed at the end) */
+    double nmse[24]; /* per op kind, the largest seen (printed at the end) */
 } worst;
 
 enum { K_EMBED, K_RMSNORM, K_MATMUL_F, K_MATMUL_Q, K_ROPE, K_KV, K_ATTN,
-       K_SWIGLU, K_ADD, K_ROWS, K_NEOX, K_GEGLU, K_BIAS, K_SCALE, K_SOFTCAP, K_N };
+       K_SWIGLU, K_ADD, K_ROWS, K_NEOX, K_GEGLU, K_BIAS, K_SCALE, K_SOFTCAP,
+       K_ATTN_Q8, K_ATTN_Q4, K_N };
 static const char *const k_kind[K_N] = {"embed", "rmsnorm", "matmul(float)",
                                         "matmul(quant)", "rope", "kv_store",
                                         "attention", "swiglu", "add",
                                         "get_rows", "rope_neox", "geglu",
-                                        "add_bias", "scale", "softcap"};
+                                        "add_bias", "scale", "softcap",
+                                        "attention(q8 KV vs f32)",
+                                        "attention(q4 KV vs f32)"};
 
 static double nmse(const float *got, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -493,6 +509,11 @@ static void check_matmul(pair *p, int n_mats, const tr_dtype *types,
 
 /* ---- paged KV worlds: kv_store + attention ---- */
 
+/* The bound one quantized side (K or V) adds (0: exact types). */
+static double kv_quant_err(tr_kv_type t) {
+    return t == TR_KV_Q8 ? ERR_KV_Q8 : t == TR_KV_Q4 ? ERR_KV_Q4 : 0.0;
+}
+
 enum { MAX_SEQ = 5, MAX_TOK = 1024 };
 
 /* Sequences with their K/V, page tables into a shared paged memory (a
@@ -502,7 +523,7 @@ enum { MAX_SEQ = 5, MAX_TOK = 1024 };
 typedef struct world {
     int n_seqs, len[MAX_SEQ], from[MAX_SEQ];
     int n_heads, n_kv, hd, n_layers, layer, page_size;
-    tr_dtype type;
+    tr_kv_type tk, tv; /* K and V formats */
     float scale;
     float *k, *v;   /* [n_all][kv_dim]: every position of every sequence */
     int32_t all_pos[MAX_TOK * MAX_SEQ], all_seq[MAX_TOK * MAX_SEQ], n_all;
@@ -523,9 +544,13 @@ static const int32_t *world_windows(const world *w) {
 }
 
 static size_t w_kvd(const world *w) { return (size_t)w->n_kv * w->hd; }
+static tr_kv_layout world_layout(const world *w, void *mem) {
+    return (tr_kv_layout){mem, w->total_pages, w->n_layers, w->page_size, w->n_kv,
+                          w->hd, w->tk, w->tv, world_windows(w)};
+}
 static size_t w_mem(const world *w) {
-    return (size_t)w->total_pages * w->n_layers * 2 * w->page_size * w_kvd(w) *
-           (w->type == TR_DTYPE_F16 ? 2 : 4);
+    tr_kv_layout kv = world_layout(w, NULL);
+    return (size_t)w->total_pages * tr_kv_page_bytes(&kv);
 }
 
 static void world_build(world *w) {
@@ -602,8 +627,7 @@ static void world_run(const world *w, tb *t, uint8_t **kv_out, float **att_out,
                       const float *q, int n_bat, void *mem) {
     const tr_backend_ops *o = t->be->ops;
     size_t kvd = w_kvd(w);
-    tr_kv_layout kv = {mem, w->total_pages, w->n_layers, w->page_size, w->n_kv,
-                       w->hd, w->type, world_windows(w)};
+    tr_kv_layout kv = world_layout(w, mem);
     if (w->n_pre) {
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)w->n_pre);
         for (int i = 0, a = 0; a < w->n_all; a++)
@@ -644,6 +668,22 @@ static void world_run(const world *w, tb *t, uint8_t **kv_out, float **att_out,
     free(idx);
 }
 
+/* The quantization's own error, against the same world on F32 KV (the
+ * reference), within the type's bound (ERR_KV_*). */
+static void check_attention_vs_f32(pair *p, const world *w, const float *att,
+                                   double bound, const char *shape) {
+    world f = *w;
+    f.tk = f.tv = TR_KV_F32;
+    void *mem = tb_nan(p->ref, w_mem(&f));
+    float *exact;
+    world_run(&f, p->ref, NULL, &exact, f.bat_pos, f.bat_seq, f.q, f.n_bat, mem);
+    tb_free(p->ref, 1, mem);
+    int kind = w->tk == TR_KV_Q4 || w->tv == TR_KV_Q4 ? K_ATTN_Q4 : K_ATTN_Q8;
+    expect_close(p->w, kind, att, exact, (size_t)w->n_bat * w->n_heads * w->hd, bound,
+                 p->t->label, "%s against F32 KV", shape);
+    free(exact);
+}
+
 static void check_attention(pair *p, world *w) {
     world_build(w);
     tb *side[2] = {p->t, p->ref};
@@ -656,8 +696,9 @@ static void check_attention(pair *p, world *w) {
     }
     const char *l = p->t->label;
     char shape[128];
-    snprintf(shape, sizeof shape, "%d/%d heads hd %d page %d %s, %d seqs, %d tokens, window %d",
-             w->n_heads, w->n_kv, w->hd, w->page_size, tr_dtype_name(w->type),
+    snprintf(shape, sizeof shape,
+             "%d/%d heads hd %d page %d K %s V %s, %d seqs, %d tokens, window %d", w->n_heads,
+             w->n_kv, w->hd, w->page_size, tr_kv_type_name(w->tk), tr_kv_type_name(w->tv),
              w->n_seqs, w->n_bat, w->window);
     /* every byte of the KV memory, untouched rows (0xff) included */
     if (memcmp(kv[0], kv[1], w_mem(w)) != 0)
@@ -665,6 +706,8 @@ static void check_attention(pair *p, world *w) {
                  shape);
     expect_close(p->w, K_ATTN, att[0], att[1], (size_t)w->n_bat * w->n_heads * w->hd,
                  ERR_ATTN, l, "%s", shape);
+    double qerr = kv_quant_err(w->tk) + kv_quant_err(w->tv);
+    if (qerr > 0) check_attention_vs_f32(p, w, att[0], qerr, shape);
     for (int s = 0; s < 2; s++) {
         free(kv[s]);
         free(att[s]);
@@ -806,24 +849,45 @@ static void grid_matmul(pair *p) {
     }
 }
 
+/* The KV formats the grid runs: K and V alike, then mixed. */
+static const tr_kv_type k_kv_types[][2] = {
+    {TR_KV_F32, TR_KV_F32}, {TR_KV_F16, TR_KV_F16}, {TR_KV_Q8, TR_KV_Q8},
+    {TR_KV_Q4, TR_KV_Q4},   {TR_KV_Q8, TR_KV_F16},  {TR_KV_F16, TR_KV_Q4},
+};
+
+/* Whether p's backend takes the world's KV types (a note when not), and
+ * whether the types can hold its heads (Q4: head_dim % 32). */
+static bool kv_types_ok(pair *p, const world *w) {
+    if (!tr_kv_head_bytes(w->tk, w->hd) || !tr_kv_head_bytes(w->tv, w->hd)) return false;
+    if (p->t->be->ops->supports_kv(p->t->be, w->tk, w->tv)) return true;
+    print_message("%s: KV types K %s V %s not supported: not checked\n", p->t->label,
+                  tr_kv_type_name(w->tk), tr_kv_type_name(w->tv));
+    return false;
+}
+
 static void grid_attention(pair *p) {
     typedef struct { int nh, nkv, hd; } hs;
     const hs heads[] = {{9, 3, 64}, {4, 4, 20}, {8, 2, 128}, {6, 1, 32}};
     const int pages[] = {1, 7, 16};
+    const int n_types = (int)TR_ARRAY_LEN(k_kv_types);
     int c = 0;
     for (size_t hi = 0; hi < TR_ARRAY_LEN(heads); hi++)
         for (size_t pi = 0; pi < TR_ARRAY_LEN(pages); pi++)
-            for (int ti = 0; ti < 2; ti++, c++) {
+            for (int ti = 0; ti < n_types; ti++, c++) {
                 if (small_scale() && c % 3) continue;
+                /* the quantized types on half the shapes: their kernels
+                 * are the F16 ones' with another load */
+                if (ti >= 2 && (c + (int)hi) % 2) continue;
+                tr_kv_type tk = k_kv_types[ti][0], tv = k_kv_types[ti][1];
                 /* (a decode step of three sequences: the split
                  * schedule over several tokens) */
                 if (c % 4 == 1) {
                     world d = {.n_seqs = 3, .len = {400, 130, 65}, .from = {399, 129, 64},
                                .n_heads = heads[hi].nh, .n_kv = heads[hi].nkv,
                                .hd = heads[hi].hd, .n_layers = 2, .layer = 1,
-                               .page_size = pages[pi], .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
+                               .page_size = pages[pi], .tk = tk, .tv = tv,
                                .scale = 1.0f / sqrtf((float)heads[hi].hd)};
-                    if (p->t->be->ops->supports(p->t->be, TR_BACKEND_CAP_KV, d.type)) {
+                    if (kv_types_ok(p, &d)) {
                         check_attention(p, &d);
                         world_free(&d);
                     }
@@ -836,16 +900,11 @@ static void grid_attention(pair *p) {
                            .from = {0, 399, 100, 64, 0},
                            .n_heads = heads[hi].nh, .n_kv = heads[hi].nkv,
                            .hd = heads[hi].hd, .n_layers = 2, .layer = 1,
-                           .page_size = pages[pi],
-                           .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                           .page_size = pages[pi], .tk = tk, .tv = tv};
                 if (c % 2) w.len[3] = 130, w.from[3] = 129;
                 w.in_order = c % 4 >= 2;
-                w.scale = 1.0f / sqrtf((float)w.hd) * (ti ? 3.0f : 1.0f);
-                if (!p->t->be->ops->supports(p->t->be, TR_BACKEND_CAP_KV, w.type)) {
-                    print_message("%s: KV type %s not supported: not checked\n",
-                                  p->t->label, tr_dtype_name(w.type));
-                    continue;
-                }
+                w.scale = 1.0f / sqrtf((float)w.hd) * (ti % 2 ? 3.0f : 1.0f);
+                if (!kv_types_ok(p, &w)) continue;
                 check_attention(p, &w);
                 world_free(&w);
             }
@@ -857,10 +916,11 @@ static void grid_attention(pair *p) {
             if (small_scale() && (wi + (size_t)pi) % 2) continue;
             world w = {.n_seqs = 3, .len = {400, 150, 301}, .from = {399, 100, 0},
                        .n_heads = 4, .n_kv = 1, .hd = 256, .n_layers = 2, .layer = 1,
-                       .page_size = pi ? 16 : 7, .type = TR_DTYPE_F16,
+                       .page_size = pi ? 16 : 7, .tk = TR_KV_F16, .tv = TR_KV_F16,
                        .window = windows[wi]};
+            if (wi == 1) w.tk = w.tv = pi ? TR_KV_Q8 : TR_KV_Q4;
             w.scale = 0.0625f;
-            if (!p->t->be->ops->supports(p->t->be, TR_BACKEND_CAP_KV, w.type)) continue;
+            if (!kv_types_ok(p, &w)) continue;
             check_attention(p, &w);
             world_free(&w);
         }
@@ -1149,21 +1209,25 @@ static void determinism_rows(tb *a, tb *b) {
 /* Attention: the whole ragged batch on a and on b (threads), each token
  * alone, and the batch in reverse order: the same bits. */
 static void determinism_attention(tb *a, tb *b) {
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < 6; ti++) {
         /* (the F16 round with a sliding window of 100). Alone, the
          * decodes at 699 and 799 take the split schedule; the third round
          * is a decode step of three sequences, and the fourth a 14-token
          * question after a cached prompt of 690, which take it whole (the
-         * question as one staged tile). */
+         * question as one staged tile). Rounds 4 and 5 are the first and
+         * the fourth again on Q8 and Q4 K/V: staged rows (dequantized)
+         * and rows read from the pages give the same bits. */
+        tr_kv_type kt = ti == 0 ? TR_KV_F32 : ti == 4 ? TR_KV_Q8 : ti == 5 ? TR_KV_Q4 : TR_KV_F16;
         world w = {.n_seqs = 4, .len = {700, 90, 130, 800}, .from = {699, 0, 125, 799},
                    .n_heads = 9, .n_kv = 3, .hd = 64, .n_layers = 1, .layer = 0,
-                   .page_size = 16, .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32,
-                   .scale = 0.125f, .window = ti == 1 ? 100 : 0, .in_order = !ti};
+                   .page_size = 16, .tk = kt, .tv = kt,
+                   .scale = 0.125f, .window = ti == 1 ? 100 : 0, .in_order = !ti || ti == 4};
+        if (!a->be->ops->supports_kv(a->be, kt, kt)) continue;
         if (ti == 2) {
             w.n_seqs = 3;
             w.len[1] = 300, w.from[1] = 299, w.from[2] = 129;
         }
-        if (ti == 3) {
+        if (ti == 3 || ti == 5) {
             w.n_seqs = 1;
             w.len[0] = 704, w.from[0] = 690, w.in_order = true;
         }
@@ -1183,8 +1247,7 @@ static void determinism_attention(tb *a, tb *b) {
                 free(att);
             }
             /* each token alone (its K/V are in place from the batch) */
-            tr_kv_layout kv = {mem,  w.total_pages, w.n_layers, w.page_size, w.n_kv, w.hd,
-                               w.type, world_windows(&w)};
+            tr_kv_layout kv = world_layout(&w, mem);
             for (int i = 0; i < w.n_bat; i++) {
                 if (s && i % 9 && w.bat_pos[i] < 699) continue; /* the decodes always */
                 float *dq = tb_put(t, w.q + (size_t)i * row, row * 4), *dout = tb_nan(t, row * 4);

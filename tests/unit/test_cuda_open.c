@@ -73,7 +73,7 @@ static void test_open(void **state) {
         assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q5_K));
         assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q6_K));
         assert_false(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q2_K));
-        assert_true(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_F16));
+        assert_true(be->ops->supports_kv(be, TR_KV_F16, TR_KV_F16));
         tr_backend_free(be);
         be = NULL;
         assert_int_equal(tr_backend_new("cuda:0", NULL, &be, &d), TR_OK);

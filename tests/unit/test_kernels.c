@@ -191,8 +191,9 @@ static void test_backend_basics(void **state) {
                                                                    : "portable");
     assert_true(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_Q4_1));
     assert_false(be->ops->supports(be, TR_BACKEND_CAP_WEIGHT, TR_DTYPE_IQ2_XS));
-    assert_true(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_F16));
-    assert_false(be->ops->supports(be, TR_BACKEND_CAP_KV, TR_DTYPE_Q8_0));
+    assert_true(be->ops->supports_kv(be, TR_KV_F16, TR_KV_F16));
+    assert_true(be->ops->supports_kv(be, TR_KV_Q8, TR_KV_Q4));
+    assert_false(be->ops->supports_kv(be, (tr_kv_type)TR_KV_TYPE_COUNT, TR_KV_F16));
     void *p = NULL;
     assert_int_equal(be->ops->alloc(be, 1000, &p), TR_OK);
     assert_true(((uintptr_t)p & 63) == 0);
@@ -871,7 +872,7 @@ typedef struct attn_world {
     int from[4]; /* first position of each sequence that is in the batch */
     int n_heads, n_kv, hd, n_layers, layer;
     int page_size;
-    tr_dtype type;
+    tr_kv_type type;
     float *k[4], *v[4]; /* [len][kv_dim], rounded to the KV type */
     float *q;           /* [n_tok][n_heads * hd] */
     int n_tok;
@@ -896,7 +897,7 @@ static void world_build(attn_world *w, uint64_t seed) {
         w->v[s] = malloc(sizeof(float) * w->len[s] * kvd);
         fill(w->k[s], w->len[s] * kvd, -1, 1);
         fill(w->v[s], w->len[s] * kvd, -1, 1);
-        if (w->type == TR_DTYPE_F16)
+        if (w->type == TR_KV_F16)
             for (size_t i = 0; i < w->len[s] * kvd; i++) {
                 w->k[s][i] = f16_round(w->k[s][i]);
                 w->v[s][i] = f16_round(w->v[s][i]);
@@ -952,7 +953,7 @@ static tr_kv_layout world_layout(attn_world *w) {
     w->windows[0] = w->windows[1] = 0;
     w->windows[w->layer] = w->window;
     return (tr_kv_layout){w->mem, w->total_pages, w->n_layers, w->page_size,
-                          w->n_kv, w->hd, w->type, w->window ? w->windows : NULL};
+                          w->n_kv, w->hd, w->type, w->type, w->window ? w->windows : NULL};
 }
 
 /* First position a token at p reads. */
@@ -962,7 +963,7 @@ static int world_lo(const attn_world *w, int p) {
 
 static size_t world_mem_bytes(const attn_world *w) {
     return (size_t)w->total_pages * w->n_layers * 2 * w->page_size *
-           world_kv_dim(w) * (w->type == TR_DTYPE_F16 ? 2 : 4);
+           world_kv_dim(w) * (w->type == TR_KV_F16 ? 2 : 4);
 }
 
 static tr_batch world_batch(const attn_world *w, int n, const int32_t *pos,
@@ -1044,7 +1045,7 @@ static void test_kv_store(void **state) {
                                 .n_heads = 6, .n_kv = 2, .hd = 24,
                                 .n_layers = 3, .layer = 2,
                                 .page_size = psi ? 16 : 1,
-                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                                .type = ti ? TR_KV_F16 : TR_KV_F32};
                 world_build(&w, 77 + ti);
                 assert_int_equal(be->ops->alloc(be, world_mem_bytes(&w), &w.mem), TR_OK);
                 world_store(&w, be);
@@ -1104,7 +1105,7 @@ static void test_kv_store_f16_rounding(void **state) {
     for (int ks = kset_first(); ks < kset_end(); ks++) {
         tr_backend *be = make_backend(ks, 1);
         uint16_t mem[2 * PS * HD];
-        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_DTYPE_F16, NULL};
+        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_KV_F16, TR_KV_F16, NULL};
         be->ops->kv_store(be->stream, &kv, 0, k, v, &b);
         for (int i = 0; i < PS * HD; i++) {
             assert_int_equal(mem[i], cpu_fp32_to_fp16(k[i]));
@@ -1143,7 +1144,7 @@ static void test_attention(void **state) {
                                 .n_kv = shapes[si].n_kv, .hd = shapes[si].hd,
                                 .n_layers = 2, .layer = 1,
                                 .page_size = psi ? 16 : 1,
-                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                                .type = ti ? TR_KV_F16 : TR_KV_F32};
                 world_build(&w, 1000 + si * 10 + ti);
                 w.mem = malloc(world_mem_bytes(&w));
                 size_t row = (size_t)w.n_heads * w.hd;
@@ -1182,7 +1183,7 @@ static void test_attention(void **state) {
 /* Poisons (NaN) the K/V rows of sequence s's positions [0, n) in w's
  * layer: a windowed read that strays before the window shows as NaN. */
 static void world_poison(attn_world *w, int s, int n) {
-    size_t kvd = world_kv_dim(w), es = w->type == TR_DTYPE_F16 ? 2 : 4;
+    size_t kvd = world_kv_dim(w), es = w->type == TR_KV_F16 ? 2 : 4;
     tr_kv_layout kv = world_layout(w);
     for (int p = 0; p < n; p++)
         for (int c = 0; c < 2; c++) {
@@ -1214,7 +1215,7 @@ static void test_attention_window(void **state) {
                                 .n_kv = shapes[si].n_kv, .hd = shapes[si].hd,
                                 .n_layers = 2, .layer = 1,
                                 .page_size = psi ? 16 : 1,
-                                .type = TR_DTYPE_F16, .window = windows[wi]};
+                                .type = TR_KV_F16, .window = windows[wi]};
                 world_build(&w, 7000 + si * 10 + wi);
                 w.mem = malloc(world_mem_bytes(&w));
                 size_t row = (size_t)w.n_heads * w.hd;
@@ -1274,7 +1275,7 @@ static void test_attention_determinism(void **state) {
                                 .n_heads = 9, .n_kv = 3, .hd = 64,
                                 .n_layers = 1, .layer = 0,
                                 .page_size = psi == 1 ? 1 : 16,
-                                .type = ti ? TR_DTYPE_F16 : TR_DTYPE_F32};
+                                .type = ti ? TR_KV_F16 : TR_KV_F32};
                 /* Same data each time; psi 2 reshuffles the page ids. */
                 world_build(&w, 4242 + ti);
                 if (psi == 2) {
@@ -1377,10 +1378,30 @@ static void test_row_determinism(void **state) {
 }
 
 
+/* Rows of n positions of type t, row stride `stride` bytes, from kf
+ * (STRIDE floats per row); only the first head (hd) of each is written. */
+static void make_rows(uint8_t *dst, size_t stride, const float *kf, size_t fstride,
+                      int32_t n, int32_t hd, tr_kv_type t) {
+    for (int32_t j = 0; j < n; j++) {
+        uint8_t *r = dst + (size_t)j * stride;
+        const float *x = kf + (size_t)j * fstride;
+        if (t == TR_KV_F32) memcpy(r, x, (size_t)hd * sizeof(float));
+        else if (t == TR_KV_F16)
+            for (int32_t d = 0; d < hd; d++) {
+                uint16_t h = cpu_fp32_to_fp16(x[d]);
+                memcpy(r + 2 * (size_t)d, &h, 2);
+            }
+        else tr_cpu_kv_quantize_head(r, x, hd, t);
+    }
+}
+
 /* The attention kernels take the g query heads of one KV head together
  * (each K/V row read once); every head's scores and accumulators must be
  * bitwise what the head gets alone, in both kernel tables, for grouped
- * and odd head sizes, F16 and F32 rows, any row count. */
+ * and odd head sizes, every KV type, any row count. And rows of a
+ * quantized or F16 type give bitwise what their exact F32 values
+ * (load_heads) give: the attention op stages rows as F32 for prefill
+ * tiles and reads the pages directly otherwise. */
 static void test_attention_heads_together(void **state) {
     (void)state;
     const cpu_op_kernels *sets[2] = {NULL, NULL};
@@ -1388,45 +1409,99 @@ static void test_attention_heads_together(void **state) {
 #if defined(__x86_64__) || defined(__i386__)
     if (kset_end() == 2) sets[1] = &tr_cpu_op_kernels_avx2;
 #endif
-    enum { MAXG = 7, MAXN = 70, MAXHD = 128, STRIDE = 3 * MAXHD };
+    enum { MAXG = 7, MAXN = 70, MAXHD = 128, STRIDE = 3 * MAXHD, RB = 4 * STRIDE };
     static float q[MAXG * MAXHD], pr[MAXG * MAXN];
-    static float kf[MAXN * STRIDE];
-    static uint16_t kh[MAXN * STRIDE];
+    static float kf[MAXN * STRIDE], staged[MAXN * MAXHD];
+    static uint8_t kb[MAXN * RB];
     static float s1[MAXG * MAXN], s2[MAXG * MAXN], a1[MAXG * MAXHD], a2[MAXG * MAXHD];
     const int32_t hds[] = {64, 128, 40, 12};
+    const tr_kv_type types[] = {TR_KV_F32, TR_KV_F16, TR_KV_Q8, TR_KV_Q4};
     int checked = 0;
     for (int set = 0; set < 2; set++) {
         const cpu_op_kernels *k = sets[set];
         if (!k) continue;
-        for (int trial = 0; trial < 60; trial++) {
+        for (int trial = 0; trial < 96; trial++) {
             int32_t hd = hds[trial % 4], g = 1 + rnd_int(MAXG), n = 1 + rnd_int(MAXN);
-            bool f16 = trial & 1;
+            tr_kv_type t = types[(trial / 4) % 4];
+            if (!tr_kv_head_bytes(t, hd)) continue; /* Q4 needs hd % 32 */
             fill(q, (size_t)g * (size_t)hd, -1, 1);
             fill(pr, (size_t)g * MAXN, 0, 1);
             fill(kf, (size_t)n * STRIDE, -1, 1);
-            for (size_t i = 0; i < (size_t)n * STRIDE; i++) kh[i] = cpu_fp32_to_fp16(kf[i]);
-            const void *rows = f16 ? (const void *)kh : (const void *)kf;
+            make_rows(kb, RB, kf, STRIDE, n, hd, t);
             float mx1[MAXG], mx2[MAXG];
-            k->attn_scores(s1, MAXN, mx1, q, g, rows, STRIDE, n, hd, f16, 0.125f);
+            k->attn_scores(s1, MAXN, mx1, q, g, kb, RB, n, hd, t, 0.125f);
             for (int32_t h = 0; h < g; h++)
                 k->attn_scores(s2 + (size_t)h * MAXN, MAXN, mx2 + h, q + (size_t)h * hd,
-                               1, rows, STRIDE, n, hd, f16, 0.125f);
+                               1, kb, RB, n, hd, t, 0.125f);
             for (int32_t h = 0; h < g; h++) {
                 assert_memory_equal(s1 + (size_t)h * MAXN, s2 + (size_t)h * MAXN,
                                     (size_t)n * sizeof(float));
                 assert_memory_equal(&mx1[h], &mx2[h], sizeof(float));
             }
+            /* the same rows staged as F32 */
+            for (int32_t j = 0; j < n; j++)
+                k->load_heads(staged + (size_t)j * hd, kb + (size_t)j * RB, 1, hd, t);
+            k->attn_scores(s2, MAXN, mx2, q, g, staged, (size_t)hd * sizeof(float), n, hd,
+                           TR_KV_F32, 0.125f);
+            assert_memory_equal(s1, s2, (size_t)g * MAXN * sizeof(float));
             fill(a1, (size_t)g * (size_t)hd, -1, 1);
             memcpy(a2, a1, (size_t)g * (size_t)hd * sizeof(float));
-            k->attn_accum(a1, (size_t)hd, pr, MAXN, g, rows, STRIDE, n, hd, f16);
+            k->attn_accum(a1, (size_t)hd, pr, MAXN, g, kb, RB, n, hd, t);
             for (int32_t h = 0; h < g; h++)
                 k->attn_accum(a2 + (size_t)h * hd, (size_t)hd, pr + (size_t)h * MAXN, MAXN,
-                              1, rows, STRIDE, n, hd, f16);
+                              1, kb, RB, n, hd, t);
+            assert_memory_equal(a1, a2, (size_t)g * (size_t)hd * sizeof(float));
+            memcpy(a2, a1, (size_t)g * (size_t)hd * sizeof(float));
+            k->attn_accum(a1, (size_t)hd, pr, MAXN, g, kb, RB, n, hd, t);
+            k->attn_accum(a2, (size_t)hd, pr, MAXN, g, staged, (size_t)hd * sizeof(float), n,
+                          hd, TR_KV_F32);
             assert_memory_equal(a1, a2, (size_t)g * (size_t)hd * sizeof(float));
             checked++;
         }
     }
-    assert_true(checked >= 60);
+    assert_true(checked >= 80);
+}
+
+/* The quantizer: each element within half a step of its input, the scale
+ * from the largest magnitude, zeros and non-numbers stored as 0, and the
+ * bytes the same whatever kernel set reads them (one quantizer). */
+static void test_kv_quantize(void **state) {
+    (void)state;
+    float x[256], y[256];
+    uint8_t b[1024];
+    for (int ti = 0; ti < 2; ti++) {
+        tr_kv_type t = ti ? TR_KV_Q4 : TR_KV_Q8;
+        for (int trial = 0; trial < 50; trial++) {
+            int32_t hd = trial % 2 ? 256 : 64;
+            float amp = trial % 5 == 0 ? 1e-3f : trial % 7 == 0 ? 300.0f
+                        : trial % 11 == 0 ? 1e-6f : 1.0f;
+            fill(x, (size_t)hd, -amp, amp);
+            if (trial == 3) memset(x, 0, sizeof x);
+            tr_cpu_kv_quantize_head(b, x, hd, t);
+            tr_cpu_load_heads_portable(y, b, 1, hd, t);
+            int32_t group = t == TR_KV_Q8 ? hd : 32;
+            for (int32_t g0 = 0; g0 < hd; g0 += group) {
+                float amax = 0;
+                for (int32_t i = g0; i < g0 + group; i++) amax = fmaxf(amax, fabsf(x[i]));
+                /* the stored step: at least amax / levels, at most that
+                 * rounded up to the next F16 (relative 2^-10, or 2^-24
+                 * absolute among subnormals) */
+                uint16_t h;
+                memcpy(&h, t == TR_KV_Q8 ? b + hd : b + hd / 2 + 2 * (g0 / 32), 2);
+                float d = cpu_fp16_to_fp32(h), lo = amax / (t == TR_KV_Q8 ? 127.0f : 7.0f);
+                assert_true(d >= lo);
+                assert_true(d <= lo * (1.0f + 1.0f / 1024) + 0x1p-24f);
+                for (int32_t i = g0; i < g0 + group; i++)
+                    assert_true(fabsf(y[i] - x[i]) <= 0.5f * d);
+            }
+        }
+        /* zeros and NaN */
+        memset(x, 0, sizeof x);
+        x[5] = NAN;
+        tr_cpu_kv_quantize_head(b, x, 64, t);
+        tr_cpu_load_heads_portable(y, b, 1, 64, t);
+        for (int i = 0; i < 64; i++) assert_true(y[i] == 0.0f);
+    }
 }
 
 int main(void) {
@@ -1450,6 +1525,7 @@ int main(void) {
         cmocka_unit_test(test_rope_neox),
         cmocka_unit_test(test_geglu_bias_scale_softcap),
         cmocka_unit_test(test_attention_heads_together),
+        cmocka_unit_test(test_kv_quantize),
         cmocka_unit_test(test_row_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -175,7 +175,7 @@ typedef struct run_ctx {
 static void ctx_init(run_ctx *c, model *m) {
     c->m = m;
     c->n_pages = MAXT / PAGE;
-    assert_int_equal(tr_model_kv_alloc(m, c->n_pages, PAGE, TR_DTYPE_F32, &c->kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, c->n_pages, PAGE, TR_KV_F32, TR_KV_F32, &c->kv, NULL), TR_OK);
     for (int i = 0; i < c->n_pages; i++) c->table[i] = c->n_pages - 1 - i;
 }
 

@@ -247,7 +247,7 @@ typedef struct run_ctx {
 static void ctx_init(run_ctx *c, model *m) {
     c->m = m;
     c->n_pages = MAXT / PAGE;
-    assert_int_equal(tr_model_kv_alloc(m, 2 * c->n_pages, PAGE, TR_DTYPE_F32, &c->kv),
+    assert_int_equal(tr_model_kv_alloc(m, 2 * c->n_pages, PAGE, TR_KV_F32, TR_KV_F32, &c->kv, NULL),
                      TR_OK);
     for (int i = 0; i < c->n_pages; i++) {
         c->table[0][i] = c->n_pages - 1 - i;  /* scrambled */
@@ -546,7 +546,7 @@ static void test_variants(void **state) {
     assert_int_equal(tr_model_get_hparams(m)->n_local_layers, 0);
     assert_true(tr_model_get_hparams(m)->rope_freq_scale == 0.125f);
     tr_kv_layout kv;
-    assert_int_equal(tr_model_kv_alloc(m, 2, PAGE, TR_DTYPE_F16, &kv), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, 2, PAGE, TR_KV_F16, TR_KV_F16, &kv, NULL), TR_OK);
     assert_null(kv.window); /* no windows: the layout says none */
     tr_model_kv_free(m, &kv);
     tr_model_free(m);

@@ -1,0 +1,111 @@
+/* kv_quant.c — the quantized KV formats of backend.h (Q8, Q4) on the CPU:
+ * the one quantizer every kernel set stores with, and the exact element
+ * reader and head dequantizer of the portable kernels.
+ *
+ * Layering: internal to kernels/cpu (cpu_internal.h). Pure functions.
+ *
+ * Why these formats. Q8 keeps one scale per (position, KV head): a head is
+ * what one attention kernel call reads, so the scale is loaded once per
+ * row, and the row costs head_dim + 2 bytes (SmolLM2's heads of 64: 0.52x
+ * of F16, where per-32 blocks would cost 0.53x). Q4 needs a scale per 32
+ * elements to keep its error near Q8's per-block behaviour (one per head
+ * of 64 quantizes every element to 1/7 of the head's largest). Both are
+ * symmetric (no zero point): K and V of a head are centred near zero.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "base/util.h"
+
+/* The F16 scale for a largest magnitude `amax` over `levels` steps (what
+ * is stored), finite, and never below amax / levels: rounded up when
+ * rounding to F16 went down, so that amax maps to at most `levels` and no
+ * element is clamped (in F16's subnormal range the rounding is coarse:
+ * the scale of a head of magnitude 1e-3 moves by up to ~1%). */
+static float kv_scale(float amax, float levels, uint16_t *bits) {
+    float d = amax / levels;
+    if (!(d <= 65504.0f)) d = 65504.0f; /* NaN or past F16's range */
+    *bits = cpu_fp32_to_fp16(d);
+    if (cpu_fp16_to_fp32(*bits) < d && *bits < 0x7bff) (*bits)++;
+    return cpu_fp16_to_fp32(*bits);
+}
+
+/* round(x / d) clamped to [-lim, lim]; 0 when d is 0 or x is not a
+ * number. */
+static int kv_level(float x, float d, int lim) {
+    if (d == 0.0f || !(x == x)) return 0;
+    float r = nearbyintf(x / d);
+    if (r > (float)lim) return lim;
+    if (r < (float)-lim) return -lim;
+    return (int)r;
+}
+
+static float amax_of(const float *x, int32_t n) {
+    float m = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > m) m = a;
+    }
+    return m;
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static uint16_t get16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
+                             tr_kv_type t) {
+    uint16_t bits;
+    if (t == TR_KV_Q8) {
+        float d = kv_scale(amax_of(src, hd), 127.0f, &bits);
+        for (int32_t i = 0; i < hd; i++)
+            dst[i] = (uint8_t)(int8_t)kv_level(src[i], d, 127);
+        put16(dst + hd, bits);
+        return;
+    }
+    TR_ASSERT(t == TR_KV_Q4 && hd % 32 == 0);
+    for (int32_t g = 0; g < hd / 32; g++) {
+        const float *x = src + 32 * g;
+        uint8_t *q = dst + 16 * g;
+        float d = kv_scale(amax_of(x, 32), 7.0f, &bits);
+        for (int i = 0; i < 16; i++) {
+            int lo = kv_level(x[i], d, 7) + 8, hi = kv_level(x[16 + i], d, 7) + 8;
+            q[i] = (uint8_t)(lo | hi << 4);
+        }
+        put16(dst + hd / 2 + 2 * g, bits);
+    }
+}
+
+float tr_cpu_kv_elem(const uint8_t *head, int32_t d, int32_t hd, tr_kv_type t) {
+    switch (t) {
+    case TR_KV_F32: {
+        float f;
+        memcpy(&f, head + 4 * (size_t)d, 4);
+        return f;
+    }
+    case TR_KV_F16: return cpu_fp16_to_fp32(get16(head + 2 * (size_t)d));
+    case TR_KV_Q8:
+        return (float)(int8_t)head[d] * cpu_fp16_to_fp32(get16(head + hd));
+    case TR_KV_Q4: {
+        int32_t g = d / 32, i = d % 32;
+        uint8_t b = head[16 * g + (i & 15)];
+        int nib = i < 16 ? (b & 15) : (b >> 4);
+        return (float)(nib - 8) * cpu_fp16_to_fp32(get16(head + hd / 2 + 2 * g));
+    }
+    default: return 0.0f;
+    }
+}
+
+void tr_cpu_load_heads_portable(float *dst, const void *src, int32_t n_heads,
+                                int32_t hd, tr_kv_type t) {
+    size_t hb = tr_kv_head_bytes(t, hd);
+    for (int32_t h = 0; h < n_heads; h++) {
+        const uint8_t *head = (const uint8_t *)src + (size_t)h * hb;
+        for (int32_t d = 0; d < hd; d++)
+            dst[(size_t)h * hd + d] = tr_cpu_kv_elem(head, d, hd, t);
+    }
+}
