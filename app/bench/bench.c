@@ -13,6 +13,7 @@ static const struct {
     {"grammar", tr_bench_grammar, "constrained decoding: compile, masks, jump-forward"},
     {"maskbench", tr_bench_maskbench, "JSON Schema coverage and mask speed on MaskBench data"},
     {"stream", tr_bench_stream, "one stream over HTTP against in-process: TTFT, TPOT"},
+    {"ppl", tr_bench_ppl, "perplexity of a text, top-1 agreement with a reference run"},
 };
 
 static void usage(FILE *f) {

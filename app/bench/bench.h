@@ -12,14 +12,16 @@
  *   stream    one stream through `trellis serve` against the same requests
  *             in-process, alternating: TTFT and TPOT and their ratios
  *             (bench_stream.c; the HTTP client is frontend/http.h)
+ *   ppl       perplexity of a text in windows, and teacher-forced top-1
+ *             agreement with a saved reference run (bench_ppl.c)
  *
  * Layering: applications, beside app/cli (compiled into the trellis
  * binary). The engine is reached through include/trellis.h only; `bench
  * grammar`'s compile/mask micro-benchmark and `bench maskbench` also use
  * the public headers of grammar, tokenizer, gguf and runtime/vocab (the
  * grammar vocabulary of a tokenizer, built as the engine builds it).
- * Flags are parsed by app/common/args.h; serve and grammar start an
- * engine and take the engine flags of app/common/engine_flags.h.
+ * Flags are parsed by app/common/args.h; serve, grammar, stream and ppl
+ * start an engine and take the engine flags of app/common/engine_flags.h.
  * Single-threaded apart from the engine's threads.
  */
 #ifndef TR_BENCH_H
@@ -36,6 +38,7 @@ int tr_bench_serve(int argc, char **argv);
 int tr_bench_grammar(int argc, char **argv);
 int tr_bench_maskbench(int argc, char **argv);
 int tr_bench_stream(int argc, char **argv);
+int tr_bench_ppl(int argc, char **argv);
 
 /* Shared by the benchmarks (bench_util.c). */
 
