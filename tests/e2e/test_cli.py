@@ -406,6 +406,9 @@ def bad_bench_and_tokenize_flags():
                          (["bench", "stream"], "--url: required"),
                          (["bench", "stream", "--url", "ftp://h"], "--url: ftp://h: expected a URL"),
                          (["bench", "stream", "--url", "http://h", "--rounds", "0"], "--rounds: must be"),
+                         (["bench", "ppl"], "--text: required"),
+                         (["bench", "ppl", "--text", "x", "--ctx", "4"], "--ctx: must be between 8"),
+                         (["bench", "ppl", "--text", "/nonexistent.txt"], "--text: cannot read"),
                          (["bench", "frobnicate"], "unknown benchmark 'frobnicate'"),
                          (["tokenize", "-p", "x", "--bogus"], "unknown option '--bogus'"),
                          (["info", "--kv=1"], "--kv: takes no value")):
