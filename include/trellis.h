@@ -125,6 +125,10 @@ enum { TRELLIS_LOAD_AUTO = 0, TRELLIS_LOAD_MMAP = 1, TRELLIS_LOAD_READ = 2 };
  * docs/performance.md has what each costs in quality and speed. */
 enum { TRELLIS_KV_F16 = 0, TRELLIS_KV_Q8 = 1, TRELLIS_KV_Q4 = 2 };
 
+/* "f16", "q8", "q4" (the spelling of --kv-type); "?" for other values.
+ * Static storage. */
+TRELLIS_API const char *trellis_kv_type_name(int32_t kv_type);
+
 typedef struct trellis_engine_options {
     const char *device;       /* compute backend by name: NULL or "cpu"
                                  (default), or "cuda" / "cuda:N" (GPU N;

@@ -163,6 +163,8 @@ char *tr_cli_json_sample(const cli_sample_json *s, cli_piece_fn piece, const voi
     json_object_set_new(root, "timings", timings(s));
     json_object_set_new(root, "threads", json_integer(s->threads));
     json_object_set_new(root, "model_load", str(s->model_load));
+    if (s->kv_type_k) json_object_set_new(root, "kv_type_k", str(s->kv_type_k));
+    if (s->kv_type_v) json_object_set_new(root, "kv_type_v", str(s->kv_type_v));
     if (s->constraint) json_object_set_new(root, "constraint", constraint(s));
     return dump(root, JSON_ENSURE_ASCII);
 }

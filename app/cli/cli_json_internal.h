@@ -54,6 +54,7 @@ typedef struct cli_sample_json {
     double load_ms;
     int32_t threads;
     const char *model_load;          /* "mmap" or "read" */
+    const char *kv_type_k, *kv_type_v; /* KV cache types in force */
     const char *constraint;          /* kind ("regex", "choice", ...) or NULL */
     double constraint_ms;            /* compiling it (0: cached or none) */
 } cli_sample_json;

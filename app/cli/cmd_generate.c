@@ -47,6 +47,7 @@ static const char k_json_doc[] =
     "                         token to last), queue_ms, ttft_ms, e2e_ms,\n"
     "                         spec_accepted_tokens (--spec-ngram: drafts kept)\n"
     "  threads, model_load    CPU threads; how the model came in: mmap or read\n"
+    "  kv_type_k, kv_type_v   the KV cache types in force: f16, q8 or q4\n"
     "  constraint             with a constraint: kind, accepted (it completed the\n"
     "                         text), forced_tokens (jump-forward), forward_passes,\n"
     "                         compile_ms\n";
@@ -337,6 +338,8 @@ static int run(const gen_opts *o, const char *path, const char *text, size_t len
         trellis_engine_get_info(e, &info);
         gen_facts f = {.load_ms = load_ms, .threads = info.threads,
                        .model_load = info.load == TRELLIS_LOAD_READ ? "read" : "mmap",
+                       .kv_type_k = trellis_kv_type_name(info.kv_type_k),
+                       .kv_type_v = trellis_kv_type_name(info.kv_type_v),
                        .stops = o->stops.items, .n_stops = o->stops.n,
                        .stop_regexes = o->stop_regexes.items,
                        .n_stop_regexes = o->stop_regexes.n,

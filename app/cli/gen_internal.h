@@ -69,6 +69,7 @@ typedef struct gen_facts {
     double load_ms;
     int32_t threads;
     const char *model_load;   /* "mmap" or "read" */
+    const char *kv_type_k, *kv_type_v; /* "f16", "q8", "q4" */
     const char *const *stops; /* the request's stop strings */
     int32_t n_stops;
     const char *const *stop_regexes; /* and its stop patterns */

@@ -72,7 +72,7 @@ static void print_json(out_state *st, const trellis_event *ev) {
         .stop_token = ev->stop_token,
         .error = ev->finish == TRELLIS_FINISH_ERROR ? ev->error : NULL,
         .metrics = ev->metrics, .load_ms = f->load_ms, .threads = f->threads,
-        .model_load = f->model_load,
+        .model_load = f->model_load, .kv_type_k = f->kv_type_k, .kv_type_v = f->kv_type_v,
         .constraint = f->constraint ? f->constraint->kind : NULL,
         .constraint_ms = f->constraint ? f->constraint->compile_ms : 0,
     };

@@ -278,6 +278,11 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
     if (o) {
         json_object_set_new(o, "engine", engine_json(s));
         json_object_set_new(o, "load_ms", json_integer((json_int_t)s->load_ms));
+        json_object_set_new(o, "kv_cache_dtype_k",
+                            json_string(trellis_kv_type_name(i->kv_type_k)));
+        json_object_set_new(o, "kv_cache_dtype_v",
+                            json_string(trellis_kv_type_name(i->kv_type_v)));
+        json_object_set_new(o, "kv_bytes", json_integer((json_int_t)i->kv_bytes));
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
                             json_pack("[{s:i,s:i}]", "max_total_num_tokens",

@@ -103,3 +103,8 @@ tr_status tr_engine_options_resolve(const trellis_engine_options *in,
     *out = o;
     return TR_OK;
 }
+
+const char *trellis_kv_type_name(int32_t kv_type) {
+    static const char *const names[] = {"f16", "q8", "q4"};
+    return kv_type >= 0 && kv_type <= TRELLIS_KV_Q4 ? names[kv_type] : "?";
+}

@@ -3,7 +3,7 @@
  *
  *   bench_model [-m MODEL] [-t THREADS] [-p PROMPT_TOKENS] [-n DECODE_TOKENS]
  *               [-r REPEATS] [-l auto|mmap|read] [-d BACKEND] [-k KERNELS]
- *               [-P 1]
+ *               [-P 1] [-c f16|q8|q4]
  *
  * Prompt ids are synthetic and deterministic (token speed does not depend
  * on content): id_i = (i * 7919) % 49000 + 100, the same formula the
@@ -17,7 +17,8 @@
  * each op (matmuls by shape), its calls and microseconds per decoded token
  * (summed over the repeats' decode phases) and its share of decode time;
  * "outside ops" is the rest (the model's own code between ops, and this
- * program's argmax). Not a test: never run by ctest. */
+ * program's argmax). -c: the KV cache type of K and V (default f16).
+ * Not a test: never run by ctest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ int main(int argc, char **argv) {
     int threads = 0, n_prompt = 512, n_decode = 128, repeats = 3, profile = 0;
     gguf_load load = GGUF_LOAD_AUTO;
     const char *device = NULL, *kernels = NULL;
+    tr_kv_type kv_type = TR_KV_F16;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) path = argv[i + 1];
         else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
@@ -83,6 +85,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-d")) device = argv[i + 1];
         else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
         else if (!strcmp(argv[i], "-P")) profile = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) {
+            if (!strcmp(argv[i + 1], "q8")) kv_type = TR_KV_Q8;
+            else if (!strcmp(argv[i + 1], "q4")) kv_type = TR_KV_Q4;
+            else if (strcmp(argv[i + 1], "f16")) {
+                fprintf(stderr, "bench_model: -c wants f16, q8 or q4\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "-l")) {
             if (!tr_gguf_load_parse(argv[i + 1], &load)) {
                 fprintf(stderr, "bench_model: -l wants auto, mmap or read\n");
@@ -116,7 +126,12 @@ int main(int argc, char **argv) {
     int32_t total = n_prompt + n_decode, page = 16;
     int32_t n_pages = (total + page - 1) / page;
     tr_kv_layout kv;
-    if (tr_model_kv_alloc(m, n_pages, page, TR_KV_F16, TR_KV_F16, &kv, NULL)) return 1;
+    const char *why = NULL;
+    if (tr_model_kv_alloc(m, n_pages, page, kv_type, kv_type, &kv, &why)) {
+        fprintf(stderr, "bench_model: cannot allocate the KV cache%s%s\n", why ? ": " : "",
+                why ? why : "");
+        return 1;
+    }
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_pages);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt);
@@ -162,10 +177,12 @@ int main(int argc, char **argv) {
     qsort(dec, (size_t)repeats, sizeof(double), cmp_double);
     tr_backend_info info = tr_backend_get_info(be);
     printf("{\"engine\":\"trellis\",\"device\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,"
+           "\"kv_type\":\"%s\",\"kv_bytes_per_token\":%llu,"
            "\"prompt_tokens\":%d,\"decode_tokens\":%d,"
            "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
-           info.name, info.kernels, info.threads, n_prompt, n_decode,
-           n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
+           info.name, info.kernels, info.threads, tr_kv_type_name(kv_type),
+           (unsigned long long)(tr_model_kv_page_bytes(m, 1, kv_type, kv_type)), n_prompt,
+           n_decode, n_prompt / pre[repeats / 2], n_decode / dec[repeats / 2]);
     if (profile) print_profile(prof, n_prof, dec_total, (double)n_decode * repeats);
     tr_model_kv_free(m, &kv);
     tr_model_free(m);

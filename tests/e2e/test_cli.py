@@ -268,6 +268,23 @@ def load_modes_give_the_same_tokens():
     expect_error(rc, err, "--load", "'fast'", "auto, mmap or read")
 
 @case
+def kv_types_generate():
+    """Every KV type generates; q8 starts as f16 does on a prompt whose
+    first steps are far from ties; the engine reports the types in force
+    (a later --kv-type-v overrides --kv-type's V)."""
+    outs = {}
+    for args in (["--kv-type", "f16"], ["--kv-type", "q8"], ["--kv-type", "q4"],
+                 ["--kv-type", "q8", "--kv-type-v", "q4"]):
+        rc, out, err = run("generate", "-p", "The capital of France is", "-n", "4", "--json",
+                           "-t", "2", *args)
+        assert rc == 0, (args, err)
+        o = json.loads(out)
+        assert o["kv_type_k"] == args[1] and o["kv_type_v"] == args[-1], (args, o)
+        assert len(o["tokens"]) >= 1, o
+        outs[" ".join(args)] = o["tokens"]
+    assert outs["--kv-type q8"][:2] == outs["--kv-type f16"][:2], outs
+
+@case
 def samples_run():
     for name, needles in (("sample_embed", ["sample 2:", "engine:"]),
                           ("sample_embed_uv", ["[cancelled;", "wake-ups from the engine"])):
@@ -354,6 +371,8 @@ def bad_flag_values_name_the_flag():
            (["-b", "64", "--chunk-size", "64"], "--batch: sets --max-batch-tokens and --chunk-size"), (["--logprobs", "21"], "--logprobs: must be"),
            (["--logprobs", "2"], "--logprobs: needs --json"),
            (["--load", "fast"], "--load: unknown value 'fast' (auto, mmap or read)"),
+           (["--kv-type", "q9"], "--kv-type: unknown value 'q9' (f16, q8 or q4)"),
+           (["--kv-type-v", "int8"], "--kv-type-v: unknown value 'int8' (f16, q8 or q4)"),
            (["--schema-mode", "loose"], "--schema-mode: unknown value"),
            (["--whitespace", "tabs"], "--whitespace: unknown value"),
            (["--whitespace", "compact"], "--whitespace: needs --json-schema or --json-object"),

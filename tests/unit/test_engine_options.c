@@ -207,6 +207,10 @@ static void test_descriptors(void **state) {
     }
     assert_int_equal(n, 14); /* every int32_t member of trellis_engine_options */
     assert_null(trellis_engine_option_at(-1));
+    assert_string_equal(trellis_kv_type_name(TRELLIS_KV_F16), "f16");
+    assert_string_equal(trellis_kv_type_name(TRELLIS_KV_Q8), "q8");
+    assert_string_equal(trellis_kv_type_name(TRELLIS_KV_Q4), "q4");
+    assert_string_equal(trellis_kv_type_name(3), "?");
     assert_null(trellis_engine_option_find("nope"));
     assert_null(trellis_engine_option_find(NULL));
     const trellis_engine_option_desc *t = trellis_engine_option_find("threads");
