@@ -182,6 +182,27 @@ typedef enum tr_kv_type {
     TR_KV_TYPE_COUNT
 } tr_kv_type;
 
+/* K rows of a quantized type are stored rotated: each block of b
+ * consecutive elements of a head multiplied by the orthonormal b x b
+ * Walsh-Hadamard matrix H (Sylvester order, scaled by 1/sqrt(b); H is its
+ * own inverse) before quantizing, and the attention op rotates the queries
+ * the same way, so that every q.k is unchanged in exact arithmetic. Keys
+ * carry a few channels far larger than the rest; the rotation spreads them
+ * over the block, so a step sized by the largest element costs the others
+ * far less. The block is the scale's group: the whole head for Q8 (its
+ * largest power-of-two divisor, when head_dim is not a power of two), 32
+ * for Q4 (spreading an outlier over the whole head would raise every
+ * group's step). Measured on perplexity: docs/performance.md "Quantized
+ * KV". V is never rotated. Returns b, or 0 when K of type t is stored as
+ * is (F16, F32; Q8 whose head_dim has no power-of-two divisor of 32 or
+ * more). */
+static inline int32_t tr_kv_rotation(tr_kv_type t, int32_t head_dim) {
+    if (t == TR_KV_Q4) return 32;
+    if (t != TR_KV_Q8 || head_dim <= 0) return 0;
+    int32_t b = head_dim & -head_dim; /* largest power of two dividing it */
+    return b >= 32 ? b : 0;
+}
+
 /* Bytes of one head of a row; 0 when the type cannot hold head_dim (Q4:
  * not a multiple of 32) or is unknown. */
 static inline size_t tr_kv_head_bytes(tr_kv_type t, int32_t head_dim) {

@@ -169,6 +169,10 @@ static void p_get_info(const tr_backend *be, tr_backend_info *out) {
 static bool p_supports(const tr_backend *be, tr_backend_cap cap, tr_dtype t) {
     return of_be(be)->inner->ops->supports(of_be(be)->inner, cap, t);
 }
+
+static bool p_supports_kv(const tr_backend *be, tr_kv_type k, tr_kv_type v) {
+    return of_be(be)->inner->ops->supports_kv(of_be(be)->inner, k, v);
+}
 static tr_status p_stream_new(tr_backend *be, tr_stream **out) {
     prof *p = of_be(be);
     prof_stream *ps = calloc(1, sizeof *ps);
@@ -243,6 +247,7 @@ static tr_status p_import_weights(tr_backend *be, const void *src, size_t n, con
 
 static const tr_backend_ops profile_ops = {
     .destroy = p_destroy, .get_info = p_get_info, .supports = p_supports,
+    .supports_kv = p_supports_kv,
     .stream_new = p_stream_new, .stream_free = p_stream_free,
     .stream_synchronize = p_stream_synchronize, .event_new = p_event_new,
     .event_free = p_event_free, .event_record = p_event_record, .stream_wait = p_stream_wait,

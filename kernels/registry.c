@@ -113,7 +113,7 @@ const char *tr_backend_missing_op(const tr_backend *be) {
     /* every member but the OPTIONAL ones (get_rows) */
 #define REQUIRE(member) \
     if (!o->member) return #member;
-    REQUIRE(destroy) REQUIRE(get_info) REQUIRE(supports)
+    REQUIRE(destroy) REQUIRE(get_info) REQUIRE(supports) REQUIRE(supports_kv)
     REQUIRE(stream_new) REQUIRE(stream_free) REQUIRE(stream_synchronize)
     REQUIRE(event_new) REQUIRE(event_free) REQUIRE(event_record)
     REQUIRE(stream_wait) REQUIRE(event_synchronize) REQUIRE(synchronize)

@@ -104,6 +104,7 @@ static void cpu_destroy(tr_backend *be) {
     tr_cpu_pool_free(c->pool);
     tr_aligned_free(c->act);
     tr_aligned_free(c->attn);
+    tr_aligned_free(c->attn_q);
     tr_aligned_free(c->rows);
     for (int e = 0; e < CPU_ROPE_TABLES; e++) {
         tr_aligned_free(c->rope[e].pos);

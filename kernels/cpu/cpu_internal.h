@@ -94,6 +94,11 @@ typedef struct cpu_op_kernels {
  * the CPU). dst: tr_kv_head_bytes(t, hd) bytes. */
 void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
                              tr_kv_type t);
+/* x[0..n) (n a multiple of block, a power of two) multiplied, block
+ * elements at a time, by the orthonormal Walsh-Hadamard matrix of that
+ * size (its own inverse): backend.h's tr_kv_rotation. One implementation
+ * for every kernel set (stored keys and queries must agree). */
+void tr_cpu_kv_rotate(float *x, int32_t n, int32_t block);
 /* Element d of a head of type t (exact), for the portable kernels. */
 float tr_cpu_kv_elem(const uint8_t *head, int32_t d, int32_t hd, tr_kv_type t);
 
@@ -148,6 +153,8 @@ typedef struct cpu_backend {
     size_t act_cap;   /* bytes */
     void *attn;       /* attention: per-block partials of a split op */
     size_t attn_cap;  /* bytes */
+    void *attn_q;     /* attention: queries rotated for rotated keys */
+    size_t attn_q_cap; /* bytes */
     void *rows;       /* matmul_rows: per-thread packed rows and outputs */
     size_t rows_cap;  /* bytes */
     cpu_rope_cache rope[CPU_ROPE_TABLES];

@@ -57,6 +57,23 @@ static uint16_t get16(const uint8_t *p) {
     return v;
 }
 
+void tr_cpu_kv_rotate(float *x, int32_t n, int32_t block) {
+    TR_ASSERT(block > 0 && (block & (block - 1)) == 0);
+    const float norm = 1.0f / sqrtf((float)block);
+    for (int32_t g = 0; g + block <= n; g += block) {
+        float *v = x + g;
+        /* the fast transform: log2(block) rounds of butterflies */
+        for (int32_t len = 1; len < block; len <<= 1)
+            for (int32_t i = 0; i < block; i += len << 1)
+                for (int32_t j = i; j < i + len; j++) {
+                    float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+        for (int32_t i = 0; i < block; i++) v[i] *= norm;
+    }
+}
+
 void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
                              tr_kv_type t) {
     uint16_t bits;

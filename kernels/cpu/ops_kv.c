@@ -85,8 +85,17 @@ static void kv_store_task(void *ctx, int ith, int nth) {
                 continue;
             }
             size_t hb = tr_kv_head_bytes(ty, hd);
-            for (int32_t h = 0; h < kv->n_kv_heads; h++)
-                tr_cpu_kv_quantize_head(row + (size_t)h * hb, src + (size_t)h * hd, hd, ty);
+            int32_t rot = c == 0 ? tr_kv_rotation(ty, hd) : 0;
+            float tmp[CPU_ATTN_MAX_HEAD_DIM];
+            for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+                const float *x = src + (size_t)h * hd;
+                if (rot) {
+                    memcpy(tmp, x, (size_t)hd * sizeof(float));
+                    tr_cpu_kv_rotate(tmp, hd, rot);
+                    x = tmp;
+                }
+                tr_cpu_kv_quantize_head(row + (size_t)h * hb, x, hd, ty);
+            }
         }
     }
 }
@@ -144,6 +153,8 @@ typedef struct attn_args {
     size_t kv_dim;           /* elements of a row (staged F32 rows) */
     tr_kv_type type[2];      /* K, V */
     size_t head_bytes[2], row_bytes[2];
+    int32_t rotate_q;        /* K's rotation block (tr_kv_rotation) when q
+                                still has to be rotated (per block); 0 */
     float scale;
     int32_t window;         /* 0, or this layer's sliding window */
     int32_t heads_per_pass; /* query heads whose partials fit the stack */
@@ -273,6 +284,16 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
     for (int32_t c0 = h0; c0 < h1; c0 += ATTN_HEADS_TOGETHER) {
         int32_t g = TR_MIN(ATTN_HEADS_TOGETHER, h1 - c0);
         const float *q = a->q + ((int64_t)t * a->n_heads + c0) * hd;
+        /* the queries in the keys' rotated basis (backend.h): rotated once
+         * per op (attn_rotate_queries), or here, per block, when the op
+         * could not have the scratch for that: the same function of the
+         * same values, so the same bits */
+        float qr[ATTN_HEADS_TOGETHER * CPU_ATTN_MAX_HEAD_DIM];
+        if (a->rotate_q) {
+            memcpy(qr, q, (size_t)g * (size_t)hd * sizeof(float));
+            tr_cpu_kv_rotate(qr, g * hd, a->rotate_q);
+            q = qr;
+        }
         float *part = dst + (size_t)(c0 - h0) * pstride;
         float m[ATTN_HEADS_TOGETHER], rm[ATTN_HEADS_TOGETHER];
         for (int32_t h = 0; h < g; h++) m[h] = -INFINITY;
@@ -623,6 +644,36 @@ static void attn_split_task(void *ctx, int ith, int nth) {
     }
 }
 
+typedef struct rotate_args {
+    float *q;
+    int64_t rows;     /* tokens */
+    int32_t row_len;  /* n_heads * hd */
+    int32_t block;
+} rotate_args;
+
+static void rotate_task(void *ctx, int ith, int nth) {
+    const rotate_args *r = ctx;
+    int64_t lo, hi;
+    tr_cpu_share_rows(r->rows, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        tr_cpu_kv_rotate(r->q + t * r->row_len, r->row_len, r->block);
+}
+
+/* The batch's queries rotated into the keys' basis (backend.h,
+ * tr_kv_rotation) once, in scratch: *q then points there. Returns false
+ * when the scratch cannot be had (attn_block then rotates per block). */
+static bool attn_rotate_queries(cpu_backend *c, const float **q, int32_t n_tok,
+                                int32_t n_heads, int32_t hd, int32_t block) {
+    size_t n = (size_t)n_tok * (size_t)n_heads * (size_t)hd;
+    if (!tr_cpu_scratch_reserve(&c->attn_q, &c->attn_q_cap, n * sizeof(float))) return false;
+    memcpy(c->attn_q, *q, n * sizeof(float));
+    rotate_args r = {c->attn_q, n_tok, n_heads * hd, block};
+    int nth = tr_cpu_op_threads(c, (int64_t)n * 8, 65536);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n_tok), rotate_task, &r);
+    *q = c->attn_q;
+    return true;
+}
+
 /* Whether no two adjacent tokens of the batch belong to one sequence
  * (a decode step: no tiles form). */
 static bool attn_decode_only(const tr_batch *b) {
@@ -747,6 +798,8 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
     TR_ASSERT(n_kv >= 1 && n_heads >= n_kv && n_heads % n_kv == 0);
     TR_ASSERT(hd >= 1 && hd <= CPU_ATTN_MAX_HEAD_DIM);
     check_batch_pages(kv, b, true);
+    int32_t rot = tr_kv_rotation(kv->type_k, hd);
+    if (rot && attn_rotate_queries(c, &q, n_tok, n_heads, hd, rot)) rot = 0;
 
     attn_args a = {
         .k = c->k,
@@ -762,6 +815,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .type = {kv->type_k, kv->type_v},
         .head_bytes = {tr_kv_head_bytes(kv->type_k, hd), tr_kv_head_bytes(kv->type_v, hd)},
         .row_bytes = {tr_kv_row_bytes(kv, 0), tr_kv_row_bytes(kv, 1)},
+        .rotate_q = rot,
         .scale = scale,
         .window = kv->window ? kv->window[layer] : 0,
         .pool = c->pool,

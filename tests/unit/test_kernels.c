@@ -1462,6 +1462,41 @@ static void test_attention_heads_together(void **state) {
     assert_true(checked >= 80);
 }
 
+/* The keys' rotation (backend.h tr_kv_rotation): orthonormal (dot products
+ * kept, to float rounding) and its own inverse, for every block size the
+ * formats use; and the blocks each format gets. */
+static void test_kv_rotation(void **state) {
+    (void)state;
+    float x[512], y[512], rx[512], ry[512];
+    const int32_t blocks[] = {32, 64, 256, 512};
+    for (size_t bi = 0; bi < TR_ARRAY_LEN(blocks); bi++) {
+        int32_t b = blocks[bi];
+        fill(x, 512, -1, 1);
+        fill(y, 512, -1, 1);
+        x[3] = 40.0f; /* an outlier channel: spread over its block */
+        memcpy(rx, x, sizeof x);
+        memcpy(ry, y, sizeof y);
+        tr_cpu_kv_rotate(rx, 512, b);
+        tr_cpu_kv_rotate(ry, 512, b);
+        double d0 = 0, d1 = 0, amax = 0;
+        for (int i = 0; i < 512; i++) {
+            d0 += (double)x[i] * y[i];
+            d1 += (double)rx[i] * ry[i];
+            if (i < b) amax = fmax(amax, fabs(rx[i]));
+        }
+        assert_true(fabs(d0 - d1) <= 1e-4 * (1 + fabs(d0)));
+        assert_true(amax < 40.0 / sqrt((double)b) + 2.0); /* spread */
+        tr_cpu_kv_rotate(rx, 512, b);
+        for (int i = 0; i < 512; i++) assert_true(fabsf(rx[i] - x[i]) <= 1e-5f * (1 + fabsf(x[i])));
+    }
+    assert_int_equal(tr_kv_rotation(TR_KV_Q4, 64), 32);
+    assert_int_equal(tr_kv_rotation(TR_KV_Q8, 64), 64);
+    assert_int_equal(tr_kv_rotation(TR_KV_Q8, 256), 256);
+    assert_int_equal(tr_kv_rotation(TR_KV_Q8, 96), 32);
+    assert_int_equal(tr_kv_rotation(TR_KV_Q8, 20), 0);
+    assert_int_equal(tr_kv_rotation(TR_KV_F16, 64), 0);
+}
+
 /* The quantizer: each element within half a step of its input, the scale
  * from the largest magnitude, zeros and non-numbers stored as 0, and the
  * bytes the same whatever kernel set reads them (one quantizer). */
@@ -1526,6 +1561,7 @@ int main(void) {
         cmocka_unit_test(test_geglu_bias_scale_softcap),
         cmocka_unit_test(test_attention_heads_together),
         cmocka_unit_test(test_kv_quantize),
+        cmocka_unit_test(test_kv_rotation),
         cmocka_unit_test(test_row_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

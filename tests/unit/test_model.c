@@ -263,7 +263,7 @@ static void test_parity_with_llama_cpp(void **state) {
  * Returns the steps and counts mismatches; each mismatch of Q8 must be
  * at a near-tie of the F16 run (top-2 gap below NEAR_TIE_GAP, the bound
  * of the parity check). The agreement rates are docs/performance.md's
- * ("Quantized KV": Q8 96.6%, Q4 79.3% on the 12 prompts x 64 steps; F16
+ * ("Quantized KV": Q8 96.9%, Q4 87.0% on the 12 prompts x 64 steps; F16
  * Trellis against llama.cpp's own F16 run agrees at 97.1% on the same
  * steps, so Q8's changes are of the size of two float implementations'
  * rounding differences); the floors below keep them from sliding. */
@@ -327,7 +327,7 @@ static void test_quantized_kv_agreement(void **state) {
     printf("q4 KV vs f16 KV, teacher-forced: %d of %d steps agree (%.1f%%), "
            "largest f16 top-2 gap at a mismatch %.3f\n",
            steps - mis, steps, 100.0 * (steps - mis) / steps, gap);
-    if (!small_scale()) assert_true((steps - mis) * 100 >= 75 * steps);
+    if (!small_scale()) assert_true((steps - mis) * 100 >= 82 * steps);
 }
 
 /* Chunked prefill and token-by-token decoding give the same bits as one
