@@ -1,6 +1,7 @@
 /* attention.cu — the CUDA backend's ops on the paged KV memory: kv_store
- * and attention, over backend.h's tr_kv_layout (F16 or F32 pages of any
- * size, per-layer sliding windows) and a ragged tr_batch.
+ * and attention, over backend.h's tr_kv_layout (pages of any size, K and
+ * V each F16, F32, Q8 or Q4, per-layer sliding windows) and a ragged
+ * tr_batch.
  *
  * Layering: kernels/cuda; the table is in cuda_backend.cu.
  *
@@ -8,6 +9,14 @@
  * for the call (rule 3): it goes to the device as one staged block of
  * int32: pos[n] | seq[n] | first[n_seqs + 1] | pages[sum of n_pages],
  * where the page table of sequence s is pages[first[s] .. first[s + 1]).
+ * Rows are addressed in bytes as tr_kv_offset does (kv_geom).
+ *
+ * kv_store: one warp per (token, kind, KV head). Q8 and Q4 follow
+ * kernels/cpu/kv_quant.c operation for operation (K's Walsh-Hadamard
+ * rotation, the largest magnitude, the F16 scale rounded to nearest even
+ * then up when that went down, levels rounded to nearest even), so the
+ * stored bytes are the CPU backend's, which test_backend_ops checks byte
+ * for byte.
  *
  * attention, first version: one block of 4 warps per (token, query
  * head). Warp w takes the positions lo + w, lo + w + 4, ... of the
@@ -16,9 +25,11 @@
  * (running max, sum, and the weighted V rows in registers). The 4 warps'
  * states are merged in warp order. The split depends on the token's
  * position range only, never on the batch: deterministic (backend.h).
- * Not yet: a KV head's rows read once for its GQA group, tiles of a
- * prefill chunk's tokens sharing K/V in shared memory, split-KV over
- * blocks for long decodes (kernels/cuda/README.md).
+ * Quantized elements are dequantized exactly ((float)q * d) and go
+ * through the same arithmetic as F16 ones; a rotated K has the query
+ * rotated first. Not yet: a KV head's rows read once for its GQA group,
+ * tiles of a prefill chunk's tokens sharing K/V in shared memory,
+ * split-KV over blocks for long decodes (kernels/cuda/README.md).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -67,35 +78,236 @@ static bool stage_batch(cuda_stream *cs, const tr_batch *b, dev_batch *out) {
     return true;
 }
 
+/* Where one layer's rows are, in bytes, as backend.h's tr_kv_offset:
+ * row (page, kind c, slot) starts at
+ *   base + page * page_bytes + kind_off[c] + slot * row_bytes[c]
+ * and head h of it h * head_bytes[c] further. K and V have their own
+ * types, so their rows differ in size; with a quantized kind beside a
+ * float one, the float rows need not start at a multiple of their
+ * element's size (Q8 K of 3 heads of 64 is 198 bytes a row, so the V
+ * rows of a 7-position page start 2 bytes past a multiple of 4): a kind
+ * whose rows are not `aligned` is read and written byte by byte. */
 struct kv_geom {
     char *base;
-    int32_t n_layers, page_size, kv_dim, layer;
+    int64_t page_bytes;   /* tr_kv_page_bytes */
+    int64_t kind_off[2];  /* tr_kv_offset(kv, layer, 0, c, 0) */
+    int64_t row_bytes[2]; /* tr_kv_row_bytes */
+    int32_t head_bytes[2]; /* tr_kv_head_bytes of each kind's type */
+    int32_t type[2];       /* tr_kv_type of K, V */
+    int32_t aligned[2];    /* every row of kind c starts at a multiple of
+                              its element's size (F32 4, F16 2; always for
+                              Q8, Q4, which are read by the byte) */
+    int32_t page_size, n_kv_heads, head_dim;
+    int32_t rot;    /* tr_kv_rotation(type_k, head_dim): K's rotation
+                       block, 0 = none */
+    float rot_norm; /* 1 / sqrtf(rot), computed as the CPU does */
 };
 
-/* Element offset of (page, kind, slot)'s row: backend.h's layout for K
- * and V of one F16 or F32 type (cuda_supports_kv). */
-static __device__ __forceinline__ int64_t kv_row(const kv_geom &g, int64_t page, int c, int32_t slot) {
-    return (((page * g.n_layers + g.layer) * 2 + c) * g.page_size + slot) * (int64_t)g.kv_dim;
+/* (Members of kind c are picked with c ? [1] : [0]: indexing the kernel
+ * parameter's arrays by a run-time c makes the compiler copy the whole
+ * struct to local memory.) */
+static __device__ __forceinline__ uint8_t *kv_row(const kv_geom &g, int64_t page, int c,
+                                                  int32_t slot) {
+    return (uint8_t *)g.base + page * g.page_bytes + (c ? g.kind_off[1] : g.kind_off[0]) +
+           slot * (c ? g.row_bytes[1] : g.row_bytes[0]);
 }
 
-static __device__ __forceinline__ float to_f(float v) { return v; }
-static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-static __device__ __forceinline__ void from_f(float *d, float v) { *d = v; }
-static __device__ __forceinline__ void from_f(__half *d, float v) { *d = __float2half_rn(v); }
+/* ---- element formats (backend.h's tr_kv_type) ---- */
 
-/* One thread per (token, element) of K and of V. */
-template <typename T>
-static __global__ void kv_store_kernel(kv_geom g, const float *k, const float *v, dev_batch b,
-                                int32_t n) {
-    int64_t total = (int64_t)n * g.kv_dim;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = i / g.kv_dim;
-        int32_t e = (int32_t)(i % g.kv_dim), p = b.pos[t];
-        int32_t page = b.pages[b.first[b.seq[t]] + p / g.page_size];
-        T *base = (T *)g.base;
-        from_f(base + kv_row(g, page, 0, p % g.page_size) + e, k[i]);
-        from_f(base + kv_row(g, page, 1, p % g.page_size) + e, v[i]);
+static __device__ __forceinline__ float half_bits_to_f(uint16_t b) {
+    return __half2float(__ushort_as_half(b));
+}
+static __device__ __forceinline__ uint16_t ld_u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static __device__ __forceinline__ void st_u16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static __device__ __forceinline__ float ld_f32(const uint8_t *p, bool aligned) {
+    if (aligned) return *(const float *)p;
+    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+}
+static __device__ __forceinline__ void st_f32(uint8_t *p, float v, bool aligned) {
+    if (aligned) {
+        *(float *)p = v;
+        return;
+    }
+    uint32_t u = __float_as_uint(v);
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> 8 * i);
+}
+static __device__ __forceinline__ float ld_f16(const uint8_t *p, bool aligned) {
+    return half_bits_to_f(aligned ? *(const uint16_t *)p : ld_u16(p));
+}
+/* F16 by round to nearest even, as the CPU's cpu_fp32_to_fp16. */
+static __device__ __forceinline__ void st_f16(uint8_t *p, float v, bool aligned) {
+    uint16_t b = __half_as_ushort(__float2half_rn(v));
+    if (aligned) *(uint16_t *)p = b;
+    else st_u16(p, b);
+}
+
+/* Elements lane + 32 i of one head of type T into x[i], 0 past head_dim:
+ * exactly the stored values (a quantized element is (float)q * d, exact
+ * in F32, backend.h). */
+template <int T>
+static __device__ __forceinline__ void load_head(float (&x)[k_max_per_lane], const uint8_t *head,
+                                                 int32_t hd, bool aligned, int lane) {
+    float dq = 0.0f;
+    if (T == TR_KV_Q8) dq = half_bits_to_f(ld_u16(head + hd));
+#pragma unroll
+    for (int i = 0; i < k_max_per_lane; i++) {
+        int d = lane + 32 * i;
+        x[i] = 0.0f;
+        if (T == TR_KV_Q4) {
+            if (32 * i >= hd) continue;
+            uint8_t b = head[16 * i + (lane & 15)];
+            int nib = lane < 16 ? (b & 15) : (b >> 4);
+            x[i] = (float)(nib - 8) * half_bits_to_f(ld_u16(head + hd / 2 + 2 * i));
+            continue;
+        }
+        if (d >= hd) continue;
+        if (T == TR_KV_F32) x[i] = ld_f32(head + 4 * d, aligned);
+        else if (T == TR_KV_F16) x[i] = ld_f16(head + 2 * d, aligned);
+        else x[i] = (float)(int8_t)head[d] * dq;
+    }
+}
+
+/* x (element lane + 32 i in x[i]) times backend.h's Walsh-Hadamard
+ * matrix, block elements at a time (block a power of two, 32..512,
+ * dividing head_dim): the CPU's tr_cpu_kv_rotate step for step. Its
+ * butterfly rounds of span 1, 2, ..., block / 2 in that order (spans
+ * under 32 pair lanes, longer ones pair registers of a lane), the lower
+ * element of a pair a + b and the upper a - b, then each element times
+ * norm: every element goes through the same float operations as on the
+ * CPU, so the stored K bytes are the CPU's. */
+static __device__ __forceinline__ void kv_rotate(float (&x)[k_max_per_lane], int lane,
+                                                 int32_t hd, int32_t block, float norm) {
+    for (int len = 1; len < 32 && len < block; len <<= 1) {
+        const bool upper = (lane & len) != 0;
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            if (32 * i >= hd) break; /* uniform across the warp */
+            float o = __shfl_xor_sync(0xffffffffu, x[i], len);
+            x[i] = upper ? o - x[i] : x[i] + o;
+        }
+    }
+#pragma unroll
+    for (int sh = 0; sh < 4; sh++) { /* spans 32 << sh: registers i, i | 1 << sh */
+        if ((32 << sh) >= block) break;
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            if (i & (1 << sh)) continue;
+            float a = x[i], b = x[i | 1 << sh];
+            x[i] = a + b;
+            x[i | 1 << sh] = a - b;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < k_max_per_lane; i++) x[i] *= norm;
+}
+
+/* The quantizer of kernels/cpu/kv_quant.c, operation for operation (so
+ * the bytes are the CPU's): the F16 scale for a largest magnitude amax
+ * over `levels` steps, rounded up to the next F16 when rounding to
+ * nearest went down; stored bits in *bits. */
+static __device__ __forceinline__ float kv_scale(float amax, float levels, uint16_t *bits) {
+    float d = amax / levels;
+    if (!(d <= 65504.0f)) d = 65504.0f; /* NaN or past F16's range */
+    uint16_t b = __half_as_ushort(__float2half_rn(d));
+    if (half_bits_to_f(b) < d && b < 0x7bff) b++;
+    *bits = b;
+    return half_bits_to_f(b);
+}
+
+/* round(x / d) (to nearest even, as nearbyintf) clamped to [-lim, lim];
+ * 0 when d is 0 or x is not a number. */
+static __device__ __forceinline__ int kv_level(float x, float d, int lim) {
+    if (d == 0.0f || !(x == x)) return 0;
+    float r = rintf(x / d);
+    if (r > (float)lim) return lim;
+    if (r < (float)-lim) return -lim;
+    return (int)r;
+}
+
+/* The largest of the warp's m (each >= 0 and not NaN): exact, in any
+ * order. */
+static __device__ __forceinline__ float warp_max(float m) {
+    for (int o = 16; o > 0; o /= 2) {
+        float x = __shfl_xor_sync(0xffffffffu, m, o);
+        m = x > m ? x : m;
+    }
+    return m;
+}
+
+/* |x| where it exceeds m, else m: the CPU's amax step (NaN never
+ * wins). */
+static __device__ __forceinline__ float amax_step(float m, float x) {
+    float a = fabsf(x);
+    return a > m ? a : m;
+}
+
+/* One warp per (token, kind, KV head): F32 and F16 lane-strided, any
+ * head_dim; Q8 and Q4 (head_dim <= 512) hold the head in registers,
+ * rotate K (backend.h's tr_kv_rotation), take the largest magnitude with
+ * warp shuffles and write levels and scales as kv_quant.c does. */
+static __global__ void __launch_bounds__(32 * k_warps)
+    kv_store_kernel(kv_geom g, const float *k, const float *v, dev_batch b, int32_t n) {
+    const int lane = threadIdx.x & 31;
+    const int32_t hd = g.head_dim, n_kv = g.n_kv_heads;
+    const int64_t items = (int64_t)n * 2 * n_kv;
+    for (int64_t it = (int64_t)blockIdx.x * k_warps + (threadIdx.x >> 5); it < items;
+         it += (int64_t)gridDim.x * k_warps) {
+        const int64_t t = it / (2 * n_kv);
+        const int c = (int)(it / n_kv % 2);
+        const int32_t h = (int32_t)(it % n_kv), p = b.pos[t];
+        const int32_t page = b.pages[b.first[b.seq[t]] + p / g.page_size];
+        uint8_t *head = kv_row(g, page, c, p % g.page_size) +
+                        (int64_t)h * (c ? g.head_bytes[1] : g.head_bytes[0]);
+        const float *src = (c ? v : k) + (t * n_kv + h) * hd;
+        const int type = c ? g.type[1] : g.type[0];
+        const bool al = (c ? g.aligned[1] : g.aligned[0]) != 0;
+        if (type == TR_KV_F32 || type == TR_KV_F16) {
+            for (int32_t d = lane; d < hd; d += 32) {
+                if (type == TR_KV_F32) st_f32(head + 4 * d, src[d], al);
+                else st_f16(head + 2 * d, src[d], al);
+            }
+            continue;
+        }
+        float x[k_max_per_lane];
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            int d = lane + 32 * i;
+            x[i] = d < hd ? src[d] : 0.0f;
+        }
+        if (c == 0 && g.rot) kv_rotate(x, lane, hd, g.rot, g.rot_norm);
+        uint16_t bits;
+        if (type == TR_KV_Q8) {
+            float m = 0.0f;
+#pragma unroll
+            for (int i = 0; i < k_max_per_lane; i++)
+                if (lane + 32 * i < hd) m = amax_step(m, x[i]);
+            float d = kv_scale(warp_max(m), 127.0f, &bits);
+#pragma unroll
+            for (int i = 0; i < k_max_per_lane; i++) {
+                int e = lane + 32 * i;
+                if (e < hd) head[e] = (uint8_t)(int8_t)kv_level(x[i], d, 127);
+            }
+            if (lane == 0) st_u16(head + hd, bits);
+            continue;
+        }
+        /* Q4: group i is register i of every lane (head_dim % 32 == 0);
+         * lane j < 16 packs element j (low nibble) with element 16 + j,
+         * which lane 16 + j holds (high nibble) */
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            if (32 * i >= hd) break;
+            float d = kv_scale(warp_max(amax_step(0.0f, x[i])), 7.0f, &bits);
+            int q = kv_level(x[i], d, 7) + 8;
+            int hi = __shfl_down_sync(0xffffffffu, q, 16);
+            if (lane < 16) head[16 * i + lane] = (uint8_t)(q | hi << 4);
+            if (lane == 0) st_u16(head + hd / 2 + 2 * i, bits);
+        }
     }
 }
 
@@ -104,18 +316,25 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-template <typename T>
+/* K of type TK and V of type TV (one instantiation per pair). With a
+ * rotated K (backend.h), the query is rotated the same way first, in
+ * registers, as the CPU rotates it before its dot products. Each K and V
+ * element is the stored value, exact (load_head), then the same
+ * arithmetic for every type. */
+template <int TK, int TV>
 static __global__ void __launch_bounds__(32 * k_warps)
     attention_kernel(float *out, const float *q, kv_geom g, dev_batch b, int32_t n_heads,
-                     int32_t group, int32_t head_dim, int32_t window, float scale) {
+                     int32_t group, int32_t window, float scale) {
     __shared__ float st_m[k_warps], st_l[k_warps];
     __shared__ float st_acc[k_warps][k_max_per_lane * 32];
     const int32_t t = blockIdx.x, h = blockIdx.y, kvh = h / group;
+    const int32_t head_dim = g.head_dim;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int32_t p = b.pos[t];
     const int32_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
     const int32_t *table = b.pages + b.first[b.seq[t]];
     const float *qh = q + ((int64_t)t * n_heads + h) * head_dim;
+    const bool al_k = g.aligned[0] != 0, al_v = g.aligned[1] != 0;
     float qv[k_max_per_lane], acc[k_max_per_lane];
 #pragma unroll
     for (int i = 0; i < k_max_per_lane; i++) {
@@ -123,27 +342,31 @@ static __global__ void __launch_bounds__(32 * k_warps)
         qv[i] = d < head_dim ? qh[d] : 0.0f;
         acc[i] = 0.0f;
     }
+    if ((TK == TR_KV_Q8 || TK == TR_KV_Q4) && g.rot)
+        kv_rotate(qv, lane, head_dim, g.rot, g.rot_norm);
     float m = -INFINITY, l = 0.0f;
-    const T *base = (const T *)g.base;
     for (int32_t j = lo + w; j <= p; j += k_warps) {
         int64_t page = table[j / g.page_size];
         int32_t slot = j % g.page_size;
-        const T *kr = base + kv_row(g, page, 0, slot) + (int64_t)kvh * head_dim;
-        const T *vr = base + kv_row(g, page, 1, slot) + (int64_t)kvh * head_dim;
+        const uint8_t *kr = kv_row(g, page, 0, slot) + (int64_t)kvh * g.head_bytes[0];
+        const uint8_t *vr = kv_row(g, page, 1, slot) + (int64_t)kvh * g.head_bytes[1];
+        float kx[k_max_per_lane], vx[k_max_per_lane];
+        load_head<TK>(kx, kr, head_dim, al_k, lane);
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < k_max_per_lane; i++) {
             int d = lane + 32 * i;
-            if (d < head_dim) dot += qv[i] * to_f(kr[d]);
+            if (d < head_dim) dot += qv[i] * kx[i];
         }
         float sc = warp_sum(dot) * scale;
         float mn = sc > m ? sc : m;
         float corr = expf(m - mn), e = expf(sc - mn);
         l = l * corr + e;
+        load_head<TV>(vx, vr, head_dim, al_v, lane);
 #pragma unroll
         for (int i = 0; i < k_max_per_lane; i++) {
             int d = lane + 32 * i;
-            if (d < head_dim) acc[i] = acc[i] * corr + e * to_f(vr[d]);
+            if (d < head_dim) acc[i] = acc[i] * corr + e * vx[i];
         }
         m = mn;
     }
@@ -173,31 +396,76 @@ static __global__ void __launch_bounds__(32 * k_warps)
     }
 }
 
+typedef void (*attention_fn)(float *, const float *, kv_geom, dev_batch, int32_t, int32_t,
+                             int32_t, float);
+
+/* [type_k][type_v], indexed by tr_kv_type (F16, F32, Q8, Q4). */
+#define TR_ATTN_ROW(K)                                                                  \
+    {attention_kernel<K, TR_KV_F16>, attention_kernel<K, TR_KV_F32>,                    \
+     attention_kernel<K, TR_KV_Q8>, attention_kernel<K, TR_KV_Q4>}
+static const attention_fn k_attention[TR_KV_TYPE_COUNT][TR_KV_TYPE_COUNT] = {
+    TR_ATTN_ROW(TR_KV_F16), TR_ATTN_ROW(TR_KV_F32), TR_ATTN_ROW(TR_KV_Q8),
+    TR_ATTN_ROW(TR_KV_Q4)};
+#undef TR_ATTN_ROW
+
+/* The element size a kind's rows must be aligned to for whole-element
+ * access (1: read by the byte anyway). */
+static size_t kv_elem_align(tr_kv_type t) {
+    return t == TR_KV_F32 ? 4 : t == TR_KV_F16 ? 2 : 1;
+}
+
 static kv_geom geom_of(const tr_kv_layout *kv, int32_t layer) {
     kv_geom g;
     g.base = (char *)kv->base;
-    g.n_layers = kv->n_layers;
+    g.page_bytes = (int64_t)tr_kv_page_bytes(kv);
+    for (int c = 0; c < 2; c++) {
+        tr_kv_type t = c ? kv->type_v : kv->type_k;
+        g.kind_off[c] = (int64_t)tr_kv_offset(kv, layer, 0, c, 0);
+        g.row_bytes[c] = (int64_t)tr_kv_row_bytes(kv, c);
+        g.head_bytes[c] = (int32_t)tr_kv_head_bytes(t, kv->head_dim);
+        g.type[c] = (int32_t)t;
+        uint64_t at = (uint64_t)(uintptr_t)kv->base | (uint64_t)g.page_bytes |
+                      (uint64_t)g.kind_off[c] | (uint64_t)g.row_bytes[c];
+        g.aligned[c] = at % kv_elem_align(t) == 0;
+    }
     g.page_size = kv->page_size;
-    g.kv_dim = kv->n_kv_heads * kv->head_dim;
-    g.layer = layer;
+    g.n_kv_heads = kv->n_kv_heads;
+    g.head_dim = kv->head_dim;
+    g.rot = tr_kv_rotation(kv->type_k, kv->head_dim);
+    g.rot_norm = g.rot ? 1.0f / sqrtf((float)g.rot) : 1.0f;
     return g;
 }
 
+/* Whether kv's types are known and can hold its heads (Q4: head_dim a
+ * multiple of 32); the model checks this at load (supports_kv and
+ * tr_kv_head_bytes), so false is a caller bug. */
+static bool kv_types_ok(const tr_kv_layout *kv) {
+    return (unsigned)kv->type_k < TR_KV_TYPE_COUNT && (unsigned)kv->type_v < TR_KV_TYPE_COUNT &&
+           tr_kv_row_bytes(kv, 0) > 0 && tr_kv_row_bytes(kv, 1) > 0;
+}
+
+static bool kv_quantized(tr_kv_type t) { return t == TR_KV_Q8 || t == TR_KV_Q4; }
 
 void tr_cuda_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
                          const float *k, const float *v, const tr_batch *b) {
     cuda_stream *cs = tr_cuda_stream_of(s);
-    if (b->n_tokens <= 0 || !tr_cuda_enter(tr_cuda_backend_of(s))) return;
+    cuda_backend *c = tr_cuda_backend_of(s);
+    if (b->n_tokens <= 0 || !tr_cuda_enter(c)) return;
+    if (!kv_types_ok(kv) ||
+        ((kv_quantized(kv->type_k) || kv_quantized(kv->type_v)) &&
+         kv->head_dim > 32 * k_max_per_lane)) {
+        /* a quantized head is held in registers, as attention's (which
+         * takes head_dim <= 512 for every type): a caller bug, made loud */
+        tr_cuda_check(c, cudaErrorInvalidValue, "kv_store (KV types or head_dim > 512)");
+        return;
+    }
     dev_batch db;
     if (!stage_batch(cs, b, &db)) return;
     kv_geom g = geom_of(kv, layer);
-    int64_t total = (int64_t)b->n_tokens * g.kv_dim;
-    int64_t nb = (total + 255) / 256;
+    int64_t warps = (int64_t)b->n_tokens * 2 * kv->n_kv_heads;
+    int64_t nb = (warps + k_warps - 1) / k_warps;
     unsigned blocks = (unsigned)(nb < 65535 * 8 ? nb : 65535 * 8);
-    if (kv->type_k == TR_KV_F16)
-        kv_store_kernel<__half><<<blocks, 256, 0, cs->s>>>(g, k, v, db, b->n_tokens);
-    else
-        kv_store_kernel<float><<<blocks, 256, 0, cs->s>>>(g, k, v, db, b->n_tokens);
+    kv_store_kernel<<<blocks, 32 * k_warps, 0, cs->s>>>(g, k, v, db, b->n_tokens);
     tr_cuda_launched(cs, "kv_store");
 }
 
@@ -208,10 +476,11 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
     cuda_backend *c = tr_cuda_backend_of(s);
     if (b->n_tokens <= 0 || !tr_cuda_enter(c)) return;
     if (kv->head_dim > 32 * k_max_per_lane || n_heads % kv->n_kv_heads != 0 ||
-        n_heads > 65535) {
-        /* the model checks head shapes at load (cuda supports them all up
-         * to 512); reaching here is a caller bug: make it loud */
-        tr_cuda_check(c, cudaErrorInvalidValue, "attention (head_dim > 512)");
+        n_heads > 65535 || !kv_types_ok(kv)) {
+        /* the model checks head shapes and KV types at load (cuda
+         * supports every type, heads up to 512); reaching here is a
+         * caller bug: make it loud */
+        tr_cuda_check(c, cudaErrorInvalidValue, "attention (KV types or head_dim > 512)");
         return;
     }
     dev_batch db;
@@ -220,11 +489,7 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
     int32_t window = kv->window ? kv->window[layer] : 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)n_heads);
     int32_t group = n_heads / kv->n_kv_heads;
-    if (kv->type_k == TR_KV_F16)
-        attention_kernel<__half><<<grid, 32 * k_warps, 0, cs->s>>>(
-            out, q, g, db, n_heads, group, kv->head_dim, window, scale);
-    else
-        attention_kernel<float><<<grid, 32 * k_warps, 0, cs->s>>>(
-            out, q, g, db, n_heads, group, kv->head_dim, window, scale);
+    k_attention[kv->type_k][kv->type_v]<<<grid, 32 * k_warps, 0, cs->s>>>(
+        out, q, g, db, n_heads, group, window, scale);
     tr_cuda_launched(cs, "attention");
 }

@@ -139,11 +139,11 @@ static bool cuda_supports(const tr_backend *be, tr_backend_cap cap, tr_dtype t) 
     return false;
 }
 
-/* F16 or F32 pages, K and V of one type (attention.cu addresses rows by
- * element; the quantized formats are not written for the GPU yet). */
+/* Every KV type, K and V independently (attention.cu; Q4 also needs
+ * head_dim % 32 == 0, which tr_kv_head_bytes says). */
 static bool cuda_supports_kv(const tr_backend *be, tr_kv_type k, tr_kv_type v) {
     (void)be;
-    return k == v && (k == TR_KV_F16 || k == TR_KV_F32);
+    return (unsigned)k < TR_KV_TYPE_COUNT && (unsigned)v < TR_KV_TYPE_COUNT;
 }
 
 /* ---- streams and events ---- */
@@ -249,7 +249,10 @@ static tr_status cuda_alloc(tr_backend *be, size_t bytes, void **out) {
     cuda_backend *c = backend_of(be);
     if (cudaSetDevice(c->device) != cudaSuccess) return TR_ERR_INTERNAL;
     void *p = NULL;
-    return alloc_result(cudaMalloc(&p, bytes ? bytes : 1), p, out); /* 256-aligned */
+    /* (the call first, in its own statement: as an argument beside p, p
+     * may be read before the call writes it) */
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1); /* 256-aligned */
+    return alloc_result(e, p, out);
 }
 
 static void cuda_free(tr_backend *be, void *p) {
@@ -262,7 +265,8 @@ static tr_status cuda_host_alloc(tr_backend *be, size_t bytes, void **out) {
     cuda_backend *c = backend_of(be);
     if (cudaSetDevice(c->device) != cudaSuccess) return TR_ERR_INTERNAL;
     void *p = NULL;
-    return alloc_result(cudaMallocHost(&p, bytes ? bytes : 1), p, out); /* page-aligned */
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1); /* page-aligned; as cuda_alloc */
+    return alloc_result(e, p, out);
 }
 
 static void cuda_host_free(tr_backend *be, void *p) {
