@@ -13,6 +13,9 @@
 #   THREADS [2]  WORKLOADS [fewshot,random,json]  CONCURRENCY [1,16,32]
 #   REQUESTS [0 = 4 x concurrency, at least 8]  MAX_TOKENS [64]  ROUNDS [1]
 #   CTX [4096]             context per sequence on both servers
+#   KV_TYPE [f16]          KV cache type on both servers: f16, q8 (llama.cpp:
+#                          -ctk/-ctv q8_0, which needs -fa on) or q4 (q4_0)
+#   LLAMA_SERVER [$PEERS/llama.cpp-build/bin/llama-server]
 #   PORT_T [18080] PORT_L [18081]
 # Each (workload, concurrency) runs both servers one after the other,
 # ROUNDS times alternating which goes first; every figure goes to
@@ -39,7 +42,14 @@ CTX="${CTX:-4096}"
 PORT_T="${PORT_T:-18080}"
 PORT_L="${PORT_L:-18081}"
 OUT="${OUT:-serve_compare.jsonl}"
-LLAMA_SERVER="$PEERS/llama.cpp-build/bin/llama-server"
+KV_TYPE="${KV_TYPE:-f16}"
+LLAMA_SERVER="${LLAMA_SERVER:-$PEERS/llama.cpp-build/bin/llama-server}"
+case "$KV_TYPE" in
+    f16) llama_kv=(-ctk f16 -ctv f16) ;;
+    q8) llama_kv=(-ctk q8_0 -ctv q8_0 -fa on) ;;
+    q4) llama_kv=(-ctk q4_0 -ctv q4_0 -fa on) ;;
+    *) echo "KV_TYPE must be f16, q8 or q4" >&2; exit 2 ;;
+esac
 PY="${PYTHON:-python3}"
 
 build_llama() {
@@ -80,14 +90,14 @@ wait_health() { # port
 
 start_trellis() { # concurrency
     "$BUILD/trellis" serve -m "$MODEL" --port "$PORT_T" --threads "$THREADS" --ctx "$CTX" \
-        --max-running "$(( $1 > 64 ? $1 : 64 ))" >"$OUT.trellis.log" 2>&1 &
+        --kv-type "$KV_TYPE" --max-running "$(( $1 > 64 ? $1 : 64 ))" >"$OUT.trellis.log" 2>&1 &
     pid=$!
     wait_health "$PORT_T"
 }
 
 start_llama() { # concurrency
     "$LLAMA_SERVER" -m "$MODEL" --port "$PORT_L" --threads "$THREADS" --threads-batch "$THREADS" \
-        --parallel "$1" --cont-batching -c "$(( CTX * $1 ))" --no-webui \
+        --parallel "$1" --cont-batching -c "$(( CTX * $1 ))" --no-webui "${llama_kv[@]}" \
         >"$OUT.llama.log" 2>&1 &
     pid=$!
     wait_health "$PORT_L"
