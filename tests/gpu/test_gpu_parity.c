@@ -11,8 +11,10 @@
  *      never passed;
  *   3. loaded on `cuda` too: first-step logits of each prompt within the
  *      bounds below; teacher-forced greedy (both models fed the CPU's
- *      greedy tokens) agreeing on >= 99% of the steps, every differing
- *      pick at a near-tie of the CPU's logits;
+ *      greedy tokens) agreeing on >= 95% of the steps, every differing
+ *      pick at a near-tie of the CPU's logits; beside each figure, the
+ *      same for the CPU against itself with one ulp changed at its input
+ *      (the control below: printed, not bounded);
  *   4. on the GPU alone, bit for bit: a prompt in chunks of several sizes
  *      vs in one batch; a prefix cached in pages written by an earlier
  *      call vs recomputed with the suffix; a sequence alone vs beside
@@ -20,18 +22,60 @@
  * Gemma's long prompt (600 tokens) passes its local layers' window of
  * 512, so the sliding-window attention is compared too.
  *
- * Bounds, argued (no GPU has run this yet: they are not measured). The
- * two backends round activations to 8 bits with the same rule and form
- * the same exact integer block sums; they differ in the order of float
- * additions (matmul blocks, attention, norms) and in exp/tanh by ulps, so
- * relative differences start near 1e-6. An activation that lands within
- * an ulp of a rounding boundary can round to a neighbouring 8-bit value
- * on one side only (an error of up to 1/127 of its block's max, ~0.5%
- * of the block), and 30 layers carry such flips on, so the logits are
- * allowed an RMS difference of 2% and a worst element of 15% of the
- * CPU logits' RMS (the CPU test against llama.cpp, which rounds
- * differently everywhere, sees 3% RMS after 3 layers). A greedy pick may
- * differ where the CPU's top two logits are within 10% of that RMS.
+ * Bounds: the argument, then what it predicts, measured. The two
+ * backends round activations to 8 bits with the same rule and form the
+ * same exact integer block sums; they differ in the order of float
+ * additions (matmul blocks, attention, norms) and in exp/sin/cos by ulps,
+ * so a layer's outputs start ~1e-7 apart (relative). That does not stay
+ * small: these random-weight models carry any last-bit difference up to
+ * the size of the 8-bit rounding itself. In a 32-block of roughly normal
+ * activations (RMS s) the largest is ~2.3 s, so the grid's step is
+ * 2.3 s / 127 = 0.018 s. Inputs that differ by a relative d (RMS d s)
+ * put a rounding boundary between the two sides' values for a share
+ * E|dx| / step = 0.8 d / 0.018 = 44 d of the activations, each then one
+ * step apart: a rounding difference of RMS 0.018 s sqrt(44 d) = 0.12
+ * sqrt(d) s, far above d while d is small (1e-7 -> 4e-5 -> 7e-4 -> 3e-3
+ * over a few matmul inputs; where no boundary is met yet, as in 7-token
+ * prompts, the first flip waits some layers; the F16 rounding of K and V
+ * in the cache, an 11-bit grid, flips the same way). The growth stops
+ * where the two sides round independently, about sqrt(2) x step /
+ * sqrt(12) = 0.7% of each matmul's input, and 30 layers (SmolLM2) or 18
+ * (Gemma) of such independent rounding noise reach the logits as a
+ * difference of a few percent whatever the first difference was; the
+ * test's first bound, 2%, was inside that. tests/gpu/diag_layers.c
+ * measures it on the CPU against itself: the same model with the last
+ * bit of each embedding value flipped (one ulp at the input, nothing
+ * else), or with its other kernel set: first-step logits 1.5% apart (RMS,
+ * of the logits' RMS) at 7 tokens and 2.1-2.6% at 48 to 300 on SmolLM2's
+ * shapes, 1.2-1.8% on Gemma's, worst element 4-5 times the RMS (6-11%);
+ * differences grow smoothly layer by layer (no op jumps), 30-50% of the
+ * late layers' 8-bit activations round differently, and 7 to 8 of 300
+ * teacher-forced greedy picks differ on SmolLM2 (its random logits meet
+ * top-two gaps under 6% of their RMS every few dozen steps), none on
+ * Gemma. CUDA's first matmul input is the CPU's bit for bit, its
+ * outputs 1e-7 away (the order of the sums), and from there its
+ * difference grows as the CPU's one-ulp difference does (at 130 and 300
+ * tokens the two agree within 10% at every layer after the fourth), but
+ * without waiting for a first flip, so it ends at the top of that range
+ * (one H200, SmolLM2: 1.82%, 2.63%, 2.34% at 7, 130, 300 tokens, worst
+ * 7.3-11.5%, 4 of 300 greedy picks differ; Gemma: 1.61-1.70%, worst
+ * 6.9-8.1%, no pick differs). Hence:
+ *   - RMS difference <= 4% of the CPU logits' RMS (1.5x the largest the
+ *     CPU shows against itself, 2.6%);
+ *   - worst element <= 20% (the largest of 49,152-262,144 normal draws
+ *     is ~4.5-5 of their RMS: 5x the RMS bound);
+ *   - a greedy pick may differ where the CPU's top two logits are within
+ *     15% of that RMS: a pick flips when the two logits' differences
+ *     differ by more than the gap, and that difference is normal with
+ *     RMS sqrt(2) x (<= 2.6%) = 3.7% at the levels seen, so 15% is 4 of
+ *     its standard deviations;
+ *   - picks agree on >= 95% of the steps: the share that differs grows
+ *     with the noise (a gap below it), 2.7% at the CPU's own 2.5% RMS,
+ *     so ~4.3% at the 4% RMS bound.
+ * Each run prints the CPU's own figure (one ulp flipped) beside CUDA's.
+ * A wiring bug (a missing Q4_1 min, a wrong RoPE pair, a misread page)
+ * moves the logits by tens of percent; finer numerical faults are for
+ * test_backend_ops, which compares each op on the same inputs.
  *
  * Files go to $TMPDIR (else /tmp) and are removed at the end.
  * TRELLIS_PARITY_BACKEND=NAME compares against another registry backend
@@ -55,11 +99,42 @@
 #include "tests/unit/model_ref.h"
 #pragma GCC diagnostic pop
 
-#define REL_RMS 0.02
-#define REL_MAX 0.15
-#define REL_TIE 0.10
-#define MIN_AGREE_PCT 99
+/* the bounds argued above, as shares of the CPU logits' RMS */
+#define REL_RMS 0.04
+#define REL_MAX 0.20
+#define REL_TIE 0.15
+#define MIN_AGREE_PCT 95
 #define N_GEN 100
+
+/* The control: a second CPU backend whose embed flips the last mantissa
+ * bit of every value it writes, so its model is the CPU's with each
+ * input one ulp away and nothing else changed. What it differs by is
+ * what this model makes of a last-bit difference by itself. The CPU's
+ * memory is the host's (its info.host_memory), so out is written here. */
+static const tr_backend_ops *g_cpu_ops;
+static tr_backend_ops g_ulp_ops;
+
+static void ulp_embed(tr_stream *s, float *out, const tr_weight *t, const int32_t *ids,
+                      int32_t n) {
+    g_cpu_ops->embed(s, out, t, ids, n);
+    for (int64_t i = 0; i < (int64_t)n * t->cols; i++) {
+        uint32_t u;
+        memcpy(&u, &out[i], sizeof u);
+        u ^= 1u;
+        memcpy(&out[i], &u, sizeof u);
+    }
+}
+
+static tr_backend *ulp_backend_new(void) {
+    tr_backend *b = NULL;
+    tr_diag d = {0};
+    if (tr_backend_new("cpu", NULL, &b, &d)) fail_msg("cpu: %s", d.message);
+    g_cpu_ops = b->ops;
+    g_ulp_ops = *b->ops;
+    g_ulp_ops.embed = ulp_embed;
+    b->ops = &g_ulp_ops; /* destroy and the rest stay the CPU's */
+    return b;
+}
 
 static uint64_t g_rng = 0x5851f42d4c957f2dull;
 /* The file being used, removed by main even when a check fails (a
@@ -120,27 +195,41 @@ static bool other_usable(char *why, size_t cap) {
     return r->available(why, cap);
 }
 
-/* First-step logits, then N_GEN teacher-forced steps; both models are fed
- * the CPU's greedy picks. Counts steps and mismatches into *steps, *bad. */
-static void parity_prompt(model *cpu, model *gpu, const prompt *p, int *steps, int *bad) {
+/* max |b - a| and the RMS of b - a. */
+static double diff_of(const float *a, const float *b, int32_t n, double *worst) {
+    double sq = 0;
+    *worst = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double d = (double)b[i] - a[i];
+        sq += d * d;
+        *worst = fmax(*worst, fabs(d));
+    }
+    return sqrt(sq / n);
+}
+
+/* First-step logits, then N_GEN teacher-forced steps; the three models
+ * (cpu, the control ctl, gpu) are fed the CPU's greedy picks. Counts
+ * steps and the gpu's and the control's mismatches. */
+static void parity_prompt(model *cpu, model *ctl, model *gpu, const prompt *p, int *steps,
+                          int *bad, int *ctl_bad) {
     const int32_t V = tr_model_get_hparams(cpu)->n_vocab;
-    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
-    mseq sa, sb;
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V),
+          *c = malloc(sizeof(float) * (size_t)V);
+    mseq sa, sb, sc;
     mseq_init(cpu, &sa, p->n + N_GEN + 1);
     mseq_init(gpu, &sb, p->n + N_GEN + 1);
+    mseq_init(ctl, &sc, p->n + N_GEN + 1);
     mrun(cpu, &sa, p->tok, p->n, 0, tr_model_max_batch_tokens(cpu), a);
     mrun(gpu, &sb, p->tok, p->n, 0, tr_model_max_batch_tokens(gpu), b);
-    double ref = rms_of(a, V), sq = 0, worst = 0;
-    for (int32_t i = 0; i < V; i++) {
-        double d = (double)b[i] - a[i];
+    mrun(ctl, &sc, p->tok, p->n, 0, tr_model_max_batch_tokens(ctl), c);
+    for (int32_t i = 0; i < V; i++)
         if (!isfinite(b[i])) fail_msg("cuda logit %d is %g", i, (double)b[i]);
-        sq += d * d;
-        worst = fmax(worst, fabs(d));
-    }
-    double rms = sqrt(sq / V);
-    printf("  %d tokens: first-step logits rms %.3g, cuda - cpu rms %.3g (%.2f%%), worst %.3g "
-           "(%.2f%%)\n",
-           p->n, ref, rms, 100 * rms / ref, worst, 100 * worst / ref);
+    double ref = rms_of(a, V), worst, cworst;
+    double rms = diff_of(a, b, V, &worst), crms = diff_of(a, c, V, &cworst);
+    printf("  %d tokens: first-step logits rms %.3g; cuda - cpu rms %.3g (%.2f%%), worst %.3g "
+           "(%.2f%%); the cpu with one ulp changed: rms %.2f%%, worst %.2f%%\n",
+           p->n, ref, rms, 100 * rms / ref, worst, 100 * worst / ref, 100 * crms / ref,
+           100 * cworst / ref);
     if (!(rms <= REL_RMS * ref) || !(worst <= REL_MAX * ref))
         fail_msg("first-step logits differ beyond the bounds (rms %.2f%% > %.0f%% or worst "
                  "%.2f%% > %.0f%% of the logits' rms)",
@@ -149,10 +238,12 @@ static void parity_prompt(model *cpu, model *gpu, const prompt *p, int *steps, i
     for (int k = 0; k < N_GEN; k++, pos++) {
         int32_t tc = mref_argmax(a, V), tg = mref_argmax(b, V);
         (*steps)++;
+        *ctl_bad += mref_argmax(c, V) != tc;
         if (tc != tg) {
             double gap = (double)a[tc] - a[tg];
-            printf("  step %d: cpu %d, cuda %d (cpu's gap %.4g, near-tie below %.4g)\n", k, tc,
-                   tg, gap, REL_TIE * ref);
+            printf("  step %d: cpu %d, cuda %d (cpu's gap %.4g, %.2f%% of the rms; near-tie "
+                   "below %.4g)\n",
+                   k, tc, tg, gap, 100 * gap / ref, REL_TIE * ref);
             if (!(gap <= REL_TIE * ref))
                 fail_msg("greedy step %d: cuda picks %d, cpu %d, %.4g apart in the cpu's "
                          "logits: not a near-tie",
@@ -161,11 +252,14 @@ static void parity_prompt(model *cpu, model *gpu, const prompt *p, int *steps, i
         }
         mrun(cpu, &sa, &tc, 1, pos, 1, a);
         mrun(gpu, &sb, &tc, 1, pos, 1, b);
+        mrun(ctl, &sc, &tc, 1, pos, 1, c);
     }
     mseq_free(cpu, &sa);
     mseq_free(gpu, &sb);
+    mseq_free(ctl, &sc);
     free(a);
     free(b);
+    free(c);
 }
 
 /* A prefix of `keep` tokens (page-aligned) computed by one call and read
@@ -203,8 +297,8 @@ static void run_model(int which) {
     if (!shape_write(sm, path)) fail_msg("%s: cannot write the synthetic model", sm->name);
     gguf_file *f = NULL;
     tr_diag d = {0};
-    tr_backend *bc = NULL, *bg = NULL;
-    model *mc = NULL, *mg = NULL;
+    tr_backend *bc = NULL, *bg = NULL, *bu = NULL;
+    model *mc = NULL, *mg = NULL, *mu = NULL;
     const int32_t max_batch = 640;
     if (tr_gguf_open(path, &f, &d)) fail_msg("%s: open: %s", sm->name, d.message);
     assert_int_equal(tr_backend_new("cpu", NULL, &bc, &d), TR_OK);
@@ -240,11 +334,17 @@ static void run_model(int which) {
             fail_msg("%s: %s", other_name(), d.message);
         if (tr_model_load(f, bg, max_batch, &mg, &d))
             fail_msg("%s: %s load: %s", sm->name, other_name(), d.message);
-        int steps = 0, bad = 0;
+        bu = ulp_backend_new();
+        if (tr_model_load(f, bu, max_batch, &mu, &d))
+            fail_msg("%s: control load: %s", sm->name, d.message);
+        int steps = 0, bad = 0, ctl_bad = 0;
         for (int i = 0; i < 4; i++)
-            if (i != 1) parity_prompt(mc, mg, &p[i], &steps, &bad);
-        printf("%s: teacher-forced greedy: %d of %d steps differ (%.1f%%), each at a near-tie\n",
-               sm->name, bad, steps, 100.0 * bad / steps);
+            if (i != 1) parity_prompt(mc, mu, mg, &p[i], &steps, &bad, &ctl_bad);
+        printf("%s: teacher-forced greedy: %d of %d steps differ (%.1f%%), each at a near-tie; "
+               "the cpu with one ulp changed: %d (%.1f%%)\n",
+               sm->name, bad, steps, 100.0 * bad / steps, ctl_bad, 100.0 * ctl_bad / steps);
+        tr_model_free(mu);
+        tr_backend_free(bu);
         if (bad * 100 > (100 - MIN_AGREE_PCT) * steps)
             fail_msg("%s: greedy agreement below %d%%", sm->name, MIN_AGREE_PCT);
         const int32_t chunks[] = {1, 7, 16, 37};
