@@ -164,12 +164,16 @@ typedef struct tr_weight {
  * one layer: its n_kv_heads heads side by side, each tr_kv_head_bytes:
  *   F32, F16  head_dim floats / halves (F16: rounded to nearest even).
  *   Q8        head_dim int8 q, then one F16 scale d: element i is d * q[i],
- *             d = max|x| / 127 rounded to F16, q = round(x / d).
+ *             d = max|x| / 127 rounded to F16 (up, when to-nearest went
+ *             down), q = round(x / d) (to nearest even).
  *   Q4        head_dim / 32 groups of 16 bytes (element i < 16 of a group
  *             in the low nibble of byte i, element 16 + i in its high
  *             nibble), then one F16 scale per group: an element is
- *             d * (nibble - 8), d = max|x| / 7 rounded to F16, nibble =
- *             round(x / d) + 8 (1..15). head_dim a multiple of 32.
+ *             d * (nibble - 8), d = -e / 8 rounded to F16 (away from
+ *             zero, as Q8's) where e is the group's element of largest
+ *             magnitude (the first of equals), nibble = clamp(round(x /
+ *             d), -8, 7) + 8 (d may be negative). head_dim a multiple of
+ *             32.
  * A dequantized element is exact in F32 (an 11-bit mantissa times an
  * integer of at most 8 bits), so a kernel may stage rows as F32 and read
  * them there with the same result as from the cache. Quantizing is done

@@ -208,26 +208,41 @@ static __device__ __forceinline__ void kv_rotate(float (&x)[k_max_per_lane], int
 }
 
 /* The quantizer of kernels/cpu/kv_quant.c, operation for operation (so
- * the bytes are the CPU's): the F16 scale for a largest magnitude amax
- * over `levels` steps, rounded up to the next F16 when rounding to
- * nearest went down; stored bits in *bits. */
-static __device__ __forceinline__ float kv_scale(float amax, float levels, uint16_t *bits) {
-    float d = amax / levels;
-    if (!(d <= 65504.0f)) d = 65504.0f; /* NaN or past F16's range */
+ * the bytes are the CPU's): the F16 scale x / levels (x may be negative),
+ * rounded one F16 further from zero when rounding to nearest went towards
+ * it; stored bits in *bits. */
+static __device__ __forceinline__ float kv_scale(float x, float levels, uint16_t *bits) {
+    float d = x / levels;
+    if (!(fabsf(d) <= 65504.0f)) d = d < 0 ? -65504.0f : 65504.0f; /* NaN, past F16 */
     uint16_t b = __half_as_ushort(__float2half_rn(d));
-    if (half_bits_to_f(b) < d && b < 0x7bff) b++;
+    if (fabsf(half_bits_to_f(b)) < fabsf(d) && (b & 0x7fff) < 0x7bff) b++;
     *bits = b;
     return half_bits_to_f(b);
 }
 
-/* round(x / d) (to nearest even, as nearbyintf) clamped to [-lim, lim];
- * 0 when d is 0 or x is not a number. */
-static __device__ __forceinline__ int kv_level(float x, float d, int lim) {
+/* round(x / d) (to nearest even, as nearbyintf) clamped to [lo, hi]; 0
+ * when d is 0 or x is not a number. */
+static __device__ __forceinline__ int kv_level(float x, float d, int lo, int hi) {
     if (d == 0.0f || !(x == x)) return 0;
     float r = rintf(x / d);
-    if (r > (float)lim) return lim;
-    if (r < (float)-lim) return -lim;
+    if (r > (float)hi) return hi;
+    if (r < (float)lo) return lo;
     return (int)r;
+}
+
+/* The warp's element of largest magnitude, the lowest lane of equals (the
+ * CPU's first in index order), NaN never; +0 when every element is 0. */
+static __device__ __forceinline__ float warp_extreme(float e, int lane) {
+    float a = fabsf(e);
+    if (!(a == a)) a = -1.0f;
+    int idx = lane;
+    for (int o = 16; o > 0; o /= 2) {
+        float ao = __shfl_xor_sync(0xffffffffu, a, o);
+        float eo = __shfl_xor_sync(0xffffffffu, e, o);
+        int io = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ao > a || (ao == a && io < idx)) a = ao, e = eo, idx = io;
+    }
+    return a > 0.0f ? e : 0.0f;
 }
 
 /* The largest of the warp's m (each >= 0 and not NaN): exact, in any
@@ -291,7 +306,7 @@ static __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
             for (int i = 0; i < k_max_per_lane; i++) {
                 int e = lane + 32 * i;
-                if (e < hd) head[e] = (uint8_t)(int8_t)kv_level(x[i], d, 127);
+                if (e < hd) head[e] = (uint8_t)(int8_t)kv_level(x[i], d, -127, 127);
             }
             if (lane == 0) st_u16(head + hd, bits);
             continue;
@@ -302,8 +317,8 @@ static __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
         for (int i = 0; i < k_max_per_lane; i++) {
             if (32 * i >= hd) break;
-            float d = kv_scale(warp_max(amax_step(0.0f, x[i])), 7.0f, &bits);
-            int q = kv_level(x[i], d, 7) + 8;
+            float d = kv_scale(-warp_extreme(x[i], lane), 8.0f, &bits);
+            int q = kv_level(x[i], d, -8, 7) + 8;
             int hi = __shfl_down_sync(0xffffffffu, q, 16);
             if (lane < 16) head[16 * i + lane] = (uint8_t)(q | hi << 4);
             if (lane == 0) st_u16(head + hd / 2 + 2 * i, bits);

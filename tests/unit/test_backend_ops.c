@@ -77,9 +77,9 @@
 #define ERR_ATTN 1e-9
 /* Quantized KV against F32 KV (the same inputs, uniform in [-1, 1]): each
  * stored element is off by at most half a step, d/2 with d = amax / 127
- * (Q8, amax over a head) or amax / 7 (Q4, over 32): noise variance d^2/12
+ * (Q8, amax over a head) or amax / 8 (Q4, over 32): noise variance d^2/12
  * against the signal's 1/3, NMSE ~ 3 / (12 * 127^2) = 1.6e-5 (Q8) and
- * 3 / (12 * 7^2) = 5.1e-3 (Q4) per element. V's error passes to the
+ * 3 / (12 * 8^2) = 3.9e-3 (Q4) per element. V's error passes to the
  * output about as is (a weighted mean of noisy rows shrinks it); K's moves
  * the scores by scale * sum q_i e_i and the softmax weights with them, of
  * the same order. Measured over the grid (largest, K and V quantized
