@@ -22,6 +22,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,11 @@ typedef struct fake {
     bool copy;         /* a copying model: the likeliest next token is the
                           one that followed the latest earlier occurrence
                           of the current token (n-gram drafts then match) */
+    atomic_bool hold;  /* forward passes wait while set: a test that
+                          submits a set of requests holds the first pass
+                          until all are in, so that the steps (and their
+                          count) do not depend on how the submissions
+                          interleave with the engine thread */
 } fake;
 
 /* copy mode: the token after the latest earlier occurrence of hist[p]
@@ -94,6 +100,7 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
                               const int32_t *rows, int32_t n_rows, float *logits,
                               const tr_logit_masks *masks) {
     fake *f = ctx;
+    while (atomic_load_explicit(&f->hold, memory_order_acquire)) usleep(100);
     f->forwards++;
     if (f->delay_us) usleep((useconds_t)f->delay_us);
     f->rows += (uint64_t)n_rows;
@@ -179,6 +186,7 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     assert_non_null(tok);
     fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
+    atomic_init(&f->hold, false);
     f->n_pages = c->n_pages;
     f->ps = c->page_size;
     f->n_vocab = tr_tokenizer_n_vocab(tok);
