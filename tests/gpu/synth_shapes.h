@@ -16,6 +16,11 @@
  *            (trellis info; read from it on the build machine). The real
  *            file has no Q5_K: layers 2, 8 and 14 carry their ffn_down in
  *            Q5_K instead of Q4_K so that every K-quant runs (253 MB).
+ *   llama3-8b Meta-Llama-3-8B's shapes (32 layers, dim 4096, 32/8 heads
+ *            of 128, FFN 14,336, vocabulary 128,256, untied output) with
+ *            every matrix in one type the caller picks (`uniform`): what
+ *            tests/bench/bench_gpu.c measures (Q4_1 5.0 GB, Q8_0 8.5 GB,
+ *            BF16 16 GB).
  *
  * Weights: random quants, block scales set so that each matrix's values
  * have a standard deviation of about 1 / sqrt(cols) (the CPU tests'
@@ -41,11 +46,18 @@ typedef struct shape_model {
     int n_layers, dim, n_heads, n_kv, head_dim, ffn, window, ctx;
     int64_t n_vocab;
     float rope_base, eps;
+    /* uniform: every matrix (embedding and output too) of type `type`,
+     * instead of the real file's choices; untied: an output.weight of
+     * its own. */
+    bool uniform, untied;
+    tr_dtype type;
 } shape_model;
 
 static const shape_model k_shape_models[] = {
-    {"smollm2", "llama", 30, 576, 9, 3, 64, 1536, 0, 8192, 49152, 100000.0f, 1e-5f},
-    {"gemma3", "gemma3", 18, 640, 4, 1, 256, 2048, 512, 32768, 262144, 1000000.0f, 1e-6f},
+    {"smollm2", "llama", 30, 576, 9, 3, 64, 1536, 0, 8192, 49152, 100000.0f, 1e-5f, false, false, TR_DTYPE_F32},
+    {"gemma3", "gemma3", 18, 640, 4, 1, 256, 2048, 512, 32768, 262144, 1000000.0f, 1e-6f, false, false, TR_DTYPE_F32},
+    {"llama3-8b", "llama", 32, 4096, 32, 8, 128, 14336, 0, 8192, 128256, 500000.0f, 1e-5f,
+     true, true, TR_DTYPE_Q4_1},
 };
 
 /* Gemma 3 270M Q4_K_M's per-layer choices (from the real file). */
@@ -73,12 +85,12 @@ static int shape_tensors(const shape_model *s, synth_tensor *out) {
         out[n].perm = false;                                                     \
         n++;                                                                     \
     } while (0)
-    ST_(TR_DTYPE_Q8_0, s->n_vocab, d, 4.0, "token_embd.weight");
+    ST_(s->uniform ? s->type : TR_DTYPE_Q8_0, s->n_vocab, d, 4.0, "token_embd.weight");
     for (int l = 0; l < s->n_layers; l++) {
-        tr_dtype lin = gemma ? TR_DTYPE_Q5_0 : TR_DTYPE_Q4_1;
+        tr_dtype lin = s->uniform ? s->type : gemma ? TR_DTYPE_Q5_0 : TR_DTYPE_Q4_1;
         tr_dtype v = gemma && shape_gemma_v_q8(l) ? TR_DTYPE_Q8_0 : lin;
-        tr_dtype o = gemma ? TR_DTYPE_Q4_K : TR_DTYPE_Q4_1;
-        tr_dtype down = !gemma ? TR_DTYPE_Q4_1
+        tr_dtype o = gemma ? TR_DTYPE_Q4_K : lin;
+        tr_dtype down = !gemma ? lin
                         : shape_gemma_down_q6(l) ? TR_DTYPE_Q6_K
                         : l % 6 == 2 ? TR_DTYPE_Q5_K : TR_DTYPE_Q4_K;
         ST_(TR_DTYPE_F32, 1, d, 1.0, "blk.%d.attn_norm.weight", l);
@@ -98,8 +110,31 @@ static int shape_tensors(const shape_model *s, synth_tensor *out) {
         ST_(down, d, s->ffn, 1.0, "blk.%d.ffn_down.weight", l);
     }
     ST_(TR_DTYPE_F32, 1, d, 1.0, "output_norm.weight");
+    if (s->untied) ST_(s->uniform ? s->type : TR_DTYPE_Q8_0, s->n_vocab, d, 1.0, "output.weight");
 #undef ST_
     return n;
+}
+
+/* BF16 / F16 matrices: values uniform in +-sqrt(3) * gain / sqrt(cols)
+ * (deviation gain / sqrt(cols)), four per random word. */
+static void shape_float_bytes(uint64_t key, const synth_tensor *s, uint8_t *dst) {
+    const float a = (float)(sqrt(3.0) * s->gain / sqrt((double)s->cols));
+    const int64_t n = s->rows * s->cols;
+    for (int64_t i = 0; i < n; i += 4) {
+        uint64_t w = synth_sm64(key + (uint64_t)i);
+        for (int64_t k = 0; k < 4 && i + k < n; k++) {
+            float v = a * ((float)((w >> (16 * k)) & 0xffff) / 32767.5f - 1.0f);
+            uint16_t h;
+            if (s->type == TR_DTYPE_F16) {
+                h = cpu_fp32_to_fp16(v);
+            } else {
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                h = (uint16_t)(bits >> 16);
+            }
+            memcpy(dst + 2 * (i + k), &h, 2);
+        }
+    }
 }
 
 /* Fills one tensor (number t, 1-based) with random quants and scales
@@ -112,6 +147,10 @@ static void shape_tensor_bytes(int t, const synth_tensor *s, uint8_t *dst) {
             float v = (float)s->gain + (float)k / 4096.0f;
             memcpy(dst + 4 * i, &v, 4);
         }
+        return;
+    }
+    if (s->type == TR_DTYPE_BF16 || s->type == TR_DTYPE_F16) {
+        shape_float_bytes(key, s, dst);
         return;
     }
     for (uint64_t i = 0; i * 8 < size; i++) {
