@@ -18,18 +18,25 @@
  * stored bytes are the CPU backend's, which test_backend_ops checks byte
  * for byte.
  *
- * attention, first version: one block of 4 warps per (token, query
- * head). Warp w takes the positions lo + w, lo + w + 4, ... of the
- * token's range; per position one lane-parallel dot product (lane l holds
- * dims l, l + 32, ...; a butterfly shuffle sum), and an online softmax
- * (running max, sum, and the weighted V rows in registers). The 4 warps'
- * states are merged in warp order. The split depends on the token's
- * position range only, never on the batch: deterministic (backend.h).
- * Quantized elements are dequantized exactly ((float)q * d) and go
- * through the same arithmetic as F16 ones; a rotated K has the query
- * rotated first. Not yet: a KV head's rows read once for its GQA group,
- * tiles of a prefill chunk's tokens sharing K/V in shared memory,
- * split-KV over blocks for long decodes (kernels/cuda/README.md).
+ * attention, split over the positions (flash-decoding): a token's range
+ * lo..p is cut at absolute multiples of k_chunk (128) positions, and each
+ * piece is one block of 4 warps per (token, query head, piece), so one
+ * decoding sequence at 4k positions keeps 32 blocks per head busy instead
+ * of one. In a block, warp w takes the piece's positions start + w,
+ * start + w + 4, ...; per position one lane-parallel dot product (lane l
+ * holds dims l, l + 32, ...; a butterfly shuffle sum) and an online
+ * softmax (running max, sum, and the weighted V rows in registers); the 4
+ * warps' states are merged in warp order. A range in one piece is written
+ * out by its block; otherwise each block writes its piece's state (max,
+ * sum, weighted V) and attention_merge_kernel folds the pieces in order.
+ * The cuts depend on the token's position and window only, never on the
+ * batch or on how it is launched: deterministic (backend.h), and a
+ * prefill row and a decode row at the same position are cut alike
+ * (cached prefixes stay bit-identical). Quantized elements are
+ * dequantized exactly ((float)q * d) and go through the same arithmetic
+ * as F16 ones; a rotated K has the query rotated first. Not yet: a KV
+ * head's rows read once for its GQA group, tiles of a prefill chunk's
+ * tokens sharing K/V in shared memory (kernels/cuda/README.md).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +49,14 @@
 
 const int k_warps = 4;
 const int k_max_per_lane = 16; /* head_dim <= 512 */
+/* Positions per piece of a split attention row. 128: at 4k positions a
+ * head has 32 pieces (with 32 heads, 1,024 blocks for 132 SMs) and each
+ * warp walks 32 positions. */
+const int32_t k_chunk = 128;
+/* Most bytes of piece states one attention launch writes; a batch whose
+ * states need more is launched in groups of tokens (each row's result
+ * does not depend on its group). */
+const size_t k_part_cap = (size_t)128 << 20;
 
 struct dev_batch {
     const int32_t *pos, *seq, *first, *pages;
@@ -326,6 +341,16 @@ static __global__ void __launch_bounds__(32 * k_warps)
     }
 }
 
+/* The first position a token at p reads with a window (0: every one). */
+static __host__ __device__ __forceinline__ int32_t attn_lo(int32_t p, int32_t window) {
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
+
+/* How many k_chunk pieces the range lo..p spans. */
+static __host__ __device__ __forceinline__ int32_t attn_pieces(int32_t p, int32_t window) {
+    return p / k_chunk - attn_lo(p, window) / k_chunk + 1;
+}
+
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -336,17 +361,36 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * registers, as the CPU rotates it before its dot products. Each K and V
  * element is the stored value, exact (load_head), then the same
  * arithmetic for every type. */
+/* Where a split row's piece states go: token t0 + blockIdx.x's piece c
+ * of head h is rec + ((blockIdx.x * n_heads + h) * pieces + c) * (head_dim
+ * + 2): its max, its sum, then its weighted V row. */
+struct attn_parts {
+    float *rec;
+    int32_t t0, pieces;
+};
+
+/* K of type TK and V of type TV (one instantiation per pair). With a
+ * rotated K (backend.h), the query is rotated the same way first, in
+ * registers, as the CPU rotates it before its dot products. Each K and V
+ * element is the stored value, exact (load_head), then the same
+ * arithmetic for every type. Block (x, h, c): token parts.t0 + x, query
+ * head h, piece c of its range (none past the range's last). */
 template <int TK, int TV>
 static __global__ void __launch_bounds__(32 * k_warps)
     attention_kernel(float *out, const float *q, kv_geom g, dev_batch b, int32_t n_heads,
-                     int32_t group, int32_t window, float scale) {
+                     int32_t group, int32_t window, float scale, attn_parts parts) {
     __shared__ float st_m[k_warps], st_l[k_warps];
     __shared__ float st_acc[k_warps][k_max_per_lane * 32];
-    const int32_t t = blockIdx.x, h = blockIdx.y, kvh = h / group;
+    const int32_t t = parts.t0 + (int32_t)blockIdx.x, h = blockIdx.y, kvh = h / group;
     const int32_t head_dim = g.head_dim;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int32_t p = b.pos[t];
-    const int32_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    const int32_t lo = attn_lo(p, window), n_pieces = attn_pieces(p, window);
+    const int32_t piece = (int32_t)blockIdx.z;
+    if (piece >= n_pieces) return; /* the whole block: before any barrier */
+    const int32_t first = (lo / k_chunk + piece) * k_chunk;
+    const int32_t start = first > lo ? first : lo;
+    const int32_t end = first + k_chunk - 1 < p ? first + k_chunk - 1 : p;
     const int32_t *table = b.pages + b.first[b.seq[t]];
     const float *qh = q + ((int64_t)t * n_heads + h) * head_dim;
     const bool al_k = g.aligned[0] != 0, al_v = g.aligned[1] != 0;
@@ -360,7 +404,7 @@ static __global__ void __launch_bounds__(32 * k_warps)
     if ((TK == TR_KV_Q8 || TK == TR_KV_Q4) && g.rot)
         kv_rotate(qv, lane, head_dim, g.rot, g.rot_norm);
     float m = -INFINITY, l = 0.0f;
-    for (int32_t j = lo + w; j <= p; j += k_warps) {
+    for (int32_t j = start + w; j <= end; j += k_warps) {
         int64_t page = table[j / g.page_size];
         int32_t slot = j % g.page_size;
         const uint8_t *kr = kv_row(g, page, 0, slot) + (int64_t)kvh * g.head_bytes[0];
@@ -400,19 +444,62 @@ static __global__ void __launch_bounds__(32 * k_warps)
         f[k] = st_m[k] == -INFINITY ? 0.0f : expf(st_m[k] - big);
         sum += st_l[k] * f[k];
     }
+    /* one piece: the row itself; else this piece's state for the merge
+     * (parts.rec is NULL when no row of the launch is split) */
     float *oh = out + ((int64_t)t * n_heads + h) * head_dim;
+    if (n_pieces > 1) {
+        float *rec = parts.rec + (((int64_t)blockIdx.x * n_heads + h) * parts.pieces + piece) *
+                                     (head_dim + 2);
+        if (lane == 0) {
+            rec[0] = big;
+            rec[1] = sum;
+        }
+        oh = rec + 2;
+    }
 #pragma unroll
     for (int i = 0; i < k_max_per_lane; i++) {
         int d = lane + 32 * i;
         if (d >= head_dim) continue;
         float v = 0.0f;
         for (int k = 0; k < k_warps; k++) v += st_acc[k][d] * f[k];
+        oh[d] = n_pieces == 1 ? v / sum : v;
+    }
+}
+
+/* One warp per (token parts.t0 + x, head h) of a row split in pieces:
+ * the pieces' states folded in piece order, as a block folds its warps
+ * (the row's result does not depend on the launch). One-piece rows were
+ * written by attention_kernel. */
+static __global__ void attention_merge_kernel(float *out, attn_parts parts, dev_batch b,
+                                              int32_t n_heads, int32_t head_dim,
+                                              int32_t window) {
+    const int32_t t = parts.t0 + (int32_t)blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x;
+    const int32_t n_pieces = attn_pieces(b.pos[t], window);
+    if (n_pieces == 1) return;
+    const int64_t stride = head_dim + 2;
+    const float *rec =
+        parts.rec + ((int64_t)blockIdx.x * n_heads + h) * parts.pieces * stride;
+    float big = rec[0];
+    for (int32_t c = 1; c < n_pieces; c++) big = rec[c * stride] > big ? rec[c * stride] : big;
+    float sum = 0.0f;
+    for (int32_t c = 0; c < n_pieces; c++) { /* no piece is empty: m is finite */
+        float m = rec[c * stride];
+        sum += rec[c * stride + 1] * (m == -INFINITY ? 0.0f : expf(m - big));
+    }
+    float *oh = out + ((int64_t)t * n_heads + h) * head_dim;
+    for (int32_t d = lane; d < head_dim; d += 32) {
+        float v = 0.0f;
+        for (int32_t c = 0; c < n_pieces; c++) {
+            float m = rec[c * stride];
+            v += rec[c * stride + 2 + d] * (m == -INFINITY ? 0.0f : expf(m - big));
+        }
         oh[d] = v / sum;
     }
 }
 
 typedef void (*attention_fn)(float *, const float *, kv_geom, dev_batch, int32_t, int32_t,
-                             int32_t, float);
+                             int32_t, float, attn_parts);
 
 /* [type_k][type_v], indexed by tr_kv_type (F16, F32, Q8, Q4). */
 #define TR_ATTN_ROW(K)                                                                  \
@@ -484,6 +571,21 @@ void tr_cuda_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
     tr_cuda_launched(cs, "kv_store");
 }
 
+/* The tokens t0..*t1 one launch takes: as many as keep their piece
+ * states within k_part_cap (at least one); returns the most pieces of
+ * their rows (the grid's third dimension). */
+static int32_t attn_group(const tr_batch *b, int32_t window, size_t rec_bytes, int32_t t0,
+                          int32_t *t1) {
+    int32_t most = 1, t = t0;
+    for (; t < b->n_tokens; t++) {
+        int32_t n = attn_pieces(b->pos[t], window), m = n > most ? n : most;
+        if (t > t0 && m > 1 && (size_t)(t - t0 + 1) * (size_t)m * rec_bytes > k_part_cap) break;
+        most = m;
+    }
+    *t1 = t;
+    return most;
+}
+
 void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
                           const tr_kv_layout *kv, int32_t layer, const tr_batch *b,
                           int32_t n_heads, float scale) {
@@ -502,9 +604,21 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
     if (!stage_batch(cs, b, &db)) return;
     kv_geom g = geom_of(kv, layer);
     int32_t window = kv->window ? kv->window[layer] : 0;
-    dim3 grid((unsigned)b->n_tokens, (unsigned)n_heads);
     int32_t group = n_heads / kv->n_kv_heads;
-    k_attention[kv->type_k][kv->type_v]<<<grid, 32 * k_warps, 0, cs->s>>>(
-        out, q, g, db, n_heads, group, window, scale);
-    tr_cuda_launched(cs, "attention");
+    size_t rec_bytes = sizeof(float) * (size_t)(kv->head_dim + 2) * (size_t)n_heads;
+    for (int32_t t0 = 0, t1; t0 < b->n_tokens; t0 = t1) {
+        attn_parts parts = {NULL, t0, attn_group(b, window, rec_bytes, t0, &t1)};
+        if (parts.pieces > 1) {
+            size_t bytes = (size_t)(t1 - t0) * (size_t)parts.pieces * rec_bytes;
+            if (!(parts.rec = (float *)tr_cuda_scratch(cs, bytes))) return;
+        }
+        dim3 grid((unsigned)(t1 - t0), (unsigned)n_heads, (unsigned)parts.pieces);
+        k_attention[kv->type_k][kv->type_v]<<<grid, 32 * k_warps, 0, cs->s>>>(
+            out, q, g, db, n_heads, group, window, scale, parts);
+        tr_cuda_launched(cs, "attention");
+        if (parts.pieces == 1) continue;
+        attention_merge_kernel<<<dim3((unsigned)(t1 - t0), (unsigned)n_heads), 32, 0, cs->s>>>(
+            out, parts, db, n_heads, kv->head_dim, window);
+        tr_cuda_launched(cs, "attention (merge)");
+    }
 }
