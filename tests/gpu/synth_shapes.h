@@ -189,9 +189,13 @@ static void shape_tensor_bytes(int t, const synth_tensor *s, uint8_t *dst) {
     }
 }
 
-/* Writes the model to `path`. false (with why on stderr) on an I/O
- * failure. */
-static bool shape_write(const shape_model *s, const char *path) {
+/* Writes the model to `path`, its metadata followed by the n_extra
+ * key/value pairs already encoded in extra[0..extra_len) (GGUF v3: a
+ * vocabulary's tokenizer.* keys, tiny_vocab.h's tv_put_tokenizer_kv;
+ * none: the file has no vocabulary, which the model needs not). false
+ * (with why on stderr) on an I/O failure. */
+static bool shape_write_kv(const shape_model *s, const char *path, const void *extra,
+                           size_t extra_len, uint64_t n_extra) {
     synth_tensor *ts = calloc(512, sizeof *ts);
     if (!ts) return false;
     int nt = shape_tensors(s, ts);
@@ -200,7 +204,7 @@ static bool shape_write(const shape_model *s, const char *path) {
     sb_put(&h, "GGUF", 4);
     sb_u32(&h, 3);
     sb_u64(&h, (uint64_t)nt);
-    sb_u64(&h, gemma ? 13 : 10);
+    sb_u64(&h, (gemma ? 13 : 10) + n_extra);
     sb_key(&h, NULL, "general.architecture", GGUF_TYPE_STRING);
     sb_str(&h, s->arch);
     sb_key(&h, NULL, "general.alignment", GGUF_TYPE_UINT32);
@@ -226,6 +230,7 @@ static bool shape_write(const shape_model *s, const char *path) {
         sb_key(&h, s->arch, "attention.sliding_window", GGUF_TYPE_UINT32);
         sb_u32(&h, (uint32_t)s->window);
     }
+    if (extra_len) sb_put(&h, extra, extra_len);
     uint64_t off = 0, max = 0;
     for (int i = 0; i < nt; i++) {
         sb_str(&h, ts[i].name);
@@ -255,6 +260,11 @@ static bool shape_write(const shape_model *s, const char *path) {
     free(h.p);
     free(ts);
     return ok;
+}
+
+/* The model without a vocabulary. */
+static bool shape_write(const shape_model *s, const char *path) {
+    return shape_write_kv(s, path, NULL, 0, 0);
 }
 
 #endif

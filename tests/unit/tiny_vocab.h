@@ -120,62 +120,74 @@ static inline void tv_merged_text(int32_t i, char *out, char *left, char *right)
     right[1] = 0;
 }
 
-static inline const tv_buf *tv_gguf(void) {
-    static tv_buf b;
-    if (b.len) return &b;
+/* Appends the vocabulary's metadata key/value pairs (every tokenizer.*
+ * key: model, pre-tokenizer, tokens, types, merges, EOS, BOS, add_bos,
+ * chat template) to b in GGUF v3 encoding; returns how many. Shared by
+ * tv_gguf() below and by a model file that carries this vocabulary
+ * (tests/gpu/test_gpu_engine.c appends them to synth_shapes.h's header),
+ * so the keys are written in one place. */
+#define TV_N_KV 9
+static inline uint64_t tv_put_tokenizer_kv(tv_buf *b) {
     static const char *const control[TV_N_CONTROL] = {
         "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<reponame>",
         "<file_sep>", "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>",
         "<issue_closed>", "<jupyter_start>", "<jupyter_text>", "<jupyter_code>",
         "<jupyter_output>", "<jupyter_script>", "<empty_output>"};
     const int32_t n = TV_N_VOCAB, n_merged = n - TV_FIRST_MERGED;
-    tv_put(&b, "GGUF", 4);
-    tv_u32(&b, 3);  /* version */
-    tv_u64(&b, 0);  /* tensors */
-    tv_u64(&b, 10); /* key/values */
-    tv_key(&b, "general.architecture", GGUF_TYPE_STRING);
-    tv_str(&b, "llama");
-    tv_key(&b, "tokenizer.ggml.model", GGUF_TYPE_STRING);
-    tv_str(&b, "gpt2");
-    tv_key(&b, "tokenizer.ggml.pre", GGUF_TYPE_STRING);
-    tv_str(&b, "smollm");
-    tv_key(&b, "tokenizer.ggml.tokens", GGUF_TYPE_ARRAY);
-    tv_u32(&b, GGUF_TYPE_STRING);
-    tv_u64(&b, (uint64_t)n);
+    tv_key(b, "tokenizer.ggml.model", GGUF_TYPE_STRING);
+    tv_str(b, "gpt2");
+    tv_key(b, "tokenizer.ggml.pre", GGUF_TYPE_STRING);
+    tv_str(b, "smollm");
+    tv_key(b, "tokenizer.ggml.tokens", GGUF_TYPE_ARRAY);
+    tv_u32(b, GGUF_TYPE_STRING);
+    tv_u64(b, (uint64_t)n);
     char text[16], l[16], r[4];
-    for (int32_t i = 0; i < TV_N_CONTROL; i++) tv_str(&b, control[i]);
+    for (int32_t i = 0; i < TV_N_CONTROL; i++) tv_str(b, control[i]);
     for (int i = 0; i < 256; i++) {
         int k = tv_byte_sym((uint8_t)i, text);
         text[k] = 0;
-        tv_str(&b, text);
+        tv_str(b, text);
     }
     for (int32_t i = 0; i < n_merged; i++) {
         tv_merged_text(i, text, l, r);
-        tv_str(&b, text);
+        tv_str(b, text);
     }
-    tv_key(&b, "tokenizer.ggml.token_type", GGUF_TYPE_ARRAY);
-    tv_u32(&b, GGUF_TYPE_INT32);
-    tv_u64(&b, (uint64_t)n);
-    for (int32_t i = 0; i < n; i++) tv_u32(&b, i < TV_N_CONTROL ? 3u : 1u);
-    tv_key(&b, "tokenizer.ggml.merges", GGUF_TYPE_ARRAY);
-    tv_u32(&b, GGUF_TYPE_STRING);
-    tv_u64(&b, (uint64_t)n_merged);
+    tv_key(b, "tokenizer.ggml.token_type", GGUF_TYPE_ARRAY);
+    tv_u32(b, GGUF_TYPE_INT32);
+    tv_u64(b, (uint64_t)n);
+    for (int32_t i = 0; i < n; i++) tv_u32(b, i < TV_N_CONTROL ? 3u : 1u);
+    tv_key(b, "tokenizer.ggml.merges", GGUF_TYPE_ARRAY);
+    tv_u32(b, GGUF_TYPE_STRING);
+    tv_u64(b, (uint64_t)n_merged);
     for (int32_t i = 0; i < n_merged; i++) {
         char m[40];
         tv_merged_text(i, text, l, r);
         snprintf(m, sizeof m, "%s %s", l, r);
-        tv_str(&b, m);
+        tv_str(b, m);
     }
-    tv_key(&b, "tokenizer.ggml.eos_token_id", GGUF_TYPE_UINT32);
-    tv_u32(&b, 2);
-    tv_key(&b, "tokenizer.ggml.bos_token_id", GGUF_TYPE_UINT32);
-    tv_u32(&b, 1);
-    tv_key(&b, "tokenizer.ggml.add_bos_token", GGUF_TYPE_BOOL);
-    tv_put(&b, "", 1); /* false */
-    tv_key(&b, "tokenizer.chat_template", GGUF_TYPE_STRING);
-    tv_str(&b, "{% for message in messages %}{{'<|im_start|>' + message['role'] + "
-               "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-               "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+    tv_key(b, "tokenizer.ggml.eos_token_id", GGUF_TYPE_UINT32);
+    tv_u32(b, 2);
+    tv_key(b, "tokenizer.ggml.bos_token_id", GGUF_TYPE_UINT32);
+    tv_u32(b, 1);
+    tv_key(b, "tokenizer.ggml.add_bos_token", GGUF_TYPE_BOOL);
+    tv_put(b, "", 1); /* false */
+    tv_key(b, "tokenizer.chat_template", GGUF_TYPE_STRING);
+    tv_str(b, "{% for message in messages %}{{'<|im_start|>' + message['role'] + "
+              "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+    return TV_N_KV;
+}
+
+static inline const tv_buf *tv_gguf(void) {
+    static tv_buf b;
+    if (b.len) return &b;
+    tv_put(&b, "GGUF", 4);
+    tv_u32(&b, 3);           /* version */
+    tv_u64(&b, 0);           /* tensors */
+    tv_u64(&b, 1 + TV_N_KV); /* key/values */
+    tv_key(&b, "general.architecture", GGUF_TYPE_STRING);
+    tv_str(&b, "llama");
+    tv_put_tokenizer_kv(&b);
     return &b;
 }
 
