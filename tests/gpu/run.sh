@@ -26,7 +26,17 @@
 #   bench_gpu                the benchmark (run_benchmark below), its
 #                            figures against issue 28's targets at the
 #                            end of the table (bench-summary.txt)
-# Not yet (the table says so): the engine on the GPU.
+#   test_gpu_engine          the async engine (the public API) on cuda:
+#                            random weights in SmolLM2-135M's shapes with
+#                            a synthetic vocabulary (~95 MB in $TMPDIR,
+#                            removed after); batch invariance, chunked
+#                            prefill, radix prefix, preemption,
+#                            cancellation, regex and JSON Schema, and
+#                            teacher-forced CPU vs cuda agreement. It needs
+#                            the full build (PCRE2, jansson, cmocka), which
+#                            this machine cannot make: only prebuilt
+#                            (TRELLIS_GPU_ENGINE_PREBUILT below), else the
+#                            table says NOT RUN and the run fails.
 # Budget: on one H200 with 16 cores the tests take ~15 s
 # (test_backend_ops[cuda] 1.4 s, test_gpu_parity 10.7 s) and the
 # benchmark ~2 min without BF16 (Q4_1 with the overlap, its profiled pass
@@ -41,6 +51,17 @@
 # it as well, and device time is scarce: carry DIR/tests/test_* over),
 # instead of configuring and building here; the table says "prebuilt"
 # for those two steps.
+#
+# TRELLIS_GPU_ENGINE_PREBUILT=DIR2 runs DIR2/tests/test_gpu_engine with
+# LD_LIBRARY_PATH=DIR2/lib (then the CUDA toolkit's lib64): what
+# tests/gpu/prepare_engine.sh DIR2 builds on a machine with the full
+# build's packages and no GPU (carry DIR2/tests/test_gpu_engine and
+# DIR2/lib, ~3 MB).
+#
+# TRELLIS_GPU_STEPS picks among the groups "core" (configure, build, the
+# three tests above), "bench" (the benchmark; builds as core does) and
+# "engine" (test_gpu_engine); default all three. TRELLIS_GPU_STEPS=engine
+# runs the engine alone (~1 minute expected, not yet measured).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [ $# -ne 1 ]; then
@@ -119,8 +140,29 @@ run_benchmark() {
         echo "bench_summary.py failed (see $log)" >"$out/bench-summary.txt"
 }
 
+steps=" ${TRELLIS_GPU_STEPS:-core bench engine} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+
+# The engine test, prebuilt elsewhere (see TRELLIS_GPU_ENGINE_PREBUILT).
+run_engine() {
+    local d="${TRELLIS_GPU_ENGINE_PREBUILT:-}"
+    if [ -z "$d" ] || ! d="$(cd "$d" && pwd)"; then
+        echo "== test_gpu_engine: NOT RUN: TRELLIS_GPU_ENGINE_PREBUILT names no folder" \
+             "(tests/gpu/prepare_engine.sh builds one)" >>"$log"
+        rows+=("$(printf '%-30s %-16s %8s' test_gpu_engine "NOT RUN" "-")")
+        bad=1
+        return
+    fi
+    local libs="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:${CUDA_HOME:-/usr/local/cuda}/lib64"
+    { echo "prebuilt engine test: $d/tests/test_gpu_engine"
+      LD_LIBRARY_PATH="$libs" ldd "$d/tests/test_gpu_engine"; } >>"$log" 2>&1
+    step test_gpu_engine with_env "LD_LIBRARY_PATH=$libs" "$d/tests/test_gpu_engine"
+}
+
 built=false
-if [ -n "${TRELLIS_GPU_PREBUILT:-}" ]; then
+if ! want core && ! want bench; then
+    : # neither needs the model core's build
+elif [ -n "${TRELLIS_GPU_PREBUILT:-}" ]; then
     b="$(cd "$TRELLIS_GPU_PREBUILT" && pwd)" || exit 2
     echo "prebuilt binaries: $b/tests" >>"$log"
     for name in configure build; do
@@ -136,16 +178,16 @@ elif step configure cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=Release \
 fi
 if $built; then
     t="$b/tests"
-    step test_cuda_open "$t/test_cuda_open"
-    step "test_backend_ops[cuda]" with_env TRELLIS_TEST_KERNELS=sm_80 "$t/test_backend_ops"
-    step "test_backend_ops[portable]" with_env TRELLIS_TEST_KERNELS=portable \
-        TRELLIS_TEST_SCALE=small "$t/test_backend_ops"
-    step "test_gpu_parity" "$t/test_gpu_parity"
-    run_benchmark "$t/bench_gpu"
+    if want core; then
+        step test_cuda_open "$t/test_cuda_open"
+        step "test_backend_ops[cuda]" with_env TRELLIS_TEST_KERNELS=sm_80 "$t/test_backend_ops"
+        step "test_backend_ops[portable]" with_env TRELLIS_TEST_KERNELS=portable \
+            TRELLIS_TEST_SCALE=small "$t/test_backend_ops"
+        step "test_gpu_parity" "$t/test_gpu_parity"
+    fi
+    want bench && run_benchmark "$t/bench_gpu"
 fi
-for name in "engine on the GPU"; do
-    rows+=("$(printf '%-30s %-16s %8s' "$name" "not written yet" "-")")
-done
+want engine && run_engine
 
 {
     printf '%-30s %-16s %8s\n' step result seconds
