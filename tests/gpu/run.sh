@@ -33,10 +33,12 @@
 #                            prefill, radix prefix, preemption,
 #                            cancellation, regex and JSON Schema, and
 #                            teacher-forced CPU vs cuda agreement. It needs
-#                            the full build (PCRE2, jansson, cmocka), which
-#                            this machine cannot make: only prebuilt
-#                            (TRELLIS_GPU_ENGINE_PREBUILT below), else the
-#                            table says NOT RUN and the run fails.
+#                            the full build (PCRE2, jansson, cmocka, ...),
+#                            whose packages a bare GPU machine lacks: run
+#                            prebuilt (TRELLIS_GPU_ENGINE_PREBUILT below) or
+#                            built here from carried Debian packages
+#                            (TRELLIS_GPU_ENGINE_DEBS below); with neither,
+#                            the table says NOT RUN and the run fails.
 # Budget: on one H200 with 16 cores the tests take ~15 s
 # (test_backend_ops[cuda] 1.4 s, test_gpu_parity 10.7 s) and the
 # benchmark ~2 min without BF16 (Q4_1 with the overlap, its profiled pass
@@ -57,6 +59,14 @@
 # tests/gpu/prepare_engine.sh DIR2 builds on a machine with the full
 # build's packages and no GPU (carry DIR2/tests/test_gpu_engine and
 # DIR2/lib, ~3 MB).
+#
+# TRELLIS_GPU_ENGINE_DEBS=DIR3 (without a prebuilt engine): the .deb files
+# tests/gpu/fetch_engine_debs.sh DIR3 downloads (~2.6 MB) are unpacked
+# into OUTDIR/engine-deps (never into /), and the full build is configured
+# against them alone (their pkg-config, .pc files pointed there) in
+# OUTDIR/build-engine (TRELLIS_GPU_ENGINE_BUILD=DIR elsewhere), which builds
+# test_gpu_engine only; it runs with their libraries. Steps "engine deps",
+# "engine configure", "engine build" in the table.
 #
 # TRELLIS_GPU_STEPS picks among the groups "core" (configure, build, the
 # three tests above), "bench" (the benchmark; builds as core does) and
@@ -143,18 +153,56 @@ run_benchmark() {
 steps=" ${TRELLIS_GPU_STEPS:-core bench engine} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 
-# The engine test, prebuilt elsewhere (see TRELLIS_GPU_ENGINE_PREBUILT).
+# unpack_debs DIR PREFIX: every DIR/*.deb's files under PREFIX (dpkg-deb,
+# else ar and tar); absolute symlinks (zlib1g-dev's libz.so) re-pointed
+# into PREFIX; the .pc files' /usr paths (variables, and -I/-L written
+# out, as cmocka's) made PREFIX/usr.
+unpack_debs() {
+    local f l t
+    rm -rf "$2" && mkdir -p "$2" || return 1
+    for f in "$1"/*.deb; do
+        if command -v dpkg-deb >/dev/null; then
+            dpkg-deb -x "$f" "$2" || return 1
+        else
+            (cd "$2" && ar p "$f" "$(ar t "$f" | grep '^data\.tar')" | tar -xJf -) || return 1
+        fi
+    done
+    find "$2" -type l | while read -r l; do
+        t="$(readlink "$l")"
+        [[ "$t" == /* ]] && ln -sfn "$2$t" "$l"
+    done
+    find "$2" -name '*.pc' -exec sed -i -E "s#(^[A-Za-z_]+=|-[IL])/usr#\1$2/usr#g" {} +
+    ls "$2/usr/lib/x86_64-linux-gnu"
+}
+
+# The engine test: prebuilt elsewhere (TRELLIS_GPU_ENGINE_PREBUILT), or
+# built here from carried packages (TRELLIS_GPU_ENGINE_DEBS).
 run_engine() {
-    local d="${TRELLIS_GPU_ENGINE_PREBUILT:-}"
-    if [ -z "$d" ] || ! d="$(cd "$d" && pwd)"; then
-        echo "== test_gpu_engine: NOT RUN: TRELLIS_GPU_ENGINE_PREBUILT names no folder" \
-             "(tests/gpu/prepare_engine.sh builds one)" >>"$log"
+    local d="${TRELLIS_GPU_ENGINE_PREBUILT:-}" debs="${TRELLIS_GPU_ENGINE_DEBS:-}" libs
+    if [ -n "$d" ] && d="$(cd "$d" && pwd)"; then
+        libs="$d/lib"
+    elif [ -n "$debs" ] && debs="$(cd "$debs" && pwd)" && ls "$debs"/*.deb >/dev/null; then
+        local p="$out/engine-deps" eb="${TRELLIS_GPU_ENGINE_BUILD:-$out/build-engine}"
+        local ml="$p/usr/lib/x86_64-linux-gnu"
+        libs="$ml:$p/lib/x86_64-linux-gnu"
+        step "engine deps" unpack_debs "$debs" "$p" &&
+        step "engine configure" with_env "LD_LIBRARY_PATH=$libs" \
+            "PKG_CONFIG_LIBDIR=$ml/pkgconfig:$p/usr/share/pkgconfig" \
+            cmake -S "$here" -B "$eb" -DCMAKE_BUILD_TYPE=Release -DTRELLIS_CUDA=ON \
+            "-DCMAKE_CUDA_ARCHITECTURES=$archs" "-DPKG_CONFIG_EXECUTABLE=$p/usr/bin/pkgconf" \
+            "-DCMAKE_PREFIX_PATH=$p/usr" "-DCMAKE_LIBRARY_PATH=$ml" "-DZLIB_ROOT=$p/usr" &&
+        step "engine build" cmake --build "$eb" -j "$jobs" --target test_gpu_engine || return
+        d="$eb"
+    else
+        echo "== test_gpu_engine: NOT RUN: neither TRELLIS_GPU_ENGINE_PREBUILT nor" \
+             "TRELLIS_GPU_ENGINE_DEBS names a folder (tests/gpu/prepare_engine.sh and" \
+             "tests/gpu/fetch_engine_debs.sh make them)" >>"$log"
         rows+=("$(printf '%-30s %-16s %8s' test_gpu_engine "NOT RUN" "-")")
         bad=1
         return
     fi
-    local libs="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:${CUDA_HOME:-/usr/local/cuda}/lib64"
-    { echo "prebuilt engine test: $d/tests/test_gpu_engine"
+    libs="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:${CUDA_HOME:-/usr/local/cuda}/lib64"
+    { echo "engine test: $d/tests/test_gpu_engine"
       LD_LIBRARY_PATH="$libs" ldd "$d/tests/test_gpu_engine"; } >>"$log" 2>&1
     step test_gpu_engine with_env "LD_LIBRARY_PATH=$libs" "$d/tests/test_gpu_engine"
 }
