@@ -132,6 +132,15 @@ static void load_row_portable(float *dst, const void *src, int32_t n,
     for (int32_t i = 0; i < n; i++) dst[i] = cpu_fp16_to_fp32(s[i]);
 }
 
+/* Element d of an F16 row (inline: the generic tr_cpu_kv_elem is a
+ * call and a switch per element, which doubled the portable F16
+ * attention's time). */
+static inline float kv_f16_elem(const uint8_t *r, int32_t d) {
+    uint16_t h;
+    memcpy(&h, r + 2 * (size_t)d, 2);
+    return cpu_fp16_to_fp32(h);
+}
+
 /* One head: s[j] = scale * dot(q, k_j). */
 static float scores_one_portable(float *s, const float *q, const void *k,
                                  size_t stride, int32_t n, int32_t hd,
@@ -143,6 +152,8 @@ static float scores_one_portable(float *s, const float *q, const void *k,
         if (t == TR_KV_F32) {
             const float *rf = (const float *)(const void *)r;
             for (int32_t d = 0; d < hd; d++) acc += q[d] * rf[d];
+        } else if (t == TR_KV_F16) {
+            for (int32_t d = 0; d < hd; d++) acc += q[d] * kv_f16_elem(r, d);
         } else {
             for (int32_t d = 0; d < hd; d++)
                 acc += q[d] * tr_cpu_kv_elem(r, d, hd, t);
@@ -186,6 +197,8 @@ void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
             if (t == TR_KV_F32) {
                 const float *rf = (const float *)(const void *)r;
                 for (int32_t d = 0; d < hd; d++) ah[d] += w * rf[d];
+            } else if (t == TR_KV_F16) {
+                for (int32_t d = 0; d < hd; d++) ah[d] += w * kv_f16_elem(r, d);
             } else {
                 for (int32_t d = 0; d < hd; d++)
                     ah[d] += w * tr_cpu_kv_elem(r, d, hd, t);

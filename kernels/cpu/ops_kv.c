@@ -153,6 +153,10 @@ typedef struct attn_args {
     size_t kv_dim;           /* elements of a row (staged F32 rows) */
     tr_kv_type type[2];      /* K, V */
     size_t head_bytes[2], row_bytes[2];
+    /* the layer's rows, precomputed (tr_kv_offset derives these sizes on
+     * every call): row (page, slot) of kind c is at page * page_bytes +
+     * kind_off[c] + slot * row_bytes[c] from kv->base */
+    size_t page_bytes, kind_off[2];
     int32_t rotate_q;        /* K's rotation block (tr_kv_rotation) when q
                                 still has to be rotated (per block); 0 */
     float scale;
@@ -174,6 +178,14 @@ typedef struct attn_args {
     float *ws;            /* tile work space, ws_floats per thread */
     size_t ws_floats;
 } attn_args;
+
+/* Row (page, slot) of kind c of the op's layer: kv_row without
+ * re-deriving the layout's sizes. */
+static inline const uint8_t *attn_row(const attn_args *a, int64_t page, int c,
+                                      int32_t slot) {
+    return (const uint8_t *)a->kv->base + (size_t)page * a->page_bytes + a->kind_off[c] +
+           (size_t)slot * a->row_bytes[c];
+}
 
 /* Query heads of one KV head that attn_block computes together (each K
  * and V row is read once for all of them); its scores buffer holds
@@ -210,7 +222,7 @@ static void attn_pf_step(const attn_args *a, attn_pf *pf) {
         int c = pf->next >= pf->rows;
         int32_t j = pf->first + pf->next - c * pf->rows;
         int32_t n = TR_MIN(TR_MIN(stop, (c + 1) * pf->rows) - pf->next, ps - j % ps);
-        const char *row = (const char *)kv_row(kv, a->layer, pt[j / ps], c, j % ps);
+        const char *row = (const char *)attn_row(a, pt[j / ps], c, j % ps);
         for (size_t o = 0; o < (size_t)n * a->row_bytes[c]; o += 64)
             __builtin_prefetch(row + o, 0, 2);
         pf->next += n;
@@ -233,7 +245,7 @@ static void attn_prefetch_rows(const attn_args *a, int32_t t, int c,
     to = TR_MIN(to, a->b->n_pages[s] * ps);
     size_t bytes = (size_t)nh * a->head_bytes[c];
     for (int32_t j = from; j < to; j++) {
-        const char *row = (const char *)kv_row(kv, a->layer, pt[j / ps], c, j % ps) +
+        const char *row = (const char *)attn_row(a, pt[j / ps], c, j % ps) +
                           (size_t)h0 * a->head_bytes[c];
         for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
     }
@@ -305,7 +317,7 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
         /* Scores, page run by page run (rows of a run are contiguous). */
         for (int32_t j = rows ? j1 : j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
-            const uint8_t *row = kv_row(kv, a->layer, pt[j / ps], 0, j % ps) +
+            const uint8_t *row = attn_row(a, pt[j / ps], 0, j % ps) +
                                  (size_t)kvh * a->head_bytes[0];
             if (pf) attn_pf_step(a, pf);
             a->k->attn_scores(scores + (j - j0), CPU_ATTN_BLOCK, rm, q, g,
@@ -328,7 +340,7 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
                              len, hd, TR_KV_F32);
         for (int32_t j = rows ? j1 : j0; j < j1;) {
             int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
-            const uint8_t *row = kv_row(kv, a->layer, pt[j / ps], 1, j % ps) +
+            const uint8_t *row = attn_row(a, pt[j / ps], 1, j % ps) +
                                  (size_t)kvh * a->head_bytes[1];
             if (pf) attn_pf_step(a, pf);
             a->k->attn_accum(part + 2, pstride, scores + (j - j0),
@@ -428,7 +440,7 @@ static void attn_stage(const attn_args *a, int32_t t, int32_t h0, int32_t nh,
         attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, h0, nh);
         for (int c = 0; c < 2; c++)
             kv_load(a, c, (c ? vbuf : kbuf) + r,
-                    kv_row(kv, a->layer, pt[j / ps], c, j % ps) +
+                    attn_row(a, pt[j / ps], c, j % ps) +
                         (size_t)h0 * a->head_bytes[c],
                     nh);
     }
@@ -815,6 +827,8 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .type = {kv->type_k, kv->type_v},
         .head_bytes = {tr_kv_head_bytes(kv->type_k, hd), tr_kv_head_bytes(kv->type_v, hd)},
         .row_bytes = {tr_kv_row_bytes(kv, 0), tr_kv_row_bytes(kv, 1)},
+        .page_bytes = tr_kv_page_bytes(kv),
+        .kind_off = {tr_kv_offset(kv, layer, 0, 0, 0), tr_kv_offset(kv, layer, 0, 1, 0)},
         .rotate_q = rot,
         .scale = scale,
         .window = kv->window ? kv->window[layer] : 0,
