@@ -62,10 +62,11 @@
 #
 # TRELLIS_GPU_ENGINE_DEBS=DIR3 (without a prebuilt engine): the .deb files
 # tests/gpu/fetch_engine_debs.sh DIR3 downloads (~2.6 MB) are unpacked
-# into OUTDIR/engine-deps (never into /), and the full build is configured
-# against them alone (their pkg-config, .pc files pointed there) in
-# OUTDIR/build-engine (TRELLIS_GPU_ENGINE_BUILD=DIR elsewhere), which builds
-# test_gpu_engine only; it runs with their libraries. Steps "engine deps",
+# into BUILD/deps (never into /), and the full build is configured against
+# them alone (their pkg-config, .pc files pointed there) in BUILD =
+# OUTDIR/build-engine (TRELLIS_GPU_ENGINE_BUILD=DIR elsewhere: ~40 MB that
+# need not come back), which builds test_gpu_engine only; it runs with
+# their libraries. Steps "engine deps",
 # "engine configure", "engine build" in the table.
 #
 # TRELLIS_GPU_STEPS picks among the groups "core" (configure, build, the
@@ -182,7 +183,8 @@ run_engine() {
     if [ -n "$d" ] && d="$(cd "$d" && pwd)"; then
         libs="$d/lib"
     elif [ -n "$debs" ] && debs="$(cd "$debs" && pwd)" && ls "$debs"/*.deb >/dev/null; then
-        local p="$out/engine-deps" eb="${TRELLIS_GPU_ENGINE_BUILD:-$out/build-engine}"
+        local eb="${TRELLIS_GPU_ENGINE_BUILD:-$out/build-engine}"
+        local p="$eb/deps"
         local ml="$p/usr/lib/x86_64-linux-gnu"
         libs="$ml:$p/lib/x86_64-linux-gnu"
         step "engine deps" unpack_debs "$debs" "$p" &&
