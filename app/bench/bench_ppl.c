@@ -32,16 +32,7 @@
  * the top two picks of SmolLM2). A log-prob gap is the logit gap: the
  * log-softmax shifts every logit by the same amount.
  *
- * Reference file (little-endian, 64-byte header, then one 8-byte record
- * per scored position in window order):
- *   0  char[8] "TRPPLREF"      32 u64 hash of the text's token ids
- *   8  u32 version (1)         40 u64 scored positions
- *  12  u32 ctx                 48 f64 mean NLL of the run that made it
- *  16  u32 windows             56 u32 flags (bit 0: BOS replaced the first)
- *  20  u32 vocabulary size     60 u32 0
- *  24  u64 tokens in the text
- *   record: i32 top-1 id, f32 top-1 minus top-2 log-prob (nats; +inf
- *   when the model gave no second)
+ * Reference file: ppl_ref.h (format, parse, encode).
  * A file made from another text, tokenizer, --ctx or --chunks is refused,
  * with the field that differs; the hash is FNV-1a (base/hash.h) over the
  * text's ids, so it tells texts and tokenizers apart, not adversaries.
@@ -65,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/bench/ppl_ref.h"
 #include "app/cli/cli.h"
 #include "app/common/args.h"
 #include "app/common/engine_flags.h"
@@ -82,12 +74,6 @@
  * 784 with 2, 1,318 with 8, 1,254 with 16. */
 #define PPL_IN_FLIGHT 8
 
-#define REF_MAGIC "TRPPLREF"
-#define REF_VERSION 1u
-#define REF_HEADER 64
-#define REF_RECORD 8
-#define REF_FLAG_BOS 1u
-
 typedef struct ppl_opts {
     const char *model, *text, *ref, *save_ref;
     int32_t ctx;
@@ -96,20 +82,6 @@ typedef struct ppl_opts {
     bool near_tie_given;
     tr_engine_flags engine;
 } ppl_opts;
-
-/* The header of a reference file (see the top of this file). */
-typedef struct ppl_ref_head {
-    uint32_t ctx, windows, n_vocab, flags;
-    uint64_t text_tokens, hash, n_scored;
-    double mean_nll;
-} ppl_ref_head;
-
-/* A reference: its header and its records. */
-typedef struct ppl_ref {
-    ppl_ref_head h;
-    int32_t *top1; /* [n_scored] */
-    float *gap;    /* [n_scored] */
-} ppl_ref;
 
 /* What a run measured, per scored position in window order. */
 typedef struct ppl_run {
@@ -121,134 +93,35 @@ typedef struct ppl_run {
     float *gap;          /* [n_scored] */
 } ppl_run;
 
-/* ---- little-endian fields ---- */
-
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint64_t f64_bits(double d) {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static double bits_f64(uint64_t u) {
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-
 /* ---- the reference file ---- */
 
-static void ref_free(ppl_ref *r) {
-    free(r->top1);
-    free(r->gap);
-    memset(r, 0, sizeof *r);
-}
-
-/* Reads and checks the file's own consistency (magic, version, sizes).
- * false with the error printed. */
-static bool ref_read(const char *path, ppl_ref *r) {
-    memset(r, 0, sizeof *r);
-    char *buf = NULL;
+/* Reads and checks the file's own consistency (ppl_ref.h). false with
+ * the error printed. */
+static bool ref_read(const char *path, tr_ppl_ref *r) {
+    char *buf = NULL, why[200];
     size_t len = 0;
+    memset(r, 0, sizeof *r);
     if (!tr_cli_read_file(PPL_CMD, "--ref", path, &buf, &len)) return false;
-    const unsigned char *p = (const unsigned char *)buf;
-    bool ok = false;
-    if (len < REF_HEADER || memcmp(p, REF_MAGIC, 8) != 0) {
-        fprintf(stderr, PPL_ERR "--ref: '%s' is not a reference file (write one with "
-                        "--save-ref)\n", path);
-        goto done;
-    }
-    if (get_u32(p + 8) != REF_VERSION) {
-        fprintf(stderr, PPL_ERR "--ref: '%s' has format version %u, this trellis reads %u\n",
-                path, get_u32(p + 8), REF_VERSION);
-        goto done;
-    }
-    r->h.ctx = get_u32(p + 12);
-    r->h.windows = get_u32(p + 16);
-    r->h.n_vocab = get_u32(p + 20);
-    r->h.text_tokens = get_u64(p + 24);
-    r->h.hash = get_u64(p + 32);
-    r->h.n_scored = get_u64(p + 40);
-    r->h.mean_nll = bits_f64(get_u64(p + 48));
-    r->h.flags = get_u32(p + 56);
-    uint64_t per = r->h.ctx - r->h.ctx / 2, want = 0;
-    if (r->h.ctx < 2 || tr_mul_overflow_u64(per, r->h.windows, &want) ||
-        want != r->h.n_scored || r->h.n_scored > (len - REF_HEADER) / REF_RECORD ||
-        len != REF_HEADER + r->h.n_scored * REF_RECORD) {
-        fprintf(stderr, PPL_ERR "--ref: '%s' is damaged: %zu bytes for %llu positions of "
-                        "%u windows of %u tokens\n",
-                path, len, (unsigned long long)r->h.n_scored, r->h.windows, r->h.ctx);
-        goto done;
-    }
-    size_t n = (size_t)r->h.n_scored;
-    r->top1 = malloc((n ? n : 1) * sizeof *r->top1);
-    r->gap = malloc((n ? n : 1) * sizeof *r->gap);
-    if (!r->top1 || !r->gap) {
+    bool ok = tr_ppl_ref_parse((const unsigned char *)buf, len, r, why, sizeof why);
+    if (!ok && !strcmp(why, "out of memory"))
         fprintf(stderr, PPL_ERR "--ref: out of memory\n");
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char *q = p + REF_HEADER + i * REF_RECORD;
-        r->top1[i] = (int32_t)get_u32(q);
-        r->gap[i] = bits_f32(get_u32(q + 4));
-    }
-    ok = true;
-done:
+    else if (!ok)
+        fprintf(stderr, PPL_ERR "--ref: '%s' is %s%s\n", path, why,
+                strcmp(why, "not a reference file") ? "" : " (write one with --save-ref)");
     free(buf);
-    if (!ok) ref_free(r);
     return ok;
 }
 
 /* Writes the run as a reference to f (opened by the caller); false with
  * the error printed. */
-static bool ref_write(FILE *f, const char *path, const ppl_ref_head *h, const ppl_run *run) {
-    unsigned char head[REF_HEADER] = {0};
-    memcpy(head, REF_MAGIC, 8);
-    put_u32(head + 8, REF_VERSION);
-    put_u32(head + 12, h->ctx);
-    put_u32(head + 16, h->windows);
-    put_u32(head + 20, h->n_vocab);
-    put_u64(head + 24, h->text_tokens);
-    put_u64(head + 32, h->hash);
-    put_u64(head + 40, h->n_scored);
-    put_u64(head + 48, f64_bits(h->mean_nll));
-    put_u32(head + 56, h->flags);
+static bool ref_write(FILE *f, const char *path, const tr_ppl_ref_head *h,
+                      const ppl_run *run) {
+    unsigned char head[TR_PPL_REF_HEADER];
+    tr_ppl_ref_put_head(head, h);
     bool ok = fwrite(head, 1, sizeof head, f) == sizeof head;
     for (int64_t i = 0; ok && i < run->n_scored; i++) {
-        unsigned char rec[REF_RECORD];
-        put_u32(rec, (uint32_t)run->top1[i]);
-        put_u32(rec + 4, f32_bits(run->gap[i]));
+        unsigned char rec[TR_PPL_REF_RECORD];
+        tr_ppl_ref_put_record(rec, run->top1[i], run->gap[i]);
         ok = fwrite(rec, 1, sizeof rec, f) == sizeof rec;
     }
     if (fflush(f) != 0) ok = false;
@@ -258,7 +131,7 @@ static bool ref_write(FILE *f, const char *path, const ppl_ref_head *h, const pp
 
 /* The reference against this run's text and settings: true when it fits,
  * else false with the first field that differs named. */
-static bool ref_matches(const ppl_ref_head *r, const ppl_ref_head *now, const char *path) {
+static bool ref_matches(const tr_ppl_ref_head *r, const tr_ppl_ref_head *now, const char *path) {
     if (r->n_vocab != now->n_vocab) {
         fprintf(stderr, PPL_ERR "--ref: '%s' was made with a model of %u tokens of "
                         "vocabulary, this one has %u\n", path, r->n_vocab, now->n_vocab);
@@ -273,8 +146,8 @@ static bool ref_matches(const ppl_ref_head *r, const ppl_ref_head *now, const ch
     }
     if (r->flags != now->flags) {
         fprintf(stderr, PPL_ERR "--ref: '%s' was made with a model that %s a BOS, this one "
-                        "%s\n", path, r->flags & REF_FLAG_BOS ? "adds" : "adds no",
-                now->flags & REF_FLAG_BOS ? "does" : "does not");
+                        "%s\n", path, r->flags & TR_PPL_REF_FLAG_BOS ? "adds" : "adds no",
+                now->flags & TR_PPL_REF_FLAG_BOS ? "does" : "does not");
         return false;
     }
     if (r->windows != now->windows) {
@@ -440,7 +313,7 @@ static void print_ppl(const ppl_run *run, double secs) {
            (long long)run->windows * run->ctx);
 }
 
-static void print_agreement(const ppl_run *run, const ppl_ref *ref, const char *path,
+static void print_agreement(const ppl_run *run, const tr_ppl_ref *ref, const char *path,
                             double near_tie) {
     int64_t n = run->n_scored, same = 0, decided = 0, decided_same = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -558,7 +431,7 @@ static uint64_t hash_ids(const int32_t *ids, size_t n) {
  * header of this run. 0, 1 (runtime) or 2 (input), with the error
  * printed. */
 static int plan(trellis_engine *e, const ppl_opts *o, const char *text, size_t len,
-                int32_t **ids, ppl_run *run, ppl_ref_head *head) {
+                int32_t **ids, ppl_run *run, tr_ppl_ref_head *head) {
     trellis_engine_info info;
     trellis_engine_get_info(e, &info);
     if (o->ctx > info.n_ctx) {
@@ -585,9 +458,9 @@ static int plan(trellis_engine *e, const ppl_opts *o, const char *text, size_t l
     run->start = o->ctx / 2;
     run->windows = (int32_t)windows;
     run->n_scored = (int64_t)windows * (o->ctx - run->start);
-    *head = (ppl_ref_head){.ctx = (uint32_t)o->ctx, .windows = (uint32_t)windows,
+    *head = (tr_ppl_ref_head){.ctx = (uint32_t)o->ctx, .windows = (uint32_t)windows,
                            .n_vocab = (uint32_t)info.n_vocab,
-                           .flags = info.add_bos ? REF_FLAG_BOS : 0, .text_tokens = n,
+                           .flags = info.add_bos ? TR_PPL_REF_FLAG_BOS : 0, .text_tokens = n,
                            .hash = hash_ids(*ids, n), .n_scored = (uint64_t)run->n_scored};
     size_t k = (size_t)run->n_scored;
     run->nll = malloc(k * sizeof *run->nll);
@@ -610,7 +483,7 @@ static int plan(trellis_engine *e, const ppl_opts *o, const char *text, size_t l
 
 /* Everything after the flags and the text: 0, 1 or 2. */
 static int bench(const ppl_opts *o, const char *model, const char *text, size_t len,
-                 const ppl_ref *ref, FILE *save) {
+                 const tr_ppl_ref *ref, FILE *save) {
     trellis_engine *e = NULL;
     char err[512];
     if (trellis_engine_new(model, &o->engine.opts, &e, err, sizeof err) != TRELLIS_OK) {
@@ -620,7 +493,7 @@ static int bench(const ppl_opts *o, const char *model, const char *text, size_t 
     printf("model: %s\n", model);
     int32_t *ids = NULL;
     ppl_run run = {0};
-    ppl_ref_head head = {0};
+    tr_ppl_ref_head head = {0};
     int rc = plan(e, o, text, len, &ids, &run, &head);
     if (!rc && ref && !ref_matches(&ref->h, &head, o->ref)) rc = 2;
     trellis_engine_info info;
@@ -657,7 +530,7 @@ int tr_bench_ppl(int argc, char **argv) {
         free(text);
         return rc;
     }
-    ppl_ref ref = {0};
+    tr_ppl_ref ref = {0};
     if (o.ref && !ref_read(o.ref, &ref)) rc = 2;
     if (!rc && o.ref && ref.h.ctx != (uint32_t)o.ctx) {
         fprintf(stderr, PPL_ERR "--ref: '%s' was made with --ctx %u, this run uses --ctx %d\n",
@@ -692,7 +565,7 @@ int tr_bench_ppl(int argc, char **argv) {
         if (rc) remove(part);
         else printf("saved the reference: %s\n", o.save_ref);
     }
-    ref_free(&ref);
+    tr_ppl_ref_free(&ref);
     free(text);
     return rc;
 }
