@@ -24,6 +24,7 @@ static void grammar_destroy(grammar *g) {
     tr_cfg_free(g->cfg);
     pthread_mutex_destroy(&g->lock);
     tr_dfa_free(&g->dfa);
+    free(g->keys_after);
     free(g);
 }
 

@@ -416,7 +416,16 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
  * (opt and limits may be NULL for the defaults). Rule names starting
  * with "json", digits and '-' are reserved for the schemas' rules
  * (TR_ERR_FORMAT). A `%json` inside a literal, class, regex or comment is
- * text. _expand writes the plain EBNF text (malloc'd, NUL-terminated;
+ * text.
+ * `%json-keys-after "TEXT"` (at most once, anywhere between rules; TEXT a
+ * JSON string of 1 to 64 bytes) makes the grammar's matchers keep the
+ * keys of every object unique in each JSON object or array that follows
+ * an occurrence of TEXT in the output, up to where it closes (the
+ * tracker of JSON Schema grammars, json_keys_internal.h); the rest of the
+ * output is not read as JSON. For grammars whose JSON always comes right
+ * after a fixed text (a tool call's tag) that the other text cannot
+ * contain: a stray TEXT elsewhere would make what follows it read as
+ * JSON, which can only remove a token that repeats a key there. _expand writes the plain EBNF text (malloc'd, NUL-terminated;
  * *text_len may be NULL); _compile compiles it. Errors: those of the
  * schema translator (the message starts with the `%json`'s line:column)
  * and of the EBNF compiler (offsets past the first `%json` refer to the

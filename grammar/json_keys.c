@@ -23,8 +23,19 @@
 
 enum { OUT, STR, ESC, UHEX };
 
+/* Where tracking starts (json_keys_internal.h, tr_gkeys_new's `after`):
+ * the literal and its failure function (KMP), constant after creation. */
+typedef struct kgate {
+    uint8_t *lit;
+    uint32_t len;
+    uint32_t *fail; /* [len]: longest proper border of lit[0..i] */
+} kgate;
+
 /* The lexer's scalars (copied by a check). */
 typedef struct klex {
+    const kgate *gate; /* NULL: every byte is JSON */
+    bool waiting;      /* gate: looking for the literal (bytes are not JSON) */
+    uint32_t matched;  /* gate: bytes of the literal matched so far */
     uint8_t mode;
     bool key;        /* the open string is an object key */
     bool expect_key; /* the top object's next string is a key */
@@ -45,6 +56,7 @@ typedef struct kkey {
 
 struct gkeys {
     const grammar_vocab *v;
+    kgate gate;
     klex lx;
     kframe *fr;
     uint32_t depth, fr_cap;
@@ -150,11 +162,31 @@ static void step_uhex(klex *x, const kops *o, void *c, uint8_t b) {
     }
 }
 
+/* One byte while looking for the gate's literal: on its last byte the
+ * JSON value starts. */
+static void step_gate(klex *x, uint8_t b) {
+    const kgate *g = x->gate;
+    uint32_t m = x->matched;
+    while (m && g->lit[m] != b) m = g->fail[m - 1];
+    if (g->lit[m] == b) m++;
+    if (m == g->len) {
+        x->waiting = false;
+        m = 0;
+    }
+    x->matched = m;
+}
+
 /* One byte; false when it closes a duplicate key. */
 static bool step(klex *x, const kops *o, void *c, uint8_t b) {
+    if (x->waiting) {
+        step_gate(x, b);
+        return true;
+    }
     switch (x->mode) {
     case OUT:
         step_out(x, o, c, b);
+        /* a gated value ends where its outermost bracket closes */
+        if (x->gate && (b == '}' || b == ']') && !o->top(c)) x->waiting = true;
         return true;
     case STR:
         if (b == '\\') {
@@ -431,6 +463,8 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
 
 static void clear(gkeys *k) {
     memset(&k->lx, 0, sizeof k->lx);
+    k->lx.gate = k->gate.len ? &k->gate : NULL;
+    k->lx.waiting = k->lx.gate != NULL;
     k->depth = k->n_keys = k->kb_len = k->cur_off = 0;
     k->off = false;
 }
@@ -537,17 +571,36 @@ static const kquotes *kquotes_of(const grammar_vocab *v) {
     return (const kquotes *)e;
 }
 
-gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap) {
+/* The gate for after[0..n) (n > 0): the literal and its KMP failure
+ * function. False on out-of-memory. */
+static bool gate_init(kgate *g, const uint8_t *after, size_t n) {
+    g->lit = malloc(n);
+    g->fail = malloc(n * sizeof *g->fail);
+    if (!g->lit || !g->fail) return false;
+    memcpy(g->lit, after, n);
+    g->len = (uint32_t)n;
+    g->fail[0] = 0;
+    for (uint32_t i = 1, m = 0; i < g->len; i++) {
+        while (m && g->lit[i] != g->lit[m]) m = g->fail[m - 1];
+        if (g->lit[i] == g->lit[m]) m++;
+        g->fail[i] = m;
+    }
+    return true;
+}
+
+gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *after,
+                    size_t after_len) {
     gkeys *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     k->v = v;
     k->hist_cap = hist_cap ? hist_cap : 1;
     k->hist = malloc((size_t)k->hist_cap * sizeof *k->hist);
     k->q = kquotes_of(v);
-    if (!k->hist || !k->q) {
+    if (!k->hist || !k->q || (after_len && !gate_init(&k->gate, after, after_len))) {
         tr_gkeys_free(k);
         return NULL;
     }
+    clear(k);
     return k;
 }
 
@@ -558,5 +611,7 @@ void tr_gkeys_free(gkeys *k) {
     free(k->kb);
     free(k->txt);
     free(k->hist);
+    free(k->gate.lit);
+    free(k->gate.fail);
     free(k);
 }

@@ -37,8 +37,16 @@ typedef struct gkeys gkeys;
 
 /* A tracker for text matched against vocabulary v (borrowed: must
  * outlive it), remembering hist_cap accept calls for rollback. NULL on
- * out-of-memory. */
-gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap);
+ * out-of-memory.
+ * after[0..after_len) (after_len 0: none): the text is not all JSON, only
+ * the values that follow this literal are (an EBNF grammar's `%json
+ * -keys-after`, grammar.h): bytes are then read as JSON from the end of
+ * each occurrence of the literal until the outermost object or array
+ * after it closes, and keys are tracked there only; elsewhere nothing is
+ * refused. Such a value must be an object or an array (a tool call's
+ * {"name": ..., "arguments": ...}). */
+gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *after,
+                    size_t after_len);
 void tr_gkeys_free(gkeys *k);
 /* Back to empty text. */
 void tr_gkeys_reset(gkeys *k);

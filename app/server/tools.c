@@ -178,6 +178,9 @@ static char *grammar_text(json_t *tools, const tr_srv_tools *t, const char *form
                          : "tc-calls ::= tc-call\n");
     tr_sbuf_printf(&b, "tc-call ::= \"%s\\n\" %%json %s \"\\n%s\"\n", TR_TP_TRIGGER, calls,
                    TR_TP_END);
+    /* no key twice in a call's JSON (arguments whose schema lets keys
+     * free included): the other text never holds the trigger */
+    tr_sbuf_printf(&b, "%%json-keys-after \"%s\\n\"\n", TR_TP_TRIGGER);
     free(calls);
     size_t n;
     return tr_sbuf_take(&b, &n);

@@ -55,8 +55,12 @@ struct grammar {
     gmask_cache *caches;
     gcfg *cfg;            /* GRAMMAR_KIND_CFG: cfg_internal.h */
     gcfg_memo *cfg_memos; /* GRAMMAR_KIND_CFG: one per vocabulary */
-    bool unique_keys;     /* compiled from a JSON Schema: its matchers keep
-                             every object's keys unique (json_keys_internal.h) */
+    bool unique_keys;     /* compiled from a JSON Schema, or EBNF with
+                             %json-keys-after: its matchers keep every
+                             object's keys unique (json_keys_internal.h) */
+    uint8_t *keys_after;  /* %json-keys-after's literal (owned), or NULL:
+                             the whole text is JSON */
+    size_t keys_after_len;
 };
 
 /* ---------------------------------------------------------------------

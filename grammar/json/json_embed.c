@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "grammar/cfg/cfg.h"
 #include "grammar/json/json_internal.h"
 
 typedef struct tbuf {
@@ -202,9 +203,50 @@ static tr_status embed_one(const char *t, size_t len, size_t at, unsigned k,
     return TR_OK;
 }
 
-tr_status tr_grammar_ebnf_expand_json(const char *t, size_t len, const grammar_json_options *opt,
-                                      const grammar_limits *lim, char **out, size_t *out_len,
-                                      tr_diag *diag) {
+#define KEYS_AFTER "%json-keys-after"
+#define KEYS_AFTER_MAX 64
+
+/* Whether t[i..] starts the directive word w (then not a longer name). */
+static bool at_word(const char *t, size_t len, size_t i, const char *w) {
+    size_t n = strlen(w);
+    return len - i >= n && strncmp(t + i, w, n) == 0 && (i + n == len || !name_char(t[i + n]));
+}
+
+/* Reads `%json-keys-after "TEXT"` at t[at..] (grammar.h): TEXT, a JSON
+ * string of 1 to 64 bytes, into *after (one per grammar). *end: one past
+ * it. */
+static tr_status keys_after_one(const char *t, size_t len, size_t at, tbuf *after, size_t *end,
+                                tr_diag *diag) {
+    int line, col;
+    line_col(t, at, &line, &col);
+    size_t s = at + strlen(KEYS_AFTER);
+    while (s < len && (t[s] == ' ' || t[s] == '\t' || t[s] == '\r' || t[s] == '\n')) s++;
+    json_error_t je;
+    json_t *v = s < len && t[s] == '"' && !after->p
+                    ? json_loadb(t + s, len - s, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &je)
+                    : NULL;
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    if (n == 0 || n > KEYS_AFTER_MAX) {
+        json_decref(v);
+        tr_diag_set(diag, TR_ERR_FORMAT, at,
+                    after->p ? "%d:%d: %%json-keys-after given twice (one per grammar)"
+                             : "%d:%d: %%json-keys-after must be followed by a JSON string "
+                               "of 1 to 64 bytes",
+                    line, col);
+        if (diag) diag->line = line, diag->column = col;
+        return TR_ERR_FORMAT;
+    }
+    tb_put(after, json_string_value(v), n);
+    json_decref(v);
+    *end = s + je.position;
+    return after->oom ? tr_diag_set(diag, TR_ERR_NOMEM, 0, "out of memory") : TR_OK;
+}
+
+/* tr_grammar_ebnf_expand_json, also returning %json-keys-after's text in
+ * *after (empty when the grammar has none). */
+static tr_status expand(const char *t, size_t len, const grammar_json_options *opt,
+                        const grammar_limits *lim, char **out, size_t *out_len, tbuf *after,
+                        tr_diag *diag) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!out || (!t && len)) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     tr_status st = check_reserved(t, len, diag);
@@ -218,15 +260,19 @@ tr_status tr_grammar_ebnf_expand_json(const char *t, size_t len, const grammar_j
             i += n;
             continue;
         }
-        bool at_json = t[i] == '%' && len - i >= 5 && strncmp(t + i + 1, "json", 4) == 0 &&
-                       (i + 5 == len || !name_char(t[i + 5]));
-        if (!at_json) {
+        bool at_keys = t[i] == '%' && at_word(t, len, i, KEYS_AFTER);
+        if (!at_keys && !(t[i] == '%' && at_word(t, len, i, "%json"))) {
             i++;
             continue;
         }
         tb_put(&b, t + copied, i - copied);
         size_t end = i;
-        st = embed_one(t, len, i, k++, opt, lim, &b, &rules, &end, diag);
+        if (at_keys) {
+            st = keys_after_one(t, len, i, after, &end, diag);
+            tb_put(&b, " ", 1); /* the directive is not EBNF: it goes */
+        } else {
+            st = embed_one(t, len, i, k++, opt, lim, &b, &rules, &end, diag);
+        }
         i = copied = end;
     }
     if (st == TR_OK) {
@@ -245,15 +291,31 @@ tr_status tr_grammar_ebnf_expand_json(const char *t, size_t len, const grammar_j
     return TR_OK;
 }
 
+tr_status tr_grammar_ebnf_expand_json(const char *t, size_t len, const grammar_json_options *opt,
+                                      const grammar_limits *lim, char **out, size_t *out_len,
+                                      tr_diag *diag) {
+    tbuf after = {0};
+    tr_status st = expand(t, len, opt, lim, out, out_len, &after, diag);
+    free(after.p);
+    return st;
+}
+
 tr_status tr_grammar_compile_ebnf_json(const char *text, size_t len,
                                        const grammar_json_options *opt,
                                        const grammar_limits *lim, grammar **out,
                                        tr_diag *diag) {
     char *x = NULL;
     size_t n = 0;
-    tr_status st = tr_grammar_ebnf_expand_json(text, len, opt, lim, &x, &n, diag);
-    if (st) return st;
-    st = tr_grammar_compile_ebnf(x, n, lim, out, diag);
+    tbuf after = {0};
+    tr_status st = expand(text, len, opt, lim, &x, &n, &after, diag);
+    if (st == TR_OK) st = tr_grammar_compile_ebnf(x, n, lim, out, diag);
     free(x);
+    if (st == TR_OK && after.p) { /* the grammar takes the text */
+        (*out)->unique_keys = true;
+        (*out)->keys_after = (uint8_t *)after.p;
+        (*out)->keys_after_len = after.n;
+        after.p = NULL;
+    }
+    free(after.p);
     return st;
 }

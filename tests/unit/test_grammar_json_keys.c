@@ -58,16 +58,23 @@ static int32_t multi_id(const char *s) {
     return -1;
 }
 
-/* A matcher of the schema's grammar (which the matcher keeps alive). */
-static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v) {
+typedef tr_status (*compile_fn)(const char *, size_t, const grammar_json_options *,
+                                const grammar_limits *, grammar **, tr_diag *);
+
+/* A matcher of text's grammar (which the matcher keeps alive). */
+static grammar_matcher *matcher_of(compile_fn compile, const char *text, grammar_vocab *v) {
     tr_diag d;
     grammar *g = NULL;
-    if (tr_grammar_compile_json_schema(schema, strlen(schema), NULL, NULL, &g, &d) != TR_OK)
-        fail_msg("%s: %s", schema, d.message);
+    if (compile(text, strlen(text), NULL, NULL, &g, &d) != TR_OK)
+        fail_msg("%s: %s", text, d.message);
     grammar_matcher *m = NULL;
     assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
     tr_grammar_free(g); /* the matcher holds its own reference */
     return m;
+}
+
+static grammar_matcher *matcher_for(const char *schema, grammar_vocab *v) {
+    return matcher_of(tr_grammar_compile_json_schema, schema, v);
 }
 
 static tr_status feed(grammar_matcher *m, const char *s) {
@@ -218,6 +225,94 @@ static void test_forced_bytes_stop(void **s) {
 
 /* Random walks over the masks, biased to the key tokens; every finished
  * text parses under JSON_REJECT_DUPLICATES. */
+/* An EBNF grammar with %json-keys-after: prose (which may hold quotes,
+ * braces and repeated "keys") then tagged objects, as tool calls are. */
+#define GATED                                                                       \
+    "root ::= prose (\"<t>\" %json " FREE_OBJ " \"</t>\")*\n"                     \
+    "prose ::= /[a-z \"{}:,0-9]*/\n"                                              \
+    "%json-keys-after \"<t>\"\n"
+
+static grammar_matcher *ebnf_matcher(const char *text, grammar_vocab *v) {
+    return matcher_of(tr_grammar_compile_ebnf_json, text, v);
+}
+
+static void test_keys_after_literal(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    grammar_matcher *m = ebnf_matcher(GATED, v);
+    /* before the literal nothing is JSON: a "repeated key" is prose */
+    assert_int_equal(feed(m, "say {\"a\":1,\"a\":2} "), TR_OK);
+    assert_int_equal(feed(m, "<t>{\"a\":1,"), TR_OK);
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE); /* inside: refused */
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("\"a\":")));
+    assert_true(bit(mask, multi_id("\"b\":")));
+    assert_int_equal(feed(m, "\"b\":2}</t>"), TR_OK);
+    /* each tagged object starts afresh */
+    assert_int_equal(feed(m, "<t>{\"a\":3,"), TR_OK);
+    assert_int_equal(feed(m, "\"b\":4"), TR_OK);
+    assert_int_equal(feed(m, ",\"b\""), TR_ERR_STATE);
+    /* rollback: "b" is free again, "a" still taken; and back across the
+     * literal, to where nothing is JSON */
+    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK);
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"b\":5}</t>"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 2), TR_OK);
+    assert_int_equal(feed(m, "<t>{\"b\":6,\"a\":7}</t>"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+
+    /* a literal matched across accept calls and after a false start */
+    m = ebnf_matcher("root ::= /[a-z<]*/ \"<<t>\" %json " FREE_OBJ
+                     "\n%json-keys-after \"<<t>\"", v);
+    assert_int_equal(feed(m, "a<b<<"), TR_OK);
+    assert_int_equal(feed(m, "<t"), TR_OK);
+    assert_int_equal(feed(m, ">{\"x\":1,"), TR_OK);
+    assert_int_equal(feed(m, "\"x\""), TR_ERR_STATE);
+    tr_grammar_matcher_free(m);
+
+    /* without the directive an EBNF grammar tracks nothing */
+    m = ebnf_matcher("root ::= \"<t>\" %json " FREE_OBJ, v);
+    assert_int_equal(feed(m, "<t>{\"a\":1,\"a\":2}"), TR_OK);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+static void test_keys_after_refusals(void **s) {
+    (void)s;
+    static const struct { const char *text, *msg; } bad[] = {
+        {"root ::= \"x\"\n%json-keys-after \"a\"\n%json-keys-after \"b\"", "given twice"},
+        {"root ::= \"x\"\n%json-keys-after \"\"", "JSON string of 1 to 64 bytes"},
+        {"root ::= \"x\"\n%json-keys-after 12", "JSON string of 1 to 64 bytes"},
+        {"root ::= \"x\"\n%json-keys-after", "JSON string of 1 to 64 bytes"},
+        {"root ::= \"x\"\n%json-keys-after \"0123456789012345678901234567890123456789"
+         "012345678901234567890123456789\"", "JSON string of 1 to 64 bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tr_diag d;
+        grammar *g = NULL;
+        assert_int_equal(tr_grammar_compile_ebnf_json(bad[i].text, strlen(bad[i].text), NULL,
+                                                      NULL, &g, &d),
+                         TR_ERR_FORMAT);
+        assert_null(g);
+        if (!strstr(d.message, bad[i].msg) || !strstr(d.message, "%json-keys-after"))
+            fail_msg("%s: %s", bad[i].text, d.message);
+    }
+    /* the expansion drops the directive (plain EBNF comes out); inside a
+     * literal it is text */
+    char *x = NULL;
+    size_t n = 0;
+    tr_diag d;
+    const char *t = "root ::= \"%json-keys-after \\\"a\\\"\"\n%json-keys-after \"a\"\n";
+    assert_int_equal(tr_grammar_ebnf_expand_json(t, strlen(t), NULL, NULL, &x, &n, &d), TR_OK);
+    assert_non_null(strstr(x, "root ::= \"%json-keys-after"));
+    assert_null(strstr(x + 20, "%json-keys-after"));
+    free(x);
+}
+
 static void test_random_walks_unique(void **s) {
     (void)s;
     int32_t nv;
@@ -285,6 +380,8 @@ int main(void) {
         cmocka_unit_test(test_masks_and_allowed),
         cmocka_unit_test(test_rollback_restores),
         cmocka_unit_test(test_forced_bytes_stop),
+        cmocka_unit_test(test_keys_after_literal),
+        cmocka_unit_test(test_keys_after_refusals),
         cmocka_unit_test(test_random_walks_unique),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -158,3 +158,40 @@ def test_pydantic_tool_parse(client):
     assert ch.finish_reason == "tool_calls"
     args = ch.message.tool_calls[0].function.parsed_arguments
     assert isinstance(args, Lookup) and isinstance(args.days, int)
+
+
+def _strict_keys(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"repeated key in {keys}"
+    return dict(pairs)
+
+
+def test_no_repeated_keys_in_arguments(client):
+    """A tool whose parameters leave the keys free (patternProperties,
+    additionalProperties) never gets a key twice in its arguments, nor in
+    the call's own object: many sampled calls, each parsed by a parser
+    that refuses repeats (issue 33; the tracker of JSON Schema outputs,
+    started after each <tool_call> tag). Key sets without end: where the
+    schema allows a few keys only and the model has used them all, the
+    rule leaves no token and the request fails (the stated limit,
+    grammar/json_keys_internal.h)."""
+    tally = {"type": "function", "function": {
+        "name": "tally", "description": "Counts of the letters a and b",
+        "parameters": {"type": "object",
+                       "patternProperties": {"^[ab]+$": {"type": "integer"}},
+                       "additionalProperties": False}}}
+    free = {"type": "function", "function": {
+        "name": "record", "description": "Any named counts",
+        "parameters": {"type": "object", "additionalProperties": {"type": "integer"}}}}
+    ask = [{"role": "user", "content": "Count the letters a and b, and a and b again."}]
+    finished = 0
+    for tool in (tally, free):
+        for seed in range(4):
+            r = client.chat.completions.create(
+                model=MODEL, messages=ask, tools=[tool], tool_choice="required",
+                max_tokens=120, n=8, temperature=1.0, seed=seed)
+            for ch in r.choices:
+                for c in ch.message.tool_calls or []:
+                    json.loads(c.function.arguments, object_pairs_hook=_strict_keys)
+                    finished += 1
+    assert finished >= 10, finished
