@@ -11,6 +11,7 @@
  * running when the engine is freed, and the engine (whose thread calls
  * wake) is freed before the async handle closes.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,11 @@ static void model_name(tr_srv *s) {
 }
 
 int tr_srv_run(const tr_srv_config *cfg) {
+    /* A write to a connection whose client has gone (closed after an error
+     * event, say, while the rest of the stream was still being written)
+     * must fail with EPIPE on that connection, not kill the server: libuv
+     * writes with write(2), which raises SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     tr_srv *s = calloc(1, sizeof *s);
     if (!s) return 1;
     s->cfg = *cfg;
