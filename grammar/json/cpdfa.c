@@ -505,6 +505,41 @@ tr_status tr_cpdfa_complement(gcc *cc, const cpdfa *a, cpdfa *out) {
     return tr_cpdfa_product(cc, &all, a, CPD_MINUS, out);
 }
 
+/* Strings accepted from state s (color: 0 new, 1 on the path, 2 done),
+ * saturating at cap + 1; UINT64_MAX on a cycle (or a path too deep to
+ * follow), which means "unbounded" to the caller. */
+static uint64_t count_from(const cpdfa *a, uint32_t s, uint8_t *color, uint64_t *cnt,
+                           uint64_t cap, uint32_t depth) {
+    if (color[s] == 2) return cnt[s];
+    if (color[s] == 1 || depth > 4096) return UINT64_MAX;
+    color[s] = 1;
+    uint64_t n = a->acc[s] ? 1 : 0;
+    for (uint32_t i = a->off[s]; i < a->off[s + 1] && n <= cap; i++) {
+        uint64_t c = count_from(a, a->e[i].to, color, cnt, cap, depth + 1);
+        uint64_t w = (uint64_t)(a->e[i].hi - a->e[i].lo) + 1;
+        if (c == UINT64_MAX) {
+            n = UINT64_MAX;
+            break;
+        }
+        n = c && w > (cap + 1 - n) / c ? cap + 1 : n + c * w;
+    }
+    color[s] = 2;
+    cnt[s] = n;
+    return n;
+}
+
+tr_status tr_cpdfa_count(gcc *cc, const cpdfa *a, uint64_t cap, uint64_t *out) {
+    *out = 0;
+    if (a->n == 0) return TR_OK;
+    uint8_t *color = tr_gcc_alloc(cc, a->n);
+    uint64_t *cnt = tr_gcc_alloc(cc, (size_t)a->n * sizeof *cnt);
+    if (!color || !cnt) return cc->err;
+    memset(color, 0, a->n);
+    uint64_t n = count_from(a, a->start, color, cnt, cap, 0);
+    *out = n > cap ? UINT64_MAX : n;
+    return TR_OK;
+}
+
 bool tr_cpdfa_is_empty(const cpdfa *a) { return a->n == 0; }
 
 bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n) {

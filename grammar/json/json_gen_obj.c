@@ -42,6 +42,13 @@
 #define JS_FLAT_CHAIN 64u
 #define JS_MAX_DEPS 16u
 #define JS_MAX_CHAIN_RULES 20000u
+/* Additional keys counted up to this many: an object whose free keys are
+ * fewer takes at most that many additional members, so that the matcher's
+ * no-repeated-key rule (json_keys_internal.h) never meets a ',' after
+ * which only a repeat could follow (an empty mask). More: left unbounded
+ * (the repetition would grow the grammar), and that dead end stays
+ * possible there. */
+#define JS_MAX_COUNTED_KEYS 64u
 
 typedef struct member {
     const char *name;
@@ -65,6 +72,8 @@ typedef struct objc {
     size_t *all_lens;
     uint32_t n_all;
     gx *add; /* one additional member (alternatives), NULL if none */
+    uint64_t add_max; /* distinct keys the additional member has, when
+                         few (<= JS_MAX_COUNTED_KEYS); UINT64_MAX: more */
     uint64_t min, max; /* properties count; max UINT64_MAX: none */
     uint32_t n_deps;   /* dependency pairs (<= JS_MAX_DEPS) */
     const char **pats; /* distinct patternProperties patterns */
@@ -480,8 +489,21 @@ static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint3
  * string), else *ast, or, when a part's regex would be too large and the
  * grammar may name automata, *direct: the whole region's key (quotes
  * included) as an automaton. */
+/* How many keys the region acc (names not yet removed) has: *count, or
+ * UINT64_MAX when more than JS_MAX_COUNTED_KEYS. */
+static tr_status region_count(objc *o, const cpdfa *acc, uint64_t *count) {
+    gcc *cc = o->x->cc;
+    tr_status st = tr_cpdfa_count(cc, acc, JS_MAX_COUNTED_KEYS + (uint64_t)o->n_all, count);
+    if (st || *count == UINT64_MAX || !o->n_all) return st;
+    cpdfa names, r;
+    if ((st = tr_cpdfa_from_strings(cc, o->all_names, o->all_lens, o->n_all, &names)) ||
+        (st = tr_cpdfa_product(cc, acc, &names, CPD_MINUS, &r)))
+        return st;
+    return tr_cpdfa_count(cc, &r, JS_MAX_COUNTED_KEYS, count);
+}
+
 static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
-                             gre_node **ast, bool *any, gx **direct) {
+                             gre_node **ast, bool *any, gx **direct, uint64_t *count) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
     cpdfa acc;
@@ -509,6 +531,8 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
     }
     *ast = NULL;
     *direct = NULL;
+    *count = UINT64_MAX;
+    if (have && (st = region_count(o, &acc, count))) return st;
     const json_t *node = o->n->n ? o->n->nodes[0].node : NULL;
     uint32_t nx = o->n_all;
     bool big = false;
@@ -616,6 +640,7 @@ static tr_status additional(objc *o, const js_conj *pnc) {
     if (pnc->n && (st = tr_js_string_lang(x, pnc, &pn, &pn_any))) return st;
     if (!pn_any && tr_cpdfa_is_empty(&pn)) return TR_OK; /* no key is a valid name */
     gx_list alts = {0};
+    uint64_t keys = 0;
     for (uint32_t pset = 0; pset < (1u << o->n_pats); pset++) {
         js_conj c;
         if ((st = value_conj(o, NULL, 0, pset, &c))) return st;
@@ -623,8 +648,10 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         gre_node *ast;
         gx *key = NULL;
         bool any;
-        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key))) return st;
+        uint64_t n;
+        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key, &n))) return st;
         if (!any && !ast && !key) continue;
+        keys = n == UINT64_MAX || keys + n > JS_MAX_COUNTED_KEYS ? UINT64_MAX : keys + n;
         if (!key && (st = key_terminal(o, any, ast, &key))) return st;
         gx *val;
         if (st || (st = value_ref(o, &c, NULL, &val))) return st;
@@ -632,6 +659,7 @@ static tr_status additional(objc *o, const js_conj *pnc) {
             return st;
     }
     if (alts.n) o->add = tr_gx_alt(cc, alts.v, alts.n);
+    o->add_max = alts.n ? keys : UINT64_MAX;
     return alts.n && !o->add ? cc->err : TR_OK;
 }
 
@@ -641,9 +669,12 @@ static gx *sep_m(objc *o, uint32_t i) {
     return tr_gx_seq2(o->x->cc, tr_gx_rxz(o->x->cc, o->ws.sep), o->m[i].g);
 }
 
-static gx *add_loop(objc *o, uint64_t lo, uint64_t hi) {
+/* (SEP A){lo, hi}, hi also bounded by the additional keys left when
+ * `done` additional members are written already (add_max). */
+static gx *add_loop(objc *o, uint64_t lo, uint64_t hi, uint64_t done) {
     gcc *cc = o->x->cc;
-    if (!o->add) return lo == 0 ? tr_gx_empty(cc) : tr_gx_never(cc);
+    if (o->add_max != UINT64_MAX) hi = TR_MIN(hi, o->add_max > done ? o->add_max - done : 0);
+    if (!o->add || lo > hi) return lo == 0 ? tr_gx_empty(cc) : tr_gx_never(cc);
     return tr_gx_rep(cc, tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add), (uint32_t)lo,
                      hi == UINT64_MAX ? GX_INF : (uint32_t)hi);
 }
@@ -688,9 +719,13 @@ static tr_status chain_plain(objc *o, gx **out) {
         *out = listed;
         return *out ? TR_OK : cc->err;
     }
-    gx *tail = add_loop(o, 0, UINT64_MAX);
+    gx *tail = add_loop(o, 0, UINT64_MAX, 0);
     gx *body = n ? tr_gx_seq2(cc, listed, tail) : tr_gx_never(cc);
-    if (first_req == n) body = tr_gx_alt2(cc, body, tr_gx_seq2(cc, o->add, tail));
+    if (first_req == n) /* (the same tail when the keys are not counted) */
+        body = tr_gx_alt2(cc, body,
+                          tr_gx_seq2(cc, o->add,
+                                     o->add_max == UINT64_MAX ? tail
+                                                              : add_loop(o, 0, UINT64_MAX, 1)));
     *out = body;
     return *out ? TR_OK : cc->err;
 }
@@ -717,10 +752,11 @@ static gx *R_body(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     if (i == o->nm) {
         uint64_t lo = o->min > c ? o->min - c : 0;
         uint64_t hi = o->max == UINT64_MAX ? UINT64_MAX : o->max - c;
-        if (!first) return add_loop(o, lo, hi);
+        if (!first) return add_loop(o, lo, hi, 0);
         /* nothing emitted yet: A (SEP A){lo-1, hi-1}, nonempty */
         if (!o->add || hi == 0) return tr_gx_never(cc);
-        return tr_gx_seq2(cc, o->add, add_loop(o, lo ? lo - 1 : 0, hi == UINT64_MAX ? hi : hi - 1));
+        return tr_gx_seq2(cc, o->add,
+                          add_loop(o, lo ? lo - 1 : 0, hi == UINT64_MAX ? hi : hi - 1, 1));
     }
     const member *mi = &o->m[i];
     bool can_take = !(m & mi->block), must_take = mi->required || (m & mi->need);
@@ -814,7 +850,11 @@ static gx *A_body(anyord *k, uint64_t S, uint32_t a, bool first) {
     gcc *cc = o->x->cc;
     uint64_t c = (uint64_t)__builtin_popcountll(S) + a;
     bool room = o->max == UINT64_MAX || c < o->max;
-    bool loop = o->add && o->max == UINT64_MAX && a == k->acap && !first;
+    /* with counted keys, a counts the additional members exactly (acap
+     * >= add_max) and there is no unbounded loop */
+    bool add_room = room && (o->add_max == UINT64_MAX || a < o->add_max);
+    bool loop = o->add && o->max == UINT64_MAX && o->add_max == UINT64_MAX && a == k->acap &&
+                !first;
     gx_list alts = {0};
     for (uint32_t i = 0; room && i < o->nm; i++) {
         if (S >> i & 1) continue;
@@ -823,7 +863,7 @@ static gx *A_body(anyord *k, uint64_t S, uint32_t a, bool first) {
         gx *next = A_ref(k, S | 1ull << i, a, false);
         if (!next || tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, m, next))) return NULL;
     }
-    if (o->add && room && !loop) {
+    if (o->add && add_room && !loop) {
         gx *m = first ? o->add : tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add);
         gx *next = A_ref(k, S, TR_MIN(a + 1, k->acap), false);
         if (!next || tr_gx_list_push(cc, &alts, tr_gx_seq2(cc, m, next))) return NULL;
@@ -831,7 +871,7 @@ static gx *A_body(anyord *k, uint64_t S, uint32_t a, bool first) {
     if (!first && any_closable(k, S, a) && tr_gx_list_push(cc, &alts, tr_gx_empty(cc)))
         return NULL;
     gx *body = alts.n ? tr_gx_alt(cc, alts.v, alts.n) : tr_gx_never(cc);
-    return loop && body ? tr_gx_seq2(cc, add_loop(o, 0, UINT64_MAX), body) : body;
+    return loop && body ? tr_gx_seq2(cc, add_loop(o, 0, UINT64_MAX, a), body) : body;
 }
 
 static gx *A_ref(anyord *k, uint64_t S, uint32_t a, bool first) {
@@ -862,6 +902,13 @@ static tr_status chain_any(objc *o, gx **out) {
     if (o->nm > GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS || acap > 64 ||
         (acap + 1) << o->nm > (1u << GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS))
         return TR_OK;
+    /* counted additional keys need a count up to add_max; where that
+     * does not fit, they stay uncounted here (json_gen_obj.c's top) */
+    uint64_t want = o->add && o->add_max != UINT64_MAX ? TR_MAX(acap, o->add_max) : acap;
+    if (want > 64 || (want + 1) << o->nm > (1u << GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS))
+        o->add_max = UINT64_MAX;
+    else
+        acap = want;
     anyord k = {o, (uint32_t)acap, 0, NULL, {0}};
     k.kv = tr_gcc_alloc(cc, (size_t)(o->nm + 1) * sizeof *k.kv);
     if (!k.kv) return cc->err;
@@ -995,7 +1042,7 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
     tr_status st = with_unevaluated(x, n0, &nu);
     if (st) return st;
     const js_norm *n = &nu;
-    objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX};
+    objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX, .add_max = UINT64_MAX};
     tr_js_ws(x, depth, &o.ws);
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;

@@ -316,6 +316,10 @@ tr_status tr_cpdfa_product(gcc *cc, const cpdfa *a, const cpdfa *b, cpd_op op,
 /* All strings but a's (over every code point but surrogates). */
 tr_status tr_cpdfa_complement(gcc *cc, const cpdfa *a, cpdfa *out);
 bool tr_cpdfa_is_empty(const cpdfa *a);
+/* How many strings a accepts: *out, or UINT64_MAX when more than cap
+ * (infinitely many included; a cycle through states that accept nothing
+ * also counts as unbounded: trimmed automata have none). */
+tr_status tr_cpdfa_count(gcc *cc, const cpdfa *a, uint64_t cap, uint64_t *out);
 bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n);
 /* Moore-minimized copy (hashed signatures: O(edges) per round, rounds up
  * to the longest chain; past ~50M state visits the copy is unminimized). */

@@ -199,7 +199,8 @@ static void test_forced_bytes_stop(void **s) {
     grammar_vocab *v = key_vocab(&nv);
     size_t nw = tr_grammar_vocab_mask_words(v);
     uint64_t mask[8];
-    /* the only key this object takes is "k" */
+    /* the only key this object takes is "k": after it, no ',' at all (a
+     * key set this small is counted: test_few_keys_no_dead_end) */
     grammar_matcher *m = matcher_for("{\"type\":\"object\",\"patternProperties\":{\"^k$\":"
                                      "{\"type\":\"integer\"}},\"additionalProperties\":false}",
                                      v);
@@ -209,14 +210,22 @@ static void test_forced_bytes_stop(void **s) {
     assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
     assert_int_equal(n, 2); /* blanks may come before the colon */
     assert_memory_equal(buf, "k\"", 2);
-    assert_int_equal(feed(m, "k\":1,\""), TR_OK);
-    /* the automaton forces k" again; the tracker stops it before the
-     * quote that would close the repeat */
+    assert_int_equal(feed(m, "k\":1"), TR_OK);
+    assert_int_equal(feed(m, ","), TR_ERR_STATE);
+    tr_grammar_matcher_free(m);
+    /* 65 names (more than are counted): "k" and z00..z63. After "k", the
+     * automaton forces the quote that would close a repeat of it; the
+     * tracker stops before it, and the mask is empty there (the stated
+     * limit, where keys are not counted) */
+    char schema[1024] = "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},"
+                        "\"propertyNames\":{\"enum\":[\"k\"";
+    for (int i = 0; i < 64; i++)
+        snprintf(schema + strlen(schema), sizeof schema - strlen(schema), ",\"z%02d\"", i);
+    strcat(schema, "]}}");
+    m = matcher_for(schema, v);
+    assert_int_equal(feed(m, "{\"k\":1,\"k"), TR_OK);
     assert_int_equal(tr_grammar_matcher_forced_bytes(m, buf, sizeof buf, &n), TR_OK);
-    assert_int_equal(n, 1);
-    assert_memory_equal(buf, "k", 1);
-    assert_int_equal(feed(m, "k"), TR_OK);
-    /* the stated limit: nothing left but the repeat, so nothing at all */
+    assert_int_equal(n, 0);
     assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
     for (size_t w = 0; w < nw; w++) assert_int_equal(mask[w], 0);
     tr_grammar_matcher_free(m);
@@ -225,6 +234,56 @@ static void test_forced_bytes_stop(void **s) {
 
 /* Random walks over the masks, biased to the key tokens; every finished
  * text parses under JSON_REJECT_DUPLICATES. */
+/* Few possible keys, all written: the object may close, and no ',' is
+ * offered, since only a repeat could follow it (an empty mask). Schema
+ * order and any order, with and without listed members. */
+static void test_few_keys_no_dead_end(void **s) {
+    (void)s;
+    static const char *const schemas[] = {
+        "{\"type\":\"object\",\"patternProperties\":{\"^[ab]{1,2}$\":{\"type\":\"integer\"}},"
+        "\"additionalProperties\":false}",
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},"
+        "\"patternProperties\":{\"^[ab]{1,2}$\":{\"type\":\"integer\"}},"
+        "\"additionalProperties\":false}",
+        "{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"a\",\"b\",\"aa\",\"ab\",\"ba\","
+        "\"bb\"]},\"additionalProperties\":{\"type\":\"integer\"}}",
+    };
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    for (int order = 0; order < 2; order++)
+        for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+            grammar_json_options o;
+            tr_grammar_json_options_default(&o);
+            o.property_order = order ? GRAMMAR_JSON_ORDER_ANY : GRAMMAR_JSON_ORDER_SCHEMA;
+            tr_diag d;
+            grammar *g = NULL;
+            if (tr_grammar_compile_json_schema(schemas[i], strlen(schemas[i]), &o, NULL, &g, &d))
+                fail_msg("%s: %s", schemas[i], d.message);
+            grammar_matcher *m = NULL;
+            assert_int_equal(tr_grammar_matcher_new(g, v, 0, &m), TR_OK);
+            tr_grammar_free(g);
+            const char *start = i == 1 ? "{\"x\":0,\"a\":1" : "{\"a\":1";
+            assert_int_equal(feed(m, start), TR_OK);
+            assert_int_equal(feed(m, ",\"b\":2,\"aa\":3,\"ab\":4,\"ba\":5,\"bb\":6"), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+            if (bit(mask, ','))
+                fail_msg("%s (order %d): ',' offered with every key written", schemas[i], order);
+            assert_true(bit(mask, '}'));
+            assert_int_equal(feed(m, "}"), TR_OK);
+            assert_true(tr_grammar_matcher_is_accepting(m));
+            /* with a key left, ',' is offered */
+            tr_grammar_matcher_reset(m);
+            assert_int_equal(feed(m, start), TR_OK);
+            assert_int_equal(feed(m, ",\"bb\":6"), TR_OK);
+            assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+            assert_true(bit(mask, ','));
+            tr_grammar_matcher_free(m);
+        }
+    tr_grammar_vocab_free(v);
+}
+
 /* An EBNF grammar with %json-keys-after: prose (which may hold quotes,
  * braces and repeated "keys") then tagged objects, as tool calls are. */
 #define GATED                                                                       \
@@ -380,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_masks_and_allowed),
         cmocka_unit_test(test_rollback_restores),
         cmocka_unit_test(test_forced_bytes_stop),
+        cmocka_unit_test(test_few_keys_no_dead_end),
         cmocka_unit_test(test_keys_after_literal),
         cmocka_unit_test(test_keys_after_refusals),
         cmocka_unit_test(test_random_walks_unique),

@@ -171,10 +171,10 @@ def test_no_repeated_keys_in_arguments(client):
     additionalProperties) never gets a key twice in its arguments, nor in
     the call's own object: many sampled calls, each parsed by a parser
     that refuses repeats (issue 33; the tracker of JSON Schema outputs,
-    started after each <tool_call> tag). Key sets without end: where the
-    schema allows a few keys only and the model has used them all, the
-    rule leaves no token and the request fails (the stated limit,
-    grammar/json_keys_internal.h)."""
+    started after each <tool_call> tag). Key sets without end: with a
+    few possible keys (^[ab]{1,2}$), a model that starts a key whose every
+    completion is taken ("bb" written, then "b) still meets an empty mask
+    and the request fails (the stated limit, grammar/README.md)."""
     tally = {"type": "function", "function": {
         "name": "tally", "description": "Counts of the letters a and b",
         "parameters": {"type": "object",
