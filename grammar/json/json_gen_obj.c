@@ -648,7 +648,7 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         gre_node *ast;
         gx *key = NULL;
         bool any;
-        uint64_t n;
+        uint64_t n = UINT64_MAX;
         if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key, &n))) return st;
         if (!any && !ast && !key) continue;
         keys = n == UINT64_MAX || keys + n > JS_MAX_COUNTED_KEYS ? UINT64_MAX : keys + n;
