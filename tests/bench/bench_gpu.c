@@ -327,8 +327,8 @@ static int decode_measure(const bench_opts *o, bench_model *bm, const tr_kv_layo
     return rc;
 }
 
-static void print_decode(const bench_opts *o, const bench_model *bm, int32_t B, int32_t C,
-                         uint64_t wbytes, uint64_t kv_tok, const decode_result *r) {
+static void print_decode(const bench_opts *o, int32_t B, int32_t C, uint64_t wbytes,
+                         uint64_t kv_tok, const decode_result *r) {
     /* the timed passes run at positions ctx + 2 .. ctx + 2 + 2 * steps */
     double kv_gb = (double)B * (C + 2.0 + o->steps) * (double)kv_tok / 1e9;
     double gbs = ((double)wbytes / 1e9 + kv_gb) / r->step_one;
@@ -341,7 +341,6 @@ static void print_decode(const bench_opts *o, const bench_model *bm, int32_t B, 
         printf(",\"attention_ms\":%.3f,\"attention_gbs\":%.0f,\"attention_pct_peak\":%.1f",
                r->attn_ms, kv_gb / (r->attn_ms / 1e3),
                100 * kv_gb / (r->attn_ms / 1e3) / o->peak_gbs);
-    (void)bm;
     printf("}\n");
     fflush(stdout);
 }
@@ -368,7 +367,7 @@ static int decode_point(const bench_opts *o, bench_model *bm, int32_t B, int32_t
     decode_result r = {0};
     if (!rc) rc = kv_zero(bm->be, &kv);
     if (!rc) rc = decode_measure(o, bm, &kv, &ss, C, &r);
-    if (!rc) print_decode(o, bm, B, C, wbytes, kv_tok, &r);
+    if (!rc) print_decode(o, B, C, wbytes, kv_tok, &r);
     tr_model_kv_free(bm->m, &kv);
     seqs_free(&ss);
     return rc;
@@ -560,8 +559,8 @@ static int run_points(const bench_opts *o, bench_model *bm, gguf_file *f, int32_
 int main(int argc, char **argv) {
     bench_opts o;
     int rc = parse_args(argc, argv, &o);
-    const shape_model *base = rc ? NULL : find_shape(o.shape);
     if (rc) return rc;
+    const shape_model *base = find_shape(o.shape);
     if (!base) return usage("unknown shape (llama3-8b, smollm2, gemma3)");
     shape_model s = *base;
     if (s.uniform) s.type = o.wtype;
