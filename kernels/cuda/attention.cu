@@ -19,11 +19,13 @@
  * for byte.
  *
  * attention, split over the positions (flash-decoding): a token's range
- * lo..p is cut at absolute multiples of k_chunk (128) positions, and each
- * piece is one block of 4 warps per (token, query head, piece), so one
- * decoding sequence at 4k positions keeps 32 blocks per head busy instead
- * of one. In a block, warp w takes the piece's positions start + w,
- * start + w + 4, ...; per position one lane-parallel dot product (lane l
+ * lo..p is cut at absolute multiples of the backend's attn_chunk (64 by
+ * default) positions, and each piece is one block of 8 warps per (token,
+ * query head, piece), so one decoding sequence at 4k positions keeps 64
+ * blocks per head busy instead of one, and a warp walks 8 positions (each
+ * a dependent chain of loads: the walk's length is the latency). In a
+ * block, warp w takes the piece's positions start + w, start + w + 8,
+ * ...; per position one lane-parallel dot product (lane l
  * holds dims l, l + 32, ...; a butterfly shuffle sum) and an online
  * softmax (running max, sum, and the weighted V rows in registers); the 4
  * warps' states are merged in warp order. A range in one piece is written
@@ -47,12 +49,8 @@
 #include "kernels/cuda/cuda_internal.h"
 
 
-const int k_warps = 4;
+const int k_warps = 8;
 const int k_max_per_lane = 16; /* head_dim <= 512 */
-/* Positions per piece of a split attention row. 128: at 4k positions a
- * head has 32 pieces (with 32 heads, 1,024 blocks for 132 SMs) and each
- * warp walks 32 positions. */
-const int32_t k_chunk = 128;
 /* Most bytes of piece states one attention launch writes; a batch whose
  * states need more is launched in groups of tokens (each row's result
  * does not depend on its group). */
@@ -346,9 +344,10 @@ static __host__ __device__ __forceinline__ int32_t attn_lo(int32_t p, int32_t wi
     return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
-/* How many k_chunk pieces the range lo..p spans. */
-static __host__ __device__ __forceinline__ int32_t attn_pieces(int32_t p, int32_t window) {
-    return p / k_chunk - attn_lo(p, window) / k_chunk + 1;
+/* How many pieces of `chunk` positions the range lo..p spans. */
+static __host__ __device__ __forceinline__ int32_t attn_pieces(int32_t p, int32_t window,
+                                                               int32_t chunk) {
+    return p / chunk - attn_lo(p, window) / chunk + 1;
 }
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -367,6 +366,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 struct attn_parts {
     float *rec;
     int32_t t0, pieces;
+    int32_t chunk; /* positions per piece (the backend's attn_chunk) */
 };
 
 /* K of type TK and V of type TV (one instantiation per pair). With a
@@ -385,12 +385,13 @@ static __global__ void __launch_bounds__(32 * k_warps)
     const int32_t head_dim = g.head_dim;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int32_t p = b.pos[t];
-    const int32_t lo = attn_lo(p, window), n_pieces = attn_pieces(p, window);
+    const int32_t chunk = parts.chunk;
+    const int32_t lo = attn_lo(p, window), n_pieces = attn_pieces(p, window, chunk);
     const int32_t piece = (int32_t)blockIdx.z;
     if (piece >= n_pieces) return; /* the whole block: before any barrier */
-    const int32_t first = (lo / k_chunk + piece) * k_chunk;
+    const int32_t first = (lo / chunk + piece) * chunk;
     const int32_t start = first > lo ? first : lo;
-    const int32_t end = first + k_chunk - 1 < p ? first + k_chunk - 1 : p;
+    const int32_t end = first + chunk - 1 < p ? first + chunk - 1 : p;
     const int32_t *table = b.pages + b.first[b.seq[t]];
     const float *qh = q + ((int64_t)t * n_heads + h) * head_dim;
     const bool al_k = g.aligned[0] != 0, al_v = g.aligned[1] != 0;
@@ -475,7 +476,7 @@ static __global__ void attention_merge_kernel(float *out, attn_parts parts, dev_
                                               int32_t window) {
     const int32_t t = parts.t0 + (int32_t)blockIdx.x, h = blockIdx.y;
     const int lane = threadIdx.x;
-    const int32_t n_pieces = attn_pieces(b.pos[t], window);
+    const int32_t n_pieces = attn_pieces(b.pos[t], window, parts.chunk);
     if (n_pieces == 1) return;
     const int64_t stride = head_dim + 2;
     const float *rec =
@@ -574,11 +575,11 @@ void tr_cuda_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
 /* The tokens t0..*t1 one launch takes: as many as keep their piece
  * states within k_part_cap (at least one); returns the most pieces of
  * their rows (the grid's third dimension). */
-static int32_t attn_group(const tr_batch *b, int32_t window, size_t rec_bytes, int32_t t0,
-                          int32_t *t1) {
+static int32_t attn_group(const tr_batch *b, int32_t window, int32_t chunk, size_t rec_bytes,
+                          int32_t t0, int32_t *t1) {
     int32_t most = 1, t = t0;
     for (; t < b->n_tokens; t++) {
-        int32_t n = attn_pieces(b->pos[t], window), m = n > most ? n : most;
+        int32_t n = attn_pieces(b->pos[t], window, chunk), m = n > most ? n : most;
         if (t > t0 && m > 1 && (size_t)(t - t0 + 1) * (size_t)m * rec_bytes > k_part_cap) break;
         most = m;
     }
@@ -607,7 +608,8 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
     int32_t group = n_heads / kv->n_kv_heads;
     size_t rec_bytes = sizeof(float) * (size_t)(kv->head_dim + 2) * (size_t)n_heads;
     for (int32_t t0 = 0, t1; t0 < b->n_tokens; t0 = t1) {
-        attn_parts parts = {NULL, t0, attn_group(b, window, rec_bytes, t0, &t1)};
+        attn_parts parts = {NULL, t0, 0, c->attn_chunk};
+        parts.pieces = attn_group(b, window, c->attn_chunk, rec_bytes, t0, &t1);
         if (parts.pieces > 1) {
             size_t bytes = (size_t)(t1 - t0) * (size_t)parts.pieces * rec_bytes;
             if (!(parts.rec = (float *)tr_cuda_scratch(cs, bytes))) return;

@@ -13,6 +13,8 @@
  *
  * Thread-safety: one thread at a time per backend object (backend.h).
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,6 +440,30 @@ void *tr_cuda_scratch(cuda_stream *s, size_t bytes) {
 
 /* ---- creation and the registry entry ---- */
 
+/* The knobs read from the environment at open, unset: the defaults.
+ * TRELLIS_CUDA_MMA_MIN: the token count from which the 32-block matmul
+ * runs on tensor cores (0: never; both kernels store the same bits).
+ * TRELLIS_CUDA_ATTN_CHUNK: positions per piece of a split attention row. */
+static const int32_t k_mma_min_default = 9;
+static const int32_t k_attn_chunk_default = 64;
+
+/* *out = the variable's whole number in [lo, hi], or dflt when unset. */
+static tr_status knob_from_env(const char *name, int32_t dflt, long lo, long hi, int32_t *out,
+                               tr_diag *diag) {
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v) return TR_OK;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0,
+                           "cuda: %s='%.40s': expected a whole number in %ld..%ld", name, v,
+                           lo, hi);
+    *out = (int32_t)x;
+    return TR_OK;
+}
+
 tr_status tr_backend_cuda_new(const tr_backend_config *cfg, tr_backend **out,
                               tr_diag *diag) {
     static const tr_backend_config k_default = {0, NULL, 0};
@@ -447,6 +473,13 @@ tr_status tr_backend_cuda_new(const tr_backend_config *cfg, tr_backend **out,
     if (cfg->kernels && strcmp(cfg->kernels, k_sets[0]) != 0)
         return tr_diag_set(diag, TR_ERR_NOT_FOUND, 0,
                            "cuda: unknown kernel set '%.40s' (there is: sm_80)", cfg->kernels);
+    int32_t mma_min = 0, chunk = 0;
+    tr_status st = knob_from_env("TRELLIS_CUDA_MMA_MIN", k_mma_min_default, 0, INT32_MAX,
+                                 &mma_min, diag);
+    if (st == TR_OK)
+        st = knob_from_env("TRELLIS_CUDA_ATTN_CHUNK", k_attn_chunk_default, 1, 1 << 20, &chunk,
+                           diag);
+    if (st != TR_OK) return st; /* before the device: a bad knob is said anywhere */
     int count = 0;
     if (why_unavailable(&count, why, sizeof why))
         return tr_diag_set(diag, TR_ERR_UNSUPPORTED, 0, "cuda: %s", why);
@@ -477,6 +510,8 @@ tr_status tr_backend_cuda_new(const tr_backend_config *cfg, tr_backend **out,
     c->cc_major = p.major;
     c->cc_minor = p.minor;
     c->memory_total = (uint64_t)p.totalGlobalMem;
+    c->mma_min_tokens = mma_min;
+    c->attn_chunk = chunk;
     if (stream_init(c, &c->def) != TR_OK) {
         e = cudaGetLastError();
         free(c);

@@ -56,6 +56,14 @@ typedef struct cuda_backend {
      * that could not be had) sticks: ops become no-ops and every
      * synchronize, download and event wait reports it. */
     tr_status fault;
+    /* The 32-block matmul runs on tensor cores (matmul_mma.cu) from this
+     * many tokens up, 0 never: TRELLIS_CUDA_MMA_MIN, read at open. Both
+     * kernels store the same bits; the choice is speed only. */
+    int32_t mma_min_tokens;
+    /* Positions per piece of a split attention row (attention.cu):
+     * TRELLIS_CUDA_ATTN_CHUNK, read at open. It changes where rows are cut,
+     * so results differ by rounding between values, never within one. */
+    int32_t attn_chunk;
 } cuda_backend;
 
 typedef struct cuda_event {
@@ -142,6 +150,14 @@ void tr_cuda_a256_quantize(cuda_stream *cs, uint8_t *dst, size_t stride, const f
 void tr_cuda_matmul_k(cuda_stream *cs, float *out, int64_t out_stride, const tr_weight *w,
                       const uint8_t *xq, size_t xq_stride, int32_t n, int64_t n_rows,
                       const int32_t *ids, bool accumulate);
+
+/* matmul_mma.cu: enqueues what matmul.cu's 32-block kernel stores (the
+ * same bits) for w of type Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 with xq its A32
+ * rows, on int8 tensor cores; false (nothing enqueued) for another type
+ * or a batch over the grid's limits. */
+bool tr_cuda_matmul_a32_mma(cuda_stream *cs, float *out, int64_t out_stride, const tr_weight *w,
+                            size_t w_row_bytes, const uint8_t *xq, size_t x_stride, int32_t n,
+                            int64_t n_rows, const int32_t *ids, bool accumulate);
 
 } /* extern "C" */
 

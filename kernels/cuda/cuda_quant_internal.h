@@ -56,6 +56,19 @@ static __device__ __forceinline__ void store_tile(float *out, int64_t out_stride
     }
 }
 
+/* A32 activation rows (matmul.cu rounds them; every 32-block kernel reads
+ * them): i8 q[nb * 32] | f32 d[nb] | f32 s[nb] (= d * sum) | i32 sum[nb]
+ * for a row of nb 32-blocks, rows a multiple of 16 bytes apart. */
+static __device__ __forceinline__ float a32_d(const uint8_t *row, int64_t nb, int64_t b) {
+    return ((const float *)(row + nb * 32))[b];
+}
+static __device__ __forceinline__ float a32_s(const uint8_t *row, int64_t nb, int64_t b) {
+    return ((const float *)(row + nb * 36))[b];
+}
+static __device__ __forceinline__ int32_t a32_sum(const uint8_t *row, int64_t nb, int64_t b) {
+    return ((const int32_t *)(row + nb * 40))[b];
+}
+
 /* The output row of the k-th row this launch computes. */
 static __device__ __forceinline__ int64_t out_row(const int32_t *ids, int64_t k) {
     return ids ? ids[k] : k;

@@ -43,7 +43,18 @@ struct blk32 {
     float d, m;
 };
 
-template <int T>
+/* A 32-bit word at p: whole when the caller knows p is 4-aligned (A4),
+ * else as two 16-bit halves. */
+template <bool A4>
+static __device__ __forceinline__ uint32_t ldw(const uint8_t *p) {
+    return A4 ? *(const uint32_t *)p : ld32(p);
+}
+
+/* A4: the block starts at a multiple of 4 bytes (Q4_1's 20 and Q5_1's 24
+ * keep it in a 4-aligned row), so its words load whole: half the load
+ * instructions of the 2-aligned path, which decode's warp-per-row kernel
+ * is bound by. */
+template <int T, bool A4>
 static __device__ __forceinline__ void blk32_decode(const uint8_t *b, blk32 &o) {
     o.d = ldh(b);
     o.m = 0.0f;
@@ -52,19 +63,25 @@ static __device__ __forceinline__ void blk32_decode(const uint8_t *b, blk32 &o) 
         const uint8_t *qs = b + (T == TR_DTYPE_Q4_1 ? 4 : 2);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            uint32_t v = ld32(qs + 4 * k);
+            uint32_t v = ldw<A4>(qs + 4 * k);
             o.q[k] = (int)(v & 0x0f0f0f0fu);
             o.q[k + 4] = (int)((v >> 4) & 0x0f0f0f0fu);
         }
-        if (T == TR_DTYPE_Q4_1) o.m = ldh(b + 2);
+        if (T == TR_DTYPE_Q4_1 && A4) {
+            __half2 dm = *(const __half2 *)b;
+            o.d = __low2float(dm);
+            o.m = __high2float(dm);
+        } else if (T == TR_DTYPE_Q4_1) {
+            o.m = ldh(b + 2);
+        }
         else o.off = 8;
     } else if (T == TR_DTYPE_Q5_0 || T == TR_DTYPE_Q5_1) {
         bool one = T == TR_DTYPE_Q5_1;
-        uint32_t qh = ld32(b + (one ? 4 : 2));
+        uint32_t qh = ldw<A4>(b + (one ? 4 : 2));
         const uint8_t *qs = b + (one ? 8 : 6);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            uint32_t v = ld32(qs + 4 * k), lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+            uint32_t v = ldw<A4>(qs + 4 * k), lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 lo |= ((qh >> (4 * k + e)) & 1u) << (8 * e + 4);
@@ -73,7 +90,13 @@ static __device__ __forceinline__ void blk32_decode(const uint8_t *b, blk32 &o) 
             o.q[k] = (int)lo;
             o.q[k + 4] = (int)hi;
         }
-        if (one) o.m = ldh(b + 2);
+        if (one && A4) {
+            __half2 dm = *(const __half2 *)b;
+            o.d = __low2float(dm);
+            o.m = __high2float(dm);
+        } else if (one) {
+            o.m = ldh(b + 2);
+        }
         else o.off = 16;
     } else { /* Q8_0 */
 #pragma unroll
@@ -81,8 +104,7 @@ static __device__ __forceinline__ void blk32_decode(const uint8_t *b, blk32 &o) 
     }
 }
 
-/* ---- activations, A32 rows: i8 q[nb*32] | f32 d[nb] | f32 s[nb] (= d *
- * sum) | i32 sum[nb], each row `stride` bytes (a multiple of 16) ---- */
+/* ---- activations, A32 rows (cuda_quant_internal.h's layout) ---- */
 
 static size_t a32_stride(int64_t cols) {
     int64_t nb = cols / 32;
@@ -122,7 +144,7 @@ static __global__ void quantize_a32_kernel(uint8_t *dst, size_t stride, const fl
     }
 }
 
-template <int T>
+template <int T, bool A4>
 static __global__ void __launch_bounds__(32 * k_rows_per_block)
     matmul_a32_kernel(float *out, int64_t out_stride, const uint8_t *w, size_t w_row_bytes,
                       int64_t cols, const uint8_t *xq, size_t x_stride, int32_t n,
@@ -141,7 +163,7 @@ static __global__ void __launch_bounds__(32 * k_rows_per_block)
     for (int i = 0; i < k_tok_tile; i++) acc[i] = 0.0f;
     blk32 blk;
     for (int64_t b = lane; b < nb; b += 32) {
-        blk32_decode<T>(wr + b * tsz, blk);
+        blk32_decode<T, A4>(wr + b * tsz, blk);
 #pragma unroll
         for (int i = 0; i < k_tok_tile; i++) {
             if (i >= tn) break;
@@ -157,12 +179,12 @@ static __global__ void __launch_bounds__(32 * k_rows_per_block)
             dot = __dp4a(blk.q[5], a1.y, dot);
             dot = __dp4a(blk.q[6], a1.z, dot);
             dot = __dp4a(blk.q[7], a1.w, dot);
-            float dx = ((const float *)(xr + nb * 32))[b];
+            float dx = a32_d(xr, nb, b);
             if (T == TR_DTYPE_Q4_1 || T == TR_DTYPE_Q5_1) {
-                float sx = ((const float *)(xr + nb * 36))[b];
+                float sx = a32_s(xr, nb, b);
                 acc[i] = acc[i] + fmaf(blk.d * dx, (float)dot, blk.m * sx);
             } else {
-                dot -= blk.off * ((const int32_t *)(xr + nb * 40))[b];
+                dot -= blk.off * a32_sum(xr, nb, b);
                 acc[i] = fmaf(blk.d * dx, (float)dot, acc[i]);
             }
         }
@@ -230,23 +252,38 @@ static void launch_one(cuda_stream *cs, float *out, int64_t out_stride, const tr
     const size_t xq_stride = a->s32;
     uint64_t rb = 0;
     tr_dtype_row_bytes(w->type, (uint64_t)w->cols, &rb);
+    const int32_t mma_min = tr_cuda_backend_of(&cs->base)->mma_min_tokens;
+    if (is_a32(w->type) && mma_min > 0 && n >= mma_min &&
+        tr_cuda_matmul_a32_mma(cs, out, out_stride, w, (size_t)rb, xq, xq_stride, n, n_rows, ids,
+                               accumulate))
+        return;
     const uint8_t *wd = (const uint8_t *)w->data;
     dim3 grid((unsigned)((n_rows + k_rows_per_block - 1) / k_rows_per_block),
               (unsigned)((n + k_tok_tile - 1) / k_tok_tile));
     dim3 block(32 * k_rows_per_block);
     cudaStream_t st = cs->s;
-#define A32(T)                                                                              \
-    matmul_a32_kernel<T><<<grid, block, 0, st>>>(out, out_stride, wd, (size_t)rb, w->cols, \
-                                                 xq, xq_stride, n, n_rows, ids, accumulate)
+    /* every block of a 4-aligned matrix with 4-aligned rows is 4-aligned
+     * (Q4_1, Q5_1: 20 and 24 bytes) */
+    const bool a4 = ((uintptr_t)wd | (uintptr_t)rb) % 4 == 0;
+#define A32(T, A4)                                                                      \
+    matmul_a32_kernel<T, A4><<<grid, block, 0, st>>>(out, out_stride, wd, (size_t)rb,      \
+                                                     w->cols, xq, xq_stride, n, n_rows, ids, \
+                                                     accumulate)
 #define FLT(T)                                                                                \
     matmul_float_kernel<T><<<grid, block, 0, st>>>(out, out_stride, wd, (size_t)rb, w->cols, \
                                                    x, n, n_rows, ids, accumulate)
     switch (w->type) {
-    case TR_DTYPE_Q4_0: A32(TR_DTYPE_Q4_0); break;
-    case TR_DTYPE_Q4_1: A32(TR_DTYPE_Q4_1); break;
-    case TR_DTYPE_Q5_0: A32(TR_DTYPE_Q5_0); break;
-    case TR_DTYPE_Q5_1: A32(TR_DTYPE_Q5_1); break;
-    case TR_DTYPE_Q8_0: A32(TR_DTYPE_Q8_0); break;
+    case TR_DTYPE_Q4_0: A32(TR_DTYPE_Q4_0, false); break;
+    case TR_DTYPE_Q4_1:
+        if (a4) A32(TR_DTYPE_Q4_1, true);
+        else A32(TR_DTYPE_Q4_1, false);
+        break;
+    case TR_DTYPE_Q5_0: A32(TR_DTYPE_Q5_0, false); break;
+    case TR_DTYPE_Q5_1:
+        if (a4) A32(TR_DTYPE_Q5_1, true);
+        else A32(TR_DTYPE_Q5_1, false);
+        break;
+    case TR_DTYPE_Q8_0: A32(TR_DTYPE_Q8_0, false); break;
     case TR_DTYPE_F32: FLT(TR_DTYPE_F32); break;
     case TR_DTYPE_F16: FLT(TR_DTYPE_F16); break;
     case TR_DTYPE_BF16: FLT(TR_DTYPE_BF16); break;

@@ -40,7 +40,9 @@
  * -P 1: the backend under kernels/profile.h's timer (each op waited for,
  * so the figures are each op's own): per decode point, the attention op's
  * milliseconds per step and its effective bandwidth (the K/V bytes over
- * that time). Slower steps: run it apart from the plain timings.
+ * that time), and the matmul ops' milliseconds; for the prefill, the
+ * attention and matmul ops' milliseconds. Slower steps: run it apart from
+ * the plain timings.
  *
  * One JSON object per line. Not a test: never run by ctest.
  */
@@ -297,7 +299,7 @@ static double profile_ms(tr_backend *be, const char *prefix) {
 }
 
 typedef struct decode_result {
-    double step_all, step_one, attn_ms;
+    double step_all, step_one, attn_ms, mm_ms;
 } decode_result;
 
 /* Warm-up, then `steps` passes with all rows' logits and `steps` with one
@@ -318,6 +320,7 @@ static int decode_measure(const bench_opts *o, bench_model *bm, const tr_kv_layo
     }
     if (!rc) {
         r->attn_ms = o->profile ? profile_ms(bm->be, "attention") / (2.0 * o->steps) : 0;
+        r->mm_ms = o->profile ? profile_ms(bm->be, "matmul") / (2.0 * o->steps) : 0;
         r->step_all = median(all, o->steps);
         r->step_one = median(one, o->steps);
     }
@@ -338,9 +341,10 @@ static void print_decode(const bench_opts *o, int32_t B, int32_t C, uint64_t wby
            B, C, r->step_all * 1e3, r->step_one * 1e3, B / r->step_all, (double)wbytes / 1e9,
            kv_gb, gbs, 100 * gbs / o->peak_gbs);
     if (o->profile)
-        printf(",\"attention_ms\":%.3f,\"attention_gbs\":%.0f,\"attention_pct_peak\":%.1f",
+        printf(",\"attention_ms\":%.3f,\"attention_gbs\":%.0f,\"attention_pct_peak\":%.1f,"
+               "\"matmul_ms\":%.3f",
                r->attn_ms, kv_gb / (r->attn_ms / 1e3),
-               100 * kv_gb / (r->attn_ms / 1e3) / o->peak_gbs);
+               100 * kv_gb / (r->attn_ms / 1e3) / o->peak_gbs, r->mm_ms);
     printf("}\n");
     fflush(stdout);
 }
@@ -417,12 +421,18 @@ static int prefill_point(const bench_opts *o, bench_model *bm) {
     float *logits = malloc(sizeof(float) * (size_t)bm->hp->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)o->repeats);
     int rc = !logits || !t || prefill_once(bm, &kv, o->prompt, logits) < 0; /* warm-up */
+    if (o->profile && !rc) tr_backend_profile_reset(bm->be);
     for (int r = 0; !rc && r < o->repeats; r++) rc = (t[r] = prefill_once(bm, &kv, o->prompt, logits)) < 0;
     if (!rc) {
         double s = median(t, o->repeats), tf = prefill_flops(bm->hp, o->prompt) / s / 1e12;
         printf("{\"point\":\"prefill\",\"tokens\":%d,\"ms\":%.1f,\"tok_s\":%.0f,"
-               "\"tflops\":%.2f,\"pct_peak_bf16\":%.1f}\n",
+               "\"tflops\":%.2f,\"pct_peak_bf16\":%.1f",
                o->prompt, s * 1e3, o->prompt / s, tf, 100 * tf / o->peak_tflops);
+        if (o->profile) /* each op's own milliseconds per prefill */
+            printf(",\"attention_ms\":%.1f,\"matmul_ms\":%.1f",
+                   profile_ms(bm->be, "attention") / o->repeats,
+                   profile_ms(bm->be, "matmul") / o->repeats);
+        printf("}\n");
         fflush(stdout);
     }
     tr_model_kv_free(bm->m, &kv);
@@ -551,7 +561,7 @@ static int run_points(const bench_opts *o, bench_model *bm, gguf_file *f, int32_
     for (int c = 0; !rc && c < o->n_ctx; c++)
         for (int b = 0; !rc && b < o->n_batch; b++)
             rc = decode_point(o, bm, o->batch[b], o->ctx[c], wbytes);
-    if (!rc && o->prompt > 0 && !o->profile) rc = prefill_point(o, bm);
+    if (!rc && o->prompt > 0) rc = prefill_point(o, bm);
     if (!rc && o->overlap && o->prompt > 0 && !o->profile) rc = overlap_point(o, bm, f, max_batch);
     return rc;
 }

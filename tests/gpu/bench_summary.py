@@ -25,6 +25,10 @@ def rows_for(name, points):
         if "skipped" in p:
             out.append((f"{name} decode b{p['batch']} ctx {p['context']}",
                         "skipped: " + p["skipped"], "", ""))
+        elif kind == "prefill" and "attention_ms" in p:  # profiled: the split
+            out.append((f"{name} prefill {p['tokens']}: attention / matmul",
+                        f"{p['attention_ms']:.0f} / {p['matmul_ms']:.0f} ms of {p['ms']:.0f}",
+                        "", ""))
         elif kind == "decode" and "attention_pct_peak" in p:
             if p["context"] >= 4096:  # the target is at 4k
                 out.append((f"{name} attention b{p['batch']} ctx {p['context']}",

@@ -72,7 +72,9 @@
 # TRELLIS_GPU_STEPS picks among the groups "core" (configure, build, the
 # three tests above), "bench" (the benchmark; builds as core does) and
 # "engine" (test_gpu_engine); default all three. TRELLIS_GPU_STEPS=engine
-# runs the engine alone (~1 minute expected, not yet measured).
+# runs the engine alone (15 s on the H200). TRELLIS_GPU_BENCH=quick
+# keeps Q4_1's grid and its profiled passes and leaves out the rest (the
+# tensor-core decode, batch 256 with int8 KV, Q8_0, BF16).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [ $# -ne 1 ]; then
@@ -130,6 +132,13 @@ bench() {
     "$bench_bin" "$@" >"$out/$name.jsonl"
 }
 
+# bench_env NAME VAR=VALUE ARGS...: bench with one variable set.
+bench_env() {
+    local name="$1" var="$2"
+    shift 2
+    env "$var" "$bench_bin" "$@" >"$out/$name.jsonl"
+}
+
 # The benchmark (issue 28): random weights in Llama-3-8B's shapes, Q4_1
 # every point (decode batch 1/8/64/256 x context 1k/4k, a 2k prefill, the
 # two-stream overlap), a profiled pass for attention's own time, and batch
@@ -141,12 +150,25 @@ run_benchmark() {
     bench_bin="$1"
     local f="${TMPDIR:-/tmp}/trellis-bench-q4_1.gguf"
     step "bench_gpu q4_1" bench bench-q4_1 -w q4_1 -f "$f" -o 1
-    step "bench_gpu q4_1 profiled" bench prof-q4_1 -w q4_1 -f "$f" -P 1 -b 1,64 -p 0 -n 3
-    # 256 sequences of 4k positions need 129 GiB of F16 KV: int8 KV
-    step "bench_gpu q4_1 q8 KV" bench bench-q4_1-kvq8 -w q4_1 -f "$f" -k q8 -b 256 -c 4096 -p 0
+    # each op's own time (attention, matmul) in decode and in the prefill
+    step "bench_gpu q4_1 profiled" bench prof-q4_1 -w q4_1 -f "$f" -P 1 -b 1,64 -n 3
+    # attention's pieces of 32 and 128 positions against the default 64
+    for chunk in 32 128; do
+        step "bench_gpu q4_1 chunk $chunk" bench_env "prof-q4_1-chunk$chunk" \
+            "TRELLIS_CUDA_ATTN_CHUNK=$chunk" -w q4_1 -f "$f" -P 1 -b 1,64 -p 0 -n 3
+    done
+    if [ "${TRELLIS_GPU_BENCH:-full}" = full ]; then
+        # decode on the tensor-core matmul too (by default from 9 tokens)
+        step "bench_gpu q4_1 mma from 1" bench_env bench-q4_1-mma1 TRELLIS_CUDA_MMA_MIN=1 \
+            -w q4_1 -f "$f" -b 1,8 -p 0
+        # 256 sequences of 4k positions need 129 GiB of F16 KV: int8 KV
+        step "bench_gpu q4_1 q8 KV" bench bench-q4_1-kvq8 -w q4_1 -f "$f" -k q8 -b 256 -c 4096 -p 0
+    fi
     rm -f "$f"
-    step "bench_gpu q8_0" bench bench-q8_0 -w q8_0 -b 1,64 -c 4096
-    step "bench_gpu bf16" bench bench-bf16 -w bf16 -b 1,64 -c 4096
+    if [ "${TRELLIS_GPU_BENCH:-full}" = full ]; then
+        step "bench_gpu q8_0" bench bench-q8_0 -w q8_0 -b 1,64 -c 4096
+        step "bench_gpu bf16" bench bench-bf16 -w bf16 -b 1,64 -c 4096
+    fi
     python3 "$here/tests/gpu/bench_summary.py" "$out" >"$out/bench-summary.txt" 2>>"$log" ||
         echo "bench_summary.py failed (see $log)" >"$out/bench-summary.txt"
 }

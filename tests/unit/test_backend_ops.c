@@ -818,8 +818,8 @@ static void grid_matmul(pair *p) {
     /* rows around the row tiles (16; 8 for K-quants), tokens around the
      * token tile (64), cols over 1 and several blocks */
     typedef struct { int64_t rows; int32_t n; int cols_mul; } shp;
-    const shp shapes[] = {{1, 1, 1}, {16, 1, 3}, {17, 2, 2}, {15, 63, 1},
-                          {33, 64, 2}, {8, 65, 1}, {100, 7, 6}};
+    const shp shapes[] = {{1, 1, 1},  {16, 1, 3},  {17, 2, 2},  {15, 63, 1},
+                          {33, 64, 2}, {8, 65, 1},  {100, 7, 6}, {37, 21, 24}};
     for (size_t ti = 0; ti < TR_ARRAY_LEN(k_types); ti++) {
         tr_dtype t = k_types[ti];
         if (!type_checked(p, t)) continue;
@@ -930,9 +930,10 @@ static void grid_attention(pair *p) {
  * on another stream ---- */
 
 /* Three matrices of `types` on one activation (mixed activation forms:
- * the CUDA backend rounds x into two layouts in one call). */
-static void determinism_matmul_types(tb *a, tb *b, const tr_dtype types[3]) {
-    const int64_t rows[3] = {48, 33, 16}, cols = 256;
+ * the CUDA backend rounds x into two layouts in one call); 70 tokens
+ * against 1 (the CUDA backend's tensor-core and warp-per-row kernels). */
+static void determinism_matmul_types(tb *a, tb *b, const tr_dtype types[3], int64_t cols) {
+    const int64_t rows[3] = {48, 33, 16};
     const int32_t n = 70;
     uint8_t *wh[3];
     for (int m = 0; m < 3; m++) {
@@ -994,7 +995,12 @@ static void determinism_matmul_types(tb *a, tb *b, const tr_dtype types[3]) {
 static void determinism_matmul(tb *a, tb *b) {
     const tr_dtype sets[][3] = {{TR_DTYPE_Q4_1, TR_DTYPE_Q6_K, TR_DTYPE_F16},
                                 {TR_DTYPE_Q4_K, TR_DTYPE_Q5_K, TR_DTYPE_Q8_0}};
-    for (size_t i = 0; i < TR_ARRAY_LEN(sets); i++) determinism_matmul_types(a, b, sets[i]);
+    for (size_t i = 0; i < TR_ARRAY_LEN(sets); i++) determinism_matmul_types(a, b, sets[i], 256);
+    /* rows of more than 32 32-blocks (72): the CUDA kernels' sums per
+     * lane or warp take several blocks each */
+    const tr_dtype wide[][3] = {{TR_DTYPE_Q5_0, TR_DTYPE_Q4_0, TR_DTYPE_Q5_1},
+                                {TR_DTYPE_Q4_1, TR_DTYPE_Q8_0, TR_DTYPE_Q6_K}};
+    for (size_t i = 0; i < TR_ARRAY_LEN(wide); i++) determinism_matmul_types(a, b, wide[i], 2304);
 }
 
 /* matmul_rows (OPTIONAL) stores bitwise what matmul stores for the listed

@@ -11,6 +11,7 @@
  * TRELLIS_CUDA=OFF). The ops themselves: test_backend_ops[cuda].
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/unit/harness.h"
@@ -99,6 +100,28 @@ static void test_open(void **state) {
     assert_non_null(strstr(d.message, "'sm_70'"));
     assert_false(r->kernels_available("sm_70", why, sizeof why));
     assert_null(be);
+    /* the environment's knobs, GPU or not: a bad value is named */
+    const char *bad[][2] = {{"TRELLIS_CUDA_MMA_MIN", "-1"},    {"TRELLIS_CUDA_MMA_MIN", "8x"},
+                            {"TRELLIS_CUDA_MMA_MIN", ""},      {"TRELLIS_CUDA_ATTN_CHUNK", "0"},
+                            {"TRELLIS_CUDA_ATTN_CHUNK", "1e3"}, {"TRELLIS_CUDA_ATTN_CHUNK", "99999999"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        memset(&d, 0, sizeof d);
+        assert_int_equal(tr_backend_cuda_new(NULL, &be, &d), TR_ERR_INVALID_ARG);
+        assert_null(be);
+        assert_non_null(strstr(d.message, bad[i][0]));
+        assert_non_null(strstr(d.message, "expected a whole number"));
+        unsetenv(bad[i][0]);
+    }
+    if (r->available(why, sizeof why)) { /* good values open */
+        setenv("TRELLIS_CUDA_MMA_MIN", "0", 1);
+        setenv("TRELLIS_CUDA_ATTN_CHUNK", "32", 1);
+        assert_int_equal(tr_backend_cuda_new(NULL, &be, &d), TR_OK);
+        tr_backend_free(be);
+        be = NULL;
+        unsetenv("TRELLIS_CUDA_MMA_MIN");
+        unsetenv("TRELLIS_CUDA_ATTN_CHUNK");
+    }
 }
 
 int main(void) {
