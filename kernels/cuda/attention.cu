@@ -19,13 +19,13 @@
  * for byte.
  *
  * attention, split over the positions (flash-decoding): a token's range
- * lo..p is cut at absolute multiples of the backend's attn_chunk (64 by
- * default) positions, and each piece is one block of 8 warps per (token,
- * query head, piece), so one decoding sequence at 4k positions keeps 64
- * blocks per head busy instead of one, and a warp walks 8 positions (each
- * a dependent chain of loads: the walk's length is the latency). In a
- * block, warp w takes the piece's positions start + w, start + w + 8,
- * ...; per position one lane-parallel dot product (lane l
+ * lo..p is cut at absolute multiples of the backend's attn_chunk (128 by
+ * default: on an H200 pieces of 32 and 64 were slower at batch 1 and 64,
+ * docs/performance.md) positions, and each piece is one block of 8 warps
+ * per (token, query head, piece), so one decoding sequence at 4k
+ * positions keeps 32 blocks per head busy instead of one, and a warp
+ * walks 16 positions (each a dependent chain of loads). In a block, warp
+ * w takes the piece's positions start + w, start + w + 8, ...; per position one lane-parallel dot product (lane l
  * holds dims l, l + 32, ...; a butterfly shuffle sum) and an online
  * softmax (running max, sum, and the weighted V rows in registers); the 4
  * warps' states are merged in warp order. A range in one piece is written

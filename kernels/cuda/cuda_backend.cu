@@ -445,7 +445,7 @@ void *tr_cuda_scratch(cuda_stream *s, size_t bytes) {
  * runs on tensor cores (0: never; both kernels store the same bits).
  * TRELLIS_CUDA_ATTN_CHUNK: positions per piece of a split attention row. */
 static const int32_t k_mma_min_default = 9;
-static const int32_t k_attn_chunk_default = 64;
+static const int32_t k_attn_chunk_default = 128;
 
 /* *out = the variable's whole number in [lo, hi], or dflt when unset. */
 static tr_status knob_from_env(const char *name, int32_t dflt, long lo, long hi, int32_t *out,

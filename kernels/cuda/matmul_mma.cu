@@ -109,13 +109,9 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
             int64_t k = k0 + 16 * m + 8 * h + g;
             wr[m][h] = k < n_rows ? w + (size_t)out_row(ids, k) * w_row_bytes : NULL;
         }
-    float acc[MF][NT][4];
+    float acc[NACC]; /* (row fragment m, token fragment f, c element e) at (m * NT + f) * 4 + e */
 #pragma unroll
-    for (int m = 0; m < MF; m++)
-#pragma unroll
-        for (int f = 0; f < NT; f++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][f][e] = 0.0f;
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
     for (int64_t b = wp; b < nb; b += k_mma_warps) {
         int a[MF][4];
         float d[MF][2], mn[MF][2];
@@ -152,8 +148,8 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
                     const int32_t tok = t0 + 8 * f + 2 * t + (e & 1);
                     if (tok >= n) continue;
                     const uint8_t *xr = xq + (size_t)tok * x_stride;
-                    acc[m][f][e] = step<T>(acc[m][f][e], d[m][e >> 1], mn[m][e >> 1], xr, nb, b,
-                                           c[e]);
+                    float &s = acc[(m * NT + f) * 4 + e];
+                    s = step<T>(s, d[m][e >> 1], mn[m][e >> 1], xr, nb, b, c[e]);
                 }
             }
         }
@@ -162,22 +158,12 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
     for (int o = k_mma_warps / 2; o > 0; o /= 2) {
         if (wp >= o && wp < 2 * o) {
 #pragma unroll
-            for (int m = 0; m < MF; m++)
-#pragma unroll
-                for (int f = 0; f < NT; f++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        fold[wp - o][(m * NT + f) * 4 + e][lane] = acc[m][f][e];
+            for (int i = 0; i < NACC; i++) fold[wp - o][i][lane] = acc[i];
         }
         __syncthreads();
         if (wp < o) {
 #pragma unroll
-            for (int m = 0; m < MF; m++)
-#pragma unroll
-                for (int f = 0; f < NT; f++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        acc[m][f][e] = acc[m][f][e] + fold[wp][(m * NT + f) * 4 + e][lane];
+            for (int i = 0; i < NACC; i++) acc[i] = acc[i] + fold[wp][i][lane];
         }
         __syncthreads();
     }
@@ -191,8 +177,9 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
                 const int64_t k = k0 + 16 * m + 8 * (e >> 1) + g;
                 const int32_t tok = t0 + 8 * f + 2 * t + (e & 1);
                 if (k >= n_rows || tok >= n) continue;
+                const float v = acc[(m * NT + f) * 4 + e];
                 float *o = out + (int64_t)tok * out_stride + out_row(ids, k);
-                *o = accumulate ? *o + acc[m][f][e] : acc[m][f][e];
+                *o = accumulate ? *o + v : v;
             }
 }
 
