@@ -19,10 +19,16 @@
  *                       driver older than the runtime, no CUDA device, a
  *                       device below compute capability 8.0, or a kernel
  *                       set this device cannot run
- *   TR_ERR_INVALID_ARG  config.device outside [0, device count)
+ *   TR_ERR_INVALID_ARG  config.device outside [0, device count), or a
+ *                       knob below that is not a whole number in range
  *   TR_ERR_NOT_FOUND    an unknown kernel set
  *   TR_ERR_INTERNAL     the CUDA runtime failed (its message quoted)
  * never a crash or an abort.
+ *
+ * Knobs (environment, read at open): TRELLIS_CUDA_MMA_MIN, the token
+ * count from which the 32-block matmul runs on tensor cores (default 9,
+ * 0 never; the same bits either way); TRELLIS_CUDA_ATTN_CHUNK, positions
+ * per piece of a split attention row (default 128, 1..1048576).
  *
  * Memory is device memory (info.host_memory false): alloc is cudaMalloc,
  * host_alloc cudaMallocHost (page-locked), import_weights a device copy
