@@ -321,8 +321,9 @@ bool tr_cpdfa_is_empty(const cpdfa *a);
  * also counts as unbounded: trimmed automata have none). */
 tr_status tr_cpdfa_count(gcc *cc, const cpdfa *a, uint64_t cap, uint64_t *out);
 bool tr_cpdfa_matches(const cpdfa *a, const char *s, size_t n);
-/* Moore-minimized copy (hashed signatures: O(edges) per round, rounds up
- * to the longest chain; past ~50M state visits the copy is unminimized). */
+/* Minimized copy: the coarsest partition that separates accepting states
+ * and respects every state's edges (Moore's fixpoint), refined only where
+ * a successor changed class, classes numbered in order of first state. */
 tr_status tr_cpdfa_minimize(gcc *cc, const cpdfa *a, cpdfa *out);
 /* A regex AST of a's language by state elimination; TR_ERR_LIMIT when
  * the expression would print to more than max_nodes nodes. */
