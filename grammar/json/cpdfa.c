@@ -902,13 +902,14 @@ typedef struct cheap {
     uint32_t n, cap;
 } cheap;
 
+/* s's in * out edges, capped to 32 bits (past the cap: by state). */
 static uint64_t state_cost(const elim *el, uint32_t s) {
-    return (uint64_t)el->in[s].n * el->out[s].n;
+    uint64_t c = (uint64_t)el->in[s].n * el->out[s].n;
+    return c > UINT32_MAX ? UINT32_MAX : c;
 }
 
 static tr_status cheap_push(elim *el, cheap *h, uint32_t s) {
     uint64_t c = state_cost(el, s);
-    if (c > UINT32_MAX) c = UINT32_MAX; /* equal order among these: by state */
     if (h->n == h->cap) {
         uint32_t nc = h->cap ? h->cap * 2 : 256;
         uint64_t *v = tr_gcc_alloc(el->cc, (size_t)nc * sizeof *v);
@@ -946,8 +947,7 @@ static uint32_t cheap_next(const elim *el, cheap *h, uint32_t n_states) {
     while (h->n) {
         uint64_t key = cheap_pop(h);
         uint32_t s = (uint32_t)key;
-        uint64_t c = state_cost(el, s);
-        if (!el->gone[s] && (c > UINT32_MAX ? UINT32_MAX : c) == key >> 32 && s < n_states)
+        if (!el->gone[s] && state_cost(el, s) == key >> 32 && s < n_states)
             return s;
     }
     return UINT32_MAX;

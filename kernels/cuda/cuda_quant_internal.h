@@ -69,6 +69,82 @@ static __device__ __forceinline__ int32_t a32_sum(const uint8_t *row, int64_t nb
     return ((const int32_t *)(row + nb * 40))[b];
 }
 
+/* ---- 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), shared by matmul.cu's
+ * warp-per-row kernel and matmul_mma.cu's tensor-core kernel, which must
+ * store the same bits: one decoder and one float step for both ---- */
+
+/* A 32-bit word at p: whole when the caller knows p is 4-aligned (A4),
+ * else as two 16-bit halves. */
+template <bool A4>
+static __device__ __forceinline__ uint32_t ldw(const uint8_t *p) {
+    return A4 ? *(const uint32_t *)p : ld32(p);
+}
+
+template <int T>
+static __device__ __forceinline__ constexpr int blk32_bytes() {
+    return T == TR_DTYPE_Q4_0 ? 18 : T == TR_DTYPE_Q4_1 ? 20 : T == TR_DTYPE_Q5_0 ? 22
+         : T == TR_DTYPE_Q5_1 ? 24 : 34;
+}
+template <int T>
+static __device__ __forceinline__ constexpr bool blk32_has_min() {
+    return T == TR_DTYPE_Q4_1 || T == TR_DTYPE_Q5_1;
+}
+template <int T>
+static __device__ __forceinline__ constexpr int blk32_offset() { /* subtracted from each quant */
+    return T == TR_DTYPE_Q4_0 ? 8 : T == TR_DTYPE_Q5_0 ? 16 : 0;
+}
+
+/* Elements 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) of the block at b as 4
+ * int8 each, element order; for the 4-bit types the low and high nibbles
+ * of one 32-bit word. A4: the block is 4-aligned (Q4_1's 20 and Q5_1's 24
+ * bytes keep it so in a 4-aligned row), so words load whole. */
+template <int T, bool A4>
+static __device__ __forceinline__ void blk32_words(const uint8_t *b, int t, int &lo, int &hi) {
+    if (T == TR_DTYPE_Q8_0) {
+        lo = (int)ldw<A4>(b + 2 + 4 * t);
+        hi = (int)ldw<A4>(b + 18 + 4 * t);
+        return;
+    }
+    const bool five = T == TR_DTYPE_Q5_0 || T == TR_DTYPE_Q5_1;
+    const int qs = (blk32_has_min<T>() ? 4 : 2) + (five ? 4 : 0);
+    uint32_t v = ldw<A4>(b + qs + 4 * t), l = v & 0x0f0f0f0fu, h = (v >> 4) & 0x0f0f0f0fu;
+    if (five) {
+        uint32_t qh = ldw<A4>(b + (blk32_has_min<T>() ? 4 : 2));
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            l |= ((qh >> (4 * t + e)) & 1u) << (8 * e + 4);
+            h |= ((qh >> (4 * t + e + 16)) & 1u) << (8 * e + 4);
+        }
+    }
+    lo = (int)l;
+    hi = (int)h;
+}
+
+/* The block's scale d and minimum m (0 for the types without one). */
+template <int T, bool A4>
+static __device__ __forceinline__ void blk32_scales(const uint8_t *b, float &d, float &m) {
+    if (blk32_has_min<T>() && A4) {
+        __half2 dm = *(const __half2 *)b;
+        d = __low2float(dm);
+        m = __high2float(dm);
+        return;
+    }
+    d = ldh(b);
+    m = blk32_has_min<T>() ? ldh(b + 2) : 0.0f;
+}
+
+/* One block's float step on its integer dot product with activation row
+ * xr (the CPU's mm_a32, fmaf for fmaf). */
+template <int T>
+static __device__ __forceinline__ float blk32_step(float acc, float d, float m,
+                                                   const uint8_t *xr, int64_t nb, int64_t b,
+                                                   int dot) {
+    float dx = a32_d(xr, nb, b);
+    if (blk32_has_min<T>()) return acc + fmaf(d * dx, (float)dot, m * a32_s(xr, nb, b));
+    dot -= blk32_offset<T>() * a32_sum(xr, nb, b);
+    return fmaf(d * dx, (float)dot, acc);
+}
+
 /* The output row of the k-th row this launch computes. */
 static __device__ __forceinline__ int64_t out_row(const int32_t *ids, int64_t k) {
     return ids ? ids[k] : k;

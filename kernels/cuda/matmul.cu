@@ -35,73 +35,18 @@
 #include "kernels/cuda/cuda_quant_internal.h"
 
 /* ---- one 32-block decoded: 32 quants as 8 words of 4 int8 (element
- * order), the offset to subtract, the scales ---- */
+ * order) and the scales (cuda_quant_internal.h's decoder) ---- */
 
 struct blk32 {
     int q[8];
-    int off;
     float d, m;
 };
 
-/* A 32-bit word at p: whole when the caller knows p is 4-aligned (A4),
- * else as two 16-bit halves. */
-template <bool A4>
-static __device__ __forceinline__ uint32_t ldw(const uint8_t *p) {
-    return A4 ? *(const uint32_t *)p : ld32(p);
-}
-
-/* A4: the block starts at a multiple of 4 bytes (Q4_1's 20 and Q5_1's 24
- * keep it in a 4-aligned row), so its words load whole: half the load
- * instructions of the 2-aligned path, which decode's warp-per-row kernel
- * is bound by. */
 template <int T, bool A4>
 static __device__ __forceinline__ void blk32_decode(const uint8_t *b, blk32 &o) {
-    o.d = ldh(b);
-    o.m = 0.0f;
-    o.off = 0;
-    if (T == TR_DTYPE_Q4_0 || T == TR_DTYPE_Q4_1) {
-        const uint8_t *qs = b + (T == TR_DTYPE_Q4_1 ? 4 : 2);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint32_t v = ldw<A4>(qs + 4 * k);
-            o.q[k] = (int)(v & 0x0f0f0f0fu);
-            o.q[k + 4] = (int)((v >> 4) & 0x0f0f0f0fu);
-        }
-        if (T == TR_DTYPE_Q4_1 && A4) {
-            __half2 dm = *(const __half2 *)b;
-            o.d = __low2float(dm);
-            o.m = __high2float(dm);
-        } else if (T == TR_DTYPE_Q4_1) {
-            o.m = ldh(b + 2);
-        }
-        else o.off = 8;
-    } else if (T == TR_DTYPE_Q5_0 || T == TR_DTYPE_Q5_1) {
-        bool one = T == TR_DTYPE_Q5_1;
-        uint32_t qh = ldw<A4>(b + (one ? 4 : 2));
-        const uint8_t *qs = b + (one ? 8 : 6);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint32_t v = ldw<A4>(qs + 4 * k), lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                lo |= ((qh >> (4 * k + e)) & 1u) << (8 * e + 4);
-                hi |= ((qh >> (4 * k + e + 16)) & 1u) << (8 * e + 4);
-            }
-            o.q[k] = (int)lo;
-            o.q[k + 4] = (int)hi;
-        }
-        if (one && A4) {
-            __half2 dm = *(const __half2 *)b;
-            o.d = __low2float(dm);
-            o.m = __high2float(dm);
-        } else if (one) {
-            o.m = ldh(b + 2);
-        }
-        else o.off = 16;
-    } else { /* Q8_0 */
-#pragma unroll
-        for (int k = 0; k < 8; k++) o.q[k] = (int)ld32(b + 2 + 4 * k);
-    }
+    for (int k = 0; k < 4; k++) blk32_words<T, A4>(b, k, o.q[k], o.q[k + 4]);
+    blk32_scales<T, A4>(b, o.d, o.m);
 }
 
 /* ---- activations, A32 rows (cuda_quant_internal.h's layout) ---- */
@@ -156,14 +101,12 @@ static __global__ void __launch_bounds__(32 * k_rows_per_block)
     const int32_t t0 = blockIdx.y * k_tok_tile;
     const int tn = n - t0 < k_tok_tile ? n - t0 : k_tok_tile;
     const uint8_t *wr = w + (size_t)r * w_row_bytes;
-    const size_t tsz = T == TR_DTYPE_Q4_0 ? 18 : T == TR_DTYPE_Q4_1 ? 20
-                     : T == TR_DTYPE_Q5_0 ? 22 : T == TR_DTYPE_Q5_1 ? 24 : 34;
     float acc[k_tok_tile];
 #pragma unroll
     for (int i = 0; i < k_tok_tile; i++) acc[i] = 0.0f;
     blk32 blk;
     for (int64_t b = lane; b < nb; b += 32) {
-        blk32_decode<T, A4>(wr + b * tsz, blk);
+        blk32_decode<T, A4>(wr + b * blk32_bytes<T>(), blk);
 #pragma unroll
         for (int i = 0; i < k_tok_tile; i++) {
             if (i >= tn) break;
@@ -179,14 +122,7 @@ static __global__ void __launch_bounds__(32 * k_rows_per_block)
             dot = __dp4a(blk.q[5], a1.y, dot);
             dot = __dp4a(blk.q[6], a1.z, dot);
             dot = __dp4a(blk.q[7], a1.w, dot);
-            float dx = a32_d(xr, nb, b);
-            if (T == TR_DTYPE_Q4_1 || T == TR_DTYPE_Q5_1) {
-                float sx = a32_s(xr, nb, b);
-                acc[i] = acc[i] + fmaf(blk.d * dx, (float)dot, blk.m * sx);
-            } else {
-                dot -= blk.off * a32_sum(xr, nb, b);
-                acc[i] = fmaf(blk.d * dx, (float)dot, acc[i]);
-            }
+            acc[i] = blk32_step<T>(acc[i], blk.d, blk.m, xr, nb, b, dot);
         }
     }
     store_tile(out, out_stride, r, t0, tn, acc, accumulate, lane);

@@ -31,45 +31,6 @@
 
 enum { k_mma_warps = 32, k_mma_mf = 2 }; /* warps (= butterfly lanes); row fragments */
 
-/* Bytes of a 32-block, and where its quants and high bits sit. */
-template <int T>
-static __device__ __forceinline__ constexpr int blk_bytes() {
-    return T == TR_DTYPE_Q4_0 ? 18 : T == TR_DTYPE_Q4_1 ? 20 : T == TR_DTYPE_Q5_0 ? 22
-         : T == TR_DTYPE_Q5_1 ? 24 : 34;
-}
-template <int T>
-static __device__ __forceinline__ constexpr bool blk_has_min() {
-    return T == TR_DTYPE_Q4_1 || T == TR_DTYPE_Q5_1;
-}
-template <int T>
-static __device__ __forceinline__ constexpr int blk_offset() { /* subtracted from each quant */
-    return T == TR_DTYPE_Q4_0 ? 8 : T == TR_DTYPE_Q5_0 ? 16 : 0;
-}
-
-/* Elements 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) of the block at b as
- * 4 int8 each, element order (matmul.cu's blk32_decode words t and t + 4). */
-template <int T>
-static __device__ __forceinline__ void blk_words(const uint8_t *b, int t, int &lo, int &hi) {
-    if (T == TR_DTYPE_Q8_0) {
-        lo = (int)ld32(b + 2 + 4 * t);
-        hi = (int)ld32(b + 18 + 4 * t);
-        return;
-    }
-    const bool five = T == TR_DTYPE_Q5_0 || T == TR_DTYPE_Q5_1;
-    const int qs = (blk_has_min<T>() ? 4 : 2) + (five ? 4 : 0);
-    uint32_t v = ld32(b + qs + 4 * t), l = v & 0x0f0f0f0fu, h = (v >> 4) & 0x0f0f0f0fu;
-    if (five) {
-        uint32_t qh = ld32(b + (blk_has_min<T>() ? 4 : 2));
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            l |= ((qh >> (4 * t + e)) & 1u) << (8 * e + 4);
-            h |= ((qh >> (4 * t + e + 16)) & 1u) << (8 * e + 4);
-        }
-    }
-    lo = (int)l;
-    hi = (int)h;
-}
-
 /* c = a (16 x 32, rows) . b (32 x 8, columns), int8 in, int32 out. */
 static __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, int b1) {
     c[0] = c[1] = c[2] = c[3] = 0;
@@ -78,16 +39,6 @@ static __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], in
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* One block's float step, matmul.cu's expression. */
-template <int T>
-static __device__ __forceinline__ float step(float acc, float d, float m, const uint8_t *xr,
-                                             int64_t nb, int64_t b, int dot) {
-    float dx = a32_d(xr, nb, b);
-    if (blk_has_min<T>()) return acc + fmaf(d * dx, (float)dot, m * a32_s(xr, nb, b));
-    dot -= blk_offset<T>() * a32_sum(xr, nb, b);
-    return fmaf(d * dx, (float)dot, acc);
 }
 
 template <int T, int NT>
@@ -122,10 +73,9 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
                 int lo = 0, hi = 0;
                 d[m][h] = mn[m][h] = 0.0f;
                 if (wr[m][h]) {
-                    const uint8_t *blk = wr[m][h] + b * blk_bytes<T>();
-                    blk_words<T>(blk, t, lo, hi);
-                    d[m][h] = ldh(blk);
-                    if (blk_has_min<T>()) mn[m][h] = ldh(blk + 2);
+                    const uint8_t *blk = wr[m][h] + b * blk32_bytes<T>();
+                    blk32_words<T, false>(blk, t, lo, hi);
+                    blk32_scales<T, false>(blk, d[m][h], mn[m][h]);
                 }
                 a[m][h] = lo; /* a0: row g, a1: row g + 8; a2, a3 the high halves */
                 a[m][2 + h] = hi;
@@ -149,7 +99,7 @@ static __global__ void __launch_bounds__(32 * k_mma_warps, 1)
                     if (tok >= n) continue;
                     const uint8_t *xr = xq + (size_t)tok * x_stride;
                     float &s = acc[(m * NT + f) * 4 + e];
-                    s = step<T>(s, d[m][e >> 1], mn[m][e >> 1], xr, nb, b, c[e]);
+                    s = blk32_step<T>(s, d[m][e >> 1], mn[m][e >> 1], xr, nb, b, c[e]);
                 }
             }
         }
