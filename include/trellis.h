@@ -176,6 +176,18 @@ typedef struct trellis_engine_options {
     int32_t kv_type_k;        /* TRELLIS_KV_* of the cached keys (default
                                  F16) */
     int32_t kv_type_v;        /* and of the cached values (default F16) */
+    const char *kv_cache_dir; /* the prefix cache's disk tier: pages the
+                                 cache evicts (and, at engine_free, every
+                                 cached page) are kept as files under this
+                                 folder (created if missing; one
+                                 subfolder per model and KV format) and
+                                 read back when a later prompt, in this
+                                 process or another after it, continues
+                                 past what memory holds. NULL: no disk
+                                 tier. Copied. */
+    int32_t kv_cache_disk_mb; /* the disk tier's bound in MiB, least
+                                 recently used records deleted first
+                                 (default 4096) */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
@@ -232,6 +244,10 @@ typedef struct trellis_engine_info {
     int32_t load;        /* TRELLIS_LOAD_MMAP or _READ: what AUTO chose */
     int32_t kv_type_k, kv_type_v; /* TRELLIS_KV_* in force */
     int64_t kv_bytes;    /* the KV pool's size in bytes; 0 when unknown */
+    const char *kv_cache_dir; /* the disk tier's folder for this model and
+                                 KV format, NULL without one; lives as
+                                 long as the engine */
+    int32_t kv_cache_disk_mb; /* its bound (0 without one) */
     const char *arch;    /* the model's architecture ("llama", "gemma3",
                             ...; "custom" for an engine on a custom
                             compute object); lives as long as the engine */
@@ -806,6 +822,16 @@ typedef struct trellis_stats {
                            radix bookkeeping, events */
     double overlap_s;   /* work done while a forward pass ran (masks,
                            intake, admission for the next step) */
+    /* The disk tier (options.kv_cache_dir; all 0 without one). */
+    uint64_t disk_records, disk_bytes;   /* pages on disk now, their bytes */
+    uint64_t disk_pages_written;        /* pages saved (evicted, spilled) */
+    uint64_t disk_pages_read;           /* pages read back into the cache */
+    uint64_t disk_restored_tokens;      /* prompt tokens they covered */
+    uint64_t disk_write_errors;         /* failed writes (disk full, I/O) */
+    uint64_t disk_dropped_writes;       /* not saved: the write queue was full */
+    uint64_t disk_corrupt;              /* records failing a check (deleted,
+                                           recomputed) */
+    uint64_t disk_evicted;              /* records deleted by the bound */
 } trellis_stats;
 
 /* A snapshot taken at the end of the latest engine step. */

@@ -88,6 +88,8 @@ struct radix_tree {
     uint64_t hit_tokens, miss_tokens;
     uint64_t inserts, inserted_pages, duplicate_pages;
     uint64_t evicted_nodes, evicted_pages;
+    radix_evict_hook hook; /* tr_radix_tree_set_evict_hook */
+    void *hook_user;
 };
 
 /* ---- hashing ---- */
@@ -752,10 +754,39 @@ static int32_t remove_leaf(radix_tree *t, radix_node *x) {
 int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed) {
     int32_t freed = 0;
     if (!t) return 0;
-    while (freed < n_pages_needed && t->lru_tail)
-        freed += remove_leaf(t, t->lru_tail);
+    while (freed < n_pages_needed && t->lru_tail) {
+        radix_node *x = t->lru_tail;
+        if (t->hook && x->n_pages > 0) {
+            const radix_node *r = x;
+            while (r->parent) r = r->parent;
+            t->hook(t->hook_user, r->ns, x);
+        }
+        freed += remove_leaf(t, x);
+    }
     return freed;
 }
+
+void tr_radix_tree_set_evict_hook(radix_tree *t, radix_evict_hook fn, void *user) {
+    t->hook = fn;
+    t->hook_user = fn ? user : NULL;
+}
+
+int32_t tr_radix_node_prefix(const radix_tree *t, const radix_node *x, int32_t *out,
+                             int32_t cap) {
+    int64_t n = 0;
+    for (const radix_node *y = x; y && y->parent; y = y->parent)
+        n += (int64_t)y->n_pages * t->ps;
+    if (n > cap || n > INT32_MAX) return -1;
+    int64_t end = n;
+    for (const radix_node *y = x; y && y->parent; y = y->parent) {
+        int64_t len = (int64_t)y->n_pages * t->ps;
+        end -= len;
+        memcpy(out + end, y->tokens, (size_t)len * sizeof *out);
+    }
+    return (int32_t)n;
+}
+
+const int32_t *tr_radix_node_pages(const radix_node *x) { return x ? x->pages : NULL; }
 
 int32_t tr_radix_tree_flush(radix_tree *t) {
     int32_t freed = 0;

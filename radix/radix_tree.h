@@ -195,6 +195,21 @@ int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed);
 /* Drops every unlocked node; returns the number of pages freed. */
 int32_t tr_radix_tree_flush(radix_tree *t);
 
+/* Eviction hook (the disk tier's): fn(user, ns, node) is called by
+ * tr_radix_tree_evict for each node it is about to remove, while the
+ * node's pages still hold its K/V (not by flush: a flush forgets). The
+ * hook must not change the tree. NULL fn removes it. */
+typedef void (*radix_evict_hook)(void *user, uint64_t ns, const radix_node *node);
+void tr_radix_tree_set_evict_hook(radix_tree *t, radix_evict_hook fn, void *user);
+
+/* The tokens from the namespace root to the end of node, into out[0..cap):
+ * their count (a multiple of page_size), or -1 when cap is too small. */
+int32_t tr_radix_node_prefix(const radix_tree *t, const radix_node *node, int32_t *out,
+                             int32_t cap);
+/* The node's page ids (tr_radix_node_n_pages of them), the last pages of
+ * its prefix. */
+const int32_t *tr_radix_node_pages(const radix_node *node);
+
 int32_t tr_radix_tree_page_size(const radix_tree *t);
 kv_pool *tr_radix_tree_pool(const radix_tree *t);
 /* The page count of a handle's node and its lock count (tests, debug). */

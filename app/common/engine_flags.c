@@ -69,6 +69,15 @@ static const struct {
                          "KV cache type of the keys", NULL, "f16|q8|q4", 0},
     [TR_EF_KV_TYPE_V] = {"--kv-type-v", NULL, CLI_ENUM, "kv_type_v", OFF(kv_type_v),
                          "KV cache type of the values", NULL, "f16|q8|q4", 0},
+    [TR_EF_KV_CACHE_DIR] = {"--kv-cache-dir", NULL, CLI_STR, NULL, OFF(kv_cache_dir),
+                            "the prefix cache's disk tier: KV pages evicted from memory (and "
+                            "all cached pages at exit) are kept under DIR and read back when "
+                            "a prompt continues past what memory holds, after a restart too",
+                            "DIR", NULL},
+    [TR_EF_KV_CACHE_DISK_MB] = {"--kv-cache-disk-mb", NULL, CLI_INT32, "kv_cache_disk_mb",
+                                OFF(kv_cache_disk_mb),
+                                "the disk tier's bound in MiB (least recently used pages go "
+                                "first)", "MiB", NULL},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {
@@ -91,7 +100,9 @@ static void show_default(const tr_engine_flags *f, int i, char *out, size_t cap)
     if (f->shown[i]) snprintf(out, cap, "%s", f->shown[i]);
     else if (k_flags[i].kind == CLI_FLAG) snprintf(out, cap, "%s", *(const bool *)v ? "on" : "off");
     else if (k_flags[i].kind == CLI_STR)
-        snprintf(out, cap, "%s", *(const char *const *)v ? *(const char *const *)v : "cpu");
+        snprintf(out, cap, "%s", *(const char *const *)v ? *(const char *const *)v
+                                 : i == TR_EF_DEVICE                   ? "cpu"
+                                                                       : "none");
     else if (k_flags[i].kind == CLI_ENUM) {
         /* the value's name: the index-th of the choices */
         const char *p = k_flags[i].choices;

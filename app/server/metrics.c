@@ -153,6 +153,27 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               st.spec_drafted_tokens
                   ? (double)st.spec_accepted_tokens / (double)st.spec_drafted_tokens
                   : 0.0);
+    /* the prefix cache's disk tier (all 0 without --kv-cache-dir) */
+    rc |= one(o, "gauge", "trellis_kv_disk_pages", "KV pages kept in the disk tier",
+              (double)st.disk_records);
+    rc |= one(o, "gauge", "trellis_kv_disk_bytes", "bytes of the disk tier's page files",
+              (double)st.disk_bytes);
+    rc |= one(o, "counter", "trellis_kv_disk_pages_written_total",
+              "KV pages written to the disk tier", (double)st.disk_pages_written);
+    rc |= one(o, "counter", "trellis_kv_disk_pages_read_total",
+              "KV pages read back from the disk tier into the cache", (double)st.disk_pages_read);
+    rc |= one(o, "counter", "trellis_kv_disk_hit_tokens_total",
+              "prompt tokens the disk tier spared computing", (double)st.disk_restored_tokens);
+    rc |= one(o, "counter", "trellis_kv_disk_write_errors_total",
+              "disk tier writes that failed (disk full, I/O errors)", (double)st.disk_write_errors);
+    rc |= one(o, "counter", "trellis_kv_disk_dropped_writes_total",
+              "KV pages not saved because the write queue was full",
+              (double)st.disk_dropped_writes);
+    rc |= one(o, "counter", "trellis_kv_disk_corrupt_total",
+              "disk tier records that failed a check (deleted, recomputed)",
+              (double)st.disk_corrupt);
+    rc |= one(o, "counter", "trellis_kv_disk_evicted_total",
+              "disk tier records deleted by its size bound", (double)st.disk_evicted);
     {
         trellis_grammar_cache_stats gs;
         memset(&gs, 0, sizeof gs);

@@ -283,6 +283,9 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
         json_object_set_new(o, "kv_cache_dtype_v",
                             json_string(trellis_kv_type_name(i->kv_type_v)));
         json_object_set_new(o, "kv_bytes", json_integer((json_int_t)i->kv_bytes));
+        json_object_set_new(o, "kv_cache_dir",
+                            i->kv_cache_dir ? json_string(i->kv_cache_dir) : json_null());
+        json_object_set_new(o, "kv_cache_disk_mb", json_integer(i->kv_cache_disk_mb));
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
                             json_pack("[{s:i,s:i}]", "max_total_num_tokens",

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 
@@ -54,7 +55,34 @@ static int32_t mc_layer_window(void *ctx, int32_t layer) {
     return tr_model_layer_window(mc->m, layer);
 }
 
-static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_window};
+static tr_status mc_kv_read(void *ctx, int32_t page, void *dst) {
+    model_compute *mc = ctx;
+    return tr_model_kv_page_copy(mc->m, &mc->kv, page, dst, false);
+}
+
+static tr_status mc_kv_write(void *ctx, int32_t page, const void *src) {
+    model_compute *mc = ctx;
+    return tr_model_kv_page_copy(mc->m, &mc->kv, page, (void *)src, true);
+}
+
+static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_window,
+                                               mc_kv_read, mc_kv_write};
+
+/* What a page's bytes depend on besides the weights (the engine mixes in
+ * the model file's fingerprint): the layout and the kernels that wrote
+ * them (another kernel set rounds differently). */
+static uint64_t layout_fingerprint(const tr_kv_layout *kv, tr_backend *be) {
+    tr_backend_info bi = tr_backend_get_info(be);
+    uint64_t h = TR_FNV1A_BASIS;
+    int32_t v[7] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
+                    (int32_t)kv->type_k, (int32_t)kv->type_v, kv->window != NULL};
+    h = tr_fnv1a(h, v, sizeof v);
+    for (int32_t l = 0; kv->window && l < kv->n_layers; l++)
+        h = tr_fnv1a_word(h, (uint64_t)kv->window[l]);
+    h = tr_fnv1a(h, bi.name, strlen(bi.name) + 1);
+    if (bi.kernels) h = tr_fnv1a(h, bi.kernels, strlen(bi.kernels) + 1);
+    return tr_splitmix64(h);
+}
 
 tr_kv_type tr_engine_kv_type(int32_t trellis_kv) {
     switch (trellis_kv) {
@@ -100,6 +128,8 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .kv_type_k = public_kv_type(k),
         .kv_type_v = public_kv_type(v),
         .kv_bytes = (int64_t)(tr_model_kv_page_bytes(m, page_size, k, v) * (uint64_t)n_pages),
+        .kv_page_bytes = tr_kv_page_bytes(&mc->kv),
+        .kv_fingerprint = layout_fingerprint(&mc->kv, be),
     };
     return TR_OK;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/paths.h"
 #include "base/util.h"
@@ -88,7 +89,7 @@ static bool hash_insert(trellis_engine *e, engine_req *r) {
     return true;
 }
 
-static engine_req *hash_find(const trellis_engine *e, uint64_t id) {
+engine_req *tr_engine_hash_find(const trellis_engine *e, uint64_t id) {
     for (engine_req *q = e->hash[hash_slot(e, id)]; q; q = q->hnext)
         if (q->id == id) return q;
     return NULL;
@@ -170,10 +171,11 @@ static void intake(trellis_engine *e, engine_req *r) {
         }
         tr_sched_waiting_push_back(e, s);
     }
+    tr_disk_lookup(e, r);
 }
 
 static void cancel(trellis_engine *e, uint64_t id) {
-    engine_req *r = hash_find(e, id);
+    engine_req *r = tr_engine_hash_find(e, id);
     if (!r) return;
     r->cancelled = true;
     int32_t n = r->n;
@@ -269,6 +271,7 @@ static void process(trellis_engine *e, engine_msg *m) {
         break;
     case MSG_FLUSH:
         tr_radix_tree_flush(e->tree);
+        tr_disk_flush(e);
         /* before the caller returns: stats read right after a flush must
          * show the freed pages (an idle engine publishes nothing else) */
         tr_engine_publish_stats(e);
@@ -284,7 +287,8 @@ static void process(trellis_engine *e, engine_msg *m) {
 bool tr_engine_take_messages(trellis_engine *e, bool block, bool submits_only) {
     pthread_mutex_lock(&e->in_mu);
     if (block)
-        while (!e->in_head && !e->quit) pthread_cond_wait(&e->in_cond, &e->in_mu);
+        while (!e->in_head && !e->quit && !e->disk_ready)
+            pthread_cond_wait(&e->in_cond, &e->in_mu);
     engine_msg *list = e->in_head;
     e->in_head = e->in_tail = NULL;
     bool quit = e->quit;
@@ -331,6 +335,7 @@ void tr_engine_publish_stats(trellis_engine *e) {
     st->pages_used = ps.n_locked;
     st->pages_cached = ps.n_cached;
     st->pages_free = ps.n_free;
+    tr_disk_stats(e, st);
     st->cache_hit_rate = st->prompt_tokens
                              ? (double)st->cached_prompt_tokens /
                                    (double)st->prompt_tokens
@@ -343,9 +348,12 @@ void tr_engine_publish_stats(trellis_engine *e) {
 static void *engine_main(void *arg) {
     trellis_engine *e = arg;
     for (;;) {
-        bool idle = e->n_running == 0 && e->n_waiting == 0 && !e->deferred;
+        /* requests waiting only for disk reads: sleep until they come */
+        bool idle = e->n_running == 0 && (e->n_waiting == 0 || tr_disk_waiting_only(e)) &&
+                    !e->deferred;
         if (tr_engine_take_messages(e, idle, false)) break;
-        if (e->n_running || e->n_waiting) {
+        tr_disk_answers(e);
+        if (e->n_running || (e->n_waiting && !tr_disk_waiting_only(e))) {
             tr_engine_step(e); /* publishes stats and events */
         } else {
             tr_engine_publish_stats(e);
@@ -365,6 +373,7 @@ static void *engine_main(void *arg) {
         process(e, d);
     }
     e->deferred = e->deferred_tail = NULL;
+    tr_disk_spill(e); /* what the cache holds outlives the process */
     tr_engine_publish_stats(e);
     tr_out_publish(e);
     return NULL;
@@ -414,6 +423,7 @@ static void engine_destroy(trellis_engine *e) {
         }
     }
     free(e->hash);
+    tr_disk_close(e); /* its queued writes first; it reads no page */
     tr_radix_tree_free(e->tree);
     tr_kv_pool_free(e->pool);
     if (e->compute.ops && e->compute.ops->destroy)
@@ -580,6 +590,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
                     e->n_pages);
         goto fail;
     }
+    if ((s = tr_disk_open(e, err, err_cap)) != TR_OK) goto fail;
     size_t nb = (size_t)o.max_batch_tokens, nr = (size_t)o.max_running;
     e->is_eog = calloc((size_t)e->n_vocab, 1);
     e->piece = malloc(e->max_piece);
@@ -677,6 +688,8 @@ int trellis_engine_new(const char *model_path,
     if (s != TR_OK)
         return tr_errf(err, err_cap, s, "cannot open model '%s': %s", path,
                        d.message[0] ? d.message : tr_status_message(s));
+    /* before the model may let go of the tensors' bytes */
+    uint64_t file_fp = o.kv_cache_dir ? tr_disk_file_fingerprint(f) : 0;
     s = tr_tokenizer_from_gguf(f, &tok, &d);
     if (s != TR_OK) {
         tr_gguf_close(f);
@@ -711,6 +724,7 @@ int trellis_engine_new(const char *model_path,
     engine_compute c;
     const char *why = NULL;
     s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, true, &c, &why);
+    c.kv_fingerprint = tr_splitmix64(c.kv_fingerprint ^ file_fp);
     if (s != TR_OK) {
         tr_model_free(m);
         tr_backend_free(be);
@@ -763,6 +777,8 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->kv_type_k = e->compute.kv_type_k;
     o->kv_type_v = e->compute.kv_type_v;
     o->kv_bytes = e->compute.kv_bytes;
+    o->kv_cache_dir = e->disk ? e->opt.kv_cache_dir : NULL;
+    o->kv_cache_disk_mb = e->disk ? e->opt.kv_cache_disk_mb : 0;
 }
 
 int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer) {

@@ -74,6 +74,12 @@ typedef struct engine_compute_ops {
     /* Layer l's sliding attention window, 0 for global attention (may be
      * NULL: every layer global). l is in [0, n_layers). */
     int32_t (*layer_window)(void *ctx, int32_t layer);
+    /* A KV page's bytes (engine_compute.kv_page_bytes) out to host memory
+     * and back in: what the disk tier saves and restores. Called on the
+     * engine thread while no forward pass runs. May be NULL (then the
+     * engine refuses a disk tier). */
+    tr_status (*kv_read)(void *ctx, int32_t page, void *dst);
+    tr_status (*kv_write)(void *ctx, int32_t page, const void *src);
 } engine_compute_ops;
 
 typedef struct engine_compute {
@@ -92,6 +98,12 @@ typedef struct engine_compute {
     int32_t n_layers;   /* for reports; 0 when unknown */
     int32_t kv_type_k, kv_type_v; /* TRELLIS_KV_* for reports */
     int64_t kv_bytes;   /* the KV pool's bytes for reports; 0: unknown */
+    uint64_t kv_page_bytes; /* one page's bytes (kv_read/kv_write) */
+    uint64_t kv_fingerprint; /* what a page's bytes mean: the weights,
+                                the KV format and geometry, the kernels
+                                that computed them; pages of equal
+                                fingerprints are interchangeable (the disk
+                                tier keys on it); 0: unknown */
 } engine_compute;
 
 /* Starts an engine on a compute object and a tokenizer. Takes ownership of

@@ -157,6 +157,10 @@ struct engine_req {
                                 params, n_logprobs = prompt_top_logprobs */
 
     uint64_t ns;             /* radix namespace */
+    bool disk_wait;          /* its prompt's pages are being read from the
+                                disk tier: not admitted until they are in
+                                the cache (disk_tier.c) */
+    int32_t disk_first;      /* the first page index that read asked for */
     void *user;
     int32_t *prompt;         /* [n_prompt] owned */
     int32_t n_prompt;
@@ -250,6 +254,7 @@ struct trellis_engine {
     pthread_cond_t ctl_cond; /* control callers wait for their sync */
     engine_msg *in_head, *in_tail;
     bool quit;               /* under in_mu */
+    bool disk_ready;         /* under in_mu: the disk tier has answers */
     pthread_mutex_t out_mu;
     pthread_cond_t out_cond;
     engine_event_box *out_head, *out_tail;
@@ -262,6 +267,7 @@ struct trellis_engine {
     /* ---- engine thread only ---- */
     kv_pool *pool;
     radix_tree *tree;
+    struct engine_disk *disk; /* the disk tier (disk_tier.c), or NULL */
     engine_seq *wait_head, *wait_tail;
     int32_t n_waiting;
     engine_seq **running;    /* [max_running], admission order */
@@ -313,6 +319,7 @@ tr_status tr_engine_options_resolve(const trellis_engine_options *in,
 /* ---- engine.c ---- */
 void tr_engine_req_free(engine_req *r);
 void tr_engine_hash_remove(trellis_engine *e, engine_req *r);
+engine_req *tr_engine_hash_find(const trellis_engine *e, uint64_t id);
 /* Takes the input queue's messages (waiting for one when block) and
  * processes them; with submits_only (during a forward pass) only new
  * requests, the rest is deferred to the next call. Returns true once the
@@ -454,5 +461,29 @@ tr_status tr_worker_wait(trellis_engine *e);
 void tr_worker_masks_ready(trellis_engine *e);
 /* tr_logit_masks.await of a posted forward (ctx: the engine). */
 void tr_worker_await_masks(void *ctx);
+
+/* ---- disk_tier.c: the radix cache's disk tier (radix/disk/kv_disk.h).
+ * Every function is a no-op without one (e->disk NULL). Page bytes move
+ * only while no forward pass runs: saves of evicted pages are copied out
+ * at tr_disk_sync_saves, called before each forward and before a restore
+ * writes pages (an evicted page is not rewritten before the next forward
+ * pass, so its K/V is intact until then). ---- */
+/* Opens the tier when options.kv_cache_dir is set; err says why not. */
+tr_status tr_disk_open(trellis_engine *e, char *err, size_t cap);
+void tr_disk_close(trellis_engine *e); /* finishes queued writes */
+/* Intake: reads the pages past the memory match that the disk holds;
+ * the request waits (disk_wait) until they are in the cache. */
+void tr_disk_lookup(trellis_engine *e, engine_req *r);
+void tr_disk_sync_saves(trellis_engine *e);
+/* Between steps: puts the pages read into the cache, releases waiters. */
+void tr_disk_answers(trellis_engine *e);
+bool tr_disk_waiting_only(const trellis_engine *e); /* all waiters wait on it */
+bool tr_disk_any_waiting(const trellis_engine *e);
+void tr_disk_flush(trellis_engine *e);  /* flush_cache: forget the tier too */
+void tr_disk_spill(trellis_engine *e);  /* shutdown: save every cached page */
+void tr_disk_stats(trellis_engine *e, trellis_stats *st);
+/* The model file's part of the fingerprint (engine_compute.kv_fingerprint):
+ * metadata, tensor table, the first 4 KiB of every tensor. */
+uint64_t tr_disk_file_fingerprint(const gguf_file *f);
 
 #endif

@@ -311,6 +311,7 @@ static int32_t admit(trellis_engine *e, int32_t budget) {
     int32_t n = 0;
     sched_cand *cs = e->cand;
     for (engine_seq *s = e->wait_head; s && n < SCHED_SCAN_MAX; s = s->next) {
+        if (s->req->disk_wait) continue; /* its prefix is being read */
         cs[n] = (sched_cand){s, 0, n};
         n++;
     }
@@ -421,6 +422,7 @@ int32_t tr_sched_plan(trellis_engine *e) {
         }
         if (!e->wait_head) return 0;
         if (e->n_waiting != waiting_before) continue; /* some ended: retry */
+        if (tr_disk_any_waiting(e)) return 0; /* pages are on their way */
         /* nothing runs and the first waiting sequence cannot start: cannot
          * happen for requests trellis_submit accepted (each fits the empty
          * pool), but never spin on it */

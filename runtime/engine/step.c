@@ -436,6 +436,7 @@ void tr_engine_step(trellis_engine *e) {
     tr_batch b = {.n_tokens = nt, .pos = e->b_pos, .seq = e->b_seq,
                   .n_seqs = nseq, .page_table = e->b_tables,
                   .n_pages = e->b_npages};
+    tr_disk_sync_saves(e); /* evicted pages out before this pass rewrites them */
     uint64_t t1 = tr_now_ns();
     tr_status fst;
     uint64_t ov = 0;

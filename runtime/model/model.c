@@ -244,6 +244,18 @@ tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
     return TR_OK;
 }
 
+tr_status tr_model_kv_page_copy(model *m, const tr_kv_layout *kv, int32_t page,
+                                void *host, bool to_device) {
+    if (!kv || !kv->base || !host || page < 0 || page >= kv->n_pages)
+        return TR_ERR_INVALID_ARG;
+    size_t pb = tr_kv_page_bytes(kv);
+    char *dev = (char *)kv->base + (size_t)page * pb;
+    const tr_backend_ops *o = m->be->ops;
+    tr_stream *st = tr_backend_stream(m->be);
+    tr_status s = to_device ? o->upload(st, dev, host, pb) : o->download(st, host, dev, pb);
+    return s != TR_OK ? s : o->stream_synchronize(st);
+}
+
 void tr_model_kv_free(model *m, tr_kv_layout *kv) {
     if (kv && kv->base) m->be->ops->free(m->be, kv->base);
     if (kv) kv->base = NULL;

@@ -120,6 +120,11 @@ tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
                             tr_kv_type k, tr_kv_type v, tr_kv_layout *kv,
                             const char **why);
 void tr_model_kv_free(model *m, tr_kv_layout *kv);
+/* Copies KV page `page` (tr_kv_page_bytes of kv) between the device and
+ * host memory (to_device: host -> page), on the model's stream, and waits
+ * for it. Not while a forward pass runs (one thread at a time). */
+tr_status tr_model_kv_page_copy(model *m, const tr_kv_layout *kv, int32_t page,
+                                void *host, bool to_device);
 /* Bytes of one KV page; 0 when a type cannot hold the model's heads. */
 uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
                                 tr_kv_type v);

@@ -514,7 +514,8 @@ def engine_int_flags():
 def engine_flags_same_everywhere():
     flags = engine_int_flags()
     assert set(flags) == {"--threads", "--ctx", "--kv-mem", "--page-size", "--max-running",
-                          "--max-batch-tokens", "--chunk-size", "--spec-ngram"}, flags
+                          "--max-batch-tokens", "--chunk-size", "--spec-ngram",
+                          "--kv-cache-disk-mb"}, flags
     assert flags["--spec-ngram"] == (0, 32), flags
     assert flags["--threads"] == (0, 512) and flags["--page-size"] == (1, 4096), flags
     assert flags["--max-batch-tokens"] == (1, 65536), flags

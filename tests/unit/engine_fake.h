@@ -55,6 +55,7 @@ typedef struct fake {
     int32_t max_batch_seen;
     int delay_us;      /* per forward, to make requests take a while */
     uint64_t masked_rows; /* rows the engine said it reads through a mask */
+    uint64_t kv_reads, kv_writes; /* pages the disk tier copied out / in */
     bool copy;         /* a copying model: the likeliest next token is the
                           one that followed the latest earlier occurrence
                           of the current token (n-gram drafts then match) */
@@ -157,7 +158,31 @@ static inline void fake_destroy(void *ctx) {
     free(f);
 }
 
-static const engine_compute_ops k_fake_ops = {fake_forward, fake_destroy, NULL};
+/* A page's "K/V" as the disk tier moves it: its slots' tokens and
+ * positions, so a restored page that holds the wrong prefix changes the
+ * output (or fails the position check) like a wrongly shared one. */
+static inline tr_status fake_kv_read(void *ctx, int32_t page, void *dst) {
+    fake *f = ctx;
+    if (page < 0 || page >= f->n_pages) return TR_ERR_INVALID_ARG;
+    size_t at = (size_t)page * (size_t)f->ps, n = (size_t)f->ps * sizeof(int32_t);
+    memcpy(dst, f->slot_tok + at, n);
+    memcpy((char *)dst + n, f->slot_pos + at, n);
+    f->kv_reads++;
+    return TR_OK;
+}
+
+static inline tr_status fake_kv_write(void *ctx, int32_t page, const void *src) {
+    fake *f = ctx;
+    if (page < 0 || page >= f->n_pages) return TR_ERR_INVALID_ARG;
+    size_t at = (size_t)page * (size_t)f->ps, n = (size_t)f->ps * sizeof(int32_t);
+    memcpy(f->slot_tok + at, src, n);
+    memcpy(f->slot_pos + at, (const char *)src + n, n);
+    f->kv_writes++;
+    return TR_OK;
+}
+
+static const engine_compute_ops k_fake_ops = {fake_forward, fake_destroy, NULL,
+                                              fake_kv_read, fake_kv_write};
 
 typedef struct fake_cfg {
     int32_t n_pages, page_size, max_batch, max_running, chunk;
@@ -169,6 +194,8 @@ typedef struct fake_cfg {
     bool copy;                /* fake.copy */
     trellis_wake_fn wake;
     void *wake_user;
+    const char *kv_cache_dir; /* options.kv_cache_dir (NULL: none) */
+    int32_t kv_cache_disk_mb; /* 0: the default */
 } fake_cfg;
 
 static inline fake_cfg fake_default(void) {
@@ -198,7 +225,9 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     engine_compute comp = {.ops = &k_fake_ops, .ctx = f, .n_vocab = f->n_vocab,
                            .n_ctx = 8192, .max_batch = c->max_batch,
                            .n_pages = c->n_pages, .page_size = c->page_size,
-                           .threads = 1};
+                           .threads = 1,
+                           .kv_page_bytes = (uint64_t)c->page_size * 8u,
+                           .kv_fingerprint = 0xfa4e0000u + (uint64_t)c->page_size};
     trellis_engine_options o;
     trellis_engine_options_default(&o);
     o.max_batch_tokens = c->max_batch;
@@ -213,6 +242,8 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     f->copy = c->copy;
     o.wake = c->wake;
     o.wake_user = c->wake_user;
+    o.kv_cache_dir = c->kv_cache_dir;
+    if (c->kv_cache_disk_mb) o.kv_cache_disk_mb = c->kv_cache_disk_mb;
     trellis_engine *e = NULL;
     char err[256];
     tr_status s = tr_engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
