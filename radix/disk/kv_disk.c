@@ -398,7 +398,11 @@ static tr_status scan(tr_kvd *k, tr_diag *d) {
         if (!rec && !is_record_name(de->d_name, ".tmp")) continue;
         snprintf(path, sizeof path, "%s/%s", k->folder, de->d_name);
         struct stat sb;
-        if (!rec || stat(path, &sb) != 0 || (uint64_t)sb.st_size != k->rec_bytes) {
+        bool seen = rec && stat(path, &sb) == 0;
+        if (!seen || (uint64_t)sb.st_size != k->rec_bytes) {
+            /* a record of the wrong size fails a check as surely as one
+             * failing its hash on read: counted the same (.tmp: leftovers) */
+            if (seen) k->st.corrupt++;
             unlink(path);
             continue;
         }
@@ -418,7 +422,8 @@ static tr_status scan(tr_kvd *k, tr_diag *d) {
     }
     closedir(dir);
     if (s == TR_OK) {
-        qsort(fs, n, sizeof *fs, found_newest_first);
+        if (n) /* an empty folder: fs is NULL, which qsort may not get */
+            qsort(fs, n, sizeof *fs, found_newest_first);
         for (size_t i = 0; i < n; i++) {
             if (k->st.bytes + k->rec_bytes <= k->c.max_bytes && !find(k, fs[i].key) &&
                 add(k, fs[i].key, ST_DISK, false)) {

@@ -153,7 +153,8 @@ typedef struct tr_kvd_expect {
     const int32_t *tokens; /* page_size tokens */
 } tr_kvd_expect;
 
-/* Writes the header of a record into h (tr_kvd_header_bytes bytes). */
+/* Writes the header of a record into h (tr_kvd_header_bytes bytes;
+ * nothing for a page size out of range). */
 void tr_kvd_header_write(void *h, const tr_kvd_expect *x, uint64_t payload_hash);
 
 /* Checks a header of n bytes against x: TR_OK and *payload_hash, or

@@ -87,6 +87,7 @@ static uint32_t get32(const unsigned char *h, size_t at) {
 void tr_kvd_header_write(void *hv, const tr_kvd_expect *x, uint64_t payload_hash) {
     unsigned char *h = hv;
     size_t hb = tr_kvd_header_bytes(x->page_size);
+    if (hb == 0) return; /* a page size out of range has no header */
     memset(h, 0, hb);
     memcpy(h, k_magic, 8);
     uint32_t ver = REC_VERSION, ps = (uint32_t)x->page_size;
