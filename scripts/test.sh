@@ -9,10 +9,12 @@
 #   asan       the unit tests again under AddressSanitizer + UBSan
 #   server-asan  `trellis` built with ASan + UBSan (RelWithDebInfo, in
 #              build-asan-rel/): the server's e2e tests and the short load
-#              test against it; a leak or UB report makes the server exit
-#              non-zero, which fails its test
+#              test against it (twice: the second with the disk tier on);
+#              a leak or UB report makes the server exit non-zero, which
+#              fails its test
 #   tsan       the engine's fake-model tests (test_engine, test_engine_spec:
-#              speculative decoding, test_engine_plp, test_end_span),
+#              speculative decoding, test_engine_plp, test_end_span,
+#              test_engine_disk: the disk tier; and its store, test_kv_disk),
 #              the grammar tests that share state across threads
 #              (test_grammar_cache; test_grammar_ebnf's regions and memo
 #              threads), the server's unit tests and the DSL's threaded
@@ -94,9 +96,11 @@ stage_server_asan() {
     # at the server's exit is the check, and the release stage checks RSS.
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
     TRELLIS_BIN="$b/trellis" bash "$here/tests/e2e/server/run.sh" "$here/build" -q \
-        test_openai.py test_protocol.py &&
+        test_openai.py test_protocol.py test_kv_disk.py &&
     python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
-        --max-tokens 8 --rss-growth 10
+        --max-tokens 8 --rss-growth 10 &&
+    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 40 --concurrency 16 \
+        --max-tokens 8 --rss-growth 10 --kv-cache-dir
 }
 
 stage_tsan() {
@@ -104,8 +108,8 @@ stage_tsan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target test_engine test_engine_spec test_engine_plp \
-          test_grammar_cache test_end_span test_grammar_ebnf test_server test_dsl_interp \
-          test_dsl_http >/dev/null || return 1
+          test_engine_disk test_kv_disk test_grammar_cache test_end_span test_grammar_ebnf \
+          test_server test_dsl_interp test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
     # test_measure_real) are left out: the same engine threads and queues
@@ -118,6 +122,7 @@ stage_tsan() {
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_spec" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_plp" &&
+    "$b/tests/test_engine_disk" && "$b/tests/test_kv_disk" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_regions' "$b/tests/test_grammar_ebnf" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_memo_threads' "$b/tests/test_grammar_ebnf" &&

@@ -249,7 +249,7 @@ static json_t *engine_json(tr_srv *s) {
     trellis_stats st;
     memset(&st, 0, sizeof st);
     if (s->engine) trellis_get_stats(s->engine, &st);
-    return json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "running",
+    json_t *o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "running",
                      st.running, "waiting", st.waiting, "pages_total", st.pages_total,
                      "pages_used", st.pages_used, "pages_cached", st.pages_cached, "pages_free",
                      st.pages_free, "cache_hit_rate", st.cache_hit_rate, "tokens_per_s",
@@ -260,6 +260,15 @@ static json_t *engine_json(tr_srv *s) {
                      (json_int_t)st.prompt_tokens, "cached_prompt_tokens",
                      (json_int_t)st.cached_prompt_tokens, "generated_tokens",
                      (json_int_t)st.generated_tokens);
+    if (o) { /* the disk tier (0 without one) */
+        json_object_set_new(o, "disk_pages", json_integer((json_int_t)st.disk_records));
+        json_object_set_new(o, "disk_bytes", json_integer((json_int_t)st.disk_bytes));
+        json_object_set_new(o, "disk_hit_tokens",
+                            json_integer((json_int_t)st.disk_restored_tokens));
+        json_object_set_new(o, "disk_pages_written",
+                            json_integer((json_int_t)st.disk_pages_written));
+    }
+    return o;
 }
 
 static void ep_server_info(tr_srv *s, tr_http_conn *c) {

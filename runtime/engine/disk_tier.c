@@ -53,6 +53,8 @@ struct engine_disk {
     pending_save *pend;      /* [n_pages] */
     int32_t *pend_tok;       /* [n_pages * ps] */
     int32_t n_pend;
+    uint32_t gen;            /* flushes so far: a read asked before the
+                                latest flush restores nothing */
     uint64_t pages_read, restored_tokens;
 };
 
@@ -95,6 +97,7 @@ static tr_kvd_key chain(const struct engine_disk *d, uint64_t ns, const int32_t 
 static void on_evict(void *user, uint64_t ns, const radix_node *x) {
     trellis_engine *e = user;
     struct engine_disk *d = e->disk;
+    if (ns >> 63) return; /* a request's private namespace: never matched again */
     int32_t n = tr_radix_node_prefix(e->tree, x, d->scratch, d->cap_tokens);
     if (n <= 0) return;
     int32_t total = n / d->ps, np = tr_radix_node_n_pages(x);
@@ -113,13 +116,19 @@ static void on_evict(void *user, uint64_t ns, const radix_node *x) {
     }
 }
 
-void tr_disk_sync_saves(trellis_engine *e) {
+/* wait: when the write queue is full, let it drain rather than drop the
+ * page (the shutdown spill; a step never waits for the disk). */
+static void sync_saves(trellis_engine *e, bool wait) {
     struct engine_disk *d = e->disk;
     if (!d || !d->n_pend) return;
     for (int32_t i = 0; i < d->n_pend; i++) {
         pending_save *p = &d->pend[i];
-        void *buf = tr_kvd_put_begin(d->kvd, p->key, p->parent,
-                                     d->pend_tok + (size_t)i * (size_t)d->ps);
+        const int32_t *tok = d->pend_tok + (size_t)i * (size_t)d->ps;
+        void *buf = tr_kvd_put_begin(d->kvd, p->key, p->parent, tok);
+        if (!buf && wait && !tr_kvd_has(d->kvd, p->key)) {
+            tr_kvd_drain(d->kvd);
+            buf = tr_kvd_put_begin(d->kvd, p->key, p->parent, tok);
+        }
         if (!buf) continue;
         if (e->compute.ops->kv_read(e->compute.ctx, p->page, buf) != TR_OK) {
             tr_kvd_put_abort(d->kvd, buf);
@@ -130,10 +139,12 @@ void tr_disk_sync_saves(trellis_engine *e) {
     d->n_pend = 0;
 }
 
+void tr_disk_sync_saves(trellis_engine *e) { sync_saves(e, false); }
+
 void tr_disk_spill(trellis_engine *e) {
     if (!e->disk) return;
     tr_radix_tree_evict(e->tree, INT32_MAX);
-    tr_disk_sync_saves(e);
+    sync_saves(e, true);
 }
 
 /* ---- restore ---- */
@@ -158,6 +169,7 @@ void tr_disk_lookup(trellis_engine *e, engine_req *r) {
         return;
     r->disk_wait = true;
     r->disk_first = first;
+    r->disk_gen = d->gen;
 }
 
 /* Puts pages [skip, n) of the answer (page indices disk_first + ...) into
@@ -206,7 +218,8 @@ void tr_disk_answers(trellis_engine *e) {
         engine_req *r = tr_engine_hash_find(e, a.tag);
         if (r && r->disk_wait) {
             r->disk_wait = false;
-            if (a.n_valid > 0 && r->n_done < r->n) restore(e, r, &a);
+            if (a.n_valid > 0 && r->n_done < r->n && r->disk_gen == d->gen)
+                restore(e, r, &a);
         }
         tr_kvd_answer_free(&a);
     }
@@ -229,10 +242,18 @@ bool tr_disk_waiting_only(const trellis_engine *e) {
 void tr_disk_flush(trellis_engine *e) {
     if (!e->disk) return;
     e->disk->n_pend = 0;
+    e->disk->gen++;
     tr_kvd_clear(e->disk->kvd);
 }
 
 void tr_disk_stats(trellis_engine *e, trellis_stats *st) {
+    struct engine_disk *d = e->disk;
+    if (!d) return;
+    st->disk_pages_read = d->pages_read;
+    st->disk_restored_tokens = d->restored_tokens;
+}
+
+void tr_disk_store_stats(trellis_engine *e, trellis_stats *st) {
     struct engine_disk *d = e->disk;
     if (!d) return;
     tr_kvd_stats k;
@@ -240,8 +261,6 @@ void tr_disk_stats(trellis_engine *e, trellis_stats *st) {
     st->disk_records = k.records;
     st->disk_bytes = k.bytes;
     st->disk_pages_written = k.writes;
-    st->disk_pages_read = d->pages_read;
-    st->disk_restored_tokens = d->restored_tokens;
     st->disk_write_errors = k.write_errors;
     st->disk_dropped_writes = k.dropped_writes;
     st->disk_corrupt = k.corrupt;

@@ -885,6 +885,7 @@ void trellis_get_stats(trellis_engine *e, trellis_stats *out) {
     *out = e->snap;
     pthread_mutex_unlock(&e->stats_mu);
     out->requests_submitted = atomic_load(&e->n_submitted);
+    tr_disk_store_stats(e, out); /* the store's own counters, live */
 }
 
 int trellis_tokenize(const trellis_engine *e, const char *text, size_t len,

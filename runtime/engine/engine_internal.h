@@ -161,6 +161,7 @@ struct engine_req {
                                 disk tier: not admitted until they are in
                                 the cache (disk_tier.c) */
     int32_t disk_first;      /* the first page index that read asked for */
+    uint32_t disk_gen;       /* the tier's flush count when it was asked */
     void *user;
     int32_t *prompt;         /* [n_prompt] owned */
     int32_t n_prompt;
@@ -481,7 +482,10 @@ bool tr_disk_waiting_only(const trellis_engine *e); /* all waiters wait on it */
 bool tr_disk_any_waiting(const trellis_engine *e);
 void tr_disk_flush(trellis_engine *e);  /* flush_cache: forget the tier too */
 void tr_disk_spill(trellis_engine *e);  /* shutdown: save every cached page */
+/* Its counters into st: the engine's (engine thread: publish_stats) and
+ * the store's (any thread: trellis_get_stats, live). */
 void tr_disk_stats(trellis_engine *e, trellis_stats *st);
+void tr_disk_store_stats(trellis_engine *e, trellis_stats *st);
 /* The model file's part of the fingerprint (engine_compute.kv_fingerprint):
  * metadata, tensor table, the first 4 KiB of every tensor. */
 uint64_t tr_disk_file_fingerprint(const gguf_file *f);

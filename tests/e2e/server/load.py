@@ -147,13 +147,17 @@ def main():
     ap.add_argument("--kv-mem", type=int, default=48,
                     help="MiB: small enough that the run fills the pool (and the radix "
                          "cache) before the warm-up RSS is taken")
+    ap.add_argument("--kv-cache-dir", action="store_true",
+                    help="serve with the disk tier on (in a temporary folder): the pool's "
+                         "evictions are written to it while the load runs")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="trellis-load-")
+    extra = ["--kv-cache-dir", os.path.join(d, "kv")] if a.kv_cache_dir else []
     port_file = os.path.join(d, "port")
     log = open(os.path.join(d, "log"), "w")
     proc = subprocess.Popen([a.bin, "serve", "--port", "0", "--port-file", port_file,
                              "--threads", "2", "--kv-mem", str(a.kv_mem), "--ctx", "1024",
-                             "--max-queue", str(4 * a.concurrency)],
+                             "--max-queue", str(4 * a.concurrency), *extra],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 120
@@ -184,6 +188,10 @@ def main():
             if time.time() > deadline:
                 raise SystemExit(f"FAIL: not idle after the run: {info}")
             time.sleep(0.1)
+        if a.kv_cache_dir:
+            print(f"disk tier: {info['engine']['disk_pages_written']} pages written, "
+                  f"{info['engine']['disk_pages']} kept, "
+                  f"{info['engine']['disk_hit_tokens']} prompt tokens read back")
         req = urllib.request.Request(base + "/flush_cache", data=b"{}", method="POST")
         urllib.request.urlopen(req, timeout=60).read()
         e = get(base, "/server_info")["engine"]
