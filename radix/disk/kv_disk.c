@@ -54,6 +54,9 @@ struct tr_kvd {
     pthread_cond_t work, idle;
     bool quit, busy;
     job *head, *tail;
+    job *spare;              /* write blocks kept for reuse (a fresh large
+                                block costs page faults and zeroing) */
+    int n_spare;
     answer *ans_head, *ans_tail;
     uint64_t queued_bytes;
     entry **buckets;
@@ -329,6 +332,18 @@ static void free_job(job *j) {
     free(j); /* a write's block holds its record */
 }
 
+/* Frees a finished job, keeping a few write blocks (mu held). */
+#define SPARE_MAX 16
+static void recycle(tr_kvd *k, job *j) {
+    if (j->kind == JOB_WRITE && k->n_spare < SPARE_MAX) {
+        j->next = k->spare;
+        k->spare = j;
+        k->n_spare++;
+        return;
+    }
+    free_job(j);
+}
+
 static void *io_main(void *arg) {
     tr_kvd *k = arg;
     pthread_mutex_lock(&k->mu);
@@ -350,8 +365,8 @@ static void *io_main(void *arg) {
             break;
         case JOB_CLEAR: do_clear(k); break;
         }
-        free_job(j);
         pthread_mutex_lock(&k->mu);
+        recycle(k, j);
         k->busy = false;
         if (!k->head) pthread_cond_broadcast(&k->idle);
     }
@@ -441,8 +456,21 @@ static tr_status scan(tr_kvd *k, tr_diag *d) {
     return s;
 }
 
+/* mkdir -p: every missing level of path (at most 3000 bytes). */
+static bool make_dirs(const char *path) {
+    char p[3072];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+        *s = '/';
+    }
+    return mkdir(p, 0755) == 0 || errno == EEXIST;
+}
+
 static tr_status open_folder(tr_kvd *k, tr_diag *d) {
-    if (mkdir(k->c.dir, 0755) != 0 && errno != EEXIST) {
+    if (!make_dirs(k->c.dir)) {
         snprintf(d->message, sizeof d->message, "cannot create %.300s: %s", k->c.dir,
                  strerror(errno));
         return TR_ERR_IO;
@@ -475,6 +503,10 @@ static void free_store(tr_kvd *k) {
     for (job *j = k->head, *nx; j; j = nx) {
         nx = j->next;
         free_job(j);
+    }
+    for (job *j = k->spare, *nx; j; j = nx) {
+        nx = j->next;
+        free(j);
     }
     for (answer *a = k->ans_head, *nx; a; a = nx) {
         nx = a->next;
@@ -567,13 +599,20 @@ void *tr_kvd_put_begin(tr_kvd *k, tr_kvd_key key, tr_kvd_key parent,
         k->st.dropped_writes++;
         goto out;
     }
-    unsigned char *blk = malloc(job_room() + k->rec_bytes + ps * sizeof(int32_t));
+    unsigned char *blk = (unsigned char *)k->spare;
+    if (blk) {
+        k->spare = k->spare->next;
+        k->n_spare--;
+    } else {
+        blk = malloc(job_room() + k->rec_bytes + ps * sizeof(int32_t));
+    }
     if (!blk) {
         k->st.dropped_writes++;
         goto out;
     }
     if (!add(k, key, ST_WRITING, true)) {
-        free(blk);
+        ((job *)blk)->kind = JOB_WRITE; /* a write block, fresh or spare */
+        recycle(k, (job *)blk);
         k->st.dropped_writes++;
         goto out;
     }
@@ -610,8 +649,8 @@ void tr_kvd_put_abort(tr_kvd *k, void *buf) {
     entry *e = find(k, j->key);
     if (e && e->state == ST_WRITING) drop(k, e);
     k->queued_bytes -= k->c.payload_bytes;
+    recycle(k, j);
     pthread_mutex_unlock(&k->mu);
-    free(j);
 }
 
 tr_status tr_kvd_read(tr_kvd *k, const tr_kvd_key *keys, tr_kvd_key parent0,
@@ -678,7 +717,7 @@ void tr_kvd_clear(tr_kvd *k) {
         if (x->kind == JOB_WRITE || x->kind == JOB_UNLINK) {
             *pp = x->next;
             if (x->kind == JOB_WRITE) k->queued_bytes -= k->c.payload_bytes;
-            free_job(x);
+            recycle(k, x);
         } else {
             k->tail = x;
             pp = &x->next;

@@ -68,7 +68,7 @@ static inline bool tr_kvd_key_eq(tr_kvd_key x, tr_kvd_key y) {
 typedef struct tr_kvd tr_kvd;
 
 typedef struct tr_kvd_config {
-    const char *dir;          /* created if missing (one level) */
+    const char *dir;          /* created if missing (every level) */
     uint64_t max_bytes;       /* bound on the records' bytes (>= one record) */
     uint64_t fingerprint;     /* what the payload bytes mean */
     int32_t page_size;        /* tokens per record, 1..65536 */
