@@ -153,6 +153,13 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               st.spec_drafted_tokens
                   ? (double)st.spec_accepted_tokens / (double)st.spec_drafted_tokens
                   : 0.0);
+    /* hits by tier: what admission found cached, less what the disk tier
+     * had put back first */
+    rc |= one(o, "counter", "trellis_kv_memory_hit_tokens_total",
+              "prompt tokens found in the memory tier of the radix cache",
+              st.cached_prompt_tokens > st.disk_restored_tokens
+                  ? (double)(st.cached_prompt_tokens - st.disk_restored_tokens)
+                  : 0.0);
     /* the prefix cache's disk tier (all 0 without --kv-cache-dir) */
     rc |= one(o, "gauge", "trellis_kv_disk_pages", "KV pages kept in the disk tier",
               (double)st.disk_records);

@@ -70,6 +70,8 @@ def test_restart_reads_back_and_flush_forgets():
             assert hit >= u1["prompt_tokens"] - 32, hit
             assert metric(s, "trellis_kv_disk_pages_read_total") >= hit // 16
             assert s.engine()["disk_hit_tokens"] == hit
+            # admission found them cached: not counted as memory hits
+            assert metric(s, "trellis_kv_memory_hit_tokens_total") < 32
             status, _ = s.post("/flush_cache", {})
             assert status == 200
             assert metric(s, "trellis_kv_disk_pages") == 0
