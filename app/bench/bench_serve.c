@@ -163,6 +163,8 @@ typedef struct wl_state {
     int32_t *prefix; /* fewshot shared prefix */
     int32_t *sys;    /* multiturn system prompt */
     int next;        /* requests (or conversations) started */
+    int reserved;    /* multiturn: the turns of the conversations begun,
+                        so that those running cannot overrun total */
     int total;       /* requests to run */
 } wl_state;
 
@@ -209,7 +211,8 @@ static bool submit_next(trellis_engine *e, wl_state *w, client *c, int *errors) 
     case WL_MULTITURN: {
         if (c->turn == 0 || c->turn >= o->turns) {
             /* a new conversation */
-            if (w->next + o->turns > w->total) return false;
+            if (w->reserved + o->turns > w->total) return false;
+            w->reserved += o->turns;
             c->conv = w->next / o->turns;
             c->turn = 0;
             c->n_hist = 0;

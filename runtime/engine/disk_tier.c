@@ -167,6 +167,9 @@ void tr_disk_lookup(trellis_engine *e, engine_req *r) {
     if (tr_kvd_read(d->kvd, d->keys + first, parent,
                     s->tokens + (size_t)first * (size_t)d->ps, h, r->id) != TR_OK)
         return;
+    /* what memory holds of the prompt stays while the rest is read: a
+     * waiter that lost it would come out worse than one that never waited */
+    if (m.node && tr_radix_tree_lock(e->tree, m.node) == TR_OK) r->disk_node = m.node;
     r->disk_wait = true;
     r->disk_first = first;
     r->disk_gen = d->gen;
@@ -195,9 +198,15 @@ static void restore(trellis_engine *e, engine_req *r, const tr_kvd_answer *a) {
                                       (const char *)a->data +
                                           (size_t)(skip + i) * d->pb) == TR_OK;
     int32_t n = (m.n_pages + k) * d->ps;
-    if (ok && tr_radix_tree_insert(e->tree, r->ns, s->tokens, d->pagebuf, n, NULL) == TR_OK) {
+    radix_node *x = NULL;
+    if (ok && tr_radix_tree_insert(e->tree, r->ns, s->tokens, d->pagebuf, n, &x) == TR_OK) {
         d->pages_read += (uint64_t)k;
         d->restored_tokens += (uint64_t)k * (uint64_t)d->ps;
+        /* held until a sample is admitted, as the memory part was */
+        if (x && tr_radix_tree_lock(e->tree, x) == TR_OK) {
+            tr_disk_release(e, r);
+            r->disk_node = x;
+        }
     } else if (got) { /* a failed insert leaves the pages ours */
         tr_log(TR_LOG_WARN, "engine: pages read from the disk tier not restored");
         tr_status st = tr_kv_pool_unref_n(e->pool, pages, k);
@@ -223,6 +232,14 @@ void tr_disk_answers(trellis_engine *e) {
         }
         tr_kvd_answer_free(&a);
     }
+}
+
+void tr_disk_release(trellis_engine *e, engine_req *r) {
+    if (!r->disk_node) return;
+    tr_status st = tr_radix_tree_unlock(e->tree, r->disk_node);
+    TR_ASSERT(st == TR_OK);
+    (void)st;
+    r->disk_node = NULL;
 }
 
 bool tr_disk_any_waiting(const trellis_engine *e) {

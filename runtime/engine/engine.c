@@ -218,7 +218,9 @@ static tr_status check_all(trellis_engine *e) {
         private_pages += q->n_pages - q->n_locked;
     }
     int32_t n = 0;
+    bool disk_locks = false; /* a waiter pinning its prefix (disk_tier.c) */
     for (engine_seq *q = e->wait_head; q; q = q->next, n++) {
+        disk_locks = disk_locks || q->req->disk_node;
         if (q->state != SEQ_WAITING || q->n_pages != 0 || q->node) {
             fprintf(stderr, "engine_check: waiting sequence holds pages\n");
             return TR_ERR_INTERNAL;
@@ -241,7 +243,7 @@ static tr_status check_all(trellis_engine *e) {
                 (long long)locked_outside, (long long)private_pages);
         return TR_ERR_INTERNAL;
     }
-    if (e->n_running == 0) {
+    if (e->n_running == 0 && !disk_locks) {
         kv_pool_stats ps;
         tr_kv_pool_stats_get(e->pool, &ps);
         if (ps.n_locked != 0) {

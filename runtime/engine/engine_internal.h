@@ -162,6 +162,10 @@ struct engine_req {
                                 the cache (disk_tier.c) */
     int32_t disk_first;      /* the first page index that read asked for */
     uint32_t disk_gen;       /* the tier's flush count when it was asked */
+    struct radix_node *disk_node; /* locked while it waits for the read and
+                                until a sample is admitted: the memory part
+                                of its prefix (then the restored one) cannot
+                                be evicted meanwhile (tr_disk_release) */
     void *user;
     int32_t *prompt;         /* [n_prompt] owned */
     int32_t n_prompt;
@@ -479,6 +483,8 @@ void tr_disk_sync_saves(trellis_engine *e);
 /* Between steps: puts the pages read into the cache, releases waiters. */
 void tr_disk_answers(trellis_engine *e);
 bool tr_disk_waiting_only(const trellis_engine *e); /* all waiters wait on it */
+/* Drops the request's disk_node lock (admission, end); idempotent. */
+void tr_disk_release(trellis_engine *e, engine_req *r);
 bool tr_disk_any_waiting(const trellis_engine *e);
 void tr_disk_flush(trellis_engine *e);  /* flush_cache: forget the tier too */
 void tr_disk_spill(trellis_engine *e);  /* shutdown: save every cached page */

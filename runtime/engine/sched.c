@@ -295,6 +295,7 @@ static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
         return 0; /* s was ended (and released) */
     }
     tr_sched_waiting_remove(e, s);
+    tr_disk_release(e, s->req); /* s holds its own lock on the prefix now */
     s->state = SEQ_RUNNING;
     s->admit_order = ++e->admit_counter;
     s->prefill_to = s->len;

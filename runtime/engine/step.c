@@ -52,6 +52,7 @@
 void tr_engine_end_seq(trellis_engine *e, engine_seq *s, trellis_finish f,
                     int status, const char *error) {
     if (s->state == SEQ_DONE) return;
+    tr_disk_release(e, s->req);
     bool cache = !e->opt.no_radix;
     if (s->state == SEQ_RUNNING || s->state == SEQ_WAITING)
         tr_sched_release(e, s, cache);

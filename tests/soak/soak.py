@@ -75,7 +75,8 @@ def metrics(port):
     c.close()
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^(trellis_kv_pages_\w+|trellis_requests_\w+|trellis_http_connections|"
+        m = re.match(r"^(trellis_kv_pages_\w+|trellis_kv_disk_\w+|trellis_requests_\w+|"
+                     r"trellis_http_connections|"
                      r"trellis_grammar_cache_bytes)\s+(\S+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
@@ -340,6 +341,17 @@ def main():
         from plot_png import write_plot
         write_plot(a.plot, [p[0] for p in samples], [p[1] / 1024 for p in samples])
         print(f"  rss curve: {a.plot}")
+    if m1.get("trellis_kv_disk_pages_written_total"):  # --kv-cache-dir
+        print(f"  disk tier: {m1['trellis_kv_disk_pages_written_total']:.0f} pages written, "
+              f"{m1.get('trellis_kv_disk_pages_read_total', 0):.0f} read back "
+              f"({m1.get('trellis_kv_disk_hit_tokens_total', 0):.0f} prompt tokens), "
+              f"{m1.get('trellis_kv_disk_evicted_total', 0):.0f} deleted by the bound, "
+              f"{m1.get('trellis_kv_disk_pages', 0):.0f} kept "
+              f"({m1.get('trellis_kv_disk_bytes', 0) / 2**20:.1f} MiB); "
+              f"{m1.get('trellis_kv_disk_corrupt_total', 0):.0f} corrupt, "
+              f"{m1.get('trellis_kv_disk_write_errors_total', 0):.0f} write errors")
+        if m1.get("trellis_kv_disk_corrupt_total") or m1.get("trellis_kv_disk_write_errors_total"):
+            fails.append("the disk tier found corrupt records or failed writes")
     print(f"  pages: total {m1.get('trellis_kv_pages_total', 0):.0f}, free at start "
           f"{m0.get('trellis_kv_pages_free', 0):.0f}, idle at the end: free "
           f"{m1.get('trellis_kv_pages_free', 0):.0f} + cached "
