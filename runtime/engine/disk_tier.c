@@ -242,6 +242,15 @@ void tr_disk_release(trellis_engine *e, engine_req *r) {
     r->disk_node = NULL;
 }
 
+bool tr_disk_release_all(trellis_engine *e) {
+    bool any = false;
+    for (engine_seq *s = e->wait_head; s; s = s->next) {
+        any = any || s->req->disk_node;
+        tr_disk_release(e, s->req);
+    }
+    return any;
+}
+
 bool tr_disk_any_waiting(const trellis_engine *e) {
     if (!e->disk) return false;
     for (const engine_seq *s = e->wait_head; s; s = s->next)

@@ -485,6 +485,9 @@ void tr_disk_answers(trellis_engine *e);
 bool tr_disk_waiting_only(const trellis_engine *e); /* all waiters wait on it */
 /* Drops the request's disk_node lock (admission, end); idempotent. */
 void tr_disk_release(trellis_engine *e, engine_req *r);
+/* Every waiter's lock (nothing can start while they pin pages); true if
+ * there was one. */
+bool tr_disk_release_all(trellis_engine *e);
 bool tr_disk_any_waiting(const trellis_engine *e);
 void tr_disk_flush(trellis_engine *e);  /* flush_cache: forget the tier too */
 void tr_disk_spill(trellis_engine *e);  /* shutdown: save every cached page */

@@ -424,6 +424,7 @@ int32_t tr_sched_plan(trellis_engine *e) {
         if (!e->wait_head) return 0;
         if (e->n_waiting != waiting_before) continue; /* some ended: retry */
         if (tr_disk_any_waiting(e)) return 0; /* pages are on their way */
+        if (tr_disk_release_all(e)) continue; /* waiters' pins held the pool */
         /* nothing runs and the first waiting sequence cannot start: cannot
          * happen for requests trellis_submit accepted (each fits the empty
          * pool), but never spin on it */
