@@ -99,7 +99,7 @@ stage_server_asan() {
         test_openai.py test_protocol.py test_kv_disk.py &&
     python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
         --max-tokens 8 --rss-growth 10 &&
-    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 40 --concurrency 16 \
+    python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
         --max-tokens 8 --rss-growth 10 --kv-cache-dir
 }
 

@@ -188,6 +188,7 @@ def main():
             if time.time() > deadline:
                 raise SystemExit(f"FAIL: not idle after the run: {info}")
             time.sleep(0.1)
+        disk_idle = a.kv_cache_dir and info["engine"]["disk_pages"] == 0
         if a.kv_cache_dir:
             print(f"disk tier: {info['engine']['disk_pages_written']} pages written, "
                   f"{info['engine']['disk_pages']} kept, "
@@ -205,6 +206,9 @@ def main():
         for err in stats["errors"][:10]:
             print("  unexpected:", err)
         if stats["errors"]:
+            failed = True
+        if disk_idle:
+            print("FAIL: the disk tier kept no page: the run did not exercise it")
             failed = True
         if e["pages_free"] != e["pages_total"]:
             print("FAIL: pages not all free after flush_cache")
