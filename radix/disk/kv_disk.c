@@ -386,13 +386,12 @@ static int found_newest_first(const void *x, const void *y) {
     return (a->t_ns < b->t_ns) - (a->t_ns > b->t_ns);
 }
 
-static bool parse_key(const char *n, tr_kvd_key *out) {
+static void parse_key(const char *n, tr_kvd_key *out) {
     char h[17] = {0};
     memcpy(h, n, 16);
     out->a = strtoull(h, NULL, 16);
     memcpy(h, n + 16, 16);
     out->b = strtoull(h, NULL, 16);
-    return true;
 }
 
 /* Lists the records, deletes leftovers and wrong sizes, and indexes the

@@ -149,12 +149,17 @@ void tr_disk_spill(trellis_engine *e) {
 
 /* ---- restore ---- */
 
+/* The prompt tokens a match may cover (as admission's match), within
+ * the longest prefix the scratch arrays hold. */
+static int32_t match_limit(const struct engine_disk *d, const engine_seq *s) {
+    return TR_MIN(tr_plp_match_limit(s), d->cap_tokens);
+}
+
 void tr_disk_lookup(trellis_engine *e, engine_req *r) {
     struct engine_disk *d = e->disk;
     if (!d || r->n_done >= r->n) return;
     const engine_seq *s = &r->seqs[0];
-    int32_t limit = TR_MIN(tr_plp_match_limit(s), d->cap_tokens);
-    int32_t full = limit / d->ps;
+    int32_t limit = match_limit(d, s), full = limit / d->ps;
     radix_match m;
     if (full == 0 || tr_radix_tree_match(e->tree, r->ns, s->tokens, limit, NULL, &m) != TR_OK ||
         m.n_pages >= full)
@@ -180,9 +185,9 @@ void tr_disk_lookup(trellis_engine *e, engine_req *r) {
 static void restore(trellis_engine *e, engine_req *r, const tr_kvd_answer *a) {
     struct engine_disk *d = e->disk;
     const engine_seq *s = &r->seqs[0];
-    int32_t limit = TR_MIN(tr_plp_match_limit(s), d->cap_tokens);
     radix_match m;
-    if (tr_radix_tree_match(e->tree, r->ns, s->tokens, limit, d->pagebuf, &m) != TR_OK ||
+    if (tr_radix_tree_match(e->tree, r->ns, s->tokens, match_limit(d, s), d->pagebuf, &m) !=
+            TR_OK ||
         m.n_pages < r->disk_first)
         return; /* memory lost pages before the ones read: compute them */
     int32_t skip = m.n_pages - r->disk_first, k = a->n_valid - skip;

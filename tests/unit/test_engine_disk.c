@@ -15,29 +15,7 @@
 #include <sys/stat.h>
 
 #include "tests/unit/engine_fake.h"
-
-static char *make_dir(void) {
-    char tmpl[] = "/tmp/trellis-disk-XXXXXX";
-    char *d = mkdtemp(tmpl);
-    assert_non_null(d);
-    return strdup(d);
-}
-
-static void rm_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        char p[4096];
-        for (struct dirent *de; (de = readdir(d));) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            struct stat sb;
-            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
-            else unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
+#include "tests/unit/temp_dir.h"
 
 /* Every record file under dir (one level of fingerprint folders). */
 static int list_records(const char *dir, char (*out)[4096], int cap) {
@@ -103,7 +81,7 @@ static void wait_written(trellis_engine *e, uint64_t want) {
 
 static void test_evict_save_restore(void **state) {
     (void)state;
-    char *dir = make_dir();
+    char *dir = temp_dir_make("trellis-disk");
     int32_t toks[4][PROMPT];
     trellis_request qs[4];
     for (int i = 0; i < 4; i++) prompt_req(&qs[i], toks[i], 900 + (uint64_t)i);
@@ -134,13 +112,13 @@ static void test_evict_save_restore(void **state) {
     for (int i = 0; i < 4; i++) result_free(&got[i]), result_free(&ref[i]);
     result_free(&again);
     trellis_engine_free(e);
-    rm_tree(dir);
+    temp_dir_remove(dir);
     free(dir);
 }
 
 static void test_restart_and_corruption(void **state) {
     (void)state;
-    char *dir = make_dir();
+    char *dir = temp_dir_make("trellis-disk");
     int32_t toks[2][PROMPT];
     trellis_request qs[2];
     for (int i = 0; i < 2; i++) prompt_req(&qs[i], toks[i], 1300 + (uint64_t)i);
@@ -190,13 +168,13 @@ static void test_restart_and_corruption(void **state) {
     trellis_engine_free(e);
     for (int i = 0; i < 2; i++) result_free(&a[i]), result_free(&b[i]), result_free(&ref[i]);
     free(files);
-    rm_tree(dir);
+    temp_dir_remove(dir);
     free(dir);
 }
 
 static void test_flush_lock_and_fingerprint(void **state) {
     (void)state;
-    char *dir = make_dir();
+    char *dir = temp_dir_make("trellis-disk");
     int32_t toks[PROMPT];
     trellis_request q;
     prompt_req(&q, toks, 77);
@@ -259,7 +237,7 @@ static void test_flush_lock_and_fingerprint(void **state) {
     result_free(&r1);
     result_free(&r2);
     result_free(&r3);
-    rm_tree(dir);
+    temp_dir_remove(dir);
     free(dir);
 }
 
@@ -267,7 +245,7 @@ static void test_flush_lock_and_fingerprint(void **state) {
  * restored prefix, many at once: nothing leaks, outputs unchanged. */
 static void test_many_and_cancel(void **state) {
     (void)state;
-    char *dir = make_dir();
+    char *dir = temp_dir_make("trellis-disk");
     enum { N = 12 };
     int32_t toks[N][PROMPT];
     trellis_request qs[N];
@@ -298,7 +276,7 @@ static void test_many_and_cancel(void **state) {
     expect_clean(e);
     trellis_engine_free(e);
     for (int i = 0; i < N; i++) result_free(&got[i]), result_free(&ref[i]);
-    rm_tree(dir);
+    temp_dir_remove(dir);
     free(dir);
 }
 

@@ -54,6 +54,7 @@
 
 #include "base/hash.h"
 #include "radix/disk/kv_disk.h"
+#include "tests/unit/temp_dir.h"
 
 #define OK(expr) assert_int_equal((expr), TR_OK)
 
@@ -63,33 +64,6 @@ static const uint64_t FP = 0x1234abcd5678ef01ull;
 static size_t rec_bytes(void) { return tr_kvd_header_bytes(PS) + PB; }
 
 /* ---- folders ---- */
-
-static char *make_dir(void) {
-    const char *t = getenv("TMPDIR");
-    char tmpl[4096];
-    snprintf(tmpl, sizeof tmpl, "%s/trellis-kvd-XXXXXX", t && *t ? t : "/tmp");
-    char *d = mkdtemp(tmpl);
-    assert_non_null(d);
-    char *r = strdup(d);
-    assert_non_null(r);
-    return r;
-}
-
-static void rm_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        char p[4096];
-        for (struct dirent *de; (de = readdir(d));) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            struct stat sb;
-            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
-            else unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
 
 static void folder_of(const char *dir, uint64_t fp, char *out, size_t cap) {
     snprintf(out, cap, "%s/%016" PRIx64, dir, fp);
@@ -124,12 +98,12 @@ static bool exists(const char *path) {
 /* Each store test gets a fresh folder as its state, removed even when
  * the test fails. */
 static int dir_setup(void **state) {
-    *state = make_dir();
+    *state = temp_dir_make("trellis-kvd");
     return 0;
 }
 
 static int dir_teardown(void **state) {
-    rm_tree(*state);
+    temp_dir_remove(*state);
     free(*state);
     return 0;
 }
