@@ -4,8 +4,11 @@
  * Node memory: one block per node, header then tokens then page ids:
  *
  *   +-------------+---------------------------+----------------+
- *   | radix_node  | tokens[cap_pages * ps]    | pages[cap_pages]|
+ *   | radix_node  | tokens[cap_pages * ps]    | pages[cap_pages * W] |
  *   +-------------+---------------------------+----------------+
+ *
+ * (W = the tree's units: page slot j of a node holds ids pages[j*W ..
+ * j*W + W), one per unit; a windowed unit's id may be -1, a hole.)
  *                 ^ tokens may start later:   ^ pages likewise
  *
  * A split copies the upper part of a node into a new block and advances the
@@ -51,7 +54,7 @@ typedef struct radix_slot {
 
 struct radix_node {
     int32_t *tokens;      /* [n_pages * page_size], inside this block */
-    int32_t *pages;       /* [n_pages], inside this block */
+    int32_t *pages;       /* [n_pages * W], inside this block */
     radix_node *parent;   /* NULL for a namespace root */
     radix_node *lru_prev; /* toward the head (more recent) */
     radix_node *lru_next; /* toward the tail (less recent) */
@@ -75,6 +78,9 @@ struct radix_node {
 struct radix_tree {
     kv_pool *pool; /* borrowed */
     int32_t ps;    /* page size, tokens */
+    int32_t W;     /* units: page ids per page slot */
+    int32_t *win;  /* [W] each unit's window in tokens, 0 = every position */
+    bool windowed; /* some unit has a window */
     size_t page_bytes;
     radix_allocator a;
     radix_node **ns_slots; /* [ns_cap] open addressing by ns_hash */
@@ -83,11 +89,12 @@ struct radix_tree {
     radix_node *lru_head; /* most recent */
     radix_node *lru_tail; /* least recent: always an unlocked leaf */
     int64_t n_nodes;      /* excluding namespace roots */
-    int64_t n_tree_pages;
+    int64_t n_tree_pages;  /* page ids held (holes not counted) */
+    int64_t n_tree_slots;  /* page slots of all nodes */
     uint64_t bytes;
     uint64_t hit_tokens, miss_tokens;
     uint64_t inserts, inserted_pages, duplicate_pages;
-    uint64_t evicted_nodes, evicted_pages;
+    uint64_t evicted_nodes, evicted_pages, stripped_pages;
     radix_evict_hook hook; /* tr_radix_tree_set_evict_hook */
     void *hook_user;
 };
@@ -139,7 +146,8 @@ static int32_t common_pages(const int32_t *a, const int32_t *b, int32_t lim,
 
 static size_t node_block_bytes(const radix_tree *t, int32_t cap_pages) {
     /* Overflow was ruled out when the block was allocated. */
-    return sizeof(radix_node) + (size_t)cap_pages * (t->page_bytes + sizeof(int32_t));
+    return sizeof(radix_node) +
+           (size_t)cap_pages * (t->page_bytes + (size_t)t->W * sizeof(int32_t));
 }
 
 static void *tree_alloc(radix_tree *t, size_t size) {
@@ -156,7 +164,7 @@ static void tree_free_mem(radix_tree *t, void *p, size_t size) {
 
 static radix_node *node_alloc(radix_tree *t, int32_t n_pages) {
     size_t per_page, body, size;
-    if (tr_add_overflow_size(t->page_bytes, sizeof(int32_t), &per_page) ||
+    if (tr_add_overflow_size(t->page_bytes, (size_t)t->W * sizeof(int32_t), &per_page) ||
         tr_mul_overflow_size((size_t)n_pages, per_page, &body) ||
         tr_add_overflow_size(body, sizeof(radix_node), &size))
         return NULL;
@@ -411,18 +419,56 @@ static void lru_touch_path(radix_tree *t, radix_node *x) {
 
 tr_status tr_radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
                          radix_tree **out) {
-    if (!pool || !out) return TR_ERR_INVALID_ARG;
+    return tr_radix_tree_new_units(pool, alloc, 1, NULL, out);
+}
+
+tr_status tr_radix_tree_new_units(kv_pool *pool, const radix_allocator *alloc,
+                               int32_t n_units, const int32_t *window,
+                               radix_tree **out) {
+    if (!pool || !out || n_units < 1 || n_units > TR_RADIX_MAX_UNITS ||
+        (n_units > 1 && !window))
+        return TR_ERR_INVALID_ARG;
+    bool any_global = false;
+    for (int32_t u = 0; u < n_units; u++) {
+        int32_t w = window ? window[u] : 0;
+        if (w < 0) return TR_ERR_INVALID_ARG;
+        any_global |= (w == 0);
+    }
+    if (!any_global) return TR_ERR_INVALID_ARG; /* a slot needs a pinned id */
     if (!alloc) alloc = &tr_radix_allocator_libc;
     if (!alloc->alloc || !alloc->free) return TR_ERR_INVALID_ARG;
     radix_tree *t = alloc->alloc(alloc->user, sizeof *t);
     if (!t) return TR_ERR_NOMEM;
     memset(t, 0, sizeof *t);
+    t->a = *alloc;
+    t->win = alloc->alloc(alloc->user, (size_t)n_units * sizeof(int32_t));
+    if (!t->win) {
+        alloc->free(alloc->user, t);
+        return TR_ERR_NOMEM;
+    }
+    for (int32_t u = 0; u < n_units; u++) {
+        t->win[u] = window ? window[u] : 0;
+        t->windowed |= (t->win[u] > 0);
+    }
+    t->W = n_units;
     t->pool = pool;
     t->ps = tr_kv_pool_page_size(pool);
     t->page_bytes = (size_t)t->ps * sizeof(int32_t);
-    t->a = *alloc;
     *out = t;
     return TR_OK;
+}
+
+/* Drops the tree's ids of a node's slots; returns the pages freed. */
+static int32_t drop_node_pages(radix_tree *t, radix_node *x) {
+    int32_t freed = 0;
+    int64_t n = (int64_t)x->n_pages * t->W;
+    for (int64_t k = 0; k < n; k++) {
+        if (x->pages[k] < 0) continue;
+        freed += kv_pool_tree_drop_(t->pool, x->pages[k]) ? 1 : 0;
+        t->n_tree_pages--;
+    }
+    t->n_tree_slots -= x->n_pages;
+    return freed;
 }
 
 /* Frees the subtree of r (r included) without regard to locks or the LRU
@@ -437,9 +483,7 @@ static void destroy_subtree(radix_tree *t, radix_node *r) {
             continue;
         }
         radix_node *p = x->parent;
-        for (int32_t j = 0; j < x->n_pages; j++)
-            kv_pool_tree_drop_(t->pool, x->pages[j]);
-        t->n_tree_pages -= x->n_pages;
+        drop_node_pages(t, x);
         if (x != r) {
             child_remove(p, x);
             t->n_nodes--;
@@ -457,15 +501,70 @@ void tr_radix_tree_free(radix_tree *t) {
         if (t->ns_slots[i]) destroy_subtree(t, t->ns_slots[i]);
     tree_free_mem(t, t->ns_slots, (size_t)t->ns_cap * sizeof *t->ns_slots);
     radix_allocator a = t->a;
+    a.free(a.user, t->win);
     a.free(a.user, t);
 }
 
 int32_t tr_radix_tree_page_size(const radix_tree *t) { return t->ps; }
+int32_t tr_radix_tree_units(const radix_tree *t) { return t->W; }
 kv_pool *tr_radix_tree_pool(const radix_tree *t) { return t->pool; }
 int32_t tr_radix_node_n_pages(const radix_node *x) { return x ? x->n_pages : 0; }
 int32_t tr_radix_node_lock_count(const radix_node *x) { return x ? x->lock : 0; }
 
 /* ---- match ---- */
+
+/* The first page slot that unit u must hold for a sequence to go on from
+ * `slots` cached page slots: the token at position slots * ps reads
+ * positions down to slots * ps - window + 1 (every later token reads
+ * fewer old ones). */
+static int32_t unit_lo(const radix_tree *t, int32_t u, int32_t slots) {
+    if (t->win[u] == 0) return 0;
+    int64_t first = (int64_t)slots * t->ps - t->win[u] + 1;
+    return first <= 0 ? 0 : (int32_t)(first / t->ps);
+}
+
+/* The longest prefix of a match of `end` slots (its last node x matched
+ * for its first cnt slots) that holds every windowed unit's id over that
+ * unit's window before its end. Scans the slots backward from the end,
+ * lowering the answer to each hole it meets inside a window. */
+static int32_t window_fit(const radix_tree *t, const radix_node *x, int32_t cnt,
+                          int32_t end) {
+    int32_t keep = end;
+    while (x && x->parent && end > 0 && keep > 0) {
+        for (int32_t j = cnt - 1; j >= 0 && keep > 0; j--) {
+            int32_t slot = end - cnt + j, lowest = keep;
+            if (slot >= keep) continue;
+            const int32_t *ids = x->pages + (size_t)j * (size_t)t->W;
+            for (int32_t u = 0; u < t->W; u++) {
+                if (t->win[u] == 0) continue;
+                int32_t lo = unit_lo(t, u, keep);
+                if (lo < lowest) lowest = lo;
+                if (ids[u] < 0 && slot >= lo) {
+                    keep = slot;
+                    break;
+                }
+            }
+            if (slot < lowest) return keep;
+        }
+        end -= cnt;
+        x = x->parent;
+        cnt = x ? x->n_pages : 0;
+    }
+    return keep;
+}
+
+/* The node holding slot keep - 1 of a match of `end` slots ending in x
+ * (matched for its first cnt slots); NULL when keep is 0. */
+static radix_node *node_of_slot(radix_node *x, int32_t cnt, int32_t end,
+                                int32_t keep) {
+    if (keep <= 0) return NULL;
+    while (x && end - cnt > keep - 1) {
+        end -= cnt;
+        x = x->parent;
+        cnt = x ? x->n_pages : 0;
+    }
+    return x;
+}
 
 tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
                            int32_t n, int32_t *pages_out, radix_match *out) {
@@ -474,7 +573,7 @@ tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
     const int32_t ps = t->ps;
     const int32_t F = n / ps;
     radix_node *deepest = NULL;
-    int32_t matched = 0; /* pages */
+    int32_t matched = 0, deepest_m = 0; /* page slots */
     radix_node *x = F > 0 ? ns_find(t, ns) : NULL;
     while (x && matched < F) {
         const int32_t *tok = tokens + (size_t)matched * (size_t)ps;
@@ -483,11 +582,18 @@ tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
         int32_t lim = TR_MIN(c->n_pages, F - matched);
         int32_t m = common_pages(c->tokens, tok, lim, ps);
         if (pages_out)
-            memcpy(pages_out + matched, c->pages, (size_t)m * sizeof(int32_t));
+            memcpy(pages_out + (size_t)matched * (size_t)t->W, c->pages,
+                   (size_t)m * (size_t)t->W * sizeof(int32_t));
         matched += m;
         deepest = c;
+        deepest_m = m;
         if (m < c->n_pages) break;
         x = c;
+    }
+    if (deepest && t->windowed) {
+        int32_t keep = window_fit(t, deepest, deepest_m, matched);
+        deepest = node_of_slot(deepest, deepest_m, matched, keep);
+        matched = keep;
     }
     if (deepest) lru_touch_path(t, deepest);
     out->node = deepest;
@@ -500,9 +606,14 @@ tr_status tr_radix_tree_match(radix_tree *t, uint64_t ns, const int32_t *tokens,
 
 /* ---- lock ---- */
 
+/* A lock pins the ids of the units without a window only: a windowed
+ * unit's ids are held by the references of the sequences whose window
+ * covers them (radix_tree.h, "Units"). */
 static void pin_pages(radix_tree *t, radix_node *x, bool on) {
     for (int32_t j = 0; j < x->n_pages; j++)
-        kv_pool_set_pinned_(t->pool, x->pages[j], on);
+        for (int32_t u = 0; u < t->W; u++)
+            if (t->win[u] == 0)
+                kv_pool_set_pinned_(t->pool, x->pages[(size_t)j * t->W + u], on);
 }
 
 tr_status tr_radix_tree_lock(radix_tree *t, radix_node *x) {
@@ -545,14 +656,14 @@ static void split_node(radix_tree *t, radix_node *x, int32_t m,
                        radix_node *top) {
     const size_t head = (size_t)m * (size_t)t->ps;
     memcpy(top->tokens, x->tokens, head * sizeof(int32_t));
-    memcpy(top->pages, x->pages, (size_t)m * sizeof(int32_t));
+    memcpy(top->pages, x->pages, (size_t)m * (size_t)t->W * sizeof(int32_t));
     top->parent = x->parent;
     top->ns = x->ns;
     top->lock = x->lock; /* every lock through x passes through top */
     top->key = x->key;   /* same first page */
     child_replace(x->parent, x, top);
     x->tokens += head;
-    x->pages += m;
+    x->pages += (size_t)m * (size_t)t->W;
     x->n_pages -= m;
     x->key = page_key(x->tokens, t->ps);
     x->parent = top;
@@ -560,13 +671,6 @@ static void split_node(radix_tree *t, radix_node *x, int32_t m,
     /* Pinned flags are per page and unchanged: top is locked iff x is. */
     if (x->lock == 0) lru_insert_before(t, x, top);
     t->n_nodes++;
-}
-
-/* Unmarks the caller pages validated so far (positions [0, upto)). */
-static void unmark_pages(kv_pool *pool, const int32_t *pages, int32_t upto) {
-    for (int32_t i = 0; i < upto; i++)
-        if (kv_pool_valid_id_(pool, pages[i]))
-            pool->flags[pages[i]] &= (uint8_t)~KV_FLAG_MARK;
 }
 
 /* A page the tree will take over or drop: a valid id, owned by the caller,
@@ -580,10 +684,64 @@ static bool claim_page(kv_pool *pool, int32_t page) {
     return true;
 }
 
+/* Unmarks the caller ids of page slots [0, upto) validated so far. */
+static void unmark_pages(const radix_tree *t, const int32_t *pages, int32_t upto) {
+    kv_pool *pool = t->pool;
+    for (int64_t i = 0; i < (int64_t)upto * t->W; i++)
+        if (kv_pool_valid_id_(pool, pages[i]))
+            pool->flags[pages[i]] &= (uint8_t)~KV_FLAG_MARK;
+}
+
+/* Validates the caller's ids of one page slot against the tree's (tree
+ * NULL: a slot the tree does not have): an id of a unit without a window
+ * that differs from the tree's, and any other id of a windowed unit that
+ * differs, is claimed; a windowed unit may pass -1 (it holds nothing). */
+static bool claim_slot(const radix_tree *t, const int32_t *mine, const int32_t *tree) {
+    for (int32_t u = 0; u < t->W; u++) {
+        int32_t have = tree ? tree[u] : -1;
+        if (mine[u] == have && tree) continue;
+        if (t->win[u] > 0 && mine[u] == -1) continue;
+        if (!claim_page(t->pool, mine[u])) return false;
+    }
+    return true;
+}
+
+/* Settles one matched page slot: a duplicate of a unit without a window is
+ * dropped and replaced by the tree's id; a windowed unit's duplicate is
+ * dropped and the caller's reference moves to the tree's id; a windowed id
+ * the tree lacks fills the hole (the tree takes a reference of its own).
+ * Returns the duplicates. */
+static int32_t settle_slot(radix_tree *t, int32_t *mine, int32_t *tree) {
+    kv_pool *pool = t->pool;
+    int32_t dup = 0;
+    for (int32_t u = 0; u < t->W; u++) {
+        if (mine[u] == tree[u] || mine[u] < 0) continue;
+        if (tree[u] < 0) { /* fill the hole */
+            pool->ref[mine[u]]++;
+            kv_pool_tree_adopt_(pool, mine[u]);
+            tree[u] = mine[u];
+            t->n_tree_pages++;
+            t->inserted_pages++;
+            continue;
+        }
+        tr_kv_pool_release_(pool, mine[u]);
+        if (t->win[u] > 0) {
+            tr_status st = tr_kv_pool_ref(pool, tree[u]);
+            TR_ASSERT(st == TR_OK);
+            (void)st;
+        }
+        mine[u] = tree[u];
+        dup++;
+    }
+    return dup;
+}
+
+
 tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens,
                             int32_t *pages, int32_t n, radix_node **out_node) {
     if (!t || n < 0 || (n > 0 && (!tokens || !pages))) return TR_ERR_INVALID_ARG;
     const int32_t ps = t->ps;
+    const size_t W = (size_t)t->W;
     const int32_t F = n / ps;
     if (F == 0) {
         if (out_node) *out_node = NULL;
@@ -608,11 +766,10 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
         int32_t lim = TR_MIN(c->n_pages, F - matched);
         int32_t m = common_pages(c->tokens, tok, lim, ps);
         for (int32_t j = 0; j < m && ok; j++)
-            if (pages[matched + j] != c->pages[j] &&
-                !claim_page(pool, pages[matched + j]))
-                ok = false;
+            ok = claim_slot(t, pages + (size_t)(matched + j) * W,
+                            c->pages + (size_t)j * W);
         if (!ok) {
-            unmark_pages(pool, pages, matched + m);
+            unmark_pages(t, pages, matched + m);
             return TR_ERR_INVALID_ARG;
         }
         matched += m;
@@ -624,12 +781,12 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
         parent = c;
     }
     for (int32_t i = matched; i < F; i++) {
-        if (!claim_page(pool, pages[i])) {
-            unmark_pages(pool, pages, i + 1);
+        if (!claim_slot(t, pages + (size_t)i * W, NULL)) {
+            unmark_pages(t, pages, i + 1);
             return TR_ERR_INVALID_ARG;
         }
     }
-    unmark_pages(pool, pages, F);
+    unmark_pages(t, pages, F);
 
     /* 2. Allocate everything the change needs. */
     const bool new_leaf = matched < F;
@@ -689,13 +846,8 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
     for (int32_t end = matched; end > 0;) {
         TR_ASSERT(d && cnt <= end);
         int32_t start = end - cnt;
-        for (int32_t j = 0; j < cnt; j++) {
-            if (pages[start + j] != d->pages[j]) {
-                tr_kv_pool_release_(pool, pages[start + j]);
-                pages[start + j] = d->pages[j];
-                dup++;
-            }
-        }
+        for (int32_t j = 0; j < cnt; j++)
+            dup += settle_slot(t, pages + (size_t)(start + j) * W, d->pages + (size_t)j * W);
         end = start;
         d = d->parent;
         cnt = d ? d->n_pages : 0;
@@ -706,17 +858,25 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
         const int32_t np = F - matched;
         memcpy(leaf->tokens, tokens + (size_t)matched * (size_t)ps,
                (size_t)np * t->page_bytes);
-        memcpy(leaf->pages, pages + matched, (size_t)np * sizeof(int32_t));
+        memcpy(leaf->pages, pages + (size_t)matched * W, (size_t)np * W * sizeof(int32_t));
         leaf->key = page_key(leaf->tokens, ps);
         leaf->parent = parent;
         leaf->ns = ns;
-        for (int32_t j = 0; j < np; j++) kv_pool_tree_adopt_(pool, leaf->pages[j]);
+        int64_t adopted = 0;
+        for (size_t k = 0; k < (size_t)np * W; k++) {
+            int32_t id = leaf->pages[k];
+            if (id < 0) continue;
+            if (t->win[k % W] > 0) pool->ref[id]++; /* the caller keeps its own */
+            kv_pool_tree_adopt_(pool, id);
+            adopted++;
+        }
         if (kid_mem) child_grow_commit(t, parent, kid_mem, kid_newcap);
         child_add(parent, leaf);
         lru_push_front(t, leaf);
         t->n_nodes++;
-        t->n_tree_pages += np;
-        t->inserted_pages += (uint64_t)np;
+        t->n_tree_slots += np;
+        t->n_tree_pages += adopted;
+        t->inserted_pages += (uint64_t)adopted;
         result = leaf;
     } else {
         result = edge ? edge : parent;
@@ -730,6 +890,8 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
 
 /* ---- eviction ---- */
 
+static radix_node *dfs_next(const radix_node *x, const radix_node *r);
+
 /* Removes an unlocked leaf (or childless namespace root); returns the
  * pages that went back to the free list. */
 static int32_t remove_leaf(radix_tree *t, radix_node *x) {
@@ -742,12 +904,34 @@ static int32_t remove_leaf(radix_tree *t, radix_node *x) {
     } else {
         ns_remove(t, x);
     }
-    int32_t freed = 0;
-    for (int32_t j = 0; j < x->n_pages; j++)
-        freed += kv_pool_tree_drop_(t->pool, x->pages[j]) ? 1 : 0;
-    t->n_tree_pages -= x->n_pages;
+    int32_t freed = drop_node_pages(t, x);
     t->evicted_pages += (uint64_t)freed;
     node_free(t, x);
+    return freed;
+}
+
+/* Frees windowed units' ids that only the tree holds (no sequence's
+ * window covers them), in nodes that are locked (the unlocked ones went
+ * first, whole), until `need` pages are free. Leaves holes: a later match
+ * stops before a window that would need one. */
+static int32_t strip_windows(radix_tree *t, int32_t need) {
+    int32_t freed = 0;
+    kv_pool *pool = t->pool;
+    for (uint32_t i = 0; i < t->ns_cap && freed < need; i++) {
+        radix_node *r = t->ns_slots[i];
+        if (!r) continue;
+        for (radix_node *x = r; x && freed < need; x = dfs_next(x, r)) {
+            int64_t n = (int64_t)x->n_pages * t->W;
+            for (int64_t k = 0; k < n && freed < need; k++) {
+                int32_t id = x->pages[k];
+                if (id < 0 || t->win[k % t->W] == 0 || pool->ref[id] != 1) continue;
+                x->pages[k] = -1;
+                freed += kv_pool_tree_drop_(pool, id) ? 1 : 0;
+                t->n_tree_pages--;
+                t->stripped_pages++;
+            }
+        }
+    }
     return freed;
 }
 
@@ -763,6 +947,8 @@ int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed) {
         }
         freed += remove_leaf(t, x);
     }
+    if (freed < n_pages_needed && t->windowed)
+        freed += strip_windows(t, n_pages_needed - freed);
     return freed;
 }
 
@@ -811,7 +997,8 @@ void tr_radix_tree_stats_get(const radix_tree *t, radix_tree_stats *s) {
     s->n_nodes = t->n_nodes;
     s->n_namespaces = t->ns_count;
     s->n_tree_pages = t->n_tree_pages;
-    s->n_tree_tokens = t->n_tree_pages * t->ps;
+    s->n_tree_tokens = t->n_tree_slots * t->ps;
+    s->stripped_pages = t->stripped_pages;
     s->bytes = t->bytes;
     kv_pool_stats ps;
     tr_kv_pool_stats_get(t->pool, &ps);
@@ -848,7 +1035,7 @@ static radix_node *dfs_next(const radix_node *x, const radix_node *r) {
     } while (0)
 
 /* Checks one node and its child table; accumulates counts. */
-static tr_status check_node(const radix_tree *t, const radix_node *x,
+static tr_status check_node(const radix_tree *t, const radix_node *x, int64_t *slots,
                             int64_t *pages, int64_t *pinned, uint64_t *bytes) {
     tr_status st = TR_OK;
     const kv_pool *pool = t->pool;
@@ -866,7 +1053,8 @@ static tr_status check_node(const radix_tree *t, const radix_node *x,
         const int32_t *block_pages =
             block_tokens + (size_t)x->cap_pages * (size_t)ps;
         CHECK(x->tokens + (size_t)x->n_pages * (size_t)ps == block_pages &&
-                  x->pages + x->n_pages == block_pages + x->cap_pages,
+                  x->pages + (size_t)x->n_pages * t->W ==
+                      block_pages + (size_t)x->cap_pages * t->W,
               "span does not end at its block's end");
         CHECK(x->key == page_key(x->tokens, ps), "stale key");
         CHECK(x->ns == x->parent->ns, "namespace differs from parent's");
@@ -907,19 +1095,25 @@ static tr_status check_node(const radix_tree *t, const radix_node *x,
           found);
     CHECK(child_locks <= x->lock, "lock %d below children's sum %" PRId64,
           x->lock, child_locks);
-    /* Pages. */
-    for (int32_t j = 0; j < x->n_pages; j++) {
-        int32_t p = x->pages[j];
+    /* Pages: a unit without a window has an id in every slot, pinned iff
+     * the node is locked; a windowed unit's ids are never pinned and may
+     * be holes. */
+    for (int64_t k = 0; k < (int64_t)x->n_pages * t->W; k++) {
+        int32_t p = x->pages[k];
+        bool windowed = t->win[k % t->W] > 0;
+        if (windowed && p == -1) continue;
         CHECK(kv_pool_valid_id_(pool, p), "bad page id %d", p);
         uint8_t f = pool->flags[p];
+        bool want_pin = !windowed && x->lock > 0;
         CHECK(f & KV_FLAG_IN_TREE, "page %d not flagged in tree", p);
-        CHECK(((f & KV_FLAG_PINNED) != 0) == (x->lock > 0),
-              "page %d pinned=%d but node lock %d", p,
-              (f & KV_FLAG_PINNED) != 0, x->lock);
+        CHECK(((f & KV_FLAG_PINNED) != 0) == want_pin,
+              "page %d pinned=%d but node lock %d (unit %d)", p,
+              (f & KV_FLAG_PINNED) != 0, x->lock, (int)(k % t->W));
         CHECK(pool->ref[p] >= 1, "tree page %d has no reference", p);
+        (*pages)++;
+        if (want_pin) (*pinned)++;
     }
-    *pages += x->n_pages;
-    if (x->lock > 0) *pinned += x->n_pages;
+    *slots += x->n_pages;
 done:
     return st;
 }
@@ -928,7 +1122,7 @@ tr_status tr_radix_tree_check(const radix_tree *t) {
     tr_status st = TR_OK;
     if (!t) return TR_ERR_INVALID_ARG;
     const kv_pool *pool = t->pool;
-    int64_t n_nodes = 0, n_roots = 0, n_unlocked = 0, pages = 0, pinned = 0;
+    int64_t n_nodes = 0, n_roots = 0, n_unlocked = 0, pages = 0, pinned = 0, slots = 0;
     int64_t limit = t->n_nodes + t->ns_count; /* guards against cycles */
     uint64_t bytes = sizeof(radix_node *) * (uint64_t)t->ns_cap;
 
@@ -946,7 +1140,7 @@ tr_status tr_radix_tree_check(const radix_tree *t) {
         for (radix_node *x = r; x; x = dfs_next(x, r)) {
             CHECK(n_nodes + n_roots <= limit, "more nodes than counted");
             CHECK(!(x->mark & MARK_REACHED), "node reached twice");
-            st = check_node(t, x, &pages, &pinned, &bytes);
+            st = check_node(t, x, &slots, &pages, &pinned, &bytes);
             if (st != TR_OK) goto done;
             x->mark |= MARK_REACHED;
             if (x != r) n_nodes++;
@@ -959,6 +1153,8 @@ tr_status tr_radix_tree_check(const radix_tree *t) {
           t->n_nodes, n_nodes);
     CHECK(pages == t->n_tree_pages, "page count %" PRId64 ", found %" PRId64,
           t->n_tree_pages, pages);
+    CHECK(slots == t->n_tree_slots, "slot count %" PRId64 ", found %" PRId64,
+          t->n_tree_slots, slots);
     CHECK(bytes == t->bytes, "bytes %" PRIu64 ", recount %" PRIu64, t->bytes,
           bytes);
     /* The pool agrees: exactly these pages are in the tree / pinned. Each
@@ -1015,7 +1211,8 @@ static void dump_node(const radix_tree *t, const radix_node *x, FILE *f) {
         fprintf(f, "%s%d", (i > 0 && i % t->ps == 0) ? " | " : " ", x->tokens[i]);
     if (n_tok > 64) fprintf(f, " ...(+%" PRId64 ")", n_tok - 64);
     fprintf(f, "  pages:");
-    for (int32_t j = 0; j < x->n_pages; j++) fprintf(f, " %d", x->pages[j]);
+    for (int64_t k = 0; k < (int64_t)x->n_pages * t->W; k++)
+        fprintf(f, "%s%d", k % t->W ? "/" : " ", x->pages[k]);
     fputc('\n', f);
 }
 

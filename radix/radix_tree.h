@@ -81,6 +81,25 @@
  *              tr_radix_tree_unlock(t, x);
  *              tr_kv_pool_unref_n(pool, private pages left: past n_kv / ps);
  *
+ * Units (windowed KV). A model whose layers attend over different ranges
+ * (Gemma 3: most layers see the last 512 positions, every sixth sees all)
+ * keeps each page_size run of tokens in W pages, one per unit (a group of
+ * layers with one window). Every page-id array of this interface then has
+ * W ids per page slot: ids[slot * W + u]. Counts (n_pages, matches) stay in
+ * page slots. A unit without a window ("global") behaves as described
+ * above. A windowed unit differs in three ways:
+ *   - its ids are never pinned by locks: a sequence holds its own pool
+ *     reference on each windowed id inside its window, so the ids no window
+ *     covers are cached (evictable) even in a locked node;
+ *   - an id may be -1, a hole (its K/V was freed: the sequence let it go
+ *     when it left the window, or the tree's eviction stripped it);
+ *   - a match ends where going on would need a hole: it is shortened to the
+ *     longest prefix whose last `window` positions are held by every
+ *     windowed unit (positions older than a window are never read again).
+ * Eviction takes unlocked nodes in LRU order first; when that is not
+ * enough, it strips windowed ids that only the tree holds from locked
+ * nodes. With W == 1 (tr_radix_tree_new) nothing of this applies.
+ *
  * Threads: none inside; one thread (the engine's) uses a tree and its pool.
  */
 #ifndef TR_RADIX_RADIX_TREE_H
@@ -104,7 +123,7 @@ typedef struct radix_node radix_node;
 typedef struct radix_match {
     radix_node *node; /* deepest node reached; NULL when nothing matched */
     int32_t n_tokens; /* matched tokens, a multiple of page_size */
-    int32_t n_pages;  /* n_tokens / page_size page ids written */
+    int32_t n_pages;  /* n_tokens / page_size page slots written (W ids each) */
 } radix_match;
 
 typedef struct radix_tree_stats {
@@ -116,10 +135,11 @@ typedef struct radix_tree_stats {
     uint64_t duplicate_pages; /* caller pages returned (tree had its own) */
     uint64_t evicted_nodes;
     uint64_t evicted_pages;  /* pages freed by evict and flush */
+    uint64_t stripped_pages; /* windowed ids freed from locked nodes */
     int64_t n_nodes;         /* excluding namespace roots */
     int64_t n_namespaces;
-    int64_t n_tree_pages;    /* pages held by the tree */
-    int64_t n_tree_tokens;   /* n_tree_pages * page_size */
+    int64_t n_tree_pages;    /* page ids held by the tree (holes not counted) */
+    int64_t n_tree_tokens;   /* tokens of all nodes (page slots * page_size) */
     uint64_t bytes;          /* bookkeeping memory of the tree (nodes, token
                               * copies, child tables), allocator-visible */
     int32_t pages_free, pages_locked, pages_cached; /* from the pool */
@@ -130,14 +150,28 @@ typedef struct radix_tree_stats {
 tr_status tr_radix_tree_new(kv_pool *pool, const radix_allocator *alloc,
                          radix_tree **out);
 
+/* The most units a tree takes. */
+#define TR_RADIX_MAX_UNITS 64
+
+/* A tree with n_units ids per page slot; window[u] is unit u's window in
+ * tokens (0 = every position; at least one unit has 0). n_units 1 with
+ * window NULL is tr_radix_tree_new. TR_ERR_INVALID_ARG otherwise. */
+tr_status tr_radix_tree_new_units(kv_pool *pool, const radix_allocator *alloc,
+                               int32_t n_units, const int32_t *window,
+                               radix_tree **out);
+
+/* W, the ids per page slot. */
+int32_t tr_radix_tree_units(const radix_tree *t);
+
 /* Frees every node, locked or not, dropping the tree's page references
  * (pages also referenced elsewhere stay allocated). t may be NULL. Every
  * handle becomes invalid. */
 void tr_radix_tree_free(radix_tree *t);
 
 /* Longest cached prefix of tokens[0..n) in namespace ns, page-aligned.
- * Writes its page ids to pages_out[0..out->n_pages) (pages_out may be NULL;
- * otherwise it needs room for n / page_size ids). out->node is the handle
+ * Writes its page ids to pages_out[0..out->n_pages * W) (pages_out may be
+ * NULL; otherwise it needs room for n / page_size * W ids, and the ids past
+ * the match, when windows shortened it, are unspecified). out->node is the handle
  * to lock; pages in it are protected only once it is locked. Moves the
  * path to the front of the LRU list and counts hit/miss tokens. Nothing is
  * allocated; TR_ERR_INVALID_ARG for bad arguments (n < 0, NULL tokens with
@@ -159,8 +193,9 @@ tr_status tr_radix_tree_unlock(radix_tree *t, radix_node *node);
  * Only the first F = n / page_size full pages are considered; tokens past
  * F * page_size and pages[F..) are not looked at.
  *
- * Ownership, for each i < F, where T is the tree's page for the prefix
- * tokens[0..(i+1)*ps) if it has one:
+ * Ownership, for each i < F and unit without a window (each i < F when
+ * W == 1), where T is the tree's page for the prefix tokens[0..(i+1)*ps)
+ * if it has one:
  *   - T exists and pages[i] == T: nothing changes hands (the caller holds
  *     that page through a lock on a node it matched or inserted).
  *   - T exists and pages[i] != T: pages[i] is a duplicate (the same prefix
@@ -170,7 +205,13 @@ tr_status tr_radix_tree_unlock(radix_tree *t, radix_node *node);
  *     just continues with T.
  *   - no T: the tree takes over the caller's reference on pages[i] (the
  *     caller no longer owns it: it must lock *out_node to keep using it).
- * After success pages[0..F) are exactly the tree's pages for the prefix.
+ * A windowed unit's id p (caller) against the tree's T: p == -1 or p == T:
+ * nothing changes; T is a hole: the tree takes a reference of its own on p
+ * (the hole is filled); otherwise p is a duplicate: the caller's reference
+ * on p is dropped and the caller gets one on T, and pages[] says T. So the
+ * caller holds exactly one reference on each windowed id it passes, before
+ * and after.
+ * After success the global ids of pages[0..F) are exactly the tree's.
  * *out_node (if out_node is not NULL) receives the node covering the whole
  * F-page prefix, unlocked (NULL when F == 0): lock it while the sequence
  * runs. The path moves to the front of the LRU list.
@@ -187,9 +228,10 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
                             int32_t *pages, int32_t n, radix_node **out_node);
 
 /* Evicts least-recently-used unlocked leaves until n_pages_needed pages
- * were returned to the pool or nothing is evictable. Returns the number of
- * pages returned (pages referenced outside the tree leave it but are not
- * counted). Never allocates. */
+ * were returned to the pool or nothing is evictable; then, with windowed
+ * units, strips windowed ids that only the tree holds (see Units). Returns
+ * the number of pages returned (pages referenced outside the tree leave it
+ * but are not counted). Never allocates. */
 int32_t tr_radix_tree_evict(radix_tree *t, int32_t n_pages_needed);
 
 /* Drops every unlocked node; returns the number of pages freed. */
@@ -206,8 +248,8 @@ void tr_radix_tree_set_evict_hook(radix_tree *t, radix_evict_hook fn, void *user
  * their count (a multiple of page_size), or -1 when cap is too small. */
 int32_t tr_radix_node_prefix(const radix_tree *t, const radix_node *node, int32_t *out,
                              int32_t cap);
-/* The node's page ids (tr_radix_node_n_pages of them), the last pages of
- * its prefix. */
+/* The node's page ids (tr_radix_node_n_pages page slots of W ids), the
+ * last pages of its prefix. */
 const int32_t *tr_radix_node_pages(const radix_node *node);
 
 int32_t tr_radix_tree_page_size(const radix_tree *t);

@@ -45,6 +45,7 @@
 
 #include "base/hash.h"
 #include "radix/radix.h"
+#include "tests/unit/radix_test_util.h"
 
 #define OK(expr) assert_int_equal((expr), TR_OK)
 
@@ -72,51 +73,6 @@ static uint32_t rng_below(uint64_t *s, uint32_t n) {
     return (uint32_t)(rng_next(s) % n);
 }
 
-/* Counts live blocks; fails the call numbered fail_at (-1: never). */
-typedef struct test_alloc {
-    int64_t calls;
-    int64_t fail_at;
-    int64_t live;
-} test_alloc;
-
-static void *ta_alloc(void *user, size_t size) {
-    test_alloc *ta = user;
-    if (ta->calls++ == ta->fail_at) return NULL;
-    void *p = malloc(size);
-    if (p) ta->live++;
-    return p;
-}
-static void ta_free(void *user, void *ptr) {
-    test_alloc *ta = user;
-    if (ptr) ta->live--;
-    free(ptr);
-}
-
-/* Everything observable about tree and pool, as text. */
-static char *snapshot(const radix_tree *t) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    tr_radix_tree_dump(t, f);
-    tr_kv_pool_dump(tr_radix_tree_pool(t), f);
-    radix_tree_stats s;
-    tr_radix_tree_stats_get(t, &s);
-    fprintf(f,
-            "stats hit=%llu miss=%llu ins=%llu insp=%llu dup=%llu evn=%llu "
-            "evp=%llu nodes=%lld ns=%lld pages=%lld tokens=%lld bytes=%llu "
-            "free=%d locked=%d cached=%d\n",
-            (unsigned long long)s.hit_tokens, (unsigned long long)s.miss_tokens,
-            (unsigned long long)s.inserts, (unsigned long long)s.inserted_pages,
-            (unsigned long long)s.duplicate_pages,
-            (unsigned long long)s.evicted_nodes,
-            (unsigned long long)s.evicted_pages, (long long)s.n_nodes,
-            (long long)s.n_namespaces, (long long)s.n_tree_pages,
-            (long long)s.n_tree_tokens, (unsigned long long)s.bytes,
-            s.pages_free, s.pages_locked, s.pages_cached);
-    fclose(f);
-    return buf;
-}
 
 static void check_all(const radix_tree *t) {
     OK(tr_radix_tree_check(t));
