@@ -244,7 +244,21 @@ typedef struct tr_kv_layout {
      * older ones stay in the pages, unread); 0 = every position. NULL: no
      * layer has a window. Host memory, borrowed (the model owns it). */
     const int32_t *window;
+    /* Units: with unit_layers > 0, a page holds unit_layers layers (one
+     * unit) rather than all of them, layer l at index layer_slot[l] of its
+     * unit's pages; a batch then gives each layer the page table of its
+     * unit (the model builds those from the engine's tables). This lets
+     * the pages of windowed layers be freed apart from the others.
+     * unit_layers 0: one unit of every layer (layer_slot unused). Host
+     * memory, borrowed. */
+    int32_t unit_layers;
+    const int32_t *layer_slot;
 } tr_kv_layout;
+
+/* Layers per page. */
+static inline int32_t tr_kv_page_layers(const tr_kv_layout *kv) {
+    return kv->unit_layers > 0 ? kv->unit_layers : kv->n_layers;
+}
 
 /* Bytes of one row of kind c (0 = K, 1 = V). */
 static inline size_t tr_kv_row_bytes(const tr_kv_layout *kv, int c) {
@@ -257,13 +271,14 @@ static inline size_t tr_kv_layer_bytes(const tr_kv_layout *kv) {
     return (size_t)kv->page_size * (tr_kv_row_bytes(kv, 0) + tr_kv_row_bytes(kv, 1));
 }
 static inline size_t tr_kv_page_bytes(const tr_kv_layout *kv) {
-    return (size_t)kv->n_layers * tr_kv_layer_bytes(kv);
+    return (size_t)tr_kv_page_layers(kv) * tr_kv_layer_bytes(kv);
 }
 
 /* Byte offset from base of row (page, slot) of kind c of a layer. */
 static inline size_t tr_kv_offset(const tr_kv_layout *kv, int32_t layer, int64_t page,
                                   int c, int32_t slot) {
-    return (size_t)page * tr_kv_page_bytes(kv) + (size_t)layer * tr_kv_layer_bytes(kv) +
+    int32_t at = kv->unit_layers > 0 ? kv->layer_slot[layer] : layer;
+    return (size_t)page * tr_kv_page_bytes(kv) + (size_t)at * tr_kv_layer_bytes(kv) +
            (c ? (size_t)kv->page_size * tr_kv_row_bytes(kv, 0) : 0) +
            (size_t)slot * tr_kv_row_bytes(kv, c);
 }

@@ -36,7 +36,7 @@ static inline tr_kv_type kv_type_of(const tr_kv_layout *kv, int c) {
  * reads or writes exists: the scheduler builds batches, so a violation is
  * a bug upstream, and it would otherwise corrupt memory. */
 static void check_batch_pages(const tr_kv_layout *kv, const tr_batch *b,
-                              bool all_positions) {
+                              bool all_positions, int32_t window) {
     /* Pages already checked for the previous token's sequence: a prefill
      * chunk's tokens are adjacent, so each page is checked about once. */
     int32_t last_s = -1, checked = 0;
@@ -46,7 +46,8 @@ static void check_batch_pages(const tr_kv_layout *kv, const tr_batch *b,
         int32_t last = p / kv->page_size;
         TR_ASSERT(last < b->n_pages[s]);
         if (s != last_s) checked = 0;
-        int32_t first = all_positions ? checked : last;
+        int32_t reach = window > 0 && p - window + 1 > 0 ? (p - window + 1) / kv->page_size : 0;
+        int32_t first = all_positions ? TR_MAX(checked, reach) : last;
         for (int32_t i = first; i <= last; i++) {
             int32_t pg = b->page_table[s][i];
             TR_ASSERT(pg >= 0 && pg < kv->n_pages);
@@ -106,7 +107,7 @@ void tr_cpu_op_kv_store(tr_stream *s, const tr_kv_layout *kv, int32_t layer,
     if (b->n_tokens <= 0) return;
     TR_ASSERT(tr_kv_row_bytes(kv, 0) > 0 && tr_kv_row_bytes(kv, 1) > 0);
     TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
-    check_batch_pages(kv, b, false);
+    check_batch_pages(kv, b, false, 0);
     kv_store_args a = {c->k, kv, layer, {k, v}, b};
     int64_t work = (int64_t)b->n_tokens * kv->n_kv_heads * kv->head_dim;
     tr_cpu_pool_run(c->pool, TR_MIN(tr_cpu_op_threads(c, work, 16384), b->n_tokens),
@@ -809,7 +810,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
     TR_ASSERT(layer >= 0 && layer < kv->n_layers && kv->page_size >= 1);
     TR_ASSERT(n_kv >= 1 && n_heads >= n_kv && n_heads % n_kv == 0);
     TR_ASSERT(hd >= 1 && hd <= CPU_ATTN_MAX_HEAD_DIM);
-    check_batch_pages(kv, b, true);
+    check_batch_pages(kv, b, true, kv->window ? kv->window[layer] : 0);
     int32_t rot = tr_kv_rotation(kv->type_k, hd);
     if (rot && attn_rotate_queries(c, &q, n_tok, n_heads, hd, rot)) rot = 0;
 

@@ -72,8 +72,9 @@ void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
         f->op->rope(f->st, m->q, n, hp->n_heads, hd, f->b->pos, o->rope_base);
         f->op->rope(f->st, m->k, n, hp->n_kv_heads, hd, f->b->pos, o->rope_base);
     }
-    f->op->kv_store(f->st, f->kv, l, m->k, m->v, f->b); /* pages of layer l */
-    f->op->attention(f->st, m->att, m->q, f->kv, l, f->b, hp->n_heads,
+    const tr_batch *lb = tr_fwd_layer_batch(f, l); /* its unit's pages */
+    f->op->kv_store(f->st, f->kv, l, m->k, m->v, lb);
+    f->op->attention(f->st, m->att, m->q, f->kv, l, lb, hp->n_heads,
                      o->scale); /* att[n, q_dim] */
     project_residual(f, &w->wo, m->att, w->post_norm); /* x[n, dim] += */
 }

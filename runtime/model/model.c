@@ -124,6 +124,7 @@ static tr_status load(const gguf_file *f, gguf_file *owned, tr_backend *be,
         goto fail;
     hp->n_local_layers = 0;
     for (int32_t l = 0; l < hp->n_layers; l++) hp->n_local_layers += m->window[l] > 0;
+    if ((s = tr_model_kv_units_init(m))) goto fail;
 
     const int64_t n = max_batch_tokens, dim = hp->dim,
                   q_dim = (int64_t)hp->n_heads * hp->head_dim,
@@ -180,6 +181,10 @@ void tr_model_free(model *m) {
     free(m->device_copies);
     free(m->layers);
     free(m->window);
+    free(m->kv_layer_unit);
+    free(m->kv_layer_slot);
+    free(m->unit_ids);
+    free(m->unit_ptrs);
     free(m->mask_union);
     free(m->mask_ids);
     free(m);
@@ -215,13 +220,22 @@ uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
 tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
                             tr_kv_type k, tr_kv_type v, tr_kv_layout *kv,
                             const char **why) {
+    return tr_model_kv_alloc_units(m, n_pages, page_size, k, v, false, kv, why);
+}
+
+tr_status tr_model_kv_alloc_units(model *m, int32_t n_pages, int32_t page_size,
+                                  tr_kv_type k, tr_kv_type v, bool split,
+                                  tr_kv_layout *kv, const char **why) {
     const char *dummy;
     if (!why) why = &dummy;
     *why = NULL;
     if (n_pages <= 0 || page_size <= 0 || (unsigned)k >= TR_KV_TYPE_COUNT ||
         (unsigned)v >= TR_KV_TYPE_COUNT)
         return TR_ERR_INVALID_ARG;
-    uint64_t page_bytes = tr_model_kv_page_bytes(m, page_size, k, v);
+    tr_kv_units units;
+    tr_model_kv_units(m, split, &units);
+    uint64_t page_bytes = tr_model_kv_page_bytes(m, page_size, k, v) /
+                          (uint64_t)units.n;
     if (page_bytes == 0) {
         *why = "the KV type needs head_dim to be a multiple of 32 (q4)";
         return TR_ERR_UNSUPPORTED;
@@ -241,6 +255,10 @@ tr_status tr_model_kv_alloc(model *m, int32_t n_pages, int32_t page_size,
     kv->base = base;
     kv->n_pages = n_pages;
     kv->window = m->hp.n_local_layers ? m->window : NULL;
+    if (units.n > 1) {
+        kv->unit_layers = units.layers;
+        kv->layer_slot = m->kv_layer_slot;
+    }
     return TR_OK;
 }
 
@@ -275,16 +293,16 @@ static tr_status check_batch(const model *m, const tr_kv_layout *kv,
     if (kv->n_layers != m->hp.n_layers || kv->n_kv_heads != m->hp.n_kv_heads ||
         kv->head_dim != m->hp.head_dim)
         return TR_ERR_INVALID_ARG;
+    if (kv->unit_layers > 0 && (kv->layer_slot != m->kv_layer_slot ||
+                                kv->unit_layers != m->kv_split.layers))
+        return TR_ERR_INVALID_ARG;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         int32_t s = b->seq[t], p = b->pos[t];
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab) return TR_ERR_INVALID_ARG;
         if (s < 0 || s >= b->n_seqs || p < 0) return TR_ERR_INVALID_ARG;
         if (p / kv->page_size >= b->n_pages[s]) return TR_ERR_INVALID_ARG;
     }
-    for (int32_t s = 0; s < b->n_seqs; s++)
-        for (int32_t i = 0; i < b->n_pages[s]; i++)
-            if (b->page_table[s][i] < 0 || b->page_table[s][i] >= kv->n_pages)
-                return TR_ERR_INVALID_ARG;
+    if (tr_model_check_tables(m, kv, b) != TR_OK) return TR_ERR_INVALID_ARG;
     for (int32_t i = 0; i < n_logits; i++)
         if (logit_rows[i] < 0 || logit_rows[i] >= b->n_tokens)
             return TR_ERR_INVALID_ARG;
@@ -311,12 +329,15 @@ tr_status tr_model_forward_masked(model *m, const tr_kv_layout *kv,
                b->n_tokens);
         return s;
     }
+    const tr_batch *unit_b = NULL;
+    if ((s = tr_model_unit_batches(m, kv, b, &unit_b))) return s;
     tr_fwd f = {
         .m = m,
         .st = tr_backend_stream(m->be),
         .op = m->be->ops,
         .kv = kv,
         .b = b,
+        .unit_b = unit_b,
         .tokens = tokens,
         .n = b->n_tokens,
         .logit_rows = logit_rows,

@@ -125,6 +125,28 @@ void tr_model_kv_free(model *m, tr_kv_layout *kv);
  * for it. Not while a forward pass runs (one thread at a time). */
 tr_status tr_model_kv_page_copy(model *m, const tr_kv_layout *kv, int32_t page,
                                 void *host, bool to_device);
+/* KV units. The pages of a model whose layers have different sliding
+ * windows can be cut into units, each a group of layers with one window
+ * (backend.h's tr_kv_layout.unit_layers), so that the engine frees a
+ * windowed unit's pages once no position in them can be read again. A
+ * sequence's page table then has n ids per page slot (ids[slot * n + u]);
+ * tr_model_forward takes such tables. */
+#define TR_MODEL_MAX_KV_UNITS 64
+typedef struct tr_kv_units {
+    int32_t n;      /* units per page slot; 1: a page holds every layer */
+    int32_t layers; /* layers per unit */
+    int32_t window[TR_MODEL_MAX_KV_UNITS]; /* each unit's window, 0 = none */
+} tr_kv_units;
+/* The units split (true) gives this model: one unit without windowed
+ * layers, or when the grouping would need more than the maximum; one unit
+ * when split is false. */
+void tr_model_kv_units(const model *m, bool split, tr_kv_units *out);
+/* tr_model_kv_alloc with n_pages pages of one unit each (split) or of
+ * every layer. */
+tr_status tr_model_kv_alloc_units(model *m, int32_t n_pages, int32_t page_size,
+                                  tr_kv_type k, tr_kv_type v, bool split,
+                                  tr_kv_layout *kv, const char **why);
+
 /* Bytes of one KV page; 0 when a type cannot hold the model's heads. */
 uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
                                 tr_kv_type v);

@@ -106,6 +106,16 @@ struct model {
     tr_layer_weights *layers; /* [n_layers] */
     int32_t *window;          /* [n_layers] sliding window, 0 = global;
                                  tr_kv_layout.window points here */
+    /* KV units when windowed layers' pages are freed apart (kv_units.c):
+     * kv_layer_unit NULL = never split */
+    tr_kv_units kv_split;
+    int32_t *kv_layer_unit;   /* [n_layers] */
+    int32_t *kv_layer_slot;   /* [n_layers]; tr_kv_layout.layer_slot */
+    int32_t *unit_ids;        /* forward scratch: per-unit page tables */
+    size_t unit_ids_cap;
+    const int32_t **unit_ptrs;
+    size_t unit_ptrs_cap;
+    tr_batch unit_b[TR_MODEL_MAX_KV_UNITS];
     const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
     void **device_copies;     /* weights the backend copied (import_weights) */
     int n_device_copies;
@@ -143,6 +153,7 @@ struct tr_fwd {
     const tr_backend_ops *op; /* m->be->ops */
     const tr_kv_layout *kv;
     const tr_batch *b;
+    const tr_batch *unit_b;   /* per-unit batches (kv_units.c) or NULL */
     const int32_t *tokens;    /* [n] */
     int32_t n;                /* tokens in the batch */
     const int32_t *logit_rows; /* [n_logits] batch rows whose logits... */
@@ -150,6 +161,19 @@ struct tr_fwd {
     float *logits;            /* ...go here: host [n_logits, vocab] */
     const tr_logit_masks *masks; /* may be NULL (model.h) */
 };
+
+/* ---- KV units (kv_units.c) ---- */
+/* Cuts the layers into units at load (after the windows are known). */
+tr_status tr_model_kv_units_init(model *m);
+int32_t tr_model_kv_n_units(const model *m, const tr_kv_layout *kv);
+/* Every id a batch's tokens read or write is a page of kv. */
+tr_status tr_model_check_tables(const model *m, const tr_kv_layout *kv,
+                                const tr_batch *b);
+/* The batch of each unit (*out NULL with one unit); scratch in m. */
+tr_status tr_model_unit_batches(model *m, const tr_kv_layout *kv, const tr_batch *b,
+                                const tr_batch **out);
+/* The batch layer l's kv_store and attention take. */
+const tr_batch *tr_fwd_layer_batch(const tr_fwd *f, int32_t layer);
 
 /* ---- hyper-parameters (hparams.c) ----
  * Keys are "<arch>.<suffix>". A missing required key is TR_ERR_NOT_FOUND

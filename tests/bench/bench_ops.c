@@ -130,7 +130,7 @@ static double bench_attention(tr_backend *be, int ctx_len, int n_tok,
                               tr_kv_type type, int n_layers) {
     const int n_heads = 9, n_kv = 3, hd = 64, ps = 16;
     int n_pages = (ctx_len + ps - 1) / ps;
-    tr_kv_layout shape = {NULL, n_pages, n_layers, ps, n_kv, hd, type, type, NULL};
+    tr_kv_layout shape = {NULL, n_pages, n_layers, ps, n_kv, hd, type, type, NULL, 0, NULL};
     size_t bytes = (size_t)n_pages * tr_kv_page_bytes(&shape);
     attn_bench a = {.be = be, .n_heads = n_heads};
     void *mem = NULL;
@@ -212,7 +212,7 @@ static double bench_attention_decode32(tr_backend *be, int *ctx_total) {
     void *mem = NULL;
     be->ops->alloc(be, bytes, &mem);
     memset(mem, 0, bytes);
-    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_KV_F16, TR_KV_F16, NULL};
+    a.kv = (tr_kv_layout){mem, total_pages, L, PS, NKV, HD, TR_KV_F16, TR_KV_F16, NULL, 0, NULL};
     for (int s = 0, next = 0; s < S; s++) {
         pt[s] = malloc(sizeof(int32_t) * np[s]);
         for (int i = 0; i < np[s]; i++) pt[s][i] = perm[next++];

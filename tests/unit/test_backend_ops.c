@@ -546,7 +546,7 @@ static const int32_t *world_windows(const world *w) {
 static size_t w_kvd(const world *w) { return (size_t)w->n_kv * w->hd; }
 static tr_kv_layout world_layout(const world *w, void *mem) {
     return (tr_kv_layout){mem, w->total_pages, w->n_layers, w->page_size, w->n_kv,
-                          w->hd, w->tk, w->tv, world_windows(w)};
+                          w->hd, w->tk, w->tv, world_windows(w), 0, NULL};
 }
 static size_t w_mem(const world *w) {
     tr_kv_layout kv = world_layout(w, NULL);

@@ -77,7 +77,7 @@ static float *run(const char *kernels, tr_kv_type kt, size_t fail_size) {
     tr_backend_config cfg = {.threads = 2, .kernels = kernels};
     tr_diag d = {0};
     if (tr_backend_new("cpu", &cfg, &be, &d) != TR_OK) return NULL;
-    tr_kv_layout kv = {NULL, PAGES0 + PAGES1, 1, PAGE, N_KV, HD, kt, TR_KV_F16, NULL};
+    tr_kv_layout kv = {NULL, PAGES0 + PAGES1, 1, PAGE, N_KV, HD, kt, TR_KV_F16, NULL, 0, NULL};
     void *mem = NULL;
     assert_int_equal(be->ops->alloc(be, (size_t)kv.n_pages * tr_kv_page_bytes(&kv), &mem), TR_OK);
     kv.base = mem;

@@ -953,7 +953,7 @@ static tr_kv_layout world_layout(attn_world *w) {
     w->windows[0] = w->windows[1] = 0;
     w->windows[w->layer] = w->window;
     return (tr_kv_layout){w->mem, w->total_pages, w->n_layers, w->page_size,
-                          w->n_kv, w->hd, w->type, w->type, w->window ? w->windows : NULL};
+                          w->n_kv, w->hd, w->type, w->type, w->window ? w->windows : NULL, 0, NULL};
 }
 
 /* First position a token at p reads. */
@@ -1105,7 +1105,7 @@ static void test_kv_store_f16_rounding(void **state) {
     for (int ks = kset_first(); ks < kset_end(); ks++) {
         tr_backend *be = make_backend(ks, 1);
         uint16_t mem[2 * PS * HD];
-        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_KV_F16, TR_KV_F16, NULL};
+        tr_kv_layout kv = {mem, 1, 1, PS, 1, HD, TR_KV_F16, TR_KV_F16, NULL, 0, NULL};
         be->ops->kv_store(be->stream, &kv, 0, k, v, &b);
         for (int i = 0; i < PS * HD; i++) {
             assert_int_equal(mem[i], cpu_fp32_to_fp16(k[i]));

@@ -11,7 +11,9 @@
  * layers' window with the KV pages: a cached prefix (its pages shared, as
  * the radix cache shares them) gives the bits of a full prefill on a
  * prompt longer than the window, and NaN in the local layers' rows of
- * positions that left the window changes no bit of the next step.
+ * positions that left the window changes no bit of the next step; the
+ * windowed layers in pages of their own (KV units) give the same bits with
+ * the pages no window reads dropped.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -189,12 +191,84 @@ static void test_window_and_cached_prefix(void **state) {
     free(next);
 }
 
+/* Windowed layers in pages of their own (model.h, KV units): the layout,
+ * and a long prompt run chunk by chunk in split pages, each windowed id
+ * dropped (-1, its page filled with NaN) as soon as no later position
+ * reads it, gives the bits of full pages; a dropped id a token still
+ * reads is refused. */
+static void test_units(void **state) {
+    (void)state;
+    tr_kv_units u;
+    tr_model_kv_units(g.m, true, &u);
+    assert_int_equal(u.n, 6);
+    assert_int_equal(u.layers, 3);
+    int32_t n_global = 0;
+    for (int32_t i = 0; i < u.n; i++) {
+        assert_true(u.window[i] == 0 || u.window[i] == 512);
+        n_global += u.window[i] == 0;
+    }
+    assert_int_equal(n_global, 1);
+    tr_model_kv_units(g.m, false, &u);
+    assert_int_equal(u.n, 1);
+    tr_model_kv_units(g.m, true, &u);
+
+    const mref_case *c = long_case();
+    const int32_t n = c->n_prompt, V = g.ref.n_vocab, W = u.n, chunk = 100;
+    float *full = malloc(sizeof(float) * (size_t)V), *split = malloc(sizeof(float) * (size_t)V);
+    mseq ref;
+    mseq_init(g.m, &ref, n + 1);
+    mrun(g.m, &ref, c->prompt, n, 0, chunk, full);
+
+    const int32_t slots = ref.n_pages, n_ids = slots * W;
+    tr_kv_layout kv;
+    assert_int_equal(tr_model_kv_alloc_units(g.m, n_ids, MREF_PAGE, TR_KV_F16, TR_KV_F16, true,
+                                             &kv, NULL), TR_OK);
+    assert_int_equal(kv.unit_layers, 3);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
+    for (int32_t i = 0; i < n_ids; i++) table[i] = (i * 7919) % n_ids; /* scrambled */
+    mseq s = {.kv = kv, .table = table, .n_pages = slots};
+    int32_t dropped = 0;
+    for (int32_t at = 0; at < n; at += chunk) {
+        int32_t k = TR_MIN(chunk, n - at);
+        mrun(g.m, &s, c->prompt + at, k, at, k, split);
+        /* the next position is at + k: drop what it no longer reads */
+        int32_t first = at + k - 512 + 1;
+        for (int32_t slot = 0; first > 0 && (slot + 1) * MREF_PAGE <= first; slot++) {
+            for (int32_t i = 0; i < W; i++) {
+                int32_t *id = &table[slot * W + i];
+                if (u.window[i] == 0 || *id < 0) continue;
+                memset((char *)kv.base + (size_t)*id * tr_kv_page_bytes(&kv), 0xff,
+                       tr_kv_page_bytes(&kv));
+                *id = -1;
+                dropped++;
+            }
+        }
+    }
+    assert_true(dropped > 0);
+    assert_memory_equal(full, split, sizeof(float) * (size_t)V);
+    printf("split pages: %d windowed pages dropped over %d tokens, logits bit-identical\n",
+           dropped, n);
+
+    /* a token that still reads a dropped id is refused */
+    int32_t pos = 600, seq = 0, tok = c->prompt[0], row = 0;
+    const int32_t *tables[1] = {table};
+    tr_batch b = {.n_tokens = 1, .pos = &pos, .seq = &seq, .n_seqs = 1,
+                  .page_table = tables, .n_pages = &s.n_pages};
+    assert_int_equal(tr_model_forward(g.m, &kv, &b, &tok, &row, 1, split), TR_ERR_INVALID_ARG);
+    tr_model_kv_free(g.m, &kv);
+    free(table);
+    mseq_free(g.m, &ref);
+    free(full);
+    free(split);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hparams),
         cmocka_unit_test(test_chunking),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_window_and_cached_prefix),
+        cmocka_unit_test(test_units),
         cmocka_unit_test(test_parity),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
