@@ -188,6 +188,16 @@ typedef struct trellis_engine_options {
     int32_t kv_cache_disk_mb; /* the disk tier's bound in MiB, least
                                  recently used records deleted first
                                  (default 4096) */
+    bool kv_full_pages;       /* keep every layer's K/V of a position in
+                                 one page. By default, a model with
+                                 sliding-window layers (Gemma 3) keeps
+                                 those layers in pages of their own, freed
+                                 (or left to the prefix cache as
+                                 evictable) once no window reads them: a
+                                 long sequence holds about a third of the
+                                 bytes. Always full pages with a
+                                 kv_cache_dir (the disk tier stores whole
+                                 pages). */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
@@ -248,6 +258,9 @@ typedef struct trellis_engine_info {
                                  KV format, NULL without one; lives as
                                  long as the engine */
     int32_t kv_cache_disk_mb; /* its bound (0 without one) */
+    int32_t kv_units;    /* pages per position run: 1 = full pages; more:
+                            the layers are cut into this many units, the
+                            windowed ones freed apart (kv_full_pages) */
     const char *arch;    /* the model's architecture ("llama", "gemma3",
                             ...; "custom" for an engine on a custom
                             compute object); lives as long as the engine */
@@ -832,6 +845,12 @@ typedef struct trellis_stats {
     uint64_t disk_corrupt;              /* records failing a check (deleted,
                                            recomputed) */
     uint64_t disk_evicted;              /* records deleted by the bound */
+    /* Windowed KV pages (info.kv_units > 1; 0 otherwise): references let
+     * go as positions left a sliding window (the page freed, or left to
+     * the prefix cache), and cached windowed pages the cache freed from
+     * prefixes still in use when memory ran short. */
+    uint64_t kv_window_released;
+    uint64_t kv_window_stripped;
 } trellis_stats;
 
 /* A snapshot taken at the end of the latest engine step. */

@@ -78,6 +78,10 @@ static const struct {
                                 OFF(kv_cache_disk_mb),
                                 "the disk tier's bound in MiB (least recently used pages go "
                                 "first)", "MiB", NULL},
+    [TR_EF_KV_FULL_PAGES] = {"--kv-full-pages", NULL, CLI_FLAG, NULL, OFF(kv_full_pages),
+                             "keep every layer of a position in one KV page (by default the "
+                             "sliding-window layers of a model like Gemma 3 get pages of their "
+                             "own, freed once no window reads them)", NULL, NULL},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {

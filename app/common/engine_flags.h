@@ -48,6 +48,7 @@ typedef enum tr_engine_flag {
     TR_EF_KV_TYPE_V,        /* --kv-type-v f16|q8|q4 */
     TR_EF_KV_CACHE_DIR,     /* --kv-cache-dir DIR (the disk tier) */
     TR_EF_KV_CACHE_DISK_MB, /* --kv-cache-disk-mb MiB */
+    TR_EF_KV_FULL_PAGES,    /* --kv-full-pages */
     TR_EF_COUNT,
 } tr_engine_flag;
 

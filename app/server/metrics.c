@@ -160,6 +160,12 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               st.cached_prompt_tokens > st.disk_restored_tokens
                   ? (double)(st.cached_prompt_tokens - st.disk_restored_tokens)
                   : 0.0);
+    rc |= one(o, "counter", "trellis_kv_window_released_total",
+              "windowed KV pages let go as positions left a sliding window",
+              (double)st.kv_window_released);
+    rc |= one(o, "counter", "trellis_kv_window_stripped_total",
+              "cached windowed KV pages freed from prefixes in use when memory ran short",
+              (double)st.kv_window_stripped);
     /* the prefix cache's disk tier (all 0 without --kv-cache-dir) */
     rc |= one(o, "gauge", "trellis_kv_disk_pages", "KV pages kept in the disk tier",
               (double)st.disk_records);

@@ -280,7 +280,8 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
         s->state == SRV_LOADING ? "loading" : s->state == SRV_READY ? "ready" : "shutting_down",
         "context_length", i->n_ctx, "max_running_requests", i->max_running, "max_batch_tokens",
         i->max_batch_tokens, "page_size", i->page_size, "max_total_num_tokens",
-        (json_int_t)i->kv_pages * i->page_size, "kv_pages", i->kv_pages, "disable_radix_cache",
+        (json_int_t)i->kv_pages / i->kv_units * i->page_size, "kv_pages", i->kv_pages,
+        "disable_radix_cache",
         i->no_radix, "threads", i->threads, "max_queue", s->cfg.max_queue, "in_flight",
         s->in_flight, "connections", tr_http_server_open_connections(s->http), "uptime_s",
         (json_int_t)((uint64_t)time(NULL) - s->started_unix));
@@ -295,10 +296,12 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
         json_object_set_new(o, "kv_cache_dir",
                             i->kv_cache_dir ? json_string(i->kv_cache_dir) : json_null());
         json_object_set_new(o, "kv_cache_disk_mb", json_integer(i->kv_cache_disk_mb));
+        json_object_set_new(o, "kv_units", json_integer(i->kv_units));
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
                             json_pack("[{s:i,s:i}]", "max_total_num_tokens",
-                                      i->kv_pages * i->page_size, "max_running_requests",
+                                      i->kv_pages / i->kv_units * i->page_size,
+                                      "max_running_requests",
                                       i->max_running));
     }
     tr_srv_send_json(s, c, 200, o);

@@ -74,10 +74,10 @@ static void load_done(uv_work_t *w, int status) {
     if (s->state == SRV_LOADING) s->state = SRV_READY;
     s->last_progress_ms = tr_srv_now_ms();
     tr_srv_logf(s, 2, "model '%s' loaded in %llu ms: context %d, %d KV pages of %d tokens "
-                      "(K %s, V %s, %lld MiB), %d threads, max %d running + %d queued; "
-                      "listening on http://%s:%d",
+                      "and 1/%d of the layers (K %s, V %s, %lld MiB), %d threads, max %d "
+                      "running + %d queued; listening on http://%s:%d",
                 s->model_id, (unsigned long long)s->load_ms, s->info.n_ctx, s->info.kv_pages,
-                s->info.page_size, trellis_kv_type_name(s->info.kv_type_k),
+                s->info.page_size, s->info.kv_units, trellis_kv_type_name(s->info.kv_type_k),
                 trellis_kv_type_name(s->info.kv_type_v),
                 (long long)(s->info.kv_bytes >> 20), s->info.threads, s->info.max_running,
                 s->cfg.max_queue, s->cfg.host, tr_http_server_port(s->http));

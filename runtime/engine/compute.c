@@ -74,8 +74,9 @@ static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_
 static uint64_t layout_fingerprint(const tr_kv_layout *kv, tr_backend *be) {
     tr_backend_info bi = tr_backend_get_info(be);
     uint64_t h = TR_FNV1A_BASIS;
-    int32_t v[7] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
-                    (int32_t)kv->type_k, (int32_t)kv->type_v, kv->window != NULL};
+    int32_t v[8] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
+                    (int32_t)kv->type_k, (int32_t)kv->type_v, kv->window != NULL,
+                    kv->unit_layers};
     h = tr_fnv1a(h, v, sizeof v);
     for (int32_t l = 0; kv->window && l < kv->n_layers; l++)
         h = tr_fnv1a_word(h, (uint64_t)kv->window[l]);
@@ -99,12 +100,20 @@ static int32_t public_kv_type(tr_kv_type t) {
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                       int32_t page_size, tr_kv_type k, tr_kv_type v,
                                       bool own, engine_compute *out, const char **why) {
+    return tr_engine_compute_model_new_units(m, be, n_pages, page_size, k, v, false,
+                                             own, out, why);
+}
+
+tr_status tr_engine_compute_model_new_units(model *m, tr_backend *be, int32_t n_pages,
+                                            int32_t page_size, tr_kv_type k,
+                                            tr_kv_type v, bool split, bool own,
+                                            engine_compute *out, const char **why) {
     if (why) *why = NULL;
     if (!m || !be || !out || n_pages <= 0 || page_size <= 0)
         return TR_ERR_INVALID_ARG;
     model_compute *mc = calloc(1, sizeof *mc);
     if (!mc) return TR_ERR_NOMEM;
-    tr_status s = tr_model_kv_alloc(m, n_pages, page_size, k, v, &mc->kv, why);
+    tr_status s = tr_model_kv_alloc_units(m, n_pages, page_size, k, v, split, &mc->kv, why);
     if (s != TR_OK) {
         free(mc);
         return s;
@@ -127,10 +136,14 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .n_layers = hp->n_layers,
         .kv_type_k = public_kv_type(k),
         .kv_type_v = public_kv_type(v),
-        .kv_bytes = (int64_t)(tr_model_kv_page_bytes(m, page_size, k, v) * (uint64_t)n_pages),
+        .kv_bytes = (int64_t)((uint64_t)tr_kv_page_bytes(&mc->kv) * (uint64_t)n_pages),
         .kv_page_bytes = tr_kv_page_bytes(&mc->kv),
         .kv_fingerprint = layout_fingerprint(&mc->kv, be),
     };
+    tr_kv_units units;
+    tr_model_kv_units(m, split, &units);
+    out->kv_units = units.n;
+    memcpy(out->kv_unit_window, units.window, sizeof units.window);
     return TR_OK;
 }
 

@@ -338,6 +338,10 @@ tr_status tr_disk_open(trellis_engine *e, char *err, size_t cap) {
     const char *dir = e->opt.kv_cache_dir;
     e->opt.kv_cache_dir = NULL; /* borrowed from the caller: the copy is d->folder */
     if (!dir || !dir[0]) return TR_OK;
+    if (e->W > 1)
+        return tr_errf(err, cap, TR_ERR_UNSUPPORTED,
+                       "the disk tier stores whole KV pages, but this compute object "
+                       "cuts them into %d units", e->W);
     const engine_compute_ops *o = e->compute.ops;
     if (!o->kv_read || !o->kv_write || !e->compute.kv_page_bytes || !e->compute.kv_fingerprint)
         return tr_errf(err, cap, TR_ERR_UNSUPPORTED,

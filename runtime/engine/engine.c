@@ -188,6 +188,35 @@ static void cancel(trellis_engine *e, uint64_t id) {
     }
 }
 
+/* One running sequence's ids (engine_internal.h, "Pages of a sequence"):
+ * all held (locked); a global id in the tree iff its slot is below
+ * n_locked; windowed ids -1 below let_go. *private_ids += the ids it holds
+ * that are not the tree's. */
+static tr_status check_seq_pages(trellis_engine *e, const engine_seq *q,
+                                 int64_t *private_ids) {
+    for (int32_t p = 0; p < q->n_pages; p++) {
+        for (int32_t u = 0; u < e->W; u++) {
+            int32_t id = q->pages[(int64_t)p * e->W + u];
+            bool windowed = e->unit_window[u] > 0;
+            if (windowed && id == -1) continue;
+            kv_page_state ps = tr_kv_pool_page_state(e->pool, id);
+            bool in_tree = tr_kv_pool_page_in_tree(e->pool, id);
+            bool bad = ps != KV_PAGE_LOCKED || (windowed && p < q->let_go) ||
+                       (!windowed && in_tree != (p < q->n_locked)) ||
+                       (windowed && in_tree && p >= q->n_locked);
+            if (bad) {
+                fprintf(stderr, "engine_check: sequence %llu/%d slot %d unit %d (id %d) "
+                                "state %d in_tree %d, locked prefix %d, let go %d\n",
+                        (unsigned long long)q->req->id, q->index, p, u, id, ps, in_tree,
+                        q->n_locked, q->let_go);
+                return TR_ERR_INTERNAL;
+            }
+            *private_ids += !in_tree;
+        }
+    }
+    return TR_OK;
+}
+
 /* Page accounting every sequence must satisfy; TR_ERR_INTERNAL if not. */
 static tr_status check_all(trellis_engine *e) {
     tr_status s = tr_radix_tree_check(e->tree);
@@ -204,18 +233,9 @@ static tr_status check_all(trellis_engine *e) {
                     q->n_locked, q->n_pages, q->n_kv, q->len);
             return TR_ERR_INTERNAL;
         }
-        for (int32_t p = 0; p < q->n_pages; p++) {
-            kv_page_state ps = tr_kv_pool_page_state(e->pool, q->pages[p]);
-            bool in_tree = tr_kv_pool_page_in_tree(e->pool, q->pages[p]);
-            if (ps != KV_PAGE_LOCKED || in_tree != (p < q->n_locked)) {
-                fprintf(stderr, "engine_check: sequence %llu/%d page %d (id %d) "
-                                "state %d in_tree %d, locked prefix %d\n",
-                        (unsigned long long)q->req->id, q->index, p,
-                        q->pages[p], ps, in_tree, q->n_locked);
-                return TR_ERR_INTERNAL;
-            }
-        }
-        private_pages += q->n_pages - q->n_locked;
+        int64_t held = 0;
+        if (check_seq_pages(e, q, &held) != TR_OK) return TR_ERR_INTERNAL;
+        private_pages += held;
     }
     int32_t n = 0;
     bool disk_locks = false; /* a waiter pinning its prefix (disk_tier.c) */
@@ -338,6 +358,9 @@ void tr_engine_publish_stats(trellis_engine *e) {
     st->pages_cached = ps.n_cached;
     st->pages_free = ps.n_free;
     tr_disk_stats(e, st);
+    radix_tree_stats rs;
+    tr_radix_tree_stats_get(e->tree, &rs);
+    st->kv_window_stripped = rs.stripped_pages;
     st->cache_hit_rate = st->prompt_tokens
                              ? (double)st->cached_prompt_tokens /
                                    (double)st->prompt_tokens
@@ -574,6 +597,11 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->n_ctx = o.ctx;
     e->page_size = compute->page_size;
     e->n_pages = compute->n_pages;
+    e->W = compute->kv_units > 1 ? compute->kv_units : 1;
+    for (int32_t u = 0; u < e->W && e->W > 1; u++) {
+        e->unit_window[u] = compute->kv_unit_window[u];
+        e->windowed |= e->unit_window[u] > 0;
+    }
     e->n_words = ((size_t)e->n_vocab + 63) / 64;
     if (tr_tokenizer_n_vocab(tok) != e->n_vocab) {
         s = tr_errf(err, err_cap, TR_ERR_FORMAT,
@@ -586,7 +614,8 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     e->max_piece = 3 * (tr_tokenizer_max_token_len(tok) + 1);
 
     s = tr_kv_pool_new(e->n_pages, e->page_size, NULL, &e->pool);
-    if (s == TR_OK) s = tr_radix_tree_new(e->pool, NULL, &e->tree);
+    if (s == TR_OK)
+        s = tr_radix_tree_new_units(e->pool, NULL, e->W, e->unit_window, &e->tree);
     if (s != TR_OK) {
         s = tr_errf(err, err_cap, s, "cannot create the KV page pool (%d pages)",
                     e->n_pages);
@@ -716,7 +745,11 @@ int trellis_engine_new(const char *model_path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
     tr_kv_type kt = tr_engine_kv_type(o.kv_type_k), vt = tr_engine_kv_type(o.kv_type_v);
-    uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, kt, vt);
+    /* the disk tier stores whole pages */
+    bool split = !o.kv_full_pages && !(o.kv_cache_dir && o.kv_cache_dir[0]);
+    tr_kv_units units;
+    tr_model_kv_units(m, split, &units);
+    uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, kt, vt) / (uint64_t)units.n;
     int32_t n_pages = o.kv_pages;
     if (n_pages == 0) {
         uint64_t n = (uint64_t)o.kv_mb * 1024u * 1024u / (pb ? pb : 1);
@@ -725,7 +758,8 @@ int trellis_engine_new(const char *model_path,
     }
     engine_compute c;
     const char *why = NULL;
-    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, true, &c, &why);
+    s = tr_engine_compute_model_new_units(m, be, n_pages, o.page_size, kt, vt, split, true,
+                                          &c, &why);
     c.kv_fingerprint = tr_splitmix64(c.kv_fingerprint ^ file_fp);
     if (s != TR_OK) {
         tr_model_free(m);
@@ -781,6 +815,7 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
     o->kv_bytes = e->compute.kv_bytes;
     o->kv_cache_dir = e->disk ? e->opt.kv_cache_dir : NULL;
     o->kv_cache_disk_mb = e->disk ? e->opt.kv_cache_disk_mb : 0;
+    o->kv_units = e->W;
 }
 
 int32_t trellis_engine_layer_window(const trellis_engine *e, int32_t layer) {

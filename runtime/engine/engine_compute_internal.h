@@ -99,6 +99,13 @@ typedef struct engine_compute {
     int32_t kv_type_k, kv_type_v; /* TRELLIS_KV_* for reports */
     int64_t kv_bytes;   /* the KV pool's bytes for reports; 0: unknown */
     uint64_t kv_page_bytes; /* one page's bytes (kv_read/kv_write) */
+    /* Units (runtime/model/model.h tr_kv_units): a page slot of page_size
+     * positions is kv_units pages, one per group of layers; unit u's
+     * layers read only the last kv_unit_window[u] positions (0: all).
+     * 0 or 1: one page holds every layer (what a custom compute gets
+     * unless it says otherwise). */
+    int32_t kv_units;
+    int32_t kv_unit_window[TR_MODEL_MAX_KV_UNITS];
     uint64_t kv_fingerprint; /* what a page's bytes mean: the weights,
                                 the KV format and geometry, the kernels
                                 that computed them; pages of equal
@@ -131,6 +138,12 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be,
                                       tr_kv_type k, tr_kv_type v,
                                       bool own_model_and_backend,
                                       engine_compute *out, const char **why);
+/* The same with the windowed layers in pages of their own when the model
+ * has them (split; n_pages then counts those unit pages). */
+tr_status tr_engine_compute_model_new_units(model *m, tr_backend *be, int32_t n_pages,
+                                            int32_t page_size, tr_kv_type k,
+                                            tr_kv_type v, bool split, bool own,
+                                            engine_compute *out, const char **why);
 
 /* The KV format of a TRELLIS_KV_* value (an unknown one: F16; the option
  * table has checked it). */

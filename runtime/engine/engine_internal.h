@@ -18,10 +18,16 @@
  * the output queue. The fields marked "immutable" are written before the
  * engine thread starts and only read afterwards.
  *
- * Pages of a sequence. pages[0..n_pages) is its page table. The first
- * n_locked pages belong to the radix tree and are pinned by the lock the
- * sequence holds on `node` (NULL when n_locked == 0); the sequence owns one
- * pool reference on each of pages[n_locked..n_pages). Positions
+ * Pages of a sequence. Its page table has n_pages page slots of W ids
+ * each (pages[slot * W + u], W = the engine's units, 1 unless the model's
+ * windowed layers have pages of their own: window_pages.c). For a unit
+ * without a window: the first n_locked slots belong to the radix tree and
+ * are pinned by the lock the sequence holds on `node` (NULL when n_locked
+ * == 0); the sequence owns one pool reference on each id of the slots
+ * n_locked..n_pages. For a windowed unit: every id is -1 (let go: no
+ * position from n_kv on reads it) or one the sequence holds a reference
+ * on, tree page or not; the slots below let_go are -1 in every windowed
+ * unit. Positions
  * 0..n_kv-1 have their K/V computed; tokens[n_kv..len) are still to be fed
  * (a decoding sequence has exactly one: its last sampled token).
  */
@@ -68,8 +74,9 @@ struct engine_seq {
                                 it are cached as prefill proceeds */
     int32_t *pages;          /* [pages_cap] page table */
     int32_t n_pages, pages_cap;
-    radix_node *node;        /* locked tree node covering pages[0..n_locked) */
+    radix_node *node;        /* locked tree node covering slots [0, n_locked) */
     int32_t n_locked;
+    int32_t let_go;          /* windowed ids of slots below are all -1 */
 
     int32_t plan;            /* tokens scheduled this step */
     int32_t logit_row;       /* its row in the step's logits, or -1 */
@@ -242,6 +249,9 @@ struct trellis_engine {
     gcache *gcache;          /* compiled grammars (thread-safe); NULL
                                 without gvocab */
     int32_t n_vocab, n_ctx, page_size, n_pages;
+    int32_t W;               /* ids per page slot (units), >= 1 */
+    int32_t unit_window[TR_MODEL_MAX_KV_UNITS]; /* 0: unit without window */
+    bool windowed;           /* some unit has a window */
     size_t n_words;          /* mask words */
     int32_t eos;
     bool add_bos;
@@ -362,6 +372,26 @@ void tr_sched_after_forward(trellis_engine *e, engine_seq *s);
  * from the running array or waiting list. */
 void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache);
 int32_t tr_sched_pages_for(const trellis_engine *e, int64_t tokens);
+
+/* ---- window_pages.c ---- */
+/* The first page slot unit u reads when the next position is n_kv (0 for
+ * a unit without a window). */
+int32_t tr_win_lo(const trellis_engine *e, int32_t u, int64_t n_kv);
+/* The most ids a sequence of `tokens` positions holds at once (what must
+ * fit the empty pool): every slot of the units without a window, the
+ * window plus a prefill chunk of the others. */
+int64_t tr_win_pages_for(const trellis_engine *e, int64_t tokens);
+/* The longest sequence the empty pool holds. */
+int64_t tr_win_pool_tokens(const trellis_engine *e);
+/* After tr_radix_tree_match wrote n_pages slots into s->pages: references
+ * on the windowed ids a position from n_kv on reads, -1 for the others. */
+void tr_win_take_match(trellis_engine *e, engine_seq *s);
+/* Lets go of the windowed ids no position from n_kv on reads: a private
+ * one returns to the pool, a tree one becomes evictable. */
+void tr_win_let_go(trellis_engine *e, engine_seq *s);
+/* Drops every reference s holds (windowed ids of the tree slots, every id
+ * of its private slots); not its lock. */
+void tr_win_unref_all(trellis_engine *e, engine_seq *s);
 
 /* ---- output.c ---- */
 /* Appends a sampled token to s's output (detokenize, stop strings).

@@ -107,12 +107,12 @@ static void running_remove(trellis_engine *e, engine_seq *s) {
  * when the pool is short. All or nothing. */
 static bool reserve(trellis_engine *e, engine_seq *s, int32_t upto) {
     int32_t want = tr_sched_pages_for(e, upto);
-    int32_t need = want - s->n_pages;
+    int32_t need = (want - s->n_pages) * e->W; /* every unit of a new slot */
     if (need <= 0) return true;
     TR_ASSERT(want <= s->pages_cap);
     int32_t nfree = tr_kv_pool_n_free(e->pool);
     if (nfree < need) tr_radix_tree_evict(e->tree, need - nfree);
-    if (tr_kv_pool_alloc(e->pool, need, s->pages + s->n_pages) != TR_OK)
+    if (tr_kv_pool_alloc(e->pool, need, s->pages + (int64_t)s->n_pages * e->W) != TR_OK)
         return false;
     s->n_pages = want;
     return true;
@@ -125,13 +125,9 @@ static int32_t pages_available(const trellis_engine *e) {
     return ps.n_free + ps.n_cached;
 }
 
-/* Drops the lock and private pages of s without caching anything. */
+/* Drops the lock and the references of s without caching anything. */
 static void drop_pages(trellis_engine *e, engine_seq *s) {
-    if (s->n_pages > s->n_locked) {
-        tr_status st = tr_kv_pool_unref_n(e->pool, s->pages + s->n_locked,
-                                       s->n_pages - s->n_locked);
-        TR_ASSERT(st == TR_OK);
-    }
+    tr_win_unref_all(e, s);
     if (s->node) {
         tr_status st = tr_radix_tree_unlock(e->tree, s->node);
         TR_ASSERT(st == TR_OK);
@@ -140,6 +136,7 @@ static void drop_pages(trellis_engine *e, engine_seq *s) {
     s->n_locked = 0;
     s->n_pages = 0;
     s->n_kv = 0;
+    s->let_go = 0;
 }
 
 /* Inserts tokens[0..n_kv) into the tree. On success pages[0..F) are tree
@@ -275,6 +272,7 @@ static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
     s->node = m.node;
     s->n_locked = s->n_pages = m.n_pages;
     s->n_kv = m.n_tokens;
+    tr_win_take_match(e, s);
     int32_t c = TR_MIN(TR_MIN(e->opt.chunk_size, s->len - s->n_kv), budget);
     int32_t rows_left = e->plp_rows_left;
     c = tr_plp_fit_chunk(e, s, c);
@@ -283,8 +281,8 @@ static int32_t try_admit(trellis_engine *e, engine_seq *s, int32_t budget,
         e->plp_rows_left = rows_left;
         return 0;
     }
-    int32_t need = tr_sched_pages_for(e, s->n_kv + c) - s->n_pages;
-    if (need + n_decoding > pages_available(e) || !reserve(e, s, s->n_kv + c)) {
+    int32_t need = (tr_sched_pages_for(e, s->n_kv + c) - s->n_pages) * e->W;
+    if (need + n_decoding * e->W > pages_available(e) || !reserve(e, s, s->n_kv + c)) {
         e->plp_rows_left = rows_left;
         drop_pages(e, s);
         *stop = true;
@@ -365,7 +363,10 @@ int32_t tr_sched_plan(trellis_engine *e) {
         int32_t budget = e->opt.max_batch_tokens, planned = 0;
         int32_t waiting_before = e->n_waiting;
         e->plp_rows_left = TR_PLP_ROWS_MAX;
-        for (int32_t i = 0; i < e->n_running; i++) e->running[i]->plan = 0;
+        for (int32_t i = 0; i < e->n_running; i++) {
+            e->running[i]->plan = 0;
+            tr_win_let_go(e, e->running[i]); /* what no window reads now */
+        }
 
         /* 1. decodes, oldest first, with their drafts (speculate.c) when
          * the budget, the draft rows and the pool allow, else without;
@@ -402,7 +403,7 @@ int32_t tr_sched_plan(trellis_engine *e) {
             c = tr_plp_fit_chunk(e, s, c); /* prompt log-prob rows */
             if (!reserve(e, s, s->n_kv + c)) {
                 /* take what the pool still has */
-                int32_t room = (s->n_pages + pages_available(e)) * e->page_size -
+                int32_t room = (s->n_pages + pages_available(e) / e->W) * e->page_size -
                                s->n_kv;
                 c = TR_MIN(c, room);
                 if (c <= 0 || !reserve(e, s, s->n_kv + c)) c = 0;

@@ -317,7 +317,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                        "the BOS token when one is added)",
                        r->prompt_logprobs_start, n_prompt, n_prompt - 1, n_prompt);
     }
-    int64_t pool_tokens = (int64_t)e->n_pages * e->page_size;
+    int64_t pool_tokens = tr_win_pool_tokens(e);
     int64_t max_tokens = r->max_tokens;
     if (max_tokens == -1) {
         max_tokens = TR_MIN((int64_t)e->n_ctx, pool_tokens) - n_prompt;
@@ -345,13 +345,14 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
                        "context of %d tokens",
                        n_prompt, (long long)max_tokens, (long long)total, e->n_ctx);
     }
-    int32_t need_pages = tr_sched_pages_for(e, total);
-    if (need_pages > e->n_pages) {
+    int32_t need_pages = tr_sched_pages_for(e, total); /* page slots */
+    int64_t need_ids = tr_win_pages_for(e, total);
+    if (need_ids > e->n_pages) {
         free(prompt);
         return tr_errf(err, cap, TR_ERR_LIMIT,
-                       "prompt (%d tokens) + max_tokens (%lld) needs %d KV pages "
+                       "prompt (%d tokens) + max_tokens (%lld) needs %lld KV pages "
                        "of %d tokens, but the whole pool has %d",
-                       n_prompt, (long long)max_tokens, need_pages, e->page_size,
+                       n_prompt, (long long)max_tokens, (long long)need_ids, e->page_size,
                        e->n_pages);
     }
 
@@ -449,7 +450,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
         sq->len = n_prompt;
         sq->tokens = malloc((size_t)total * sizeof(int32_t));
         sq->pages_cap = need_pages;
-        sq->pages = malloc((size_t)need_pages * sizeof(int32_t));
+        sq->pages = malloc((size_t)need_pages * (size_t)e->W * sizeof(int32_t));
         sq->spare = malloc(sizeof(engine_event_box));
         if (!sq->tokens || !sq->pages || !sq->spare) goto nomem;
         memcpy(sq->tokens, q->prompt, (size_t)n_prompt * sizeof(int32_t));

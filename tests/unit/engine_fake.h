@@ -8,7 +8,12 @@
  * BACK THROUGH THE PAGE TABLE (checking every slot holds the position it
  * should), so a page shared by mistake, a wrong page table after
  * preemption, or a cached prefix whose pages hold other tokens changes
- * the output. Each row has 8 likely tokens (ids >= 100, no specials)
+ * the output. With units (fake_cfg.units > 1: unit 0 without a window,
+ * the others reading the last unit_window positions), every token is
+ * stored in each unit's page and each windowed unit's window is read back
+ * and checked too, so a windowed page let go too early (or reused while
+ * a window still reads it) fails the check. Each row has 8 likely tokens
+ * (ids >= 100, no specials)
  * picked by a hash of the history. The tokenizer is tiny_vocab.h's
  * synthetic one (49,152 tokens, SmolLM2's control ids), so the fake-model
  * tests need no model file. The request helpers serve the real-model
@@ -48,6 +53,8 @@
 
 typedef struct fake {
     int32_t n_pages, ps, n_vocab;
+    int32_t W;          /* ids per page slot */
+    int32_t win[8];     /* each unit's window, 0 = none */
     int32_t *slot_tok; /* [n_pages * ps] */
     int32_t *slot_pos; /* [n_pages * ps], -1 = never written */
     int bad;           /* a page check failed */
@@ -112,21 +119,24 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
             f->bad = 1;
             return TR_ERR_INVALID_ARG;
         }
-        int32_t page = b->page_table[s][p / f->ps];
-        if (page < 0 || page >= f->n_pages) {
-            f->bad = 2;
-            return TR_ERR_INVALID_ARG;
+        for (int32_t u = 0; u < f->W; u++) {
+            int32_t page = b->page_table[s][(p / f->ps) * f->W + u];
+            if (page < 0 || page >= f->n_pages) {
+                f->bad = 2;
+                return TR_ERR_INVALID_ARG;
+            }
+            size_t slot = (size_t)page * (size_t)f->ps + (size_t)(p % f->ps);
+            f->slot_tok[slot] = tokens[t];
+            f->slot_pos[slot] = p;
         }
-        size_t slot = (size_t)page * (size_t)f->ps + (size_t)(p % f->ps);
-        f->slot_tok[slot] = tokens[t];
-        f->slot_pos[slot] = p;
     }
     for (int32_t r = 0; r < n_rows; r++) {
         int32_t t = rows[r], s = b->seq[t], p = b->pos[t];
         uint64_t h = 0x12345;
-        int32_t *hist = f->copy ? malloc((size_t)(p + 1) * sizeof *hist) : NULL;
+        int32_t *hist = malloc((size_t)(p + 1) * sizeof *hist);
+        if (!hist) return TR_ERR_NOMEM;
         for (int32_t i = 0; i <= p; i++) {
-            int32_t page = b->page_table[s][i / f->ps];
+            int32_t page = b->page_table[s][(i / f->ps) * f->W];
             size_t slot = (size_t)page * (size_t)f->ps + (size_t)(i % f->ps);
             if (f->slot_pos[slot] != i) {
                 f->bad = 3;
@@ -134,7 +144,24 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
                 return TR_ERR_INTERNAL;
             }
             h = mix(h ^ (uint64_t)f->slot_tok[slot]);
-            if (hist) hist[i] = f->slot_tok[slot];
+            hist[i] = f->slot_tok[slot];
+        }
+        /* each windowed unit holds the same tokens over its window */
+        for (int32_t u = 1; u < f->W; u++) {
+            for (int32_t i = p - f->win[u] + 1 > 0 ? p - f->win[u] + 1 : 0; i <= p; i++) {
+                int32_t page = b->page_table[s][(i / f->ps) * f->W + u];
+                size_t slot = (size_t)page * (size_t)f->ps + (size_t)(i % f->ps);
+                if (page < 0 || page >= f->n_pages || f->slot_pos[slot] != i ||
+                    f->slot_tok[slot] != hist[i]) {
+                    f->bad = 4;
+                    free(hist);
+                    return TR_ERR_INTERNAL;
+                }
+            }
+        }
+        if (!f->copy) {
+            free(hist);
+            hist = NULL;
         }
         float *l = logits + (size_t)r * (size_t)f->n_vocab;
         memset(l, 0, (size_t)f->n_vocab * sizeof *l);
@@ -196,6 +223,9 @@ typedef struct fake_cfg {
     void *wake_user;
     const char *kv_cache_dir; /* options.kv_cache_dir (NULL: none) */
     int32_t kv_cache_disk_mb; /* 0: the default */
+    int32_t units;            /* 0, 1: one page per slot; 2..8: unit 0
+                                 without a window, the others windowed */
+    int32_t unit_window;      /* their window (positions) */
 } fake_cfg;
 
 static inline fake_cfg fake_default(void) {
@@ -216,6 +246,9 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     atomic_init(&f->hold, false);
     f->n_pages = c->n_pages;
     f->ps = c->page_size;
+    f->W = c->units > 1 ? c->units : 1;
+    assert_true(f->W <= 8);
+    for (int32_t u = 1; u < f->W; u++) f->win[u] = c->unit_window;
     f->n_vocab = tr_tokenizer_n_vocab(tok);
     size_t slots = (size_t)c->n_pages * (size_t)c->page_size;
     f->slot_tok = malloc(slots * sizeof(int32_t));
@@ -227,7 +260,9 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
                            .n_pages = c->n_pages, .page_size = c->page_size,
                            .threads = 1,
                            .kv_page_bytes = (uint64_t)c->page_size * 8u,
-                           .kv_fingerprint = 0xfa4e0000u + (uint64_t)c->page_size};
+                           .kv_fingerprint = 0xfa4e0000u + (uint64_t)c->page_size,
+                           .kv_units = f->W};
+    for (int32_t u = 0; u < f->W; u++) comp.kv_unit_window[u] = f->win[u];
     trellis_engine_options o;
     trellis_engine_options_default(&o);
     o.max_batch_tokens = c->max_batch;
@@ -327,10 +362,14 @@ static inline void collect(result *r, const trellis_event *ev) {
 
 /* Waits until every request in rs[0..n) is done. Requests are found by
  * id (ids are assigned in submit order from first_id). */
-static inline void drain(trellis_engine *e, result *rs, int n) {
-    int left = 0;
+/* drain, with every invariant checked (tr_engine_debug_check) between
+ * steps after every `every` events (0: never). */
+static inline void drain_checked(trellis_engine *e, result *rs, int n, int every) {
+    int left = 0, events = 0;
     for (int i = 0; i < n; i++) left += !rs[i].request_done;
     while (left > 0) {
+        if (every && ++events % every == 0)
+            assert_int_equal(tr_engine_debug_check(e), TR_OK);
         trellis_event *ev;
         int got = trellis_wait(e, 900000, &ev);
         assert_int_equal(got, 1); /* 15 minutes without an event: stuck */
@@ -344,6 +383,8 @@ static inline void drain(trellis_engine *e, result *rs, int n) {
         trellis_event_free(ev);
     }
 }
+
+static inline void drain(trellis_engine *e, result *rs, int n) { drain_checked(e, rs, n, 0); }
 
 static inline void submit_ok(trellis_engine *e, const trellis_request *q, result *r) {
     char err[512];

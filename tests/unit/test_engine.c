@@ -283,10 +283,17 @@ static void test_random_configs(void **state) {
         c.lpm = (rng >> 42) & 1 ? 128 : 0;
         c.no_radix = ((rng >> 44) & 3) == 0;
         c.no_overlap = (rng >> 46) & 1;
+        if ((rng >> 48) & 1) { /* windowed units: what a long sequence holds */
+            c.units = 2 + (int32_t)((rng >> 50) % 3);
+            c.unit_window = 1 + (int32_t)((rng >> 53) % 48);
+            int64_t slots = min_pages, reach = (c.unit_window + c.chunk) / c.page_size + 2;
+            min_pages = (int32_t)(slots + (c.units - 1) * (reach < slots ? reach : slots));
+            c.n_pages = min_pages + (int32_t)((rng >> 8) % (uint64_t)(3 * min_pages));
+        }
         e = fake_engine(&c, &f);
         result got[NR];
         for (int i = 0; i < NR; i++) submit_ok(e, &qs[i], &got[i]);
-        drain(e, got, NR);
+        drain_checked(e, got, NR, 7);
         if (f->bad) fprintf(stderr, "config %d: fake page check %d\n", k, f->bad);
         assert_int_equal(f->bad, 0);
         for (int i = 0; i < NR; i++) {
@@ -295,10 +302,10 @@ static void test_random_configs(void **state) {
                     memcmp(got[i].s[j].tokens, ref[i].s[j].tokens,
                            (size_t)ref[i].s[j].n_tokens * sizeof(int32_t)))
                     fprintf(stderr, "config %d (ps %d pages %d chunk %d batch %d "
-                                    "running %d lpm %d noradix %d): request %d "
-                                    "sample %d differs\n",
+                                    "running %d lpm %d noradix %d units %d window %d): "
+                                    "request %d sample %d differs\n",
                             k, c.page_size, c.n_pages, c.chunk, c.max_batch,
-                            c.max_running, c.lpm, c.no_radix, i, j);
+                            c.max_running, c.lpm, c.no_radix, c.units, c.unit_window, i, j);
                 same_tokens(&ref[i], &got[i], j);
             }
             result_free(&got[i]);
