@@ -14,7 +14,8 @@
 #              fails its test
 #   tsan       the engine's fake-model tests (test_engine, test_engine_spec:
 #              speculative decoding, test_engine_plp, test_end_span,
-#              test_engine_disk: the disk tier; and its store, test_kv_disk),
+#              test_engine_disk: the disk tier; and its store, test_kv_disk;
+#              test_engine_window: windowed KV pages),
 #              the grammar tests that share state across threads
 #              (test_grammar_cache; test_grammar_ebnf's regions and memo
 #              threads), the server's unit tests and the DSL's threaded
@@ -108,7 +109,7 @@ stage_tsan() {
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
     cmake --build "$b" -j "$jobs" --target test_engine test_engine_spec test_engine_plp \
-          test_engine_disk test_kv_disk test_grammar_cache test_end_span test_grammar_ebnf \
+          test_engine_disk test_kv_disk test_engine_window test_grammar_cache test_end_span test_grammar_ebnf \
           test_server test_dsl_interp test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
     # The real-model tests (test_engine_model, test_end_span's
@@ -122,7 +123,7 @@ stage_tsan() {
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_spec" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_plp" &&
-    "$b/tests/test_engine_disk" && "$b/tests/test_kv_disk" &&
+    "$b/tests/test_engine_disk" && "$b/tests/test_kv_disk" && "$b/tests/test_engine_window" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_regions' "$b/tests/test_grammar_ebnf" &&
     TRELLIS_TEST_SCALE=small TRELLIS_TEST_FILTER='test_memo_threads' "$b/tests/test_grammar_ebnf" &&
