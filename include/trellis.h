@@ -195,9 +195,8 @@ typedef struct trellis_engine_options {
                                  (or left to the prefix cache as
                                  evictable) once no window reads them: a
                                  long sequence holds about a third of the
-                                 bytes. Always full pages with a
-                                 kv_cache_dir (the disk tier stores whole
-                                 pages). */
+                                 bytes, and a cached prefix is reused up
+                                 to where its windows are still held. */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;

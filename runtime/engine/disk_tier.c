@@ -25,6 +25,13 @@
  * finds its prefix cached. Nothing is trusted that failed a check: a
  * missing or corrupt record ends the read there, and the rest of the
  * prompt is computed.
+ *
+ * Units (windowed KV, radix_tree.h). A record is one page slot: its W
+ * pages side by side. A slot with a hole (a windowed page already freed)
+ * is not saved: the chain of records stops there, as a read does. A
+ * restore allocates all W pages of each slot; the tree takes the windowed
+ * ones with a reference of its own, so the restore drops its references
+ * afterwards and they are ordinary cached pages.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,20 +44,21 @@
 
 typedef struct pending_save {
     tr_kvd_key key, parent;
-    int32_t page;
+    int32_t slot; /* its W page ids: pend_ids + slot * W */
 } pending_save;
 
 struct engine_disk {
     tr_kvd *kvd;
     char *folder; /* DIR/<fingerprint>, for reports */
     uint64_t fp;
-    int32_t ps;
-    size_t pb;
+    int32_t ps, W;
+    size_t pb;               /* a unit page's bytes; a record holds W */
     int32_t cap_tokens;      /* longest prefix handled: n_ctx + a page */
     int32_t *scratch;        /* [cap_tokens] a node's prefix */
     tr_kvd_key *keys;        /* [cap_tokens / ps + 1] chain keys */
-    int32_t *pagebuf;        /* [cap_tokens / ps + 1] a restore's page table */
+    int32_t *pagebuf;        /* [(cap_tokens / ps + 1) * W] a restore's page table */
     pending_save *pend;      /* [n_pages] */
+    int32_t *pend_ids;       /* [n_pages * W] */
     int32_t *pend_tok;       /* [n_pages * ps] */
     int32_t n_pend;
     uint32_t gen;            /* flushes so far: a read asked before the
@@ -105,11 +113,16 @@ static void on_evict(void *user, uint64_t ns, const radix_node *x) {
     tr_kvd_key root = chain(d, ns, d->scratch, total, d->keys);
     for (int32_t j = 0; j < np; j++) {
         int32_t i = total - np + j;
-        if (d->n_pend >= e->n_pages || tr_kvd_has(d->kvd, d->keys[i])) continue;
+        const int32_t *ids = pages + (size_t)j * (size_t)d->W;
+        bool hole = false;
+        for (int32_t u = 0; u < d->W; u++) hole |= ids[u] < 0;
+        if (hole || d->n_pend >= e->n_pages || tr_kvd_has(d->kvd, d->keys[i])) continue;
         pending_save *p = &d->pend[d->n_pend];
         p->key = d->keys[i];
         p->parent = i ? d->keys[i - 1] : root;
-        p->page = pages[j];
+        p->slot = d->n_pend;
+        memcpy(d->pend_ids + (size_t)d->n_pend * (size_t)d->W, ids,
+               (size_t)d->W * sizeof *ids);
         memcpy(d->pend_tok + (size_t)d->n_pend * (size_t)d->ps,
                d->scratch + (size_t)i * (size_t)d->ps, (size_t)d->ps * sizeof(int32_t));
         d->n_pend++;
@@ -130,7 +143,12 @@ static void sync_saves(trellis_engine *e, bool wait) {
             buf = tr_kvd_put_begin(d->kvd, p->key, p->parent, tok);
         }
         if (!buf) continue;
-        if (e->compute.ops->kv_read(e->compute.ctx, p->page, buf) != TR_OK) {
+        const int32_t *ids = d->pend_ids + (size_t)p->slot * (size_t)d->W;
+        bool ok = true;
+        for (int32_t u = 0; ok && u < d->W; u++)
+            ok = e->compute.ops->kv_read(e->compute.ctx, ids[u],
+                                         (char *)buf + (size_t)u * d->pb) == TR_OK;
+        if (!ok) {
             tr_kvd_put_abort(d->kvd, buf);
             continue;
         }
@@ -190,21 +208,32 @@ static void restore(trellis_engine *e, engine_req *r, const tr_kvd_answer *a) {
             TR_OK ||
         m.n_pages < r->disk_first)
         return; /* memory lost pages before the ones read: compute them */
-    int32_t skip = m.n_pages - r->disk_first, k = a->n_valid - skip;
+    int32_t skip = m.n_pages - r->disk_first, k = a->n_valid - skip, W = d->W;
     if (k <= 0) return;
     if (m.node && tr_radix_tree_lock(e->tree, m.node) != TR_OK) return;
+    /* the matched slots' windowed ids are the tree's, not ours: pass none */
+    for (int32_t i = 0; i < m.n_pages * W; i++)
+        if (e->unit_window[i % W] > 0) d->pagebuf[i] = -1;
     int32_t nfree = tr_kv_pool_n_free(e->pool);
-    if (nfree < k) tr_radix_tree_evict(e->tree, k - nfree);
+    if (nfree < k * W) tr_radix_tree_evict(e->tree, k * W - nfree);
     tr_disk_sync_saves(e); /* what that evicted, before a page is rewritten */
-    int32_t *pages = d->pagebuf + m.n_pages;
-    bool got = tr_kv_pool_alloc(e->pool, k, pages) == TR_OK, ok = got;
-    for (int32_t i = 0; ok && i < k; i++)
+    int32_t *pages = d->pagebuf + (size_t)m.n_pages * (size_t)W;
+    bool got = tr_kv_pool_alloc(e->pool, k * W, pages) == TR_OK, ok = got;
+    for (int32_t i = 0; ok && i < k * W; i++)
         ok = e->compute.ops->kv_write(e->compute.ctx, pages[i],
                                       (const char *)a->data +
-                                          (size_t)(skip + i) * d->pb) == TR_OK;
+                                          ((size_t)skip * (size_t)W + (size_t)i) * d->pb) ==
+             TR_OK;
     int32_t n = (m.n_pages + k) * d->ps;
     radix_node *x = NULL;
     if (ok && tr_radix_tree_insert(e->tree, r->ns, s->tokens, d->pagebuf, n, &x) == TR_OK) {
+        /* the tree holds the windowed pages with references of its own */
+        for (int32_t i = 0; i < k * W; i++) {
+            if (e->unit_window[i % W] == 0) continue;
+            tr_status st = tr_kv_pool_unref(e->pool, pages[i]);
+            TR_ASSERT(st == TR_OK);
+            (void)st;
+        }
         d->pages_read += (uint64_t)k;
         d->restored_tokens += (uint64_t)k * (uint64_t)d->ps;
         /* held until a sample is admitted, as the memory part was */
@@ -214,7 +243,7 @@ static void restore(trellis_engine *e, engine_req *r, const tr_kvd_answer *a) {
         }
     } else if (got) { /* a failed insert leaves the pages ours */
         tr_log(TR_LOG_WARN, "engine: pages read from the disk tier not restored");
-        tr_status st = tr_kv_pool_unref_n(e->pool, pages, k);
+        tr_status st = tr_kv_pool_unref_n(e->pool, pages, k * W);
         TR_ASSERT(st == TR_OK);
         (void)st;
     }
@@ -310,17 +339,20 @@ static void wake_engine(void *user) {
 
 static tr_status alloc_disk(trellis_engine *e, struct engine_disk *d) {
     d->ps = e->page_size;
+    d->W = e->W;
     d->pb = (size_t)e->compute.kv_page_bytes;
     d->fp = e->compute.kv_fingerprint;
     d->cap_tokens = e->n_ctx + e->page_size;
     size_t nk = (size_t)(d->cap_tokens / d->ps + 1);
     d->scratch = malloc((size_t)d->cap_tokens * sizeof *d->scratch);
     d->keys = malloc(nk * sizeof *d->keys);
-    d->pagebuf = malloc(nk * sizeof *d->pagebuf);
+    d->pagebuf = malloc(nk * (size_t)d->W * sizeof *d->pagebuf);
     d->pend = malloc((size_t)e->n_pages * sizeof *d->pend);
+    d->pend_ids = malloc((size_t)e->n_pages * (size_t)d->W * sizeof *d->pend_ids);
     d->pend_tok = malloc((size_t)e->n_pages * (size_t)d->ps * sizeof *d->pend_tok);
-    return d->scratch && d->keys && d->pagebuf && d->pend && d->pend_tok ? TR_OK
-                                                                         : TR_ERR_NOMEM;
+    return d->scratch && d->keys && d->pagebuf && d->pend && d->pend_ids && d->pend_tok
+               ? TR_OK
+               : TR_ERR_NOMEM;
 }
 
 static void free_disk(struct engine_disk *d) {
@@ -329,6 +361,7 @@ static void free_disk(struct engine_disk *d) {
     free(d->keys);
     free(d->pagebuf);
     free(d->pend);
+    free(d->pend_ids);
     free(d->pend_tok);
     free(d->folder);
     free(d);
@@ -338,10 +371,6 @@ tr_status tr_disk_open(trellis_engine *e, char *err, size_t cap) {
     const char *dir = e->opt.kv_cache_dir;
     e->opt.kv_cache_dir = NULL; /* borrowed from the caller: the copy is d->folder */
     if (!dir || !dir[0]) return TR_OK;
-    if (e->W > 1)
-        return tr_errf(err, cap, TR_ERR_UNSUPPORTED,
-                       "the disk tier stores whole KV pages, but this compute object "
-                       "cuts them into %d units", e->W);
     const engine_compute_ops *o = e->compute.ops;
     if (!o->kv_read || !o->kv_write || !e->compute.kv_page_bytes || !e->compute.kv_fingerprint)
         return tr_errf(err, cap, TR_ERR_UNSUPPORTED,
@@ -355,7 +384,7 @@ tr_status tr_disk_open(trellis_engine *e, char *err, size_t cap) {
                        .max_bytes = (uint64_t)e->opt.kv_cache_disk_mb << 20,
                        .fingerprint = d->fp,
                        .page_size = d->ps,
-                       .payload_bytes = d->pb,
+                       .payload_bytes = d->pb * (size_t)d->W,
                        .wake = wake_engine,
                        .wake_user = e};
     tr_diag dg = {0};

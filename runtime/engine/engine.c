@@ -745,8 +745,7 @@ int trellis_engine_new(const char *model_path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
     tr_kv_type kt = tr_engine_kv_type(o.kv_type_k), vt = tr_engine_kv_type(o.kv_type_v);
-    /* the disk tier stores whole pages */
-    bool split = !o.kv_full_pages && !(o.kv_cache_dir && o.kv_cache_dir[0]);
+    bool split = !o.kv_full_pages;
     tr_kv_units units;
     tr_model_kv_units(m, split, &units);
     uint64_t pb = tr_model_kv_page_bytes(m, o.page_size, kt, vt) / (uint64_t)units.n;
