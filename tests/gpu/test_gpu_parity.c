@@ -18,7 +18,9 @@
  *   4. on the GPU alone, bit for bit: a prompt in chunks of several sizes
  *      vs in one batch; a prefix cached in pages written by an earlier
  *      call vs recomputed with the suffix; a sequence alone vs beside
- *      another in one batch (tests/unit/model_ref.h's checks).
+ *      another in one batch; Gemma's windowed layers in pages of their
+ *      own, dropped past the window, vs full pages (tests/unit/model_ref.h's
+ *      checks).
  * Gemma's long prompt (600 tokens) passes its local layers' window of
  * 512, so the sliding-window attention is compared too.
  *
@@ -356,6 +358,10 @@ static void run_model(int which) {
         /* (Gemma: a prefix of 560, past the local layers' window) */
         cached_prefix(mg, &p[3], (p[3].n - 40) / MREF_PAGE * MREF_PAGE);
         mref_batch_invariance(mg, &c1, &c2);
+        if (gemma) /* windowed layers in pages of their own, dropped past the window */
+            printf("%s: on the gpu, split KV pages: %d windowed pages dropped, logits "
+                   "bit-identical\n",
+                   sm->name, mref_units(mg, &c3, 129));
         printf("%s: on the gpu, chunked prefill, cached prefixes and a batch neighbour "
                "change no bit\n",
                sm->name);

@@ -12,7 +12,9 @@
  *    only where llama.cpp's top-2 gap was a near-tie, and the picks agree
  *    on at least (100 - max_mismatch_pct)% of the steps;
  *  - chunked prefill and token-by-token decoding give the bits of one
- *    batch; a sequence alone gives the bits it gets beside another.
+ *    batch; a sequence alone gives the bits it gets beside another;
+ *  - windowed layers in pages of their own, dropped when out of every
+ *    window, give the bits of full pages (mref_units).
  *
  * Header-only, for the model-core tests (harness.h asserts, json_lite.h:
  * no library but libc, as on a GPU test machine).
@@ -165,6 +167,70 @@ static void mrun(model *m, mseq *s, const int32_t *tok, int32_t n, int32_t start
     }
     free(pos);
     free(seq);
+}
+
+/* c's prompt in KV pages cut into units (model.h, tr_kv_units), chunk by
+ * chunk, each windowed page dropped (its id -1, its bytes 0xff: NaN in
+ * F16) as soon as no later position reads it, must give the last logits
+ * of full pages bit for bit; a token that would still read a dropped page
+ * is refused. Returns the pages dropped (> 0 asserted). On any backend:
+ * pages are filled through tr_model_kv_page_copy. */
+static int32_t mref_units(model *m, const mref_case *c, int32_t chunk) {
+    tr_kv_units u;
+    tr_model_kv_units(m, true, &u);
+    assert_true(u.n > 1);
+    const int32_t n = c->n_prompt, V = tr_model_get_hparams(m)->n_vocab, W = u.n;
+    float *full = malloc(sizeof(float) * (size_t)V), *split = malloc(sizeof(float) * (size_t)V);
+    mseq ref;
+    mseq_init(m, &ref, n + 1);
+    mrun(m, &ref, c->prompt, n, 0, chunk, full);
+
+    const int32_t slots = ref.n_pages, n_ids = slots * W;
+    tr_kv_layout kv;
+    assert_int_equal(tr_model_kv_alloc_units(m, n_ids, MREF_PAGE, TR_KV_F16, TR_KV_F16, true,
+                                             &kv, NULL), TR_OK);
+    assert_int_equal(kv.unit_layers, u.layers);
+    size_t pb = tr_kv_page_bytes(&kv);
+    char *nan = malloc(pb);
+    memset(nan, 0xff, pb);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
+    for (int32_t i = 0; i < n_ids; i++) table[i] = (int32_t)(((int64_t)i * 7919) % n_ids);
+    mseq s = {.kv = kv, .table = table, .n_pages = slots};
+    int32_t dropped = 0;
+    for (int32_t at = 0; at < n; at += chunk) {
+        int32_t k = TR_MIN(chunk, n - at);
+        mrun(m, &s, c->prompt + at, k, at, k, split);
+        /* the next position is at + k: drop what it no longer reads */
+        for (int32_t i = 0; i < W; i++) {
+            int32_t first = at + k - u.window[i] + 1;
+            for (int32_t slot = 0; u.window[i] && (slot + 1) * MREF_PAGE <= first; slot++) {
+                int32_t *id = &table[slot * W + i];
+                if (*id < 0) continue;
+                assert_int_equal(tr_model_kv_page_copy(m, &kv, *id, nan, true), TR_OK);
+                *id = -1;
+                dropped++;
+            }
+        }
+    }
+    assert_true(dropped > 0);
+    assert_memory_equal(full, split, sizeof(float) * (size_t)V);
+
+    /* a token whose window starts in slot 1, which was dropped */
+    int32_t win = 0, seq = 0, tok = c->prompt[0], row = 0;
+    for (int32_t i = 0; i < W; i++) win = TR_MAX(win, u.window[i]);
+    int32_t pos = win + MREF_PAGE - 1;
+    assert_true(2 * MREF_PAGE <= n - win + 1 && pos < n);
+    const int32_t *tables[1] = {table};
+    tr_batch b = {.n_tokens = 1, .pos = &pos, .seq = &seq, .n_seqs = 1,
+                  .page_table = tables, .n_pages = &s.n_pages};
+    assert_int_equal(tr_model_forward(m, &kv, &b, &tok, &row, 1, split), TR_ERR_INVALID_ARG);
+    tr_model_kv_free(m, &kv);
+    free(table);
+    free(nan);
+    mseq_free(m, &ref);
+    free(full);
+    free(split);
+    return dropped;
 }
 
 static int32_t mref_argmax(const float *x, int32_t n) {

@@ -212,54 +212,9 @@ static void test_units(void **state) {
     assert_int_equal(u.n, 1);
     tr_model_kv_units(g.m, true, &u);
 
-    const mref_case *c = long_case();
-    const int32_t n = c->n_prompt, V = g.ref.n_vocab, W = u.n, chunk = 100;
-    float *full = malloc(sizeof(float) * (size_t)V), *split = malloc(sizeof(float) * (size_t)V);
-    mseq ref;
-    mseq_init(g.m, &ref, n + 1);
-    mrun(g.m, &ref, c->prompt, n, 0, chunk, full);
-
-    const int32_t slots = ref.n_pages, n_ids = slots * W;
-    tr_kv_layout kv;
-    assert_int_equal(tr_model_kv_alloc_units(g.m, n_ids, MREF_PAGE, TR_KV_F16, TR_KV_F16, true,
-                                             &kv, NULL), TR_OK);
-    assert_int_equal(kv.unit_layers, 3);
-    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
-    for (int32_t i = 0; i < n_ids; i++) table[i] = (i * 7919) % n_ids; /* scrambled */
-    mseq s = {.kv = kv, .table = table, .n_pages = slots};
-    int32_t dropped = 0;
-    for (int32_t at = 0; at < n; at += chunk) {
-        int32_t k = TR_MIN(chunk, n - at);
-        mrun(g.m, &s, c->prompt + at, k, at, k, split);
-        /* the next position is at + k: drop what it no longer reads */
-        int32_t first = at + k - 512 + 1;
-        for (int32_t slot = 0; first > 0 && (slot + 1) * MREF_PAGE <= first; slot++) {
-            for (int32_t i = 0; i < W; i++) {
-                int32_t *id = &table[slot * W + i];
-                if (u.window[i] == 0 || *id < 0) continue;
-                memset((char *)kv.base + (size_t)*id * tr_kv_page_bytes(&kv), 0xff,
-                       tr_kv_page_bytes(&kv));
-                *id = -1;
-                dropped++;
-            }
-        }
-    }
-    assert_true(dropped > 0);
-    assert_memory_equal(full, split, sizeof(float) * (size_t)V);
+    int32_t dropped = mref_units(g.m, long_case(), 100);
     printf("split pages: %d windowed pages dropped over %d tokens, logits bit-identical\n",
-           dropped, n);
-
-    /* a token that still reads a dropped id is refused */
-    int32_t pos = 600, seq = 0, tok = c->prompt[0], row = 0;
-    const int32_t *tables[1] = {table};
-    tr_batch b = {.n_tokens = 1, .pos = &pos, .seq = &seq, .n_seqs = 1,
-                  .page_table = tables, .n_pages = &s.n_pages};
-    assert_int_equal(tr_model_forward(g.m, &kv, &b, &tok, &row, 1, split), TR_ERR_INVALID_ARG);
-    tr_model_kv_free(g.m, &kv);
-    free(table);
-    mseq_free(g.m, &ref);
-    free(full);
-    free(split);
+           dropped, long_case()->n_prompt);
 }
 
 int main(void) {
