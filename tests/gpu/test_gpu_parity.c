@@ -361,7 +361,7 @@ static void run_model(int which) {
         if (gemma) /* windowed layers in pages of their own, dropped past the window */
             printf("%s: on the gpu, split KV pages: %d windowed pages dropped, logits "
                    "bit-identical\n",
-                   sm->name, mref_units(mg, &c3, 129));
+                   sm->name, mref_units(mg, &c3, 129, TR_KV_F16, TR_KV_F16));
         printf("%s: on the gpu, chunked prefill, cached prefixes and a batch neighbour "
                "change no bit\n",
                sm->name);

@@ -135,11 +135,15 @@ typedef struct mseq {
     int32_t *table, n_pages;
 } mseq;
 
-static void mseq_init(model *m, mseq *s, int32_t max_tokens) {
+static void mseq_init_typed(model *m, mseq *s, int32_t max_tokens, tr_kv_type k, tr_kv_type v) {
     s->n_pages = (max_tokens + MREF_PAGE - 1) / MREF_PAGE;
-    assert_int_equal(tr_model_kv_alloc(m, s->n_pages, MREF_PAGE, TR_KV_F16, TR_KV_F16, &s->kv, NULL), TR_OK);
+    assert_int_equal(tr_model_kv_alloc(m, s->n_pages, MREF_PAGE, k, v, &s->kv, NULL), TR_OK);
     s->table = malloc(sizeof(int32_t) * (size_t)s->n_pages);
     for (int32_t i = 0; i < s->n_pages; i++) s->table[i] = s->n_pages - 1 - i;
+}
+
+static void mseq_init(model *m, mseq *s, int32_t max_tokens) {
+    mseq_init_typed(m, s, max_tokens, TR_KV_F16, TR_KV_F16);
 }
 
 static void mseq_free(model *m, mseq *s) {
@@ -172,23 +176,24 @@ static void mrun(model *m, mseq *s, const int32_t *tok, int32_t n, int32_t start
 /* c's prompt in KV pages cut into units (model.h, tr_kv_units), chunk by
  * chunk, each windowed page dropped (its id -1, its bytes 0xff: NaN in
  * F16) as soon as no later position reads it, must give the last logits
- * of full pages bit for bit; a token that would still read a dropped page
+ * of full pages (of the same K and V types) bit for bit; a token that would still read a dropped page
  * is refused. Returns the pages dropped (> 0 asserted). On any backend:
  * pages are filled through tr_model_kv_page_copy. */
-static int32_t mref_units(model *m, const mref_case *c, int32_t chunk) {
+static int32_t mref_units(model *m, const mref_case *c, int32_t chunk, tr_kv_type tk,
+                          tr_kv_type tv) {
     tr_kv_units u;
     tr_model_kv_units(m, true, &u);
     assert_true(u.n > 1);
     const int32_t n = c->n_prompt, V = tr_model_get_hparams(m)->n_vocab, W = u.n;
     float *full = malloc(sizeof(float) * (size_t)V), *split = malloc(sizeof(float) * (size_t)V);
     mseq ref;
-    mseq_init(m, &ref, n + 1);
+    mseq_init_typed(m, &ref, n + 1, tk, tv);
     mrun(m, &ref, c->prompt, n, 0, chunk, full);
 
     const int32_t slots = ref.n_pages, n_ids = slots * W;
     tr_kv_layout kv;
-    assert_int_equal(tr_model_kv_alloc_units(m, n_ids, MREF_PAGE, TR_KV_F16, TR_KV_F16, true,
-                                             &kv, NULL), TR_OK);
+    assert_int_equal(tr_model_kv_alloc_units(m, n_ids, MREF_PAGE, tk, tv, true, &kv, NULL),
+                     TR_OK);
     assert_int_equal(kv.unit_layers, u.layers);
     size_t pb = tr_kv_page_bytes(&kv);
     char *nan = malloc(pb);

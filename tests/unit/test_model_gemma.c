@@ -212,9 +212,12 @@ static void test_units(void **state) {
     assert_int_equal(u.n, 1);
     tr_model_kv_units(g.m, true, &u);
 
-    int32_t dropped = mref_units(g.m, long_case(), 100);
+    int32_t dropped = mref_units(g.m, long_case(), 100, TR_KV_F16, TR_KV_F16);
     printf("split pages: %d windowed pages dropped over %d tokens, logits bit-identical\n",
            dropped, long_case()->n_prompt);
+    /* quantized rows: the unit's offsets hold for every type (Q8 keys, Q4 values) */
+    mref_units(g.m, long_case(), 100, TR_KV_Q8, TR_KV_Q4);
+    printf("split pages with Q8 keys and Q4 values: bit-identical too\n");
 }
 
 int main(void) {
