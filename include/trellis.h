@@ -838,6 +838,10 @@ typedef struct trellis_stats {
     uint64_t disk_records, disk_bytes;   /* pages on disk now, their bytes */
     uint64_t disk_pages_written;        /* pages saved (evicted, spilled) */
     uint64_t disk_pages_read;           /* pages read back into the cache */
+    uint64_t disk_reads;                /* reads asked of the tier; a request
+                                           whose records another waiting
+                                           request is reading already waits
+                                           for that read instead */
     uint64_t disk_restored_tokens;      /* prompt tokens they covered */
     uint64_t disk_write_errors;         /* failed writes (disk full, I/O) */
     uint64_t disk_dropped_writes;       /* not saved: the write queue was full */

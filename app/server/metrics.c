@@ -175,6 +175,9 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               "KV pages written to the disk tier", (double)st.disk_pages_written);
     rc |= one(o, "counter", "trellis_kv_disk_pages_read_total",
               "KV pages read back from the disk tier into the cache", (double)st.disk_pages_read);
+    rc |= one(o, "counter", "trellis_kv_disk_reads_total",
+              "reads asked of the disk tier (one per prefix, shared by requests waiting on it)",
+              (double)st.disk_reads);
     rc |= one(o, "counter", "trellis_kv_disk_hit_tokens_total",
               "prompt tokens the disk tier spared computing", (double)st.disk_restored_tokens);
     rc |= one(o, "counter", "trellis_kv_disk_write_errors_total",

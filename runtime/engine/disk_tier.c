@@ -63,7 +63,7 @@ struct engine_disk {
     int32_t n_pend;
     uint32_t gen;            /* flushes so far: a read asked before the
                                 latest flush restores nothing */
-    uint64_t pages_read, restored_tokens;
+    uint64_t pages_read, restored_tokens, reads;
 };
 
 /* ---- fingerprint ---- */
@@ -173,6 +173,19 @@ static int32_t match_limit(const struct engine_disk *d, const engine_seq *s) {
     return TR_MIN(tr_plp_match_limit(s), d->cap_tokens);
 }
 
+/* A waiting request whose own read brings at least the h records from
+ * key on (the same key: the same prefix), or NULL. */
+static const engine_req *reading(const trellis_engine *e, uint64_t ns, tr_kvd_key key,
+                                 int32_t h) {
+    for (const engine_seq *s = e->wait_head; s; s = s->next) {
+        const engine_req *q = s->req;
+        if (q->disk_wait && !q->disk_follow && q->ns == ns && q->disk_count >= h &&
+            q->disk_key[0] == key.a && q->disk_key[1] == key.b)
+            return q;
+    }
+    return NULL;
+}
+
 void tr_disk_lookup(trellis_engine *e, engine_req *r) {
     struct engine_disk *d = e->disk;
     if (!d || r->n_done >= r->n) return;
@@ -187,9 +200,18 @@ void tr_disk_lookup(trellis_engine *e, engine_req *r) {
     while (first + h < full && tr_kvd_has(d->kvd, d->keys[first + h])) h++;
     if (h == 0) return;
     tr_kvd_key parent = first ? d->keys[first - 1] : root;
-    if (tr_kvd_read(d->kvd, d->keys + first, parent,
-                    s->tokens + (size_t)first * (size_t)d->ps, h, r->id) != TR_OK)
-        return;
+    const engine_req *lead = reading(e, r->ns, d->keys[first], h);
+    if (lead) {
+        r->disk_follow = lead->id; /* its restore puts them in the cache */
+    } else {
+        if (tr_kvd_read(d->kvd, d->keys + first, parent,
+                        s->tokens + (size_t)first * (size_t)d->ps, h, r->id) != TR_OK)
+            return;
+        d->reads++;
+        r->disk_key[0] = d->keys[first].a;
+        r->disk_key[1] = d->keys[first].b;
+        r->disk_count = h;
+    }
     /* what memory holds of the prompt stays while the rest is read: a
      * waiter that lost it would come out worse than one that never waited */
     if (m.node && tr_radix_tree_lock(e->tree, m.node) == TR_OK) r->disk_node = m.node;
@@ -264,6 +286,13 @@ void tr_disk_answers(trellis_engine *e) {
             if (a.n_valid > 0 && r->n_done < r->n && r->disk_gen == d->gen)
                 restore(e, r, &a);
         }
+        /* those that waited for this read (even if its own request ended
+         * meanwhile) find the restored prefix in the cache now */
+        for (engine_seq *s = e->wait_head; s; s = s->next) {
+            if (s->req->disk_follow != a.tag) continue;
+            s->req->disk_follow = 0;
+            s->req->disk_wait = false;
+        }
         tr_kvd_answer_free(&a);
     }
 }
@@ -310,6 +339,7 @@ void tr_disk_stats(trellis_engine *e, trellis_stats *st) {
     struct engine_disk *d = e->disk;
     if (!d) return;
     st->disk_pages_read = d->pages_read;
+    st->disk_reads = d->reads;
     st->disk_restored_tokens = d->restored_tokens;
 }
 

@@ -169,6 +169,10 @@ struct engine_req {
                                 the cache (disk_tier.c) */
     int32_t disk_first;      /* the first page index that read asked for */
     uint32_t disk_gen;       /* the tier's flush count when it was asked */
+    uint64_t disk_key[2];    /* the chain key of its read's first record */
+    int32_t disk_count;      /* records its read asked for */
+    uint64_t disk_follow;    /* id of the request whose read brings this
+                                one's records (0: its own read) */
     struct radix_node *disk_node; /* locked while it waits for the read and
                                 until a sample is admitted: the memory part
                                 of its prefix (then the restored one) cannot

@@ -179,8 +179,8 @@ static void mrun(model *m, mseq *s, const int32_t *tok, int32_t n, int32_t start
  * of full pages (of the same K and V types) bit for bit; a token that would still read a dropped page
  * is refused. Returns the pages dropped (> 0 asserted). On any backend:
  * pages are filled through tr_model_kv_page_copy. */
-static int32_t mref_units(model *m, const mref_case *c, int32_t chunk, tr_kv_type tk,
-                          tr_kv_type tv) {
+static inline int32_t mref_units(model *m, const mref_case *c, int32_t chunk,
+                                 tr_kv_type tk, tr_kv_type tv) {
     tr_kv_units u;
     tr_model_kv_units(m, true, &u);
     assert_true(u.n > 1);
