@@ -61,6 +61,16 @@ static inline bool tr_add_overflow_size(size_t a, size_t b, size_t *out) {
     return __builtin_add_overflow(a, b, out);
 }
 
+/* Greatest common divisor (gcd(a, 0) = a). */
+static inline uint64_t tr_gcd_u64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 /* The value of hexadecimal digit c (either case), -1 when c is not one
  * (any int: EOF and bytes above 127 included). */
 static inline int tr_hex_digit(int c) {

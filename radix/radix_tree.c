@@ -513,14 +513,15 @@ int32_t tr_radix_node_lock_count(const radix_node *x) { return x ? x->lock : 0; 
 
 /* ---- match ---- */
 
-/* The first page slot that unit u must hold for a sequence to go on from
- * `slots` cached page slots: the token at position slots * ps reads
- * positions down to slots * ps - window + 1 (every later token reads
- * fewer old ones). */
-static int32_t unit_lo(const radix_tree *t, int32_t u, int32_t slots) {
+int32_t tr_radix_tree_window_lo(const radix_tree *t, int32_t u, int64_t pos) {
     if (t->win[u] == 0) return 0;
-    int64_t first = (int64_t)slots * t->ps - t->win[u] + 1;
+    int64_t first = pos - t->win[u] + 1; /* later tokens read fewer old ones */
     return first <= 0 ? 0 : (int32_t)(first / t->ps);
+}
+
+/* The first page slot unit u must hold to go on from `slots` cached ones. */
+static int32_t unit_lo(const radix_tree *t, int32_t u, int32_t slots) {
+    return tr_radix_tree_window_lo(t, u, (int64_t)slots * t->ps);
 }
 
 /* The longest prefix of a match of `end` slots (its last node x matched
@@ -706,6 +707,16 @@ static bool claim_slot(const radix_tree *t, const int32_t *mine, const int32_t *
     return true;
 }
 
+/* The tree takes page id of unit u: a global id with the caller's
+ * reference, a windowed one with a reference of its own (the caller keeps
+ * its). */
+static void adopt_id(radix_tree *t, int32_t u, int32_t id) {
+    if (t->win[u] > 0) t->pool->ref[id]++;
+    kv_pool_tree_adopt_(t->pool, id);
+    t->n_tree_pages++;
+    t->inserted_pages++;
+}
+
 /* Settles one matched page slot: a duplicate of a unit without a window is
  * dropped and replaced by the tree's id; a windowed unit's duplicate is
  * dropped and the caller's reference moves to the tree's id; a windowed id
@@ -717,11 +728,8 @@ static int32_t settle_slot(radix_tree *t, int32_t *mine, int32_t *tree) {
     for (int32_t u = 0; u < t->W; u++) {
         if (mine[u] == tree[u] || mine[u] < 0) continue;
         if (tree[u] < 0) { /* fill the hole */
-            pool->ref[mine[u]]++;
-            kv_pool_tree_adopt_(pool, mine[u]);
+            adopt_id(t, u, mine[u]);
             tree[u] = mine[u];
-            t->n_tree_pages++;
-            t->inserted_pages++;
             continue;
         }
         tr_kv_pool_release_(pool, mine[u]);
@@ -747,7 +755,6 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
         if (out_node) *out_node = NULL;
         return TR_OK;
     }
-    kv_pool *pool = t->pool;
 
     /* 1. Walk without changing anything (the pool's scratch MARK bits,
      *    which catch a page listed twice, are cleared before going on),
@@ -862,21 +869,13 @@ tr_status tr_radix_tree_insert(radix_tree *t, uint64_t ns, const int32_t *tokens
         leaf->key = page_key(leaf->tokens, ps);
         leaf->parent = parent;
         leaf->ns = ns;
-        int64_t adopted = 0;
-        for (size_t k = 0; k < (size_t)np * W; k++) {
-            int32_t id = leaf->pages[k];
-            if (id < 0) continue;
-            if (t->win[k % W] > 0) pool->ref[id]++; /* the caller keeps its own */
-            kv_pool_tree_adopt_(pool, id);
-            adopted++;
-        }
+        for (size_t k = 0; k < (size_t)np * W; k++)
+            if (leaf->pages[k] >= 0) adopt_id(t, (int32_t)(k % W), leaf->pages[k]);
         if (kid_mem) child_grow_commit(t, parent, kid_mem, kid_newcap);
         child_add(parent, leaf);
         lru_push_front(t, leaf);
         t->n_nodes++;
         t->n_tree_slots += np;
-        t->n_tree_pages += adopted;
-        t->inserted_pages += (uint64_t)adopted;
         result = leaf;
     } else {
         result = edge ? edge : parent;

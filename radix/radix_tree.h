@@ -163,6 +163,11 @@ tr_status tr_radix_tree_new_units(kv_pool *pool, const radix_allocator *alloc,
 /* W, the ids per page slot. */
 int32_t tr_radix_tree_units(const radix_tree *t);
 
+/* The first page slot unit u's window reads from a token at position pos
+ * on (0 for a unit without a window): a sequence whose next position is
+ * pos needs unit u's ids of the slots from there, no older ones. */
+int32_t tr_radix_tree_window_lo(const radix_tree *t, int32_t u, int64_t pos);
+
 /* Frees every node, locked or not, dropping the tree's page references
  * (pages also referenced elsewhere stay allocated). t may be NULL. Every
  * handle becomes invalid. */

@@ -587,15 +587,6 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
     return TR_OK;
 }
 
-static uint64_t gcd(uint64_t a, uint64_t b) {
-    while (b) {
-        uint64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* multipleOf: *step > 0 when values must be integral multiples of it
  * (an integral step, or any step on integer values), 0 when there is no
  * such step; *frac_digits = q >= 0 when values need at most q fraction
@@ -630,9 +621,9 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
             *frac_digits = *frac_digits < 0 ? q : TR_MIN(*frac_digits, q);
             continue;
         }
-        uint64_t k = q > 0 ? p / gcd(p, ten) : p; /* integer multiples of p/10^q */
+        uint64_t k = q > 0 ? p / tr_gcd_u64(p, ten) : p; /* integer multiples of p/10^q */
         if (*step == 0) *step = 1;
-        uint64_t g = gcd(*step, k);
+        uint64_t g = tr_gcd_u64(*step, k);
         if (*step / g > UINT64_MAX / k)
             return tr_js_unsupported(x, node, "multipleOf", "combined steps overflow");
         *step = *step / g * k;

@@ -98,13 +98,6 @@ static int32_t public_kv_type(tr_kv_type t) {
 }
 
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
-                                      int32_t page_size, tr_kv_type k, tr_kv_type v,
-                                      bool own, engine_compute *out, const char **why) {
-    return tr_engine_compute_model_new_units(m, be, n_pages, page_size, k, v, false,
-                                             own, out, why);
-}
-
-tr_status tr_engine_compute_model_new_units(model *m, tr_backend *be, int32_t n_pages,
                                             int32_t page_size, tr_kv_type k,
                                             tr_kv_type v, bool split, bool own,
                                             engine_compute *out, const char **why) {

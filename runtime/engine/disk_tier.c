@@ -43,8 +43,7 @@
 #include "runtime/engine/engine_internal.h"
 
 typedef struct pending_save {
-    tr_kvd_key key, parent;
-    int32_t slot; /* its W page ids: pend_ids + slot * W */
+    tr_kvd_key key, parent; /* save i's W page ids: pend_ids + i * W */
 } pending_save;
 
 struct engine_disk {
@@ -120,7 +119,6 @@ static void on_evict(void *user, uint64_t ns, const radix_node *x) {
         pending_save *p = &d->pend[d->n_pend];
         p->key = d->keys[i];
         p->parent = i ? d->keys[i - 1] : root;
-        p->slot = d->n_pend;
         memcpy(d->pend_ids + (size_t)d->n_pend * (size_t)d->W, ids,
                (size_t)d->W * sizeof *ids);
         memcpy(d->pend_tok + (size_t)d->n_pend * (size_t)d->ps,
@@ -143,7 +141,7 @@ static void sync_saves(trellis_engine *e, bool wait) {
             buf = tr_kvd_put_begin(d->kvd, p->key, p->parent, tok);
         }
         if (!buf) continue;
-        const int32_t *ids = d->pend_ids + (size_t)p->slot * (size_t)d->W;
+        const int32_t *ids = d->pend_ids + (size_t)i * (size_t)d->W;
         bool ok = true;
         for (int32_t u = 0; ok && u < d->W; u++)
             ok = e->compute.ops->kv_read(e->compute.ctx, ids[u],

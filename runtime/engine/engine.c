@@ -757,8 +757,8 @@ int trellis_engine_new(const char *model_path,
     }
     engine_compute c;
     const char *why = NULL;
-    s = tr_engine_compute_model_new_units(m, be, n_pages, o.page_size, kt, vt, split, true,
-                                          &c, &why);
+    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, split, true, &c,
+                                    &why);
     c.kv_fingerprint = tr_splitmix64(c.kv_fingerprint ^ file_fp);
     if (s != TR_OK) {
         tr_model_free(m);

@@ -130,20 +130,15 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
 tr_status tr_engine_debug_check(trellis_engine *e);
 
 /* The real model as an engine_compute: loads nothing itself; m and be stay
- * owned by the caller until the compute object is destroyed, which frees
- * the KV memory it allocated (n_pages pages of page_size tokens, K and V
- * of the given types). *why: as tr_model_kv_alloc's. */
-tr_status tr_engine_compute_model_new(model *m, tr_backend *be,
-                                      int32_t n_pages, int32_t page_size,
-                                      tr_kv_type k, tr_kv_type v,
-                                      bool own_model_and_backend,
-                                      engine_compute *out, const char **why);
-/* The same with the windowed layers in pages of their own when the model
- * has them (split; n_pages then counts those unit pages). */
-tr_status tr_engine_compute_model_new_units(model *m, tr_backend *be, int32_t n_pages,
-                                            int32_t page_size, tr_kv_type k,
-                                            tr_kv_type v, bool split, bool own,
-                                            engine_compute *out, const char **why);
+ * owned by the caller (own false) until the compute object is destroyed,
+ * which frees the KV memory it allocated (n_pages pages of page_size
+ * tokens, K and V of the given types; with split, the model's windowed
+ * layers in pages of their own and n_pages counting those unit pages).
+ * *why: as tr_model_kv_alloc's. */
+tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
+                                      int32_t page_size, tr_kv_type k, tr_kv_type v,
+                                      bool split, bool own, engine_compute *out,
+                                      const char **why);
 
 /* The KV format of a TRELLIS_KV_* value (an unknown one: F16; the option
  * table has checked it). */

@@ -378,9 +378,6 @@ void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache);
 int32_t tr_sched_pages_for(const trellis_engine *e, int64_t tokens);
 
 /* ---- window_pages.c ---- */
-/* The first page slot unit u reads when the next position is n_kv (0 for
- * a unit without a window). */
-int32_t tr_win_lo(const trellis_engine *e, int32_t u, int64_t n_kv);
 /* The most ids a sequence of `tokens` positions holds at once (what must
  * fit the empty pool): every slot of the units without a window, the
  * window plus a prefill chunk of the others. */

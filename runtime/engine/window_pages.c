@@ -17,13 +17,6 @@
 #include "base/util.h"
 #include "runtime/engine/engine_internal.h"
 
-int32_t tr_win_lo(const trellis_engine *e, int32_t u, int64_t n_kv) {
-    int32_t w = e->unit_window[u];
-    if (w == 0) return 0;
-    int64_t first = n_kv - w + 1;
-    return first <= 0 ? 0 : (int32_t)(first / e->page_size);
-}
-
 int64_t tr_win_pages_for(const trellis_engine *e, int64_t tokens) {
     int64_t slots = (tokens + e->page_size - 1) / e->page_size, ids = 0;
     for (int32_t u = 0; u < e->W; u++) {
@@ -52,7 +45,7 @@ void tr_win_take_match(trellis_engine *e, engine_seq *s) {
     int32_t let_go = s->n_pages;
     for (int32_t u = 0; u < e->W; u++) {
         if (e->unit_window[u] == 0) continue;
-        int32_t lo = TR_MIN(tr_win_lo(e, u, s->n_kv), s->n_pages);
+        int32_t lo = TR_MIN(tr_radix_tree_window_lo(e->tree, u, s->n_kv), s->n_pages);
         let_go = TR_MIN(let_go, lo);
         for (int32_t i = 0; i < s->n_pages; i++) {
             int32_t *id = &s->pages[(int64_t)i * e->W + u];
@@ -73,7 +66,7 @@ void tr_win_let_go(trellis_engine *e, engine_seq *s) {
     int32_t let_go = s->n_pages;
     for (int32_t u = 0; u < e->W; u++) {
         if (e->unit_window[u] == 0) continue;
-        int32_t lo = TR_MIN(tr_win_lo(e, u, s->n_kv), s->n_pages);
+        int32_t lo = TR_MIN(tr_radix_tree_window_lo(e->tree, u, s->n_kv), s->n_pages);
         let_go = TR_MIN(let_go, lo);
         for (int32_t i = s->let_go; i < lo; i++) {
             int32_t *id = &s->pages[(int64_t)i * e->W + u];

@@ -20,15 +20,6 @@
 #include "base/util.h"
 #include "runtime/model/model_internal.h"
 
-static int32_t gcd32(int32_t a, int32_t b) {
-    while (b) {
-        int32_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
 tr_status tr_model_kv_units_init(model *m) {
     const int32_t n = m->hp.n_layers;
     m->kv_split.n = 1;
@@ -43,7 +34,7 @@ tr_status tr_model_kv_units_init(model *m) {
         if (seen) continue;
         int32_t count = 0;
         for (int32_t j = l; j < n; j++) count += m->window[j] == m->window[l];
-        g = gcd32(g, count);
+        g = (int32_t)tr_gcd_u64((uint64_t)g, (uint64_t)count);
     }
     int32_t units = n / g;
     if (units > TR_MODEL_MAX_KV_UNITS) return TR_OK; /* stays one unit */
@@ -89,8 +80,8 @@ tr_status tr_model_check_tables(const model *m, const tr_kv_layout *kv,
                                 const tr_batch *b) {
     const int32_t W = tr_model_kv_n_units(m, kv);
     for (int32_t s = 0; s < b->n_seqs; s++) {
-        int32_t first = INT32_MAX;
-        for (int32_t t = 0; t < b->n_tokens; t++)
+        int32_t first = INT32_MAX; /* only windowed units may skip ids */
+        for (int32_t t = 0; W > 1 && t < b->n_tokens; t++)
             if (b->seq[t] == s && b->pos[t] < first) first = b->pos[t];
         for (int32_t i = 0; i < b->n_pages[s]; i++) {
             for (int32_t u = 0; u < W; u++) {
