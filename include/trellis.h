@@ -197,6 +197,24 @@ typedef struct trellis_engine_options {
                                  long sequence holds about a third of the
                                  bytes, and a cached prefix is reused up
                                  to where its windows are still held. */
+    const char *draft_model;  /* speculative decoding with a draft model:
+                                 a GGUF file of a smaller model with the
+                                 same vocabulary (every token's bytes and
+                                 type equal, else trellis_engine_new
+                                 refuses it, naming the first difference)
+                                 proposes tokens greedily; the target
+                                 verifies them as it does n-gram drafts,
+                                 so the output is the same, token for
+                                 token, at any temperature. It runs on the
+                                 same device and threads, with KV pages of
+                                 its own (as many positions as the
+                                 target's pool holds). Where n-gram
+                                 drafts are on too, they go first; the
+                                 draft model proposes when they have none.
+                                 NULL: none. Copied. */
+    int32_t spec_draft;       /* the draft model's tokens a sequence and
+                                 step at most (1..16, default 4; the
+                                 length adapts to what is kept) */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
@@ -264,6 +282,9 @@ typedef struct trellis_engine_info {
                             ...; "custom" for an engine on a custom
                             compute object); lives as long as the engine */
     int32_t n_layers;    /* 0 when unknown */
+    const char *draft_arch; /* the draft model's architecture, NULL
+                               without one (options.draft_model) */
+    int32_t draft_n_layers;
     const char *chat_template; /* the GGUF's tokenizer.chat_template text
                                   (Jinja, as the file has it), NULL when
                                   the file has none; lives as long as the
@@ -573,6 +594,12 @@ typedef struct trellis_request {
                                  option, 0 off, 1..32 at most this many
                                  drafts a step, also on an engine whose
                                  option is 0 */
+    int32_t spec_draft;       /* drafts from the engine's draft model
+                                 (trellis_engine_options.draft_model): -1
+                                 (trellis_request_default) the engine's
+                                 spec_draft, 0 off, 1..16 at most this
+                                 many a step; ignored without a draft
+                                 model */
     const char *const *stop;  /* stop strings (not emitted) */
     int32_t n_stop;
     const int32_t *stop_tokens; /* stop token ids (not emitted) */
@@ -826,6 +853,14 @@ typedef struct trellis_stats {
      * in forward_passes_saved). */
     uint64_t spec_drafted_tokens;
     uint64_t spec_accepted_tokens;
+    /* The draft model (options.draft_model): its forward passes, the
+     * tokens they were fed (catching up with the sequence, then one per
+     * draft), the drafts it proposed, and the seconds the engine thread
+     * waited for it (not part of forward_s). */
+    uint64_t draft_passes;
+    uint64_t draft_fed_tokens;
+    uint64_t draft_proposed_tokens;
+    double draft_s;
     /* Where the engine thread's time went (seconds, cumulative). */
     double step_s;      /* whole steps */
     double forward_s;   /* waiting for / running forward passes */

@@ -13,7 +13,8 @@
 #              a leak or UB report makes the server exit non-zero, which
 #              fails its test
 #   tsan       the engine's fake-model tests (test_engine, test_engine_spec:
-#              speculative decoding, test_engine_plp, test_end_span,
+#              speculative decoding, test_engine_draft: with a draft
+#              model, test_engine_plp, test_end_span,
 #              test_engine_disk: the disk tier; and its store, test_kv_disk;
 #              test_engine_window: windowed KV pages),
 #              the grammar tests that share state across threads
@@ -108,7 +109,7 @@ stage_tsan() {
     local b="$here/build-tsan"
     cmake -S "$here" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_TSAN=ON \
           -DTRELLIS_CUDA=OFF -DTRELLIS_SHARED=OFF >/dev/null &&
-    cmake --build "$b" -j "$jobs" --target test_engine test_engine_spec test_engine_plp \
+    cmake --build "$b" -j "$jobs" --target test_engine test_engine_spec test_engine_draft test_engine_plp \
           test_engine_disk test_kv_disk test_engine_window test_grammar_cache test_end_span test_grammar_ebnf \
           test_server test_dsl_interp test_dsl_http >/dev/null || return 1
     # Any report fails the stage (halt_on_error); nothing is suppressed.
@@ -122,6 +123,7 @@ stage_tsan() {
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_spec" &&
+    "$b/tests/test_engine_draft" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_plp" &&
     "$b/tests/test_engine_disk" && "$b/tests/test_kv_disk" && "$b/tests/test_engine_window" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&

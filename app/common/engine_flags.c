@@ -82,6 +82,13 @@ static const struct {
                              "keep every layer of a position in one KV page (by default the "
                              "sliding-window layers of a model like Gemma 3 get pages of their "
                              "own, freed once no window reads them)", NULL, NULL},
+    [TR_EF_DRAFT_MODEL] = {"--draft-model", NULL, CLI_STR, NULL, OFF(draft_model),
+                           "speculative decoding with a draft model: a smaller GGUF model "
+                           "with the same vocabulary proposes tokens greedily, verified in "
+                           "the model's pass; the output is unchanged", "FILE", NULL},
+    [TR_EF_SPEC_DRAFT] = {"--spec-draft", NULL, CLI_INT32, "spec_draft", OFF(spec_draft),
+                          "the draft model's tokens per sequence and step at most (the "
+                          "length adapts to what is kept)", "N", NULL},
 };
 
 void tr_engine_flags_init(tr_engine_flags *f) {

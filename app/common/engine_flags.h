@@ -49,6 +49,8 @@ typedef enum tr_engine_flag {
     TR_EF_KV_CACHE_DIR,     /* --kv-cache-dir DIR (the disk tier) */
     TR_EF_KV_CACHE_DISK_MB, /* --kv-cache-disk-mb MiB */
     TR_EF_KV_FULL_PAGES,    /* --kv-full-pages */
+    TR_EF_DRAFT_MODEL,      /* --draft-model FILE */
+    TR_EF_SPEC_DRAFT,       /* --spec-draft N */
     TR_EF_COUNT,
 } tr_engine_flag;
 

@@ -153,6 +153,12 @@ int tr_srv_metrics_write(const tr_srv_metrics *m, trellis_engine *e, const tr_sr
               st.spec_drafted_tokens
                   ? (double)st.spec_accepted_tokens / (double)st.spec_drafted_tokens
                   : 0.0);
+    rc |= one(o, "counter", "trellis_spec_draft_model_passes_total",
+              "forward passes of the draft model (--draft-model)", (double)st.draft_passes);
+    rc |= one(o, "counter", "trellis_spec_draft_model_tokens_total",
+              "draft tokens the draft model proposed", (double)st.draft_proposed_tokens);
+    rc |= one(o, "counter", "trellis_spec_draft_model_seconds_total",
+              "seconds the engine waited for the draft model", st.draft_s);
     /* hits by tier: what admission found cached, less what the disk tier
      * had put back first */
     rc |= one(o, "counter", "trellis_kv_memory_hit_tokens_total",

@@ -297,6 +297,8 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
                             i->kv_cache_dir ? json_string(i->kv_cache_dir) : json_null());
         json_object_set_new(o, "kv_cache_disk_mb", json_integer(i->kv_cache_disk_mb));
         json_object_set_new(o, "kv_units", json_integer(i->kv_units));
+        json_object_set_new(o, "draft_model_arch",
+                            i->draft_arch ? json_string(i->draft_arch) : json_null());
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
                             json_pack("[{s:i,s:i}]", "max_total_num_tokens",

@@ -319,6 +319,10 @@ static int read_sampling(rd *r, json_t *o) {
      * 0 off, 1..32 drafts a step at most */
     if ((k = get_int(r, o, "spec_ngram", -1, 32, &x)) < 0) return -1;
     if (k) q->spec_ngram = (int32_t)x;
+    /* drafts from the server's --draft-model: -1 its --spec-draft, 0 off,
+     * 1..16 a step at most (ignored without a draft model) */
+    if ((k = get_int(r, o, "spec_draft", -1, 16, &x)) < 0) return -1;
+    if (k) q->spec_draft = (int32_t)x;
     /* jump_forward (default true): false samples every token, even those
      * the constraint forces (trellis_request.no_jump_forward); for
      * measuring what jump-forward saves, and for clients that want the

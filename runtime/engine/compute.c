@@ -28,7 +28,7 @@ typedef struct model_compute {
     model *m;
     tr_backend *be;
     tr_kv_layout kv;
-    bool own;
+    bool own_model, own_backend;
 } model_compute;
 
 static tr_status mc_forward(void *ctx, const tr_batch *b, const int32_t *tokens,
@@ -43,10 +43,8 @@ static void mc_destroy(void *ctx) {
     model_compute *mc = ctx;
     if (!mc) return;
     tr_model_kv_free(mc->m, &mc->kv);
-    if (mc->own) {
-        tr_model_free(mc->m);
-        tr_backend_free(mc->be);
-    }
+    if (mc->own_model) tr_model_free(mc->m);
+    if (mc->own_backend) tr_backend_free(mc->be);
     free(mc);
 }
 
@@ -113,7 +111,7 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
     }
     mc->m = m;
     mc->be = be;
-    mc->own = own;
+    mc->own_model = mc->own_backend = own;
     const model_hparams *hp = tr_model_get_hparams(m);
     *out = (engine_compute){
         .ops = &k_model_ops,
@@ -140,6 +138,10 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
     return TR_OK;
 }
 
+void tr_engine_compute_own_model(engine_compute *c) {
+    ((model_compute *)c->ctx)->own_model = true;
+}
+
 /* ---- the compute thread ---- */
 
 enum { W_IDLE = 0, W_POSTED = 1, W_DONE = 2, W_QUIT = 3 };
@@ -155,9 +157,8 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         tr_status s = TR_OK;
         if (w->kind == W_JOB_FORWARD)
-            s = e->compute.ops->forward(e->compute.ctx, w->b, w->tokens,
-                                        w->rows, w->n_rows, w->logits,
-                                        &e->lmasks);
+            s = w->c->ops->forward(w->c->ctx, w->b, w->tokens, w->rows, w->n_rows,
+                                   w->logits, w->lm);
         else
             tr_engine_sample_rows(e, w->r0, w->r1);
         pthread_mutex_lock(&w->mu);
@@ -189,12 +190,15 @@ void tr_worker_stop(trellis_engine *e) {
     w->started = false;
 }
 
-void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
-                 const int32_t *rows, int32_t n_rows, float *logits) {
+static void post_forward(trellis_engine *e, const engine_compute *c, const tr_batch *b,
+                         const int32_t *tokens, const int32_t *rows, int32_t n_rows,
+                         float *logits, const tr_logit_masks *lm) {
     engine_worker *w = &e->worker;
     pthread_mutex_lock(&w->mu);
     TR_ASSERT(w->state == W_IDLE);
     w->kind = W_JOB_FORWARD;
+    w->c = c;
+    w->lm = lm;
     w->b = b;
     w->tokens = tokens;
     w->rows = rows;
@@ -204,6 +208,19 @@ void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
     w->state = W_POSTED;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->mu);
+}
+
+void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
+                    const int32_t *rows, int32_t n_rows, float *logits) {
+    post_forward(e, &e->compute, b, tokens, rows, n_rows, logits, &e->lmasks);
+}
+
+tr_status tr_worker_forward(trellis_engine *e, const engine_compute *c, const tr_batch *b,
+                            const int32_t *tokens, const int32_t *rows, int32_t n_rows,
+                            float *logits, const tr_logit_masks *lm) {
+    if (!e->worker.started) return c->ops->forward(c->ctx, b, tokens, rows, n_rows, logits, lm);
+    post_forward(e, c, b, tokens, rows, n_rows, logits, lm);
+    return tr_worker_wait(e);
 }
 
 void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1) {

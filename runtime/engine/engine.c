@@ -118,6 +118,7 @@ void tr_engine_req_free(engine_req *r) {
         free(s->out_lp);
         free(s->plp);
         tr_ngram_free(s->ngram);
+        free(s->dpages);
         tr_sampler_free(s->smp);
         if (s->cstate && r->cops) r->cops->free(s->cstate);
     }
@@ -263,6 +264,7 @@ static tr_status check_all(trellis_engine *e) {
                 (long long)locked_outside, (long long)private_pages);
         return TR_ERR_INTERNAL;
     }
+    if (tr_draft_check(e) != TR_OK) return TR_ERR_INTERNAL;
     if (e->n_running == 0 && !disk_locks) {
         kv_pool_stats ps;
         tr_kv_pool_stats_get(e->pool, &ps);
@@ -358,6 +360,7 @@ void tr_engine_publish_stats(trellis_engine *e) {
     st->pages_cached = ps.n_cached;
     st->pages_free = ps.n_free;
     tr_disk_stats(e, st);
+    tr_draft_stats(e, st);
     radix_tree_stats rs;
     tr_radix_tree_stats_get(e->tree, &rs);
     st->kv_window_stripped = rs.stripped_pages;
@@ -451,6 +454,7 @@ static void engine_destroy(trellis_engine *e) {
     tr_disk_close(e); /* its queued writes first; it reads no page */
     tr_radix_tree_free(e->tree);
     tr_kv_pool_free(e->pool);
+    tr_draft_free(e); /* before the target: it may share its backend */
     if (e->compute.ops && e->compute.ops->destroy)
         e->compute.ops->destroy(e->compute.ctx);
     /* after the requests: their samples hold handles (which would
@@ -543,14 +547,28 @@ static void load_chat_template(trellis_engine *e) {
     e->chat_template = tmpl; /* reported as is, even when not recognised */
 }
 
+static void drop_compute(const engine_compute *c) {
+    if (c && c->ops && c->ops->destroy) c->ops->destroy(c->ctx);
+}
+
 tr_status tr_engine_new_custom(const trellis_engine_options *options,
                             gguf_file *file, tokenizer *tok,
                             const engine_compute *compute, trellis_engine **out,
                             char *err, size_t err_cap) {
+    return tr_engine_new_custom_draft(options, file, tok, compute, NULL, NULL, out, err,
+                                      err_cap);
+}
+
+tr_status tr_engine_new_custom_draft(const trellis_engine_options *options,
+                                     gguf_file *file, tokenizer *tok,
+                                     const engine_compute *compute,
+                                     const engine_compute *draft, gguf_file *draft_file,
+                                     trellis_engine **out, char *err, size_t err_cap) {
     trellis_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        if (compute && compute->ops && compute->ops->destroy)
-            compute->ops->destroy(compute->ctx);
+        drop_compute(compute);
+        drop_compute(draft);
+        tr_gguf_close(draft_file);
         tr_tokenizer_free(tok);
         tr_gguf_close(file);
         return tr_errf(err, err_cap, TR_ERR_NOMEM, "out of memory");
@@ -593,6 +611,7 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     }
     if (o.ctx == 0) o.ctx = compute->n_ctx;
     e->opt = o;
+    e->opt.draft_model = NULL; /* the caller's string: info gives draft_arch */
     e->n_vocab = compute->n_vocab;
     e->n_ctx = o.ctx;
     e->page_size = compute->page_size;
@@ -668,6 +687,13 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
         if (e->is_eog[i]) e->eog_ids[k++] = i;
     build_vocab(e); /* failure only disables grammar constraints */
     load_chat_template(e);
+    if (draft) {
+        const engine_compute *dc = draft;
+        gguf_file *df = draft_file;
+        draft = NULL; /* attach owns both from here, also on failure */
+        draft_file = NULL;
+        if ((s = tr_draft_attach(e, dc, df, err, err_cap)) != TR_OK) goto fail;
+    }
 
     if (!o.no_overlap && (s = tr_worker_start(e)) != TR_OK) {
         s = tr_errf(err, err_cap, s, "cannot start the compute thread");
@@ -689,7 +715,87 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
     *out = e;
     return TR_OK;
 fail:
+    drop_compute(draft);
+    tr_gguf_close(draft_file);
     engine_destroy(e);
+    return s;
+}
+
+/* The first token whose bytes or type differ between the two
+ * vocabularies, or -1 when they are the same. */
+static int32_t vocab_differs(const tokenizer *a, const tokenizer *b) {
+    int32_t n = tr_tokenizer_n_vocab(a);
+    if (tr_tokenizer_n_vocab(b) != n) return TR_MIN(n, tr_tokenizer_n_vocab(b));
+    for (int32_t i = 0; i < n; i++) {
+        size_t la, lb;
+        const uint8_t *pa = tr_tokenizer_token_bytes(a, i, &la);
+        const uint8_t *pb = tr_tokenizer_token_bytes(b, i, &lb);
+        if (la != lb || (la && memcmp(pa, pb, la) != 0) ||
+            tr_tokenizer_type(a, i) != tr_tokenizer_type(b, i))
+            return i;
+    }
+    return -1;
+}
+
+/* Opens options.draft_model on the target's backend as a compute object of
+ * `positions` positions in pages of page_size (F16 K/V, full pages): its
+ * file in *df, the compute in *dc (owning its model). */
+static tr_status load_draft(const trellis_engine_options *o, tr_backend *be,
+                            const tokenizer *tok, int64_t positions, int32_t page_size,
+                            gguf_file **df, engine_compute *dc, char *err, size_t cap) {
+    const char *path = o->draft_model;
+    tr_diag d = {0};
+    tokenizer *dt = NULL;
+    model *m = NULL;
+    tr_status s = tr_gguf_open_ex(path, (gguf_load)o->load, df, &d);
+    if (s != TR_OK)
+        return tr_errf(err, cap, s, "cannot open draft model '%s': %s", path,
+                       d.message[0] ? d.message : tr_status_message(s));
+    s = tr_tokenizer_from_gguf(*df, &dt, &d);
+    if (s != TR_OK) {
+        s = tr_errf(err, cap, s, "cannot build the tokenizer of draft model '%s': %s", path,
+                    d.message[0] ? d.message : tr_status_message(s));
+        goto fail;
+    }
+    int32_t at = vocab_differs(tok, dt), nd = tr_tokenizer_n_vocab(dt);
+    if (at >= 0 && nd != tr_tokenizer_n_vocab(tok)) {
+        s = tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                    "draft model '%s' cannot draft for this model: its vocabulary has %d "
+                    "tokens, the model's %d (a draft must share the model's vocabulary)",
+                    path, nd, tr_tokenizer_n_vocab(tok));
+        goto fail;
+    }
+    if (at >= 0) {
+        s = tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                    "draft model '%s' cannot draft for this model: token %d differs "
+                    "between the two vocabularies (in its bytes or its type; a draft must "
+                    "share the model's vocabulary)",
+                    path, at);
+        goto fail;
+    }
+    s = tr_model_load_owning(*df, be, o->max_batch_tokens, &m, &d);
+    if (s != TR_OK) {
+        s = tr_errf(err, cap, s, "cannot load draft model '%s': %s", path,
+                    d.message[0] ? d.message : tr_status_message(s));
+        goto fail;
+    }
+    int32_t pages = (int32_t)TR_MIN((positions + page_size - 1) / page_size, INT32_MAX / 2);
+    const char *why = NULL;
+    s = tr_engine_compute_model_new(m, be, TR_MAX(pages, 1), page_size, TR_KV_F16, TR_KV_F16,
+                                    false, false, dc, &why);
+    if (s != TR_OK) {
+        tr_model_free(m);
+        s = tr_errf(err, cap, s, "cannot allocate the draft model's KV (%d pages): %s", pages,
+                    why ? why : tr_status_message(s));
+        goto fail;
+    }
+    tr_engine_compute_own_model(dc);
+    tr_tokenizer_free(dt);
+    return TR_OK;
+fail:
+    tr_tokenizer_free(dt);
+    tr_gguf_close(*df);
+    *df = NULL;
     return s;
 }
 
@@ -773,7 +879,18 @@ int trellis_engine_new(const char *model_path,
                        "cannot allocate the KV cache (%d pages of %d tokens)",
                        n_pages, o.page_size);
     }
-    return tr_engine_new_custom(&o, f, tok, &c, out, err, err_cap);
+    if (!o.draft_model) return tr_engine_new_custom(&o, f, tok, &c, out, err, err_cap);
+    gguf_file *df = NULL;
+    engine_compute dc;
+    int64_t positions = (int64_t)(n_pages / units.n) * o.page_size;
+    s = load_draft(&o, be, tok, positions, o.page_size, &df, &dc, err, err_cap);
+    if (s != TR_OK) {
+        c.ops->destroy(c.ctx); /* the model and the backend */
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
+        return s;
+    }
+    return tr_engine_new_custom_draft(&o, f, tok, &c, &dc, df, out, err, err_cap);
 }
 
 void trellis_engine_free(trellis_engine *e) {
@@ -808,6 +925,7 @@ void trellis_engine_get_info(const trellis_engine *e, trellis_engine_info *o) {
                                                                    : TRELLIS_LOAD_MMAP;
     o->arch = e->compute.arch ? e->compute.arch : "custom";
     o->n_layers = e->compute.n_layers;
+    tr_draft_info(e, o);
     o->chat_template = e->chat_template;
     o->kv_type_k = e->compute.kv_type_k;
     o->kv_type_v = e->compute.kv_type_v;

@@ -123,6 +123,18 @@ tr_status tr_engine_new_custom(const trellis_engine_options *options,
                             const engine_compute *compute,
                             trellis_engine **out, char *err, size_t err_cap);
 
+/* As tr_engine_new_custom, with a draft model (trellis_engine_options.
+ * draft_model) as a second compute object: same vocabulary size and page
+ * size as compute, its own page pool (draft->n_pages pages), its forward
+ * passes run where the target's do. Takes ownership of draft and
+ * draft_file (may be NULL; closed after draft is destroyed) like the rest,
+ * on success and on failure; draft NULL: tr_engine_new_custom. */
+tr_status tr_engine_new_custom_draft(const trellis_engine_options *options,
+                                     gguf_file *file, tokenizer *tok,
+                                     const engine_compute *compute,
+                                     const engine_compute *draft, gguf_file *draft_file,
+                                     trellis_engine **out, char *err, size_t err_cap);
+
 /* Runs, on the engine thread between two steps, every invariant check:
  * tr_radix_tree_check (which runs tr_kv_pool_check), that the pool's locked
  * pages are exactly those the sequences hold, and each sequence's page
@@ -139,6 +151,10 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                       int32_t page_size, tr_kv_type k, tr_kv_type v,
                                       bool split, bool own, engine_compute *out,
                                       const char **why);
+
+/* A compute object made with own false that frees its model (not its
+ * backend) when destroyed: a draft model sharing the target's backend. */
+void tr_engine_compute_own_model(engine_compute *c);
 
 /* The KV format of a TRELLIS_KV_* value (an unknown one: F16; the option
  * table has checked it). */

@@ -116,6 +116,15 @@ struct engine_seq {
     int32_t spec_row0;       /* this step: logits row of the first draft's
                                 predecessor (rows spec_row0 .. + spec_k) */
     int32_t n_spec_accepted; /* drafts verified and kept (metrics) */
+    /* the draft model's view of s (draft.c) */
+    bool drafting;           /* s takes drafts from the draft model */
+    bool spec_from_draft;    /* its unverified drafts came from it */
+    int32_t *dpages;         /* [d_cap] its page table in the draft's pool */
+    int32_t d_npages, d_cap;
+    int32_t d_kv;            /* positions whose draft K/V are right */
+    int32_t d_len;           /* drafts to ask for next (adapts) */
+    int32_t d_skip;          /* steps skipped while its drafts do not pay */
+    float d_rate;            /* running share of its drafts kept */
 
     /* prompt log-probs (sample 0 of a request that asks; prompt_lp.c) */
     trellis_logprob *plp;    /* [n_prompt - plp_start] entries, or NULL */
@@ -141,6 +150,7 @@ struct engine_req {
     int32_t max_tokens;      /* resolved (>= 0; 0: prefill only) */
     int32_t min_tokens;      /* 0..max_tokens (trellis_request) */
     int32_t spec_max;        /* drafts a step at most (0: no speculation) */
+    int32_t draft_max;       /* draft-model drafts a step at most (0: none) */
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos, stream;
@@ -233,6 +243,8 @@ typedef struct engine_worker {
     pthread_cond_t cond;
     int state;               /* 0 idle, 1 job posted, 2 job done, 3 quit */
     int kind;                /* W_JOB_FORWARD or W_JOB_SAMPLE */
+    const engine_compute *c; /* forward job: the model (target or draft) */
+    const tr_logit_masks *lm; /* ... and its masks */
     int32_t r0, r1;          /* sample job: rows [r0, r1) */
     const tr_batch *b;
     const int32_t *tokens, *rows;
@@ -248,6 +260,7 @@ struct trellis_engine {
     gguf_file *file;
     tokenizer *tok;
     engine_compute compute;
+    struct engine_draft *draft; /* the draft model (draft.c), or NULL */
     grammar_vocab *gvocab;   /* what grammars are compiled against; NULL
                                 if it failed (no grammar constraints) */
     gcache *gcache;          /* compiled grammars (thread-safe); NULL
@@ -457,10 +470,41 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s);
 /* The step's end for s, fed with drafts: samples its rows in order,
  * takes each token, keeps the drafts that match, proposes again. */
 void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row);
+/* The drafts d[0..n) the constraint of s allows, in order (cut at the
+ * first it refuses, or after one that completes it); the constraint is
+ * left as it was. 0, and no more speculation for s, if it cannot be
+ * taken back. */
+int32_t tr_spec_grammar_cut(engine_seq *s, const int32_t *d, int32_t n);
 /* The token after the ngram of s; for take_token. */
 void tr_spec_accepted(engine_seq *s, int32_t tok);
 /* Grows e->logits to rows rows (engine thread, between forwards). */
 tr_status tr_engine_reserve_logits(trellis_engine *e, int32_t rows);
+
+/* ---- draft.c: the draft model (trellis_engine_options.draft_model) ----
+ * Takes ownership of c and f (both freed with the engine, also on
+ * failure); err says why it cannot be used. Before the threads start. */
+tr_status tr_draft_attach(trellis_engine *e, const engine_compute *c, gguf_file *f,
+                          char *err, size_t cap);
+void tr_draft_free(trellis_engine *e);
+/* At first admission: whether s takes the draft model's drafts. */
+void tr_draft_setup(trellis_engine *e, engine_seq *s);
+/* s leaves the running set (finish, preemption): its draft pages go back
+ * and its draft K/V is forgotten. */
+void tr_draft_release(trellis_engine *e, engine_seq *s);
+/* s's tokens from position `from` on are no longer known to be final:
+ * the draft K/V keeps only what lies below. */
+void tr_draft_forget_from(engine_seq *s, int32_t from);
+/* After verification: accepted of proposed drafts kept (adapts d_len). */
+void tr_draft_feedback(engine_seq *s, int32_t proposed, int32_t accepted);
+/* End of a step: drafts for every running sequence that takes them and
+ * has none from the n-gram index, from batched draft-model passes. */
+void tr_draft_propose_all(trellis_engine *e);
+/* Its counters into st; its model into info. */
+void tr_draft_stats(const trellis_engine *e, trellis_stats *st);
+void tr_draft_info(const trellis_engine *e, trellis_engine_info *o);
+/* The draft pool's accounting (tr_engine_debug_check): every page free or
+ * held by exactly one running sequence. */
+tr_status tr_draft_check(trellis_engine *e);
 
 /* ---- step.c ---- */
 /* Takes tok (sampled for s; lp: its log-probs, or NULL) as s's next
@@ -491,6 +535,11 @@ tr_status tr_worker_start(trellis_engine *e);
 void tr_worker_stop(trellis_engine *e);
 void tr_worker_post(trellis_engine *e, const tr_batch *b, const int32_t *tokens,
                  const int32_t *rows, int32_t n_rows, float *logits);
+/* A forward pass of compute c with masks lm: on the compute thread (and
+ * waited for) when there is one, else on the calling thread. */
+tr_status tr_worker_forward(trellis_engine *e, const engine_compute *c, const tr_batch *b,
+                            const int32_t *tokens, const int32_t *rows, int32_t n_rows,
+                            float *logits, const tr_logit_masks *lm);
 void tr_worker_post_sample(trellis_engine *e, int32_t r0, int32_t r1);
 tr_status tr_worker_wait(trellis_engine *e);
 /* The posted forward's masks are filled (row_mask): wakes its await. */

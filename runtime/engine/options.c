@@ -58,6 +58,7 @@ static const opt_spec k_opts[] = {
     OPT(kv_type_v, TRELLIS_KV_F16, TRELLIS_KV_F16, TRELLIS_KV_Q4, STRICT,
         "a TRELLIS_KV_* type"),
     OPT(kv_cache_disk_mb, 4096, 1, INT32_MAX, UNSET_NONPOS, "with kv_cache_dir"),
+    OPT(spec_draft, 4, 1, 16, UNSET_NONPOS, "with draft_model"),
 };
 
 static int32_t *field(trellis_engine_options *o, const opt_spec *s) {

@@ -315,6 +315,9 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     s->plp = NULL;
     tr_ngram_free(s->ngram);
     s->ngram = NULL;
+    free(s->dpages); /* its pages went back at release */
+    s->dpages = NULL;
+    s->d_cap = 0;
     s->held = s->out_text = NULL;
     s->out_tokens = NULL;
     s->out_lp = NULL;

@@ -167,6 +167,7 @@ void tr_sched_release(trellis_engine *e, engine_seq *s, bool cache) {
         s->n_locked = full;
     }
     drop_pages(e, s);
+    tr_draft_release(e, s);
     if (s->state == SEQ_RUNNING) running_remove(e, s);
     else if (s->state == SEQ_WAITING) tr_sched_waiting_remove(e, s);
     s->plan = 0;
@@ -239,6 +240,7 @@ static bool first_admission(trellis_engine *e, engine_seq *s, int32_t cached) {
     for (int32_t i = 0; i < s->len; i++) tr_sampler_accept(s->smp, s->tokens[i]);
     s->admitted_once = true;
     tr_spec_setup(e, s); /* a proposer when the engine speculates */
+    tr_draft_setup(e, s);
     s->cached_tokens = cached;
     s->t_first_sched = tr_now_ns();
     e->st.prompt_tokens += (uint64_t)r->n_prompt;

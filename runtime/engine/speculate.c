@@ -29,7 +29,9 @@
  * of forced text) gets the forced bytes as drafts where the n-gram index
  * has nothing: verified, not trusted, in as few passes as jump-forward
  * would take. Log-probs come from each position's own row. Requests whose constraint cannot roll back do not speculate.
- * The drafts never pass max_tokens or the context.
+ * The drafts never pass max_tokens or the context. Drafts of the draft
+ * model (draft.c) are verified the same way; which proposer made them
+ * decides only whose length adapts.
  *
  * Batches: a draft row costs what a prefill token costs, a kept draft
  * saves its sequence a step; with B decode rows a step costs about
@@ -70,6 +72,8 @@ void tr_spec_cut(engine_seq *s, int32_t keep) {
     if (keep >= s->spec_k) return;
     s->len -= s->spec_k - keep;
     s->spec_k = keep;
+    if (keep == 0) s->spec_from_draft = false;
+    tr_draft_forget_from(s, s->len); /* the draft model saw the cut ones */
 }
 
 float tr_spec_worth(const trellis_engine *e) {
@@ -82,6 +86,9 @@ float tr_spec_worth(const trellis_engine *e) {
 }
 
 bool tr_spec_pays(const engine_seq *s, float worth) {
+    /* the draft model's drafts were judged when made (draft.c): their
+     * cost is spent by now */
+    if (s->spec_from_draft) return true;
     return s->ngram && tr_ngram_acceptance(s->ngram) > worth;
 }
 
@@ -92,10 +99,7 @@ void tr_spec_accepted(engine_seq *s, int32_t tok) {
     }
 }
 
-/* The drafts the constraint allows, in order (cut at the first it
- * refuses, or after one that completes it); the constraint is left as it
- * was. 0, and no more speculation for s, if it cannot be taken back. */
-static int32_t grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
+int32_t tr_spec_grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
     const trellis_constraint_ops *c = s->req->cops;
     int32_t ok = 0;
     while (ok < n && c->accept(s->cstate, d[ok]) == 0) {
@@ -105,6 +109,7 @@ static int32_t grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
     if (ok > 0 && c->rollback(s->cstate, ok) != 0) {
         tr_ngram_free(s->ngram);
         s->ngram = NULL;
+        s->drafting = false;
         return 0;
     }
     return ok;
@@ -125,7 +130,7 @@ static int32_t forced_drafts(trellis_engine *e, engine_seq *s, int32_t *out, int
     int32_t m = (int32_t)TR_MIN(n, (size_t)cap);
     if (m > 0) memcpy(out, ids, (size_t)m * sizeof *out);
     free(ids);
-    return m > 0 ? grammar_cut(s, out, m) : 0;
+    return m > 0 ? tr_spec_grammar_cut(s, out, m) : 0;
 }
 
 void tr_spec_propose(trellis_engine *e, engine_seq *s) {
@@ -138,7 +143,7 @@ void tr_spec_propose(trellis_engine *e, engine_seq *s) {
     room = TR_MIN(room, s->cap - s->len);
     if (room <= 0) return;
     int32_t n = tr_ngram_propose(s->ngram, s->tokens + s->len, TR_MIN(room, r->spec_max));
-    if (n > 0 && s->cstate) n = grammar_cut(s, s->tokens + s->len, n);
+    if (n > 0 && s->cstate) n = tr_spec_grammar_cut(s, s->tokens + s->len, n);
     /* forced bytes, where jump-forward is off: as many tokens as it would
      * place at once (they cost the rows its chunk would) */
     if (n == 0 && s->cstate && s->ngram && !r->jump_forward)
@@ -197,7 +202,11 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
     e->st.spec_accepted_tokens += (uint64_t)accepted;
     e->st.forward_passes_saved += (uint64_t)accepted;
     if (!going) return;
-    if (s->ngram) tr_ngram_feedback(s->ngram, k, accepted);
+    /* the draft model's K/V holds only what stays: t and the kept drafts */
+    tr_draft_forget_from(s, base + accepted + 1);
+    if (s->spec_from_draft) tr_draft_feedback(s, k, accepted);
+    else if (s->ngram) tr_ngram_feedback(s->ngram, k, accepted);
+    s->spec_from_draft = false;
     tr_spec_propose(e, s);
     tr_out_emit_delta(e, s);
 }

@@ -504,6 +504,8 @@ void tr_engine_step(trellis_engine *e) {
     }
     for (int32_t r = 0; r < nrows; r++) finish_row(e, e->row_seqs[r], r);
     uint64_t t4 = tr_now_ns();
+    tr_draft_propose_all(e); /* draft-model drafts for the next step */
+    e->st.step_s += (double)(tr_now_ns() - t4) / 1e9;
     e->st.step_s += (double)(t4 - t0) / 1e9;
     e->st.forward_s += (double)(t2 - t1) / 1e9;
     e->st.overlap_s += (double)ov / 1e9;

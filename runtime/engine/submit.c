@@ -41,6 +41,7 @@ void trellis_request_default(trellis_request *r) {
     r->max_tokens = 128;
     r->n = 1;
     r->spec_ngram = -1; /* the engine's */
+    r->spec_draft = -1;
 }
 
 /* The one conversion from a request to sampler parameters (sample i of n
@@ -196,6 +197,10 @@ static int check_params(const trellis_engine *e, const trellis_request *r,
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
                        "spec_ngram is %d, expected -1 (the engine's), 0 (off) or 1..32",
                        r->spec_ngram);
+    if (r->spec_draft < -1 || r->spec_draft > 16)
+        return tr_errf(err, cap, TR_ERR_INVALID_ARG,
+                       "spec_draft is %d, expected -1 (the engine's), 0 (off) or 1..16",
+                       r->spec_draft);
     if (r->prompt_top_logprobs < 0 || r->prompt_top_logprobs > TRELLIS_MAX_TOP_LOGPROBS)
         return tr_errf(err, cap, TR_ERR_INVALID_ARG,
                        "prompt_top_logprobs is %d, expected 0..%d",
@@ -396,6 +401,7 @@ int trellis_submit(trellis_engine *e, const trellis_request *r,
     q->max_tokens = (int32_t)max_tokens;
     q->min_tokens = r->min_tokens;
     q->spec_max = r->spec_ngram < 0 ? e->opt.spec_ngram : r->spec_ngram;
+    q->draft_max = !e->draft ? 0 : r->spec_draft < 0 ? e->opt.spec_draft : r->spec_draft;
     q->logprobs = r->logprobs;
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;

