@@ -515,8 +515,9 @@ def engine_flags_same_everywhere():
     flags = engine_int_flags()
     assert set(flags) == {"--threads", "--ctx", "--kv-mem", "--page-size", "--max-running",
                           "--max-batch-tokens", "--chunk-size", "--spec-ngram",
-                          "--kv-cache-disk-mb"}, flags
+                          "--kv-cache-disk-mb", "--spec-draft"}, flags
     assert flags["--spec-ngram"] == (0, 32), flags
+    assert flags["--spec-draft"] == (1, 16), flags
     assert flags["--threads"] == (0, 512) and flags["--page-size"] == (1, 4096), flags
     assert flags["--max-batch-tokens"] == (1, 65536), flags
     # --help: the same engine flags, bounds and help everywhere (only a

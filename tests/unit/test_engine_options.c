@@ -164,7 +164,7 @@ static int32_t *member(trellis_engine_options *o, const char *name) {
 #define M(f) {#f, offsetof(trellis_engine_options, f)}
         M(threads), M(max_batch_tokens), M(max_running), M(chunk_size), M(page_size),
         M(kv_pages), M(kv_mb), M(ctx), M(lpm_max_waiting), M(grammar_cache_mb), M(load),
-        M(spec_ngram), M(kv_type_k), M(kv_type_v), M(kv_cache_disk_mb),
+        M(spec_ngram), M(kv_type_k), M(kv_type_v), M(kv_cache_disk_mb), M(spec_draft),
 #undef M
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
@@ -205,7 +205,7 @@ static void test_descriptors(void **state) {
             assert_non_null(strstr(err, want));
         }
     }
-    assert_int_equal(n, 15); /* every int32_t member of trellis_engine_options */
+    assert_int_equal(n, 16); /* every int32_t member of trellis_engine_options */
     assert_null(trellis_engine_option_at(-1));
     assert_string_equal(trellis_kv_type_name(TRELLIS_KV_F16), "f16");
     assert_string_equal(trellis_kv_type_name(TRELLIS_KV_Q8), "q8");
