@@ -92,13 +92,14 @@ stage_server_asan() {
     cmake --build "$b" -j "$jobs" --target trellis >/dev/null || return 1
     # the release build's venv (build/e2e-venv) serves; only the binary
     # changes. The OpenAI-client and protocol tests (one server, a few
-    # more for keys, the queue and SIGTERM) and a short load test: the
+    # more for keys, the queue and SIGTERM), the disk tier's and the draft
+    # model's (a second model in the engine) and a short load test: the
     # hardening tests start a server each, which ASan makes slow. RSS is
     # not judged here (ASan's quarantine keeps freed memory); LeakSanitizer
     # at the server's exit is the check, and the release stage checks RSS.
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
     TRELLIS_BIN="$b/trellis" bash "$here/tests/e2e/server/run.sh" "$here/build" -q \
-        test_openai.py test_protocol.py test_kv_disk.py &&
+        test_openai.py test_protocol.py test_kv_disk.py test_draft_model.py &&
     python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
         --max-tokens 8 --rss-growth 10 &&
     python3 "$here/tests/e2e/server/load.py" "$b/trellis" --requests 80 --concurrency 16 \
