@@ -25,6 +25,7 @@ static void grammar_destroy(grammar *g) {
     pthread_mutex_destroy(&g->lock);
     tr_dfa_free(&g->dfa);
     free(g->keys_after);
+    free(g->unique_paths);
     free(g);
 }
 

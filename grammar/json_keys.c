@@ -71,6 +71,9 @@ struct gkeys {
     size_t *hist;
     uint32_t hist_cap, hist_head, hist_len;
     const struct kquotes *q; /* the vocabulary's (v->qcache) */
+    const uint8_t *up;       /* unique-string array paths (borrowed from the
+                                grammar; json_unique.c's records) */
+    size_t up_len;
 };
 
 /* A vocabulary's tokens with a '"': ids, most quotes first, their quote
@@ -84,6 +87,8 @@ typedef struct kquotes {
 } kquotes;
 
 typedef struct kops {
+    uint8_t (*arr_kind)(void *c); /* 'u': the array opening here keeps its
+                                     string items distinct; else 'a' */
     void (*push)(void *c, uint8_t kind);
     void (*pop)(void *c);
     uint8_t (*top)(void *c);
@@ -126,13 +131,18 @@ static uint32_t hexval(uint8_t b) {
 static void step_out(klex *x, const kops *o, void *c, uint8_t b) {
     switch (b) {
     case '{': o->push(c, 'o'); x->expect_key = true; break;
-    case '[': o->push(c, 'a'); x->expect_key = false; break;
+    case '[': {
+        uint8_t kind = o->arr_kind(c);
+        o->push(c, kind);
+        x->expect_key = kind == 'u'; /* its items are kept like keys */
+        break;
+    }
     case '}': case ']': o->pop(c); x->expect_key = false; break;
-    case ',': x->expect_key = o->top(c) == 'o'; break;
+    case ',': x->expect_key = o->top(c) == 'o' || o->top(c) == 'u'; break;
     case ':': x->expect_key = false; break;
     case '"':
         x->mode = STR;
-        x->key = x->expect_key && o->top(c) == 'o';
+        x->key = x->expect_key && (o->top(c) == 'o' || o->top(c) == 'u');
         x->expect_key = false;
         x->hi = 0;
         if (x->key) {
@@ -218,6 +228,55 @@ static bool step(klex *x, const kops *o, void *c, uint8_t b) {
     }
 }
 
+/* ---- unique-string arrays (json_unique.c): the path of the array
+ * opening now against the grammar's records ---- */
+
+/* Frame i of the open ones: an item (array), or an object's current key
+ * (its last; NULL when it has none). */
+typedef struct kel {
+    bool item;
+    const uint8_t *key;
+    uint32_t len;
+} kel;
+
+typedef kel (*frame_el_fn)(void *c, uint32_t i);
+
+static uint32_t rd_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Whether the open frames (depth of them, read by el) are one of the
+ * recorded paths. */
+static bool path_recorded(const uint8_t *up, size_t up_len, uint32_t depth, frame_el_fn el,
+                          void *c) {
+    size_t at = 0;
+    while (at < up_len) {
+        uint32_t n = up[at++];
+        bool same = n == depth;
+        for (uint32_t i = 0; i < n; i++) {
+            uint8_t kind = up[at++];
+            kel e = same ? el(c, i) : (kel){true, NULL, 0};
+            if (kind == 'i') {
+                same = same && e.item;
+                continue;
+            }
+            /* 'k': this key; 'a': any key but the listed ones */
+            uint32_t count = kind == 'a' ? rd_u32(up + at) : 1;
+            if (kind == 'a') at += 4;
+            bool listed = false;
+            for (uint32_t j = 0; j < count; j++) {
+                uint32_t len = rd_u32(up + at);
+                listed = listed || (same && e.key && e.len == len &&
+                                    (!len || !memcmp(e.key, up + at + 4, len)));
+                at += 4 + len;
+            }
+            same = same && !e.item && e.key && listed == (kind == 'k');
+        }
+        if (same) return true;
+    }
+    return false;
+}
+
 /* ---- committing ---- */
 
 static bool grow(void **p, uint32_t *cap, uint32_t need, size_t size) {
@@ -277,7 +336,22 @@ static bool c_key_end(void *c, uint64_t hash) {
     return true;
 }
 
-static const kops commit_ops = {c_push, c_pop, c_top, c_key_open, c_key_byte, c_key_end};
+static kel c_frame_el(void *c, uint32_t i) {
+    gkeys *k = c;
+    if (k->fr[i].kind != 'o') return (kel){true, NULL, 0};
+    uint32_t end = i + 1 < k->depth ? k->fr[i + 1].first : k->n_keys;
+    if (end == k->fr[i].first) return (kel){false, NULL, 0};
+    const kkey *last = &k->keys[end - 1];
+    return (kel){false, k->kb + last->off, last->len};
+}
+
+static uint8_t c_arr_kind(void *c) {
+    gkeys *k = c;
+    return k->up_len && path_recorded(k->up, k->up_len, k->depth, c_frame_el, c) ? 'u' : 'a';
+}
+
+static const kops commit_ops = {c_arr_kind, c_push, c_pop, c_top,
+                                c_key_open, c_key_byte, c_key_end};
 
 /* ---- checking ---- */
 
@@ -404,7 +478,33 @@ static bool v_key_end(void *c, uint64_t hash) {
     return true;
 }
 
-static const kops check_ops = {v_push, v_pop, v_top, v_key_open, v_key_byte, v_key_end};
+/* Frame i of the committed frames still open, then the local ones; an
+ * object's current key is the last the checked bytes gave it, else its
+ * last committed one. */
+static kel v_frame_el(void *c, uint32_t i) {
+    vcheck *v = c;
+    const gkeys *k = v->k;
+    uint32_t tag = i < v->cdepth ? i : V_LOCAL + (i - v->cdepth);
+    uint8_t kind = i < v->cdepth ? k->fr[i].kind : v->lkind[i - v->cdepth];
+    if (kind != 'o') return (kel){true, NULL, 0};
+    for (uint32_t j = v->n_lk; j-- > 0;)
+        if (v->lk[j].tag == tag) return (kel){false, v->kbuf + v->lk[j].off, v->lk[j].len};
+    if (tag >= V_LOCAL) return (kel){false, NULL, 0};
+    uint32_t end = i + 1 < k->depth ? k->fr[i + 1].first : k->n_keys;
+    if (end == k->fr[i].first) return (kel){false, NULL, 0};
+    const kkey *last = &k->keys[end - 1];
+    return (kel){false, k->kb + last->off, last->len};
+}
+
+static uint8_t v_arr_kind(void *c) {
+    vcheck *v = c;
+    const gkeys *k = v->k;
+    if (!k->up_len || v->overflow) return 'a';
+    return path_recorded(k->up, k->up_len, v->cdepth + v->ldepth, v_frame_el, c) ? 'u' : 'a';
+}
+
+static const kops check_ops = {v_arr_kind, v_push, v_pop, v_top,
+                               v_key_open, v_key_byte, v_key_end};
 
 static void v_init(vcheck *v, const gkeys *k) {
     v->k = k;
@@ -589,10 +689,12 @@ static bool gate_init(kgate *g, const uint8_t *after, size_t n) {
 }
 
 gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *after,
-                    size_t after_len) {
+                    size_t after_len, const uint8_t *unique_paths, size_t unique_paths_len) {
     gkeys *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     k->v = v;
+    k->up = unique_paths;
+    k->up_len = unique_paths_len;
     k->hist_cap = hist_cap ? hist_cap : 1;
     k->hist = malloc((size_t)k->hist_cap * sizeof *k->hist);
     k->q = kquotes_of(v);

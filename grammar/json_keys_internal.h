@@ -15,6 +15,16 @@
  * them, forced bytes stop before them. Exact for every key, listed or
  * not; the grammar still decides everything else.
  *
+ * Arrays too (uniqueItems over strings, grammar/json/json_unique.c): the
+ * grammar may name instance paths (unique_paths[0..unique_paths_len),
+ * borrowed for the tracker's life: per path a count of elements, each
+ * 'i' (an array item), 'k' + 4-byte little-endian length + a key's
+ * decoded bytes, or 'a' + a 4-byte count + that many keys spelled as
+ * 'k' spells one: any key but those). An array opening where the open objects' current keys
+ * and the open arrays spell one of them keeps its string items as an
+ * object keeps its keys: one that would close equal to an earlier item
+ * is refused the same way.
+ *
  * Limit, stated: the tracker only removes. Where the grammar allows
  * nothing but a duplicate next (an object that must take another key
  * and can only repeat one), the mask is left without that key and the
@@ -46,7 +56,7 @@ typedef struct gkeys gkeys;
  * refused. Such a value must be an object or an array (a tool call's
  * {"name": ..., "arguments": ...}). */
 gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *after,
-                    size_t after_len);
+                    size_t after_len, const uint8_t *unique_paths, size_t unique_paths_len);
 void tr_gkeys_free(gkeys *k);
 /* Back to empty text. */
 void tr_gkeys_reset(gkeys *k);

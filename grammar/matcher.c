@@ -81,7 +81,8 @@ tr_status tr_grammar_matcher_new(grammar *g, grammar_vocab *v,
         m->cache = cache_for(g, v);
     }
     if (g->unique_keys &&
-        !(m->keys = tr_gkeys_new(v, max_rollback, g->keys_after, g->keys_after_len))) {
+        !(m->keys = tr_gkeys_new(v, max_rollback, g->keys_after, g->keys_after_len,
+                                 g->unique_paths, g->unique_paths_len))) {
         tr_grammar_matcher_free(m);
         return TR_ERR_NOMEM;
     }

@@ -61,6 +61,10 @@ struct grammar {
     uint8_t *keys_after;  /* %json-keys-after's literal (owned), or NULL:
                              the whole text is JSON */
     size_t keys_after_len;
+    uint8_t *unique_paths; /* instance paths of arrays whose string items
+                              the tracker keeps distinct (json_unique.c's
+                              records; owned), or NULL */
+    size_t unique_paths_len;
 };
 
 /* ---------------------------------------------------------------------

@@ -34,8 +34,10 @@
  * uniqueItems holds by construction when at most one element fits; for
  * arrays whose every position takes finitely many values (enum / const
  * / booleans / null), each state also carries the set of values used,
- * and each item is one literal value not used yet. Otherwise it is
- * refused: distinct strings or objects are not a context-free language.
+ * and each item is one literal value not used yet. Arrays of strings at
+ * paths every instance has (json_unique.c) get the plain grammar and the
+ * matcher's tracker keeps their items distinct. Otherwise it is refused:
+ * distinct strings or objects are not a context-free language.
  */
 #include <string.h>
 
@@ -500,10 +502,19 @@ static tr_status unique_domain(arrc *a, const json_t *node, bool *ok) {
         bool finite;
         tr_status st = class_values(a, cls, &finite);
         if (st) return st;
-        if (!finite)
+        if (!finite) {
+            /* strings: the matcher's tracker may keep them distinct
+             * (json_unique.c); the grammar is then the plain array's */
+            bool tracked = false;
+            if (a->nc == 0 && (st = tr_js_unique_strings(x, node, &tracked))) return st;
+            if (tracked) return TR_OK;
             return tr_js_unsupported(x, node, "uniqueItems",
                                      "distinct items are enforced only when every item takes "
-                                     "one of finitely many values (enum, const, booleans)");
+                                     "one of finitely many values (enum, const, booleans), or "
+                                     "is a string of an array every instance has at one path "
+                                     "(properties and items from the root, no anyOf / oneOf "
+                                     "/ if / additionalProperties ... on the way)");
+        }
     }
     for (uint32_t v = 0; v < a->ndom; v++)
         for (uint32_t i = 0; i < a->nc; i++) {

@@ -467,6 +467,8 @@ typedef struct js_dfas {
     gdfa **v;
     uint32_t n, cap;
     bool allowed;
+    js_buf *upaths; /* unique-string array paths for the matcher
+                       (json_unique.c); NULL: none may be made */
 } js_dfas;
 void tr_js_dfas_free(js_dfas *d);
 
@@ -498,6 +500,7 @@ typedef struct js_ctx {
     js_ptrmap neg;      /* schema -> the node of its complement */
     js_ptrmap neg_fail; /* schema -> why it has none (const char *) */
     js_ptrmap cond;     /* node -> its if/then/else + dependentSchemas member */
+    struct js_uwalk *uwalk; /* uniqueItems paths (json_unique.c), on demand */
     js_ptrmap dep_with; /* dependentSchemas value -> the member "has the
                            property and satisfies it" */
 } js_ctx;
@@ -549,6 +552,13 @@ tr_status tr_js_conditionals(js_ctx *x, const json_t *node, const json_t **out);
  * grammar accepts (an accepted instance must be valid). */
 tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst, size_t ilen,
                                bool *valid, tr_diag *diag);
+
+/* json_unique.c: whether uniqueItems node u (whose items are strings)
+ * is in force at instance paths the matcher's tracker can follow (every
+ * route from the root unconditional); then *ok and its paths are added
+ * to x->dfas->upaths for the grammar. Never in a text export. */
+typedef struct js_uwalk js_uwalk;
+tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok);
 
 /* json_ref.c */
 tr_status tr_js_index_build(js_ctx *x);

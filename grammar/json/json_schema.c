@@ -190,7 +190,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
 /* The grammar text, the automata it names (%dfaN) and the bound its
  * matchers put on whitespace runs (counted_ws_bound). */
 typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n, const gdfa *const *ext,
-                             uint32_t n_ext, uint32_t ws_bound);
+                             uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths);
 
 void tr_js_dfas_free(js_dfas *d) {
     for (uint32_t i = 0; i < d->n; i++) tr_dfa_free(d->v[i]);
@@ -247,11 +247,14 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     tr_gcc_init(&cc, lim, &own);
     js_buf text;
     tr_js_buf_init(&text, &cc);
-    js_dfas dfas = {.allowed = automata};
+    js_buf upaths;
+    tr_js_buf_init(&upaths, &cc);
+    js_dfas dfas = {.allowed = automata, .upaths = automata ? &upaths : NULL};
     st = translate(&cc, doc, &o, &dfas, &text);
     if (!st)
         st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
-                  counted_ws_bound(&o, automata));
+                  counted_ws_bound(&o, automata), &upaths);
+    tr_js_buf_free(&upaths);
     tr_js_dfas_free(&dfas);
     if (st && diag) {
         if (own.code) *diag = own;
@@ -269,9 +272,9 @@ typedef struct text_out {
 } text_out;
 
 static tr_status to_text(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                         uint32_t n_ext, uint32_t ws_bound) {
+                         uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths) {
     (void)ext;
-    if (n_ext || ws_bound) return TR_ERR_INTERNAL; /* run() was told: none */
+    if (n_ext || ws_bound || upaths->n) return TR_ERR_INTERNAL; /* run() was told: none */
     text_out *o = ctx;
     char *s = malloc(n + 1);
     if (!s) return TR_ERR_NOMEM;
@@ -298,9 +301,21 @@ typedef struct compile_out {
 } compile_out;
 
 static tr_status to_grammar(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                            uint32_t n_ext, uint32_t ws_bound) {
+                            uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths) {
     compile_out *o = ctx;
-    return tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, ws_bound, o->lim, o->out, o->diag);
+    tr_status st = tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, ws_bound, o->lim, o->out,
+                                               o->diag);
+    if (st || !upaths->n) return st;
+    /* the matcher's tracker keeps these arrays' string items distinct */
+    grammar *g = *o->out;
+    if (!(g->unique_paths = malloc(upaths->n))) {
+        tr_grammar_free(g);
+        *o->out = NULL;
+        return TR_ERR_NOMEM;
+    }
+    memcpy(g->unique_paths, upaths->p, upaths->n);
+    g->unique_paths_len = upaths->n;
+    return TR_OK;
 }
 
 tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,

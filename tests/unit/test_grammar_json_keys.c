@@ -22,6 +22,7 @@
 static const char *const k_multi[] = {
     "\"a\"", "\"b\"", "\"a\":", "\"b\":", "a\"", "b\"", "\",\"", "\":", ",\"", "{\"",
     "{\"a\":", "\"ab\"", "1,\"a\":", "},\"a\"", "\":1,\"a\"", "\\u0061", "\"\\u0061\"", "a\":",
+    "[\"a\",\"a\"", "[\"a\",\"b\"",
 };
 
 static grammar_vocab *key_vocab(int32_t *n_out) {
@@ -82,6 +83,10 @@ static tr_status feed(grammar_matcher *m, const char *s) {
 }
 
 static bool bit(const uint64_t *mask, int32_t id) { return mask[id >> 6] >> (id & 63) & 1; }
+
+/* an array of distinct strings, and one that may repeat */
+#define STR_SET "{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}"
+#define STR_LIST "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}"
 
 #define FREE_OBJ "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}"
 
@@ -384,6 +389,9 @@ static void test_random_walks_unique(void **s) {
         "{\"type\":\"integer\"}}}",
         "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"additionalProperties\":"
         "{\"enum\":[1,\"a\"]}}}",
+        /* distinct strings: JSON_REJECT_DUPLICATES does not see arrays;
+         * the walk checks them below */
+        "{\"type\":\"array\",\"items\":" STR_SET "}",
     };
     uint64_t rng = 7;
     int finished = 0, walks = small_scale_json() ? 60 : 400;
@@ -423,6 +431,14 @@ static void test_random_walks_unique(void **s) {
             json_error_t je;
             json_t *doc = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
             if (!doc) fail_msg("schema %zu walk %d: %.*s: %s", si, w, (int)len, text, je.text);
+            if (si == 3) /* every inner array's strings distinct */
+                for (size_t i = 0; i < json_array_size(doc); i++) {
+                    const json_t *a = json_array_get(doc, i);
+                    for (size_t j = 0; j < json_array_size(a); j++)
+                        for (size_t k = j + 1; k < json_array_size(a); k++)
+                            if (json_equal(json_array_get(a, j), json_array_get(a, k)))
+                                fail_msg("walk %d repeats an item: %.*s", w, (int)len, text);
+                }
             json_decref(doc);
             finished++;
         }
@@ -430,6 +446,124 @@ static void test_random_walks_unique(void **s) {
     }
     assert_true(finished > walks); /* most walks end in a whole value */
     tr_grammar_vocab_free(v);
+}
+
+/* ---- uniqueItems over strings (grammar/json/json_unique.c) ---- */
+
+
+/* An array of distinct strings refuses an item equal to an earlier one,
+ * however spelled; its siblings without uniqueItems do not. */
+static void test_unique_strings_refused(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    grammar_matcher *m = matcher_for(
+        "{\"type\":\"object\",\"properties\":{\"tags\":" STR_SET ",\"list\":" STR_LIST "}}", v);
+    assert_int_equal(feed(m, "{\"tags\":[\"a\",\"b\","), TR_OK);
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"\\u0061\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"ab\"]"), TR_OK);
+    assert_int_equal(feed(m, ",\"list\":[\"a\",\"a\",\"b\"]}"), TR_OK); /* repeats allowed */
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    /* the root array; a key named like a path element elsewhere is no path */
+    m = matcher_for(STR_SET, v);
+    assert_int_equal(feed(m, "[\"x\",\"y\","), TR_OK);
+    assert_int_equal(feed(m, "\"y\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"z\"]"), TR_OK);
+    tr_grammar_matcher_free(m);
+    /* items of an array of objects: each object's array is its own; a
+     * $ref used at two paths holds at both */
+    m = matcher_for("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":"
+                    "{\"t\":{\"$ref\":\"#/$defs/set\"},\"u\":{\"$ref\":\"#/$defs/set\"}}},"
+                    "\"$defs\":{\"set\":" STR_SET "}}",
+                    v);
+    assert_int_equal(feed(m, "[{\"t\":[\"a\"],\"u\":[\"a\"]},{\"t\":[\"a\",\"b\"],\"u\":[\"b\","),
+                     TR_OK);
+    assert_int_equal(feed(m, "\"b\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"a\"]}]"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    /* additionalProperties: every key but the listed ones */
+    m = matcher_for("{\"type\":\"object\",\"properties\":{\"x\":" STR_LIST
+                    "},\"additionalProperties\":" STR_SET "}",
+                    v);
+    assert_int_equal(feed(m, "{\"x\":[\"a\",\"a\"],\"y\":[\"b\","), TR_OK);
+    assert_int_equal(feed(m, "\"b\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"a\"],\"xx\":[\"c\","), TR_OK);
+    assert_int_equal(feed(m, "\"c\""), TR_ERR_STATE);
+    assert_int_equal(feed(m, "\"d\"]}"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+/* Masks lose the tokens that would close a repeated item; rollback
+ * forgets items taken back. */
+static void test_unique_strings_masks(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    grammar_matcher *m =
+        matcher_for("{\"type\":\"object\",\"properties\":{\"a\":" STR_SET "}}", v);
+    assert_int_equal(feed(m, "{\"a\":[\"a\","), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("\"a\"")));
+    assert_true(bit(mask, multi_id("\"b\"")));
+    assert_true(bit(mask, multi_id("\"ab\"")));
+    assert_int_equal(tr_grammar_matcher_accept_token(m, '"'), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("a\""))); /* closes "a" */
+    assert_true(bit(mask, multi_id("b\"")));
+    tr_grammar_matcher_free(m);
+    /* a token that opens the array and repeats inside it */
+    m = matcher_for("{\"type\":\"object\",\"properties\":{\"a\":" STR_SET ",\"b\":" STR_LIST
+                    "}}",
+                    v);
+    assert_int_equal(feed(m, "{\"a\":"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("[\"a\",\"a\"")));
+    assert_true(bit(mask, multi_id("[\"a\",\"b\"")));
+    assert_int_equal(feed(m, "[\"a\",\"b\"],\"b\":"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_true(bit(mask, multi_id("[\"a\",\"a\"")));
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+/* Where the array's uniqueness depends on the instance, or its items are
+ * not strings, or the grammar must stand alone as text: refused as
+ * before, naming uniqueItems. */
+static void test_unique_strings_refusals(void **s) {
+    (void)s;
+    static const char *const refused[] = {
+        "{\"anyOf\":[" STR_SET ",{\"type\":\"integer\"}]}",
+        "{\"type\":\"object\",\"patternProperties\":{\"^x\":" STR_SET "}}",
+        "{\"type\":\"object\",\"patternProperties\":{\"^x\":{}},\"additionalProperties\":"
+        STR_SET "}",
+        "{\"type\":\"array\",\"prefixItems\":[" STR_SET "]}",
+        "{\"if\":{\"type\":\"array\"},\"then\":" STR_SET "}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"uniqueItems\":true}",
+        "{\"type\":\"array\",\"items\":{\"type\":[\"string\",\"integer\"]},"
+        "\"uniqueItems\":true}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"},\"b\":" STR_SET "}}",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        tr_diag d;
+        grammar *g = NULL;
+        tr_status st = tr_grammar_compile_json_schema(refused[i], strlen(refused[i]), NULL,
+                                                      NULL, &g, &d);
+        if (st == TR_OK) fail_msg("compiled: %s", refused[i]);
+        assert_non_null(strstr(d.message, "uniqueItems"));
+    }
+    char *text = NULL;
+    tr_diag d;
+    const char *ok = STR_SET;
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(ok, strlen(ok), NULL, NULL, &text, NULL, &d),
+                     TR_ERR_UNSUPPORTED);
+    assert_null(text);
 }
 
 int main(void) {
@@ -443,6 +577,9 @@ int main(void) {
         cmocka_unit_test(test_keys_after_literal),
         cmocka_unit_test(test_keys_after_refusals),
         cmocka_unit_test(test_random_walks_unique),
+        cmocka_unit_test(test_unique_strings_refused),
+        cmocka_unit_test(test_unique_strings_masks),
+        cmocka_unit_test(test_unique_strings_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

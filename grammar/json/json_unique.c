@@ -1,0 +1,327 @@
+/* json_unique.c — uniqueItems over strings, left to the matcher's JSON
+ * tracker (json_keys_internal.h) at the instance paths where it holds.
+ *
+ * Layering: grammar/json (json_internal.h), called by the array builder
+ * (json_gen_arr.c). Single-threaded per compile.
+ *
+ * Distinct strings are not a context-free language, so the grammar cannot
+ * say "no item twice"; the tracker can, the way it keeps an object from
+ * repeating a key: in an array it knows to be unique it treats each
+ * string item as a key of that array. What it needs is where such arrays
+ * are: the instance paths (a key per object level, "an item" per array
+ * level) at which the uniqueItems schema is in force for EVERY instance.
+ *
+ * That holds for a schema node U reached from the root only through
+ * steps that apply unconditionally: properties (the value under that
+ * key), items as one schema (every item), allOf / extends and $ref (in
+ * place), additionalProperties beside no patternProperties (the value
+ * under every key but the listed ones: a path element the tracker can
+ * check). Anything else makes U's application depend on the instance
+ * (anyOf / oneOf / not / if / then / else / dependencies / dependentSchemas
+ * choose; prefixItems and tuple items apply to some indices only;
+ * patternProperties and unevaluated* to keys the tracker cannot tell;
+ * contains to some items), and a U reached through any of those is
+ * refused as before. So the walk below follows every subschema keyword
+ * from the root, carrying the path while every step is unconditional and
+ * a "conditional" flag otherwise, and records where each uniqueItems node
+ * was met. U is approved when every meeting was unconditional, within
+ * JU_MAX_DEPTH levels, and U's own `items` are strings only (so that
+ * comparing string items decides uniqueness wherever U applies); then
+ * uniqueness holds at exactly those paths, whatever else the schema says
+ * about them (other schemas there are in conjunction with U).
+ *
+ * Output (for the grammar, then the tracker): per approved path, one
+ * record: [n elements] then per element 'i' (an item), 'k' + 4-byte
+ * little-endian length + the key's bytes (decoded, as the tracker
+ * decodes keys), or 'a' + a 4-byte count of keys + each as 'k' spells
+ * it (any key but those).
+ */
+#include <string.h>
+
+#include "grammar/json/json_internal.h"
+
+#define JU_MAX_DEPTH 32u
+#define JU_MAX_VISITS 200000u
+
+typedef struct ju_el {
+    const char *key;      /* NULL: an item, or any key but excl's */
+    size_t len;
+    const json_t *excl;   /* additionalProperties: the `properties` whose
+                             keys it does not govern (an object, maybe
+                             empty); NULL: an item or a key */
+} ju_el;
+
+typedef struct ju_rec {
+    const json_t *node; /* a uniqueItems node */
+    ju_el *path;        /* NULL when cond */
+    uint32_t n;
+    bool cond;
+} ju_rec;
+
+struct js_uwalk {
+    ju_rec *recs;
+    uint32_t n, cap;
+    ju_el stack[JU_MAX_DEPTH];
+    uint32_t depth;
+    uint64_t *seen; /* open-addressed (node, path) hashes, 0 empty */
+    uint32_t seen_cap, seen_n;
+    uint32_t visits;
+    bool broken; /* the walk gave up: nothing is approved */
+    const json_t *empty; /* {}: the `properties` of an object without */
+    js_ptrmap approved;
+};
+
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A hash of (node, the current path or "conditional"); 0 never. */
+static uint64_t state_hash(const js_uwalk *w, const json_t *node, bool cond) {
+    uint64_t h = mix64((uint64_t)(uintptr_t)node ^ (cond ? 0x5bd1e995u : 0));
+    for (uint32_t i = 0; !cond && i < w->depth; i++) {
+        const ju_el *e = &w->stack[i];
+        uint64_t k = e->key ? 0xcbf29ce484222325ull : 0x1234567u ^ (uint64_t)(uintptr_t)e->excl;
+        for (size_t j = 0; e->key && j < e->len; j++)
+            k = (k ^ (uint8_t)e->key[j]) * 0x100000001b3ull;
+        h = mix64(h ^ k ^ ((uint64_t)e->len << 40));
+    }
+    return h ? h : 1;
+}
+
+/* Whether the state was seen; marks it. */
+static tr_status seen_before(js_ctx *x, js_uwalk *w, uint64_t h, bool *seen) {
+    if ((w->seen_n + 1) * 2 > w->seen_cap) {
+        uint32_t nc = w->seen_cap ? w->seen_cap * 2 : 256;
+        uint64_t *t = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *t);
+        if (!t) return x->cc->err;
+        memset(t, 0, (size_t)nc * sizeof *t);
+        for (uint32_t i = 0; i < w->seen_cap; i++) {
+            if (!w->seen[i]) continue;
+            uint32_t j = (uint32_t)w->seen[i] & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = w->seen[i];
+        }
+        w->seen = t;
+        w->seen_cap = nc;
+    }
+    uint32_t i = (uint32_t)h & (w->seen_cap - 1);
+    while (w->seen[i] && w->seen[i] != h) i = (i + 1) & (w->seen_cap - 1);
+    *seen = w->seen[i] == h;
+    if (!*seen) {
+        w->seen[i] = h;
+        w->seen_n++;
+    }
+    return TR_OK;
+}
+
+static tr_status record(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
+    if (w->n == w->cap) {
+        uint32_t nc = w->cap ? w->cap * 2 : 16;
+        ju_rec *r = tr_gcc_alloc(x->cc, (size_t)nc * sizeof *r);
+        if (!r) return x->cc->err;
+        if (w->n) memcpy(r, w->recs, (size_t)w->n * sizeof *r);
+        w->recs = r;
+        w->cap = nc;
+    }
+    ju_rec *r = &w->recs[w->n++];
+    *r = (ju_rec){node, NULL, cond ? 0 : w->depth, cond};
+    if (!cond && w->depth) {
+        r->path = tr_gcc_alloc(x->cc, (size_t)w->depth * sizeof *r->path);
+        if (!r->path) return x->cc->err;
+        memcpy(r->path, w->stack, (size_t)w->depth * sizeof *r->path);
+    }
+    return TR_OK;
+}
+
+static tr_status walk(js_ctx *x, js_uwalk *w, const json_t *node, bool cond);
+
+/* A child location: one more path element while unconditional. */
+static tr_status walk_at(js_ctx *x, js_uwalk *w, const json_t *s, const char *key, size_t len,
+                         const json_t *excl, bool cond) {
+    if (cond || w->depth == JU_MAX_DEPTH) return walk(x, w, s, true);
+    w->stack[w->depth++] = (ju_el){key, len, excl};
+    tr_status st = walk(x, w, s, false);
+    w->depth--;
+    return st;
+}
+
+/* Every member of an array (or the one object) of schemas, in place. */
+static tr_status walk_list(js_ctx *x, js_uwalk *w, const json_t *v, bool cond) {
+    if (json_is_object(v) || json_is_boolean(v)) return walk(x, w, v, cond);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(v, i, s) {
+        tr_status st = walk(x, w, s, cond);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+/* Every value of an object of schemas (properties, patternProperties,
+ * dependentSchemas): under its key when by_key, else conditional. */
+static tr_status walk_members(js_ctx *x, js_uwalk *w, const json_t *v, bool by_key, bool cond) {
+    const char *k;
+    const json_t *s;
+    void *it;
+    if (!json_is_object(v)) return TR_OK;
+    for (it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+        k = json_object_iter_key(it);
+        s = json_object_iter_value(it);
+        if (!json_is_object(s) && !json_is_boolean(s)) continue; /* dependencies' lists */
+        tr_status st = by_key ? walk_at(x, w, s, k, json_object_iter_key_len(it), NULL, cond)
+                              : walk(x, w, s, true);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+static tr_status walk_in_place(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
+    const json_t *v;
+    tr_status st = TR_OK;
+    if ((v = json_object_get(node, "$ref")) && json_is_string(v)) {
+        const json_t *t = NULL;
+        /* a $ref that does not resolve fails the compile here; only
+         * schemas refused before anyway (uniqueItems over strings) walk */
+        if ((st = tr_js_resolve_ref(x, node, json_string_value(v), &t))) return st;
+        if ((st = walk(x, w, t, cond))) return st;
+    }
+    if (json_object_get(node, "$dynamicRef") || json_object_get(node, "$recursiveRef"))
+        w->broken = true;
+    static const char *const same[] = {"allOf", "extends"};
+    static const char *const choose[] = {"anyOf", "oneOf", "not", "if", "then", "else",
+                                         "disallow"};
+    for (size_t i = 0; !st && i < sizeof same / sizeof *same; i++)
+        if ((v = json_object_get(node, same[i]))) st = walk_list(x, w, v, cond);
+    for (size_t i = 0; !st && i < sizeof choose / sizeof *choose; i++)
+        if ((v = json_object_get(node, choose[i]))) st = walk_list(x, w, v, true);
+    if (!st && (v = json_object_get(node, "type")) && json_is_array(v))
+        st = walk_list(x, w, v, true); /* draft 3: schemas among the types */
+    static const char *const conditional_members[] = {"dependentSchemas", "dependencies"};
+    for (size_t i = 0; !st && i < 2; i++)
+        if ((v = json_object_get(node, conditional_members[i])))
+            st = walk_members(x, w, v, false, true);
+    return st;
+}
+
+static tr_status walk_children(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
+    const json_t *v;
+    tr_status st = TR_OK;
+    if ((v = json_object_get(node, "properties"))) st = walk_members(x, w, v, true, cond);
+    if (!st && (v = json_object_get(node, "patternProperties")))
+        st = walk_members(x, w, v, false, true);
+    /* additionalProperties beside no patternProperties: every key but
+     * the listed ones, which the tracker can tell */
+    if (!st && (v = json_object_get(node, "additionalProperties"))) {
+        const json_t *props = json_object_get(node, "properties");
+        if (json_object_get(node, "patternProperties") || (props && !json_is_object(props)))
+            st = walk(x, w, v, true);
+        else
+            st = walk_at(x, w, v, NULL, 0, props ? props : w->empty, cond);
+    }
+    static const char *const some_keys[] = {"unevaluatedProperties", "additionalItems",
+                                            "unevaluatedItems", "prefixItems", "contains",
+                                            "propertyNames"};
+    for (size_t i = 0; !st && i < sizeof some_keys / sizeof *some_keys; i++)
+        if ((v = json_object_get(node, some_keys[i]))) st = walk_list(x, w, v, true);
+    if (!st && (v = json_object_get(node, "items"))) {
+        bool tuple = json_is_array(v) || json_object_get(node, "prefixItems");
+        /* with prefixItems (2020-12), items is the rest: some indices */
+        st = tuple ? walk_list(x, w, v, true) : walk_at(x, w, v, NULL, 0, NULL, cond);
+    }
+    return st;
+}
+
+static tr_status walk(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
+    if (w->broken || !json_is_object(node)) return TR_OK;
+    if (++w->visits > JU_MAX_VISITS) {
+        w->broken = true;
+        return TR_OK;
+    }
+    bool seen = false;
+    tr_status st = seen_before(x, w, state_hash(w, node, cond), &seen);
+    if (st || seen) return st;
+    if (json_is_true(json_object_get(node, "uniqueItems")) && (st = record(x, w, node, cond)))
+        return st;
+    if ((st = walk_in_place(x, w, node, cond))) return st;
+    return walk_children(x, w, node, cond);
+}
+
+/* U's own `items`: one schema whose every value is a string. */
+static tr_status items_are_strings(js_ctx *x, const json_t *u, bool *ok) {
+    *ok = false;
+    const json_t *it = json_object_get(u, "items");
+    if (!json_is_object(it) || json_object_get(u, "prefixItems") ||
+        json_object_get(u, "contains"))
+        return TR_OK;
+    js_item i = {it, 0};
+    js_conj c = {&i, 1};
+    js_norm n;
+    tr_status st = tr_js_flatten(x, &c, &n);
+    if (st) return st;
+    *ok = !n.never && n.types == JT_STR;
+    return TR_OK;
+}
+
+static void put_u32(js_buf *b, uint32_t v) {
+    char le[4] = {(char)(v & 0xff), (char)(v >> 8 & 0xff), (char)(v >> 16 & 0xff),
+                  (char)(v >> 24)};
+    tr_js_buf_add(b, le, 4);
+}
+
+/* The record of path p (json.h keys are UTF-8 already decoded). */
+static void put_path(js_buf *b, const ju_rec *r) {
+    char n = (char)r->n;
+    tr_js_buf_add(b, &n, 1);
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ju_el *e = &r->path[i];
+        if (e->excl) { /* 'a', the count, then each listed key */
+            tr_js_buf_add(b, "a", 1);
+            put_u32(b, (uint32_t)json_object_size(e->excl));
+            void *it;
+            for (it = json_object_iter((json_t *)e->excl); it;
+                 it = json_object_iter_next((json_t *)e->excl, it)) {
+                put_u32(b, (uint32_t)json_object_iter_key_len(it));
+                tr_js_buf_add(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            }
+            continue;
+        }
+        if (!e->key) {
+            tr_js_buf_add(b, "i", 1);
+            continue;
+        }
+        tr_js_buf_add(b, "k", 1);
+        put_u32(b, (uint32_t)r->path[i].len);
+        tr_js_buf_add(b, r->path[i].key, r->path[i].len);
+    }
+}
+
+tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok) {
+    *ok = false;
+    if (!x->dfas || !x->dfas->allowed || !x->dfas->upaths) return TR_OK; /* text export */
+    js_uwalk *w = x->uwalk;
+    tr_status st;
+    if (!w) {
+        if (!(w = tr_gcc_alloc(x->cc, sizeof *w))) return x->cc->err;
+        memset(w, 0, sizeof *w);
+        if (!(w->empty = tr_js_synth_new(x))) return x->cc->err;
+        x->uwalk = w;
+        if ((st = walk(x, w, x->doc, false))) return st;
+    }
+    uint64_t done;
+    if (tr_js_ptrmap_get(&w->approved, u, &done)) {
+        *ok = done == 1;
+        return TR_OK;
+    }
+    bool strings, met = false, fine = !w->broken;
+    if ((st = items_are_strings(x, u, &strings))) return st;
+    for (uint32_t i = 0; fine && i < w->n; i++)
+        if (w->recs[i].node == u) met = true, fine = !w->recs[i].cond;
+    *ok = fine && met && strings;
+    for (uint32_t i = 0; *ok && i < w->n; i++)
+        if (w->recs[i].node == u) put_path(x->dfas->upaths, &w->recs[i]);
+    if (!js_buf_ok(x->dfas->upaths)) return x->cc->err ? x->cc->err : TR_ERR_NOMEM;
+    return tr_js_ptrmap_put(x->cc, &w->approved, u, *ok ? 1 : 2);
+}
