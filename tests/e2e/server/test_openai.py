@@ -665,6 +665,31 @@ def test_no_repeated_keys_sampled(client):
     assert finished >= 10, finished
 
 
+def test_distinct_strings_sampled(client):
+    """uniqueItems over strings (the matcher's tracker): many sampled
+    outputs of a list the model tends to repeat, every finished one
+    validated by jsonschema (which checks uniqueItems)."""
+    import jsonschema
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6},
+                 "minItems": 3, "maxItems": 6, "uniqueItems": True}},
+        "required": ["tags"], "additionalProperties": False}
+    finished = 0
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model="default", max_tokens=100, temperature=1.0, seed=seed, n=8,
+            messages=[{"role": "user", "content": "Tags for a post about cats: cat, cat, "
+                                                  "cat, cats."}],
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "tags", "schema": schema}})
+        for ch in r.choices:
+            if ch.finish_reason != "stop":
+                continue
+            jsonschema.validate(json.loads(ch.message.content), schema)
+            finished += 1
+    assert finished >= 8, finished
+
+
 def test_integers_beyond_64_bits(client, server):
     """A JSON Schema's integers beyond 64 bits are taken as written (the
     output lands in the exact range); a field with a smaller range refuses
