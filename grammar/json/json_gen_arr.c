@@ -512,8 +512,8 @@ static tr_status unique_domain(arrc *a, const json_t *node, bool *ok) {
                                      "distinct items are enforced only when every item takes "
                                      "one of finitely many values (enum, const, booleans), or "
                                      "is a string of an array every instance has at one path "
-                                     "(properties and items from the root, no anyOf / oneOf "
-                                     "/ if / additionalProperties ... on the way)");
+                                     "(properties, items, additionalProperties from the root; "
+                                     "not under anyOf / oneOf / if / patternProperties ...)");
         }
     }
     for (uint32_t v = 0; v < a->ndom; v++)

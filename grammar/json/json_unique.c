@@ -183,10 +183,17 @@ static tr_status walk_in_place(js_ctx *x, js_uwalk *w, const json_t *node, bool 
     tr_status st = TR_OK;
     if ((v = json_object_get(node, "$ref")) && json_is_string(v)) {
         const json_t *t = NULL;
-        /* a $ref that does not resolve fails the compile here; only
-         * schemas refused before anyway (uniqueItems over strings) walk */
-        if ((st = tr_js_resolve_ref(x, node, json_string_value(v), &t))) return st;
-        if ((st = walk(x, w, t, cond))) return st;
+        /* a $ref that does not resolve is the compile's to report where
+         * it meets it: here it only means nothing is approved */
+        tr_diag saved = x->cc->diag ? *x->cc->diag : (tr_diag){0};
+        st = tr_js_resolve_ref(x, node, json_string_value(v), &t);
+        if (st == TR_ERR_NOT_FOUND) {
+            x->cc->err = TR_OK;
+            if (x->cc->diag) *x->cc->diag = saved;
+            w->broken = true;
+            return TR_OK;
+        }
+        if (st || (st = walk(x, w, t, cond))) return st;
     }
     if (json_object_get(node, "$dynamicRef") || json_object_get(node, "$recursiveRef"))
         w->broken = true;
