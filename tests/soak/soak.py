@@ -31,7 +31,9 @@ import time
 
 SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 12},
-                         "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                         "tags": {"type": "array", "items": {"type": "string", "maxLength": 8},
+                                  "maxItems": 3, "uniqueItems": True}},
           "required": ["name", "age"], "additionalProperties": False}
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -155,8 +157,10 @@ def one_request(port, rng, st):
             if ch["finish_reason"] == "stop":
                 v = json.loads(ch["message"]["content"])
                 # JSON Schema's integer includes 34.0 (a zero fraction)
-                ok = set(v) == {"name", "age"} and float(v["age"]).is_integer() \
-                    and 0 <= v["age"] <= 150 and len(v["name"]) <= 12
+                tags = v.get("tags", [])
+                ok = set(v) - {"tags"} == {"name", "age"} and float(v["age"]).is_integer() \
+                    and 0 <= v["age"] <= 150 and len(v["name"]) <= 12 \
+                    and len(tags) <= 3 and len(set(tags)) == len(tags)
     elif kind == "ebnf":
         s, raw = post(port, "/v1/completions", {"prompt": f"{topic}:", "max_tokens": 12,
                                                 "ebnf": 'root ::= "yes" | "no" | [0-9]+'})
