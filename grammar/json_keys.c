@@ -336,13 +336,17 @@ static bool c_key_end(void *c, uint64_t hash) {
     return true;
 }
 
-static kel c_frame_el(void *c, uint32_t i) {
-    gkeys *k = c;
-    if (k->fr[i].kind != 'o') return (kel){true, NULL, 0};
+/* Committed object frame i's last committed key (NULL key: none yet). */
+static kel committed_key(const gkeys *k, uint32_t i) {
     uint32_t end = i + 1 < k->depth ? k->fr[i + 1].first : k->n_keys;
     if (end == k->fr[i].first) return (kel){false, NULL, 0};
     const kkey *last = &k->keys[end - 1];
     return (kel){false, k->kb + last->off, last->len};
+}
+
+static kel c_frame_el(void *c, uint32_t i) {
+    gkeys *k = c;
+    return k->fr[i].kind == 'o' ? committed_key(k, i) : (kel){true, NULL, 0};
 }
 
 static uint8_t c_arr_kind(void *c) {
@@ -489,11 +493,7 @@ static kel v_frame_el(void *c, uint32_t i) {
     if (kind != 'o') return (kel){true, NULL, 0};
     for (uint32_t j = v->n_lk; j-- > 0;)
         if (v->lk[j].tag == tag) return (kel){false, v->kbuf + v->lk[j].off, v->lk[j].len};
-    if (tag >= V_LOCAL) return (kel){false, NULL, 0};
-    uint32_t end = i + 1 < k->depth ? k->fr[i + 1].first : k->n_keys;
-    if (end == k->fr[i].first) return (kel){false, NULL, 0};
-    const kkey *last = &k->keys[end - 1];
-    return (kel){false, k->kb + last->off, last->len};
+    return tag >= V_LOCAL ? (kel){false, NULL, 0} : committed_key(k, i);
 }
 
 static uint8_t v_arr_kind(void *c) {

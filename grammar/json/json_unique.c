@@ -38,6 +38,7 @@
  */
 #include <string.h>
 
+#include "base/hash.h"
 #include "grammar/json/json_internal.h"
 
 #define JU_MAX_DEPTH 32u
@@ -49,6 +50,7 @@ typedef struct ju_el {
     const json_t *excl;   /* additionalProperties: the `properties` whose
                              keys it does not govern (an object, maybe
                              empty); NULL: an item or a key */
+    uint64_t h;           /* hash of the path up to this element */
 } ju_el;
 
 typedef struct ju_rec {
@@ -71,23 +73,10 @@ struct js_uwalk {
     js_ptrmap approved;
 };
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A hash of (node, the current path or "conditional"); 0 never. */
 static uint64_t state_hash(const js_uwalk *w, const json_t *node, bool cond) {
-    uint64_t h = mix64((uint64_t)(uintptr_t)node ^ (cond ? 0x5bd1e995u : 0));
-    for (uint32_t i = 0; !cond && i < w->depth; i++) {
-        const ju_el *e = &w->stack[i];
-        uint64_t k = e->key ? 0xcbf29ce484222325ull : 0x1234567u ^ (uint64_t)(uintptr_t)e->excl;
-        for (size_t j = 0; e->key && j < e->len; j++)
-            k = (k ^ (uint8_t)e->key[j]) * 0x100000001b3ull;
-        h = mix64(h ^ k ^ ((uint64_t)e->len << 40));
-    }
+    uint64_t path = cond ? 0x5bd1e995u : w->depth ? w->stack[w->depth - 1].h : 0;
+    uint64_t h = tr_splitmix64(tr_fnv1a_word(path, (uint64_t)(uintptr_t)node));
     return h ? h : 1;
 }
 
@@ -142,7 +131,10 @@ static tr_status walk(js_ctx *x, js_uwalk *w, const json_t *node, bool cond);
 static tr_status walk_at(js_ctx *x, js_uwalk *w, const json_t *s, const char *key, size_t len,
                          const json_t *excl, bool cond) {
     if (cond || w->depth == JU_MAX_DEPTH) return walk(x, w, s, true);
-    w->stack[w->depth++] = (ju_el){key, len, excl};
+    uint64_t h = w->depth ? w->stack[w->depth - 1].h : TR_FNV1A_BASIS;
+    h = tr_fnv1a_word(h, key ? len : excl ? (uint64_t)(uintptr_t)excl : UINT64_MAX);
+    if (key) h = tr_fnv1a(h, key, len);
+    w->stack[w->depth++] = (ju_el){key, len, excl, tr_splitmix64(h)};
     tr_status st = walk(x, w, s, false);
     w->depth--;
     return st;

@@ -97,7 +97,7 @@ static int32_t public_kv_type(tr_kv_type t) {
 
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                             int32_t page_size, tr_kv_type k,
-                                            tr_kv_type v, bool split, bool own,
+                                            tr_kv_type v, bool split, engine_own own,
                                             engine_compute *out, const char **why) {
     if (why) *why = NULL;
     if (!m || !be || !out || n_pages <= 0 || page_size <= 0)
@@ -111,7 +111,8 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
     }
     mc->m = m;
     mc->be = be;
-    mc->own_model = mc->own_backend = own;
+    mc->own_model = own != ENGINE_OWN_NONE;
+    mc->own_backend = own == ENGINE_OWN_BOTH;
     const model_hparams *hp = tr_model_get_hparams(m);
     *out = (engine_compute){
         .ops = &k_model_ops,
@@ -136,10 +137,6 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
     out->kv_units = units.n;
     memcpy(out->kv_unit_window, units.window, sizeof units.window);
     return TR_OK;
-}
-
-void tr_engine_compute_own_model(engine_compute *c) {
-    ((model_compute *)c->ctx)->own_model = true;
 }
 
 /* ---- the compute thread ---- */

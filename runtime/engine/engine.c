@@ -721,12 +721,10 @@ fail:
     return s;
 }
 
-/* The first token whose bytes or type differ between the two
- * vocabularies, or -1 when they are the same. */
+/* The first token whose bytes or type differ between two vocabularies of
+ * the same size, or -1 when they are the same. */
 static int32_t vocab_differs(const tokenizer *a, const tokenizer *b) {
-    int32_t n = tr_tokenizer_n_vocab(a);
-    if (tr_tokenizer_n_vocab(b) != n) return TR_MIN(n, tr_tokenizer_n_vocab(b));
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < tr_tokenizer_n_vocab(a); i++) {
         size_t la, lb;
         const uint8_t *pa = tr_tokenizer_token_bytes(a, i, &la);
         const uint8_t *pb = tr_tokenizer_token_bytes(b, i, &lb);
@@ -757,14 +755,15 @@ static tr_status load_draft(const trellis_engine_options *o, tr_backend *be,
                     d.message[0] ? d.message : tr_status_message(s));
         goto fail;
     }
-    int32_t at = vocab_differs(tok, dt), nd = tr_tokenizer_n_vocab(dt);
-    if (at >= 0 && nd != tr_tokenizer_n_vocab(tok)) {
+    int32_t nd = tr_tokenizer_n_vocab(dt);
+    if (nd != tr_tokenizer_n_vocab(tok)) {
         s = tr_errf(err, cap, TR_ERR_INVALID_ARG,
                     "draft model '%s' cannot draft for this model: its vocabulary has %d "
                     "tokens, the model's %d (a draft must share the model's vocabulary)",
                     path, nd, tr_tokenizer_n_vocab(tok));
         goto fail;
     }
+    int32_t at = vocab_differs(tok, dt);
     if (at >= 0) {
         s = tr_errf(err, cap, TR_ERR_INVALID_ARG,
                     "draft model '%s' cannot draft for this model: token %d differs "
@@ -782,14 +781,13 @@ static tr_status load_draft(const trellis_engine_options *o, tr_backend *be,
     int32_t pages = (int32_t)TR_MIN((positions + page_size - 1) / page_size, INT32_MAX / 2);
     const char *why = NULL;
     s = tr_engine_compute_model_new(m, be, TR_MAX(pages, 1), page_size, TR_KV_F16, TR_KV_F16,
-                                    false, false, dc, &why);
+                                    false, ENGINE_OWN_MODEL, dc, &why);
     if (s != TR_OK) {
         tr_model_free(m);
         s = tr_errf(err, cap, s, "cannot allocate the draft model's KV (%d pages): %s", pages,
                     why ? why : tr_status_message(s));
         goto fail;
     }
-    tr_engine_compute_own_model(dc);
     tr_tokenizer_free(dt);
     return TR_OK;
 fail:
@@ -863,8 +861,8 @@ int trellis_engine_new(const char *model_path,
     }
     engine_compute c;
     const char *why = NULL;
-    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, split, true, &c,
-                                    &why);
+    s = tr_engine_compute_model_new(m, be, n_pages, o.page_size, kt, vt, split,
+                                    ENGINE_OWN_BOTH, &c, &why);
     c.kv_fingerprint = tr_splitmix64(c.kv_fingerprint ^ file_fp);
     if (s != TR_OK) {
         tr_model_free(m);

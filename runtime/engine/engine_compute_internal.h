@@ -141,20 +141,21 @@ tr_status tr_engine_new_custom_draft(const trellis_engine_options *options,
  * accounting. Returns TR_OK or TR_ERR_INTERNAL (details on stderr). */
 tr_status tr_engine_debug_check(trellis_engine *e);
 
+/* What a model compute object frees when destroyed: nothing (the caller
+ * keeps model and backend), its model (a draft model sharing the
+ * target's backend), or both. */
+typedef enum engine_own { ENGINE_OWN_NONE, ENGINE_OWN_MODEL, ENGINE_OWN_BOTH } engine_own;
+
 /* The real model as an engine_compute: loads nothing itself; m and be stay
- * owned by the caller (own false) until the compute object is destroyed,
- * which frees the KV memory it allocated (n_pages pages of page_size
- * tokens, K and V of the given types; with split, the model's windowed
- * layers in pages of their own and n_pages counting those unit pages).
+ * owned by the caller until the compute object is destroyed, which frees
+ * the KV memory it allocated (n_pages pages of page_size tokens, K and V of
+ * the given types; with split, the model's windowed layers in pages of
+ * their own and n_pages counting those unit pages) and what `own` says.
  * *why: as tr_model_kv_alloc's. */
 tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
                                       int32_t page_size, tr_kv_type k, tr_kv_type v,
-                                      bool split, bool own, engine_compute *out,
+                                      bool split, engine_own own, engine_compute *out,
                                       const char **why);
-
-/* A compute object made with own false that frees its model (not its
- * backend) when destroyed: a draft model sharing the target's backend. */
-void tr_engine_compute_own_model(engine_compute *c);
 
 /* The KV format of a TRELLIS_KV_* value (an unknown one: F16; the option
  * table has checked it). */
