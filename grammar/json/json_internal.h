@@ -562,6 +562,9 @@ tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok);
 
 /* json_ref.c */
 tr_status tr_js_index_build(js_ctx *x);
+/* After the index: a document declaring draft 3..7 loses the keywords
+ * its draft ignores ($ref siblings, newer keywords; json_dialect.c). */
+tr_status tr_js_dialect_apply(js_ctx *x);
 const js_info *tr_js_info(const js_ctx *x, const json_t *node);
 /* Pointer text of a node, for messages ("(unknown)" if not indexed). */
 const char *tr_js_ptr(const js_ctx *x, const json_t *node);

@@ -168,6 +168,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
     else if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]{0,%u}", opt->max_ws_run);
     tr_status st = tr_js_index_build(&x);
+    if (!st) st = tr_js_dialect_apply(&x);
     uint32_t root;
     if (!st) {
         js_item it = {doc, 0};
@@ -361,6 +362,7 @@ tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst
     js_ctx x = {.cc = &cc, .doc = doc};
     tr_grammar_json_options_default(&x.opt);
     tr_status st = tr_js_index_build(&x);
+    if (!st) st = tr_js_dialect_apply(&x);
     if (!st) {
         js_item it = {doc, 0};
         js_conj c = {&it, 1};

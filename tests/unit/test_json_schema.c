@@ -722,6 +722,59 @@ static void test_refs(void **s) {
           Y("[]", "[1, [2, [3, []]]]"), Y("[1, [2, \"x\"]]"));
 }
 
+/* Drafts 3..7 ignore the siblings of $ref; 2019-09 on (and a document
+ * that names no draft) applies them beside it. Keywords newer than the
+ * declared draft are ignored too. A sibling some reference
+ * leads into stays (the reference must resolve), keeping that node's
+ * siblings: stricter, never looser. The validator reads the same way. */
+static void test_ref_siblings_by_draft(void **s) {
+    (void)s;
+    const char *body = "\"definitions\":{\"obj\":{\"type\":\"object\",\"properties\":{\"a\":"
+                       "{\"type\":\"integer\"}},\"required\":[\"a\"]}},\"type\":\"object\","
+                       "\"properties\":{\"v\":{\"type\":\"string\",\"$ref\":\"#/definitions/obj\"}}";
+    char sc[1024];
+    const char *drafts[] = {"http://json-schema.org/draft-04/schema#",
+                            "http://json-schema.org/draft-07/schema#"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(sc, sizeof sc, "{\"$schema\":\"%s\",%s}", drafts[i], body);
+        check(sc, Y("{\"v\": {\"a\": 1}}"), Y("{\"v\": \"s\"}", "{\"v\": {}}"));
+        bool valid = false;
+        tr_diag d;
+        const char *inst = "{\"v\": {\"a\": 1}}";
+        assert_int_equal(tr_js_check_instance(sc, strlen(sc), inst, strlen(inst), &valid, &d),
+                         TR_OK);
+        assert_true(valid);
+    }
+    /* 2020-12 and no $schema: both apply (a string and an object: nothing) */
+    snprintf(sc, sizeof sc,
+             "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",%s,\"required\":[]}",
+             body);
+    check(sc, Y("{}"), Y("{\"v\": {\"a\": 1}}", "{\"v\": \"s\"}"));
+    snprintf(sc, sizeof sc, "{%s}", body);
+    check(sc, Y("{}"), Y("{\"v\": {\"a\": 1}}"));
+    /* keywords newer than the declared draft are annotations there */
+    check("{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"type\":\"object\","
+          "\"properties\":{\"k\":{\"const\":1}},\"if\":{\"required\":[\"k\"]},"
+          "\"then\":{\"required\":[\"z\"]}}",
+          Y("{\"k\": 2}", "{\"k\": 1}"), Y("{\"k\": \"s\", \"k\": 1}"));
+    check("{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"object\","
+          "\"properties\":{\"k\":{\"const\":1}},\"if\":{\"required\":[\"k\"]},"
+          "\"then\":{\"required\":[\"z\"]},\"dependentRequired\":{\"z\":[\"w\"]}}",
+          Y("{\"k\": 1, \"z\": 0}", "{}"), Y("{\"k\": 2, \"z\": 0}", "{\"k\": 1}"));
+    check("{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},"
+          "\"dependentRequired\":{\"k\":[\"w\"]}}",
+          Y("{\"k\": 1, \"w\": 0}", "{}"), Y("{\"k\": 1}", "{\"k\": 2, \"w\": 0}"));
+    /* a reference into a sibling keeps it */
+    check("{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"array\","
+          "\"items\":[{\"$ref\":\"#/items/1/properties/x\",\"properties\":{\"x\":{\"type\":"
+          "\"integer\"}}},{\"properties\":{\"x\":{\"type\":\"boolean\"}}}]}",
+          Y("[true]", "[false]"), Y("[1]", "[{\"x\": true}]"));
+    check("{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"array\","
+          "\"items\":[{\"$ref\":\"#/items/0/properties/x\",\"properties\":{\"x\":{\"type\":"
+          "\"integer\"}}}]}",
+          Y("[1]"), Y("[\"s\"]", "[{\"x\": true}]"));
+}
+
 /* ---- errors, strict / lenient, warnings ---- */
 
 typedef struct warns {
@@ -1214,7 +1267,7 @@ int main(void) {
         cmocka_unit_test(test_automaton_key_complement),
         cmocka_unit_test(test_formats),       cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
-        cmocka_unit_test(test_refs),          cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_refs),          cmocka_unit_test(test_ref_siblings_by_draft),          cmocka_unit_test(test_errors),
         cmocka_unit_test(test_lenient),       cmocka_unit_test(test_whitespace),
         cmocka_unit_test(test_budgets),       cmocka_unit_test(test_dumps),
     };
