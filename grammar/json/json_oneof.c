@@ -9,9 +9,10 @@
  *   - i and j are disjoint on t, provably: their enum/const values fail
  *     the other (checked with the validator); their string languages do
  *     not meet (automaton product); their number ranges do not meet;
- *     for objects, a property both require has values pinned apart (the
- *     discriminator), or one requires a property the other does not
- *     allow (additionalProperties: false);
+ *     for objects, a property both require (or the schema holding the
+ *     oneOf requires) has values pinned apart (the discriminator), or
+ *     one requires a property the other does not allow
+ *     (additionalProperties: false);
  *   - neither constrains t at all: every value of type t satisfies both,
  *     so none satisfies exactly one; t leaves branch i (exact);
  *   - branch i gets "not j" (json_not.c; exact);
@@ -34,6 +35,8 @@
 
 typedef struct facts {
     const json_t *b;
+    const json_t *host; /* the schema holding the oneOf: its `required`
+                           holds in every branch's context */
     js_norm n;
     uint32_t types; /* effective: enum values counted */
     bool pending;   /* a disjunction inside: facts are a superset */
@@ -70,14 +73,21 @@ static bool unconstrained(js_ctx *x, const facts *f, uint32_t t) {
     return true;
 }
 
+static bool lists_name(const json_t *node, const char *name) {
+    const json_t *r = json_object_get(node, "required");
+    for (size_t k = 0; json_is_array(r) && k < json_array_size(r); k++)
+        if (json_is_string(json_array_get(r, k)) &&
+            !strcmp(json_string_value(json_array_get(r, k)), name))
+            return true;
+    return false;
+}
+
+/* Whether a value of branch f, where the oneOf applies, has property
+ * name (required by the branch or by the schema holding the oneOf). */
 static bool requires(const facts *f, const char *name) {
-    for (uint32_t i = 0; i < f->n.n; i++) {
-        const json_t *r = json_object_get(f->n.nodes[i].node, "required");
-        for (size_t k = 0; json_is_array(r) && k < json_array_size(r); k++)
-            if (json_is_string(json_array_get(r, k)) &&
-                !strcmp(json_string_value(json_array_get(r, k)), name))
-                return true;
-    }
+    if (f->host && lists_name(f->host, name)) return true;
+    for (uint32_t i = 0; i < f->n.n; i++)
+        if (lists_name(f->n.nodes[i].node, name)) return true;
     return false;
 }
 
@@ -133,8 +143,10 @@ static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, boo
     *dis = false;
     for (int side = 0; side < 2 && !*dis; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
-        for (uint32_t i = 0; i < p->n.n && !*dis; i++) {
-            const json_t *r = json_object_get(p->n.nodes[i].node, "required");
+        /* p's own members, then the host's required names (i == n) */
+        for (uint32_t i = 0; i <= p->n.n && !*dis; i++) {
+            const json_t *holder = i < p->n.n ? p->n.nodes[i].node : p->host;
+            const json_t *r = holder ? json_object_get(holder, "required") : NULL;
             for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && !*dis; k++) {
                 const char *name = json_string_value(json_array_get(r, k));
                 if (!name) continue;
@@ -352,6 +364,7 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
     if (!f || !drop) return cc->err;
     for (size_t i = 0; i < k; i++) {
         f[i].b = json_array_get(list, i);
+        f[i].host = node;
         js_item it = {f[i].b, 0};
         js_conj c = {&it, 1};
         tr_status st = tr_js_flatten(x, &c, &f[i].n);
@@ -403,7 +416,6 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
             if (!dn || (st = add_extra(cc, &extra[i], &n_extra[i], dn))) return cc->err;
         }
     }
-    (void)node;
     *ok = true;
     return TR_OK;
 }

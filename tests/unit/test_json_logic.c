@@ -124,6 +124,13 @@ static void test_oneof_exact(void **s) {
               "{'properties':{'kind':{},'second':{'type':'string'}},'additionalProperties':false}]}",
               Y("{'kind': 1, 'first': 'a'}", "{'second': 'b'}"),
               Y("{'kind': 1}", "{}", "{'first': 'a', 'second': 'b'}", "{'first': 1}", "1"));
+    /* the discriminator required by the schema holding the oneOf, pinned
+     * in each branch; the other property open (no complement needed) */
+    tjc_check("{'type':'object','required':['t','v'],'oneOf':["
+              "{'properties':{'t':{'enum':['a']},'v':{'patternProperties':{'^x':{}}}}},"
+              "{'properties':{'t':{'enum':['b']},'v':{'type':'array'}}}]}",
+              Y("{'t': 'a', 'v': {'x': 1}}", "{'t': 'b', 'v': []}", "{'t': 'a', 'v': 3}"),
+              Y("{'t': 'b', 'v': {}}", "{'t': 'c', 'v': []}", "{'v': []}", "{'t': 'a'}"));
 }
 
 static void test_dependent_schemas(void **s) {
