@@ -224,7 +224,7 @@ typedef struct grammar_limits {
                                    terminal in it: max_pattern_bytes) */
     uint32_t max_stacks;        /* EBNF: parse stacks one matcher may
                                    follow at once (ambiguous grammars);
-                                   default 1024 */
+                                   default 4096 */
 } grammar_limits;
 
 void tr_grammar_limits_default(grammar_limits *l);
@@ -365,12 +365,18 @@ typedef enum grammar_json_property_order {
                                       additional ones anywhere */
 } grammar_json_property_order;
 
-/* ORDER_ANY keeps the set of listed properties written so far in the
- * grammar's state (2^n states per object): an object with more listed
- * properties than this keeps schema order (fewer texts, never more), and
- * a schema whose ANY grammar passes a size budget (TR_ERR_LIMIT other
- * than time, diag given) is compiled again in schema order. Compiles
- * cost ~2x at the median, far more at the tail (grammar/README.md). */
+/* ORDER_ANY: an object with at most 4 listed properties keeps the set of
+ * those written in the grammar's state (masks exact at every byte); a
+ * larger one is compiled by counting (the required properties written,
+ * and the others where keys can run out), leaving "no name twice" to the
+ * matcher's key tracker (grammar/README.md, "No key twice"), so its mask
+ * may offer the first bytes of a name that only a repeat completes (the
+ * closing quote is refused). Objects with minProperties >= 2,
+ * maxProperties or dependentRequired keep the set up to this many listed
+ * properties and schema order past it (fewer texts, never more). A schema
+ * whose ANY grammar passes a size budget (TR_ERR_LIMIT other than time,
+ * diag given) is compiled again counting every object, then in schema
+ * order (grammar/README.md, "Property order"). */
 #define GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS 10u
 
 typedef struct grammar_json_options {

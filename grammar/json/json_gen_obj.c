@@ -49,6 +49,12 @@
  * (the repetition would grow the grammar), and that dead end stays
  * possible there. */
 #define JS_MAX_COUNTED_KEYS 64u
+/* property_order ANY: objects with at most this many listed properties
+ * keep the set of those written in the grammar's state (chain_any);
+ * larger ones count (chain_tally): 2^n states cost compile time fast
+ * (a TTFM p99 of ~0.5 s on the MaskBench dev set with the set up to 10
+ * members, ~0.06 s counting past 4) */
+#define JS_ANY_SET_MEMBERS 4u
 
 typedef struct member {
     const char *name;
@@ -730,6 +736,16 @@ static tr_status chain_plain(objc *o, gx **out) {
     return *out ? TR_OK : cc->err;
 }
 
+/* The rule of a memoized state: *rid, and *fresh when it was just made
+ * (its body is then the caller's to set). */
+static tr_status state_rule(objc *o, js_ptrmap *ids, uint64_t key, uint32_t *rid, bool *fresh) {
+    uint64_t id;
+    *fresh = !tr_js_ptrmap_get(ids, (const void *)(uintptr_t)key, &id);
+    if (!*fresh) return (*rid = (uint32_t)id), TR_OK;
+    tr_status st = tr_gx_rule_add(o->x->cc, &o->x->g, "props", rid);
+    return st ? st : tr_js_ptrmap_put(o->x->cc, ids, (const void *)(uintptr_t)key, *rid);
+}
+
 /* With minProperties / maxProperties or property dependencies: R(i, c,
  * m, first): member i next, c members emitted so far (saturating at
  * min when there is no max), m the dependency pairs raised, first:
@@ -775,25 +791,22 @@ static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     for (uint32_t j = i; j < o->nm; j++) live |= o->m[j].need | o->m[j].block;
     m &= live;
     uint64_t key = ((((uint64_t)i << 20 | c) << 17 | m) << 1 | first) + 1;
-    uint64_t id;
-    if (!tr_js_ptrmap_get(&k->ids, (const void *)(uintptr_t)key, &id)) {
-        if (++k->made > JS_MAX_CHAIN_RULES) {
-            tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
-                       "too many properties combined with minProperties / maxProperties / "
-                       "dependencies (over %u states)",
-                       JS_MAX_CHAIN_RULES);
-            return NULL;
-        }
-        uint32_t rid;
-        if (tr_gx_rule_add(cc, &o->x->g, "props", &rid) ||
-            tr_js_ptrmap_put(cc, &k->ids, (const void *)(uintptr_t)key, rid))
-            return NULL;
+    uint32_t rid;
+    bool fresh;
+    if (state_rule(o, &k->ids, key, &rid, &fresh)) return NULL;
+    if (fresh && ++k->made > JS_MAX_CHAIN_RULES) {
+        tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node,
+                   "too many properties combined with minProperties / maxProperties / "
+                   "dependencies (over %u states)",
+                   JS_MAX_CHAIN_RULES);
+        return NULL;
+    }
+    if (fresh) { /* the body first: building it may move the rule table */
         gx *b = R_body(k, i, c, m, first);
         if (!b) return NULL;
         o->x->g.rules[rid].body = b;
-        id = rid;
     }
-    return tr_gx_ref(cc, (uint32_t)id);
+    return tr_gx_ref(cc, rid);
 }
 
 static tr_status chain_counted(objc *o, gx **out) {
@@ -805,6 +818,17 @@ static tr_status chain_counted(objc *o, gx **out) {
         return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
     counted k = {o, (uint32_t)cap, {0}, 0};
     *out = R_count(&k, 0, 0, 0, true);
+    return *out ? TR_OK : o->x->cc->err;
+}
+
+/* A rule whose body is g, as a reference (rules let a piece appear in
+ * many states while the text holds it once). */
+static tr_status rule_of(objc *o, gx *g, const char *name, gx **out) {
+    uint32_t id;
+    tr_status st = g ? tr_gx_rule_add(o->x->cc, &o->x->g, name, &id) : o->x->cc->err;
+    if (st) return st;
+    o->x->g.rules[id].body = g;
+    *out = tr_gx_ref(o->x->cc, id);
     return *out ? TR_OK : o->x->cc->err;
 }
 
@@ -878,18 +902,15 @@ static gx *A_ref(anyord *k, uint64_t S, uint32_t a, bool first) {
     objc *o = k->o;
     gcc *cc = o->x->cc;
     uint64_t key = ((S * ((uint64_t)k->acap + 1) + a) << 1 | first) + 1;
-    uint64_t id;
-    if (!tr_js_ptrmap_get(&k->ids, (const void *)(uintptr_t)key, &id)) {
-        uint32_t rid;
-        if (tr_gx_rule_add(cc, &o->x->g, "props", &rid) ||
-            tr_js_ptrmap_put(cc, &k->ids, (const void *)(uintptr_t)key, rid))
-            return NULL;
+    uint32_t rid;
+    bool fresh;
+    if (state_rule(o, &k->ids, key, &rid, &fresh)) return NULL;
+    if (fresh) { /* the body first: building it may move the rule table */
         gx *b = A_body(k, S, a, first);
         if (!b) return NULL;
         o->x->g.rules[rid].body = b;
-        id = rid;
     }
-    return tr_gx_ref(cc, (uint32_t)id);
+    return tr_gx_ref(cc, rid);
 }
 
 /* *out NULL: the object is too large for ANY and keeps schema order. */
@@ -927,6 +948,180 @@ static tr_status chain_any(objc *o, gx **out) {
         if (!o->add) return cc->err;
     }
     *out = A_ref(&k, 0, 0, true);
+    return *out ? TR_OK : cc->err;
+}
+
+/* property_order ANY by counting, for objects past chain_any's bound
+ * (or every object, x->any_counted). The matcher's tracker already
+ * refuses a key its object has (json_keys_internal.h), so a listed
+ * name is written at most once whatever the grammar offers; the grammar
+ * only has to count. T(q, o, a, S): q required members written, o
+ * optional listed ones, a additional ones, S the members named by a
+ * property dependency (few) that are written, each its own alternative:
+ *   T = | [SEP] REQ T(q+1, o, a, S)   when q < r
+ *       | [SEP] OPT T(q, o+1, a, S)   when o < p       (tracked)
+ *       | [SEP] ADD T(q, o, a+1, S)   when a < add_max (tracked)
+ *       | [SEP] m_i T(q, o, a, S+i)   for each dependency member i not in S
+ *       | (empty)                     when not first, q == r and S holds
+ *                                     the required and dependent members
+ * REQ / OPT: any required / optional member not named by a dependency,
+ * one rule each. q distinct required names written means all of them:
+ * exact. o and a are tracked only where keys can run out (no additional
+ * member, or finitely many additional keys), so that no ',' leads where
+ * only a repeat could follow; past JS_TALLY_MAX_STATES they are not, and
+ * the untracked kinds loop instead ((SEP OPT|ADD)* before each step):
+ * the dead end json_keys_internal.h states becomes possible there.
+ * Unlike chain_any, a key's first bytes may be offered when only a
+ * repeat can complete it (the tracker refuses its closing quote).
+ * Objects with min >= 2 or maxProperties, or with more than
+ * JS_TALLY_MAX_DEP_MEMBERS members named by dependencies, are left to
+ * chain_any / schema order. */
+#define JS_TALLY_MAX_STATES 256u
+#define JS_TALLY_MAX_DEP_MEMBERS 8u
+
+typedef struct tally {
+    objc *o;
+    uint32_t r, p;       /* required / optional listed members, neither
+                            named by a dependency */
+    bool track;          /* o and a counted */
+    uint64_t acap;       /* a counted 0..acap when tracked */
+    gx *req, *opt, *add; /* rule references; NULL: none */
+    gx *loop;            /* (SEP (OPT | ADD))* when not tracked */
+    uint32_t nd;         /* dependency members */
+    uint32_t dm[JS_TALLY_MAX_DEP_MEMBERS]; /* their member indexes */
+    gx *dg[JS_TALLY_MAX_DEP_MEMBERS];      /* their rules */
+    js_ptrmap ids;       /* state key -> rule id */
+} tally;
+
+typedef struct tstate {
+    uint32_t q, oc;
+    uint64_t ac;
+    uint32_t S; /* dependency members written (bits over dm) */
+} tstate;
+
+static gx *T_ref(tally *k, tstate t, bool first);
+
+static tr_status T_push(tally *k, gx_list *alts, gx *m, bool first, gx *next) {
+    gcc *cc = k->o->x->cc;
+    if (!next) return cc->err;
+    if (!first) m = tr_gx_seq2(cc, tr_gx_rxz(cc, k->o->ws.sep), m);
+    return tr_gx_list_push(cc, alts, tr_gx_seq2(cc, m, next));
+}
+
+/* Whether the object may end with the dependency members S written:
+ * the required ones among them written, every dependency they raise
+ * met (chain_any's any_closable over them). */
+static bool T_closable(const tally *k, uint32_t S) {
+    const objc *o = k->o;
+    uint64_t raised = 0, met = 0;
+    for (uint32_t j = 0; j < k->nd; j++) {
+        const member *m = &o->m[k->dm[j]];
+        if (S >> j & 1) {
+            raised |= m->set_take | m->block;
+            met |= m->need | m->set_skip;
+        } else if (m->required) {
+            return false;
+        }
+    }
+    return !(raised & ~met);
+}
+
+static gx *T_body(tally *k, tstate t, bool first) {
+    gcc *cc = k->o->x->cc;
+    gx_list alts = {0};
+    tr_status st = TR_OK;
+    tstate n = t;
+    if (t.q < k->r) n.q = t.q + 1, st = T_push(k, &alts, k->req, first, T_ref(k, n, false));
+    if (!st && k->track && t.oc < k->p)
+        n = t, n.oc = t.oc + 1, st = T_push(k, &alts, k->opt, first, T_ref(k, n, false));
+    if (!st && k->track && k->add && t.ac < k->acap)
+        n = t, n.ac = t.ac + 1, st = T_push(k, &alts, k->add, first, T_ref(k, n, false));
+    for (uint32_t j = 0; !st && j < k->nd; j++)
+        if (!(t.S >> j & 1))
+            n = t, n.S = t.S | 1u << j, st = T_push(k, &alts, k->dg[j], first, T_ref(k, n, false));
+    if (!st && !k->track && first && (k->opt || k->add)) {
+        gx *x = k->opt && k->add ? tr_gx_alt2(cc, k->opt, k->add) : k->opt ? k->opt : k->add;
+        st = T_push(k, &alts, x, true, T_ref(k, t, false));
+    }
+    if (!st && !first && t.q == k->r && T_closable(k, t.S))
+        st = tr_gx_list_push(cc, &alts, tr_gx_empty(cc));
+    if (st) return NULL;
+    gx *body = alts.n ? tr_gx_alt(cc, alts.v, alts.n) : tr_gx_never(cc);
+    return k->loop && !first && body ? tr_gx_seq2(cc, k->loop, body) : body;
+}
+
+static gx *T_ref(tally *k, tstate t, bool first) {
+    objc *o = k->o;
+    gcc *cc = o->x->cc;
+    uint64_t key = (((((uint64_t)t.q * (k->p + 1ull) + t.oc) * (k->acap + 1) + t.ac) << k->nd |
+                     t.S) << 1 | first) + 1;
+    uint32_t rid;
+    bool fresh;
+    if (state_rule(o, &k->ids, key, &rid, &fresh)) return NULL;
+    if (fresh) { /* the body first: building it may move the rule table */
+        gx *b = T_body(k, t, first);
+        if (!b) return NULL;
+        o->x->g.rules[rid].body = b;
+    }
+    return tr_gx_ref(cc, rid);
+}
+
+static bool dep_member(const member *m) { return m->set_take | m->set_skip | m->need | m->block; }
+
+/* A rule holding the alternatives of the members with required == req
+ * that no dependency names (NULL when there are none). */
+static tr_status members_rule(objc *o, bool req, const char *name, gx **out) {
+    gcc *cc = o->x->cc;
+    gx_list alts = {0};
+    *out = NULL;
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (o->m[i].required == req && !dep_member(&o->m[i]) &&
+            tr_gx_list_push(cc, &alts, o->m[i].g))
+            return cc->err;
+    if (!alts.n) return TR_OK;
+    return rule_of(o, tr_gx_alt(cc, alts.v, alts.n), name, out);
+}
+
+/* The dependency members, each as a rule; false when there are too
+ * many for the state. */
+static tr_status dep_members(objc *o, tally *k, bool *fits) {
+    *fits = true;
+    for (uint32_t i = 0; i < o->nm; i++) {
+        if (!dep_member(&o->m[i])) continue;
+        if (k->nd == JS_TALLY_MAX_DEP_MEMBERS) return (*fits = false), TR_OK;
+        k->dm[k->nd] = i;
+        tr_status st = rule_of(o, o->m[i].g, "prop", &k->dg[k->nd++]);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+/* *out NULL: counts or dependencies this construction does not take. */
+static tr_status chain_tally(objc *o, gx **out) {
+    gcc *cc = o->x->cc;
+    *out = NULL;
+    if (o->min > 1 || o->max != UINT64_MAX) return TR_OK; /* chain_any's */
+    tally k = {.o = o};
+    bool fits;
+    tr_status st = dep_members(o, &k, &fits);
+    if (st || !fits) return st;
+    for (uint32_t i = 0; i < o->nm; i++)
+        if (!dep_member(&o->m[i])) o->m[i].required ? k.r++ : k.p++;
+    if (!o->add || o->add_max != UINT64_MAX) {
+        k.acap = o->add ? o->add_max : 0;
+        k.track = (k.r + 1ull) * (k.p + 1ull) * (k.acap + 1) <= JS_TALLY_MAX_STATES;
+    }
+    st = members_rule(o, true, "props-req", &k.req);
+    if (!st) st = members_rule(o, false, "props-opt", &k.opt);
+    if (!st && o->add) st = rule_of(o, o->add, "props-add", &k.add);
+    if (st) return st;
+    if (!k.track && (k.opt || k.add)) {
+        gx *x = k.opt && k.add ? tr_gx_alt2(cc, k.opt, k.add) : k.opt ? k.opt : k.add;
+        k.loop = tr_gx_rep(cc, tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), x), 0, GX_INF);
+        if (!k.loop) return cc->err;
+    }
+    if (!k.track) k.acap = 0; /* o and a stay 0 in the state */
+    *out = T_ref(&k, (tstate){0, 0, 0, 0}, true);
     return *out ? TR_OK : cc->err;
 }
 
@@ -1070,7 +1265,16 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
     bool any_required = false;
     for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
     gx *items = NULL;
-    if (x->opt.property_order == GRAMMAR_JSON_ORDER_ANY) st = chain_any(&o, &items);
+    /* ANY: the set of members in the state for small objects (exact
+     * masks, even at a key's first bytes) and for minProperties >= 2 /
+     * maxProperties (which only chain_any takes; past its bound, schema
+     * order); by counting for the rest */
+    bool counts = o.min > 1 || o.max != UINT64_MAX;
+    bool any = x->opt.property_order == GRAMMAR_JSON_ORDER_ANY;
+    bool set_first = counts || (!x->any_counted && o.nm <= JS_ANY_SET_MEMBERS);
+    if (any && set_first) st = chain_any(&o, &items);
+    if (!st && !items && any) st = chain_tally(&o, &items);
+    if (!st && !items && any && !set_first) st = chain_any(&o, &items);
     if (!st && !items)
         st = o.min > 1 || o.max != UINT64_MAX || o.n_deps ? chain_counted(&o, &items)
                                                           : chain_plain(&o, &items);

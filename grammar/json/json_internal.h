@@ -492,6 +492,9 @@ typedef struct js_ctx {
     uint32_t n_warned, cap_warned;
     json_t **owned; /* synthetic schema nodes, released with the compile */
     uint32_t n_owned, cap_owned;
+    bool any_counted; /* property_order ANY: every object by counting
+                         (json_gen_obj.c, chain_tally), none by the set
+                         of its members: the retry after a size budget */
     bool valid_skip_values; /* validator: the top-level enum/const is known
                                to hold (filtering a schema's own values) */
     /* schema nodes this compile made (json_not.c) */

@@ -161,8 +161,8 @@ static void name_job(js_ctx *x, const js_job *j, uint32_t done) {
 /* The translation proper, into out (charged to cc); automata the text
  * names go to dfas. */
 static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
-                           js_dfas *dfas, js_buf *out) {
-    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc, .dfas = dfas};
+                           bool any_counted, js_dfas *dfas, js_buf *out) {
+    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc, .dfas = dfas, .any_counted = any_counted};
     if (counted_ws_bound(opt, dfas->allowed))
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]*");
     else if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
@@ -219,8 +219,8 @@ static json_t *load_exact(const char *text, size_t len, json_error_t *je) {
 /* automata: whether the text may name automata (a compile) or must
  * stand alone (the text export). */
 static tr_status run(const char *schema, size_t len, const grammar_json_options *opt,
-                     const grammar_limits *lim, tr_diag *diag, bool automata, js_sink sink,
-                     void *ctx) {
+                     bool any_counted, const grammar_limits *lim, tr_diag *diag, bool automata,
+                     js_sink sink, void *ctx) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!schema && len)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL schema");
@@ -251,7 +251,7 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     js_buf upaths;
     tr_js_buf_init(&upaths, &cc);
     js_dfas dfas = {.allowed = automata, .upaths = automata ? &upaths : NULL};
-    st = translate(&cc, doc, &o, &dfas, &text);
+    st = translate(&cc, doc, &o, any_counted, &dfas, &text);
     if (!st)
         st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
@@ -292,7 +292,7 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
                                          size_t *text_len, tr_diag *diag) {
     if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     text_out o = {text, text_len};
-    return run(schema_json, len, opt, limits, diag, false, to_text, &o);
+    return run(schema_json, len, opt, false, limits, diag, false, to_text, &o);
 }
 
 typedef struct compile_out {
@@ -325,15 +325,19 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
                                          tr_diag *diag) {
     if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     compile_out o = {limits, out, diag};
-    tr_status st = run(schema_json, len, opt, limits, diag, true, to_grammar, &o);
-    /* property_order ANY writes 2^n states per object; past a size budget
-     * (not the time budget: that would double the wait) the schema is
-     * compiled again in schema order: fewer texts, never more */
-    if (st == TR_ERR_LIMIT && opt && opt->property_order == GRAMMAR_JSON_ORDER_ANY && diag &&
-        !strstr(diag->message, "time")) {
+    tr_status st = run(schema_json, len, opt, false, limits, diag, true, to_grammar, &o);
+    /* property_order ANY keeps the set of members written in the state of
+     * small objects (2^n states). Past a size budget (not the time budget:
+     * that would double the wait) every object is compiled by counting
+     * instead (polynomial; exact with the matcher's no-repeated-key
+     * tracker), and past that in schema order: fewer texts, never more */
+    for (int again = 0; again < 2 && st == TR_ERR_LIMIT && opt &&
+                        opt->property_order == GRAMMAR_JSON_ORDER_ANY && diag &&
+                        !strstr(diag->message, "time");
+         again++) {
         grammar_json_options so = *opt;
-        so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
-        st = run(schema_json, len, &so, limits, diag, true, to_grammar, &o);
+        if (again) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
+        st = run(schema_json, len, &so, !again, limits, diag, true, to_grammar, &o);
     }
     if (st == TR_OK) (*out)->unique_keys = true;
     return st;

@@ -34,7 +34,7 @@ void tr_grammar_limits_default(grammar_limits *l) {
     l->max_compile_us = 2000000;
     l->mask_cache_bytes = 64ull << 20;
     l->max_grammar_bytes = 4u << 20;
-    l->max_stacks = 1024;
+    l->max_stacks = 4096;
 }
 
 void tr_gcc_init(gcc *cc, const grammar_limits *lim, tr_diag *diag) {

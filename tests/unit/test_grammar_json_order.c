@@ -47,6 +47,17 @@ static grammar *compile(const char *schema, const grammar_json_options *o) {
     return g;
 }
 
+/* Whether text is JSON with an object that has some key twice. */
+static bool repeats_a_key(const char *text) {
+    json_error_t e;
+    json_t *loose = json_loads(text, JSON_DECODE_ANY, &e);
+    json_t *strict = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
+    bool dup = loose && !strict;
+    json_decref(loose);
+    json_decref(strict);
+    return dup;
+}
+
 /* Matcher and reference recognizer agree; returns the verdict. */
 static bool accepts(const char *schema, const grammar_json_options *o, const char *text) {
     grammar *g = compile(schema, o);
@@ -58,9 +69,13 @@ static bool accepts(const char *schema, const grammar_json_options *o, const cha
                      TR_OK);
     tg_gram *r = tg_parse(gt);
     bool ref = tg_accepts(r, text, strlen(text));
-    if (m != ref)
+    /* the printed grammar alone may repeat a key (objects compiled by
+     * counting leave that to the matcher's tracker): only there may they
+     * differ */
+    bool excused = ref && !m && repeats_a_key(text);
+    if (m != ref && !excused)
         fprintf(stderr, "matcher %d reference %d on %s\n  grammar:\n%s", m, ref, text, gt);
-    assert_int_equal(m, ref);
+    assert_true(m == ref || excused);
     tg_free(r);
     free(gt);
     tr_grammar_free(g);
@@ -210,67 +225,151 @@ static void test_counts_and_dependencies(void **s) {
     check(rc, ANY, dyes, dno);
 }
 
-/* Objects past GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS listed properties keep
- * schema order (fewer texts, never more). */
-static void test_large_objects_keep_order(void **s) {
-    (void)s;
-    char sc[1024], in_order[512], swapped[512];
-    size_t n = (size_t)snprintf(sc, sizeof sc, "{\"properties\":{");
-    uint32_t k = GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS + 1;
+/* The object schema of k integer properties p0.., the first req of them
+ * required, then `tail` (additionalProperties...). */
+static void props_schema(char *sc, size_t cap, uint32_t k, uint32_t req, const char *tail) {
+    size_t n = (size_t)snprintf(sc, cap, "{\"type\":\"object\",\"properties\":{");
     for (uint32_t i = 0; i < k; i++)
-        n += (size_t)snprintf(sc + n, sizeof sc - n, "%s\"p%u\":{\"type\":\"integer\"}",
-                              i ? "," : "", i);
-    snprintf(sc + n, sizeof sc - n, "},\"additionalProperties\":false}");
-    snprintf(in_order, sizeof in_order, "{\"p0\": 1, \"p1\": 2}");
-    snprintf(swapped, sizeof swapped, "{\"p1\": 2, \"p0\": 1}");
-    const char *yes[] = {in_order, NULL}, *no[] = {swapped, NULL};
-    check(sc, ANY, yes, no);
-    /* at the limit, any order */
-    n = (size_t)snprintf(sc, sizeof sc, "{\"properties\":{");
-    for (uint32_t i = 0; i + 1 < k; i++)
-        n += (size_t)snprintf(sc + n, sizeof sc - n, "%s\"p%u\":{\"type\":\"integer\"}",
-                              i ? "," : "", i);
-    snprintf(sc + n, sizeof sc - n, "},\"additionalProperties\":false}");
-    const char *yes2[] = {in_order, swapped, NULL}, *no2[] = {"{\"p1\": 2, \"p1\": 1}", NULL};
-    check(sc, ANY, yes2, no2);
+        n += (size_t)snprintf(sc + n, cap - n, "%s\"p%u\":{\"type\":\"integer\"}", i ? "," : "", i);
+    n += (size_t)snprintf(sc + n, cap - n, "},\"required\":[");
+    for (uint32_t i = 0; i < req; i++)
+        n += (size_t)snprintf(sc + n, cap - n, "%s\"p%u\"", i ? "," : "", i);
+    snprintf(sc + n, cap - n, "]%s}", tail);
 }
 
-/* Past a size budget, ANY compiles the schema again in schema order. */
-static void test_budget_falls_back(void **s) {
+/* {"pI": I, ...} over the members of order[0..n), compact, no '}' when
+ * open. */
+static void props_text(char *t, size_t cap, const uint32_t *order, uint32_t n, bool open) {
+    size_t m = (size_t)snprintf(t, cap, "{");
+    for (uint32_t i = 0; i < n; i++)
+        m += (size_t)snprintf(t + m, cap - m, "%s\"p%u\":%u", i ? "," : "", order[i], order[i]);
+    if (!open) snprintf(t + m, cap - m, "}");
+}
+
+static bool mask_has(grammar_matcher *mt, int byte) {
+    uint64_t mask[8] = {0};
+    assert_int_equal(tr_grammar_matcher_fill_mask(mt, mask, tr_grammar_vocab_mask_words(V)), TR_OK);
+    return mask[byte >> 6] >> (byte & 63) & 1;
+}
+
+/* Objects past GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS listed properties are
+ * compiled by counting: any order still, each name once (the tracker),
+ * every required one before '}', and no ',' once nothing can follow
+ * (the counts are tracked while they stay small). */
+static void test_large_objects_counted(void **s) {
     (void)s;
-    const char *sc = "{\"type\":\"object\",\"properties\":{\"p0\":{\"type\":\"string\"},"
-                     "\"p1\":{\"type\":\"string\"},\"p2\":{\"type\":\"string\"},"
-                     "\"p3\":{\"type\":\"string\"},\"p4\":{\"type\":\"string\"},"
-                     "\"p5\":{\"type\":\"string\"}},\"additionalProperties\":false}";
-    grammar_json_options so = order_opt(SCHEMA, GRAMMAR_JSON_WS_COMPACT),
-                         ao = order_opt(ANY, GRAMMAR_JSON_WS_COMPACT);
+    static char sc[8192], t[4096];
+    uint32_t k = GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS + 2, order[64];
+    props_schema(sc, sizeof sc, k, 2, ",\"additionalProperties\":false");
+    grammar_json_options o = order_opt(ANY, GRAMMAR_JSON_WS_COMPACT);
+    for (uint32_t i = 0; i < k; i++) order[i] = k - 1 - i; /* reversed: required last */
+    props_text(t, sizeof t, order, k, false);
+    assert_true(accepts(sc, &o, t));
+    const char *no[] = {"{\"p1\":1}", "{\"p1\":1,\"p5\":5}", "{\"p1\":1,\"p0\":0,\"p1\":1}",
+                        "{\"p5\":5,\"p1\":1,\"p0\":0,\"p5\":5}", "{\"p1\":1,\"p0\":0,\"q\":1}",
+                        NULL};
+    for (int i = 0; no[i]; i++)
+        if (accepts(sc, &o, no[i])) fail_msg("should reject %s", no[i]);
+    assert_true(accepts(sc, &o, "{\"p9\":9,\"p0\":0,\"p1\":1}"));
+    /* every member written: '}' only, no ',' leading to a dead end */
+    grammar *g = compile(sc, &o);
+    grammar_matcher *mt;
+    assert_int_equal(tr_grammar_matcher_new(g, V, 0, &mt), TR_OK);
+    props_text(t, sizeof t, order, k, true);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(mt, t, strlen(t)), TR_OK);
+    assert_true(mask_has(mt, '}'));
+    assert_false(mask_has(mt, ','));
+    assert_int_equal(tr_grammar_matcher_rollback(mt, 1), TR_OK);
+    props_text(t, sizeof t, order + 1, k - 1, true); /* p(k-1) missing: ',' */
+    tr_grammar_matcher_reset(mt);
+    assert_int_equal(tr_grammar_matcher_accept_bytes(mt, t, strlen(t)), TR_OK);
+    assert_true(mask_has(mt, ','));
+    tr_grammar_matcher_free(mt);
+    tr_grammar_free(g);
+    /* many required ones (counts past the bound: not tracked), and
+     * additional keys next to them */
+    props_schema(sc, sizeof sc, 40, 20, ",\"additionalProperties\":{\"type\":\"integer\"}");
+    for (uint32_t i = 0; i < 40; i++) order[i] = (i * 17 + 5) % 40;
+    props_text(t, sizeof t, order, 40, false);
+    assert_true(accepts(sc, &o, t));
+    t[strlen(t) - 1] = 0;
+    strcat(t, ",\"x\":1,\"y\":2}");
+    assert_true(accepts(sc, &o, t));
+    t[strlen(t) - 1] = 0;
+    strcat(t, ",\"x\":3}");
+    assert_false(accepts(sc, &o, t)); /* an additional key twice */
+    uint32_t some[3] = {21, 0, 30};
+    props_text(t, sizeof t, some, 3, false);
+    assert_false(accepts(sc, &o, t)); /* required ones missing */
+    /* property dependencies: their members are tracked one by one */
+    props_schema(sc, sizeof sc, k, 1,
+                 ",\"dependentRequired\":{\"p5\":[\"p9\"],\"p11\":[\"p2\",\"p3\"]},"
+                 "\"additionalProperties\":false");
+    const char *dyes[] = {"{\"p0\":0}", "{\"p9\":9,\"p0\":0}", "{\"p5\":5,\"p0\":0,\"p9\":9}",
+                          "{\"p3\":3,\"p11\":11,\"p0\":0,\"p2\":2,\"p5\":5,\"p9\":9}", NULL};
+    const char *dno[] = {"{\"p5\":5,\"p0\":0}", "{\"p0\":0,\"p11\":11,\"p2\":2}",
+                         "{\"p9\":9,\"p5\":5}", "{\"p9\":9,\"p0\":0,\"p9\":9}", NULL};
+    for (int i = 0; dyes[i]; i++)
+        if (!accepts(sc, &o, dyes[i])) fail_msg("should accept %s", dyes[i]);
+    for (int i = 0; dno[i]; i++)
+        if (accepts(sc, &o, dno[i])) fail_msg("should reject %s", dno[i]);
+}
+
+/* Which construction ANY got under an NFA budget: -1 none compiled, 0
+ * schema order, 1 counting, 2 the set of members in the state (a
+ * written name is not offered again: its last byte is masked before
+ * the quote). */
+static int any_level(const char *sc, uint32_t budget) {
+    grammar_json_options ao = order_opt(ANY, GRAMMAR_JSON_WS_COMPACT);
     grammar_limits lim;
     tr_grammar_limits_default(&lim);
-    uint32_t lo = 16, hi = 500000; /* smallest NFA budget schema order fits */
+    lim.max_nfa_states = budget;
+    grammar *g = NULL;
+    tr_diag d;
+    if (tr_grammar_compile_json_schema(sc, strlen(sc), &ao, &lim, &g, &d)) return -1;
+    const char *in_order = "{\"p0\":0,\"p1\":1}", *swapped = "{\"p1\":1,\"p0\":0}";
+    assert_true(tj_accepts(g, V, in_order, strlen(in_order)));
+    int level = 0;
+    if (tj_accepts(g, V, swapped, strlen(swapped))) {
+        grammar_matcher *mt;
+        assert_int_equal(tr_grammar_matcher_new(g, V, 0, &mt), TR_OK);
+        const char *pre = "{\"p1\":1,\"p";
+        assert_int_equal(tr_grammar_matcher_accept_bytes(mt, pre, strlen(pre)), TR_OK);
+        level = mask_has(mt, '1') ? 1 : 2;
+        tr_grammar_matcher_free(mt);
+    }
+    tr_grammar_free(g);
+    return level;
+}
+
+/* The smallest budget in [lo, hi] at which any_level reaches want. */
+static uint32_t least_budget(const char *sc, int want, uint32_t lo, uint32_t hi) {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        lim.max_nfa_states = mid;
-        grammar *g = NULL;
-        tr_diag d;
-        tr_status st = tr_grammar_compile_json_schema(sc, strlen(sc), &so, &lim, &g, &d);
-        tr_grammar_free(g);
-        if (st == TR_OK)
+        if (any_level(sc, mid) >= want)
             hi = mid;
         else
             lo = mid + 1;
     }
-    lim.max_nfa_states = lo;
-    grammar *g = NULL;
-    tr_diag d;
-    assert_int_equal(tr_grammar_compile_json_schema(sc, strlen(sc), &ao, &lim, &g, &d), TR_OK);
-    const char *in_order = "{\"p0\":\"a\",\"p1\":\"b\"}", *swapped = "{\"p1\":\"b\",\"p0\":\"a\"}";
-    assert_true(tj_accepts(g, V, in_order, strlen(in_order)));
-    assert_false(tj_accepts(g, V, swapped, strlen(swapped))); /* schema order */
-    tr_grammar_free(g);
-    tr_grammar_limits_default(&lim);
-    assert_int_equal(tr_grammar_compile_json_schema(sc, strlen(sc), &ao, &lim, &g, &d), TR_OK);
-    assert_true(tj_accepts(g, V, swapped, strlen(swapped)));
-    tr_grammar_free(g);
+    return lo;
+}
+
+/* A small object keeps the set of its members in the state; past a
+ * size budget, ANY compiles the schema again by counting, and past a
+ * smaller one in schema order. */
+static void test_budget_falls_back(void **s) {
+    (void)s;
+    char sc[1024];
+    props_schema(sc, sizeof sc, 4, 0, ",\"additionalProperties\":false");
+    assert_int_equal(any_level(sc, 500000), 2); /* small: the set in the state */
+    uint32_t order = least_budget(sc, 0, 16, 500000), counted = least_budget(sc, 1, 16, 500000),
+             exact = least_budget(sc, 2, 16, 500000);
+    assert_true(order < counted);
+    assert_true(counted < exact);
+    assert_int_equal(any_level(sc, order), 0);
+    assert_int_equal(any_level(sc, counted), 1);
+    assert_int_equal(any_level(sc, exact - 1), 1);
+    assert_int_equal(any_level(sc, order - 1), -1);
 }
 
 static void test_bad_option(void **s) {
@@ -527,6 +626,81 @@ static void test_random_against_validator(void **s) {
     assert_true(accepted > checked / 20); /* the walk reaches valid texts too */
 }
 
+/* The same for objects compiled by counting (more listed properties
+ * than GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS): every key appears at most
+ * once, additional ones included (the tracker), so every text with a
+ * repeated key is refused. */
+static void test_random_counted_against_validator(void **s) {
+    (void)s;
+    static const char *const types[] = {"integer", "string", "boolean", "null"};
+    static const char *const vals[] = {"1", "\"s\"", "true", "null"};
+    uint64_t st = 777;
+    int trials = small_scale_json() ? 10 : 60, checked = 0, accepted = 0;
+    grammar_json_options o = order_opt(ANY, GRAMMAR_JSON_WS_FLEXIBLE);
+    for (int t = 0; t < trials; t++) {
+        static char sc[4096];
+        uint32_t np = GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS + 1 + rnd(&st) % 6, ty[20];
+        bool req[20];
+        size_t n = (size_t)snprintf(sc, sizeof sc, "{\"type\":\"object\",\"properties\":{");
+        for (uint32_t i = 0; i < np; i++)
+            n += (size_t)snprintf(sc + n, sizeof sc - n, "%s\"p%u\":{\"type\":\"%s\"}",
+                                  i ? "," : "", i, types[ty[i] = rnd(&st) % 4]);
+        n += (size_t)snprintf(sc + n, sizeof sc - n, "},\"required\":[");
+        for (uint32_t i = 0, k = 0; i < np; i++)
+            if ((req[i] = rnd(&st) % 3 == 0))
+                n += (size_t)snprintf(sc + n, sizeof sc - n, "%s\"p%u\"", k++ ? "," : "", i);
+        n += (size_t)snprintf(sc + n, sizeof sc - n, "]");
+        uint32_t ap = rnd(&st) % 3;
+        if (ap < 2)
+            n += (size_t)snprintf(sc + n, sizeof sc - n, ",\"additionalProperties\":%s",
+                                  ap ? "{\"type\":\"integer\"}" : "false");
+        if (rnd(&st) % 3 == 0) /* a dependency: its two members tracked one by one */
+            n += (size_t)snprintf(sc + n, sizeof sc - n, ",\"dependentRequired\":{\"p%u\":[\"p%u\"]}",
+                                  rnd(&st) % np, rnd(&st) % np);
+        snprintf(sc + n, sizeof sc - n, "}");
+        grammar *g = compile(sc, &o);
+        for (int k = 0; k < 40; k++) {
+            /* the required names (mostly), a few others, repeats and
+             * unlisted names now and then, shuffled */
+            uint32_t keys[48], nk = 0, used[24] = {0};
+            for (uint32_t i = 0; i < np; i++)
+                if (req[i] && rnd(&st) % 12) keys[nk++] = i;
+            for (uint32_t e = rnd(&st) % 7; e > 0; e--)
+                keys[nk++] = rnd(&st) % 6 == 0 ? np + rnd(&st) % 2 : rnd(&st) % np;
+            for (uint32_t i = nk; i > 1; i--) {
+                uint32_t j = rnd(&st) % i, tmp = keys[i - 1];
+                keys[i - 1] = keys[j], keys[j] = tmp;
+            }
+            char in[1024];
+            size_t m = (size_t)snprintf(in, sizeof in, "{");
+            bool dup = false;
+            for (uint32_t j = 0; j < nk; j++) {
+                uint32_t pi = keys[j];
+                bool extra = pi >= np;
+                uint32_t vi = extra ? 0 : rnd(&st) % 8 ? ty[pi] : rnd(&st) % 4;
+                dup |= used[pi]++ > 0;
+                m += (size_t)snprintf(in + m, sizeof in - m, "%s\"p%u\": %s", j ? ", " : "", pi,
+                                      vals[vi]);
+            }
+            snprintf(in + m, sizeof in - m, "}");
+            bool valid = false;
+            tr_diag d;
+            if (dup) /* jansson keeps the last value: judged without it */
+                valid = true;
+            else
+                assert_int_equal(tr_js_check_instance(sc, strlen(sc), in, strlen(in), &valid, &d),
+                                 TR_OK);
+            bool want = valid && !dup, got = tj_accepts(g, V, in, strlen(in));
+            if (want != got) fail_msg("%s %s under %s", got ? "accepted" : "rejected", in, sc);
+            checked++;
+            accepted += got;
+        }
+        tr_grammar_free(g);
+    }
+    fprintf(stderr, "random counted: %d texts, %d accepted\n", checked, accepted);
+    assert_true(accepted > checked / 20);
+}
+
 static int setup(void **s) {
     (void)s;
     V = tj_byte_vocab();
@@ -545,11 +719,12 @@ int main(void) {
         cmocka_unit_test(test_additional_and_patterns),
         cmocka_unit_test(test_nested),
         cmocka_unit_test(test_counts_and_dependencies),
-        cmocka_unit_test(test_large_objects_keep_order),
+        cmocka_unit_test(test_large_objects_counted),
         cmocka_unit_test(test_budget_falls_back),
         cmocka_unit_test(test_bad_option),
         cmocka_unit_test(test_masks_brute_force),
         cmocka_unit_test(test_random_against_validator),
+        cmocka_unit_test(test_random_counted_against_validator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
