@@ -9,10 +9,10 @@
  *   - i and j are disjoint on t, provably: their enum/const values fail
  *     the other (checked with the validator); their string languages do
  *     not meet (automaton product); their number ranges do not meet;
- *     for objects, a property both require (or the schema holding the
- *     oneOf requires) has values pinned apart (the discriminator), or
- *     one requires a property the other does not allow
- *     (additionalProperties: false);
+ *     for objects, a property one requires (or the schema holding the
+ *     oneOf requires) has values pinned apart in both (the
+ *     discriminator: the other need not require it), or one requires a
+ *     property the other does not allow (additionalProperties: false);
  *   - neither constrains t at all: every value of type t satisfies both,
  *     so none satisfies exactly one; t leaves branch i (exact);
  *   - branch i gets "not j" (json_not.c; exact);
@@ -157,7 +157,8 @@ static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, boo
                     *dis = true;
                     break;
                 }
-                if (!requires(q, name)) continue;
+                /* p has name; where q's values have it too, it is pinned
+                 * apart (q need not require it) */
                 js_norm pa, pb;
                 bool ka, kb;
                 if ((st = pinned(x, p, name, &pa, &ka)) || (st = pinned(x, q, name, &pb, &kb)))

@@ -131,6 +131,13 @@ static void test_oneof_exact(void **s) {
               "{'properties':{'t':{'enum':['b']},'v':{'type':'array'}}}]}",
               Y("{'t': 'a', 'v': {'x': 1}}", "{'t': 'b', 'v': []}", "{'t': 'a', 'v': 3}"),
               Y("{'t': 'b', 'v': {}}", "{'t': 'c', 'v': []}", "{'v': []}", "{'t': 'a'}"));
+    /* pinned apart though only one branch requires it: a value with t in
+     * both would need one of both pinned sets */
+    tjc_check("{'type':'object','oneOf':[{'properties':{'t':{'enum':['a','b']}}},"
+              "{'required':['t','v'],'properties':{'t':{'const':'c'},"
+              "'v':{'patternProperties':{'^x':{'type':'integer'}}}}}]}",
+              Y("{'t': 'a'}", "{}", "{'t': 'c', 'v': {}}", "{'t': 'a', 'v': {'x': 's'}}"),
+              Y("{'t': 'c'}", "{'t': 'c', 'v': {'x': 's'}}", "{'t': 'd'}"));
 }
 
 static void test_dependent_schemas(void **s) {
