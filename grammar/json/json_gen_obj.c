@@ -657,7 +657,10 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         uint64_t n = UINT64_MAX;
         if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key, &n))) return st;
         if (!any && !ast && !key) continue;
-        keys = n == UINT64_MAX || keys + n > JS_MAX_COUNTED_KEYS ? UINT64_MAX : keys + n;
+        /* saturating: once a region is unbounded, so is the sum */
+        keys = n == UINT64_MAX || keys == UINT64_MAX || keys + n > JS_MAX_COUNTED_KEYS
+                   ? UINT64_MAX
+                   : keys + n;
         if (!key && (st = key_terminal(o, any, ast, &key))) return st;
         gx *val;
         if (st || (st = value_ref(o, &c, NULL, &val))) return st;

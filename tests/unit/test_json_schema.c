@@ -639,6 +639,11 @@ static void test_objects(void **s) {
     check("{\"type\":\"object\",\"patternProperties\":{\"^[a-h]{1,255}$\":{\"type\":\"null\"}},"
           "\"properties\":{\"id\":{\"type\":\"integer\"}}}",
           Y("{\"id\": 1, \"abc\": null, \"X\": 5}"), Y("{\"abc\": 1}", "{\"id\": null}"));
+    /* a pattern of finitely many names beside the unbounded other keys:
+     * any number of members (the count of additional keys saturates) */
+    check("{\"type\":\"object\",\"patternProperties\":{\"^(ab|cd)$\":{\"type\":\"string\"}}}",
+          Y("{\"ab\": \"a\", \"cd\": \"b\"}", "{\"x\": 1, \"ab\": \"a\", \"y\": 2, \"z\": 3}"),
+          Y("{\"ab\": 1}", "{\"x\": 1, \"ab\": \"a\", \"cd\": 2}"));
     /* a listed name that a pattern also matches must satisfy both */
     check("{\"type\":\"object\",\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"null\"}},"
           "\"properties\":{\"id\":{\"type\":\"integer\"}}}",
