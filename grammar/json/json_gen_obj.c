@@ -38,7 +38,10 @@
 #include "base/utf8.h"
 #include "grammar/json/json_internal.h"
 
-#define JS_MAX_PATTERNS_SPLIT 6u
+#define JS_MAX_PATTERNS_SPLIT 24u
+/* regions (subsets of the patterns whose keys are not empty) one object
+ * may have */
+#define JS_MAX_REGIONS 64u
 #define JS_FLAT_CHAIN 64u
 #define JS_MAX_DEPS 16u
 #define JS_MAX_CHAIN_RULES 20000u
@@ -347,7 +350,7 @@ static tr_status collect_patterns(objc *o) {
             if (seen) continue;
             if (o->n_pats == JS_MAX_PATTERNS_SPLIT)
                 return tr_js_unsupported(o->x, node, "patternProperties",
-                                         "more than 6 distinct patterns on one object");
+                                         "more than 24 distinct patterns on one object");
             const char **v = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *v);
             const json_t **w = tr_gcc_alloc(cc, (o->n_pats + 1) * sizeof *w);
             if (!v || !w) return cc->err;
@@ -636,6 +639,49 @@ static tr_status key_terminal(objc *o, bool any, const gre_node *ast, gx **key) 
     return tr_js_string_dfa_gx(x, &m, node, "additionalProperties", key);
 }
 
+/* The subsets of the patterns whose region (the keys matching exactly
+ * those patterns) is not empty, depth-first over the patterns with the
+ * partial intersection cut as soon as it is empty: disjoint patterns
+ * (literals, prefixes: the usual case) give n + 1 regions, not 2^n. */
+typedef struct regions {
+    objc *o;
+    uint32_t v[JS_MAX_REGIONS];
+    uint32_t n;
+} regions;
+
+static tr_status regions_from(regions *r, uint32_t p, const cpdfa *acc, uint32_t pset) {
+    objc *o = r->o;
+    gcc *cc = o->x->cc;
+    if (p == o->n_pats) {
+        if (r->n == JS_MAX_REGIONS)
+            return tr_js_unsupported(o->x, o->pat_node[0], "patternProperties",
+                                     "patterns that overlap in more than 64 ways");
+        r->v[r->n++] = pset;
+        return TR_OK;
+    }
+    cpdfa *d;
+    tr_status st = tr_js_pattern_cpdfa(o->x, o->pat_node[p], o->pats[p], &d);
+    if (st) return st;
+    if (!d) return regions_from(r, p + 1, acc, pset); /* ignored: matches nothing */
+    for (int take = 1; take >= 0; take--) {
+        cpdfa next;
+        if ((st = tr_cpdfa_product(cc, acc, d, take ? CPD_AND : CPD_MINUS, &next))) return st;
+        if (!tr_cpdfa_is_empty(&next) &&
+            (st = regions_from(r, p + 1, &next, take ? pset | 1u << p : pset)))
+            return st;
+    }
+    return TR_OK;
+}
+
+static tr_status live_regions(objc *o, regions *r) {
+    r->o = o;
+    r->n = 0;
+    if (!o->n_pats) return (r->v[r->n++] = 0), TR_OK;
+    cpdfa all;
+    tr_status st = tr_cpdfa_length(o->x->cc, 0, UINT32_MAX, &all);
+    return st ? st : regions_from(r, 0, &all, 0);
+}
+
 static tr_status additional(objc *o, const js_conj *pnc) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
@@ -647,7 +693,10 @@ static tr_status additional(objc *o, const js_conj *pnc) {
     if (!pn_any && tr_cpdfa_is_empty(&pn)) return TR_OK; /* no key is a valid name */
     gx_list alts = {0};
     uint64_t keys = 0;
-    for (uint32_t pset = 0; pset < (1u << o->n_pats); pset++) {
+    regions live;
+    if ((st = live_regions(o, &live))) return st;
+    for (uint32_t ri = 0; ri < live.n; ri++) {
+        uint32_t pset = live.v[ri];
         js_conj c;
         if ((st = value_conj(o, NULL, 0, pset, &c))) return st;
         if (conj_false(&c)) continue;

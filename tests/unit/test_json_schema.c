@@ -644,6 +644,17 @@ static void test_objects(void **s) {
     check("{\"type\":\"object\",\"patternProperties\":{\"^(ab|cd)$\":{\"type\":\"string\"}}}",
           Y("{\"ab\": \"a\", \"cd\": \"b\"}", "{\"x\": 1, \"ab\": \"a\", \"y\": 2, \"z\": 3}"),
           Y("{\"ab\": 1}", "{\"x\": 1, \"ab\": \"a\", \"cd\": 2}"));
+    /* nine patterns, eight of them inside the ninth: only the regions
+     * that have keys are made (10, not 2^9) */
+    {
+        char sc[1024];
+        size_t n = (size_t)snprintf(sc, sizeof sc, "{\"type\":\"object\",\"patternProperties\":{");
+        for (int i = 0; i < 8; i++)
+            n += (size_t)snprintf(sc + n, sizeof sc - n, "\"^k%d$\":{\"type\":\"integer\"},", i);
+        snprintf(sc + n, sizeof sc - n, "\"^k\":{\"minimum\":0}}}");
+        check(sc, Y("{\"k3\": 5, \"kx\": \"s\", \"z\": -1}", "{\"k7\": 0}"),
+              Y("{\"k3\": -1}", "{\"k3\": \"s\"}", "{\"kx\": -1}"));
+    }
     /* a listed name that a pattern also matches must satisfy both */
     check("{\"type\":\"object\",\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"null\"}},"
           "\"properties\":{\"id\":{\"type\":\"integer\"}}}",
