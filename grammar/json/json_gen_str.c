@@ -26,6 +26,9 @@
 
 #define JS_AST_MAX_NODES 20000u
 #define JS_LEN_AUTOMATON_MAX 2048u
+/* the product of a pattern and a length, kept under the string
+ * automaton's budget (cpdfa.c, 200,000) with room for what follows */
+#define JS_STR_PRODUCT_STATES 50000u
 
 typedef struct js_pat {
     const char *text; /* len bytes: a `pattern` may hold a NUL */
@@ -280,6 +283,22 @@ static tr_status and_dfa(js_ctx *x, cpdfa *acc, bool *have, const cpdfa *d, cpd_
     return st;
 }
 
+/* A maxLength next to a pattern or format becomes a product automaton of
+ * about (pattern states) x (max + 1) states: past the string automaton's
+ * budget (or JS_LEN_AUTOMATON_MAX code points), *max is lowered to the
+ * largest length that fits, never below min (fewer texts, never more:
+ * as counted repetitions are capped at max_repeat). acc is minimized. */
+static tr_status cap_length(js_ctx *x, cpdfa *acc, uint64_t min, uint64_t *max) {
+    cpdfa m;
+    tr_status st = tr_cpdfa_minimize(x->cc, acc, &m);
+    if (st) return st;
+    *acc = m;
+    uint64_t fits = JS_STR_PRODUCT_STATES / (m.n ? m.n : 1);
+    fits = TR_MIN(fits ? fits - 1 : 0, JS_LEN_AUTOMATON_MAX);
+    if (*max > fits && fits >= min) *max = fits;
+    return TR_OK;
+}
+
 /* The automaton of every constraint on a string, combined; *any when
  * there is none (then *out is untouched). */
 static tr_status str_cpdfa(js_ctx *x, const js_norm *n, const str_c *c, cpdfa *out,
@@ -323,14 +342,16 @@ static tr_status str_cpdfa(js_ctx *x, const js_norm *n, const str_c *c, cpdfa *o
             return st;
     }
     if (c->min > 0 || c->max < GRE_INF) {
-        uint64_t top = c->max < GRE_INF ? c->max : c->min;
+        uint64_t max = c->max;
+        if (have && max < GRE_INF && (st = cap_length(x, &acc, c->min, &max))) return st;
+        uint64_t top = max < GRE_INF ? max : c->min;
         if (top > JS_LEN_AUTOMATON_MAX)
             return tr_js_unsupported(x, c->node, c->max < GRE_INF ? "maxLength" : "minLength",
                                      "a length this large together with a pattern or format "
                                      "is not enforced");
         cpdfa d;
         if ((st = tr_cpdfa_length(cc, (uint32_t)c->min,
-                                  c->max < GRE_INF ? (uint32_t)c->max : UINT32_MAX, &d)) ||
+                                  max < GRE_INF ? (uint32_t)max : UINT32_MAX, &d)) ||
             (st = and_dfa(x, &acc, &have, &d, CPD_AND)))
             return st;
     }

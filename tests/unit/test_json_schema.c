@@ -306,6 +306,30 @@ static void test_string_lengths(void **s) {
     big[303] = 0;
     check("{\"type\":\"string\",\"maxLength\":301}", Y(big), NULL);
     check("{\"type\":\"string\",\"maxLength\":300}", NULL, Y(big));
+    /* a long maxLength beside a pattern or format is lowered to what the
+     * product automaton fits (fewer texts, never more): 2,048 code points
+     * at most, fewer for larger patterns, and a counted repetition takes
+     * at most max_repeat (1,000) */
+    char *lng = malloc(1001 + 3);
+    assert_non_null(lng);
+    lng[0] = '"';
+    memset(lng + 1, 'a', 1001);
+    lng[1002] = '"';
+    lng[1003] = 0;
+    const char *pat = "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":100000}";
+    check(pat, Y("\"abc\""), Y("\"a1\"", "\"\"", lng));
+    lng[1001] = '"', lng[1002] = 0; /* 1,000 letters */
+    check(pat, Y(lng), NULL);
+    free(lng);
+    /* (an automaton terminal: the grammar text export refuses it) */
+    const char *em = "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":1024}";
+    tr_diag d;
+    grammar *g = compile_opt(em, NULL, &d);
+    assert_non_null(g);
+    const char *ok = "\"jane.doe@example.com\"", *bad = "\"jane.doe\"";
+    assert_true(tj_accepts(g, V, ok, strlen(ok)));
+    assert_false(tj_accepts(g, V, bad, strlen(bad)));
+    tr_grammar_free(g);
 }
 
 static void test_patterns(void **s) {
