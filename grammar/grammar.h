@@ -376,7 +376,10 @@ typedef enum grammar_json_property_order {
  * properties and schema order past it (fewer texts, never more). A schema
  * whose ANY grammar passes a size budget (TR_ERR_LIMIT other than time,
  * diag given) is compiled again counting every object, then in schema
- * order (grammar/README.md, "Property order"). */
+ * order. Grammar text (tr_grammar_json_schema_to_ebnf, EBNF's %json) has
+ * no key tracker and never counts: the set up to this many listed
+ * properties, schema order past it (grammar/README.md, "Property
+ * order"). */
 #define GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS 10u
 
 typedef struct grammar_json_options {

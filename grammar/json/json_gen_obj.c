@@ -1004,7 +1004,9 @@ static tr_status chain_any(objc *o, gx **out) {
 }
 
 /* property_order ANY by counting, for objects past chain_any's bound
- * (or every object, x->any_counted). The matcher's tracker already
+ * (or every object, x->any_counted), in grammars whose matcher keeps the
+ * key tracker (x->keys_tracked; text for EBNF's %json does not, and takes
+ * the set up to its bound, then schema order). The matcher's tracker already
  * refuses a key its object has (json_keys_internal.h), so a listed
  * name is written at most once whatever the grammar offers; the grammar
  * only has to count. T(q, o, a, S): q required members written, o
@@ -1323,10 +1325,11 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
      * order); by counting for the rest */
     bool counts = o.min > 1 || o.max != UINT64_MAX;
     bool any = x->opt.property_order == GRAMMAR_JSON_ORDER_ANY;
-    bool set_first = counts || (!x->any_counted && o.nm <= JS_ANY_SET_MEMBERS);
+    bool tally = any && x->keys_tracked; /* counting needs the tracker */
+    bool set_first = counts || !tally || (!x->any_counted && o.nm <= JS_ANY_SET_MEMBERS);
     if (any && set_first) st = chain_any(&o, &items);
-    if (!st && !items && any) st = chain_tally(&o, &items);
-    if (!st && !items && any && !set_first) st = chain_any(&o, &items);
+    if (!st && !items && tally) st = chain_tally(&o, &items);
+    if (!st && !items && tally && !set_first) st = chain_any(&o, &items);
     if (!st && !items)
         st = o.min > 1 || o.max != UINT64_MAX || o.n_deps ? chain_counted(&o, &items)
                                                           : chain_plain(&o, &items);

@@ -492,6 +492,11 @@ typedef struct js_ctx {
     uint32_t n_warned, cap_warned;
     json_t **owned; /* synthetic schema nodes, released with the compile */
     uint32_t n_owned, cap_owned;
+    bool keys_tracked; /* the grammar's matcher will keep the key tracker
+                          (compiled straight from the schema); false for
+                          text (%json in EBNF, the text export): property
+                          order ANY then never counts (chain_tally needs
+                          the tracker to keep names unique) */
     bool any_counted; /* property_order ANY: every object by counting
                          (json_gen_obj.c, chain_tally), none by the set
                          of its members: the retry after a size budget */

@@ -162,7 +162,14 @@ static void name_job(js_ctx *x, const js_job *j, uint32_t done) {
  * names go to dfas. */
 static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
                            bool any_counted, js_dfas *dfas, js_buf *out) {
-    js_ctx x = {.cc = cc, .opt = *opt, .doc = doc, .dfas = dfas, .any_counted = any_counted};
+    /* only the compile straight to a grammar allows automata, and only
+     * its grammars keep the key tracker (unique_keys) */
+    js_ctx x = {.cc = cc,
+                .opt = *opt,
+                .doc = doc,
+                .dfas = dfas,
+                .keys_tracked = dfas->allowed,
+                .any_counted = any_counted};
     if (counted_ws_bound(opt, dfas->allowed))
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]*");
     else if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)

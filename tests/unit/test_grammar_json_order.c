@@ -69,10 +69,10 @@ static bool accepts(const char *schema, const grammar_json_options *o, const cha
                      TR_OK);
     tg_gram *r = tg_parse(gt);
     bool ref = tg_accepts(r, text, strlen(text));
-    /* the printed grammar alone may repeat a key (objects compiled by
-     * counting leave that to the matcher's tracker): only there may they
-     * differ */
-    bool excused = ref && !m && repeats_a_key(text);
+    /* the printed grammar has no key tracker: it never counts (an object
+     * past GRAMMAR_JSON_ANY_ORDER_MAX_MEMBERS keeps schema order there,
+     * fewer texts) and may take a repeated additional key */
+    bool excused = (ref && !m && repeats_a_key(text)) || (m && !ref);
     if (m != ref && !excused)
         fprintf(stderr, "matcher %d reference %d on %s\n  grammar:\n%s", m, ref, text, gt);
     assert_true(m == ref || excused);
@@ -313,6 +313,23 @@ static void test_large_objects_counted(void **s) {
         if (!accepts(sc, &o, dyes[i])) fail_msg("should accept %s", dyes[i]);
     for (int i = 0; dno[i]; i++)
         if (accepts(sc, &o, dno[i])) fail_msg("should reject %s", dno[i]);
+    /* the grammar text (EBNF's %json, the export) has no tracker and
+     * never counts: past 10 properties it keeps schema order, and no
+     * text repeats a listed name */
+    props_schema(sc, sizeof sc, k, 0, ",\"additionalProperties\":false");
+    char *gt;
+    size_t gn;
+    tr_diag d;
+    assert_int_equal(tr_grammar_json_schema_to_ebnf(sc, strlen(sc), &o, NULL, &gt, &gn, &d), TR_OK);
+    tg_gram *r = tg_parse(gt);
+    const char *in_order = "{\"p0\":0,\"p5\":5}", *swapped = "{\"p5\":5,\"p0\":0}",
+               *twice = "{\"p0\":0,\"p5\":5,\"p5\":5}";
+    assert_true(tg_accepts(r, in_order, strlen(in_order)));
+    assert_false(tg_accepts(r, swapped, strlen(swapped)));
+    assert_false(tg_accepts(r, twice, strlen(twice)));
+    tg_free(r);
+    free(gt);
+    assert_true(accepts(sc, &o, swapped)); /* the matcher counts */
 }
 
 /* Which construction ANY got under an NFA budget: -1 none compiled, 0
