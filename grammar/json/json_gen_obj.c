@@ -798,6 +798,13 @@ static tr_status state_rule(objc *o, js_ptrmap *ids, uint64_t key, uint32_t *rid
     return st ? st : tr_js_ptrmap_put(o->x->cc, ids, (const void *)(uintptr_t)key, *rid);
 }
 
+/* The dependency pairs a written member raises and those it meets; an
+ * object may end when every raised pair is met. */
+static void taken_pairs(const member *m, uint64_t *raised, uint64_t *met) {
+    *raised |= m->set_take | m->block;
+    *met |= m->need | m->set_skip;
+}
+
 /* With minProperties / maxProperties or property dependencies: R(i, c,
  * m, first): member i next, c members emitted so far (saturating at
  * min when there is no max), m the dependency pairs raised, first:
@@ -914,8 +921,7 @@ static bool any_closable(const anyord *k, uint64_t S, uint32_t a) {
     uint64_t raised = 0, met = 0;
     for (uint32_t i = 0; i < o->nm; i++)
         if (S >> i & 1) {
-            raised |= o->m[i].set_take | o->m[i].block;
-            met |= o->m[i].need | o->m[i].set_skip;
+            taken_pairs(&o->m[i], &raised, &met);
         }
     uint64_t c = (uint64_t)__builtin_popcountll(S) + a;
     return !(raised & ~met) && c >= o->min;
@@ -1071,8 +1077,7 @@ static bool T_closable(const tally *k, uint32_t S) {
     for (uint32_t j = 0; j < k->nd; j++) {
         const member *m = &o->m[k->dm[j]];
         if (S >> j & 1) {
-            raised |= m->set_take | m->block;
-            met |= m->need | m->set_skip;
+            taken_pairs(m, &raised, &met);
         } else if (m->required) {
             return false;
         }
