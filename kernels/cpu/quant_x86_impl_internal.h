@@ -62,6 +62,13 @@
 
 #define QX_INLINE static inline __attribute__((always_inline))
 #define QX_TT 64   /* tokens per tile (accumulators live in a stack tile) */
+/* Repacked matrices: up to QX_GEMV_TOK tokens go through the decode GEMV,
+ * QX_GEMV_NT at a time (whole SmolLM2 passes of 2..11 rows, 2 threads,
+ * Zen 4: 2 rows 2.6 ms against 4.4 tiled, 8 rows 6.2 against 6.9, 12
+ * rows even, 16 rows 11.1 against 10.1; 8 at a time was slower than 4:
+ * out of registers) */
+#define QX_GEMV_NT 4
+#define QX_GEMV_TOK 11
 #define QX_KC32 24 /* 32-blocks per unpacked chunk (24 x 1152 B for Q8_0) */
 #define QX_KC256 4 /* 256-blocks per unpacked chunk */
 
@@ -527,61 +534,76 @@ QX_INLINE void unpack32_tile_r16(tr_dtype t, const uint8_t *c, __m256i *u) {
     }
 }
 
-/* The exact int32 dot of one group's body (q: nd vectors) with 32
- * activation bytes x, lane r = row r: dot32's sums, from registers. */
-QX_INLINE __m256i dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x) {
-    __m256i a = _mm256_setzero_si256();
+/* The exact int32 dots of one group's body (q: nd vectors) with 32
+ * activation bytes of each of nt tokens (x + k * xs), lane r = row r:
+ * dot32's sums, from registers; the weights are unpacked once for all
+ * tokens. */
+QX_INLINE void dot32_r16(tr_dtype t, const __m256i *q, const int8_t *x, size_t xs, int nt,
+                           __m256i *a) {
+    for (int k = 0; k < nt; k++) a[k] = _mm256_setzero_si256();
     if (t == TR_DTYPE_Q8_0) {
 #ifndef QX_VNNI
         const __m256i ones = _mm256_set1_epi16(1);
 #endif
         QX_UNROLL
         for (int j = 0; j < 8; j++) {
-            __m256i r = _mm256_load_si256(q + j), xb = bc32(x + 4 * j);
+            __m256i r = _mm256_load_si256(q + j);
 #ifdef QX_VNNI
-            a = dp4(a, _mm256_xor_si256(r, _mm256_set1_epi8((char)0x80)), xb);
+            __m256i u = _mm256_xor_si256(r, _mm256_set1_epi8((char)0x80));
+            for (int k = 0; k < nt; k++) a[k] = dp4(a[k], u, bc32(x + k * xs + 4 * j));
 #else
-            a = _mm256_add_epi32(
-                a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(r), _mm256_sign_epi8(xb, r)),
-                                     ones));
+            __m256i u = _mm256_abs_epi8(r);
+            for (int k = 0; k < nt; k++)
+                a[k] = _mm256_add_epi32(
+                    a[k], _mm256_madd_epi16(
+                              _mm256_maddubs_epi16(u, _mm256_sign_epi8(bc32(x + k * xs + 4 * j), r)),
+                              ones));
 #endif
         }
-        return a;
+        return;
     }
     const __m256i qh = r16_qh(t, q);
 #ifndef QX_VNNI
     const bool five = r16_five(t);
-    __m256i h = _mm256_setzero_si256(); /* 5-bit: the second half's int16 sums */
+    __m256i h[QX_GEMV_NT]; /* 5-bit: the second half's int16 sums */
+    for (int k = 0; k < nt; k++) h[k] = _mm256_setzero_si256();
 #endif
     QX_UNROLL
     for (int j = 0; j < 4; j++) {
         __m256i lo, hi;
         r16_nibbles(t, q, qh, j, &lo, &hi);
-        __m256i xl = bc32(x + 4 * j), xh = bc32(x + 16 + 4 * j);
+        for (int k = 0; k < nt; k++) {
+            __m256i xl = bc32(x + k * xs + 4 * j), xh = bc32(x + k * xs + 16 + 4 * j);
 #ifdef QX_VNNI
-        a = dp4(dp4(a, lo, xl), hi, xh);
+            a[k] = dp4(dp4(a[k], lo, xl), hi, xh);
 #else
-        /* int16 pair sums: 8 of 4-bit <= 30480, as in dot32; 5-bit pairs
-         * (<= 7874) four at a time, in two halves */
-        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
-        if (five && j >= 2)
-            h = _mm256_add_epi16(h, p);
-        else
-            a = _mm256_add_epi16(a, p);
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+            if (five && j >= 2)
+                h[k] = _mm256_add_epi16(h[k], p);
+            else
+                a[k] = _mm256_add_epi16(a[k], p);
 #endif
+        }
     }
 #ifndef QX_VNNI
-    a = _mm256_madd_epi16(a, _mm256_set1_epi16(1));
-    if (five) a = _mm256_add_epi32(a, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
+    for (int k = 0; k < nt; k++) {
+        a[k] = _mm256_madd_epi16(a[k], _mm256_set1_epi16(1));
+        if (five) a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(h[k], _mm256_set1_epi16(1)));
+    }
 #endif
-    return a;
 }
 
-/* Decode GEMV over one group of 16 repacked rows (chunks c[0..nb-1]), one
- * token: everything in registers. Per (block, row) the float steps are
- * upd32's, in its order. */
-QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_t *xr,
-                          float *o, bool accumulate) {
+/* Decode GEMV over one group of 16 repacked rows (chunks c[0..nb-1]) for
+ * nt <= QX_GEMV_NT tokens (rows of token k at o + k * os), everything in
+ * registers. Per (block, row, token) the float steps are upd32's, in its
+ * order, so a row's result does not depend on the tokens beside it. Each
+ * chunk is read and unpacked once for all tokens: a few tokens cost
+ * little more than one (speculative decoding's verification rows, small
+ * decode batches). No software prefetch: the chunks are one contiguous
+ * stream, which the hardware prefetcher follows; prefetching 4-32 chunks
+ * ahead cost 3-10% (bench_model decode, 2 threads, Zen 4). */
+QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_t *xq, size_t xs,
+                         int nt, float *o, size_t os, bool accumulate) {
     const int nd = (int)cpu_r16_nd(t);
     const size_t csz = (size_t)16 * tr_dtype_type_size(t);
     const int sh = t == TR_DTYPE_Q4_0 ? 3 : t == TR_DTYPE_Q5_0 ? 4
@@ -589,38 +611,49 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
                  : t == TR_DTYPE_Q8_0 ? 7
 #endif
                  : 0;
-    const int8_t *xq = cpu_a32_q(xr);
-    const float *dx = cpu_a32_d(xr, nb), *sx = cpu_a32_s(xr, nb);
-    const int32_t *xsum = cpu_a32_sum(xr, nb);
-    __m256 accA = _mm256_setzero_ps(), accB = _mm256_setzero_ps();
-    /* No software prefetch: the chunks are one contiguous stream, which
-     * the hardware prefetcher follows; prefetching 4-32 chunks ahead cost
-     * 3-10% (bench_model decode, 2 threads, Zen 4). */
+    const int8_t *xqk[QX_GEMV_NT];
+    const float *dx[QX_GEMV_NT], *sx[QX_GEMV_NT];
+    const int32_t *xsum[QX_GEMV_NT];
+    __m256 accA[QX_GEMV_NT], accB[QX_GEMV_NT];
+    for (int k = 0; k < nt; k++) {
+        const uint8_t *xr = xq + (size_t)k * xs;
+        xqk[k] = cpu_a32_q(xr);
+        dx[k] = cpu_a32_d(xr, nb);
+        sx[k] = cpu_a32_s(xr, nb);
+        xsum[k] = cpu_a32_sum(xr, nb);
+        accA[k] = accB[k] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++, c += csz) {
-        __m256i iA = dot32_r16(t, (const __m256i *)c, xq + 32 * b);
-        __m256i iB = dot32_r16(t, (const __m256i *)c + nd, xq + 32 * b);
-        if (sh) {
-            const __m256i off = _mm256_set1_epi32(xsum[b] * (1 << sh));
-            iA = _mm256_sub_epi32(iA, off);
-            iB = _mm256_sub_epi32(iB, off);
-        }
+        __m256i iA[QX_GEMV_NT], iB[QX_GEMV_NT];
+        dot32_r16(t, (const __m256i *)c, xqk[0] + 32 * b, xs, nt, iA);
+        dot32_r16(t, (const __m256i *)c + nd, xqk[0] + 32 * b, xs, nt, iB);
         const uint8_t *sc = c + cpu_r16_scales_off((size_t)nd);
-        const __m256 dxv = bcf(dx + b);
-        __m256 sA = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc)), dxv);
-        __m256 sB = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16))), dxv);
-        if (cpu_q_has_min(t)) {
-            const __m256 sxv = bcf(sx + b);
-            __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
-            __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));
-            accA = _mm256_add_ps(accA, _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA), _mm256_mul_ps(mA, sxv)));
-            accB = _mm256_add_ps(accB, _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB), _mm256_mul_ps(mB, sxv)));
-        } else {
-            accA = _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA), accA);
-            accB = _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB), accB);
+        const __m256 wA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc));
+        const __m256 wB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16)));
+        for (int k = 0; k < nt; k++) {
+            if (sh) {
+                const __m256i off = _mm256_set1_epi32(xsum[k][b] * (1 << sh));
+                iA[k] = _mm256_sub_epi32(iA[k], off);
+                iB[k] = _mm256_sub_epi32(iB[k], off);
+            }
+            const __m256 dxv = bcf(dx[k] + b);
+            __m256 sA = _mm256_mul_ps(wA, dxv), sB = _mm256_mul_ps(wB, dxv);
+            if (cpu_q_has_min(t)) {
+                const __m256 sxv = bcf(sx[k] + b);
+                __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
+                __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));
+                accA[k] = _mm256_add_ps(accA[k], _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA[k]), _mm256_mul_ps(mA, sxv)));
+                accB[k] = _mm256_add_ps(accB[k], _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB[k]), _mm256_mul_ps(mB, sxv)));
+            } else {
+                accA[k] = _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA[k]), accA[k]);
+                accB[k] = _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB[k]), accB[k]);
+            }
         }
     }
-    store_rows(o, accA, 8, accumulate);
-    store_rows(o + 8, accB, 8, accumulate);
+    for (int k = 0; k < nt; k++) {
+        store_rows(o + (size_t)k * os, accA[k], 8, accumulate);
+        store_rows(o + (size_t)k * os + 8, accB[k], 8, accumulate);
+    }
 }
 
 /* One row tile of NG groups: rows[0..8*NG-1] (clamped), nr valid rows. */
@@ -633,8 +666,21 @@ QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, const uint8_t *
     const int nv = u32_nvec(t);
     const bool five = t == TR_DTYPE_Q5_0 || t == TR_DTYPE_Q5_1;
     const int nt4 = five ? 4 / ng : 4; /* tokens per pass */
-    if (n_tok == 1 && grp) {
-        gemv32_r16(t, grp, nb, xq, out + rg, accumulate);
+    if (grp && n_tok <= QX_GEMV_TOK) {
+        for (int k = 0; k < n_tok; k += QX_GEMV_NT) {
+            const int kn = n_tok - k < QX_GEMV_NT ? n_tok - k : QX_GEMV_NT;
+            const uint8_t *xk = xq + (size_t)k * xs;
+            float *ok = out + (size_t)k * os + rg;
+            /* constant token counts: the loops over tokens unroll */
+            if (kn == 4)
+                gemv32_r16(t, grp, nb, xk, xs, 4, ok, os, accumulate);
+            else if (kn == 3)
+                gemv32_r16(t, grp, nb, xk, xs, 3, ok, os, accumulate);
+            else if (kn == 2)
+                gemv32_r16(t, grp, nb, xk, xs, 2, ok, os, accumulate);
+            else
+                gemv32_r16(t, grp, nb, xk, xs, 1, ok, os, accumulate);
+        }
         return;
     }
     if (n_tok == 1) {

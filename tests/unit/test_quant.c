@@ -1008,7 +1008,8 @@ static void test_matmul_determinism(void **state) {
 /* The 16-row interleaved layout: tr_cpu_repack16 writes exactly the
  * matrix's bytes, and every SIMD set's matmul_tile_r16 over the repacked
  * copy gives bitwise the portable set's matmul_tile over the rows, for any
- * token count (decode GEMV, token tiles of 64 and beyond), any row range
+ * token count (decode GEMV, the few-token GEMV of up to QX_GEMV_TOK tokens
+ * in fours, token tiles of 64 and beyond), any row range
  * of whole groups, and with accumulate. */
 static void test_matmul_r16(void **state) {
     (void)state;
@@ -1022,7 +1023,7 @@ static void test_matmul_r16(void **state) {
     assert_false(tr_cpu_repack16_supported(TR_DTYPE_Q8_0, 32, 48));
     static const tr_dtype types[] = {TR_DTYPE_Q4_0, TR_DTYPE_Q4_1, TR_DTYPE_Q5_0, TR_DTYPE_Q5_1,
                                      TR_DTYPE_Q8_0};
-    static const int ntoks[] = {1, 2, 5, 17, 64, 70, 130};
+    static const int ntoks[] = {1, 2, 3, 4, 5, 6, 9, 11, 12, 17, 64, 70, 130};
     const int T = 130;
     const int64_t R = 48;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
