@@ -17,8 +17,9 @@
 #include "runtime/spec/spec.h"
 
 typedef struct ngram_table {
-    int32_t *slot; /* [cap] end positions, -1 empty */
-    uint32_t cap;  /* power of two */
+    int32_t *slot;  /* [cap] end positions, -1 empty */
+    int32_t *count; /* [cap] occurrences (the 1-gram table only) */
+    uint32_t cap;   /* power of two */
     uint32_t used;
 } ngram_table;
 
@@ -26,17 +27,20 @@ struct tr_ngram {
     tr_ngram_options o;
     int32_t *tok;
     int32_t len, cap;
-    ngram_table t[TR_NGRAM_MAX_N + 1]; /* [n] for n in min_n .. max_n */
+    ngram_table t[TR_NGRAM_MAX_N + 1]; /* [n] for n in min_n .. max_n, and
+                                          [1] for the unique fallback */
     int32_t draft;    /* current draft length */
     float rate;       /* running acceptance rate */
     int32_t seen;     /* proposals with feedback */
     int32_t off_for;  /* calls left while off */
     int32_t backoff;  /* the next off period */
+    int32_t src;      /* where the last proposal was copied from, -1 */
+    int32_t cursor;   /* where the copy goes on in the text, -1 none */
 };
 
 void tr_ngram_options_default(tr_ngram_options *o) {
     *o = (tr_ngram_options){.min_n = 2, .max_n = 4, .start = 4, .max_draft = 8, .grow = 2,
-                            .off_below = 0.2f, .backoff = 16};
+                            .off_below = 0.2f, .backoff = 16, .unique_1gram = true};
 }
 
 static uint64_t gram_hash(const int32_t *t, int32_t n) {
@@ -67,13 +71,17 @@ tr_status tr_ngram_new(const tr_ngram_options *o, tr_ngram **out, tr_diag *diag)
     g->draft = o->start;
     g->rate = 1.0f;
     g->backoff = o->backoff;
+    g->src = g->cursor = -1;
     *out = g;
     return TR_OK;
 }
 
 void tr_ngram_free(tr_ngram *g) {
     if (!g) return;
-    for (int32_t n = 0; n <= TR_NGRAM_MAX_N; n++) free(g->t[n].slot);
+    for (int32_t n = 0; n <= TR_NGRAM_MAX_N; n++) {
+        free(g->t[n].slot);
+        free(g->t[n].count);
+    }
     free(g->tok);
     free(g);
 }
@@ -88,34 +96,53 @@ static int32_t *find_slot(const ngram_table *t, const int32_t *tok, int32_t n,
     }
 }
 
-static bool grow_table(ngram_table *t, const int32_t *tok, int32_t n) {
+static bool grow_table(ngram_table *t, const int32_t *tok, int32_t n, bool counted) {
     uint32_t cap = t->cap ? 2 * t->cap : 64;
     int32_t *s = malloc((size_t)cap * sizeof *s);
-    if (!s) return false;
+    int32_t *c = counted ? calloc(cap, sizeof *c) : NULL;
+    if (!s || (counted && !c)) {
+        free(s);
+        free(c);
+        return false;
+    }
     memset(s, 0xff, (size_t)cap * sizeof *s);
-    ngram_table nt = {s, cap, 0};
+    ngram_table nt = {s, c, cap, 0};
     for (uint32_t i = 0; i < t->cap; i++) {
         int32_t e = t->slot[i];
         if (e < 0) continue;
         const int32_t *gram = tok + e - n + 1;
-        *find_slot(&nt, tok, n, gram, gram_hash(gram, n)) = e;
+        int32_t *to = find_slot(&nt, tok, n, gram, gram_hash(gram, n));
+        *to = e;
+        if (c) c[to - s] = t->count[i];
         nt.used++;
     }
     free(t->slot);
+    free(t->count);
     *t = nt;
+    return true;
+}
+
+/* Enters the n-gram of size n ending at position p; counted: the table
+ * also counts occurrences. */
+static bool index_gram(tr_ngram *g, int32_t n, int32_t p, bool counted) {
+    ngram_table *t = &g->t[n];
+    if (2 * (t->used + 1) > t->cap && !grow_table(t, g->tok, n, counted)) return false;
+    const int32_t *gram = g->tok + p - n + 1;
+    int32_t *s = find_slot(t, g->tok, n, gram, gram_hash(gram, n));
+    if (*s < 0) t->used++;
+    *s = p; /* the most recent occurrence */
+    if (counted) t->count[s - t->slot]++;
     return true;
 }
 
 /* Enters the n-grams ending at position p (its follower p + 1 exists). */
 static bool index_end(tr_ngram *g, int32_t p) {
-    for (int32_t n = g->o.min_n; n <= g->o.max_n && n <= p + 1; n++) {
-        ngram_table *t = &g->t[n];
-        if (2 * (t->used + 1) > t->cap && !grow_table(t, g->tok, n)) return false;
-        const int32_t *gram = g->tok + p - n + 1;
-        int32_t *s = find_slot(t, g->tok, n, gram, gram_hash(gram, n));
-        if (*s < 0) t->used++;
-        *s = p; /* the most recent occurrence */
-    }
+    /* a unique token needs every 1-gram counted, so with min_n 1 the
+     * table counts too */
+    bool uniq = g->o.unique_1gram;
+    if ((uniq || g->o.min_n == 1) && !index_gram(g, 1, p, uniq)) return false;
+    for (int32_t n = g->o.min_n > 1 ? g->o.min_n : 2; n <= g->o.max_n && n <= p + 1; n++)
+        if (!index_gram(g, n, p, false)) return false;
     return true;
 }
 
@@ -149,9 +176,11 @@ tr_status tr_ngram_append(tr_ngram *g, const int32_t *tokens, int32_t n) {
 void tr_ngram_truncate(tr_ngram *g, int32_t len) {
     if (len < 0 || len >= g->len) return;
     g->len = len;
+    g->src = g->cursor = -1;
     for (int32_t n = 0; n <= TR_NGRAM_MAX_N; n++) {
         ngram_table *t = &g->t[n];
         if (t->cap) memset(t->slot, 0xff, (size_t)t->cap * sizeof *t->slot);
+        if (t->count) memset(t->count, 0, (size_t)t->cap * sizeof *t->count);
         t->used = 0;
     }
     for (int32_t p = 0; p + 1 < len; p++)
@@ -160,6 +189,33 @@ void tr_ngram_truncate(tr_ngram *g, int32_t len) {
 
 int32_t tr_ngram_length(const tr_ngram *g) { return g->len; }
 
+/* The end of the most recent earlier occurrence of the sequence's last
+ * n tokens, or -1; *count its occurrences where the table counts. */
+static int32_t earlier(const tr_ngram *g, int32_t n, int32_t *count) {
+    const ngram_table *t = &g->t[n];
+    if (g->len < n + 1 || !t->cap) return -1;
+    const int32_t *gram = g->tok + g->len - n;
+    const int32_t *s = find_slot(t, g->tok, n, gram, gram_hash(gram, n));
+    /* a stale slot past a truncation, or no earlier occurrence */
+    if (*s < 0 || *s >= g->len - 1) return -1;
+    if (count) *count = t->count ? t->count[s - t->slot] : 0;
+    return *s;
+}
+
+/* The first occurrence of the sequence's last n tokens that ends at or
+ * after the cursor, within TR_NGRAM_CURSOR_SPAN tokens, or -1. */
+static int32_t after_cursor(const tr_ngram *g, int32_t n) {
+    if (g->cursor < 0 || g->len < n + 1) return -1;
+    const int32_t *gram = g->tok + g->len - n;
+    int32_t from = g->cursor > n - 1 ? g->cursor : n - 1;
+    int32_t to = g->len - 2; /* followed by a token, and earlier text */
+    if (to > from + TR_NGRAM_CURSOR_SPAN) to = from + TR_NGRAM_CURSOR_SPAN;
+    for (int32_t e = from; e <= to; e++)
+        if (g->tok[e] == gram[n - 1] && memcmp(g->tok + e - n + 1, gram, (size_t)n * sizeof *gram) == 0)
+            return e;
+    return -1;
+}
+
 int32_t tr_ngram_propose(tr_ngram *g, int32_t *out, int32_t cap) {
     if (g->off_for > 0) {
         g->off_for--;
@@ -167,24 +223,32 @@ int32_t tr_ngram_propose(tr_ngram *g, int32_t *out, int32_t cap) {
     }
     int32_t want = cap < g->draft ? cap : g->draft;
     if (want <= 0) return 0;
-    for (int32_t n = g->o.max_n; n >= g->o.min_n; n--) {
-        const ngram_table *t = &g->t[n];
-        if (g->len < n + 1 || !t->cap) continue;
-        const int32_t *gram = g->tok + g->len - n;
-        int32_t e = *find_slot(t, g->tok, n, gram, gram_hash(gram, n));
-        /* a stale slot past a truncation, or no earlier occurrence */
-        if (e < 0 || e >= g->len - 1) continue;
-        int32_t k = 0;
-        for (int32_t p = e + 1; p < g->len && k < want; p++) out[k++] = g->tok[p];
-        return k;
-    }
-    return 0;
+    int32_t e = -1;
+    for (int32_t n = g->o.max_n; n >= g->o.min_n && e < 0; n--)
+        if ((e = after_cursor(g, n)) < 0) e = earlier(g, n, NULL);
+    /* a token seen once before: a name or a number copied from the
+     * prompt continues as it did there, even where the tokens before it
+     * differ (a value after `"name": "` that followed `name=`); a common
+     * token (` the`, `"`) has many continuations and proposes nothing */
+    int32_t seen = 0;
+    if (e < 0 && g->o.min_n > 1 && g->o.unique_1gram && (e = earlier(g, 1, &seen)) >= 0 &&
+        seen != 1)
+        e = -1;
+    if (e < 0) return 0;
+    int32_t k = 0;
+    for (int32_t p = e + 1; p < g->len && k < want; p++) out[k++] = g->tok[p];
+    g->src = e + 1;
+    return k;
 }
 
 void tr_ngram_feedback(tr_ngram *g, int32_t proposed, int32_t accepted) {
     if (proposed <= 0 || accepted < 0 || accepted > proposed) return;
     g->rate = 0.75f * g->rate + 0.25f * (float)accepted / (float)proposed;
     g->seen++;
+    /* the copy goes on after what was kept: after a departure (a word
+     * left out, an edit) the text is looked for from there on first */
+    if (g->src >= 0) g->cursor = g->src + accepted;
+    g->src = -1;
     if (accepted == proposed) {
         g->draft = g->draft + g->o.grow > g->o.max_draft ? g->o.max_draft : g->draft + g->o.grow;
         g->backoff = g->o.backoff;

@@ -7,11 +7,18 @@
  *
  * N-gram ("prompt lookup"). The sequence so far (prompt, then accepted
  * output) is indexed by its n-grams, n = min_n .. max_n. A proposal takes
- * the sequence's last n tokens, longest n first, finds the most recent
- * EARLIER place they occurred, and proposes the tokens that followed
- * there (as many as the current draft length, fewer when the sequence
- * ends first). Outputs that copy their input (extraction, rewriting, JSON
- * that repeats values) are where this pays.
+ * the sequence's last n tokens, longest n first, finds an EARLIER place
+ * they occurred, and proposes the tokens that followed there (as many as
+ * the current draft length, fewer when the sequence ends first). The
+ * place: once a proposal has had feedback, the copy has a cursor (where
+ * the last proposal was copied from, plus the tokens kept of it), and the
+ * first occurrence ending at or after the cursor, within
+ * TR_NGRAM_CURSOR_SPAN tokens, wins, so a copy that leaves a word out or
+ * makes an edit resumes where it was in the text, not at a later repeat
+ * of the same words; otherwise the most recent occurrence. Where no
+ * n-gram matches, a last token that occurred exactly once before
+ * (unique_1gram) proposes what followed it. Outputs that copy their input
+ * (extraction, rewriting, JSON that repeats values) are where this pays.
  *
  * Draft length adapts per sequence: it starts at options.start, grows by
  * `grow` after a proposal accepted whole (up to max_draft), and falls to
@@ -29,12 +36,14 @@
 #ifndef TR_RUNTIME_SPEC_H
 #define TR_RUNTIME_SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
 
 #define TR_NGRAM_MAX_N 8
 #define TR_NGRAM_MAX_DRAFT 32
+#define TR_NGRAM_CURSOR_SPAN 1024
 
 typedef struct tr_ngram_options {
     int32_t min_n, max_n; /* n-gram sizes matched; default 2 .. 4 */
@@ -43,6 +52,9 @@ typedef struct tr_ngram_options {
     int32_t grow;         /* added after a whole acceptance; default 2 */
     float off_below;      /* acceptance rate that turns it off; default 0.2 */
     int32_t backoff;      /* calls it stays off the first time; default 16 */
+    bool unique_1gram;    /* where no n-gram of min_n .. max_n matches: a
+                             last token that occurred exactly once before
+                             proposes what followed it; default true */
 } tr_ngram_options;
 
 typedef struct tr_ngram tr_ngram;

@@ -1,9 +1,10 @@
 /* test_spec_ngram.c — runtime/spec/spec.h's n-gram proposer: proposals
  * against a naive search (the most recent earlier occurrence of the
- * longest suffix n-gram, n from max_n down to min_n) on random sequences
- * over small alphabets, appended in random pieces and truncated now and
- * then; the draft length's growth and fall; switching off and back on;
+ * longest suffix n-gram, n from max_n down to min_n, then a last token
+ * seen exactly once before) on random sequences over small and large
+ * alphabets, appended in random pieces and truncated now and then; the draft length's growth and fall; switching off and back on;
  * bad options refused. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,25 +15,36 @@
 #include "base/hash.h"
 #include "runtime/spec/spec.h"
 
-/* The contract's proposal, by brute force. */
-static int32_t naive(const int32_t *t, int32_t len, int32_t min_n, int32_t max_n, int32_t want,
-                     int32_t *out) {
+static int32_t follow(const int32_t *t, int32_t len, int32_t e, int32_t want, int32_t *out) {
+    int32_t k = 0;
+    for (int32_t p = e + 1; p < len && k < want; p++) out[k++] = t[p];
+    return k;
+}
+
+/* The contract's proposal, by brute force; *by_unique: made by the
+ * unique-token fallback. */
+static int32_t naive(const int32_t *t, int32_t len, int32_t min_n, int32_t max_n, bool unique,
+                     int32_t want, int32_t *out, bool *by_unique) {
+    *by_unique = false;
     for (int32_t n = max_n; n >= min_n; n--) {
         if (len < n + 1) continue;
-        for (int32_t e = len - 2; e >= n - 1; e--) {
-            if (memcmp(t + e - n + 1, t + len - n, (size_t)n * sizeof *t) != 0) continue;
-            int32_t k = 0;
-            for (int32_t p = e + 1; p < len && k < want; p++) out[k++] = t[p];
-            return k;
-        }
+        for (int32_t e = len - 2; e >= n - 1; e--)
+            if (memcmp(t + e - n + 1, t + len - n, (size_t)n * sizeof *t) == 0)
+                return follow(t, len, e, want, out);
     }
-    return 0;
+    if (!unique || min_n == 1 || len < 2) return 0;
+    int32_t seen = 0, at = -1;
+    for (int32_t e = len - 2; e >= 0; e--)
+        if (t[e] == t[len - 1] && seen++ == 0) at = e;
+    if (seen != 1) return 0;
+    *by_unique = true;
+    return follow(t, len, at, want, out);
 }
 
 static void test_against_naive(void **state) {
     (void)state;
     uint64_t rng = 7;
-    int proposals = 0;
+    int proposals = 0, unique_ones = 0;
     for (int round = 0; round < 200; round++) {
         tr_ngram_options o;
         tr_ngram_options_default(&o);
@@ -40,10 +52,12 @@ static void test_against_naive(void **state) {
         o.max_n = o.min_n + (int32_t)(tr_splitmix64(rng++) % 3);
         o.start = o.max_draft = 6;
         o.off_below = 0; /* never off: every call is compared */
+        o.unique_1gram = round % 3 != 2;
         tr_ngram *g;
         tr_diag d = {0};
         assert_int_equal(tr_ngram_new(&o, &g, &d), TR_OK);
-        int32_t alphabet = 2 + (int32_t)(tr_splitmix64(rng++) % 6);
+        /* large alphabets: tokens seen once */
+        int32_t alphabet = 2 + (int32_t)(tr_splitmix64(rng++) % (round % 4 == 3 ? 400 : 6));
         int32_t seq[600];
         int32_t len = 0;
         while (len < 500) {
@@ -60,14 +74,17 @@ static void test_against_naive(void **state) {
             assert_int_equal(tr_ngram_length(g), len);
             int32_t got[8], want[8];
             int32_t ng = tr_ngram_propose(g, got, 8);
-            int32_t nw = naive(seq, len, o.min_n, o.max_n, 6, want);
+            bool by_unique;
+            int32_t nw = naive(seq, len, o.min_n, o.max_n, o.unique_1gram, 6, want, &by_unique);
             if (ng != nw || memcmp(got, want, (size_t)ng * sizeof *got) != 0)
                 fail_msg("round %d len %d: got %d tokens, want %d", round, len, ng, nw);
             proposals += ng > 0;
+            unique_ones += ng > 0 && by_unique;
         }
         tr_ngram_free(g);
     }
     assert_true(proposals > 10000);
+    assert_true(unique_ones > 500);
 }
 
 static void test_copying_and_lengths(void **state) {
@@ -96,6 +113,33 @@ static void test_copying_and_lengths(void **state) {
     assert_int_equal(tr_ngram_draft_length(g), 3);
     tr_ngram_feedback(g, 3, 4); /* nonsense outcome: ignored */
     assert_int_equal(tr_ngram_draft_length(g), 3);
+    tr_ngram_free(g);
+}
+
+/* After feedback the copy resumes where it was in the text: the first
+ * occurrence at or after the cursor wins over the most recent one. */
+static void test_cursor(void **state) {
+    (void)state;
+    tr_ngram *g;
+    tr_diag d = {0};
+    assert_int_equal(tr_ngram_new(NULL, &g, &d), TR_OK);
+    int32_t text[] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 12, 13, 30, 31, 32, 40, 10, 11};
+    assert_int_equal(tr_ngram_append(g, text, 17), TR_OK);
+    int32_t out[8];
+    assert_int_equal(tr_ngram_propose(g, out, 8), 4); /* (10 11), from position 2 */
+    assert_int_equal(out[0], 12);
+    tr_ngram_feedback(g, 4, 1); /* 12 kept: the cursor is at 3 */
+    int32_t next[] = {12, 88, 12, 13}; /* a departure, then (12 13) again */
+    assert_int_equal(tr_ngram_append(g, next, 4), TR_OK);
+    assert_int_equal(tr_ngram_propose(g, out, 8), 2); /* draft length: 1 + 1 */
+    assert_int_equal(out[0], 14); /* not 30, after the later (12 13) */
+    assert_int_equal(out[1], 15);
+    /* cutting the sequence forgets the cursor: the most recent again */
+    tr_ngram_truncate(g, 20);
+    int32_t again = 13;
+    assert_int_equal(tr_ngram_append(g, &again, 1), TR_OK);
+    assert_int_equal(tr_ngram_propose(g, out, 8), 2);
+    assert_int_equal(out[0], 30);
     tr_ngram_free(g);
 }
 
@@ -157,6 +201,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_naive),
         cmocka_unit_test(test_copying_and_lengths),
+        cmocka_unit_test(test_cursor),
         cmocka_unit_test(test_off_and_back),
         cmocka_unit_test(test_bad_options),
     };
