@@ -377,9 +377,12 @@ enum {
     TRELLIS_PROPERTY_ORDER_SCHEMA = 0, /* the order of `properties` */
     TRELLIS_PROPERTY_ORDER_ANY = 1,    /* any order: each listed property
                                           at most once, every required one
-                                          before `}`; objects with more than
-                                          10 listed properties keep schema
-                                          order */
+                                          before `}` (objects of more than
+                                          4 listed properties are counted
+                                          and their names kept unique by
+                                          the matcher; grammar text, which
+                                          has no matcher, keeps schema
+                                          order past 10) */
 };
 
 typedef struct trellis_grammar_options {
