@@ -144,7 +144,7 @@ static void *handle(void *arg) {
                                                               : "hello world";
         char out[512];
         if (m == MODE_SILENT) {
-            sleep_ms(1500);
+            sleep_ms(3000);
         } else if (m == MODE_GARBAGE) {
             send_str(c->fd, "this is not HTTP at all\r\n\r\n");
         } else if (m == MODE_CUT) {
@@ -463,12 +463,15 @@ static void test_failures(void **state) {
         {MODE_HTTP_400, "the server answered 400: regex: unbalanced parenthesis at 3"},
         {MODE_GARBAGE, "malformed HTTP response"},
         {MODE_CUT, "closed the connection before the response was complete"},
-        {MODE_SILENT, "sent nothing for 300 ms"},
+        {MODE_SILENT, "sent nothing for 1000 ms"},
         {MODE_NO_TEXT, "has no \"text\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         remote r;
-        remote_open(&r, "fn main() {\n  \"x\"\n  gen g\n  return g\n}\n", NULL, 300);
+        /* the silent server's timeout well below its 3 s of silence; the
+         * others far above an answer's time on a loaded machine */
+        remote_open(&r, "fn main() {\n  \"x\"\n  gen g\n  return g\n}\n", NULL,
+                    cases[i].mode == MODE_SILENT ? 1000 : 5000);
         r.srv->mode = cases[i].mode;
         tr_dsl_result res;
         tr_dsl_error e;
