@@ -63,12 +63,20 @@
 #define QX_INLINE static inline __attribute__((always_inline))
 #define QX_TT 64   /* tokens per tile (accumulators live in a stack tile) */
 /* Repacked matrices: up to QX_GEMV_TOK tokens go through the decode GEMV,
- * QX_GEMV_NT at a time (whole SmolLM2 passes of 2..11 rows, 2 threads,
- * Zen 4: 2 rows 2.6 ms against 4.4 tiled, 8 rows 6.2 against 6.9, 12
- * rows even, 16 rows 11.1 against 10.1; 8 at a time was slower than 4:
- * out of registers) */
+ * QX_GEMV_NT at a time. Whole SmolLM2 passes, 2 threads, Zen 4: with
+ * VNNI, 2 rows 2.6 ms against 4.4 tiled, 8 rows 6.2 against 6.9, 12 rows
+ * even, 16 rows 11.1 against 10.1; 8 tokens at a time was slower than 4
+ * (out of registers). The AVX2 set (16 registers, no VNNI) gains at 2 and
+ * 3 rows, three at a time (2 rows 3.2-4.0 against 4.4-5.5, 3 rows 4.1-5.3
+ * against 5.5-7.0), and loses from 5 (5 rows 7.7 against 6.8-7.0; 9 rows
+ * four at a time 10.2-10.6 against 8.1-8.4). */
+#ifdef QX_VNNI
 #define QX_GEMV_NT 4
 #define QX_GEMV_TOK 11
+#else
+#define QX_GEMV_NT 3
+#define QX_GEMV_TOK 3
+#endif
 #define QX_KC32 24 /* 32-blocks per unpacked chunk (24 x 1152 B for Q8_0) */
 #define QX_KC256 4 /* 256-blocks per unpacked chunk */
 
@@ -672,9 +680,9 @@ QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, const uint8_t *
             const uint8_t *xk = xq + (size_t)k * xs;
             float *ok = out + (size_t)k * os + rg;
             /* constant token counts: the loops over tokens unroll */
-            if (kn == 4)
+            if (kn == 4 && QX_GEMV_NT >= 4)
                 gemv32_r16(t, grp, nb, xk, xs, 4, ok, os, accumulate);
-            else if (kn == 3)
+            else if (kn == 3 && QX_GEMV_NT >= 3)
                 gemv32_r16(t, grp, nb, xk, xs, 3, ok, os, accumulate);
             else if (kn == 2)
                 gemv32_r16(t, grp, nb, xk, xs, 2, ok, os, accumulate);
