@@ -265,5 +265,5 @@ bool tr_cli_parse(const cli_cmd *c, int argc, char **argv, bool *help) {
         }
         if (!take_value(cmd, a, o, v)) return false;
     }
-    return true;
+    return !c->finish || c->finish(c->finish_ctx, cmd);
 }

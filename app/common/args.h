@@ -76,12 +76,17 @@ typedef struct cli_cmd {
     size_t n_engine;
     cli_strs *operands;
     const char *epilog;
+    /* called after a parse without errors (NULL: none): settles flags that
+     * depend on each other; false after printing "trellis NAME: why" */
+    bool (*finish)(void *ctx, const char *cmd);
+    void *finish_ctx;
 } cli_cmd;
 
 /* Parses argv[0..argc) against c's flags. On error prints "trellis NAME:
  * FLAG: why" to stderr and returns false. "-h"/"--help" prints the usage
  * to stdout and sets *help (the caller then returns 0). Destinations of
- * flags not given are left as they are (their defaults). */
+ * flags not given are left as they are (their defaults). Then c->finish,
+ * when set. */
 bool tr_cli_parse(const cli_cmd *c, int argc, char **argv, bool *help);
 
 /* "usage: trellis NAME USAGE", the paragraph, one line per flag with its

@@ -89,7 +89,53 @@ static const struct {
     [TR_EF_SPEC_DRAFT] = {"--spec-draft", NULL, CLI_INT32, "spec_draft", OFF(spec_draft),
                           "the draft model's tokens per sequence and step at most (the "
                           "length adapts to what is kept)", "N", NULL},
+    /* not an engine option: settled into spec_ngram / draft_model */
+    [TR_EF_SPECULATE] = {"--speculate", NULL, CLI_ENUM, NULL, 0,
+                         "speculative decoding's proposers: off; ngram (n-gram drafts, "
+                         "--spec-ngram of them, 8 unless given); draft (the --draft-model's "
+                         "drafts alone); auto: as --spec-ngram and --draft-model say",
+                         NULL, "auto|off|ngram|draft"},
 };
+
+/* --speculate against --spec-ngram and --draft-model. */
+static bool settle_speculate(void *ctx, const char *cmd) {
+    tr_engine_flags *f = ctx;
+    trellis_engine_options *o = &f->opts;
+    const bool ngram_given = f->given[TR_EF_SPEC_NGRAM], draft_given = f->given[TR_EF_DRAFT_MODEL];
+    const char *clash = NULL;
+    bool other_proposer = false; /* the clash is the proposer it leaves out */
+    switch (f->speculate) {
+    case TR_SPECULATE_OFF:
+        if (ngram_given && o->spec_ngram > 0) clash = "--spec-ngram";
+        else if (draft_given && o->draft_model) clash = "--draft-model";
+        o->spec_ngram = 0;
+        o->draft_model = NULL;
+        break;
+    case TR_SPECULATE_NGRAM:
+        if (ngram_given && o->spec_ngram == 0) clash = "--spec-ngram 0";
+        else if (draft_given && o->draft_model) clash = "--draft-model", other_proposer = true;
+        if (!ngram_given) o->spec_ngram = TR_SPECULATE_NGRAM_DEFAULT;
+        break;
+    case TR_SPECULATE_DRAFT:
+        if (!o->draft_model) {
+            fprintf(stderr, "trellis %s: --speculate draft: needs --draft-model FILE\n", cmd);
+            return false;
+        }
+        if (ngram_given && o->spec_ngram > 0) clash = "--spec-ngram", other_proposer = true;
+        o->spec_ngram = 0;
+        break;
+    default:
+        break;
+    }
+    if (clash) {
+        static const char *const mode[] = {"auto", "off", "ngram", "draft"};
+        fprintf(stderr, "trellis %s: --speculate %s contradicts %s%s\n", cmd,
+                mode[f->speculate], clash,
+                other_proposer ? " (without --speculate both run, n-gram drafts first)" : "");
+        return false;
+    }
+    return true;
+}
 
 void tr_engine_flags_init(tr_engine_flags *f) {
     memset(f, 0, sizeof *f);
@@ -107,7 +153,8 @@ bool tr_engine_flag_bounds(tr_engine_flag flag, int32_t *min, int32_t *max) {
 
 /* The default --help shows: the command's words, or the value in opts. */
 static void show_default(const tr_engine_flags *f, int i, char *out, size_t cap) {
-    const void *v = (const char *)&f->opts + k_flags[i].off;
+    const void *v = i == TR_EF_SPECULATE ? (const void *)&f->speculate
+                                         : (const void *)((const char *)&f->opts + k_flags[i].off);
     if (f->shown[i]) snprintf(out, cap, "%s", f->shown[i]);
     else if (k_flags[i].kind == CLI_FLAG) snprintf(out, cap, "%s", *(const bool *)v ? "on" : "off");
     else if (k_flags[i].kind == CLI_STR)
@@ -129,7 +176,8 @@ void tr_engine_flags_attach(tr_engine_flags *f, cli_cmd *c) {
         o->name = k_flags[i].name;
         o->alias = k_flags[i].alias;
         o->kind = k_flags[i].kind;
-        o->dest = (char *)&f->opts + k_flags[i].off;
+        o->dest = i == TR_EF_SPECULATE ? (void *)&f->speculate
+                                       : (void *)((char *)&f->opts + k_flags[i].off);
         o->min = 1, o->max = 0; /* unbounded, but for the integers below */
         o->meta = k_flags[i].meta;
         o->choices = k_flags[i].choices;
@@ -152,6 +200,8 @@ void tr_engine_flags_attach(tr_engine_flags *f, cli_cmd *c) {
     }
     c->engine = f->table;
     c->n_engine = TR_EF_COUNT;
+    c->finish = settle_speculate;
+    c->finish_ctx = f;
 }
 
 const char *tr_engine_flags_first_given(const tr_engine_flags *f) {

@@ -51,12 +51,23 @@ typedef enum tr_engine_flag {
     TR_EF_KV_FULL_PAGES,    /* --kv-full-pages */
     TR_EF_DRAFT_MODEL,      /* --draft-model FILE */
     TR_EF_SPEC_DRAFT,       /* --spec-draft N */
+    TR_EF_SPECULATE,        /* --speculate auto|off|ngram|draft */
     TR_EF_COUNT,
 } tr_engine_flag;
+
+/* --speculate: which proposers run (settled into opts after the parse:
+ * off turns both off; ngram turns n-gram drafts on, up to 8 a step unless
+ * --spec-ngram says, and refuses --draft-model; draft needs --draft-model
+ * and turns n-gram drafts off; auto leaves --spec-ngram and --draft-model
+ * as given). A contradiction (`--speculate off --spec-ngram 4`) is an
+ * error naming both flags. */
+enum { TR_SPECULATE_AUTO, TR_SPECULATE_OFF, TR_SPECULATE_NGRAM, TR_SPECULATE_DRAFT };
+#define TR_SPECULATE_NGRAM_DEFAULT 8
 
 typedef struct tr_engine_flags {
     trellis_engine_options opts;     /* the defaults, then what the flags
                                         say: pass to trellis_engine_new */
+    int32_t speculate;               /* TR_SPECULATE_*, settled into opts */
     bool given[TR_EF_COUNT];         /* the flags the command line gave */
     const char *shown[TR_EF_COUNT];  /* a command's own words for a
                                         default (--help), or NULL: the
@@ -71,8 +82,8 @@ typedef struct tr_engine_flags {
 void tr_engine_flags_init(tr_engine_flags *f);
 
 /* Builds the flags' table from the engine's bounds and the defaults now
- * in f->opts, and hands it to c (c->engine, c->n_engine). f must outlive
- * the parse. */
+ * in f->opts, and hands it to c (c->engine, c->n_engine, and c->finish,
+ * which settles --speculate). f must outlive the parse. */
 void tr_engine_flags_attach(tr_engine_flags *f, cli_cmd *c);
 
 /* The bounds of flag `flag`'s value as the engine's table states them:

@@ -251,6 +251,37 @@ static int read_mode(rd *r, json_t *o, const char *key, const char *const *names
     return BAD(pname(r, key, p, sizeof p), "'%s' must be %s", p, choices);
 }
 
+/* "speculate" (extension): the request's proposers, as `--speculate`:
+ * "off" (no drafts), "ngram" (n-gram drafts: spec_ngram of them, 8 unless
+ * given) or "draft" (the server's draft model alone). A spec_ngram or
+ * spec_draft that contradicts it is a 400 naming both. */
+static int read_speculate(rd *r, json_t *o, trellis_request *q, bool ngram_given,
+                          bool draft_given) {
+    static const char *const names[] = {"off", "ngram", "draft"};
+    int32_t m = -1;
+    int k = read_mode(r, o, "speculate", names, 3, "\"off\", \"ngram\" or \"draft\"", &m);
+    if (k <= 0) return k;
+    const char *clash = NULL;
+    if (m == 0 && ngram_given && q->spec_ngram != 0) clash = "spec_ngram";
+    else if (m == 0 && draft_given && q->spec_draft != 0) clash = "spec_draft";
+    else if (m == 1 && ngram_given && q->spec_ngram == 0) clash = "spec_ngram";
+    else if (m == 1 && draft_given && q->spec_draft != 0) clash = "spec_draft";
+    else if (m == 2 && ngram_given && q->spec_ngram != 0) clash = "spec_ngram";
+    else if (m == 2 && draft_given && q->spec_draft == 0) clash = "spec_draft";
+    tr_srv_error *err = r->err;
+    char p[96], p2[96];
+    if (clash)
+        return BAD(pname(r, "speculate", p, sizeof p), "'%s' \"%s\" contradicts '%s'", p,
+                   names[m], pname(r, clash, p2, sizeof p2));
+    if (m == 0) q->spec_ngram = q->spec_draft = 0;
+    if (m == 1) {
+        if (!ngram_given || q->spec_ngram < 0) q->spec_ngram = 8;
+        q->spec_draft = 0;
+    }
+    if (m == 2) q->spec_ngram = 0;
+    return 1;
+}
+
 /* "whitespace" (extension; JSON kinds): what the grammar lets the model
  * put between JSON tokens: "flexible" (the default), "compact" (none:
  * every `": "`-free separator is forced, so jump-forward skips more
@@ -319,10 +350,12 @@ static int read_sampling(rd *r, json_t *o) {
      * 0 off, 1..32 drafts a step at most */
     if ((k = get_int(r, o, "spec_ngram", -1, 32, &x)) < 0) return -1;
     if (k) q->spec_ngram = (int32_t)x;
+    bool ngram_given = k;
     /* drafts from the server's --draft-model: -1 its --spec-draft, 0 off,
      * 1..16 a step at most (ignored without a draft model) */
     if ((k = get_int(r, o, "spec_draft", -1, 16, &x)) < 0) return -1;
     if (k) q->spec_draft = (int32_t)x;
+    if (read_speculate(r, o, q, ngram_given, k) < 0) return -1;
     /* jump_forward (default true): false samples every token, even those
      * the constraint forces (trellis_request.no_jump_forward); for
      * measuring what jump-forward saves, and for clients that want the

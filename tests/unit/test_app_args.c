@@ -345,6 +345,63 @@ static void test_engine_flags_other_kinds(void **state) {
                                "--help)\n");
 }
 
+/* --speculate settles --spec-ngram and --draft-model after the parse,
+ * and a contradiction is an error naming both flags. */
+static void test_engine_flags_speculate(void **state) {
+    (void)state;
+    tr_engine_flags ef;
+    cli_cmd c;
+    bool help;
+    engine_cmd(&ef, &c);
+    assert_true(parse_cmd(&c, &help, "--spec-ngram", "5", "--draft-model", "d.gguf", NULL));
+    assert_int_equal(ef.opts.spec_ngram, 5); /* auto: as given, both */
+    assert_string_equal(ef.opts.draft_model, "d.gguf");
+    engine_cmd(&ef, &c);
+    assert_true(parse_cmd(&c, &help, "--speculate", "ngram", NULL));
+    assert_int_equal(ef.opts.spec_ngram, TR_SPECULATE_NGRAM_DEFAULT);
+    engine_cmd(&ef, &c);
+    assert_true(parse_cmd(&c, &help, "--spec-ngram", "3", "--speculate", "ngram", NULL));
+    assert_int_equal(ef.opts.spec_ngram, 3);
+    engine_cmd(&ef, &c);
+    ef.opts.spec_ngram = 6; /* a command's own default: off turns it off */
+    assert_true(parse_cmd(&c, &help, "--speculate", "off", NULL));
+    assert_int_equal(ef.opts.spec_ngram, 0);
+    assert_null(ef.opts.draft_model);
+    engine_cmd(&ef, &c);
+    ef.opts.spec_ngram = 6;
+    assert_true(parse_cmd(&c, &help, "--draft-model", "d.gguf", "--speculate", "draft", NULL));
+    assert_int_equal(ef.opts.spec_ngram, 0);
+    assert_string_equal(ef.opts.draft_model, "d.gguf");
+    static const struct {
+        const char *a[6];
+        const char *err;
+    } bad[] = {
+        {{"--speculate", "draft", NULL}, "trellis test: --speculate draft: needs --draft-model FILE\n"},
+        {{"--speculate", "off", "--spec-ngram", "4", NULL},
+         "trellis test: --speculate off contradicts --spec-ngram\n"},
+        {{"--speculate", "off", "--draft-model", "d.gguf", NULL},
+         "trellis test: --speculate off contradicts --draft-model\n"},
+        {{"--spec-ngram", "0", "--speculate", "ngram", NULL},
+         "trellis test: --speculate ngram contradicts --spec-ngram 0\n"},
+        {{"--speculate", "ngram", "--draft-model", "d.gguf", NULL},
+         "trellis test: --speculate ngram contradicts --draft-model (without --speculate both "
+         "run, n-gram drafts first)\n"},
+        {{"--speculate", "draft", "--draft-model", "d.gguf", "--spec-ngram", NULL},
+         NULL}, /* --spec-ngram without its value: the parser's own error */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        engine_cmd(&ef, &c);
+        assert_false(parse_cmd(&c, &help, bad[i].a[0], bad[i].a[1], bad[i].a[2], bad[i].a[3],
+                               bad[i].a[4], bad[i].a[5], NULL));
+        if (bad[i].err) assert_string_equal(g_out, bad[i].err);
+    }
+    engine_cmd(&ef, &c);
+    assert_false(parse_cmd(&c, &help, "--speculate", "draft", "--draft-model", "d.gguf",
+                           "--spec-ngram", "2", NULL));
+    assert_string_equal(g_out, "trellis test: --speculate draft contradicts --spec-ngram "
+                               "(without --speculate both run, n-gram drafts first)\n");
+}
+
 /* --help lists every engine flag with its bounds and the command's
  * default. */
 static void test_engine_flags_help(void **state) {
@@ -387,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_engine_flags_are_the_engines),
         cmocka_unit_test(test_engine_flags_at_their_bounds),
         cmocka_unit_test(test_engine_flags_other_kinds),
+        cmocka_unit_test(test_engine_flags_speculate),
         cmocka_unit_test(test_engine_flags_help),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

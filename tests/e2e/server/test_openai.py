@@ -610,8 +610,24 @@ def test_spec_ngram_same_output(server):
             assert sc == sd == 200
             assert [x["text"] for x in c["choices"]] == [x["text"] for x in a["choices"]]
             assert [x["text"] for x in d["choices"]] == [x["text"] for x in a["choices"]]
+            # the same through "speculate" (as --speculate)
+            se, e1 = server.post("/v1/completions", dict(body, speculate="ngram"))
+            sf, f1 = s.post("/v1/completions", dict(body, speculate="off"))
+            assert se == sf == 200
+            assert [x["text"] for x in e1["choices"]] == [x["text"] for x in a["choices"]]
+            assert [x["text"] for x in f1["choices"]] == [x["text"] for x in a["choices"]]
         st, e = server.post("/v1/completions", {"prompt": "x", "spec_ngram": 33})
         assert st == 400 and e["error"]["param"] == "spec_ngram", e
+        for bad in ({"speculate": "fast"}, {"speculate": "off", "spec_ngram": 4},
+                    {"speculate": "ngram", "spec_ngram": 0},
+                    {"speculate": "draft", "spec_ngram": 2}):
+            st, e = server.post("/v1/completions", dict(bad, prompt="x"))
+            assert st == 400 and e["error"]["param"] == "speculate", (bad, e)
+        st, e = server.post("/v1/completions", {"prompt": "x", "speculate": "off",
+                                                 "spec_draft": 3})
+        assert "contradicts 'spec_draft'" in e["error"]["message"], e
+        st, text = server.get("/metrics")
+        assert float(re.search(r"\ntrellis_spec_draft_tokens_total (\S+)", text).group(1)) > 0
         st, text = s.get("/metrics")
         assert st == 200
         drafted = float(re.search(r"\ntrellis_spec_draft_tokens_total (\S+)", text).group(1))
