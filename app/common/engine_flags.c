@@ -102,31 +102,23 @@ static bool settle_speculate(void *ctx, const char *cmd) {
     tr_engine_flags *f = ctx;
     trellis_engine_options *o = &f->opts;
     const bool ngram_given = f->given[TR_EF_SPEC_NGRAM], draft_given = f->given[TR_EF_DRAFT_MODEL];
-    const char *clash = NULL;
-    bool other_proposer = false; /* the clash is the proposer it leaves out */
-    switch (f->speculate) {
-    case TR_SPECULATE_OFF:
-        if (ngram_given && o->spec_ngram > 0) clash = "--spec-ngram";
-        else if (draft_given && o->draft_model) clash = "--draft-model";
-        o->spec_ngram = 0;
-        o->draft_model = NULL;
-        break;
-    case TR_SPECULATE_NGRAM:
-        if (ngram_given && o->spec_ngram == 0) clash = "--spec-ngram 0";
-        else if (draft_given && o->draft_model) clash = "--draft-model", other_proposer = true;
-        if (!ngram_given) o->spec_ngram = TR_SPECULATE_NGRAM_DEFAULT;
-        break;
-    case TR_SPECULATE_DRAFT:
-        if (!o->draft_model) {
-            fprintf(stderr, "trellis %s: --speculate draft: needs --draft-model FILE\n", cmd);
-            return false;
-        }
-        if (ngram_given && o->spec_ngram > 0) clash = "--spec-ngram", other_proposer = true;
-        o->spec_ngram = 0;
-        break;
-    default:
-        break;
+    if (f->speculate == TR_SPECULATE_AUTO) return true;
+    const bool ngram = f->speculate == TR_SPECULATE_NGRAM, draft = f->speculate == TR_SPECULATE_DRAFT;
+    if (draft && !o->draft_model) {
+        fprintf(stderr, "trellis %s: --speculate draft: needs --draft-model FILE\n", cmd);
+        return false;
     }
+    /* a given setting against the mode; other_proposer: it is the
+     * proposer the mode leaves out */
+    const char *clash = NULL;
+    bool other_proposer = false;
+    if (ngram_given && (o->spec_ngram > 0) != ngram)
+        clash = ngram ? "--spec-ngram 0" : "--spec-ngram", other_proposer = draft;
+    else if (draft_given && o->draft_model && !draft)
+        clash = "--draft-model", other_proposer = ngram;
+    if (!ngram) o->spec_ngram = 0;
+    else if (!ngram_given) o->spec_ngram = TR_SPECULATE_NGRAM_DEFAULT;
+    if (!draft) o->draft_model = NULL;
     if (clash) {
         static const char *const mode[] = {"auto", "off", "ngram", "draft"};
         fprintf(stderr, "trellis %s: --speculate %s contradicts %s%s\n", cmd,

@@ -5,6 +5,8 @@
  * with a 400 when they ask for something, never silently dropped. */
 #include "app/server/validate_internal.h"
 
+#include "app/common/engine_flags.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -261,24 +263,18 @@ static int read_speculate(rd *r, json_t *o, trellis_request *q, bool ngram_given
     int32_t m = -1;
     int k = read_mode(r, o, "speculate", names, 3, "\"off\", \"ngram\" or \"draft\"", &m);
     if (k <= 0) return k;
-    const char *clash = NULL;
-    if (m == 0 && ngram_given && q->spec_ngram != 0) clash = "spec_ngram";
-    else if (m == 0 && draft_given && q->spec_draft != 0) clash = "spec_draft";
-    else if (m == 1 && ngram_given && q->spec_ngram == 0) clash = "spec_ngram";
-    else if (m == 1 && draft_given && q->spec_draft != 0) clash = "spec_draft";
-    else if (m == 2 && ngram_given && q->spec_ngram != 0) clash = "spec_ngram";
-    else if (m == 2 && draft_given && q->spec_draft == 0) clash = "spec_draft";
+    const bool ngram = m == 1, draft = m == 2; /* the proposer the mode keeps */
+    const char *clash = ngram_given && (q->spec_ngram != 0) != ngram   ? "spec_ngram"
+                        : draft_given && (q->spec_draft != 0) != draft ? "spec_draft"
+                                                                       : NULL;
     tr_srv_error *err = r->err;
     char p[96], p2[96];
     if (clash)
         return BAD(pname(r, "speculate", p, sizeof p), "'%s' \"%s\" contradicts '%s'", p,
                    names[m], pname(r, clash, p2, sizeof p2));
-    if (m == 0) q->spec_ngram = q->spec_draft = 0;
-    if (m == 1) {
-        if (!ngram_given || q->spec_ngram < 0) q->spec_ngram = 8;
-        q->spec_draft = 0;
-    }
-    if (m == 2) q->spec_ngram = 0;
+    if (!ngram) q->spec_ngram = 0;
+    else if (!ngram_given || q->spec_ngram < 0) q->spec_ngram = TR_SPECULATE_NGRAM_DEFAULT;
+    if (!draft) q->spec_draft = 0;
     return 1;
 }
 

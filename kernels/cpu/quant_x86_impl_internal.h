@@ -638,6 +638,11 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
         const uint8_t *sc = c + cpu_r16_scales_off((size_t)nd);
         const __m256 wA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)sc));
         const __m256 wB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 16)));
+        const bool has_min = cpu_q_has_min(t);
+        const __m256 mA = has_min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)))
+                                  : _mm256_setzero_ps();
+        const __m256 mB = has_min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)))
+                                  : _mm256_setzero_ps();
         for (int k = 0; k < nt; k++) {
             if (sh) {
                 const __m256i off = _mm256_set1_epi32(xsum[k][b] * (1 << sh));
@@ -646,10 +651,8 @@ QX_INLINE void gemv32_r16(tr_dtype t, const uint8_t *c, int64_t nb, const uint8_
             }
             const __m256 dxv = bcf(dx[k] + b);
             __m256 sA = _mm256_mul_ps(wA, dxv), sB = _mm256_mul_ps(wB, dxv);
-            if (cpu_q_has_min(t)) {
+            if (has_min) {
                 const __m256 sxv = bcf(sx[k] + b);
-                __m256 mA = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 32)));
-                __m256 mB = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 48)));
                 accA[k] = _mm256_add_ps(accA[k], _mm256_fmadd_ps(sA, _mm256_cvtepi32_ps(iA[k]), _mm256_mul_ps(mA, sxv)));
                 accB[k] = _mm256_add_ps(accB[k], _mm256_fmadd_ps(sB, _mm256_cvtepi32_ps(iB[k]), _mm256_mul_ps(mB, sxv)));
             } else {
@@ -682,7 +685,7 @@ QX_INLINE void mm32_tile(tr_dtype t, const uint8_t *const *rows, const uint8_t *
             /* constant token counts: the loops over tokens unroll */
             if (kn == 4 && QX_GEMV_NT >= 4)
                 gemv32_r16(t, grp, nb, xk, xs, 4, ok, os, accumulate);
-            else if (kn == 3 && QX_GEMV_NT >= 3)
+            else if (kn == 3)
                 gemv32_r16(t, grp, nb, xk, xs, 3, ok, os, accumulate);
             else if (kn == 2)
                 gemv32_r16(t, grp, nb, xk, xs, 2, ok, os, accumulate);

@@ -28,7 +28,9 @@
  * time, up to 256; a proposal accepted whole resets it to the start).
  *
  * Memory: the token array plus one hash table per n (an int32 per slot,
- * load at most 1/2): ~ (4 + 16 * (max_n - min_n + 1)) bytes per token.
+ * load at most 1/2): ~ (4 + 16 * (max_n - min_n + 1)) bytes per token,
+ * and with unique_1gram the 1-gram table with a count per slot (up to 16
+ * more bytes per distinct token).
  *
  * Ownership: the caller owns a tr_ngram; not thread-safe (one sequence,
  * one thread).
