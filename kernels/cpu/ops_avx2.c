@@ -233,7 +233,14 @@ static ALWAYS_INLINE __m256 kv_load8(const uint8_t *row, int32_t d,
             (const __m128i *)(const void *)(row + 16 * g + (i & 15)));
         if (i >= 16) b = _mm_srli_epi16(b, 4);
         b = _mm_and_si128(b, _mm_set1_epi8(15));
-        __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+        const __m128i levels = _mm_setr_epi8(
+            (char)tr_kv_q4_level(0), (char)tr_kv_q4_level(1), (char)tr_kv_q4_level(2),
+            (char)tr_kv_q4_level(3), (char)tr_kv_q4_level(4), (char)tr_kv_q4_level(5),
+            (char)tr_kv_q4_level(6), (char)tr_kv_q4_level(7), (char)tr_kv_q4_level(8),
+            (char)tr_kv_q4_level(9), (char)tr_kv_q4_level(10), (char)tr_kv_q4_level(11),
+            (char)tr_kv_q4_level(12), (char)tr_kv_q4_level(13), (char)tr_kv_q4_level(14),
+            (char)tr_kv_q4_level(15));
+        __m256i v = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(levels, b));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(v), kv_scale8(row + hd / 2 + 2 * g));
     }
     }

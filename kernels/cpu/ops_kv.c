@@ -86,7 +86,7 @@ static void kv_store_task(void *ctx, int ith, int nth) {
                 continue;
             }
             size_t hb = tr_kv_head_bytes(ty, hd);
-            int32_t rot = c == 0 ? tr_kv_rotation(ty, hd) : 0;
+            int32_t rot = c == 0 ? tr_kv_rotation(ty, hd) : tr_kv_v_rotation(ty);
             float tmp[CPU_ATTN_MAX_HEAD_DIM];
             for (int32_t h = 0; h < kv->n_kv_heads; h++) {
                 const float *x = src + (size_t)h * hd;
@@ -158,6 +158,8 @@ typedef struct attn_args {
      * every call): row (page, slot) of kind c is at page * page_bytes +
      * kind_off[c] + slot * row_bytes[c] from kv->base */
     size_t page_bytes, kind_off[2];
+    int32_t rotate_v;        /* V's rotation block (tr_kv_v_rotation): each
+                                output head is rotated back; 0 */
     int32_t rotate_q;        /* K's rotation block (tr_kv_rotation) when q
                                 still has to be rotated (per block); 0 */
     float scale;
@@ -364,9 +366,13 @@ static void attn_merge(float *state, const float *p, int32_t hd) {
     for (int32_t d = 0; d < hd; d++) acc[d] = acc[d] * ea + pa[d] * eb;
 }
 
-static void attn_finish(float *out, const float *state, int32_t hd) {
+/* out = acc / l, rotated back over blocks of vrot when V is stored
+ * rotated (backend.h's tr_kv_v_rotation; 0: none): a weighted sum of
+ * rotated rows is the rotated weighted sum. */
+static void attn_finish(float *out, const float *state, int32_t hd, int32_t vrot) {
     float l = state[1];
     for (int32_t d = 0; d < hd; d++) out[d] = state[2 + d] / l;
+    if (vrot) tr_cpu_kv_rotate(out, hd, vrot);
 }
 
 /* One KV head's query heads of token t, all blocks, into the output
@@ -392,7 +398,7 @@ static void attn_unit_head(const attn_args *a, int32_t t, int32_t kvh,
         for (size_t i = 0; i < nh; i++)
             attn_finish(a->out + ((int64_t)t * a->n_heads + h0 + (int64_t)i) *
                                      hd,
-                        state + i * pstride, hd);
+                        state + i * pstride, hd, a->rotate_v);
     }
 }
 
@@ -489,7 +495,7 @@ static void attn_tile(const attn_args *a, int32_t t0, int32_t nt,
     for (int32_t i = 0; i < nt; i++)
         for (int32_t h = 0; h < g; h++)
             attn_finish(a->out + ((int64_t)(t0 + i) * a->n_heads + h0 + h) * hd,
-                        state + (size_t)i * hstride + (size_t)h * pstride, hd);
+                        state + (size_t)i * hstride + (size_t)h * pstride, hd, a->rotate_v);
 }
 
 /* Per-unit schedule: units claimed dynamically (their costs differ with
@@ -653,7 +659,7 @@ static void attn_split_task(void *ctx, int ith, int nth) {
         for (int64_t blk = b0 + 1; blk < b1; blk++)
             attn_merge(state,
                        a->part + ((size_t)blk * a->n_heads + h) * pstride, hd);
-        attn_finish(a->out + i * hd, state, hd);
+        attn_finish(a->out + i * hd, state, hd, a->rotate_v);
     }
 }
 
@@ -831,6 +837,7 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .page_bytes = tr_kv_page_bytes(kv),
         .kind_off = {tr_kv_offset(kv, layer, 0, 0, 0), tr_kv_offset(kv, layer, 0, 1, 0)},
         .rotate_q = rot,
+        .rotate_v = tr_kv_v_rotation(kv->type_v),
         .scale = scale,
         .window = kv->window ? kv->window[layer] : 0,
         .pool = c->pool,

@@ -114,6 +114,8 @@ struct kv_geom {
     int32_t rot;    /* tr_kv_rotation(type_k, head_dim): K's rotation
                        block, 0 = none */
     float rot_norm; /* 1 / sqrtf(rot), computed as the CPU does */
+    int32_t rot_v;  /* tr_kv_v_rotation(type_v): V's, 0 = none */
+    float rot_v_norm;
 };
 
 /* (Members of kind c are picked with c ? [1] : [0]: indexing the kernel
@@ -160,6 +162,10 @@ static __device__ __forceinline__ void st_f16(uint8_t *p, float v, bool aligned)
     else st_u16(p, b);
 }
 
+/* backend.h's tr_kv_q4_level, indexed by nibble. */
+__constant__ int8_t c_q4_levels[16] = {-127, -101, -80, -63, -49, -35, -22, -10,
+                                       2,    14,   27,  40,  54,  70,  88,  111};
+
 /* Elements lane + 32 i of one head of type T into x[i], 0 past head_dim:
  * exactly the stored values (a quantized element is (float)q * d, exact
  * in F32, backend.h). */
@@ -176,7 +182,7 @@ static __device__ __forceinline__ void load_head(float (&x)[k_max_per_lane], con
             if (32 * i >= hd) continue;
             uint8_t b = head[16 * i + (lane & 15)];
             int nib = lane < 16 ? (b & 15) : (b >> 4);
-            x[i] = (float)(nib - 8) * half_bits_to_f(ld_u16(head + hd / 2 + 2 * i));
+            x[i] = (float)c_q4_levels[nib] * half_bits_to_f(ld_u16(head + hd / 2 + 2 * i));
             continue;
         }
         if (d >= hd) continue;
@@ -241,6 +247,23 @@ static __device__ __forceinline__ int kv_level(float x, float d, int lo, int hi)
     if (r > (float)hi) return hi;
     if (r < (float)lo) return lo;
     return (int)r;
+}
+
+/* The nibble whose Q4 level is nearest to x / d (the lower of two
+ * equally near); the level nearest 0 when d is 0 or x is not a number:
+ * kv_quant.c's q4_nearest. */
+static __device__ __forceinline__ float q4_mid(int i) { /* between levels i and i + 1 */
+    return 0.5f * (float)(c_q4_levels[i] + c_q4_levels[i + 1]);
+}
+
+static __device__ __forceinline__ int q4_nearest(float x, float d) {
+    float r = x / d;
+    if (d == 0.0f || !(r == r)) return 8;
+    int i = r > q4_mid(7) ? 8 : 0; /* a binary search over the midpoints */
+    if (r > q4_mid(i + 3)) i += 4;
+    if (r > q4_mid(i + 1)) i += 2;
+    if (r > q4_mid(i)) i += 1;
+    return i;
 }
 
 /* The warp's element of largest magnitude, the lowest lane of equals (the
@@ -309,6 +332,7 @@ static __global__ void __launch_bounds__(32 * k_warps)
             x[i] = d < hd ? src[d] : 0.0f;
         }
         if (c == 0 && g.rot) kv_rotate(x, lane, hd, g.rot, g.rot_norm);
+        if (c == 1 && g.rot_v) kv_rotate(x, lane, hd, g.rot_v, g.rot_v_norm);
         uint16_t bits;
         if (type == TR_KV_Q8) {
             float m = 0.0f;
@@ -330,8 +354,8 @@ static __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
         for (int i = 0; i < k_max_per_lane; i++) {
             if (32 * i >= hd) break;
-            float d = kv_scale(-warp_extreme(x[i], lane), 8.0f, &bits);
-            int q = kv_level(x[i], d, -8, 7) + 8;
+            float d = kv_scale(-warp_extreme(x[i], lane), 127.0f, &bits);
+            int q = q4_nearest(x[i], d);
             int hi = __shfl_down_sync(0xffffffffu, q, 16);
             if (lane < 16) head[16 * i + lane] = (uint8_t)(q | hi << 4);
             if (lane == 0) st_u16(head + hd / 2 + 2 * i, bits);
@@ -499,6 +523,29 @@ static __global__ void attention_merge_kernel(float *out, attn_parts parts, dev_
     }
 }
 
+/* One warp per output head: rotated back over blocks of `block`
+ * (backend.h's tr_kv_v_rotation; the CPU's rotation step for step). */
+static __global__ void __launch_bounds__(32 * k_warps)
+    unrotate_kernel(float *out, int64_t heads, int32_t hd, int32_t block, float norm) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t it = (int64_t)blockIdx.x * k_warps + (threadIdx.x >> 5); it < heads;
+         it += (int64_t)gridDim.x * k_warps) {
+        float *oh = out + it * hd;
+        float x[k_max_per_lane];
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            int d = lane + 32 * i;
+            x[i] = d < hd ? oh[d] : 0.0f;
+        }
+        kv_rotate(x, lane, hd, block, norm);
+#pragma unroll
+        for (int i = 0; i < k_max_per_lane; i++) {
+            int d = lane + 32 * i;
+            if (d < hd) oh[d] = x[i];
+        }
+    }
+}
+
 typedef void (*attention_fn)(float *, const float *, kv_geom, dev_batch, int32_t, int32_t,
                              int32_t, float, attn_parts);
 
@@ -536,6 +583,8 @@ static kv_geom geom_of(const tr_kv_layout *kv, int32_t layer) {
     g.head_dim = kv->head_dim;
     g.rot = tr_kv_rotation(kv->type_k, kv->head_dim);
     g.rot_norm = g.rot ? 1.0f / sqrtf((float)g.rot) : 1.0f;
+    g.rot_v = tr_kv_v_rotation(kv->type_v);
+    g.rot_v_norm = g.rot_v ? 1.0f / sqrtf((float)g.rot_v) : 1.0f;
     return g;
 }
 
@@ -622,5 +671,11 @@ void tr_cuda_op_attention(tr_stream *s, float *out, const float *q,
         attention_merge_kernel<<<dim3((unsigned)(t1 - t0), (unsigned)n_heads), 32, 0, cs->s>>>(
             out, parts, db, n_heads, kv->head_dim, window);
         tr_cuda_launched(cs, "attention (merge)");
+    }
+    if (g.rot_v) { /* rotated V rows give rotated outputs (backend.h) */
+        int64_t heads = (int64_t)b->n_tokens * n_heads, nb = (heads + k_warps - 1) / k_warps;
+        unrotate_kernel<<<(unsigned)(nb < 65535 * 8 ? nb : 65535 * 8), 32 * k_warps, 0, cs->s>>>(
+            out, heads, kv->head_dim, g.rot_v, g.rot_v_norm);
+        tr_cuda_launched(cs, "attention (V rotation)");
     }
 }

@@ -72,9 +72,9 @@ static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_
 static uint64_t layout_fingerprint(const tr_kv_layout *kv, tr_backend *be) {
     tr_backend_info bi = tr_backend_get_info(be);
     uint64_t h = TR_FNV1A_BASIS;
-    int32_t v[8] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
+    int32_t v[9] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
                     (int32_t)kv->type_k, (int32_t)kv->type_v, kv->window != NULL,
-                    kv->unit_layers};
+                    kv->unit_layers, TR_KV_FORMAT_VERSION};
     h = tr_fnv1a(h, v, sizeof v);
     for (int32_t l = 0; kv->window && l < kv->n_layers; l++)
         h = tr_fnv1a_word(h, (uint64_t)kv->window[l]);

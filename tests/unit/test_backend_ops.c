@@ -77,15 +77,19 @@
 #define ERR_ATTN 1e-9
 /* Quantized KV against F32 KV (the same inputs, uniform in [-1, 1]): each
  * stored element is off by at most half a step, d/2 with d = amax / 127
- * (Q8, amax over a head) or amax / 8 (Q4, over 32): noise variance d^2/12
- * against the signal's 1/3, NMSE ~ 3 / (12 * 127^2) = 1.6e-5 (Q8) and
- * 3 / (12 * 8^2) = 3.9e-3 (Q4) per element. V's error passes to the
- * output about as is (a weighted mean of noisy rows shrinks it); K's moves
- * the scores by scale * sum q_i e_i and the softmax weights with them, of
- * the same order. Measured over the grid (largest, K and V quantized
- * together, 2026-12-04): Q8 1.8e-5, Q4 7.4e-3. The bounds allow a few
- * times the estimate per side; a scale or nibble read wrongly gives NMSE
- * ~0.1 .. 1. */
+ * (Q8, amax over a head): noise variance d^2/12 against the signal's 1/3,
+ * NMSE ~ 3 / (12 * 127^2) = 1.6e-5 per element. Q4's 16 uneven levels
+ * (backend.h) have gaps of 12 to 26 hundred-and-twenty-sevenths of amax,
+ * 1/8 of it on average, so ~3 / (12 * 8^2) = 3.9e-3, more on uniform
+ * inputs (the levels are spaced for Gaussian-like rotated rows, sparse
+ * towards the extremes where uniform inputs have as many elements). V's
+ * error passes to the output about as is (a weighted mean of noisy rows
+ * shrinks it); K's moves the scores by scale * sum q_i e_i and the
+ * softmax weights with them, of the same order. Measured over the grid
+ * (largest, K and V quantized together, 2026-12-05): Q8 1.9e-5, Q4
+ * 1.1e-2 (7.4e-3 with even steps). The bounds allow a few times the
+ * estimate per side; a scale or nibble read wrongly, or a V row left
+ * rotated, gives NMSE ~0.1 .. 1. */
 #define ERR_KV_Q8 1e-4
 #define ERR_KV_Q4 3e-2
 #define ERR_MATMUL_FLOAT 1e-6

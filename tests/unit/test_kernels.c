@@ -1082,6 +1082,48 @@ static void test_kv_store(void **state) {
             }
 }
 
+/* Quantized rows hold, per head, the quantizer's bytes of the head
+ * rotated as backend.h says: K by tr_kv_rotation, V by tr_kv_v_rotation
+ * (Q4: both over 32; Q8: K over the head, V as is), in both kernel
+ * sets. */
+static void test_kv_store_quantized(void **state) {
+    (void)state;
+    for (int ks = kset_first(); ks < kset_end(); ks++)
+        for (int ti = 0; ti < 2; ti++) {
+            tr_kv_type t = ti ? TR_KV_Q4 : TR_KV_Q8;
+            tr_backend *be = make_backend(ks, 2);
+            attn_world w = {.n_seqs = 2, .len = {21, 9}, .from = {4, 0}, .n_heads = 4,
+                            .n_kv = 2, .hd = 64, .n_layers = 2, .layer = 1,
+                            .page_size = 8, .type = t};
+            world_build(&w, 91 + ti);
+            assert_int_equal(be->ops->alloc(be, world_mem_bytes(&w), &w.mem), TR_OK);
+            world_store(&w, be);
+            tr_kv_layout kv = world_layout(&w);
+            size_t kvd = world_kv_dim(&w), hb = tr_kv_head_bytes(t, w.hd);
+            float x[64];
+            uint8_t want[80];
+            for (int s = 0; s < w.n_seqs; s++)
+                for (int p = 0; p < w.len[s]; p++)
+                    for (int c = 0; c < 2; c++)
+                        for (int h = 0; h < w.n_kv; h++) {
+                            memcpy(x, (c ? w.v[s] : w.k[s]) + p * kvd + (size_t)h * w.hd,
+                                   sizeof x);
+                            int32_t rot = c ? tr_kv_v_rotation(t) : tr_kv_rotation(t, w.hd);
+                            assert_int_equal(rot, c && !ti ? 0 : ti ? 32 : 64);
+                            if (rot) tr_cpu_kv_rotate(x, w.hd, rot);
+                            tr_cpu_kv_quantize_head(want, x, w.hd, t);
+                            const uint8_t *row =
+                                (const uint8_t *)w.mem +
+                                tr_kv_offset(&kv, w.layer, w.pt[s][p / w.page_size], c,
+                                             p % w.page_size) + (size_t)h * hb;
+                            assert_memory_equal(row, want, hb);
+                        }
+            be->ops->free(be, w.mem);
+            world_free(&w);
+            tr_backend_free(be);
+        }
+}
+
 /* F16 KV rows hold exactly cpu_fp32_to_fp16 of the input (round to
  * nearest even, subnormals, overflow to inf), in both kernel sets. */
 static void test_kv_store_f16_rounding(void **state) {
@@ -1497,13 +1539,22 @@ static void test_kv_rotation(void **state) {
     assert_int_equal(tr_kv_rotation(TR_KV_F16, 64), 0);
 }
 
-/* The quantizer: each element within half a step of its input, the scale
- * from the largest magnitude, zeros and non-numbers stored as 0, and the
- * bytes the same whatever kernel set reads them (one quantizer). */
+/* The value of the Q4 level nearest to x / d (backend.h's levels), and
+ * whether y is as near to x as that level is. */
+static bool q4_is_nearest(float y, float x, float d) {
+    float best = INFINITY;
+    for (int i = 0; i < 16; i++) best = fminf(best, fabsf((float)tr_kv_q4_level(i) * d - x));
+    return fabsf(y - x) <= best * (1.0f + 1e-6f) + 1e-30f;
+}
+
+/* The quantizer: each element at the nearest level (Q8: within half a
+ * step), the scale from the largest magnitude, zeros and non-numbers
+ * stored as 0, and the bytes the same whatever kernel set reads them (one
+ * quantizer). */
 static void test_kv_quantize(void **state) {
     (void)state;
     float x[256], y[256];
-    /* the extreme at -8: q4's group scale from the signed extreme */
+    /* q4's group scale from the signed extreme, which is level 0 */
     {
         float g[32] = {0};
         uint8_t qb[32];
@@ -1511,9 +1562,16 @@ static void test_kv_quantize(void **state) {
         tr_cpu_kv_quantize_head(qb, g, 32, TR_KV_Q4);
         float out[32];
         tr_cpu_load_heads_portable(out, qb, 1, 32, TR_KV_Q4);
-        assert_true(out[5] == 2.0f && out[9] == -1.0f);
-        assert_int_equal(qb[5] & 15, 0); /* -8 + 8 */
+        assert_int_equal(qb[5] & 15, 0);
+        assert_true(out[5] >= 2.0f && out[5] <= 2.0f * (1.0f + 1.0f / 1024));
+        /* -1 / d = 63.5 steps: between levels 54 and 70, nearer 70 */
+        assert_int_equal(tr_kv_q4_level(qb[9] & 15), 70);
+        assert_true(out[9] < -1.0f && out[9] > -1.2f);
+        assert_true(out[0] == 0.0f || fabsf(out[0]) <= 2.0f * 2.0f / 127 * 1.001f);
     }
+    /* the levels: ascending, level 0 at -127 (the extreme's) */
+    assert_int_equal(tr_kv_q4_level(0), -127);
+    for (int i = 1; i < 16; i++) assert_true(tr_kv_q4_level(i) > tr_kv_q4_level(i - 1));
     uint8_t b[1024];
     for (int ti = 0; ti < 2; ti++) {
         tr_kv_type t = ti ? TR_KV_Q4 : TR_KV_Q8;
@@ -1529,19 +1587,17 @@ static void test_kv_quantize(void **state) {
             for (int32_t g0 = 0; g0 < hd; g0 += group) {
                 float amax = 0;
                 for (int32_t i = g0; i < g0 + group; i++) amax = fmaxf(amax, fabsf(x[i]));
-                /* the stored step: at least amax / levels, at most that
+                /* the stored step: at least amax / 127, at most that
                  * rounded up to the next F16 (relative 2^-10, or 2^-24
                  * absolute among subnormals) */
                 uint16_t h;
                 memcpy(&h, t == TR_KV_Q8 ? b + hd : b + hd / 2 + 2 * (g0 / 32), 2);
-                float d = fabsf(cpu_fp16_to_fp32(h)), lo = amax / (t == TR_KV_Q8 ? 127.0f : 8.0f);
+                float sd = cpu_fp16_to_fp32(h), d = fabsf(sd), lo = amax / 127.0f;
                 assert_true(d >= lo); /* rounded away from zero */
                 assert_true(d <= lo * (1.0f + 1.0f / 1024) + 0x1p-24f);
                 for (int32_t i = g0; i < g0 + group; i++) {
-                    /* Q4: +8 steps is clamped to +7 (the other sign's
-                     * extreme): a step off at most */
-                    float tol = t == TR_KV_Q4 && fabsf(x[i]) > 7.5f * d ? d : 0.5f * d;
-                    assert_true(fabsf(y[i] - x[i]) <= tol * (1.0f + 1e-6f));
+                    if (t == TR_KV_Q4) assert_true(q4_is_nearest(y[i], x[i], sd));
+                    else assert_true(fabsf(y[i] - x[i]) <= 0.5f * d * (1.0f + 1e-6f));
                 }
             }
         }
@@ -1569,6 +1625,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_kv_store_f16_rounding),
+        cmocka_unit_test(test_kv_store_quantized),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_determinism),
         cmocka_unit_test(test_attention_window),
