@@ -249,13 +249,14 @@ static __device__ __forceinline__ int kv_level(float x, float d, int lo, int hi)
     return (int)r;
 }
 
-/* The nibble whose Q4 level is nearest to x / d (the lower of two
- * equally near); the level nearest 0 when d is 0 or x is not a number:
- * kv_quant.c's q4_nearest. */
 static __device__ __forceinline__ float q4_mid(int i) { /* between levels i and i + 1 */
     return 0.5f * (float)(c_q4_levels[i] + c_q4_levels[i + 1]);
 }
 
+/* The nibble whose Q4 level is nearest to x / d (the lower of two
+ * equally near); the level nearest 0 when d is 0 or x is not a number:
+ * the nibble kv_quant.c's q4_nearest picks (it counts the midpoints r
+ * exceeds; this searches them, the same answer). */
 static __device__ __forceinline__ int q4_nearest(float x, float d) {
     float r = x / d;
     if (d == 0.0f || !(r == r)) return 8;
