@@ -271,6 +271,13 @@ static json_t *engine_json(tr_srv *s) {
     return o;
 }
 
+/* The tokens the KV pool holds (a page slot is kv_units pages); 0 while
+ * the model loads (s->info is still zero then, and /server_info is
+ * answered during loading). */
+static json_int_t max_total_tokens(const trellis_engine_info *i) {
+    return i->kv_units > 0 ? (json_int_t)i->kv_pages / i->kv_units * i->page_size : 0;
+}
+
 static void ep_server_info(tr_srv *s, tr_http_conn *c) {
     const trellis_engine_info *i = &s->info;
     json_t *o = json_pack(
@@ -280,7 +287,7 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
         s->state == SRV_LOADING ? "loading" : s->state == SRV_READY ? "ready" : "shutting_down",
         "context_length", i->n_ctx, "max_running_requests", i->max_running, "max_batch_tokens",
         i->max_batch_tokens, "page_size", i->page_size, "max_total_num_tokens",
-        (json_int_t)i->kv_pages / i->kv_units * i->page_size, "kv_pages", i->kv_pages,
+        max_total_tokens(i), "kv_pages", i->kv_pages,
         "disable_radix_cache",
         i->no_radix, "threads", i->threads, "max_queue", s->cfg.max_queue, "in_flight",
         s->in_flight, "connections", tr_http_server_open_connections(s->http), "uptime_s",
@@ -301,9 +308,8 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
                             i->draft_arch ? json_string(i->draft_arch) : json_null());
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
-                            json_pack("[{s:i,s:i}]", "max_total_num_tokens",
-                                      i->kv_pages / i->kv_units * i->page_size,
-                                      "max_running_requests",
+                            json_pack("[{s:I,s:i}]", "max_total_num_tokens",
+                                      max_total_tokens(i), "max_running_requests",
                                       i->max_running));
     }
     tr_srv_send_json(s, c, 200, o);

@@ -1,12 +1,13 @@
 """Faults and security of `trellis serve` (docs/reliability.md): the
 loopback default, prompts and keys kept out of the log, no request field
-that reaches a file, KV pool exhaustion, and the model file removed while
-serving."""
+that reaches a file, KV pool exhaustion, the model file removed while
+serving, and every route asked while the model is still loading."""
 import json
 import os
 import shutil
 import tempfile
 import threading
+import time
 
 from conftest import Server
 
@@ -308,3 +309,57 @@ def test_clients_leaving_mid_stream_never_kill_the_server():
         assert s.wait_idle(timeout=60)["pages_used"] == 0
     finally:
         s.stop()
+
+
+def test_every_route_answers_while_the_model_loads():
+    """The server listens before the model is loaded, so every route can be
+    asked while nothing is: none may crash it (/server_info divided by the
+    KV units, still 0, and killed the server on a page that polled it
+    early). The model is a FIFO nobody writes yet: loading waits in open
+    until the test lets it fail."""
+    d = tempfile.mkdtemp(prefix="trellis-fifo-")
+    fifo = os.path.join(d, "m.gguf")
+    os.mkfifo(fifo)
+    s = Server("-m", fifo, wait=False)
+    try:
+        gets = ["/health", "/health_generate", "/v1/models", "/v1/models/m", "/model_info",
+                "/get_model_info", "/server_info", "/get_server_info", "/get_load",
+                "/metrics", "/flush_cache", "/", "/ui/app.js"]
+        posts = {"/tokenize": {"prompt": "hi"}, "/detokenize": {"tokens": [1]},
+                 "/flush_cache": {}, "/v1/chat/completions": {
+                     "model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                 "/v1/completions": {"model": "m", "prompt": "hi"},
+                 "/generate": {"text": "hi"}, "/abort_request": {"rid": "x"},
+                 "/concate_and_append_request": {"rid": "x", "text": "hi"}}
+        for path in gets:
+            st, body = s.get(path, timeout=10)
+            assert st < 500 or st == 503, (path, st, body)
+            assert s.proc.poll() is None, (path, s.read_log())
+        for path, body in posts.items():
+            st, r = s.post(path, body, timeout=10)
+            assert st < 500 or st == 503, (path, st, r)
+            assert s.proc.poll() is None, (path, s.read_log())
+        st, info = s.get("/server_info")
+        assert st == 200 and info["status"] == "loading", info
+        assert info["max_total_num_tokens"] == 0, info
+        assert info["internal_states"][0]["max_total_num_tokens"] == 0, info
+        assert s.get("/health")[0] == 503
+    finally:
+        # a writer lets the loader's open return; a FIFO is no model, so
+        # loading then fails (ENXIO: no reader yet, or none left)
+        deadline = time.time() + 10
+        while s.proc.poll() is None and time.time() < deadline:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                break
+            except OSError:
+                time.sleep(0.05)
+        try:
+            s.proc.wait(30)
+        except Exception:  # noqa: BLE001 (reported by the asserts below)
+            s.proc.kill()
+            s.proc.wait()
+        s.log.close()
+        shutil.rmtree(d)
+    assert s.proc.returncode == 1, s.read_log()
+    assert "not a regular file" in s.read_log(), s.read_log()
