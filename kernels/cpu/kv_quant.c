@@ -90,27 +90,20 @@ static uint16_t get16(const uint8_t *p) {
     return v;
 }
 
-/* The fast transform of one block: log2(block) rounds of butterflies,
- * then the scale. Inlined with a constant block (Q4's 32) the compiler
- * unrolls and vectorizes it; the operations are the same either way. */
-static inline __attribute__((always_inline)) void rotate_block(float *v, int32_t block,
-                                                               float norm) {
-    for (int32_t len = 1; len < block; len <<= 1)
-        for (int32_t i = 0; i < block; i += len << 1)
-            for (int32_t j = i; j < i + len; j++) {
-                float a = v[j], b = v[j + len];
-                v[j] = a + b;
-                v[j + len] = a - b;
-            }
-    for (int32_t i = 0; i < block; i++) v[i] *= norm;
-}
-
 void tr_cpu_kv_rotate(float *x, int32_t n, int32_t block) {
     TR_ASSERT(block > 0 && (block & (block - 1)) == 0);
     const float norm = 1.0f / sqrtf((float)block);
     for (int32_t g = 0; g + block <= n; g += block) {
-        if (block == 32) rotate_block(x + g, 32, norm);
-        else rotate_block(x + g, block, norm);
+        float *v = x + g;
+        /* the fast transform: log2(block) rounds of butterflies */
+        for (int32_t len = 1; len < block; len <<= 1)
+            for (int32_t i = 0; i < block; i += len << 1)
+                for (int32_t j = i; j < i + len; j++) {
+                    float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+        for (int32_t i = 0; i < block; i++) v[i] *= norm;
     }
 }
 

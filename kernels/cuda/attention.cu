@@ -249,22 +249,17 @@ static __device__ __forceinline__ int kv_level(float x, float d, int lo, int hi)
     return (int)r;
 }
 
-static __device__ __forceinline__ float q4_mid(int i) { /* between levels i and i + 1 */
-    return 0.5f * (float)(c_q4_levels[i] + c_q4_levels[i + 1]);
-}
-
 /* The nibble whose Q4 level is nearest to x / d (the lower of two
- * equally near); the level nearest 0 when d is 0 or x is not a number:
- * the nibble kv_quant.c's q4_nearest picks (it counts the midpoints r
- * exceeds; this searches them, the same answer). */
+ * equally near: the count of midpoints r exceeds); the level nearest 0
+ * when d is 0 or x is not a number: kv_quant.c's q4_nearest, the same
+ * rule. */
 static __device__ __forceinline__ int q4_nearest(float x, float d) {
     float r = x / d;
     if (d == 0.0f || !(r == r)) return 8;
-    int i = r > q4_mid(7) ? 8 : 0; /* a binary search over the midpoints */
-    if (r > q4_mid(i + 3)) i += 4;
-    if (r > q4_mid(i + 1)) i += 2;
-    if (r > q4_mid(i)) i += 1;
-    return i;
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < 15; k++) n += r > 0.5f * (float)(c_q4_levels[k] + c_q4_levels[k + 1]);
+    return n;
 }
 
 /* The warp's element of largest magnitude, the lowest lane of equals (the
