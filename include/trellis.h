@@ -205,7 +205,8 @@ typedef struct trellis_engine_options {
                                  proposes tokens greedily; the target
                                  verifies them as it does n-gram drafts,
                                  so the output is the same, token for
-                                 token, at any temperature. It runs on the
+                                 token, at any temperature (unless
+                                 draft_sampling). It runs on the
                                  same device and threads, with KV pages of
                                  its own (as many positions as the
                                  target's pool holds). Where n-gram
@@ -215,6 +216,23 @@ typedef struct trellis_engine_options {
     int32_t spec_draft;       /* the draft model's tokens a sequence and
                                  step at most (1..16, default 4; the
                                  length adapts to what is kept) */
+    bool draft_sampling;      /* the draft model draws its drafts from its
+                                 own distribution (the request's
+                                 temperature, top_k/top_p/min_p, its 256
+                                 likeliest tokens) where a request samples
+                                 (temperature > 0, no end_span, past
+                                 min_tokens), and the target keeps each
+                                 with the speculative sampling rule
+                                 (min(1, p/q), else a draw from
+                                 max(0, p - q)): the output follows the
+                                 target's distribution exactly and more
+                                 drafts are kept than greedy drafts at
+                                 high temperatures, but a seeded request
+                                 no longer repeats plain decoding's tokens
+                                 (nor its own when the drafting differs:
+                                 drafts adapt to the batch). false
+                                 (default): greedy drafts, the output is
+                                 plain decoding's, token for token. */
     trellis_wake_fn wake;     /* may be NULL */
     void *wake_user;
 } trellis_engine_options;
@@ -285,6 +303,7 @@ typedef struct trellis_engine_info {
     const char *draft_arch; /* the draft model's architecture, NULL
                                without one (options.draft_model) */
     int32_t draft_n_layers;
+    bool draft_sampling;   /* options.draft_sampling, with a draft model */
     const char *chat_template; /* the GGUF's tokenizer.chat_template text
                                   (Jinja, as the file has it), NULL when
                                   the file has none; lives as long as the

@@ -124,7 +124,7 @@ stage_tsan() {
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_spec" &&
-    "$b/tests/test_engine_draft" &&
+    TRELLIS_TEST_SCALE=small "$b/tests/test_engine_draft" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_engine_plp" &&
     "$b/tests/test_engine_disk" && "$b/tests/test_kv_disk" && "$b/tests/test_engine_window" &&
     TRELLIS_TEST_SCALE=small "$b/tests/test_grammar_cache" &&

@@ -89,6 +89,11 @@ static const struct {
     [TR_EF_SPEC_DRAFT] = {"--spec-draft", NULL, CLI_INT32, "spec_draft", OFF(spec_draft),
                           "the draft model's tokens per sequence and step at most (the "
                           "length adapts to what is kept)", "N", NULL},
+    [TR_EF_DRAFT_SAMPLING] = {"--draft-sampling", NULL, CLI_FLAG, NULL, OFF(draft_sampling),
+                              "sampled requests: the draft model samples its drafts and the "
+                              "model keeps them by the speculative sampling rule (the output "
+                              "follows the model's distribution, more drafts are kept, but a "
+                              "seed no longer gives plain decoding's tokens)", NULL, NULL},
     /* not an engine option: settled into spec_ngram / draft_model */
     [TR_EF_SPECULATE] = {"--speculate", NULL, CLI_ENUM, NULL, 0,
                          "speculative decoding's proposers: off; ngram (n-gram drafts, "

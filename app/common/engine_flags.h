@@ -51,6 +51,7 @@ typedef enum tr_engine_flag {
     TR_EF_KV_FULL_PAGES,    /* --kv-full-pages */
     TR_EF_DRAFT_MODEL,      /* --draft-model FILE */
     TR_EF_SPEC_DRAFT,       /* --spec-draft N */
+    TR_EF_DRAFT_SAMPLING,   /* --draft-sampling */
     TR_EF_SPECULATE,        /* --speculate auto|off|ngram|draft */
     TR_EF_COUNT,
 } tr_engine_flag;

@@ -306,6 +306,7 @@ static void ep_server_info(tr_srv *s, tr_http_conn *c) {
         json_object_set_new(o, "kv_units", json_integer(i->kv_units));
         json_object_set_new(o, "draft_model_arch",
                             i->draft_arch ? json_string(i->draft_arch) : json_null());
+        json_object_set_new(o, "draft_sampling", json_boolean(i->draft_sampling));
         /* SGLang's router reads internal_states[0] */
         json_object_set_new(o, "internal_states",
                             json_pack("[{s:I,s:i}]", "max_total_num_tokens",

@@ -2,7 +2,8 @@
  * (trellis_engine_options.draft_model): a smaller model of the same
  * vocabulary proposes a sequence's next tokens greedily; the target
  * verifies them exactly as it verifies n-gram drafts (speculate.c), so the
- * output is the target's, token for token, at any temperature.
+ * output is the target's, token for token, at any temperature (sampled
+ * drafts, below, keep its distribution instead).
  *
  * Layering: runtime/engine, engine thread only (the draft's forward
  * passes run on the compute thread, one job at a time like the target's).
@@ -30,6 +31,18 @@
  * target's sampling exact); an end-of-generation draft ends that
  * sequence's proposal. A constrained request's drafts are cut at the
  * first token its grammar refuses.
+ *
+ * Sampled drafts (options.draft_sampling, for a request that samples
+ * without the end-of-span rule and is past min_tokens): a row's draft is
+ * drawn instead from q, the draft's distribution as the request's sampler
+ * shapes it (tr_sampler_propose: its 256 likeliest tokens), and q is kept
+ * (s->dq) for the target's accept/reject rule (speculate.c). A
+ * constrained request's q is restricted to the tokens its grammar accepts
+ * at that draft's position, and the draft cut where it is not one of
+ * them: given that it was not cut, the draft was drawn from the
+ * restricted q, which is the q the rule then uses; where it was cut, the
+ * target samples its own distribution. Either way each position's token
+ * follows the target's distribution.
  *
  * Cost control: a sequence asks for d_len drafts (1..draft_max: + 1 after
  * a proposal kept whole, accepted + 1 after a rejection) and drafts only
@@ -144,6 +157,8 @@ void tr_draft_setup(trellis_engine *e, engine_seq *s) {
     s->drafting = true;
     s->d_len = r->draft_max;
     s->d_rate = 1.0f;
+    if (e->opt.draft_sampling && r->sp.temperature > 0.0f && !r->end_span && !s->dq)
+        s->dq = malloc((size_t)r->draft_max * sizeof *s->dq); /* NULL: greedy drafts */
 }
 
 void tr_draft_release(trellis_engine *e, engine_seq *s) {
@@ -236,10 +251,16 @@ static tr_status draft_pass(trellis_engine *e, engine_draft *d, int32_t n_cand, 
     for (int32_t i = 0; i < n_cand; i++) {
         if (d->slot[i] < 0) continue;
         engine_seq *s = d->cand[i];
-        const float *l = d->logits + (size_t)d->slot[i] * (size_t)e->n_vocab;
+        float *l = d->logits + (size_t)d->slot[i] * (size_t)e->n_vocab;
         int32_t best = 0;
-        for (int32_t t = 1; t < e->n_vocab; t++)
-            if (l[t] > l[best]) best = t;
+        if (!s->d_sample) {
+            for (int32_t t = 1; t < e->n_vocab; t++)
+                if (l[t] > l[best]) best = t;
+        } else if (tr_sampler_propose(s->smp, l, SAMPLER_PROPOSAL_MAX, &s->dq[d->made[i]],
+                                      &best) != TR_OK) {
+            d->want[i] = d->made[i]; /* no finite logit: no more drafts */
+            continue;
+        }
         s->tokens[s->len + d->made[i]++] = best;
         if (e->is_eog[best]) d->want[i] = d->made[i]; /* nothing follows it */
     }
@@ -251,10 +272,13 @@ static tr_status draft_pass(trellis_engine *e, engine_draft *d, int32_t n_cand, 
 static void place_drafts(trellis_engine *e, engine_seq *s, int32_t made, int32_t fed) {
     s->d_kv = fed; /* the tokens fed: final ones, then drafts 1..made-1 */
     int32_t n = made;
-    if (n > 0 && s->cstate) n = tr_spec_grammar_cut(s, s->tokens + s->len, n);
+    if (n > 0 && s->cstate)
+        n = s->d_sample ? tr_spec_grammar_cut_sampled(s, n)
+                        : tr_spec_grammar_cut(s, s->tokens + s->len, n);
     s->spec_k = n;
     s->len += n;
     s->spec_from_draft = n > 0;
+    s->spec_sampled = n > 0 && s->d_sample;
     tr_draft_forget_from(s, s->len); /* drafts cut off */
     e->draft->proposed += (uint64_t)n;
 }
@@ -272,6 +296,9 @@ void tr_draft_propose_all(trellis_engine *e) {
          * the last draft */
         if (want <= 0 || !take_pages(d, s, s->len + want - 1)) continue;
         d->cand[n] = s;
+        /* past min_tokens the target's mask bans no ender the draft's
+         * q could hold */
+        s->d_sample = s->dq && s->n_gen >= s->req->min_tokens;
         d->want[n] = want;
         d->made[n] = 0;
         d->fed[n] = s->d_kv;
@@ -309,6 +336,7 @@ void tr_draft_info(const trellis_engine *e, trellis_engine_info *o) {
     if (!d) return;
     o->draft_arch = d->c.arch ? d->c.arch : "custom";
     o->draft_n_layers = d->c.n_layers;
+    o->draft_sampling = e->opt.draft_sampling;
 }
 
 tr_status tr_draft_check(trellis_engine *e) {

@@ -119,6 +119,7 @@ void tr_engine_req_free(engine_req *r) {
         free(s->plp);
         tr_ngram_free(s->ngram);
         free(s->dpages);
+        free(s->dq);
         tr_sampler_free(s->smp);
         if (s->cstate && r->cops) r->cops->free(s->cstate);
     }

@@ -125,6 +125,11 @@ struct engine_seq {
     int32_t d_len;           /* drafts to ask for next (adapts) */
     int32_t d_skip;          /* steps skipped while its drafts do not pay */
     float d_rate;            /* running share of its drafts kept */
+    sampler_proposal *dq;    /* [req->draft_max] what each draft was drawn
+                                from (options.draft_sampling), or NULL */
+    bool d_sample;           /* this proposal's drafts are drawn from dq */
+    bool spec_sampled;       /* its unverified drafts were drawn from dq:
+                                verified by the speculative sampling rule */
 
     /* prompt log-probs (sample 0 of a request that asks; prompt_lp.c) */
     trellis_logprob *plp;    /* [n_prompt - plp_start] entries, or NULL */
@@ -475,6 +480,10 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row);
  * left as it was. 0, and no more speculation for s, if it cannot be
  * taken back. */
 int32_t tr_spec_grammar_cut(engine_seq *s, const int32_t *d, int32_t n);
+/* The same for n sampled drafts at tokens[len..) (draft.c): each draft's
+ * proposal s->dq[i] is first restricted to the tokens the constraint
+ * accepts at its position; a draft not among them is the first cut. */
+int32_t tr_spec_grammar_cut_sampled(engine_seq *s, int32_t n);
 /* The token after the ngram of s; for take_token. */
 void tr_spec_accepted(engine_seq *s, int32_t tok);
 /* Grows e->logits to rows rows (engine thread, between forwards). */

@@ -317,6 +317,8 @@ void tr_out_finish(trellis_engine *e, engine_seq *s, trellis_finish f,
     s->ngram = NULL;
     free(s->dpages); /* its pages went back at release */
     s->dpages = NULL;
+    free(s->dq);
+    s->dq = NULL;
     s->d_cap = 0;
     s->held = s->out_text = NULL;
     s->out_tokens = NULL;

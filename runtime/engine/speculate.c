@@ -29,6 +29,13 @@
  * of forced text) gets the forced bytes as drafts where the n-gram index
  * has nothing: verified, not trusted, in as few passes as jump-forward
  * would take. Log-probs come from each position's own row. Requests whose constraint cannot roll back do not speculate.
+ *
+ * Sampled drafts (draft.c, options.draft_sampling) are verified instead
+ * by the speculative sampling rule (tr_sampler_sample_spec): row i keeps
+ * d(i+1) with probability min(1, p/q) against the q it was drawn from,
+ * else its token is drawn from max(0, p - q); the last row samples as
+ * usual. Each token then follows the target's distribution (not its
+ * exact draws), with the same masks, penalties and log-probs.
  * The drafts never pass max_tokens or the context. Drafts of the draft
  * model (draft.c) are verified the same way; which proposer made them
  * decides only whose length adapts.
@@ -72,7 +79,7 @@ void tr_spec_cut(engine_seq *s, int32_t keep) {
     if (keep >= s->spec_k) return;
     s->len -= s->spec_k - keep;
     s->spec_k = keep;
-    if (keep == 0) s->spec_from_draft = false;
+    if (keep == 0) s->spec_from_draft = s->spec_sampled = false;
     tr_draft_forget_from(s, s->len); /* the draft model saw the cut ones */
 }
 
@@ -99,6 +106,18 @@ void tr_spec_accepted(engine_seq *s, int32_t tok) {
     }
 }
 
+/* Takes back the ok drafts a cut accepted; false (and no more
+ * speculation for s) if the constraint cannot. */
+static bool cut_rollback(engine_seq *s, int32_t ok) {
+    if (ok > 0 && s->req->cops->rollback(s->cstate, ok) != 0) {
+        tr_ngram_free(s->ngram);
+        s->ngram = NULL;
+        s->drafting = false;
+        return false;
+    }
+    return true;
+}
+
 int32_t tr_spec_grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
     const trellis_constraint_ops *c = s->req->cops;
     int32_t ok = 0;
@@ -106,14 +125,46 @@ int32_t tr_spec_grammar_cut(engine_seq *s, const int32_t *d, int32_t n) {
         ok++;
         if (c->is_done && c->is_done(s->cstate)) break;
     }
-    if (ok > 0 && c->rollback(s->cstate, ok) != 0) {
+    return cut_rollback(s, ok) ? ok : 0;
+}
+
+typedef struct accept_probe {
+    const trellis_constraint_ops *c;
+    void *cstate;
+    bool broken; /* a probe could not be taken back */
+} accept_probe;
+
+/* Whether the constraint accepts id next (probed, then taken back). */
+static bool probe_accepts(void *ctx, int32_t id) {
+    accept_probe *a = ctx;
+    if (a->broken || a->c->accept(a->cstate, id) != 0) return false;
+    if (a->c->rollback(a->cstate, 1) != 0) a->broken = true;
+    return !a->broken;
+}
+
+int32_t tr_spec_grammar_cut_sampled(engine_seq *s, int32_t n) {
+    const trellis_constraint_ops *c = s->req->cops;
+    const int32_t *d = s->tokens + s->len;
+    accept_probe a = {c, s->cstate, false};
+    int32_t ok = 0;
+    while (ok < n) {
+        sampler_proposal *q = &s->dq[ok];
+        tr_sampler_proposal_restrict(q, probe_accepts, &a);
+        bool in = false;
+        for (int32_t j = 0; j < q->n; j++) in |= q->id[j] == d[ok];
+        if (a.broken || !in || c->accept(s->cstate, d[ok]) != 0) break;
+        ok++;
+        if (c->is_done && c->is_done(s->cstate)) break;
+    }
+    bool back = cut_rollback(s, ok);
+    if (a.broken) { /* a probe's state is not known to be undone: no more drafts */
         tr_ngram_free(s->ngram);
         s->ngram = NULL;
         s->drafting = false;
-        return 0;
     }
-    return ok;
+    return back && !a.broken ? ok : 0;
 }
+
 
 /* Drafts from the bytes the constraint forces next (what jump-forward
  * would place unverified), tokenized on their own; the model's own
@@ -171,6 +222,8 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
     s->len = base + 1;
     s->n_kv = base + 1;
     s->spec_k = 0;
+    bool sampled = s->spec_sampled; /* the drafts were drawn from s->dq */
+    s->spec_sampled = false;
     /* each position's mask after the tokens before it: the regular row's
      * mask slot is free (fill_masks skipped s) */
     uint64_t *m = e->masks + (size_t)s->logit_row * e->n_words;
@@ -184,8 +237,12 @@ void tr_spec_verify(trellis_engine *e, engine_seq *s, int32_t row) {
         tr_engine_seq_mask(e, s, m);
         int32_t tok = -1;
         sampler_logprobs lp;
-        tr_status st = s->status ? TR_OK : (tr_status)tr_engine_seq_sample(
-                                                 s, l, &tok, want_lp ? &lp : NULL);
+        tr_status st = TR_OK; /* s->status: ended by tr_engine_end_row */
+        if (!s->status && i < k && sampled && !s->span_rule)
+            st = tr_sampler_sample_spec(s->smp, l, s->mask, &s->dq[i], drafts[i], &tok,
+                                        want_lp ? &lp : NULL);
+        else if (!s->status)
+            st = (tr_status)tr_engine_seq_sample(s, l, &tok, want_lp ? &lp : NULL);
         if (tr_engine_end_row(e, s, st)) {
             going = false;
             break;

@@ -576,6 +576,13 @@ static int32_t top_p_all(sampler *s, const float *l, float m, float top_p) {
 
 /* ------------------------------------------------------------ sample */
 
+/* 1 / temperature (> 0): a denormal temperature would make it infinite
+ * and 0 * inf a NaN weight for the max; FLT_MAX gives the same limit. */
+static float inv_temperature(const sampler *s) {
+    float inv_t = 1.0f / s->p.temperature;
+    return inv_t > FLT_MAX ? FLT_MAX : inv_t;
+}
+
 /* Steps 1-8 (sampler.h): processes l in place and leaves the candidates
  * in *c_out[0..*nc_out) (c_out NULL: every token; greedy: the argmax). */
 static tr_status process(sampler *s, float *l, const uint64_t *mask,
@@ -694,10 +701,7 @@ tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
         tok = sr.argmax;
     } else {
         /* 9. sample */
-        /* a denormal temperature would make 1/T infinite and 0 * inf a
-         * NaN weight for the max; FLT_MAX gives the same limit */
-        float inv_t = 1.0f / s->p.temperature;
-        if (inv_t > FLT_MAX) inv_t = FLT_MAX;
+        float inv_t = inv_temperature(s);
         double z = c ? k->exp_cand(c, nc, m, inv_t, s->w, s->bsum)
                      : k->exp_all(l, n, m, inv_t, s->w, s->bsum);
         double u = rng_uniform(s->rng);
@@ -766,6 +770,158 @@ tr_status tr_sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
             if (logits[i] > -INFINITY) ids_out[k++] = i;
     }
     *n_out = k;
+    return TR_OK;
+}
+
+/* ------------------------------------------------ speculative sampling */
+
+tr_status tr_sampler_propose(sampler *s, float *logits, int32_t n_max, sampler_proposal *q,
+                             int32_t *token_out) {
+    if (!s) return TR_ERR_INVALID_ARG;
+    s->err[0] = '\0';
+    if (!logits || !q || !token_out) return fail(s, "logits, q or token_out is NULL");
+    if (n_max < 1 || n_max > SAMPLER_PROPOSAL_MAX)
+        return fail(s, "a proposal of %d tokens, expected 1..%d", (int)n_max,
+                    SAMPLER_PROPOSAL_MAX);
+    const sampler_params *p = &s->p;
+    if (p->temperature == 0.0f) return fail(s, "a proposal needs a temperature above 0");
+    const int32_t n = s->vocab;
+    float *l = logits;
+    if (s->pen_on && s->n_set > 0) apply_penalties(s, l);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) l[s->bias[i].token] += s->bias[i].bias;
+    int32_t want = p->top_k > 0 && p->top_k < n_max ? p->top_k : n_max;
+    cand c[SAMPLER_PROPOSAL_MAX];
+    sampler_scan sr;
+    int32_t nc = s->k->select_top(l, n, want, c, &sr);
+    if (sr.bad) {
+        sanitize(l, n);
+        nc = s->k->select_top(l, n, want, c, &sr);
+    }
+    if (nc == 0) return fail(s, "no token has a finite logit");
+    /* c is sorted, best first: top_p and min_p cut a prefix of it */
+    const double m = (double)c[0].l;
+    if (p->top_p < 1.0f) nc = top_p_sorted(s, c, nc, (float)m, p->top_p);
+    if (p->min_p > 0.0f) {
+        double thr = log((double)p->min_p);
+        int32_t keep = 1;
+        while (keep < nc && (double)c[keep].l - m >= thr) keep++;
+        nc = keep;
+    }
+    float inv_t = inv_temperature(s);
+    double z = 0;
+    for (int32_t i = 0; i < nc; i++) z += (double)sampler_fexp((c[i].l - (float)m) * inv_t);
+    /* q holds the rounded weights; the draw walks exactly those */
+    double zq = 0;
+    q->n = 0;
+    for (int32_t i = 0; i < nc; i++) {
+        float w = (float)((double)sampler_fexp((c[i].l - (float)m) * inv_t) / z);
+        if (!(w > 0.0f)) continue;
+        q->id[q->n] = c[i].id;
+        q->p[q->n++] = w;
+        zq += w;
+    }
+    double target = rng_uniform(s->rng) * zq, cum = 0;
+    int32_t j = 0;
+    for (; j < q->n - 1; j++) {
+        cum += q->p[j];
+        if (cum > target) break;
+    }
+    *token_out = q->id[j];
+    return TR_OK;
+}
+
+int32_t tr_sampler_proposal_restrict(sampler_proposal *q, bool (*keep)(void *ctx, int32_t id),
+                                     void *ctx) {
+    int32_t k = 0;
+    double z = 0;
+    for (int32_t i = 0; i < q->n; i++) {
+        if (!keep(ctx, q->id[i])) continue;
+        q->id[k] = q->id[i];
+        z += q->p[k] = q->p[i];
+        k++;
+    }
+    for (int32_t i = 0; i < k; i++) q->p[i] = (float)((double)q->p[i] / z);
+    q->n = k;
+    return k;
+}
+
+static int key_cmp(const void *pa, const void *pb) {
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Where each of q's tokens sits among the candidates c[0..nc) (c NULL:
+ * every token, at its id), or -1 where it is not one. */
+static void proposal_slots(const sampler_proposal *q, const cand *c, int32_t nc, int32_t *at) {
+    for (int32_t j = 0; j < q->n; j++) at[j] = c ? -1 : q->id[j];
+    if (!c) return;
+    /* q's ids sorted (with their index), one binary search per candidate */
+    int64_t key[SAMPLER_PROPOSAL_MAX];
+    for (int32_t j = 0; j < q->n; j++) key[j] = (int64_t)q->id[j] << 16 | j;
+    qsort(key, (size_t)q->n, sizeof *key, key_cmp);
+    for (int32_t i = 0; i < nc; i++) {
+        int32_t lo = 0, hi = q->n;
+        while (lo < hi) {
+            int32_t mid = (lo + hi) / 2;
+            if ((key[mid] >> 16) < c[i].id) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < q->n && (key[lo] >> 16) == c[i].id) at[key[lo] & 0xffff] = i;
+    }
+}
+
+tr_status tr_sampler_sample_spec(sampler *s, float *logits, const uint64_t *mask,
+                                 const sampler_proposal *q, int32_t draft, int32_t *token_out,
+                                 sampler_logprobs *lp_out) {
+    if (!s) return TR_ERR_INVALID_ARG;
+    s->err[0] = '\0';
+    if (!logits || !q || !token_out) return fail(s, "logits, q or token_out is NULL");
+    int32_t jd = -1;
+    for (int32_t j = 0; q->n <= SAMPLER_PROPOSAL_MAX && j < q->n; j++)
+        if (q->id[j] == draft && q->p[j] > 0.0f && q->id[j] >= 0 && q->id[j] < s->vocab) jd = j;
+    if (jd < 0) return fail(s, "the draft %d is not in its proposal", (int)draft);
+    sampler_scan sr;
+    cand *c;
+    int32_t nc;
+    tr_status st = process(s, logits, mask, &sr, &c, &nc);
+    if (st != TR_OK) return st;
+    const float m = sr.max;
+    double log_z = lp_out ? logprobs_top(s, logits, m, lp_out) : 0;
+    int32_t tok = sr.argmax;
+    if (s->p.temperature != 0.0f) {
+        float inv_t = inv_temperature(s);
+        double z = c ? s->k->exp_cand(c, nc, m, inv_t, s->w, s->bsum)
+                     : s->k->exp_all(logits, s->vocab, m, inv_t, s->w, s->bsum);
+        int32_t at[SAMPLER_PROPOSAL_MAX];
+        proposal_slots(q, c, nc, at);
+        double pd = at[jd] >= 0 ? (double)s->w[at[jd]] / z : 0.0;
+        tok = draft;
+        if (!(rng_uniform(s->rng) * (double)q->p[jd] < pd)) {
+            /* rejected: the residual max(0, p - q), in weight units */
+            for (int32_t j = 0; j < q->n; j++) {
+                if (at[j] < 0) continue;
+                float *w = &s->w[at[j]];
+                double nw = (double)*w - (double)q->p[j] * z;
+                float f = nw > 0 ? (float)nw : 0.0f;
+                s->bsum[at[j] / SAMPLER_BLOCK] += (double)f - (double)*w;
+                *w = f;
+            }
+            int32_t nb = (nc + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
+            double zr = 0;
+            for (int32_t b = 0; b < nb; b++) zr += s->bsum[b];
+            /* zr > 0 in exact arithmetic (a rejection means p(d) < q(d));
+             * a rounding remainder of nothing keeps the draft */
+            if (zr > z * 1e-9) {
+                int32_t j = walk(s->w, s->bsum, nc, rng_uniform(s->rng) * zr);
+                tok = c ? c[j].id : j;
+            }
+        }
+    }
+    *token_out = tok;
+    if (lp_out) {
+        lp_out->token = tok;
+        lp_out->logprob = (float)((double)logits[tok] - m - log_z);
+    }
     return TR_OK;
 }
 

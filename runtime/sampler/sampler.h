@@ -190,6 +190,51 @@ tr_status tr_sampler_logprobs(sampler *s, float *logits, const uint64_t *mask,
 tr_status tr_sampler_candidates(sampler *s, float *logits, const uint64_t *mask,
                              int32_t *ids_out, int32_t *n_out);
 
+/* ---- Speculative sampling (sampled drafts) ----
+ *
+ * A draft model proposes a token by drawing it from a distribution q of
+ * its own; the target then keeps it with probability min(1, p(d) / q(d))
+ * and otherwise draws from max(0, p - q), normalised. The token that
+ * comes out is distributed exactly as p, the distribution
+ * tr_sampler_sample draws from, whatever q is, provided d was drawn from
+ * q (Leviathan et al. 2023, Chen et al. 2023). So q may be truncated or
+ * restricted freely; a q closer to p only keeps more drafts. */
+#define SAMPLER_PROPOSAL_MAX 256
+
+typedef struct sampler_proposal {
+    int32_t n;                        /* 1..SAMPLER_PROPOSAL_MAX tokens */
+    int32_t id[SAMPLER_PROPOSAL_MAX]; /* distinct ids */
+    float p[SAMPLER_PROPOSAL_MAX];    /* > 0, summing to 1 (to rounding) */
+} sampler_proposal;
+
+/* The draft's side: from its row of logits (processed in place by steps
+ * 2-4; no mask), q is the n_max (<= SAMPLER_PROPOSAL_MAX) likeliest
+ * tokens, fewer with top_k, then top_p and min_p applied among them (top_p
+ * over their own mass), weighted at the temperature and normalised; one
+ * token is drawn from q with the sampler's generator (one number). The
+ * temperature must be > 0. Errors: TR_ERR_INVALID_ARG for NULL
+ * arguments, n_max out of range, temperature 0, no finite logit. */
+tr_status tr_sampler_propose(sampler *s, float *logits, int32_t n_max, sampler_proposal *q,
+                             int32_t *token_out);
+
+/* Keeps the tokens of q for which keep(ctx, id) is true, renormalised;
+ * returns how many are left (0: q is left empty). */
+int32_t tr_sampler_proposal_restrict(sampler_proposal *q, bool (*keep)(void *ctx, int32_t id),
+                                     void *ctx);
+
+/* The target's side: the accept/reject rule for draft (one of q's ids,
+ * drawn from q) against p, the distribution tr_sampler_sample would draw
+ * from given these logits and mask (steps 1-8 at the temperature). Draws
+ * one number to decide and, on rejection, one more for the residual.
+ * logits end processed (steps 1-4) and lp_out is filled as by
+ * tr_sampler_sample. With temperature 0 p is the argmax alone: the draft
+ * is kept exactly when it is the argmax, and nothing is drawn. Errors as
+ * tr_sampler_sample's, and TR_ERR_INVALID_ARG when draft is not in q with
+ * a positive weight. */
+tr_status tr_sampler_sample_spec(sampler *s, float *logits, const uint64_t *mask,
+                                 const sampler_proposal *q, int32_t draft, int32_t *token_out,
+                                 sampler_logprobs *lp_out);
+
 /* Records token for the penalties (the window slides). TR_ERR_INVALID_ARG
  * if token is outside [0, vocab_size) (state unchanged). Cheap (O(1)). */
 tr_status tr_sampler_accept(sampler *s, int32_t token);

@@ -237,6 +237,7 @@ typedef struct fake_cfg {
     int32_t draft_pages;      /* its pool (0: as many as the target's) */
     int32_t spec_draft;       /* options.spec_draft (0: the default) */
     bool draft_fail;          /* its forward passes fail */
+    bool draft_sampling;      /* options.draft_sampling */
 } fake_cfg;
 
 static inline fake_cfg fake_default(void) {
@@ -315,6 +316,7 @@ static inline trellis_engine *fake_engine_draft(const fake_cfg *c, fake **fp, fa
     o.kv_cache_dir = c->kv_cache_dir;
     if (c->kv_cache_disk_mb) o.kv_cache_disk_mb = c->kv_cache_disk_mb;
     if (c->spec_draft) o.spec_draft = c->spec_draft;
+    o.draft_sampling = c->draft_sampling;
     trellis_engine *e = NULL;
     char err[256];
     engine_compute dcomp;

@@ -31,6 +31,7 @@
 
 #include "tests/unit/engine_fake.h"
 #include "tests/unit/spec_jobs.h"
+#include "tests/unit/test_env.h"
 
 /* The spec tests' jobs, some constrained or asking for log-probs. */
 static void make_draft_job(job *j, int k) {
@@ -263,9 +264,198 @@ static void test_refusals(void **state) {
     assert_int_equal(d->max, 16);
 }
 
+/* ---- sampled drafts (options.draft_sampling) ----
+ *
+ * The output must follow the target's distribution. Four tokens per
+ * sample: the first is sampled before any draft, the next ones go through
+ * the accept/reject rule when drafted. Samples of plain decoding and of
+ * sampled drafting (other seeds: independent draws) are counted per cell
+ * (t1,t2), (t2,t3), (t3,t4); a two-sample chi-square per histogram
+ * compares them. 100,000 samples a side (10,000 under
+ * TRELLIS_TEST_SCALE=small, the sanitizer stages: the same paths, a
+ * weaker test). */
+
+enum { CELLS = 1 << 16, PER_REQ = 50 };
+
+static long spec_samples(void) { return small_scale() ? 10000 : 100000; }
+
+typedef struct pair_hist {
+    uint64_t key[CELLS]; /* 0: empty */
+    long n[CELLS][2];    /* plain, sampled drafts */
+    int32_t used;
+} pair_hist;
+
+static void hist_add(pair_hist *h, int32_t a, int32_t b, int col) {
+    uint64_t k = ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)(b + 1);
+    uint32_t i = (uint32_t)mix(k) & (CELLS - 1);
+    while (h->key[i] && h->key[i] != k) i = (i + 1) & (CELLS - 1);
+    if (!h->key[i]) assert_true(++h->used < CELLS / 2); /* a setting too flat to test */
+    h->key[i] = k;
+    h->n[i][col]++;
+}
+
+/* Two-sample chi-square of equal totals: sum (a - b)^2 / (a + b) over
+ * cells with a + b >= 10, the rest pooled into one cell. */
+static void expect_same_hist(const pair_hist *h, const char *what) {
+    double chi = 0;
+    long pa = 0, pb = 0;
+    int cells = 0;
+    for (int i = 0; i < CELLS; i++) {
+        long a = h->n[i][0], b = h->n[i][1];
+        if (!h->key[i]) continue;
+        if (a + b < 10) {
+            pa += a, pb += b;
+            continue;
+        }
+        chi += (double)(a - b) * (double)(a - b) / (double)(a + b);
+        cells++;
+    }
+    if (pa + pb > 0) {
+        chi += (double)(pa - pb) * (double)(pa - pb) / (double)(pa + pb);
+        cells++;
+    }
+    int dof = cells - 1;
+    double limit = dof + 6 * sqrt(2.0 * dof) + 10;
+    if (getenv("SPEC_DEBUG"))
+        for (int i = 0; i < CELLS; i++)
+            if (h->key[i] && h->n[i][0] + h->n[i][1] > 1000)
+                fprintf(stderr, "    %6d %6d: %6ld %6ld\n", (int)(h->key[i] >> 32) - 1,
+                        (int)(uint32_t)h->key[i] - 1, h->n[i][0], h->n[i][1]);
+    fprintf(stderr, "  %-8s chi-square %7.1f (limit %.1f, dof %d)\n", what, chi, limit, dof);
+    assert_true(chi <= limit);
+}
+
+/* spec_samples() samples of tmpl (n = PER_REQ, seeds from seed0) on an
+ * engine of config c, into column col of the three histograms. */
+static void draw_samples(const fake_cfg *c, const trellis_request *tmpl, bool ban, uint64_t seed0,
+                         pair_hist *h, int col, trellis_stats *st) {
+    enum { WAVE = 20 };
+    fake *f, *df;
+    trellis_engine *e = fake_engine_draft(c, &f, &df);
+    static result rs[WAVE];
+    long got = 0;
+    for (int w = 0; got < spec_samples(); w++) {
+        for (int k = 0; k < WAVE; k++) {
+            trellis_request q = *tmpl;
+            q.seed = seed0 + (uint64_t)(w * WAVE + k) * TRELLIS_MAX_N; /* + sample index */
+            if (ban) {
+                ban7 *cs = malloc(sizeof *cs);
+                assert_non_null(cs);
+                *cs = (ban7){0, 70, 49152};
+                q.constraint = &k_ban7;
+                q.constraint_state = cs;
+            }
+            submit_ok(e, &q, &rs[k]);
+        }
+        drain(e, rs, WAVE);
+        for (int k = 0; k < WAVE; k++) {
+            for (int i = 0; i < rs[k].n; i++) {
+                /* an end-of-generation token (the fake's tail holds them,
+                 * rarely drawn) ends a sample early: -1 after it */
+                int32_t t[4] = {-1, -1, -1, -1};
+                assert_true(rs[k].s[i].n_tokens <= 4);
+                for (int j = 0; j < rs[k].s[i].n_tokens; j++) t[j] = rs[k].s[i].tokens[j];
+                if (rs[k].s[i].n_tokens < 4)
+                    assert_int_equal(rs[k].s[i].finish, TRELLIS_FINISH_STOP);
+                if (ban)
+                    for (int j = 0; j < rs[k].s[i].n_tokens; j++)
+                        assert_true(t[j] >= 100 && t[j] % 7 != 0);
+                hist_add(&h[0], t[0], t[1], col);
+                hist_add(&h[1], t[1], t[2], col);
+                hist_add(&h[2], t[2], t[3], col);
+                got++;
+            }
+            result_free(&rs[k]);
+        }
+    }
+    assert_int_equal(f->bad, 0);
+    if (df) assert_int_equal(df->bad, 0);
+    stats_now(e, st);
+    expect_all_free(e);
+    trellis_engine_free(e);
+}
+
+static void spec_setting(const char *name, fake_cfg c, const trellis_request *q, bool ban) {
+    pair_hist *h = calloc(3, sizeof *h);
+    assert_non_null(h);
+    trellis_stats s0, s1;
+    fake_cfg plain = c;
+    plain.draft = 0;
+    draw_samples(&plain, q, ban, 1, h, 0, &s0);
+    c.draft_sampling = true;
+    draw_samples(&c, q, ban, UINT64_C(1) << 40, h, 1, &s1);
+    fprintf(stderr, "%s: %llu of %llu drafts kept\n", name,
+            (unsigned long long)s1.spec_accepted_tokens,
+            (unsigned long long)s1.spec_drafted_tokens);
+    assert_true((long)s1.spec_drafted_tokens > spec_samples()); /* the rule was exercised */
+    expect_same_hist(&h[0], "t1,t2");
+    expect_same_hist(&h[1], "t2,t3");
+    expect_same_hist(&h[2], "t3,t4");
+    free(h);
+}
+
+static void test_sampled_drafts_distribution(void **state) {
+    (void)state;
+    fake_cfg c = fake_default();
+    c.max_running = 64;
+    c.spec_draft = 3;
+    trellis_request q;
+    trellis_request_default(&q);
+    static int32_t prompt[40];
+    phrase_prompt(7, prompt, 40);
+    q.tokens = prompt;
+    q.n_tokens = 40;
+    q.max_tokens = 4;
+    q.n = PER_REQ;
+    /* a draft that disagrees: almost every draft rejected, the residual */
+    q.temperature = 1.0f;
+    c.draft = 2;
+    spec_setting("other draft", c, &q, false);
+    /* copying target and draft: they agree on the copied token only */
+    c.copy = true;
+    q.temperature = 0.9f; /* hotter, the fake's flat tail (49k tokens) takes the mass */
+    spec_setting("copying", c, &q, false);
+    /* the twin under a constraint, truncation and penalties, all applied
+     * to both distributions */
+    c.copy = false;
+    c.draft = 1;
+    q.temperature = 0.8f;
+    q.top_k = 6;
+    q.top_p = 0.95f;
+    q.min_p = 0.02f;
+    q.repetition_penalty = 1.3f;
+    q.presence_penalty = 0.5f;
+    spec_setting("twin+mask", c, &q, true);
+}
+
+/* draft_sampling leaves greedy requests exactly as they were. */
+static void test_sampled_drafts_greedy_unchanged(void **state) {
+    (void)state;
+    static job jobs[NJOBS];
+    static result ref[NJOBS], got[NJOBS];
+    int n = 0;
+    for (int k = 0; k < NJOBS; k++)
+        if (k % 3 == 0) make_draft_job(&jobs[n++], k);
+    fake_cfg c = fake_default();
+    c.copy = true;
+    run_out r0, r1;
+    run_jobs(&c, jobs, n, ref, &r0);
+    c.draft = 2;
+    c.draft_sampling = true;
+    run_jobs(&c, jobs, n, got, &r1);
+    for (int k = 0; k < n; k++) {
+        same_result(&ref[k], &got[k], jobs[k].q.logprobs);
+        result_free(&ref[k]);
+        result_free(&got[k]);
+    }
+    assert_true(r1.st.spec_accepted_tokens > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output),
+        cmocka_unit_test(test_sampled_drafts_distribution),
+        cmocka_unit_test(test_sampled_drafts_greedy_unchanged),
         cmocka_unit_test(test_twin_alone),
         cmocka_unit_test(test_failing_draft),
         cmocka_unit_test(test_per_request),

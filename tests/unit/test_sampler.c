@@ -1042,6 +1042,174 @@ static void test_large_vocab(void **state) {
     free(l);
 }
 
+/* ------------------------------------------------ speculative sampling */
+
+typedef struct spec_case {
+    const char *name;
+    sampler_params tp, dp; /* target's and draft's parameters */
+    float noise;           /* draft logits = target's + noise * N(0, 1) */
+    bool mask, greedy_draft, history;
+} spec_case;
+
+static bool mask_keep(void *ctx, int32_t id) {
+    const uint64_t *m = ctx;
+    return m[id >> 6] >> (id & 63) & 1;
+}
+
+/* Draws through the rule: the draft's token from its proposal (restricted
+ * to the mask where there is one, as the engine restricts it to what the
+ * grammar allows), the target's accept/reject; the tokens that come out
+ * must follow p, the target's distribution (from the candidates path,
+ * tested above against a sort reference), and the share kept must be
+ * sum min(p, q). */
+static void check_spec_case(const spec_case *sc, uint64_t seed) {
+    enum { V = 40, DRAWS = 100000 };
+    float tl[V], dl[V], row[V];
+    trng_seed(seed);
+    for (int i = 0; i < V; i++) {
+        tl[i] = (float)(2.0 * trng_normal());
+        dl[i] = tl[i] + sc->noise * (float)trng_normal();
+    }
+    uint64_t m[1] = {0};
+    for (int i = 0; i < V; i++)
+        if (!sc->mask || i % 3 != 1) m[0] |= UINT64_C(1) << i;
+    const uint64_t *mask = sc->mask ? m : NULL;
+    sampler *ts = mk(&sc->tp, V), *ds = mk(&sc->dp, V);
+    if (sc->history) {
+        static const int32_t h[] = {3, 7, 3, 11, 20, 3, 7};
+        for (size_t i = 0; i < sizeof h / sizeof *h; i++) {
+            assert_int_equal(tr_sampler_accept(ts, h[i]), TR_OK);
+            assert_int_equal(tr_sampler_accept(ds, h[i]), TR_OK);
+        }
+    }
+    /* p: the candidates after steps 1-8, weighted at the temperature */
+    double prob[V] = {0}, z = 0;
+    int32_t ids[V], nid = 0;
+    memcpy(row, tl, sizeof row);
+    assert_int_equal(tr_sampler_candidates(ts, row, mask, ids, &nid), TR_OK);
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < nid; i++) mx = fmax(mx, row[ids[i]]);
+    for (int32_t i = 0; i < nid; i++)
+        z += prob[ids[i]] = exp(((double)row[ids[i]] - mx) / sc->tp.temperature);
+    for (int i = 0; i < V; i++) prob[i] /= z;
+    long cnt[V] = {0}, kept = 0;
+    double overlap = 0; /* sum min(p, q), q as restricted */
+    for (long t = 0; t < DRAWS; t++) {
+        sampler_proposal q;
+        int32_t d;
+        memcpy(row, dl, sizeof row);
+        if (sc->greedy_draft) { /* a deterministic proposer: q is d alone */
+            d = 0;
+            for (int i = 1; i < V; i++)
+                if (dl[i] > dl[d] && (!mask || mask_keep(m, i))) d = i;
+            q.n = 1, q.id[0] = d, q.p[0] = 1.0f;
+        } else {
+            assert_int_equal(tr_sampler_propose(ds, row, SAMPLER_PROPOSAL_MAX, &q, &d), TR_OK);
+            if (mask && !mask_keep(m, d)) continue; /* cut: the engine samples p plainly */
+            assert_true(tr_sampler_proposal_restrict(&q, mask_keep, m) > 0);
+        }
+        if (t == 0)
+            for (int32_t j = 0; j < q.n; j++) overlap += fmin(prob[q.id[j]], q.p[j]);
+        memcpy(row, tl, sizeof row);
+        int32_t tok;
+        assert_int_equal(tr_sampler_sample_spec(ts, row, mask, &q, d, &tok, NULL), TR_OK);
+        assert_true(tok >= 0 && tok < V && prob[tok] > 0);
+        cnt[tok]++;
+        kept += tok == d;
+    }
+    long total = 0;
+    for (int i = 0; i < V; i++) total += cnt[i];
+    int dof;
+    double chi = chi_square(cnt, prob, V, total, &dof);
+    double limit = dof + 6 * sqrt(2.0 * dof) + 10;
+    double acc = (double)kept / (double)total;
+    fprintf(stderr, "spec %-12s chi-square %6.1f (limit %.1f, dof %d), kept %.3f of %ld "
+            "(sum min(p,q) %.3f)\n", sc->name, chi, limit, dof, acc, total, overlap);
+    assert_true(chi <= limit);
+    /* the rule keeps a draft with probability sum min(p, q) (q fixed here:
+     * the draft's logits do not change); 6 sd of a binomial share */
+    if (!sc->mask) assert_true(fabs(acc - overlap) <= 6 * sqrt(overlap * (1 - overlap) / total) + 1e-3);
+    tr_sampler_free(ts);
+    tr_sampler_free(ds);
+}
+
+static void test_spec_distribution(void **state) {
+    (void)state;
+    sampler_params base = tr_sampler_params_default();
+    base.temperature = 0.8f;
+    spec_case cs[8];
+    for (int i = 0; i < 8; i++) {
+        memset(&cs[i], 0, sizeof cs[i]);
+        cs[i].tp = cs[i].dp = base;
+        cs[i].tp.seed = 11 + (uint64_t)i;
+        cs[i].dp.seed = 101 + (uint64_t)i;
+        cs[i].noise = 0.7f;
+    }
+    cs[0].name = "plain";
+    cs[1].name = "top_k";
+    cs[1].tp.top_k = cs[1].dp.top_k = 5;
+    cs[2].name = "top_p/min_p";
+    cs[2].tp.top_p = cs[2].dp.top_p = 0.7f;
+    cs[2].tp.min_p = cs[2].dp.min_p = 0.05f;
+    cs[2].tp.temperature = cs[2].dp.temperature = 1.3f;
+    cs[3].name = "penalties";
+    cs[3].history = true;
+    cs[3].tp.repetition_penalty = cs[3].dp.repetition_penalty = 1.3f;
+    cs[3].tp.frequency_penalty = 0.4f;
+    cs[3].tp.presence_penalty = 0.3f;
+    cs[4].name = "mask";
+    cs[4].mask = true;
+    cs[4].tp.top_p = cs[4].dp.top_p = 0.9f;
+    cs[5].name = "far draft";
+    cs[5].noise = 4.0f; /* mostly rejections: the residual carries it */
+    cs[6].name = "greedy draft";
+    cs[6].greedy_draft = true;
+    cs[7].name = "greedy+mask";
+    cs[7].greedy_draft = true;
+    cs[7].mask = true;
+    for (int i = 0; i < 8; i++) check_spec_case(&cs[i], 500 + (uint64_t)i);
+}
+
+/* Misuse is refused with a message; the twin draft is always kept. */
+static void test_spec_edges(void **state) {
+    (void)state;
+    sampler_params p = tr_sampler_params_default();
+    p.seed = 3;
+    sampler *s = mk(&p, 8);
+    float l[8] = {1, 2, 3, 4, 0, -1, 2, 1}, row[8];
+    sampler_proposal q;
+    int32_t d, tok;
+    memcpy(row, l, sizeof row);
+    assert_int_equal(tr_sampler_propose(s, row, 0, &q, &d), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_sampler_propose(s, row, SAMPLER_PROPOSAL_MAX + 1, &q, &d),
+                     TR_ERR_INVALID_ARG);
+    memcpy(row, l, sizeof row);
+    assert_int_equal(tr_sampler_propose(s, row, 8, &q, &d), TR_OK);
+    assert_int_equal(q.n, 8);
+    memcpy(row, l, sizeof row);
+    assert_int_equal(tr_sampler_sample_spec(s, row, NULL, &q, 99, &tok, NULL),
+                     TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_sampler_last_error(s), "not in its proposal"));
+    /* q = p (the same logits, nothing truncated): every draft is kept */
+    for (int t = 0; t < 2000; t++) {
+        memcpy(row, l, sizeof row);
+        assert_int_equal(tr_sampler_propose(s, row, 8, &q, &d), TR_OK);
+        memcpy(row, l, sizeof row);
+        assert_int_equal(tr_sampler_sample_spec(s, row, NULL, &q, d, &tok, NULL), TR_OK);
+        assert_int_equal(tok, d);
+    }
+    tr_sampler_free(s);
+    p.temperature = 0.0f;
+    s = mk(&p, 8);
+    memcpy(row, l, sizeof row);
+    assert_int_equal(tr_sampler_propose(s, row, 8, &q, &d), TR_ERR_INVALID_ARG);
+    q.n = 2, q.id[0] = 2, q.id[1] = 3, q.p[0] = q.p[1] = 0.5f;
+    memcpy(row, l, sizeof row);
+    assert_int_equal(tr_sampler_sample_spec(s, row, NULL, &q, 2, &tok, NULL), TR_OK);
+    assert_int_equal(tok, 3); /* greedy: the argmax, whatever was drafted */
+    tr_sampler_free(s);
+}
+
 int main(void) {
     tr_test_kernels_require(sampler_set_runs_here);
     const struct CMUnitTest tests[] = {
@@ -1066,6 +1234,8 @@ int main(void) {
         cmocka_unit_test(test_fexp),
         cmocka_unit_test(test_kernels_identical),
         cmocka_unit_test(test_large_vocab),
+        cmocka_unit_test(test_spec_distribution),
+        cmocka_unit_test(test_spec_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,3 +67,38 @@ def test_draft_of_another_vocabulary_is_refused():
                         gemma_path()], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "cannot draft for this model" in r.stderr and "262144" in r.stderr, r.stderr
+
+
+def test_draft_sampling(server):
+    """--draft-sampling: sampled requests keep more drafts than greedy
+    drafts do (the model drafting for itself: its own distribution, so
+    nearly all), greedy requests are unchanged, /server_info says so."""
+    prompt = "Write a short story about a lighthouse keeper.\n"
+    kept_share = {}
+    for mode in ("greedy", "sampled"):
+        flags = ["--draft-model", smol_path(), "--spec-draft", "4"]
+        s = Server(*(flags + (["--draft-sampling"] if mode == "sampled" else [])))
+        try:
+            _, info = s.get("/server_info")
+            assert info["draft_sampling"] is (mode == "sampled"), info
+            body = {"prompt": prompt, "max_tokens": 48, "temperature": 1.0, "seed": 3,
+                    "n": 4, "ignore_eos": True}
+            st, r = s.post("/v1/completions", body)
+            assert st == 200 and len(r["choices"]) == 4
+            assert all(c["finish_reason"] == "length" for c in r["choices"])
+            drafted = metric(s, "trellis_spec_draft_tokens_total")
+            kept = metric(s, "trellis_spec_accepted_tokens_total")
+            assert drafted > 0
+            kept_share[mode] = kept / drafted
+            greedy = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
+            sa, a = server.post("/v1/completions", greedy)
+            sb, b = s.post("/v1/completions", greedy)
+            assert sa == sb == 200 and texts(a) == texts(b)
+        finally:
+            s.stop()
+    print("drafts kept:", kept_share)
+    # at temperature 1 a greedy draft is kept with the probability of the
+    # model's top token; a sampled one with sum min(p, q), q = p over its
+    # 256 likeliest tokens
+    assert kept_share["sampled"] > 0.75, kept_share  # 0.87 measured
+    assert kept_share["sampled"] > kept_share["greedy"] + 0.1, kept_share
