@@ -269,7 +269,8 @@ static void test_refusals(void **state) {
  * The output must follow the target's distribution. Four tokens per
  * sample: the first is sampled before any draft, the next ones go through
  * the accept/reject rule when drafted. Samples of plain decoding and of
- * sampled drafting (other seeds: independent draws) are counted per cell
+ * speculative decoding (other seeds: independent draws; sampled drafts,
+ * and greedy ones once) are counted per cell
  * (t1,t2), (t2,t3), (t3,t4); a two-sample chi-square per histogram
  * compares them. 100,000 samples a side (10,000 under
  * TRELLIS_TEST_SCALE=small, the sanitizer stages: the same paths, a
@@ -375,14 +376,15 @@ static void draw_samples(const fake_cfg *c, const trellis_request *tmpl, bool ba
     trellis_engine_free(e);
 }
 
-static void spec_setting(const char *name, fake_cfg c, const trellis_request *q, bool ban) {
+static void spec_setting(const char *name, fake_cfg c, const trellis_request *q, bool ban,
+                         bool sampled) {
     pair_hist *h = calloc(3, sizeof *h);
     assert_non_null(h);
     trellis_stats s0, s1;
     fake_cfg plain = c;
     plain.draft = 0;
     draw_samples(&plain, q, ban, 1, h, 0, &s0);
-    c.draft_sampling = true;
+    c.draft_sampling = sampled;
     draw_samples(&c, q, ban, UINT64_C(1) << 40, h, 1, &s1);
     fprintf(stderr, "%s: %llu of %llu drafts kept\n", name,
             (unsigned long long)s1.spec_accepted_tokens,
@@ -410,11 +412,14 @@ static void test_sampled_drafts_distribution(void **state) {
     /* a draft that disagrees: almost every draft rejected, the residual */
     q.temperature = 1.0f;
     c.draft = 2;
-    spec_setting("other draft", c, &q, false);
+    spec_setting("other draft", c, &q, false, true);
     /* copying target and draft: they agree on the copied token only */
     c.copy = true;
     q.temperature = 0.9f; /* hotter, the fake's flat tail (49k tokens) takes the mass */
-    spec_setting("copying", c, &q, false);
+    spec_setting("copying", c, &q, false, true);
+    /* greedy drafts (the default) on the same pair: other seeds, so a
+     * statistical test too, though their tokens are plain decoding's */
+    spec_setting("greedy", c, &q, false, false);
     /* the twin under a constraint, truncation and penalties, all applied
      * to both distributions */
     c.copy = false;
@@ -425,7 +430,7 @@ static void test_sampled_drafts_distribution(void **state) {
     q.min_p = 0.02f;
     q.repetition_penalty = 1.3f;
     q.presence_penalty = 0.5f;
-    spec_setting("twin+mask", c, &q, true);
+    spec_setting("twin+mask", c, &q, true, true);
 }
 
 /* draft_sampling leaves greedy requests exactly as they were. */
