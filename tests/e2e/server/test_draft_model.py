@@ -6,9 +6,12 @@ as a server without it, greedy and seeded sampling; the request field
 start with the reason. No smaller model with SmolLM2's vocabulary ships on
 PyPI, so the draft here is the model itself (every greedy draft kept):
 this checks the path, not a speed-up."""
+import json
 import os
 import re
 import subprocess
+
+import jsonschema
 
 from conftest import BIN, Server
 from test_window_pages import gemma_path
@@ -90,6 +93,25 @@ def test_draft_sampling(server):
             kept = metric(s, "trellis_spec_accepted_tokens_total")
             assert drafted > 0
             kept_share[mode] = kept / drafted
+            if mode == "sampled":
+                # under a grammar: each draft's distribution is cut to what
+                # the grammar accepts there; every answer must validate
+                schema = {"type": "object", "properties": {
+                    "name": {"type": "string", "maxLength": 20},
+                    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]},
+                             "maxItems": 3}},
+                    "required": ["name", "age", "tags"], "additionalProperties": False}
+                before = metric(s, "trellis_spec_draft_tokens_total")
+                st, r = s.post("/v1/chat/completions", {
+                    "messages": [{"role": "user", "content": "Describe a person as JSON."}],
+                    "max_tokens": 80, "temperature": 1.0, "seed": 9, "n": 4,
+                    "response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "p", "schema": schema}}})
+                assert st == 200, r
+                for c in r["choices"]:
+                    jsonschema.validate(json.loads(c["message"]["content"]), schema)
+                assert metric(s, "trellis_spec_draft_tokens_total") > before
             greedy = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
             sa, a = server.post("/v1/completions", greedy)
             sb, b = s.post("/v1/completions", greedy)
