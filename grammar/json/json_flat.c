@@ -80,11 +80,19 @@ bool tr_js_json_equal(gcc *cc, const json_t *a, const json_t *b) {
 
 /* ---- the member list ---- */
 
+/* `not` members without a complement, held until the values are known:
+ * a conjunction with enum/const needs none (its values are checked
+ * against them), any other is refused as before */
+#define JS_MAX_DEFERRED_NOT 16u
+
 typedef struct flat {
     js_ctx *x;
     js_norm *n;
     uint32_t cap;
     uint32_t ins; /* where the next new member goes; UINT32_MAX: the end */
+    const json_t *held[JS_MAX_DEFERRED_NOT]; /* nodes whose `not` is held */
+    const char *held_why[JS_MAX_DEFERRED_NOT];
+    uint32_t n_held;
 } flat;
 
 /* from_new: the node comes from expanding a member that was not yet
@@ -154,7 +162,11 @@ static tr_status expand(flat *f, const json_t *node) {
         tr_status st = tr_js_negate(x, nt, &neg, &why);
         if (st) return st;
         if (neg && (st = add_node(f, neg, 0, true))) return st;
-        if (!neg && (st = tr_js_unsupported(x, node, "not", why))) return st;
+        if (!neg && f->n_held < JS_MAX_DEFERRED_NOT) {
+            f->held[f->n_held] = node;
+            f->held_why[f->n_held++] = why;
+        } else if (!neg && (st = tr_js_unsupported(x, node, "not", why)))
+            return st;
     }
     const json_t *cond;
     tr_status cst = tr_js_conditionals(x, node, &cond);
@@ -216,6 +228,33 @@ static tr_status values_of(flat *f, const json_t *node) {
             for (size_t j = 0; j < m && !in; j++)
                 in = tr_js_json_equal(x->cc, n->vals[i], k ? l : json_array_get(l, j));
             if (in) n->vals[keep++] = n->vals[i];
+        }
+        n->n_vals = keep;
+    }
+    return TR_OK;
+}
+
+/* The held `not` members: with enum/const values, the values valid
+ * under a held `not`'s schema are dropped (exact: the conjunction's
+ * language is its values, each checked against the whole); without
+ * values, refused (strict) or ignored with a warning (lenient). */
+static tr_status settle_held(flat *f) {
+    js_ctx *x = f->x;
+    js_norm *n = f->n;
+    tr_status st;
+    for (uint32_t h = 0; h < f->n_held; h++) {
+        const json_t *node = f->held[h];
+        if (!n->has_values) {
+            if ((st = tr_js_unsupported(x, node, "not", f->held_why[h]))) return st;
+            continue;
+        }
+        js_item it = {json_object_get(node, "not"), 0};
+        js_conj c = {&it, 1};
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < n->n_vals; i++) {
+            bool valid = false;
+            if ((st = tr_js_validate(x, &c, n->vals[i], 0, &valid))) return st;
+            if (!valid) n->vals[keep++] = n->vals[i];
         }
         n->n_vals = keep;
     }
@@ -300,6 +339,7 @@ tr_status tr_js_flatten(js_ctx *x, const js_conj *c, js_norm *out) {
                 out->split = i, out->split_kw = "oneOf";
         }
     }
+    if ((st = settle_held(&f))) return st;
     if (out->never || out->types == 0) out->never = true;
     return TR_OK;
 }

@@ -416,10 +416,11 @@ tr_status tr_js_build(js_ctx *x, const js_job *j) {
     gx *body = NULL;
     if (n.never)
         body = tr_gx_never(cc);
+    else if (n.has_values) /* each value checked against the whole
+                              conjunction, disjunctions included */
+        st = values(x, j, &n, &body);
     else if (n.split != UINT32_MAX)
         st = split(x, j, &n, &body);
-    else if (n.has_values)
-        st = values(x, j, &n, &body);
     else {
         gx_list alts = {0};
         bool no_null = false, no_true = false, no_false = false;

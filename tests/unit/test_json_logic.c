@@ -255,10 +255,45 @@ static void test_unevaluated(void **s) {
               Y("[]", "[1, 2]"), Y("['a']"));
 }
 
+/* With enum/const in the conjunction its language is those values, each
+ * checked against the whole schema by the validator: a `not` without a
+ * complement, an overlapping oneOf or uniqueItems over objects costs
+ * nothing there; without values they are refused as before. */
+static void test_values_decide(void **s) {
+    (void)s;
+    tjc_check("{'allOf':[{'enum':[{'foo':1},{'bar':true},{'baz':'x'}]},"
+              "{'not':{'additionalProperties':{'type':'boolean'}}}]}",
+              Y("{'foo': 1}", "{'baz': 'x'}"), Y("{'bar': true}", "{'foo': 2}", "{}"));
+    tjc_check("{'enum':[{'aaaa':31},{'aaa':5}],"
+              "'not':{'patternProperties':{'a*':{'type':'integer'},'aaa*':{'maximum':20}}}}",
+              Y("{'aaaa': 31}"), Y("{'aaa': 5}"));
+    tjc_check("{'const':{'a4':1},'not':{'propertyNames':{'not':{'const':'a4'}}}}",
+              Y("{'a4': 1}"), Y("{'b': 1}", "{}"));
+    tjc_refused("{'const':{'b':1},'not':{'propertyNames':{'not':{'const':'a4'}}}}",
+                TR_ERR_FORMAT, "accepts no JSON value");
+    /* two held `not`s, one value left */
+    tjc_check("{'enum':[{'a':1},{'b':1},{'a':1,'b':1}],"
+              "'allOf':[{'not':{'patternProperties':{'^a$':false}}},"
+              "{'not':{'patternProperties':{'^b$':false}}}]}",
+              Y("{'a': 1, 'b': 1}"), Y("{'a': 1}", "{'b': 1}"));
+    /* oneOf whose branches overlap, decided value by value */
+    tjc_check("{'enum':[[1,1],[1,2],'x'],'oneOf':[{'type':'array','uniqueItems':true},"
+              "{'type':'array','maxItems':2}]}",
+              Y("[1, 1]"), Y("[1, 2]", "'x'"));
+    tjc_check("{'enum':[[{'a':1},{'a':1}],[{'a':1},{'a':2}]],'uniqueItems':true}",
+              Y("[{'a': 1}, {'a': 2}]"), Y("[{'a': 1}, {'a': 1}]"));
+    /* without values: refused as before, naming the keyword */
+    tjc_refused("{'type':'object','not':{'patternProperties':{'b':false}}}", TR_ERR_UNSUPPORTED,
+                "patternProperties");
+    tjc_refused("{'anyOf':[{'const':1},{'not':{'propertyNames':{'maxLength':2}}}]}",
+                TR_ERR_UNSUPPORTED, "propertyNames");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_types_values),  cmocka_unit_test(test_not_strings_numbers),
         cmocka_unit_test(test_not_arrays_objects), cmocka_unit_test(test_not_refused),
+        cmocka_unit_test(test_values_decide),
         cmocka_unit_test(test_if_then_else),       cmocka_unit_test(test_oneof_exact),
         cmocka_unit_test(test_dependent_schemas),  cmocka_unit_test(test_contains),
         cmocka_unit_test(test_unique_items),       cmocka_unit_test(test_unevaluated),
