@@ -15,6 +15,9 @@
  */
 #include "grammar/json_keys_internal.h"
 
+#include "grammar/cfg/cfg.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,11 +45,18 @@ typedef struct klex {
     uint8_t hex_n;
     uint32_t hex, hi; /* \uXXXX digits; a pending high surrogate (0: none) */
     uint64_t hash;    /* FNV-1a of the open key's decoded bytes */
+    uint32_t pos;     /* offset in the text of the byte being read */
 } klex;
 
+#define NO_ITEM UINT32_MAX
+
 typedef struct kframe {
-    uint8_t kind;   /* 'o' or 'a' */
+    uint8_t kind;   /* 'o', 'a', or a unique array: 'u' (string items,
+                       kept as keys) or 'v' (any items, kept as their
+                       canonical forms) */
+    bool scalar;    /* 'v': the open item is a number or a literal */
     uint32_t first; /* its first key in the key list */
+    uint32_t item;  /* 'v': where the open item began; NO_ITEM: none */
 } kframe;
 
 typedef struct kkey {
@@ -74,6 +84,9 @@ struct gkeys {
     const uint8_t *up;       /* unique-string array paths (borrowed from the
                                 grammar; json_unique.c's records) */
     size_t up_len;
+    bool has_v;              /* some path is a 'v' array */
+    uint8_t *cb;             /* canonical forms being made */
+    size_t cb_cap;
 };
 
 /* A vocabulary's tokens with a '"': ids, most quotes first, their quote
@@ -84,6 +97,9 @@ typedef struct kquotes {
     uint8_t *n;
     uint32_t count;
     uint64_t *bits;
+    /* tokens that can end an item of a 'v' array: a quote, a closing
+     * bracket, a comma or a blank (the end of a number or literal) */
+    uint64_t *ends;
 } kquotes;
 
 typedef struct kops {
@@ -95,6 +111,12 @@ typedef struct kops {
     void (*key_open)(void *c);
     void (*key_byte)(void *c, uint8_t b);
     bool (*key_end)(void *c, uint64_t hash); /* false: a duplicate */
+    /* 'v' arrays: the top frame's open item (NO_ITEM: none) */
+    uint32_t (*item_get)(void *c, bool *scalar);
+    void (*item_set)(void *c, uint32_t start, bool scalar);
+    /* the item text [start, end) of the top 'v' frame is complete:
+     * false when it equals an earlier item */
+    bool (*item_end)(void *c, uint32_t start, uint32_t end);
 } kops;
 
 /* ---- the lexer ---- */
@@ -186,15 +208,53 @@ static void step_gate(klex *x, uint8_t b) {
     x->matched = m;
 }
 
-/* One byte; false when it closes a duplicate key. */
+static bool is_blank(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+
+/* A byte read outside strings with a 'v' array on top: an item begins,
+ * or a number / literal item ends before b (false: a repeat). */
+static bool v_item_byte(klex *x, const kops *o, void *c, uint8_t b) {
+    bool scalar;
+    uint32_t start = o->item_get(c, &scalar);
+    if (start == NO_ITEM) {
+        if (b == ',' || b == ']' || is_blank(b)) return true;
+        o->item_set(c, x->pos, b != '{' && b != '[' && b != '"');
+        return true;
+    }
+    if (!scalar || !(b == ',' || b == ']' || is_blank(b))) return true;
+    o->item_set(c, NO_ITEM, false);
+    return o->item_end(c, start, x->pos);
+}
+
+/* After a string or bracket closed at b: when it was an item of the 'v'
+ * array now on top, that item ends with b. */
+static bool v_item_closed(klex *x, const kops *o, void *c) {
+    if (o->top(c) != 'v') return true;
+    bool scalar;
+    uint32_t start = o->item_get(c, &scalar);
+    if (start == NO_ITEM || scalar) return true;
+    o->item_set(c, NO_ITEM, false);
+    return o->item_end(c, start, x->pos + 1);
+}
+
+static bool step_byte(klex *x, const kops *o, void *c, uint8_t b);
+
+/* One byte; false when it closes a duplicate key or item. */
 static bool step(klex *x, const kops *o, void *c, uint8_t b) {
+    bool ok = step_byte(x, o, c, b);
+    x->pos++;
+    return ok;
+}
+
+static bool step_byte(klex *x, const kops *o, void *c, uint8_t b) {
     if (x->waiting) {
         step_gate(x, b);
         return true;
     }
     switch (x->mode) {
     case OUT:
+        if (o->top(c) == 'v' && !v_item_byte(x, o, c, b)) return false;
         step_out(x, o, c, b);
+        if ((b == '}' || b == ']') && !v_item_closed(x, o, c)) return false;
         /* a gated value ends where its outermost bracket closes */
         if (x->gate && (b == '}' || b == ']') && !o->top(c)) x->waiting = true;
         return true;
@@ -209,7 +269,8 @@ static bool step(klex *x, const kops *o, void *c, uint8_t b) {
             return true;
         }
         x->mode = OUT;
-        return !x->key || o->key_end(c, x->hash);
+        if (x->key) return o->key_end(c, x->hash);
+        return v_item_closed(x, o, c);
     case ESC: {
         static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
         if (b == 'u') {
@@ -245,13 +306,15 @@ static uint32_t rd_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Whether the open frames (depth of them, read by el) are one of the
- * recorded paths. */
-static bool path_recorded(const uint8_t *up, size_t up_len, uint32_t depth, frame_el_fn el,
-                          void *c) {
+/* The kind of the array opening under the open frames (depth of them,
+ * read by el): 'u' or 'v' (TR_GKEYS_ANY_ITEMS) when they are one of the
+ * recorded paths, else 'a'. */
+static uint8_t path_recorded(const uint8_t *up, size_t up_len, uint32_t depth, frame_el_fn el,
+                             void *c) {
     size_t at = 0;
     while (at < up_len) {
-        uint32_t n = up[at++];
+        uint8_t kind_byte = up[at++];
+        uint32_t n = kind_byte & ~TR_GKEYS_ANY_ITEMS;
         bool same = n == depth;
         for (uint32_t i = 0; i < n; i++) {
             uint8_t kind = up[at++];
@@ -272,9 +335,266 @@ static bool path_recorded(const uint8_t *up, size_t up_len, uint32_t depth, fram
             }
             same = same && !e.item && e.key && listed == (kind == 'k');
         }
-        if (same) return true;
+        if (same) return kind_byte & TR_GKEYS_ANY_ITEMS ? 'v' : 'u';
     }
-    return false;
+    return 'a';
+}
+
+/* ---- canonical forms of JSON values (items of 'v' arrays) ----
+ *
+ * Equal as JSON Schema defines equality iff their forms are equal:
+ * strings decoded, numbers by value (1, 1.0, 10e-1 and -0 vs 0), object
+ * members sorted by key. Each form is self-delimiting: a type letter,
+ * then for strings and numbers a 4-byte length and the bytes, for arrays
+ * and objects a 4-byte count and the parts. The text is the grammar's,
+ * so well-formed; malformed text still gives some form, never a read
+ * past its end. */
+
+typedef struct cbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+} cbuf;
+
+static void cb_put(cbuf *b, const void *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n) cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+static void cb_u32_at(cbuf *b, size_t at, uint32_t v) {
+    if (b->oom) return;
+    for (int i = 0; i < 4; i++) b->p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
+}
+
+static void cb_u32(cbuf *b, uint32_t v) {
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    cb_put(b, le, 4);
+}
+
+typedef struct ctext {
+    const uint8_t *s;
+    size_t n, i;
+} ctext;
+
+static void c_blanks(ctext *t) {
+    while (t->i < t->n && is_blank(t->s[t->i])) t->i++;
+}
+
+static void c_utf8(cbuf *b, uint32_t cp) {
+    uint8_t u[4];
+    int n;
+    if (cp < 0x80) u[0] = (uint8_t)cp, n = 1;
+    else if (cp < 0x800) u[0] = (uint8_t)(0xc0 | cp >> 6), n = 2;
+    else if (cp < 0x10000) u[0] = (uint8_t)(0xe0 | cp >> 12), n = 3;
+    else u[0] = (uint8_t)(0xf0 | cp >> 18), n = 4;
+    for (int i = 1; i < n; i++) u[i] = (uint8_t)(0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3f));
+    cb_put(b, u, (size_t)n);
+}
+
+static uint32_t c_hex4(ctext *t) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4 && t->i < t->n; k++) v = v * 16 + hexval(t->s[t->i++]);
+    return v;
+}
+
+/* A string at t->i (its opening quote): 's', length, decoded bytes. */
+static void c_string(ctext *t, cbuf *b) {
+    cb_put(b, "s", 1);
+    size_t at = b->n;
+    cb_u32(b, 0);
+    t->i++;
+    uint32_t hi = 0;
+    while (t->i < t->n && t->s[t->i] != '"') {
+        uint8_t ch = t->s[t->i++];
+        if (ch != '\\' || t->i >= t->n) {
+            if (hi) c_utf8(b, hi), hi = 0;
+            cb_put(b, &ch, 1);
+            continue;
+        }
+        ch = t->s[t->i++];
+        if (ch == 'u') {
+            uint32_t cp = c_hex4(t);
+            if (cp >= 0xdc00 && cp < 0xe000 && hi)
+                cp = 0x10000 + ((hi - 0xd800) << 10) + (cp - 0xdc00), hi = 0;
+            if (hi) c_utf8(b, hi), hi = 0;
+            if (cp >= 0xd800 && cp < 0xdc00)
+                hi = cp;
+            else
+                c_utf8(b, cp);
+            continue;
+        }
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        const char *p = ch ? strchr(from, ch) : NULL;
+        if (hi) c_utf8(b, hi), hi = 0;
+        uint8_t d = p ? (uint8_t)to[p - from] : ch;
+        cb_put(b, &d, 1);
+    }
+    if (hi) c_utf8(b, hi);
+    t->i++; /* the closing quote */
+    cb_u32_at(b, at, (uint32_t)(b->n - at - 4));
+}
+
+/* A number: 'd', length, then "0" or [-]DIGITS e EXP with DIGITS free
+ * of leading and trailing zeros (the value DIGITS x 10^EXP). */
+static void c_number(ctext *t, cbuf *b) {
+    bool neg = t->i < t->n && t->s[t->i] == '-';
+    if (neg) t->i++;
+    cbuf d = {0};
+    int64_t frac_len = 0, e = 0;
+    bool frac = false;
+    for (; t->i < t->n; t->i++) {
+        uint8_t ch = t->s[t->i];
+        if (ch == '.') {
+            frac = true;
+            continue;
+        }
+        if (ch < '0' || ch > '9') break;
+        frac_len += frac;
+        if (d.n || ch != '0') cb_put(&d, &ch, 1); /* leading zeros dropped */
+    }
+    if (t->i < t->n && (t->s[t->i] == 'e' || t->s[t->i] == 'E')) {
+        t->i++;
+        bool eneg = t->i < t->n && t->s[t->i] == '-';
+        if (t->i < t->n && (t->s[t->i] == '-' || t->s[t->i] == '+')) t->i++;
+        for (; t->i < t->n && t->s[t->i] >= '0' && t->s[t->i] <= '9'; t->i++)
+            if (e < 1000000000000LL) e = e * 10 + (t->s[t->i] - '0');
+        if (eneg) e = -e;
+    }
+    int64_t exp = e - frac_len;
+    while (d.n && d.p[d.n - 1] == '0') d.n--, exp++;
+    char tail[32];
+    int tl = snprintf(tail, sizeof tail, "e%lld", (long long)exp);
+    cb_put(b, "d", 1);
+    if (!d.n) {
+        cb_u32(b, 1);
+        cb_put(b, "0", 1);
+    } else {
+        cb_u32(b, (uint32_t)(neg + d.n + (size_t)tl));
+        if (neg) cb_put(b, "-", 1);
+        cb_put(b, d.p, d.n);
+        cb_put(b, tail, (size_t)tl);
+    }
+    b->oom |= d.oom;
+    free(d.p);
+}
+
+static void c_value(ctext *t, cbuf *b, uint32_t depth);
+
+/* An object: 'o', member count, members sorted by key form. */
+static void c_object(ctext *t, cbuf *b, uint32_t depth) {
+    t->i++;
+    size_t n = 0, cap = 0;
+    cbuf *m = NULL; /* one form per member: key form then value form */
+    size_t *klen = NULL;
+    for (;;) {
+        c_blanks(t);
+        if (t->i >= t->n || t->s[t->i] == '}' || t->s[t->i] != '"') break;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            cbuf *nm = realloc(m, nc * sizeof *m);
+            size_t *nk = nm ? realloc(klen, nc * sizeof *nk) : NULL;
+            if (nm) m = nm;
+            if (!nm || !nk) {
+                b->oom = true;
+                break;
+            }
+            klen = nk;
+            cap = nc;
+        }
+        m[n] = (cbuf){0};
+        c_string(t, &m[n]);
+        klen[n] = m[n].n;
+        c_blanks(t);
+        if (t->i < t->n && t->s[t->i] == ':') t->i++;
+        c_value(t, &m[n], depth + 1);
+        b->oom |= m[n].oom;
+        n++;
+        c_blanks(t);
+        if (t->i < t->n && t->s[t->i] == ',') t->i++;
+    }
+    if (t->i < t->n && t->s[t->i] == '}') t->i++;
+    /* insertion sort by key form (objects in items are small) */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0; j--) {
+            size_t l = klen[j - 1] < klen[j] ? klen[j - 1] : klen[j];
+            int c = memcmp(m[j - 1].p, m[j].p, l);
+            if (c < 0 || (c == 0 && klen[j - 1] <= klen[j])) break;
+            cbuf tm = m[j - 1];
+            size_t tk = klen[j - 1];
+            m[j - 1] = m[j], klen[j - 1] = klen[j];
+            m[j] = tm, klen[j] = tk;
+        }
+    cb_put(b, "o", 1);
+    cb_u32(b, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        cb_put(b, m[i].p, m[i].n);
+        free(m[i].p);
+    }
+    free(m);
+    free(klen);
+}
+
+static void c_value(ctext *t, cbuf *b, uint32_t depth) {
+    c_blanks(t);
+    if (t->i >= t->n || depth > 256) {
+        b->oom = true; /* no form: compared as nothing else is */
+        return;
+    }
+    uint8_t ch = t->s[t->i];
+    if (ch == '"') return c_string(t, b);
+    if (ch == '{') return c_object(t, b, depth);
+    if (ch == '[') {
+        t->i++;
+        cb_put(b, "a", 1);
+        size_t at = b->n;
+        cb_u32(b, 0);
+        uint32_t count = 0;
+        for (;;) {
+            c_blanks(t);
+            if (t->i >= t->n || t->s[t->i] == ']') break;
+            size_t before = t->i;
+            c_value(t, b, depth + 1);
+            count++;
+            c_blanks(t);
+            if (t->i < t->n && t->s[t->i] == ',') t->i++;
+            if (t->i == before) break; /* malformed: no progress */
+        }
+        if (t->i < t->n) t->i++;
+        cb_u32_at(b, at, count);
+        return;
+    }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) return c_number(t, b);
+    /* true, false, null: their first letter */
+    cb_put(b, &ch, 1);
+    while (t->i < t->n && t->s[t->i] >= 'a' && t->s[t->i] <= 'z') t->i++;
+}
+
+/* The canonical form of the JSON text s[0..n) into b (reset first);
+ * false when none could be made (out of memory, too deep). */
+static bool canonical(const uint8_t *s, size_t n, cbuf *b) {
+    b->n = 0;
+    b->oom = false;
+    ctext t = {s, n, 0};
+    c_value(&t, b, 0);
+    return !b->oom;
+}
+
+static uint64_t fnv(const uint8_t *p, size_t n) {
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * FNV_PRIME;
+    return h;
 }
 
 /* ---- committing ---- */
@@ -296,7 +616,7 @@ static void c_push(void *c, uint8_t kind) {
         k->off = true;
         return;
     }
-    k->fr[k->depth++] = (kframe){kind, k->n_keys};
+    k->fr[k->depth++] = (kframe){kind, false, k->n_keys, NO_ITEM};
 }
 
 static void c_pop(void *c) {
@@ -351,11 +671,64 @@ static kel c_frame_el(void *c, uint32_t i) {
 
 static uint8_t c_arr_kind(void *c) {
     gkeys *k = c;
-    return k->up_len && path_recorded(k->up, k->up_len, k->depth, c_frame_el, c) ? 'u' : 'a';
+    return k->up_len ? path_recorded(k->up, k->up_len, k->depth, c_frame_el, c) : 'a';
 }
 
-static const kops commit_ops = {c_arr_kind, c_push, c_pop, c_top,
-                                c_key_open, c_key_byte, c_key_end};
+static uint32_t c_item_get(void *c, bool *scalar) {
+    gkeys *k = c;
+    *scalar = k->fr[k->depth - 1].scalar;
+    return k->fr[k->depth - 1].item;
+}
+
+static void c_item_set(void *c, uint32_t start, bool scalar) {
+    gkeys *k = c;
+    k->fr[k->depth - 1].item = start;
+    k->fr[k->depth - 1].scalar = scalar;
+}
+
+/* The canonical form of text [start, end) (committed, or partly the
+ * checked bytes b from offset base) into k's scratch; false when none. */
+static bool item_form(gkeys *k, uint32_t start, uint32_t end, const uint8_t *b, uint32_t base,
+                      cbuf *out) {
+    const uint8_t *text;
+    uint8_t *joined = NULL;
+    size_t n = end - start;
+    if (!b || end <= base)
+        text = k->txt + start;
+    else if (start >= base)
+        text = b + (start - base);
+    else {
+        if (!(joined = malloc(n))) return false;
+        memcpy(joined, k->txt + start, base - start);
+        memcpy(joined + (base - start), b, end - base);
+        text = joined;
+    }
+    *out = (cbuf){k->cb, 0, k->cb_cap, false};
+    bool ok = canonical(text, n, out);
+    k->cb = out->p;
+    k->cb_cap = out->cap;
+    free(joined);
+    return ok;
+}
+
+/* An item of the top 'v' frame, committed: kept as a key of that frame. */
+static bool c_item_end(void *c, uint32_t start, uint32_t end) {
+    gkeys *k = c;
+    cbuf f;
+    if (!item_form(k, start, end, NULL, (uint32_t)k->txt_len, &f) || f.n > UINT32_MAX / 2 ||
+        !grow((void **)&k->kb, &k->kb_cap, k->kb_len + (uint32_t)f.n, 1) ||
+        !grow((void **)&k->keys, &k->keys_cap, k->n_keys + 1, sizeof *k->keys)) {
+        k->off = true;
+        return true;
+    }
+    memcpy(k->kb + k->kb_len, f.p, f.n);
+    k->keys[k->n_keys++] = (kkey){fnv(f.p, f.n), k->kb_len, (uint32_t)f.n};
+    k->kb_len += (uint32_t)f.n;
+    return true;
+}
+
+static const kops commit_ops = {c_arr_kind, c_push, c_pop,      c_top,      c_key_open,
+                                c_key_byte, c_key_end, c_item_get, c_item_set, c_item_end};
 
 /* ---- checking ---- */
 
@@ -372,9 +745,17 @@ typedef struct vkey {
 
 typedef struct vcheck {
     const gkeys *k;
+    const uint8_t *b;           /* the checked bytes */
+    uint32_t base;              /* the text offset of b[0] */
     uint32_t cdepth;            /* committed frames still open */
     uint8_t lkind[V_MAX_FRAMES]; /* frames the bytes opened */
+    uint32_t litem[V_MAX_FRAMES]; /* their open items ('v') */
+    bool lscalar[V_MAX_FRAMES];
     uint32_t ldepth;
+    /* the open item of committed frame ov_at as these bytes left it
+     * (UINT32_MAX: none changed) */
+    uint32_t ov_at, ov_item;
+    bool ov_scalar;
     bool prefix;                /* the open key began before these bytes */
     uint32_t kstart;            /* its local bytes from kbuf[kstart] */
     uint8_t kbuf[V_MAX_BYTES];
@@ -400,6 +781,8 @@ static void v_push(void *c, uint8_t kind) {
         v->overflow = true;
         return;
     }
+    v->litem[v->ldepth] = NO_ITEM;
+    v->lscalar[v->ldepth] = false;
     v->lkind[v->ldepth++] = kind;
 }
 
@@ -500,14 +883,77 @@ static uint8_t v_arr_kind(void *c) {
     vcheck *v = c;
     const gkeys *k = v->k;
     if (!k->up_len || v->overflow) return 'a';
-    return path_recorded(k->up, k->up_len, v->cdepth + v->ldepth, v_frame_el, c) ? 'u' : 'a';
+    return path_recorded(k->up, k->up_len, v->cdepth + v->ldepth, v_frame_el, c);
 }
 
-static const kops check_ops = {v_arr_kind, v_push, v_pop, v_top,
-                               v_key_open, v_key_byte, v_key_end};
+static uint32_t v_item_get(void *c, bool *scalar) {
+    vcheck *v = c;
+    if (v->ldepth) {
+        *scalar = v->lscalar[v->ldepth - 1];
+        return v->litem[v->ldepth - 1];
+    }
+    if (v->ov_at == v->cdepth - 1) {
+        *scalar = v->ov_scalar;
+        return v->ov_item;
+    }
+    *scalar = v->k->fr[v->cdepth - 1].scalar;
+    return v->k->fr[v->cdepth - 1].item;
+}
 
-static void v_init(vcheck *v, const gkeys *k) {
+static void v_item_set(void *c, uint32_t start, bool scalar) {
+    vcheck *v = c;
+    if (v->ldepth) {
+        v->lscalar[v->ldepth - 1] = scalar;
+        v->litem[v->ldepth - 1] = start;
+        return;
+    }
+    v->ov_at = v->cdepth - 1;
+    v->ov_item = start;
+    v->ov_scalar = scalar;
+}
+
+/* An item of the top 'v' frame, checked: against that frame's committed
+ * items and those these bytes completed, then kept locally. */
+static bool v_item_end(void *c, uint32_t start, uint32_t end) {
+    vcheck *v = c;
+    const gkeys *k = v->k;
+    uint32_t tag = v_tag(v);
+    if (v->overflow || tag == UINT32_MAX) return true;
+    cbuf f;
+    if (!item_form((gkeys *)k, start, end, v->b, v->base, &f)) {
+        v->overflow = true; /* no form: nothing refused */
+        return true;
+    }
+    uint64_t hash = fnv(f.p, f.n);
+    if (tag < V_LOCAL) {
+        uint32_t stop = tag + 1 < k->depth ? k->fr[tag + 1].first : k->n_keys;
+        for (uint32_t i = k->fr[tag].first; i < stop; i++)
+            if (k->keys[i].hash == hash && eq2(k->kb + k->keys[i].off, k->keys[i].len, f.p,
+                                               (uint32_t)f.n, NULL, 0))
+                return false;
+    }
+    for (uint32_t i = 0; i < v->n_lk; i++)
+        if (v->lk[i].tag == tag && v->lk[i].hash == hash &&
+            eq2(v->kbuf + v->lk[i].off, v->lk[i].len, f.p, (uint32_t)f.n, NULL, 0))
+            return false;
+    if (v->n_lk == V_MAX_KEYS || v->kb_len + f.n > V_MAX_BYTES) {
+        v->overflow = true;
+        return true;
+    }
+    memcpy(v->kbuf + v->kb_len, f.p, f.n);
+    v->lk[v->n_lk++] = (vkey){tag, v->kb_len, (uint32_t)f.n, hash};
+    v->kb_len += (uint32_t)f.n;
+    return true;
+}
+
+static const kops check_ops = {v_arr_kind, v_push,    v_pop,      v_top,      v_key_open,
+                               v_key_byte, v_key_end, v_item_get, v_item_set, v_item_end};
+
+static void v_init(vcheck *v, const gkeys *k, const uint8_t *b) {
     v->k = k;
+    v->b = b;
+    v->base = (uint32_t)k->txt_len;
+    v->ov_at = UINT32_MAX;
     v->cdepth = k->depth;
     v->ldepth = 0;
     v->prefix = k->lx.mode != OUT && k->lx.key;
@@ -521,7 +967,7 @@ static void v_init(vcheck *v, const gkeys *k) {
 static size_t check_run(const gkeys *k, const uint8_t *b, size_t n) {
     if (k->off) return n;
     vcheck v;
-    v_init(&v, k);
+    v_init(&v, k, b);
     klex x = k->lx;
     for (size_t i = 0; i < n; i++)
         if (!step(&x, &check_ops, &v, b[i])) return i;
@@ -533,7 +979,8 @@ bool tr_gkeys_would_dup(const gkeys *k, const uint8_t *b, size_t n) {
 }
 
 bool tr_gkeys_token_would_dup(const gkeys *k, int32_t id) {
-    if (!(k->q->bits[id >> 6] >> (id & 63) & 1)) return false;
+    const uint64_t *may = k->has_v ? k->q->ends : k->q->bits;
+    if (!(may[id >> 6] >> (id & 63) & 1)) return false;
     const grammar_vocab *v = k->v;
     return tr_gkeys_would_dup(k, v->bytes + v->offs[id], (size_t)(v->offs[id + 1] - v->offs[id]));
 }
@@ -542,8 +989,27 @@ size_t tr_gkeys_clean_prefix(const gkeys *k, const uint8_t *b, size_t n) {
     return check_run(k, b, n);
 }
 
+/* With 'v' arrays: any token that can end an item is checked (outside
+ * strings; inside one, only those with a quote can leave it), among
+ * those the mask allows. */
+static void filter_items(const gkeys *k, uint64_t *mask) {
+    const uint64_t *may = k->lx.mode == OUT && !k->lx.waiting ? k->q->ends : k->q->bits;
+    const grammar_vocab *v = k->v;
+    for (uint32_t w = 0; w < v->n_words; w++)
+        for (uint64_t bits = mask[w] & may[w]; bits; bits &= bits - 1) {
+            int32_t id = (int32_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
+            if (tr_gkeys_would_dup(k, v->bytes + v->offs[id],
+                                   (size_t)(v->offs[id + 1] - v->offs[id])))
+                mask[w] &= ~(UINT64_C(1) << (id & 63));
+        }
+}
+
 void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
     if (k->off) return;
+    if (k->has_v) {
+        filter_items(k, mask);
+        return;
+    }
     /* quotes a token needs to close a repeated key: one inside a key,
      * three inside another string (close it, open and close a key), two
      * elsewhere; two more while no key is stored (the repeat must then
@@ -620,6 +1086,7 @@ static void kquotes_free(gvocab_ext *e) {
     free(q->id);
     free(q->n);
     free(q->bits);
+    free(q->ends);
     free(q);
 }
 
@@ -642,7 +1109,8 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
     q->id = malloc((q->count ? q->count : 1) * sizeof *q->id);
     q->n = malloc(q->count ? q->count : 1);
     q->bits = calloc(v->n_words ? v->n_words : 1, sizeof *q->bits);
-    if (!q->id || !q->n || !q->bits) {
+    q->ends = calloc(v->n_words ? v->n_words : 1, sizeof *q->ends);
+    if (!q->id || !q->n || !q->bits || !q->ends) {
         kquotes_free(&q->ext);
         return NULL;
     }
@@ -652,6 +1120,16 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
         q->id[at[c]] = id;
         q->n[at[c]++] = (uint8_t)c;
         q->bits[id >> 6] |= UINT64_C(1) << (id & 63);
+    }
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
+        for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) {
+            uint8_t b = v->bytes[i];
+            if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b)) {
+                q->ends[id >> 6] |= UINT64_C(1) << (id & 63);
+                break;
+            }
+        }
     }
     return q;
 }
@@ -688,6 +1166,23 @@ static bool gate_init(kgate *g, const uint8_t *after, size_t n) {
     return true;
 }
 
+/* Whether some record of up is a 'v' array's (TR_GKEYS_ANY_ITEMS). */
+static bool paths_have_items(const uint8_t *up, size_t up_len) {
+    size_t at = 0;
+    while (at < up_len) {
+        uint8_t kind_byte = up[at++];
+        if (kind_byte & TR_GKEYS_ANY_ITEMS) return true;
+        for (uint32_t i = 0; i < kind_byte && at < up_len; i++) {
+            uint8_t el = up[at++];
+            if (el == 'i') continue;
+            uint32_t count = el == 'a' ? rd_u32(up + at) : 1;
+            if (el == 'a') at += 4;
+            for (uint32_t j = 0; j < count; j++) at += 4 + rd_u32(up + at);
+        }
+    }
+    return false;
+}
+
 gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *after,
                     size_t after_len, const uint8_t *unique_paths, size_t unique_paths_len) {
     gkeys *k = calloc(1, sizeof *k);
@@ -695,6 +1190,7 @@ gkeys *tr_gkeys_new(const grammar_vocab *v, uint32_t hist_cap, const uint8_t *af
     k->v = v;
     k->up = unique_paths;
     k->up_len = unique_paths_len;
+    k->has_v = paths_have_items(unique_paths, unique_paths_len);
     k->hist_cap = hist_cap ? hist_cap : 1;
     k->hist = malloc((size_t)k->hist_cap * sizeof *k->hist);
     k->q = kquotes_of(v);
@@ -712,6 +1208,7 @@ void tr_gkeys_free(gkeys *k) {
     free(k->keys);
     free(k->kb);
     free(k->txt);
+    free(k->cb);
     free(k->hist);
     free(k->gate.lit);
     free(k->gate.fail);

@@ -15,15 +15,24 @@
  * them, forced bytes stop before them. Exact for every key, listed or
  * not; the grammar still decides everything else.
  *
- * Arrays too (uniqueItems over strings, grammar/json/json_unique.c): the
- * grammar may name instance paths (unique_paths[0..unique_paths_len),
- * borrowed for the tracker's life: per path a count of elements, each
- * 'i' (an array item), 'k' + 4-byte little-endian length + a key's
- * decoded bytes, or 'a' + a 4-byte count + that many keys spelled as
- * 'k' spells one: any key but those). An array opening where the open objects' current keys
- * and the open arrays spell one of them keeps its string items as an
- * object keeps its keys: one that would close equal to an earlier item
- * is refused the same way.
+ * Arrays too (uniqueItems, grammar/json/json_unique.c): the grammar may
+ * name instance paths (unique_paths[0..unique_paths_len), borrowed for
+ * the tracker's life: per path a count of elements, with
+ * TR_GKEYS_ANY_ITEMS (cfg.h) set when the array's items may be any JSON value,
+ * then each element: 'i' (an array item), 'k' + 4-byte little-endian
+ * length + a key's decoded bytes, or 'a' + a 4-byte count + that many
+ * keys spelled as 'k' spells one: any key but those). An array opening
+ * where the open objects' current keys and the open arrays spell one of
+ * them keeps its items distinct. String items (no TR_GKEYS_ANY_ITEMS) are
+ * kept as an object keeps its keys: one that would close equal to an
+ * earlier item is refused the same way. Any items are kept as canonical
+ * forms (strings decoded, numbers by value: 1, 1.0 and 10e-1 are one
+ * item, objects with their members sorted by key), made when an item
+ * ends: at its closing quote or bracket, or, for a number or literal, at
+ * the comma, bracket or blank after it; the byte that ends a repeat is
+ * refused. Masks then check every token that can end an item (a quote,
+ * a comma, a closing bracket or a blank; inside a string only those with
+ * a quote) among those the grammar allows.
  *
  * Limit, stated: the tracker only removes. Where the grammar allows
  * nothing but a duplicate next (an object that must take another key

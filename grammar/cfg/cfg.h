@@ -61,11 +61,16 @@ struct grammar {
     uint8_t *keys_after;  /* %json-keys-after's literal (owned), or NULL:
                              the whole text is JSON */
     size_t keys_after_len;
-    uint8_t *unique_paths; /* instance paths of arrays whose string items
-                              the tracker keeps distinct (json_unique.c's
-                              records; owned), or NULL */
+    uint8_t *unique_paths; /* instance paths of arrays whose items the
+                              tracker keeps distinct (json_unique.c's
+                              records, json_keys_internal.h's format;
+                              owned), or NULL */
     size_t unique_paths_len;
 };
+
+/* A unique_paths record's count byte has this bit when the array's items
+ * may be any JSON value (else strings only). */
+#define TR_GKEYS_ANY_ITEMS 0x80u
 
 /* ---------------------------------------------------------------------
  * The matcher (public calls: matcher.c)

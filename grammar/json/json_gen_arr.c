@@ -481,9 +481,9 @@ static tr_status class_values(arrc *a, uint32_t cls, bool *finite) {
         uint32_t v = 0;
         while (v < a->ndom && !tr_js_json_equal(x->cc, a->dom[v], vals[i])) v++;
         if (v == a->ndom) {
-            if (a->ndom == JS_MAX_UNIQUE_VALUES)
-                return tr_js_unsupported(x, a->n->nodes[0].node, "uniqueItems",
-                                         "distinct items over more than 16 possible values");
+            if (a->ndom == JS_MAX_UNIQUE_VALUES) /* too many for the state: the
+                                                     tracker's, if it can */
+                return (*finite = false), TR_OK;
             a->dom[a->ndom++] = vals[i];
         }
         a->dom_ok[cls] |= 1u << v;
@@ -503,17 +503,16 @@ static tr_status unique_domain(arrc *a, const json_t *node, bool *ok) {
         tr_status st = class_values(a, cls, &finite);
         if (st) return st;
         if (!finite) {
-            /* strings: the matcher's tracker may keep them distinct
+            /* the matcher's tracker may keep them distinct
              * (json_unique.c); the grammar is then the plain array's */
             bool tracked = false;
-            if (a->nc == 0 && (st = tr_js_unique_strings(x, node, &tracked))) return st;
+            if ((st = tr_js_unique_items(x, node, &tracked))) return st;
             if (tracked) return TR_OK;
             return tr_js_unsupported(x, node, "uniqueItems",
-                                     "distinct items are enforced only when every item takes "
-                                     "one of finitely many values (enum, const, booleans), or "
-                                     "is a string of an array every instance has at one path "
-                                     "(properties, items, additionalProperties from the root; "
-                                     "not under anyOf / oneOf / if / patternProperties ...)");
+                                     "distinct items over unboundedly many values are enforced "
+                                     "by the matcher's tracker, which needs the array's place "
+                                     "in the instance: none below `not`, through a recursive "
+                                     "path, or in a grammar exported as text");
         }
     }
     for (uint32_t v = 0; v < a->ndom; v++)

@@ -561,12 +561,14 @@ tr_status tr_js_conditionals(js_ctx *x, const json_t *node, const json_t **out);
 tr_status tr_js_check_instance(const char *schema, size_t slen, const char *inst, size_t ilen,
                                bool *valid, tr_diag *diag);
 
-/* json_unique.c: whether uniqueItems node u (whose items are strings)
- * is in force at instance paths the matcher's tracker can follow (every
- * route from the root unconditional); then *ok and its paths are added
- * to x->dfas->upaths for the grammar. Never in a text export. */
+/* json_unique.c: whether uniqueItems node u is in force only at
+ * instance paths the matcher's tracker can follow (json_unique.c: routes
+ * through choices and pattern keys widened, none below `not` or past 32
+ * levels); then *ok and its paths, marked by whether its items are
+ * strings only, are added to x->dfas->upaths for the grammar. Never in a
+ * text export. */
 typedef struct js_uwalk js_uwalk;
-tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok);
+tr_status tr_js_unique_items(js_ctx *x, const json_t *u, bool *ok);
 
 /* json_ref.c */
 tr_status tr_js_index_build(js_ctx *x);

@@ -9,26 +9,29 @@
  * repeating a key: in an array it knows to be unique it treats each
  * string item as a key of that array. What it needs is where such arrays
  * are: the instance paths (a key per object level, "an item" per array
- * level) at which the uniqueItems schema is in force for EVERY instance.
+ * level) at which the uniqueItems schema may be in force.
  *
- * That holds for a schema node U reached from the root only through
- * steps that apply unconditionally: properties (the value under that
- * key), items as one schema (every item), allOf / extends and $ref (in
- * place), additionalProperties beside no patternProperties (the value
- * under every key but the listed ones: a path element the tracker can
- * check). Anything else makes U's application depend on the instance
- * (anyOf / oneOf / not / if / then / else / dependencies / dependentSchemas
- * choose; prefixItems and tuple items apply to some indices only;
- * patternProperties and unevaluated* to keys the tracker cannot tell;
- * contains to some items), and a U reached through any of those is
- * refused as before. So the walk below follows every subschema keyword
- * from the root, carrying the path while every step is unconditional and
- * a "conditional" flag otherwise, and records where each uniqueItems node
- * was met. U is approved when every meeting was unconditional, within
- * JU_MAX_DEPTH levels, and U's own `items` are strings only (so that
- * comparing string items decides uniqueness wherever U applies); then
- * uniqueness holds at exactly those paths, whatever else the schema says
- * about them (other schemas there are in conjunction with U).
+ * The walk below follows every subschema keyword from the root and
+ * records, for each uniqueItems node U, the paths where it is met. Steps
+ * that keep a definite location: properties (the value under that key),
+ * items as one schema (every item), allOf / extends and $ref (in place),
+ * additionalProperties beside no patternProperties (every key but the
+ * listed ones: a path element the tracker can check). Steps whose
+ * location or whose holding depends on the instance are widened, so that
+ * the rule is applied wherever U may apply: the choices (anyOf, oneOf,
+ * if / then / else, dependentSchemas / dependencies) keep the location as
+ * if they held; patternProperties, additionalProperties beside patterns
+ * and unevaluatedProperties take every key; tuple items, prefixItems,
+ * contains and additional / unevaluated items take every item. Widened,
+ * the tracker refuses repeats at some locations where the schema allows
+ * them (an instance that takes another anyOf branch, a key no pattern
+ * matches): fewer texts, never more. Below `not` (and draft 3's
+ * `disallow`) uniqueItems means its opposite and past JU_MAX_DEPTH levels
+ * (a recursive path) no path is kept: a U met there is refused as before.
+ * U is approved when every meeting kept a path and U's own `items` are
+ * strings only (so that comparing string items decides uniqueness
+ * wherever U applies); other schemas at the same paths are in
+ * conjunction with U.
  *
  * Output (for the grammar, then the tracker): per approved path, one
  * record: [n elements] then per element 'i' (an item), 'k' + 4-byte
@@ -39,6 +42,7 @@
 #include <string.h>
 
 #include "base/hash.h"
+#include "grammar/cfg/cfg.h"
 #include "grammar/json/json_internal.h"
 
 #define JU_MAX_DEPTH 32u
@@ -152,19 +156,36 @@ static tr_status walk_list(js_ctx *x, js_uwalk *w, const json_t *v, bool cond) {
     return TR_OK;
 }
 
-/* Every value of an object of schemas (properties, patternProperties,
- * dependentSchemas): under its key when by_key, else conditional. */
-static tr_status walk_members(js_ctx *x, js_uwalk *w, const json_t *v, bool by_key, bool cond) {
-    const char *k;
+/* How walk_members places each value of an object of schemas. */
+enum { JU_BY_KEY, JU_ANY_KEY, JU_IN_PLACE };
+
+/* Every value of an object of schemas: under its own key (properties),
+ * under any key (patternProperties: a key the tracker cannot test
+ * against the pattern), or in place (dependentSchemas, dependencies). */
+static tr_status walk_members(js_ctx *x, js_uwalk *w, const json_t *v, int how, bool cond) {
     const json_t *s;
     void *it;
     if (!json_is_object(v)) return TR_OK;
     for (it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-        k = json_object_iter_key(it);
         s = json_object_iter_value(it);
         if (!json_is_object(s) && !json_is_boolean(s)) continue; /* dependencies' lists */
-        tr_status st = by_key ? walk_at(x, w, s, k, json_object_iter_key_len(it), NULL, cond)
-                              : walk(x, w, s, true);
+        tr_status st =
+            how == JU_BY_KEY ? walk_at(x, w, s, json_object_iter_key(it),
+                                       json_object_iter_key_len(it), NULL, cond)
+            : how == JU_ANY_KEY ? walk_at(x, w, s, NULL, 0, w->empty, cond)
+                                : walk(x, w, s, cond);
+        if (st) return st;
+    }
+    return TR_OK;
+}
+
+/* Every schema of v (one, or an array) at "an item" of this array. */
+static tr_status walk_items(js_ctx *x, js_uwalk *w, const json_t *v, bool cond) {
+    if (!json_is_array(v)) return walk_at(x, w, v, NULL, 0, NULL, cond);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(v, i, s) {
+        tr_status st = walk_at(x, w, s, NULL, 0, NULL, cond);
         if (st) return st;
     }
     return TR_OK;
@@ -189,47 +210,50 @@ static tr_status walk_in_place(js_ctx *x, js_uwalk *w, const json_t *node, bool 
     }
     if (json_object_get(node, "$dynamicRef") || json_object_get(node, "$recursiveRef"))
         w->broken = true;
-    static const char *const same[] = {"allOf", "extends"};
-    static const char *const choose[] = {"anyOf", "oneOf", "not", "if", "then", "else",
-                                         "disallow"};
+    /* in place, at the same instance location: allOf, and the choices
+     * (a uniqueItems met in a branch is applied there whichever branch
+     * the instance takes: stricter, never looser); `not` and draft 3's
+     * `disallow` flip its meaning, so below them nothing is approved */
+    static const char *const same[] = {"allOf", "extends", "anyOf", "oneOf", "if", "then", "else"};
+    static const char *const flipped[] = {"not", "disallow"};
     for (size_t i = 0; !st && i < sizeof same / sizeof *same; i++)
         if ((v = json_object_get(node, same[i]))) st = walk_list(x, w, v, cond);
-    for (size_t i = 0; !st && i < sizeof choose / sizeof *choose; i++)
-        if ((v = json_object_get(node, choose[i]))) st = walk_list(x, w, v, true);
+    for (size_t i = 0; !st && i < sizeof flipped / sizeof *flipped; i++)
+        if ((v = json_object_get(node, flipped[i]))) st = walk_list(x, w, v, true);
     if (!st && (v = json_object_get(node, "type")) && json_is_array(v))
-        st = walk_list(x, w, v, true); /* draft 3: schemas among the types */
+        st = walk_list(x, w, v, cond); /* draft 3: schemas among the types */
     static const char *const conditional_members[] = {"dependentSchemas", "dependencies"};
     for (size_t i = 0; !st && i < 2; i++)
         if ((v = json_object_get(node, conditional_members[i])))
-            st = walk_members(x, w, v, false, true);
+            st = walk_members(x, w, v, JU_IN_PLACE, cond);
     return st;
 }
 
+/* The locations below an object or array schema. Where the tracker
+ * cannot tell which keys or indices a keyword governs (patternProperties,
+ * additionalProperties beside patterns, unevaluatedProperties; tuple
+ * items, contains, additional / unevaluated items) the path takes every
+ * key or every item: a superset of the locations, so stricter. */
 static tr_status walk_children(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
     const json_t *v;
     tr_status st = TR_OK;
-    if ((v = json_object_get(node, "properties"))) st = walk_members(x, w, v, true, cond);
+    const json_t *props = json_object_get(node, "properties");
+    bool pats = json_object_get(node, "patternProperties") != NULL;
+    if (props) st = walk_members(x, w, props, JU_BY_KEY, cond);
     if (!st && (v = json_object_get(node, "patternProperties")))
-        st = walk_members(x, w, v, false, true);
-    /* additionalProperties beside no patternProperties: every key but
-     * the listed ones, which the tracker can tell */
-    if (!st && (v = json_object_get(node, "additionalProperties"))) {
-        const json_t *props = json_object_get(node, "properties");
-        if (json_object_get(node, "patternProperties") || (props && !json_is_object(props)))
-            st = walk(x, w, v, true);
-        else
-            st = walk_at(x, w, v, NULL, 0, props ? props : w->empty, cond);
-    }
-    static const char *const some_keys[] = {"unevaluatedProperties", "additionalItems",
-                                            "unevaluatedItems", "prefixItems", "contains",
-                                            "propertyNames"};
-    for (size_t i = 0; !st && i < sizeof some_keys / sizeof *some_keys; i++)
-        if ((v = json_object_get(node, some_keys[i]))) st = walk_list(x, w, v, true);
-    if (!st && (v = json_object_get(node, "items"))) {
-        bool tuple = json_is_array(v) || json_object_get(node, "prefixItems");
-        /* with prefixItems (2020-12), items is the rest: some indices */
-        st = tuple ? walk_list(x, w, v, true) : walk_at(x, w, v, NULL, 0, NULL, cond);
-    }
+        st = walk_members(x, w, v, JU_ANY_KEY, cond);
+    /* additionalProperties: every key but the listed ones (beside
+     * patterns: more keys than it governs) */
+    if (!st && (v = json_object_get(node, "additionalProperties")))
+        st = walk_at(x, w, v, NULL, 0, !pats && json_is_object(props) ? props : w->empty, cond);
+    if (!st && (v = json_object_get(node, "unevaluatedProperties")))
+        st = walk_at(x, w, v, NULL, 0, w->empty, cond);
+    static const char *const some_items[] = {"additionalItems", "unevaluatedItems",
+                                             "prefixItems", "contains", "items"};
+    for (size_t i = 0; !st && i < sizeof some_items / sizeof *some_items; i++)
+        if ((v = json_object_get(node, some_items[i]))) st = walk_items(x, w, v, cond);
+    /* keys are strings: a uniqueItems there never applies */
+    if (!st && (v = json_object_get(node, "propertyNames"))) st = walk(x, w, v, true);
     return st;
 }
 
@@ -248,13 +272,12 @@ static tr_status walk(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
     return walk_children(x, w, node, cond);
 }
 
-/* U's own `items`: one schema whose every value is a string. */
+/* U's own items are strings only (one `items` schema, no tuple): the
+ * tracker then keeps them as keys; otherwise as canonical values. */
 static tr_status items_are_strings(js_ctx *x, const json_t *u, bool *ok) {
     *ok = false;
     const json_t *it = json_object_get(u, "items");
-    if (!json_is_object(it) || json_object_get(u, "prefixItems") ||
-        json_object_get(u, "contains"))
-        return TR_OK;
+    if (!json_is_object(it) || json_object_get(u, "prefixItems")) return TR_OK;
     js_item i = {it, 0};
     js_conj c = {&i, 1};
     js_norm n;
@@ -271,8 +294,8 @@ static void put_u32(js_buf *b, uint32_t v) {
 }
 
 /* The record of path p (json.h keys are UTF-8 already decoded). */
-static void put_path(js_buf *b, const ju_rec *r) {
-    char n = (char)r->n;
+static void put_path(js_buf *b, const ju_rec *r, bool strings) {
+    char n = (char)(r->n | (strings ? 0 : TR_GKEYS_ANY_ITEMS));
     tr_js_buf_add(b, &n, 1);
     for (uint32_t i = 0; i < r->n; i++) {
         const ju_el *e = &r->path[i];
@@ -297,7 +320,7 @@ static void put_path(js_buf *b, const ju_rec *r) {
     }
 }
 
-tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok) {
+tr_status tr_js_unique_items(js_ctx *x, const json_t *u, bool *ok) {
     *ok = false;
     if (!x->dfas || !x->dfas->allowed || !x->dfas->upaths) return TR_OK; /* text export */
     js_uwalk *w = x->uwalk;
@@ -318,9 +341,9 @@ tr_status tr_js_unique_strings(js_ctx *x, const json_t *u, bool *ok) {
     if ((st = items_are_strings(x, u, &strings))) return st;
     for (uint32_t i = 0; fine && i < w->n; i++)
         if (w->recs[i].node == u) met = true, fine = !w->recs[i].cond;
-    *ok = fine && met && strings;
+    *ok = fine && met;
     for (uint32_t i = 0; *ok && i < w->n; i++)
-        if (w->recs[i].node == u) put_path(x->dfas->upaths, &w->recs[i]);
+        if (w->recs[i].node == u) put_path(x->dfas->upaths, &w->recs[i], strings);
     if (!js_buf_ok(x->dfas->upaths)) return x->cc->err ? x->cc->err : TR_ERR_NOMEM;
     return tr_js_ptrmap_put(x->cc, &w->approved, u, *ok ? 1 : 2);
 }

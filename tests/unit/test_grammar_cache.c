@@ -193,7 +193,7 @@ static void test_errors(void **state) {
     expect_error(c, TRELLIS_GRAMMAR_CHOICE, "[\"\xff\"]", TR_ERR_FORMAT, "bad choices: not JSON");
     expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{\"type\": ", TR_ERR_FORMAT,
                  "bad JSON Schema: ");
-    expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}",
+    expect_error(c, TRELLIS_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"not\":{\"uniqueItems\":true}}",
                  TR_ERR_UNSUPPORTED, "uniqueItems");
     expect_error(c, TRELLIS_GRAMMAR_EBNF, "root ::= \"a\" | nowhere", TR_ERR_FORMAT,
                  "bad EBNF grammar: ");
@@ -262,7 +262,7 @@ static void test_json_and_ebnf(void **state) {
     gcache *c;
     assert_int_equal(tr_gcache_new(v, 64u << 20, &c), TR_OK);
     const char *schema = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
-                         "\"uniqueItems\":true}";
+                         "\"not\":{\"uniqueItems\":true}}";
     trellis_grammar_options o;
     trellis_grammar_options_default(&o);
     assert_int_equal(o.max_ws_run, 24); /* grammar/'s defaults */

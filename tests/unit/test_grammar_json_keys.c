@@ -22,7 +22,7 @@
 static const char *const k_multi[] = {
     "\"a\"", "\"b\"", "\"a\":", "\"b\":", "a\"", "b\"", "\",\"", "\":", ",\"", "{\"",
     "{\"a\":", "\"ab\"", "1,\"a\":", "},\"a\"", "\":1,\"a\"", "\\u0061", "\"\\u0061\"", "a\":",
-    "[\"a\",\"a\"", "[\"a\",\"b\"",
+    "[\"a\",\"a\"", "[\"a\",\"b\"", "1,", "1]", " 1", "{\"a\":1}", "[1,1",
 };
 
 static grammar_vocab *key_vocab(int32_t *n_out) {
@@ -87,6 +87,11 @@ static bool bit(const uint64_t *mask, int32_t id) { return mask[id >> 6] >> (id 
 /* an array of distinct strings, and one that may repeat */
 #define STR_SET "{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}"
 #define STR_LIST "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}"
+
+/* distinct items of any kind */
+#define ANY_SET                                                                              \
+    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"object\","    \
+    "\"additionalProperties\":{\"type\":\"integer\"}}]},\"uniqueItems\":true,\"maxItems\":6}"
 
 #define FREE_OBJ "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}"
 
@@ -392,6 +397,8 @@ static void test_random_walks_unique(void **s) {
         /* distinct strings: JSON_REJECT_DUPLICATES does not see arrays;
          * the walk checks them below */
         "{\"type\":\"array\",\"items\":" STR_SET "}",
+        /* distinct items of any kind (integers, objects) */
+        ANY_SET,
     };
     uint64_t rng = 7;
     int finished = 0, walks = small_scale_json() ? 60 : 400;
@@ -431,6 +438,12 @@ static void test_random_walks_unique(void **s) {
             json_error_t je;
             json_t *doc = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
             if (!doc) fail_msg("schema %zu walk %d: %.*s: %s", si, w, (int)len, text, je.text);
+            if (si == 4) /* the items distinct (integers only: json_equal is
+                            JSON Schema's equality there) */
+                for (size_t j = 0; j < json_array_size(doc); j++)
+                    for (size_t k = j + 1; k < json_array_size(doc); k++)
+                        if (json_equal(json_array_get(doc, j), json_array_get(doc, k)))
+                            fail_msg("walk %d repeats an item: %.*s", w, (int)len, text);
             if (si == 3) /* every inner array's strings distinct */
                 for (size_t i = 0; i < json_array_size(doc); i++) {
                     const json_t *a = json_array_get(doc, i);
@@ -533,22 +546,142 @@ static void test_unique_strings_masks(void **s) {
     tr_grammar_vocab_free(v);
 }
 
-/* Where the array's uniqueness depends on the instance, or its items are
- * not strings, or the grammar must stand alone as text: refused as
- * before, naming uniqueItems. */
+/* Items of any kind: kept as canonical forms (numbers by value, object
+ * members in any order); the byte that ends a repeat is refused, in
+ * accept calls and masks; rollback forgets items taken back. */
+static void test_unique_any_items(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    size_t nw = tr_grammar_vocab_mask_words(v);
+    uint64_t mask[8];
+    grammar_matcher *m =
+        matcher_for("{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"uniqueItems\":true}", v);
+    assert_int_equal(feed(m, "[1,2,"), TR_OK);
+    assert_int_equal(feed(m, "1,"), TR_ERR_STATE);
+    assert_int_equal(feed(m, "1.0]"), TR_ERR_STATE);
+    assert_int_equal(feed(m, "10e-1 "), TR_ERR_STATE);
+    assert_int_equal(feed(m, "0.2e1]"), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("1,")));
+    assert_false(bit(mask, multi_id("1]")));
+    assert_true(bit(mask, '1'));
+    assert_int_equal(feed(m, "1"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, ','));
+    assert_false(bit(mask, ']'));
+    assert_false(bit(mask, ' '));
+    assert_true(bit(mask, '0'));
+    assert_true(bit(mask, '.'));
+    assert_int_equal(feed(m, "0]"), TR_OK); /* 10 is new */
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    /* objects: equal whatever the member order and number spelling */
+    m = matcher_for("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}", v);
+    assert_int_equal(feed(m, "[{\"a\":1,\"b\":[1,\"x\"]},"), TR_OK);
+    assert_int_equal(feed(m, "{\"b\":[1.0,\"\\u0078\"],\"a\":1}"), TR_ERR_STATE);
+    assert_int_equal(feed(m, "{\"a\":1}"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_true(bit(mask, ','));
+    assert_int_equal(feed(m, ","), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, multi_id("{\"a\":1}")));
+    assert_int_equal(feed(m, "{\"a\":1"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, '}'));
+    assert_true(bit(mask, '0'));
+    assert_int_equal(feed(m, ",\"c\":null}]"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    /* mixed kinds; nested arrays compare item by item, in order */
+    m = matcher_for("{\"type\":\"array\",\"uniqueItems\":true}", v);
+    assert_int_equal(feed(m, "[1,\"1\",[1,2],null,true,{}"), TR_OK);
+    assert_int_equal(feed(m, ",[1,2]"), TR_ERR_STATE);
+    assert_int_equal(feed(m, ",null"), TR_OK);
+    assert_int_equal(feed(m, "]"), TR_ERR_STATE); /* null again, ended by ] */
+    assert_int_equal(feed(m, "l"), TR_ERR_STATE); /* not JSON either */
+    tr_grammar_matcher_reset(m);
+    assert_int_equal(feed(m, "[[1,2],{},[2,1], {\"a\":{}} , -0"), TR_OK);
+    assert_int_equal(feed(m, ",0]"), TR_ERR_STATE); /* -0 == 0 */
+    assert_int_equal(feed(m, ",{ }"), TR_ERR_STATE);
+    assert_int_equal(feed(m, ",0.5]"), TR_OK);
+    tr_grammar_matcher_free(m);
+    /* a token that opens the array and repeats inside it */
+    m = matcher_for("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
+                    "\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}}}",
+                    v);
+    assert_int_equal(feed(m, "{\"a\":"), TR_OK);
+    assert_int_equal(feed(m, "[1,1,"), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_true(bit(mask, multi_id("[1,1"))); /* 1 then 1... may be 11 */
+    assert_int_equal(tr_grammar_matcher_accept_token(m, multi_id("[1,1")), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, ','));
+    assert_true(bit(mask, '1'));
+    /* rollback: the second item taken back, then written anew */
+    assert_int_equal(tr_grammar_matcher_rollback(m, 1), TR_OK);
+    assert_int_equal(feed(m, "[1,2"), TR_OK);
+    assert_int_equal(feed(m, ",2"), TR_OK);
+    assert_int_equal(feed(m, "]"), TR_ERR_STATE);
+    assert_int_equal(tr_grammar_matcher_rollback(m, 2), TR_OK);
+    assert_int_equal(feed(m, "[1"), TR_OK);
+    assert_int_equal(feed(m, ",2]}"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+/* Where the array's location or holding depends on the instance, the
+ * rule is applied wherever it may apply (json_unique.c): enforced there,
+ * stricter than the schema where another branch allows repeats. */
+static void test_unique_strings_widened(void **s) {
+    (void)s;
+    int32_t nv;
+    grammar_vocab *v = key_vocab(&nv);
+    static const struct {
+        const char *schema, *prefix, *repeat, *rest;
+    } cases[] = {
+        {"{\"anyOf\":[" STR_SET ",{\"type\":\"integer\"}]}", "[\"a\",", "\"a\"", "\"b\"]"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^x\":" STR_SET "}}",
+         "{\"xa\":[\"a\",", "\"a\"", "\"b\"]}"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^x\":{}},\"additionalProperties\":"
+         STR_SET "}",
+         "{\"y\":[\"a\",", "\"a\"", "\"b\"]}"},
+        {"{\"type\":\"array\",\"prefixItems\":[" STR_SET "]}", "[[\"a\",", "\"a\"", "\"b\"]]"},
+        {"{\"if\":{\"type\":\"array\"},\"then\":" STR_SET "}", "[\"a\",", "\"a\"", "\"b\"]"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"oneOf\":[" STR_SET
+         ",{\"type\":\"string\"}]}}}",
+         "{\"k\":[\"a\",", "\"a\"", "\"b\"]}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        grammar_matcher *m = matcher_for(cases[i].schema, v);
+        if (feed(m, cases[i].prefix) != TR_OK) fail_msg("prefix refused: %s", cases[i].schema);
+        if (feed(m, cases[i].repeat) != TR_ERR_STATE)
+            fail_msg("repeat taken: %s", cases[i].schema);
+        if (feed(m, cases[i].rest) != TR_OK || !tr_grammar_matcher_is_accepting(m))
+            fail_msg("rest refused: %s", cases[i].schema);
+        tr_grammar_matcher_free(m);
+    }
+    /* the stated cost: a branch without uniqueItems loses its repeats */
+    grammar_matcher *m = matcher_for(
+        "{\"anyOf\":[" STR_SET ",{\"type\":\"array\",\"items\":{\"type\":\"string\"},"
+        "\"minItems\":3}]}",
+        v);
+    assert_int_equal(feed(m, "[\"a\",\"b\","), TR_OK);
+    assert_int_equal(feed(m, "\"a\""), TR_ERR_STATE);
+    tr_grammar_matcher_free(m);
+    tr_grammar_vocab_free(v);
+}
+
+/* Below `not`, through a recursive path, or in a grammar that must stand
+ * alone as text: refused as before, naming uniqueItems. */
 static void test_unique_strings_refusals(void **s) {
     (void)s;
     static const char *const refused[] = {
-        "{\"anyOf\":[" STR_SET ",{\"type\":\"integer\"}]}",
-        "{\"type\":\"object\",\"patternProperties\":{\"^x\":" STR_SET "}}",
-        "{\"type\":\"object\",\"patternProperties\":{\"^x\":{}},\"additionalProperties\":"
-        STR_SET "}",
-        "{\"type\":\"array\",\"prefixItems\":[" STR_SET "]}",
-        "{\"if\":{\"type\":\"array\"},\"then\":" STR_SET "}",
-        "{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"uniqueItems\":true}",
-        "{\"type\":\"array\",\"items\":{\"type\":[\"string\",\"integer\"]},"
-        "\"uniqueItems\":true}",
         "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"},\"b\":" STR_SET "}}",
+        "{\"type\":\"array\",\"not\":" STR_SET "}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true,"
+        "\"not\":{\"not\":" STR_SET "}}",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         tr_diag d;
@@ -579,6 +712,8 @@ int main(void) {
         cmocka_unit_test(test_random_walks_unique),
         cmocka_unit_test(test_unique_strings_refused),
         cmocka_unit_test(test_unique_strings_masks),
+        cmocka_unit_test(test_unique_strings_widened),
+        cmocka_unit_test(test_unique_any_items),
         cmocka_unit_test(test_unique_strings_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
