@@ -100,6 +100,9 @@ typedef struct kquotes {
     /* tokens that can end an item of a 'v' array: a quote, a closing
      * bracket, a comma or a blank (the end of a number or literal) */
     uint64_t *ends;
+    uint64_t *opens; /* tokens with a '[' (may open a 'v' array) */
+    uint64_t *closers; /* tokens with '}', ']' or '[' (may end an item
+                          from inside it, or open a 'v' array) */
 } kquotes;
 
 typedef struct kops {
@@ -989,11 +992,8 @@ size_t tr_gkeys_clean_prefix(const gkeys *k, const uint8_t *b, size_t n) {
     return check_run(k, b, n);
 }
 
-/* With 'v' arrays: any token that can end an item is checked (outside
- * strings; inside one, only those with a quote can leave it), among
- * those the mask allows. */
-static void filter_items(const gkeys *k, uint64_t *mask) {
-    const uint64_t *may = k->lx.mode == OUT && !k->lx.waiting ? k->q->ends : k->q->bits;
+/* Clears from mask the tokens of may that would close a repeat. */
+static void filter_items(const gkeys *k, uint64_t *mask, const uint64_t *may) {
     const grammar_vocab *v = k->v;
     for (uint32_t w = 0; w < v->n_words; w++)
         for (uint64_t bits = mask[w] & may[w]; bits; bits &= bits - 1) {
@@ -1004,12 +1004,27 @@ static void filter_items(const gkeys *k, uint64_t *mask) {
         }
 }
 
+static bool v_open(const gkeys *k) {
+    for (uint32_t i = 0; i < k->depth; i++)
+        if (k->fr[i].kind == 'v') return true;
+    return false;
+}
+
 void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
     if (k->off) return;
-    if (k->has_v) {
-        filter_items(k, mask);
+    /* With 'v' arrays: inside one, every token that can end an item
+     * (outside strings; inside one, only those with a quote can leave
+     * it); outside, only a token that opens one can repeat an item in
+     * it, and keys below */
+    if (k->has_v && v_open(k)) {
+        const kquotes *q = k->q;
+        bool in_item = k->fr[k->depth - 1].kind != 'v'; /* inside an object or array item */
+        if (k->lx.mode == OUT && !k->lx.waiting && in_item) filter_items(k, mask, q->closers);
+        /* (a quote ends a string item, closes a key, or leaves a string) */
+        filter_items(k, mask, k->lx.mode == OUT && !k->lx.waiting && !in_item ? q->ends : q->bits);
         return;
     }
+    if (k->has_v) filter_items(k, mask, k->q->opens);
     /* quotes a token needs to close a repeated key: one inside a key,
      * three inside another string (close it, open and close a key), two
      * elsewhere; two more while no key is stored (the repeat must then
@@ -1087,6 +1102,8 @@ static void kquotes_free(gvocab_ext *e) {
     free(q->n);
     free(q->bits);
     free(q->ends);
+    free(q->opens);
+    free(q->closers);
     free(q);
 }
 
@@ -1110,7 +1127,9 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
     q->n = malloc(q->count ? q->count : 1);
     q->bits = calloc(v->n_words ? v->n_words : 1, sizeof *q->bits);
     q->ends = calloc(v->n_words ? v->n_words : 1, sizeof *q->ends);
-    if (!q->id || !q->n || !q->bits || !q->ends) {
+    q->opens = calloc(v->n_words ? v->n_words : 1, sizeof *q->opens);
+    q->closers = calloc(v->n_words ? v->n_words : 1, sizeof *q->closers);
+    if (!q->id || !q->n || !q->bits || !q->ends || !q->opens || !q->closers) {
         kquotes_free(&q->ext);
         return NULL;
     }
@@ -1125,10 +1144,10 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
         if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
         for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) {
             uint8_t b = v->bytes[i];
-            if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b)) {
+            if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b))
                 q->ends[id >> 6] |= UINT64_C(1) << (id & 63);
-                break;
-            }
+            if (b == '[') q->opens[id >> 6] |= UINT64_C(1) << (id & 63);
+            if (b == '[' || b == ']' || b == '}') q->closers[id >> 6] |= UINT64_C(1) << (id & 63);
         }
     }
     return q;

@@ -34,10 +34,11 @@
  * uniqueItems holds by construction when at most one element fits; for
  * arrays whose every position takes finitely many values (enum / const
  * / booleans / null), each state also carries the set of values used,
- * and each item is one literal value not used yet. Arrays of strings at
- * paths every instance has (json_unique.c) get the plain grammar and the
- * matcher's tracker keeps their items distinct. Otherwise it is refused:
- * distinct strings or objects are not a context-free language.
+ * and each item is one literal value not used yet (up to 16 values).
+ * Other arrays get the plain grammar and the matcher's tracker keeps
+ * their items distinct at the paths json_unique.c records (distinct
+ * strings or objects are not a context-free language); where it cannot
+ * place the array, refused.
  */
 #include <string.h>
 

@@ -1,15 +1,18 @@
-/* json_unique.c — uniqueItems over strings, left to the matcher's JSON
- * tracker (json_keys_internal.h) at the instance paths where it holds.
+/* json_unique.c — uniqueItems over items with unboundedly many values,
+ * left to the matcher's JSON tracker (json_keys_internal.h) at the
+ * instance paths where it may hold.
  *
  * Layering: grammar/json (json_internal.h), called by the array builder
  * (json_gen_arr.c). Single-threaded per compile.
  *
- * Distinct strings are not a context-free language, so the grammar cannot
- * say "no item twice"; the tracker can, the way it keeps an object from
- * repeating a key: in an array it knows to be unique it treats each
- * string item as a key of that array. What it needs is where such arrays
- * are: the instance paths (a key per object level, "an item" per array
- * level) at which the uniqueItems schema may be in force.
+ * Distinct strings (or objects, numbers...) are not a context-free
+ * language, so the grammar cannot say "no item twice"; the tracker can,
+ * the way it keeps an object from repeating a key: in an array it knows
+ * to be unique it keeps each item (a string item as a key, any other as
+ * its canonical form). What it needs is where such arrays are: the
+ * instance paths (a key per object level, "an item" per array level) at
+ * which the uniqueItems schema may be in force, and whether their items
+ * are strings only.
  *
  * The walk below follows every subschema keyword from the root and
  * records, for each uniqueItems node U, the paths where it is met. Steps
@@ -28,13 +31,13 @@
  * matches): fewer texts, never more. Below `not` (and draft 3's
  * `disallow`) uniqueItems means its opposite and past JU_MAX_DEPTH levels
  * (a recursive path) no path is kept: a U met there is refused as before.
- * U is approved when every meeting kept a path and U's own `items` are
- * strings only (so that comparing string items decides uniqueness
- * wherever U applies); other schemas at the same paths are in
- * conjunction with U.
+ * U is approved when every meeting kept a path; its records say whether
+ * U's own items are strings only (one `items` schema of strings: the
+ * tracker's cheaper key-like way) or may be anything.
  *
  * Output (for the grammar, then the tracker): per approved path, one
- * record: [n elements] then per element 'i' (an item), 'k' + 4-byte
+ * record: [n elements, TR_GKEYS_ANY_ITEMS (cfg.h) set unless the items
+ * are strings only] then per element 'i' (an item), 'k' + 4-byte
  * little-endian length + the key's bytes (decoded, as the tracker
  * decodes keys), or 'a' + a 4-byte count of keys + each as 'k' spells
  * it (any key but those).
