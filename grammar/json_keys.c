@@ -317,11 +317,13 @@ static uint8_t path_recorded(const uint8_t *up, size_t up_len, uint32_t depth, f
     size_t at = 0;
     while (at < up_len) {
         uint8_t kind_byte = up[at++];
-        uint32_t n = kind_byte & ~TR_GKEYS_ANY_ITEMS;
-        bool same = n == depth;
+        uint32_t n = kind_byte & ~(TR_GKEYS_ANY_ITEMS | TR_GKEYS_ANY_DEPTH);
+        bool any_depth = kind_byte & TR_GKEYS_ANY_DEPTH; /* the last n frames */
+        bool same = any_depth ? n <= depth : n == depth;
+        uint32_t skip = same ? depth - n : 0;
         for (uint32_t i = 0; i < n; i++) {
             uint8_t kind = up[at++];
-            kel e = same ? el(c, i) : (kel){true, NULL, 0};
+            kel e = same ? el(c, skip + i) : (kel){true, NULL, 0};
             if (kind == 'i') {
                 same = same && e.item;
                 continue;
@@ -1191,7 +1193,8 @@ static bool paths_have_items(const uint8_t *up, size_t up_len) {
     while (at < up_len) {
         uint8_t kind_byte = up[at++];
         if (kind_byte & TR_GKEYS_ANY_ITEMS) return true;
-        for (uint32_t i = 0; i < kind_byte && at < up_len; i++) {
+        uint32_t n = kind_byte & ~TR_GKEYS_ANY_DEPTH;
+        for (uint32_t i = 0; i < n && at < up_len; i++) {
             uint8_t el = up[at++];
             if (el == 'i') continue;
             uint32_t count = el == 'a' ? rd_u32(up + at) : 1;

@@ -71,6 +71,9 @@ struct grammar {
 /* A unique_paths record's count byte has this bit when the array's items
  * may be any JSON value (else strings only). */
 #define TR_GKEYS_ANY_ITEMS 0x80u
+/* ... and this one when the record's elements are the last ones of a
+ * path of any depth (a recursive schema's array) */
+#define TR_GKEYS_ANY_DEPTH 0x40u
 
 /* ---------------------------------------------------------------------
  * The matcher (public calls: matcher.c)

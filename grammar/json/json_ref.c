@@ -10,7 +10,8 @@
  * schema object its JSON pointer (for messages) and its base URI
  * (RFC 3986 resolution of every enclosing $id against the document's;
  * a document without $id gets trellis://schema/root.json). Resources
- * ($id, draft-04 `id` when $schema says draft-04 or older) and anchors
+ * (`$id`; `id` instead when $schema says draft-04 or older; neither
+ * beside `$ref` up to draft 7, as validators read them) and anchors
  * ($anchor, $dynamicAnchor, plain-name $id fragments) map an absolute
  * URI to a node. A $ref is resolved against its node's base, then looked
  * up as a resource, and its fragment read as a JSON pointer (percent-
@@ -259,6 +260,22 @@ static bool draft4_ids(const js_ctx *x) {
            strstr(v, "draft-01");
 }
 
+static bool draft6_or_7(const js_ctx *x) {
+    const json_t *s = json_is_object(x->doc) ? json_object_get(x->doc, "$schema") : NULL;
+    const char *v = json_is_string(s) ? json_string_value(s) : "";
+    return strstr(v, "draft-06") || strstr(v, "draft-07");
+}
+
+/* The identifier of node as its draft reads it: `id` up to draft 4,
+ * `$id` after; up to draft 7 an object with `$ref` is a reference and
+ * nothing else, so its id is ignored (as validators do: Python's
+ * `referencing` for drafts 4..7). */
+static const json_t *id_of(const js_ctx *x, const json_t *node) {
+    bool d4 = draft4_ids(x);
+    if ((d4 || draft6_or_7(x)) && json_object_get(node, "$ref")) return NULL;
+    return json_object_get(node, d4 ? "id" : "$id");
+}
+
 static const char *const kw_one[] = {
     "additionalProperties", "additionalItems", "items", "contains", "propertyNames",
     "not", "if", "then", "else", "unevaluatedItems", "unevaluatedProperties",
@@ -285,8 +302,7 @@ static tr_status walk(js_ctx *x, const json_t *node, const char *ptr, const char
                            JS_MAX_WALK_DEPTH, ptr);
     if (tr_js_info(x, node)) return TR_OK; /* already indexed */
     if (json_is_object(node)) {
-        const json_t *id = json_object_get(node, "$id");
-        if (!id && draft4_ids(x)) id = json_object_get(node, "id");
+        const json_t *id = id_of(x, node);
         if (json_is_string(id)) {
             char *abs = uri_resolve(cc, base, json_string_value(id));
             if (!abs) return cc->err;

@@ -65,6 +65,7 @@ typedef struct ju_rec {
     ju_el *path;        /* NULL when cond */
     uint32_t n;
     bool cond;
+    bool wild;          /* path is the last element only, at any depth */
 } ju_rec;
 
 struct js_uwalk {
@@ -72,6 +73,10 @@ struct js_uwalk {
     uint32_t n, cap;
     ju_el stack[JU_MAX_DEPTH];
     uint32_t depth;
+    /* past JU_MAX_DEPTH (a recursive path): only the last element is
+     * kept, and a record then matches any array under it at any depth */
+    bool wild;
+    ju_el win;
     uint64_t *seen; /* open-addressed (node, path) hashes, 0 empty */
     uint32_t seen_cap, seen_n;
     uint32_t visits;
@@ -82,7 +87,10 @@ struct js_uwalk {
 
 /* A hash of (node, the current path or "conditional"); 0 never. */
 static uint64_t state_hash(const js_uwalk *w, const json_t *node, bool cond) {
-    uint64_t path = cond ? 0x5bd1e995u : w->depth ? w->stack[w->depth - 1].h : 0;
+    uint64_t path = cond       ? 0x5bd1e995u
+                    : w->wild  ? w->win.h ^ 0x9e3779b97f4a7c15ull
+                    : w->depth ? w->stack[w->depth - 1].h
+                               : 0;
     uint64_t h = tr_splitmix64(tr_fnv1a_word(path, (uint64_t)(uintptr_t)node));
     return h ? h : 1;
 }
@@ -123,8 +131,11 @@ static tr_status record(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
         w->cap = nc;
     }
     ju_rec *r = &w->recs[w->n++];
-    *r = (ju_rec){node, NULL, cond ? 0 : w->depth, cond};
-    if (!cond && w->depth) {
+    *r = (ju_rec){node, NULL, cond ? 0 : w->wild ? 1 : w->depth, cond, w->wild && !cond};
+    if (r->wild) {
+        if (!(r->path = tr_gcc_alloc(x->cc, sizeof *r->path))) return x->cc->err;
+        r->path[0] = w->win;
+    } else if (!cond && w->depth) {
         r->path = tr_gcc_alloc(x->cc, (size_t)w->depth * sizeof *r->path);
         if (!r->path) return x->cc->err;
         memcpy(r->path, w->stack, (size_t)w->depth * sizeof *r->path);
@@ -134,10 +145,24 @@ static tr_status record(js_ctx *x, js_uwalk *w, const json_t *node, bool cond) {
 
 static tr_status walk(js_ctx *x, js_uwalk *w, const json_t *node, bool cond);
 
-/* A child location: one more path element while unconditional. */
+/* A child location: one more path element while unconditional; past
+ * JU_MAX_DEPTH, the element alone (wild). */
 static tr_status walk_at(js_ctx *x, js_uwalk *w, const json_t *s, const char *key, size_t len,
                          const json_t *excl, bool cond) {
-    if (cond || w->depth == JU_MAX_DEPTH) return walk(x, w, s, true);
+    if (cond) return walk(x, w, s, true);
+    if (w->wild || w->depth == JU_MAX_DEPTH) {
+        uint64_t h = tr_fnv1a_word(TR_FNV1A_BASIS,
+                                   key ? len : excl ? (uint64_t)(uintptr_t)excl : UINT64_MAX);
+        if (key) h = tr_fnv1a(h, key, len);
+        bool was_wild = w->wild;
+        ju_el was = w->win;
+        w->wild = true;
+        w->win = (ju_el){key, len, excl, tr_splitmix64(h)};
+        tr_status st = walk(x, w, s, false);
+        w->wild = was_wild;
+        w->win = was;
+        return st;
+    }
     uint64_t h = w->depth ? w->stack[w->depth - 1].h : TR_FNV1A_BASIS;
     h = tr_fnv1a_word(h, key ? len : excl ? (uint64_t)(uintptr_t)excl : UINT64_MAX);
     if (key) h = tr_fnv1a(h, key, len);
@@ -298,7 +323,7 @@ static void put_u32(js_buf *b, uint32_t v) {
 
 /* The record of path p (json.h keys are UTF-8 already decoded). */
 static void put_path(js_buf *b, const ju_rec *r, bool strings) {
-    char n = (char)(r->n | (strings ? 0 : TR_GKEYS_ANY_ITEMS));
+    char n = (char)(r->n | (strings ? 0 : TR_GKEYS_ANY_ITEMS) | (r->wild ? TR_GKEYS_ANY_DEPTH : 0));
     tr_js_buf_add(b, &n, 1);
     for (uint32_t i = 0; i < r->n; i++) {
         const ju_el *e = &r->path[i];

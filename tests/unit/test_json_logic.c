@@ -235,9 +235,12 @@ static void test_unique_items(void **s) {
     /* widened: a choice's uniqueItems holds wherever the array is */
     check_tracked("{'anyOf':[{'items':{'type':'string'},'uniqueItems':true},{'type':'object'}]}",
                   Y("['a', 'b']", "{}"), Y("['a', 'a']"));
-    tjc_refused("{'properties':{'r':{'$ref':'#'},'t':{'items':{'type':'object'},"
-                "'uniqueItems':true}}}",
-                TR_ERR_UNSUPPORTED, "uniqueItems");
+    /* through a recursive path: every such array at any depth */
+    check_tracked("{'properties':{'r':{'$ref':'#'},'t':{'items':{'type':'object'},"
+                  "'uniqueItems':true}}}",
+                  Y("{'r': {'r': {'t': [{'a': 1}, {}]}}, 't': [{}, {'a': 1}]}"),
+                  Y("{'r': {'r': {'t': [{'a': 1}, {'a': 1}]}}}", "{'t': [{}, {}]}"));
+    tjc_refused("{'type':'array','not':{'uniqueItems':true}}", TR_ERR_UNSUPPORTED, "uniqueItems");
     /* at most one item: unique by construction */
     tjc_check("{'items':{'type':'string'},'uniqueItems':true,'maxItems':1}", Y("[]", "['a']"),
               Y("['a', 'b']"));
