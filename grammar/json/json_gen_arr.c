@@ -34,7 +34,7 @@
  * uniqueItems holds by construction when at most one element fits; for
  * arrays whose every position takes finitely many values (enum / const
  * / booleans / null), each state also carries the set of values used,
- * and each item is one literal value not used yet (up to 16 values).
+ * and each item is one literal value not used yet (up to 12 values).
  * Other arrays get the plain grammar and the matcher's tracker keeps
  * their items distinct at the paths json_unique.c records (distinct
  * strings or objects are not a context-free language); where it cannot
@@ -45,7 +45,9 @@
 #include "grammar/json/json_internal.h"
 
 #define JS_MAX_CONTAINS 3u
-#define JS_MAX_UNIQUE_VALUES 16u
+/* uniqueItems in the grammar's state over at most this many values
+ * (2^n sets of used values per position); more go to the tracker */
+#define JS_MAX_UNIQUE_VALUES 12u
 #define JS_MAX_ARRAY_STATES 20000u
 #define JS_MAX_COUNT 255u
 

@@ -28,9 +28,12 @@
  * contains and additional / unevaluated items take every item. Widened,
  * the tracker refuses repeats at some locations where the schema allows
  * them (an instance that takes another anyOf branch, a key no pattern
- * matches): fewer texts, never more. Below `not` (and draft 3's
- * `disallow`) uniqueItems means its opposite and past JU_MAX_DEPTH levels
- * (a recursive path) no path is kept: a U met there is refused as before.
+ * matches): fewer texts, never more. Past JU_MAX_DEPTH levels (a
+ * recursive path) only the last element is kept and the record matches
+ * an array under it at any depth (wider still). Below `not` (and draft
+ * 3's `disallow`) uniqueItems means its opposite: a U met there is
+ * refused as before. A $ref that does not resolve stops the walk there
+ * (the compile fails on it wherever it meets it, the same resolution).
  * U is approved when every meeting kept a path; its records say whether
  * U's own items are strings only (one `items` schema of strings: the
  * tracker's cheaper key-like way) or may be anything.
@@ -48,7 +51,9 @@
 #include "grammar/cfg/cfg.h"
 #include "grammar/json/json_internal.h"
 
-#define JU_MAX_DEPTH 32u
+/* past this many levels a path keeps its last element only (wild): a
+ * recursive schema's paths stop multiplying there */
+#define JU_MAX_DEPTH 8u
 #define JU_MAX_VISITS 200000u
 
 typedef struct ju_el {
@@ -225,16 +230,17 @@ static tr_status walk_in_place(js_ctx *x, js_uwalk *w, const json_t *node, bool 
     if ((v = json_object_get(node, "$ref")) && json_is_string(v)) {
         const json_t *t = NULL;
         /* a $ref that does not resolve is the compile's to report where
-         * it meets it: here it only means nothing is approved */
+         * it meets it (the same resolution: nothing below it is ever
+         * generated): here the walk only does not go on through it */
         tr_diag saved = x->cc->diag ? *x->cc->diag : (tr_diag){0};
         st = tr_js_resolve_ref(x, node, json_string_value(v), &t);
         if (st == TR_ERR_NOT_FOUND) {
             x->cc->err = TR_OK;
             if (x->cc->diag) *x->cc->diag = saved;
-            w->broken = true;
-            return TR_OK;
+            st = TR_OK;
+            t = NULL;
         }
-        if (st || (st = walk(x, w, t, cond))) return st;
+        if (st || (t && (st = walk(x, w, t, cond)))) return st;
     }
     if (json_object_get(node, "$dynamicRef") || json_object_get(node, "$recursiveRef"))
         w->broken = true;
