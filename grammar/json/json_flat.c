@@ -147,6 +147,9 @@ static tr_status expand(flat *f, const json_t *node) {
             if (st) return st;
             continue;
         }
+        if (!json_is_array(l) && k == 1) continue; /* draft 3's word, not a schema
+                                                     here: an annotation, as the
+                                                     validator reads it */
         if (!json_is_array(l))
             return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be an array of schemas",
                               lists[k]);

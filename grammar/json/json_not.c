@@ -599,6 +599,7 @@ static bool g_generic(negc *c, const json_t *s, dlist *d) {
             if (!add(c, d, neg_of(c, l))) return false;
             continue;
         }
+        if (l && !json_is_array(l) && k == 1) continue; /* not a schema: an annotation */
         if (l && !json_is_array(l)) return fail(c, "malformed allOf");
         for (size_t i = 0; i < json_array_size(l); i++)
             if (!add(c, d, neg_of(c, json_array_get(l, i)))) return false;

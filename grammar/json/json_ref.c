@@ -308,7 +308,13 @@ static tr_status walk(js_ctx *x, const json_t *node, const char *ptr, const char
             if (!abs) return cc->err;
             char *hash = strchr(abs, '#');
             if (hash && hash[1] && hash[1] != '/') {
-                tr_status st = res_add(x, abs, node); /* plain-name fragment: anchor */
+                /* plain-name fragment: an anchor (its own copy of the URI:
+                 * the table keeps the pointer, and abs is cut below) */
+                size_t len = strlen(abs) + 1;
+                char *anchor = tr_gcc_alloc(cc, len);
+                if (!anchor) return cc->err;
+                memcpy(anchor, abs, len);
+                tr_status st = res_add(x, anchor, node);
                 if (st) return st;
                 *hash = 0;
                 if (hash != abs && !(id && json_string_value(id)[0] == '#')) {

@@ -769,6 +769,17 @@ static void test_refs(void **s) {
     };
     for (size_t i = 0; i < TR_ARRAY_LEN(ids); i++)
         check(ids[i], Y("{\"v\": {\"w\": 1}}"), Y("{\"v\": {\"w\": \"x\"}}"));
+    /* plain-name fragments as identifiers: anchors (draft 4 `id`, draft 7 `$id`) */
+    check("{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"definitions\":{\"s\":"
+          "{\"id\":\"#sid\",\"type\":\"integer\",\"minimum\":0},\"l\":{\"id\":\"#slist\","
+          "\"type\":\"array\",\"items\":{\"$ref\":\"#sid\"}}},\"properties\":{\"a\":{\"$ref\":\"#slist\"}}}",
+          Y("{\"a\": [1, 0]}"), Y("{\"a\": [-1]}", "{\"a\": 1}"));
+    check("{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"definitions\":{\"s\":"
+          "{\"$id\":\"#sid\",\"type\":\"integer\"}},\"properties\":{\"a\":{\"$ref\":\"#sid\"}}}",
+          Y("{\"a\": 1}"), Y("{\"a\": \"x\"}"));
+    /* draft 3's `extends` with a value that is no schema: an annotation */
+    check("{\"properties\":{\"a\":{\"extends\":\"types.json#/boolean\",\"type\":\"integer\"}}}",
+          Y("{\"a\": 1}"), Y("{\"a\": true}"));
     /* 2020-12: an $id names a resource, and a $ref beside it resolves there */
     check("{\"$id\":\"http://x.org/r.json\",\"$defs\":{\"c\":{\"type\":\"integer\"}},"
           "\"properties\":{\"w\":{\"$id\":\"/o/w.json\",\"$defs\":{\"c\":{\"type\":\"string\"}},"
