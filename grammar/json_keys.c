@@ -15,6 +15,7 @@
  */
 #include "grammar/json_keys_internal.h"
 
+#include "base/utf8.h"
 #include "grammar/cfg/cfg.h"
 
 #include <stdio.h>
@@ -132,18 +133,21 @@ static void emit(klex *x, const kops *o, void *c, uint8_t b) {
 
 static void emit_cp(klex *x, const kops *o, void *c, uint32_t cp) {
     uint8_t u[4];
-    int n;
-    if (cp < 0x80) u[0] = (uint8_t)cp, n = 1;
-    else if (cp < 0x800) u[0] = (uint8_t)(0xc0 | cp >> 6), n = 2;
-    else if (cp < 0x10000) u[0] = (uint8_t)(0xe0 | cp >> 12), n = 3;
-    else u[0] = (uint8_t)(0xf0 | cp >> 18), n = 4;
-    for (int i = 1; i < n; i++) u[i] = (uint8_t)(0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3f));
+    int n = tr_utf8_encode(cp, u);
     for (int i = 0; i < n; i++) emit(x, o, c, u[i]);
 }
 
 static void flush_hi(klex *x, const kops *o, void *c) {
     if (x->hi) emit_cp(x, o, c, x->hi);
     x->hi = 0;
+}
+
+/* The byte a one-letter escape \\b stands for (the grammar admits only
+ * JSON's; anything else stands for itself). */
+static uint8_t unescape(uint8_t b) {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *p = b ? strchr(from, b) : NULL;
+    return p ? (uint8_t)to[p - from] : b;
 }
 
 static uint32_t hexval(uint8_t b) {
@@ -274,18 +278,15 @@ static bool step_byte(klex *x, const kops *o, void *c, uint8_t b) {
         x->mode = OUT;
         if (x->key) return o->key_end(c, x->hash);
         return v_item_closed(x, o, c);
-    case ESC: {
-        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    case ESC:
         if (b == 'u') {
             x->mode = UHEX, x->hex = 0, x->hex_n = 0;
             return true;
         }
-        const char *p = b ? strchr(from, b) : NULL;
         flush_hi(x, o, c);
-        emit(x, o, c, p ? (uint8_t)to[p - from] : b);
+        emit(x, o, c, unescape(b));
         x->mode = STR;
         return true;
-    }
     default:
         step_uhex(x, o, c, b);
         return true;
@@ -399,13 +400,8 @@ static void c_blanks(ctext *t) {
 
 static void c_utf8(cbuf *b, uint32_t cp) {
     uint8_t u[4];
-    int n;
-    if (cp < 0x80) u[0] = (uint8_t)cp, n = 1;
-    else if (cp < 0x800) u[0] = (uint8_t)(0xc0 | cp >> 6), n = 2;
-    else if (cp < 0x10000) u[0] = (uint8_t)(0xe0 | cp >> 12), n = 3;
-    else u[0] = (uint8_t)(0xf0 | cp >> 18), n = 4;
-    for (int i = 1; i < n; i++) u[i] = (uint8_t)(0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3f));
-    cb_put(b, u, (size_t)n);
+    int n = tr_utf8_encode(cp, u);
+    cb_put(b, u, (size_t)(n > 0 ? n : 0));
 }
 
 static uint32_t c_hex4(ctext *t) {
@@ -440,10 +436,8 @@ static void c_string(ctext *t, cbuf *b) {
                 c_utf8(b, cp);
             continue;
         }
-        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-        const char *p = ch ? strchr(from, ch) : NULL;
         if (hi) c_utf8(b, hi), hi = 0;
-        uint8_t d = p ? (uint8_t)to[p - from] : ch;
+        uint8_t d = unescape(ch);
         cb_put(b, &d, 1);
     }
     if (hi) c_utf8(b, hi);
