@@ -104,6 +104,7 @@ typedef struct kquotes {
     uint64_t *opens; /* tokens with a '[' (may open a 'v' array) */
     uint64_t *closers; /* tokens with '}', ']' or '[' (may end an item
                           from inside it, or open a 'v' array) */
+    uint64_t *blank_only; /* tokens of blanks alone */
 } kquotes;
 
 typedef struct kops {
@@ -1036,6 +1037,30 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
     }
 }
 
+bool tr_gkeys_item_open(const gkeys *k) {
+    if (!k->has_v || k->off) return false;
+    for (uint32_t i = 0; i + 1 < k->depth; i++)
+        if (k->fr[i].kind == 'v' && k->fr[i].item != NO_ITEM && !k->fr[i].scalar) return true;
+    return false;
+}
+
+bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n) {
+    uint8_t buf[256];
+    if (n + 1 > sizeof buf) return false;
+    memcpy(buf, b, n);
+    for (int i = 0; i < 2; i++) {
+        buf[n] = i ? ']' : '}';
+        if (check_run(k, buf, n + 1) == n) return true; /* the close refused */
+    }
+    return false;
+}
+
+bool tr_gkeys_mask_blank_only(const gkeys *k, const uint64_t *mask) {
+    for (uint32_t w = 0; w < k->v->n_words; w++)
+        if (mask[w] & ~k->q->blank_only[w]) return false;
+    return true;
+}
+
 /* ---- text, rollback ---- */
 
 static void clear(gkeys *k) {
@@ -1100,6 +1125,7 @@ static void kquotes_free(gvocab_ext *e) {
     free(q->ends);
     free(q->opens);
     free(q->closers);
+    free(q->blank_only);
     free(q);
 }
 
@@ -1125,7 +1151,8 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
     q->ends = calloc(v->n_words ? v->n_words : 1, sizeof *q->ends);
     q->opens = calloc(v->n_words ? v->n_words : 1, sizeof *q->opens);
     q->closers = calloc(v->n_words ? v->n_words : 1, sizeof *q->closers);
-    if (!q->id || !q->n || !q->bits || !q->ends || !q->opens || !q->closers) {
+    q->blank_only = calloc(v->n_words ? v->n_words : 1, sizeof *q->blank_only);
+    if (!q->id || !q->n || !q->bits || !q->ends || !q->opens || !q->closers || !q->blank_only) {
         kquotes_free(&q->ext);
         return NULL;
     }
@@ -1138,6 +1165,9 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
     }
     for (int32_t id = 0; id < v->n_vocab; id++) {
         if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
+        bool blanks = v->offs[id + 1] > v->offs[id];
+        for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) blanks = blanks && is_blank(v->bytes[i]);
+        if (blanks) q->blank_only[id >> 6] |= UINT64_C(1) << (id & 63);
         for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) {
             uint8_t b = v->bytes[i];
             if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b))

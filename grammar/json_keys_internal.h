@@ -81,6 +81,17 @@ size_t tr_gkeys_clean_prefix(const gkeys *k, const uint8_t *b, size_t n);
  * would close a duplicate key. */
 void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask);
 
+/* Whether a unique array with any items ('v') has an object or array
+ * item open: where a token can leave the item able only to close as a
+ * repeat (the matcher's one-token lookahead, matcher.c). */
+bool tr_gkeys_item_open(const gkeys *k);
+/* Whether, after b[0..n), closing the innermost object or array would
+ * repeat an earlier item of a unique array. */
+bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n);
+/* Whether every token set in mask (the vocabulary's words) is blanks
+ * only (none set: true). */
+bool tr_gkeys_mask_blank_only(const gkeys *k, const uint64_t *mask);
+
 /* Appends b[0..n) as one accept call (n may be 0: an end-of-generation
  * token). The caller has checked tr_gkeys_would_dup. False on
  * out-of-memory (the tracker is then reset and refuses nothing until

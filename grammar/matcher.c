@@ -123,12 +123,11 @@ static void push_history(grammar_matcher *m) {
     if (m->hist_len < m->hist_cap) m->hist_len++;
 }
 
-tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
-                                    size_t n_words) {
-    if (!mask || n_words != m->v->n_words) return TR_ERR_INVALID_ARG;
-    m->n_fills++;
+static const uint8_t *token_bytes(const grammar_matcher *m, int32_t id, size_t *len);
+
+static tr_status fill_mask_here(grammar_matcher *m, uint64_t *mask) {
     if (m->terminated) {
-        memset(mask, 0, n_words * sizeof *mask);
+        memset(mask, 0, m->v->n_words * sizeof *mask);
         return TR_OK;
     }
     if (m->cfg) {
@@ -141,6 +140,43 @@ tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
         m->n_computed++;
     if (m->keys) tr_gkeys_filter_mask(m->keys, mask);
     return TR_OK;
+}
+
+/* One token of lookahead inside an object or array item of a unique
+ * array (json_keys_internal.h): a token after which closing the item
+ * would repeat an earlier one, and after which the grammar allows
+ * nothing but blanks and that close (all its members written), leads to
+ * an empty mask: it is cleared. Only tokens that leave the item able to
+ * close at once are looked at (inside a string, those with a quote), so
+ * the cost falls where a repeat is near. A dead end further ahead (a
+ * last member with one value only) stays possible. */
+static void unique_lookahead(grammar_matcher *m, uint64_t *mask) {
+    if (!m->keys || !tr_gkeys_item_open(m->keys)) return;
+    const grammar_vocab *v = m->v;
+    uint64_t *after = malloc(v->n_words * sizeof *after);
+    if (!after) return; /* fewer checks, never a wrong refusal */
+    for (uint32_t w = 0; w < v->n_words; w++)
+        for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+            int32_t id = (int32_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
+            if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
+            size_t len;
+            const uint8_t *b = token_bytes(m, id, &len);
+            if (!tr_gkeys_close_repeats(m->keys, b, len)) continue;
+            if (tr_grammar_matcher_accept_token(m, id) != TR_OK) continue;
+            bool dead = fill_mask_here(m, after) == TR_OK && tr_gkeys_mask_blank_only(m->keys, after);
+            if (tr_grammar_matcher_rollback(m, 1) != TR_OK) break; /* (cannot happen: one back) */
+            if (dead) mask[w] &= ~(UINT64_C(1) << (id & 63));
+        }
+    free(after);
+}
+
+tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,
+                                    size_t n_words) {
+    if (!mask || n_words != m->v->n_words) return TR_ERR_INVALID_ARG;
+    m->n_fills++;
+    tr_status st = fill_mask_here(m, mask);
+    if (st == TR_OK) unique_lookahead(m, mask);
+    return st;
 }
 
 static const uint8_t *token_bytes(const grammar_matcher *m, int32_t id, size_t *len) {

@@ -606,6 +606,20 @@ static void test_unique_any_items(void **s) {
     assert_int_equal(feed(m, ",{ }"), TR_ERR_STATE);
     assert_int_equal(feed(m, ",0.5]"), TR_OK);
     tr_grammar_matcher_free(m);
+    /* one token of lookahead: a last member whose value would leave the
+     * object able only to close as a repeat is not offered */
+    m = matcher_for("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"object\","
+                    "\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":2}},"
+                    "\"required\":[\"x\"],\"additionalProperties\":false}}",
+                    v);
+    assert_int_equal(feed(m, "[{\"x\":0},{\"x\":"), TR_OK);
+    assert_int_equal(tr_grammar_matcher_fill_mask(m, mask, nw), TR_OK);
+    assert_false(bit(mask, '0'));
+    assert_true(bit(mask, '1'));
+    assert_true(bit(mask, '2'));
+    assert_int_equal(feed(m, "2}]"), TR_OK);
+    assert_true(tr_grammar_matcher_is_accepting(m));
+    tr_grammar_matcher_free(m);
     /* a token that opens the array and repeats inside it */
     m = matcher_for("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
                     "\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}}}",

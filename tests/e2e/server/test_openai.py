@@ -706,6 +706,37 @@ def test_distinct_strings_sampled(client):
     assert finished >= 8, finished
 
 
+def test_distinct_items_sampled(client):
+    """uniqueItems over objects and numbers (the tracker's canonical
+    forms): sampled lists the model tends to repeat, every finished one
+    validated by jsonschema (1 and 1.0 are one item; objects equal
+    whatever their member order)."""
+    import jsonschema
+    schema = {"type": "object", "properties": {
+        "points": {"type": "array", "minItems": 3, "maxItems": 5, "uniqueItems": True,
+                   "items": {"type": "object", "properties": {
+                       "x": {"type": "integer", "minimum": 0, "maximum": 2},
+                       "y": {"type": "integer", "minimum": 0, "maximum": 2}},
+                       "required": ["x", "y"], "additionalProperties": False}},
+        "weights": {"type": "array", "minItems": 3, "maxItems": 5, "uniqueItems": True,
+                    "items": {"type": "number"}}},
+        "required": ["points", "weights"], "additionalProperties": False}
+    finished = 0
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model="default", max_tokens=160, temperature=1.0, seed=seed, n=8,
+            messages=[{"role": "user", "content": "Points (0,0), (0,0), (0,0) and weights "
+                                                  "1, 1, 1.0 as JSON."}],
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "pts", "schema": schema}})
+        for ch in r.choices:
+            if ch.finish_reason != "stop":
+                continue
+            jsonschema.validate(json.loads(ch.message.content), schema)
+            finished += 1
+    assert finished >= 8, finished
+
+
 def test_integers_beyond_64_bits(client, server):
     """A JSON Schema's integers beyond 64 bits are taken as written (the
     output lands in the exact range); a field with a smaller range refuses
