@@ -105,6 +105,7 @@ typedef struct kquotes {
     uint64_t *closers; /* tokens with '}', ']' or '[' (may end an item
                           from inside it, or open a 'v' array) */
     uint64_t *blank_only; /* tokens of blanks alone */
+    uint64_t *text;       /* every token with bytes (not EOG or special) */
 } kquotes;
 
 typedef struct kops {
@@ -1037,11 +1038,12 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
     }
 }
 
-bool tr_gkeys_item_open(const gkeys *k) {
-    if (!k->has_v || k->off) return false;
+const uint64_t *tr_gkeys_lookahead_tokens(const gkeys *k) {
+    if (!k->has_v || k->off) return NULL;
     for (uint32_t i = 0; i + 1 < k->depth; i++)
-        if (k->fr[i].kind == 'v' && k->fr[i].item != NO_ITEM && !k->fr[i].scalar) return true;
-    return false;
+        if (k->fr[i].kind == 'v' && k->fr[i].item != NO_ITEM && !k->fr[i].scalar)
+            return k->lx.mode == OUT ? k->q->text : k->q->bits; /* a string: left by a quote */
+    return NULL;
 }
 
 bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n) {
@@ -1126,6 +1128,7 @@ static void kquotes_free(gvocab_ext *e) {
     free(q->opens);
     free(q->closers);
     free(q->blank_only);
+    free(q->text);
     free(q);
 }
 
@@ -1152,7 +1155,9 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
     q->opens = calloc(v->n_words ? v->n_words : 1, sizeof *q->opens);
     q->closers = calloc(v->n_words ? v->n_words : 1, sizeof *q->closers);
     q->blank_only = calloc(v->n_words ? v->n_words : 1, sizeof *q->blank_only);
-    if (!q->id || !q->n || !q->bits || !q->ends || !q->opens || !q->closers || !q->blank_only) {
+    q->text = calloc(v->n_words ? v->n_words : 1, sizeof *q->text);
+    if (!q->id || !q->n || !q->bits || !q->ends || !q->opens || !q->closers || !q->blank_only ||
+        !q->text) {
         kquotes_free(&q->ext);
         return NULL;
     }
@@ -1164,17 +1169,19 @@ static kquotes *kquotes_new(const grammar_vocab *v) {
         q->bits[id >> 6] |= UINT64_C(1) << (id & 63);
     }
     for (int32_t id = 0; id < v->n_vocab; id++) {
-        if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
-        bool blanks = v->offs[id + 1] > v->offs[id];
-        for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) blanks = blanks && is_blank(v->bytes[i]);
-        if (blanks) q->blank_only[id >> 6] |= UINT64_C(1) << (id & 63);
+        if ((v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) || v->offs[id + 1] == v->offs[id])
+            continue;
+        uint64_t bit = UINT64_C(1) << (id & 63);
+        bool blanks = true;
+        q->text[id >> 6] |= bit;
         for (uint64_t i = v->offs[id]; i < v->offs[id + 1]; i++) {
             uint8_t b = v->bytes[i];
-            if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b))
-                q->ends[id >> 6] |= UINT64_C(1) << (id & 63);
-            if (b == '[') q->opens[id >> 6] |= UINT64_C(1) << (id & 63);
-            if (b == '[' || b == ']' || b == '}') q->closers[id >> 6] |= UINT64_C(1) << (id & 63);
+            blanks = blanks && is_blank(b);
+            if (b == '"' || b == ',' || b == ']' || b == '}' || is_blank(b)) q->ends[id >> 6] |= bit;
+            if (b == '[') q->opens[id >> 6] |= bit;
+            if (b == '[' || b == ']' || b == '}') q->closers[id >> 6] |= bit;
         }
+        if (blanks) q->blank_only[id >> 6] |= bit;
     }
     return q;
 }

@@ -81,10 +81,12 @@ size_t tr_gkeys_clean_prefix(const gkeys *k, const uint8_t *b, size_t n);
  * would close a duplicate key. */
 void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask);
 
-/* Whether a unique array with any items ('v') has an object or array
- * item open: where a token can leave the item able only to close as a
- * repeat (the matcher's one-token lookahead, matcher.c). */
-bool tr_gkeys_item_open(const gkeys *k);
+/* The tokens the matcher's one-token lookahead (matcher.c) must look at:
+ * NULL when no unique array with any items ('v') has an object or array
+ * item open; else inside a string those with a quote (only they can
+ * leave it), elsewhere every token with bytes (a bitmap over the
+ * vocabulary's words, the tracker's). */
+const uint64_t *tr_gkeys_lookahead_tokens(const gkeys *k);
 /* Whether, after b[0..n), closing the innermost object or array would
  * repeat an earlier item of a unique array. */
 bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n);

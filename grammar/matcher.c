@@ -101,6 +101,7 @@ void tr_grammar_matcher_free(grammar_matcher *m) {
     free(m->hist_term);
     free(m->stack);
     free(m->scratch);
+    free(m->ahead);
     free(m);
 }
 
@@ -151,14 +152,15 @@ static tr_status fill_mask_here(grammar_matcher *m, uint64_t *mask) {
  * the cost falls where a repeat is near. A dead end further ahead (a
  * last member with one value only) stays possible. */
 static void unique_lookahead(grammar_matcher *m, uint64_t *mask) {
-    if (!m->keys || !tr_gkeys_item_open(m->keys)) return;
+    const uint64_t *look = m->keys ? tr_gkeys_lookahead_tokens(m->keys) : NULL;
+    if (!look) return;
     const grammar_vocab *v = m->v;
-    uint64_t *after = malloc(v->n_words * sizeof *after);
-    if (!after) return; /* fewer checks, never a wrong refusal */
+    if (!m->ahead && !(m->ahead = malloc(v->n_words * sizeof *m->ahead)))
+        return; /* fewer checks, never a wrong refusal */
+    uint64_t *after = m->ahead;
     for (uint32_t w = 0; w < v->n_words; w++)
-        for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+        for (uint64_t bits = mask[w] & look[w]; bits; bits &= bits - 1) {
             int32_t id = (int32_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
-            if (v->flags[id] & (GVOCAB_EOG | GVOCAB_SPECIAL)) continue;
             size_t len;
             const uint8_t *b = token_bytes(m, id, &len);
             if (!tr_gkeys_close_repeats(m->keys, b, len)) continue;
@@ -167,7 +169,6 @@ static void unique_lookahead(grammar_matcher *m, uint64_t *mask) {
             if (tr_grammar_matcher_rollback(m, 1) != TR_OK) break; /* (cannot happen: one back) */
             if (dead) mask[w] &= ~(UINT64_C(1) << (id & 63));
         }
-    free(after);
 }
 
 tr_status tr_grammar_matcher_fill_mask(grammar_matcher *m, uint64_t *mask,

@@ -96,6 +96,8 @@ struct grammar_matcher {
     uint64_t n_fills, n_computed; /* masks served / computed (stats) */
     struct gkeys *keys;  /* g->unique_keys: the keys of the open objects
                             (json_keys_internal.h); else NULL */
+    uint64_t *ahead;     /* [v->n_words] the lookahead's mask (matcher.c),
+                            made on first use; NULL until then */
 };
 
 /* ---------------------------------------------------------------------

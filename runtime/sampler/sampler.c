@@ -678,13 +678,20 @@ static double logprobs_top(sampler *s, const float *l, float m,
     return log_z;
 }
 
+/* The processed row's weights at the sampler's temperature into s->w
+ * (over the candidates c, or the whole row when c is NULL): their sum.
+ * m: the row's max. */
+static double row_weights(sampler *s, const float *l, const cand *c, int32_t nc, float m) {
+    float inv_t = inv_temperature(s);
+    return c ? s->k->exp_cand(c, nc, m, inv_t, s->w, s->bsum)
+             : s->k->exp_all(l, s->vocab, m, inv_t, s->w, s->bsum);
+}
+
 tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
                          int32_t *token_out, sampler_logprobs *lp_out) {
     if (!s) return TR_ERR_INVALID_ARG;
     s->err[0] = '\0';
     if (!logits || !token_out) return fail(s, "logits or token_out is NULL");
-    const int32_t n = s->vocab;
-    const sampler_kernels *k = s->k;
     float *l = logits;
 
     sampler_scan sr;
@@ -701,9 +708,7 @@ tr_status tr_sampler_sample(sampler *s, float *logits, const uint64_t *mask,
         tok = sr.argmax;
     } else {
         /* 9. sample */
-        float inv_t = inv_temperature(s);
-        double z = c ? k->exp_cand(c, nc, m, inv_t, s->w, s->bsum)
-                     : k->exp_all(l, n, m, inv_t, s->w, s->bsum);
+        double z = row_weights(s, l, c, nc, m);
         double u = rng_uniform(s->rng);
         int32_t j = walk(s->w, s->bsum, nc, u * z);
         tok = c ? c[j].id : j;
@@ -889,9 +894,7 @@ tr_status tr_sampler_sample_spec(sampler *s, float *logits, const uint64_t *mask
     double log_z = lp_out ? logprobs_top(s, logits, m, lp_out) : 0;
     int32_t tok = sr.argmax;
     if (s->p.temperature != 0.0f) {
-        float inv_t = inv_temperature(s);
-        double z = c ? s->k->exp_cand(c, nc, m, inv_t, s->w, s->bsum)
-                     : s->k->exp_all(logits, s->vocab, m, inv_t, s->w, s->bsum);
+        double z = row_weights(s, logits, c, nc, m);
         int32_t at[SAMPLER_PROPOSAL_MAX];
         proposal_slots(q, c, nc, at);
         double pd = at[jd] >= 0 ? (double)s->w[at[jd]] / z : 0.0;
