@@ -1038,12 +1038,28 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask) {
     }
 }
 
+/* Items longer than this are not looked ahead into: each check makes the
+ * item's canonical form, so the cost grows with the item, and long items
+ * rarely repeat. */
+#define LOOKAHEAD_MAX_ITEM 512u
+
 const uint64_t *tr_gkeys_lookahead_tokens(const gkeys *k) {
     if (!k->has_v || k->off) return NULL;
-    for (uint32_t i = 0; i + 1 < k->depth; i++)
-        if (k->fr[i].kind == 'v' && k->fr[i].item != NO_ITEM && !k->fr[i].scalar)
+    for (uint32_t i = k->depth - (k->depth > 0); i-- > 0;) /* the innermost item first */
+        if (k->fr[i].kind == 'v' && k->fr[i].item != NO_ITEM && !k->fr[i].scalar) {
+            if (k->txt_len - k->fr[i].item > LOOKAHEAD_MAX_ITEM) return NULL;
             return k->lx.mode == OUT ? k->q->text : k->q->bits; /* a string: left by a quote */
+        }
     return NULL;
+}
+
+bool tr_gkeys_dup_after(const gkeys *k, const uint8_t *t, size_t tn, const uint8_t *u,
+                        size_t un) {
+    uint8_t buf[512];
+    if (tn + un > sizeof buf) return false;
+    memcpy(buf, t, tn);
+    memcpy(buf + tn, u, un);
+    return check_run(k, buf, tn + un) < tn + un;
 }
 
 bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n) {
@@ -1057,11 +1073,7 @@ bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n) {
     return false;
 }
 
-bool tr_gkeys_mask_blank_only(const gkeys *k, const uint64_t *mask) {
-    for (uint32_t w = 0; w < k->v->n_words; w++)
-        if (mask[w] & ~k->q->blank_only[w]) return false;
-    return true;
-}
+const uint64_t *tr_gkeys_blank_tokens(const gkeys *k) { return k->q->blank_only; }
 
 /* ---- text, rollback ---- */
 

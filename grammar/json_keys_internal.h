@@ -83,16 +83,20 @@ void tr_gkeys_filter_mask(const gkeys *k, uint64_t *mask);
 
 /* The tokens the matcher's one-token lookahead (matcher.c) must look at:
  * NULL when no unique array with any items ('v') has an object or array
- * item open; else inside a string those with a quote (only they can
+ * item open, or the innermost such item is already past 512 bytes (the
+ * checks cost the item's length); else inside a string those with a quote (only they can
  * leave it), elsewhere every token with bytes (a bitmap over the
  * vocabulary's words, the tracker's). */
 const uint64_t *tr_gkeys_lookahead_tokens(const gkeys *k);
 /* Whether, after b[0..n), closing the innermost object or array would
  * repeat an earlier item of a unique array. */
 bool tr_gkeys_close_repeats(const gkeys *k, const uint8_t *b, size_t n);
-/* Whether every token set in mask (the vocabulary's words) is blanks
- * only (none set: true). */
-bool tr_gkeys_mask_blank_only(const gkeys *k, const uint64_t *mask);
+/* Whether u[0..un) would close a repeat if appended after t[0..tn)
+ * (t itself closing none; texts past 512 bytes together: false). */
+bool tr_gkeys_dup_after(const gkeys *k, const uint8_t *t, size_t tn, const uint8_t *u,
+                        size_t un);
+/* The tokens of blanks alone (a bitmap over the vocabulary's words). */
+const uint64_t *tr_gkeys_blank_tokens(const gkeys *k);
 
 /* Appends b[0..n) as one accept call (n may be 0: an end-of-generation
  * token). The caller has checked tr_gkeys_would_dup. False on

@@ -143,13 +143,38 @@ static tr_status fill_mask_here(grammar_matcher *m, uint64_t *mask) {
     return TR_OK;
 }
 
+/* Whether token id, taken now, leads where the grammar allows only
+ * blanks and tokens that close a repeat. The grammar alone takes it (the
+ * tracker set aside: its rollback replays the text); the tracker checks
+ * each token after it from where it stands, with id's bytes in front. */
+static bool leads_to_repeat_only(grammar_matcher *m, int32_t id, const uint8_t *b, size_t len) {
+    const grammar_vocab *v = m->v;
+    struct gkeys *keys = m->keys;
+    const uint64_t *blank = tr_gkeys_blank_tokens(keys);
+    m->keys = NULL;
+    bool dead = false;
+    if (tr_grammar_matcher_accept_token(m, id) == TR_OK) {
+        dead = fill_mask_here(m, m->ahead) == TR_OK;
+        (void)tr_grammar_matcher_rollback(m, 1); /* one back: always remembered */
+    }
+    m->keys = keys;
+    for (uint32_t w = 0; dead && w < v->n_words; w++)
+        for (uint64_t bits = m->ahead[w] & ~blank[w]; dead && bits; bits &= bits - 1) {
+            int32_t u = (int32_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
+            size_t ul;
+            const uint8_t *ub = token_bytes(m, u, &ul);
+            dead = (v->flags[u] & GVOCAB_EOG) ? false : tr_gkeys_dup_after(keys, b, len, ub, ul);
+        }
+    return dead;
+}
+
 /* One token of lookahead inside an object or array item of a unique
  * array (json_keys_internal.h): a token after which closing the item
  * would repeat an earlier one, and after which the grammar allows
  * nothing but blanks and that close (all its members written), leads to
- * an empty mask: it is cleared. Only tokens that leave the item able to
- * close at once are looked at (inside a string, those with a quote), so
- * the cost falls where a repeat is near. A dead end further ahead (a
+ * an empty mask: it is cleared. Only tokens that can leave the item able
+ * to close at once are looked at (inside a string, those with a quote),
+ * so the cost falls where a repeat is near. A dead end further ahead (a
  * last member with one value only) stays possible. */
 static void unique_lookahead(grammar_matcher *m, uint64_t *mask) {
     const uint64_t *look = m->keys ? tr_gkeys_lookahead_tokens(m->keys) : NULL;
@@ -157,17 +182,13 @@ static void unique_lookahead(grammar_matcher *m, uint64_t *mask) {
     const grammar_vocab *v = m->v;
     if (!m->ahead && !(m->ahead = malloc(v->n_words * sizeof *m->ahead)))
         return; /* fewer checks, never a wrong refusal */
-    uint64_t *after = m->ahead;
     for (uint32_t w = 0; w < v->n_words; w++)
         for (uint64_t bits = mask[w] & look[w]; bits; bits &= bits - 1) {
             int32_t id = (int32_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
             size_t len;
             const uint8_t *b = token_bytes(m, id, &len);
-            if (!tr_gkeys_close_repeats(m->keys, b, len)) continue;
-            if (tr_grammar_matcher_accept_token(m, id) != TR_OK) continue;
-            bool dead = fill_mask_here(m, after) == TR_OK && tr_gkeys_mask_blank_only(m->keys, after);
-            if (tr_grammar_matcher_rollback(m, 1) != TR_OK) break; /* (cannot happen: one back) */
-            if (dead) mask[w] &= ~(UINT64_C(1) << (id & 63));
+            if (tr_gkeys_close_repeats(m->keys, b, len) && leads_to_repeat_only(m, id, b, len))
+                mask[w] &= ~(UINT64_C(1) << (id & 63));
         }
 }
 
