@@ -21,6 +21,7 @@
  * other branch"); when that fails it is refused (strict) or read as
  * anyOf (lenient, with a warning).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "grammar/json/json_internal.h"
@@ -352,15 +353,18 @@ static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
     if (!extra || !n_extra) return cc->err;
     if (one) {
         bool ok;
-        tr_status st = tr_js_oneof_plan(x, node, list, extra, n_extra, &ok);
+        const char *why;
+        tr_status st = tr_js_oneof_plan(x, node, list, extra, n_extra, &ok, &why);
         if (st) return st;
         if (!ok) {
             memset(n_extra, 0, k * sizeof *n_extra);
-            tr_status st = tr_js_unsupported(
-                x, node, "oneOf",
-                "its branches may overlap (no type, enum/const or discriminator property "
-                "tells them apart), so \"exactly one\" cannot be enforced; lenient mode "
-                "reads it as anyOf");
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "its branches may overlap (no type, enum/const or discriminator property "
+                     "tells them apart, and a branch has no complement here: %s), so \"exactly "
+                     "one\" cannot be enforced; lenient mode reads it as anyOf",
+                     why ? why : "none");
+            tr_status st = tr_js_unsupported(x, node, "oneOf", msg);
             if (st) return st;
         }
     }

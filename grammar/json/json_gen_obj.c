@@ -67,7 +67,17 @@ typedef struct member {
     /* property dependencies (dependentRequired): pair bits this member
      * raises when taken / skipped, and the bits that force / forbid it */
     uint64_t set_take, set_skip, need, block;
+    bool witness; /* the member a "some member exists" rule asks for
+                     (JS_KW_SOME): its key is a language, not a name */
 } member;
+
+/* A "some member exists" rule: keys (any: every string), value (NULL:
+ * any value) */
+typedef struct witness {
+    cpdfa keys;
+    bool any;
+    const json_t *value;
+} witness;
 
 typedef struct objc {
     js_ctx *x;
@@ -88,6 +98,8 @@ typedef struct objc {
     const char **pats; /* distinct patternProperties patterns */
     const json_t **pat_node; /* a node that has it (messages) */
     uint32_t n_pats;
+    cpdfa pn; /* the propertyNames language (pn_any: every key) */
+    bool pn_any;
 } objc;
 
 static bool has_obj_kw(const json_t *node) {
@@ -101,8 +113,7 @@ static bool listed(const objc *o, const char *name, size_t len) {
     return false;
 }
 
-static tr_status add_name(objc *o, const char *name, size_t len) {
-    if (listed(o, name, len)) return TR_OK;
+static tr_status push_member(objc *o, member m) {
     if (o->nm == o->cap) {
         uint32_t nc = o->cap ? o->cap * 2 : 16;
         if (nc > 100000)
@@ -113,8 +124,13 @@ static tr_status add_name(objc *o, const char *name, size_t len) {
         o->m = v;
         o->cap = nc;
     }
-    o->m[o->nm++] = (member){name, len, false, NULL, 0, 0, 0, 0};
+    o->m[o->nm++] = m;
     return TR_OK;
+}
+
+static tr_status add_name(objc *o, const char *name, size_t len) {
+    if (listed(o, name, len)) return TR_OK;
+    return push_member(o, (member){name, len, false, NULL, 0, 0, 0, 0, false});
 }
 
 /* Whether key matches the pattern (a pattern ignored in lenient mode
@@ -690,6 +706,8 @@ static tr_status additional(objc *o, const js_conj *pnc) {
     cpdfa pn = {0};
     bool pn_any = true;
     if (pnc->n && (st = tr_js_string_lang(x, pnc, &pn, &pn_any))) return st;
+    o->pn = pn;
+    o->pn_any = pn_any;
     if (!pn_any && tr_cpdfa_is_empty(&pn)) return TR_OK; /* no key is a valid name */
     gx_list alts = {0};
     uint64_t keys = 0;
@@ -721,6 +739,54 @@ static tr_status additional(objc *o, const js_conj *pnc) {
     return alts.n && !o->add ? cc->err : TR_OK;
 }
 
+/* ---- "some member exists" (JS_KW_SOME) ---- */
+
+/* c plus one schema */
+static tr_status conj_plus(gcc *cc, const js_conj *c, const json_t *s, js_conj *out) {
+    js_item *v = tr_gcc_alloc(cc, (size_t)(c->n + 1) * sizeof *v);
+    if (!v) return cc->err;
+    if (c->n) memcpy(v, c->v, c->n * sizeof *v);
+    v[c->n] = (js_item){s, 0};
+    *out = (js_conj){v, c->n + 1};
+    return TR_OK;
+}
+
+/* The witness member of w: an additional key of w's kind (listed names
+ * are the other variants', gen_some) with a value both the key's region
+ * and w allow; one alternative per region. TR_ERR_FULL: no such key. */
+static tr_status witness_member(objc *o, const witness *w) {
+    js_ctx *x = o->x;
+    gcc *cc = x->cc;
+    cpdfa keys = w->any ? o->pn : w->keys;
+    bool any = w->any && o->pn_any;
+    tr_status st = TR_OK;
+    if (!w->any && !o->pn_any && (st = tr_cpdfa_product(cc, &o->pn, &w->keys, CPD_AND, &keys)))
+        return st;
+    gx_list alts = {0};
+    regions live;
+    if ((any || !tr_cpdfa_is_empty(&keys)) && (st = live_regions(o, &live))) return st;
+    for (uint32_t ri = 0; (any || !tr_cpdfa_is_empty(&keys)) && ri < live.n; ri++) {
+        js_conj c0, c;
+        if ((st = value_conj(o, NULL, 0, live.v[ri], &c0))) return st;
+        if (w->value && (st = conj_plus(cc, &c0, w->value, &c0))) return st;
+        c = c0;
+        if (conj_false(&c)) continue;
+        gre_node *ast;
+        gx *key = NULL, *val;
+        bool kany;
+        uint64_t n;
+        if ((st = region_keys(o, live.v[ri], &keys, any, &ast, &kany, &key, &n))) return st;
+        if (!kany && !ast && !key) continue;
+        if (!key && (st = key_terminal(o, kany, ast, &key))) return st;
+        if ((st = value_ref(o, &c, NULL, &val))) return st;
+        if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))
+            return st;
+    }
+    if (!alts.n) return TR_ERR_FULL;
+    gx *g = tr_gx_alt(cc, alts.v, alts.n);
+    return g ? push_member(o, (member){"", 0, true, g, 0, 0, 0, 0, true}) : cc->err;
+}
+
 /* ---- the member chain ---- */
 
 static gx *sep_m(objc *o, uint32_t i) {
@@ -737,11 +803,17 @@ static gx *add_loop(objc *o, uint64_t lo, uint64_t hi, uint64_t done) {
                      hi == UINT64_MAX ? GX_INF : (uint32_t)hi);
 }
 
-/* Without property counts: R_i flat (short) or as rules (long). */
+/* Without property counts: R_i flat (short) or as rules (long). A
+ * witness member (listed last) may follow additional ones: (A SEP)* W. */
 static tr_status chain_plain(objc *o, gx **out) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
     uint32_t n = o->nm, first_req = n;
+    for (uint32_t i = 0; o->add && i < n; i++)
+        if (o->m[i].witness) {
+            gx *before = tr_gx_rep(cc, tr_gx_seq2(cc, o->add, tr_gx_rxz(cc, o->ws.sep)), 0, GX_INF);
+            if (!(o->m[i].g = tr_gx_seq2(cc, before, o->m[i].g))) return cc->err;
+        }
     for (uint32_t i = 0; i < n; i++)
         if (o->m[i].required) {
             first_req = i;
@@ -838,6 +910,10 @@ static gx *R_body(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     gx *take = can_take ? tr_gx_seq2(cc, first ? mi->g : sep_m(o, i),
                                      R_count(k, i + 1, sat(k, c + 1), m | mi->set_take, false))
                         : tr_gx_never(cc);
+    if (mi->witness && o->add) { /* additional members may come before it */
+        gx *a = first ? o->add : tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add);
+        take = tr_gx_alt2(cc, take, tr_gx_seq2(cc, a, R_count(k, i, sat(k, c + 1), m, false)));
+    }
     if (must_take) return take;
     return tr_gx_alt2(cc, take, R_count(k, i + 1, c, m | mi->set_skip, first));
 }
@@ -1125,7 +1201,12 @@ static gx *T_ref(tally *k, tstate t, bool first) {
     return tr_gx_ref(cc, rid);
 }
 
-static bool dep_member(const member *m) { return m->set_take | m->set_skip | m->need | m->block; }
+/* dependency members, and the witness: each is a bit of the state (a
+ * witness counted among the required would let two witnesses stand for
+ * a required name) */
+static bool dep_member(const member *m) {
+    return m->witness || (m->set_take | m->set_skip | m->need | m->block);
+}
 
 /* A rule holding the alternatives of the members with required == req
  * that no dependency names (NULL when there are none). */
@@ -1291,12 +1372,16 @@ static tr_status with_unevaluated(js_ctx *x, const js_norm *n, js_norm *out) {
     return TR_OK;
 }
 
-tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **out) {
-    js_norm nu;
-    tr_status st = with_unevaluated(x, n0, &nu);
+/* The members of the conjunction n0, listed, additional and the
+ * witnesses w asks for; *never when no object has them all. */
+static tr_status object_members(js_ctx *x, const js_norm *n0, uint32_t depth, const witness *w,
+                                uint32_t nw, objc *out, bool *never) {
+    js_norm *n = tr_gcc_alloc(x->cc, sizeof *n);
+    if (!n) return x->cc->err;
+    tr_status st = with_unevaluated(x, n0, n);
     if (st) return st;
-    const js_norm *n = &nu;
     objc o = {.x = x, .n = n, .depth = depth, .max = UINT64_MAX, .add_max = UINT64_MAX};
+    *never = false;
     tr_js_ws(x, depth, &o.ws);
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
@@ -1315,12 +1400,33 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
                 o.min = TR_MAX(o.min, c);
         }
     }
-    if (o.min > o.max) return (*out = tr_gx_never(x->cc)), TR_OK;
+    if (o.min > o.max) return (*never = true), TR_OK;
     js_conj pn;
     if ((st = names_conj(&o, &pn))) return st;
     st = listed_members(&o, &pn);
-    if (st == TR_ERR_FULL) return (*out = tr_gx_never(x->cc)), TR_OK;
+    if (st == TR_ERR_FULL) return (*never = true), TR_OK;
     if (st || (st = additional(&o, &pn))) return st;
+    for (uint32_t i = 0; i < nw; i++) {
+        st = witness_member(&o, &w[i]);
+        if (st == TR_ERR_FULL) return (*never = true), TR_OK;
+        if (st) return st;
+    }
+    *out = o;
+    return TR_OK;
+}
+
+static tr_status gen_some(js_ctx *x, const js_norm *n0, uint32_t at, uint32_t depth,
+                          const witness *w, uint32_t nw, uint32_t *left, gx **out);
+static uint32_t some_at(const js_ctx *x, const js_norm *n);
+
+static tr_status gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, const witness *w,
+                            uint32_t nw, uint32_t *left, gx **out) {
+    uint32_t at = some_at(x, n0);
+    if (at != UINT32_MAX) return gen_some(x, n0, at, depth, w, nw, left, out);
+    objc o;
+    bool never;
+    tr_status st = object_members(x, n0, depth, w, nw, &o, &never);
+    if (st || never) return st ? st : (*out = tr_gx_never(x->cc)) ? TR_OK : x->cc->err;
     bool any_required = false;
     for (uint32_t i = 0; i < o.nm; i++) any_required |= o.m[i].required;
     gx *items = NULL;
@@ -1341,4 +1447,213 @@ tr_status tr_js_gen_object(js_ctx *x, const js_norm *n0, uint32_t depth, gx **ou
     if (st) return st;
     *out = tr_js_container(x, '{', items, !any_required && o.min == 0, depth);
     return *out ? TR_OK : x->cc->err;
+}
+
+/* The key language of a someMember spec (json_internal.h). */
+static tr_status spec_keys(js_ctx *x, const json_t *spec, witness *w) {
+    gcc *cc = x->cc;
+    const json_t *at = json_object_get(spec, "at"), *pats = json_object_get(spec, "patterns");
+    const json_t *notp = json_object_get(spec, "notPatterns");
+    const json_t *names = json_object_get(spec, "notNames"), *nk = json_object_get(spec, "notKeys");
+    tr_status st = TR_OK;
+    *w = (witness){.any = !json_is_array(pats) && !json_array_size(notp) &&
+                          !json_array_size(names) && !nk,
+                   .value = json_object_get(spec, "value")};
+    if (w->any) return TR_OK;
+    cpdfa acc = {0}, d2;
+    if (!json_is_array(pats) && (st = tr_cpdfa_length(cc, 0, UINT32_MAX, &acc))) return st;
+    for (int neg = 0; neg < 2; neg++) {
+        const json_t *l = neg ? notp : pats;
+        for (size_t i = 0; json_is_array(l) && i < json_array_size(l); i++) {
+            cpdfa *d;
+            const json_t *p = json_array_get(l, i);
+            if (!json_is_string(p)) continue;
+            if ((st = tr_js_pattern_cpdfa(x, at, json_string_value(p), &d))) return st;
+            if (!d) continue; /* ignored (lenient): matches nothing */
+            if ((st = tr_cpdfa_product(cc, &acc, d, neg ? CPD_MINUS : CPD_OR, &d2))) return st;
+            acc = d2;
+        }
+    }
+    uint32_t nn = (uint32_t)json_array_size(names);
+    if (nn) {
+        const char **vs = tr_gcc_alloc(cc, nn * sizeof *vs);
+        size_t *vl = tr_gcc_alloc(cc, nn * sizeof *vl);
+        if (!vs || !vl) return cc->err;
+        for (uint32_t i = 0; i < nn; i++) {
+            vs[i] = json_string_value(json_array_get(names, i));
+            vl[i] = json_string_length(json_array_get(names, i));
+            if (!vs[i]) vs[i] = "", vl[i] = 0;
+        }
+        cpdfa nd;
+        if ((st = tr_cpdfa_from_strings(cc, vs, vl, nn, &nd)) ||
+            (st = tr_cpdfa_product(cc, &acc, &nd, CPD_MINUS, &d2)))
+            return st;
+        acc = d2;
+    }
+    if (nk) {
+        js_item it = {nk, 0};
+        js_conj c = {&it, 1};
+        cpdfa l;
+        bool lany;
+        if ((st = tr_js_string_lang(x, &c, &l, &lany))) return st;
+        if (lany) memset(&acc, 0, sizeof acc);
+        else if ((st = tr_cpdfa_product(cc, &acc, &l, CPD_MINUS, &d2)))
+            return st;
+        else
+            acc = d2;
+    }
+    w->keys = acc;
+    return TR_OK;
+}
+
+static uint32_t some_at(const js_ctx *x, const js_norm *n) {
+    for (uint32_t i = 0; i < n->n; i++)
+        if (tr_js_is_synthetic(x, n->nodes[i].node) &&
+            json_object_get(n->nodes[i].node, JS_KW_SOME))
+            return i;
+    return UINT32_MAX;
+}
+
+/* n with one node more: {required: [name], properties: {name: value}} */
+static tr_status with_named(js_ctx *x, const js_norm *n, const char *name, size_t len,
+                            const json_t *value, js_norm *out) {
+    json_t *o = tr_js_synth_new(x), *req = json_array(), *props = json_object();
+    json_t *k = json_stringn(name, len);
+    bool ok = o && req && props && k && !json_array_append(req, k) &&
+              !json_object_setn(props, name, len, (json_t *)(value ? value : json_true())) &&
+              !json_object_set(o, "required", req) && !json_object_set(o, "properties", props);
+    json_decref(req), json_decref(props), json_decref(k);
+    if (!ok) return x->cc->err ? x->cc->err : tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    js_item *v = tr_gcc_alloc(x->cc, (size_t)(n->n + 1) * sizeof *v);
+    if (!v) return x->cc->err;
+    memcpy(v, n->nodes, n->n * sizeof *v);
+    v[n->n] = (js_item){o, 0};
+    *out = *n;
+    out->nodes = v;
+    out->n = n->n + 1;
+    return TR_OK;
+}
+
+/* w with the rule b folded into its witness j (one member for both):
+ * false when no key is of both kinds. */
+static tr_status merged(js_ctx *x, const witness *w, uint32_t nw, uint32_t j, const witness *b,
+                        witness **out) {
+    gcc *cc = x->cc;
+    witness *m = tr_gcc_alloc(cc, nw * sizeof *m);
+    if (!m) return cc->err;
+    memcpy(m, w, nw * sizeof *m);
+    *out = m;
+    const witness *a = &w[j];
+    tr_status st = TR_OK;
+    if (a->any) m[j].keys = b->keys, m[j].any = b->any;
+    else if (!b->any && (st = tr_cpdfa_product(cc, &a->keys, &b->keys, CPD_AND, &m[j].keys)))
+        return st;
+    if (!m[j].any && tr_cpdfa_is_empty(&m[j].keys)) return (*out = NULL), TR_OK;
+    if (a->value && b->value) {
+        json_t *o = tr_js_synth_new(x), *all = json_array();
+        if (!o || !all || json_array_append(all, (json_t *)a->value) ||
+            json_array_append(all, (json_t *)b->value) || json_object_set_new(o, "allOf", all))
+            return cc->err ? cc->err : tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");
+        m[j].value = o;
+    } else if (b->value) {
+        m[j].value = b->value;
+    }
+    return TR_OK;
+}
+
+/* An object under "some member of a kind exists" (the node at `at` of
+ * n0): the union of one variant per listed name of that kind (the name
+ * required, its value under the rule's value schema), one per witness
+ * member already asked for by another rule (the same member serving
+ * both: key of both kinds, value under both) and one where the member
+ * is an additional key of its own (a witness member). Exact: the member
+ * the rule asks for is listed, or it is another rule's, or neither. In
+ * schema order a witness member may follow additional ones, and several
+ * come in the order of their rules. */
+#define JS_MAX_WITNESSES 6u
+#define JS_MAX_WITNESS_NAMES 32u
+/* objects built for the cases of one object's rules */
+#define JS_MAX_SOME_CASES 256u
+
+static tr_status some_case(js_ctx *x, const js_norm *n, uint32_t depth, const witness *w,
+                           uint32_t nw, uint32_t *left, const json_t *where, gx_list *alts) {
+    if (*left == 0)
+        return tr_js_unsupported(x, where, "not",
+                                 "\"some member exists\" rules whose cases make more than 256 "
+                                 "objects");
+    --*left;
+    gx *g;
+    tr_status st = gen_object(x, n, depth, w, nw, left, &g);
+    return st ? st : tr_gx_list_push(x->cc, alts, g);
+}
+
+/* The fewest members an object of n may have at most (UINT64_MAX: no
+ * bound), from maxProperties. */
+static uint64_t max_props(const js_norm *n) {
+    uint64_t m = UINT64_MAX;
+    for (uint32_t i = 0; i < n->n; i++) {
+        const json_t *v = json_object_get(n->nodes[i].node, "maxProperties");
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            m = TR_MIN(m, (uint64_t)json_integer_value(v));
+    }
+    return m;
+}
+
+static tr_status gen_some(js_ctx *x, const js_norm *n0, uint32_t at, uint32_t depth,
+                          const witness *w, uint32_t nw, uint32_t *left, gx **out) {
+    gcc *cc = x->cc;
+    const json_t *spec = json_object_get(n0->nodes[at].node, JS_KW_SOME);
+    const json_t *where = json_object_get(spec, "at");
+    witness *w2 = tr_gcc_alloc(cc, (nw + 1) * sizeof *w2);
+    js_item *rest = tr_gcc_alloc(cc, (size_t)n0->n * sizeof *rest);
+    if (!w2 || !rest) return cc->err;
+    if (nw) memcpy(w2, w, nw * sizeof *w2);
+    tr_status st = spec_keys(x, spec, &w2[nw]);
+    if (st) return st;
+    js_norm r = *n0;
+    r.nodes = rest;
+    r.n = 0;
+    for (uint32_t i = 0; i < n0->n; i++)
+        if (i != at) rest[r.n++] = n0->nodes[i];
+    objc names = {.x = x, .n = &r, .max = UINT64_MAX, .add_max = UINT64_MAX};
+    if ((st = gather_names(&names))) return st;
+    gx_list alts = {0};
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < names.nm; i++) {
+        const member *m = &names.m[i];
+        if (!w2[nw].any && !tr_cpdfa_matches(&w2[nw].keys, m->name, m->len)) continue;
+        if (++taken > JS_MAX_WITNESS_NAMES)
+            return tr_js_unsupported(x, where, "not",
+                                     "\"some member exists\" over more than 32 listed names");
+        js_norm v;
+        if ((st = with_named(x, &r, m->name, m->len, w2[nw].value, &v)) ||
+            (st = some_case(x, &v, depth, w, nw, left, where, &alts)))
+            return st;
+    }
+    /* the member is an additional key: none when the object has none
+     * (closed objects, the usual oneOf branch) */
+    objc probe;
+    bool never;
+    if ((st = object_members(x, &r, depth, NULL, 0, &probe, &never))) return st;
+    bool additional_keys = !never && probe.add;
+    for (uint32_t j = 0; additional_keys && j < nw; j++) {
+        witness *m = NULL;
+        if ((st = merged(x, w, nw, j, &w2[nw], &m))) return st;
+        if (m && (st = some_case(x, &r, depth, m, nw, left, where, &alts))) return st;
+    }
+    /* a member of its own: nw + 1 distinct keys must fit maxProperties */
+    if (additional_keys && nw + 1 <= max_props(&r)) {
+        if (nw == JS_MAX_WITNESSES)
+            return tr_js_unsupported(x, where, "not",
+                                     "more than 6 members asked for by \"some member exists\" "
+                                     "rules on one object");
+        if ((st = some_case(x, &r, depth, w2, nw + 1, left, where, &alts))) return st;
+    }
+    *out = alts.n ? tr_gx_alt(cc, alts.v, alts.n) : tr_gx_never(cc);
+    return *out ? TR_OK : cc->err;
+}
+
+tr_status tr_js_gen_object(js_ctx *x, const js_norm *n, uint32_t depth, gx **out) {
+    uint32_t left = JS_MAX_SOME_CASES;
+    return gen_object(x, n, depth, NULL, 0, &left, out);
 }

@@ -500,6 +500,10 @@ typedef struct js_ctx {
     bool any_counted; /* property_order ANY: every object by counting
                          (json_gen_obj.c, chain_tally), none by the set
                          of its members: the retry after a size budget */
+    bool no_some;   /* complements never say "some member exists"
+                       (JS_KW_SOME): the retry after a size budget, with
+                       the oneOf planner's sound fallbacks instead */
+    bool used_some; /* some complement said it */
     bool valid_skip_values; /* validator: the top-level enum/const is known
                                to hold (filtering a schema's own values) */
     /* schema nodes this compile made (json_not.c) */
@@ -538,6 +542,15 @@ void tr_js_release(js_ctx *x);
 #define JS_KW_NOT_MULTIPLE "\x01" "notMultipleOf" /* k: multiples of k excluded */
 #define JS_KW_CONTAINS_FROM "\x01" "containsFrom" /* f: `contains` counts the
                                                   items at positions >= f */
+/* {patterns?, notPatterns?, notNames?, notKeys?, value?, at}: the object
+ * has some member whose key matches one of `patterns` (absent: any key),
+ * none of `notPatterns`, is none of `notNames` and fails the schema
+ * `notKeys`, and whose value satisfies `value` (absent: any value); the
+ * patterns are read as patternProperties patterns of the node `at`. The
+ * complement of patternProperties, additionalProperties and
+ * propertyNames (json_not.c); the object generator writes it as a
+ * required witness member (json_gen_obj.c). */
+#define JS_KW_SOME "\x01" "someMember"
 
 /* A new empty schema object owned by the compile (borrowed; budgets:
  * NULL with the error set). */
@@ -714,9 +727,10 @@ tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b);
 /* The numeric range every member of n allows (json_gen_str.c). */
 tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r);
 /* oneOf (json_oneof.c): per branch, the extra conjunction items that make
- * every other branch fail; *ok false when that cannot be shown. */
+ * every other branch fail; *ok false when that cannot be shown, *why
+ * then the reason the branch in the way has no complement. */
 tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
-                           uint32_t *n_extra, bool *ok);
+                           uint32_t *n_extra, bool *ok, const char **why);
 
 /* Validator (json_valid.c): whether value v satisfies the conjunction.
  * *ok gets the answer; errors for keywords it cannot decide. */

@@ -26,10 +26,12 @@
  *
  * A type-specific group only speaks about its type, so its complement
  * is limited to that type (a number fails `minLength` never). Groups
- * whose complement needs "some member/item exists" beyond `contains`
- * (patternProperties, additionalProperties, propertyNames), uniqueItems
- * (duplicates are not context-free), unevaluated*, and dynamic refs have
- * no complement here: the caller refuses or falls back.
+ * whose complement needs "some member exists" (patternProperties,
+ * additionalProperties, propertyNames) say it with a private keyword
+ * (JS_KW_SOME) that the object generator writes as a witness member.
+ * uniqueItems (duplicates are not context-free), unevaluated*, dynamic
+ * refs and the complement of a "some member" rule itself have no
+ * complement here: the caller refuses or falls back.
  *
  * Private keywords (JS_KW_*, a control character first so no schema
  * keyword is one of them) say what JSON Schema cannot; they are read
@@ -520,6 +522,81 @@ static bool obj_with(negc *c, dlist *d, const char *req, const char *kw, json_t 
     return add(c, d, o);
 }
 
+/* {types: object, someMember: spec} with spec's value v (NULL: any) */
+static bool some_member(negc *c, dlist *d, json_t *spec, const json_t *v) {
+    js_ctx *x = c->x;
+    /* v may still be empty (a complement filled later): only `true` is left out */
+    if (v && !json_is_true(v) && !put(x, spec, "value", v)) return json_decref(spec), false;
+    json_t *o = typed(x, JT_OBJ);
+    x->used_some = true;
+    return o && put_new(x, o, JS_KW_SOME, spec) && add(c, d, o);
+}
+
+static json_t *spec_at(negc *c, const json_t *s) {
+    json_t *spec = json_object();
+    if (!spec || json_object_set(spec, "at", (json_t *)s)) {
+        json_decref(spec);
+        tr_gcc_fail(c->x->cc, TR_ERR_NOMEM, 0, "out of memory");
+        return NULL;
+    }
+    return spec;
+}
+
+/* The groups that speak of every member:
+ *   not {patternProperties: {P: S}}   some member, key matching P, value in not S
+ *   not {additionalProperties: A}     some member, key neither listed in
+ *                                     `properties` nor matching a pattern,
+ *                                     value in not A
+ *   not {propertyNames: N}            some member whose key fails N */
+static bool g_members(negc *c, const json_t *s, const json_t *ap, const json_t *pp,
+                      const json_t *pn, dlist *d) {
+    js_ctx *x = c->x;
+    const char *k;
+    json_t *v;
+    if (x->no_some) {
+        if (ap && !trivially_true(ap))
+            return fail(c, "the complement of additionalProperties (some other property exists)");
+        if (json_is_object(pp) && json_object_size(pp))
+            return fail(c, "the complement of patternProperties");
+        if (pn && !trivially_true(pn)) return fail(c, "the complement of propertyNames");
+        return true;
+    }
+    if (pp && !json_is_object(pp)) return fail(c, "malformed patternProperties");
+    if (json_is_object(pp))
+        json_object_foreach((json_t *)pp, k, v) {
+            if (trivially_true(v)) continue;
+            const json_t *nv = neg_of(c, v);
+            json_t *spec = nv ? spec_at(c, s) : NULL;
+            if (!spec || !put_new(x, spec, "patterns", one_name(x, k)) ||
+                !some_member(c, d, spec, nv))
+                return false;
+        }
+    if (ap && !trivially_true(ap)) {
+        const json_t *nv = neg_of(c, ap);
+        json_t *spec = nv ? spec_at(c, s) : NULL, *names = json_array(), *pats = json_array();
+        const json_t *props = json_object_get(s, "properties");
+        bool ok = spec && names && pats;
+        if (json_is_object(props))
+            json_object_foreach((json_t *)props, k, v) ok =
+                ok && !json_array_append_new(names, json_string(k));
+        if (json_is_object(pp))
+            json_object_foreach((json_t *)pp, k, v) ok =
+                ok && !json_array_append_new(pats, json_string(k));
+        if (!ok) {
+            json_decref(spec), json_decref(names), json_decref(pats);
+            return nv ? (tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory"), false) : false;
+        }
+        if (!put_new(x, spec, "notNames", names) || !put_new(x, spec, "notPatterns", pats) ||
+            !some_member(c, d, spec, nv))
+            return false;
+    }
+    if (pn && !trivially_true(pn)) {
+        json_t *spec = spec_at(c, s);
+        if (!spec || !put(x, spec, "notKeys", pn) || !some_member(c, d, spec, NULL)) return false;
+    }
+    return true;
+}
+
 /* not {required, properties, dependentRequired, dependentSchemas, counts} */
 static bool g_object(negc *c, const json_t *s, uint32_t types, dlist *d) {
     js_ctx *x = c->x;
@@ -528,12 +605,8 @@ static bool g_object(negc *c, const json_t *s, uint32_t types, dlist *d) {
     const json_t *pp = json_object_get(s, "patternProperties");
     const json_t *pn = json_object_get(s, "propertyNames");
     const json_t *ue = json_object_get(s, "unevaluatedProperties");
-    if (ap && !trivially_true(ap))
-        return fail(c, "the complement of additionalProperties (some other property exists)");
-    if (json_is_object(pp) && json_object_size(pp))
-        return fail(c, "the complement of patternProperties");
-    if (pn && !trivially_true(pn)) return fail(c, "the complement of propertyNames");
     if (ue && !json_is_true(ue)) return fail(c, "the complement of unevaluatedProperties");
+    if (!g_members(c, s, ap, pp, pn, d)) return false;
     const json_t *req = json_object_get(s, "required");
     for (size_t i = 0; json_is_array(req) && i < json_array_size(req); i++) {
         const json_t *r = json_array_get(req, i);
@@ -646,6 +719,8 @@ static bool g_generic(negc *c, const json_t *s, dlist *d) {
 static bool fill(negc *c, const json_t *src, json_t *dst) {
     js_ctx *x = c->x;
     bool synth = tr_js_is_synthetic(x, src);
+    if (synth && json_object_get(src, JS_KW_SOME))
+        return fail(c, "the complement of \"some member exists\" (every member of a kind)");
     dlist d = {json_array()};
     if (!d.arr) return tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory"), false;
     uint32_t types = node_types(x, src, synth);

@@ -356,10 +356,11 @@ static tr_status pair_gaps(js_ctx *x, facts *f, size_t i, size_t j, uint32_t *dr
 }
 
 tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
-                           uint32_t *n_extra, bool *ok) {
+                           uint32_t *n_extra, bool *ok, const char **why_out) {
     gcc *cc = x->cc;
     size_t k = json_array_size(list);
     *ok = false;
+    *why_out = NULL;
     facts *f = tr_gcc_alloc(cc, k * sizeof *f);
     uint32_t *drop = tr_gcc_alloc(cc, k * sizeof *drop);
     if (!f || !drop) return cc->err;
@@ -390,6 +391,7 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
                 if ((st = add_extra(cc, &extra[i], &n_extra[i], neg))) return st;
                 continue;
             }
+            *why_out = why;
             /* objects only: forbid in i a property j requires and i does
              * not (sound: values of i that carry it and fail j are lost) */
             if (gaps != JT_OBJ) return TR_OK;

@@ -160,8 +160,15 @@ static void name_job(js_ctx *x, const js_job *j, uint32_t done) {
 
 /* The translation proper, into out (charged to cc); automata the text
  * names go to dfas. */
+/* How one compile runs: the retries after a size budget change these. */
+typedef struct js_mode {
+    bool any_counted; /* js_ctx's */
+    bool no_some;     /* js_ctx's */
+    bool used_some;   /* out: a complement said "some member exists" */
+} js_mode;
+
 static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt,
-                           bool any_counted, js_dfas *dfas, js_buf *out) {
+                           js_mode *mode, js_dfas *dfas, js_buf *out) {
     /* only the compile straight to a grammar allows automata, and only
      * its grammars keep the key tracker (unique_keys) */
     js_ctx x = {.cc = cc,
@@ -169,7 +176,8 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
                 .doc = doc,
                 .dfas = dfas,
                 .keys_tracked = dfas->allowed,
-                .any_counted = any_counted};
+                .any_counted = mode->any_counted,
+                .no_some = mode->no_some};
     if (counted_ws_bound(opt, dfas->allowed))
         snprintf(x.ws_rx, sizeof x.ws_rx, "[ \\t\\n\\r]*");
     else if (opt->whitespace == GRAMMAR_JSON_WS_FLEXIBLE)
@@ -190,6 +198,7 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
     }
     gx_emit_opts eo = {.max_repeat = cc->lim.max_repeat};
     if (!st) st = tr_gx_emit(cc, &x.g, &eo, out);
+    mode->used_some = x.used_some;
     tr_js_release(&x);
     if (st) return cc->err ? cc->err : st;
     return TR_OK;
@@ -226,7 +235,7 @@ static json_t *load_exact(const char *text, size_t len, json_error_t *je) {
 /* automata: whether the text may name automata (a compile) or must
  * stand alone (the text export). */
 static tr_status run(const char *schema, size_t len, const grammar_json_options *opt,
-                     bool any_counted, const grammar_limits *lim, tr_diag *diag, bool automata,
+                     js_mode *mode, const grammar_limits *lim, tr_diag *diag, bool automata,
                      js_sink sink, void *ctx) {
     if (diag) memset(diag, 0, sizeof *diag);
     if (!schema && len)
@@ -258,7 +267,7 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     js_buf upaths;
     tr_js_buf_init(&upaths, &cc);
     js_dfas dfas = {.allowed = automata, .upaths = automata ? &upaths : NULL};
-    st = translate(&cc, doc, &o, any_counted, &dfas, &text);
+    st = translate(&cc, doc, &o, mode, &dfas, &text);
     if (!st)
         st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
@@ -299,7 +308,13 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
                                          size_t *text_len, tr_diag *diag) {
     if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     text_out o = {text, text_len};
-    return run(schema_json, len, opt, false, limits, diag, false, to_text, &o);
+    js_mode mode = {0};
+    tr_status st = run(schema_json, len, opt, &mode, limits, diag, false, to_text, &o);
+    if (st == TR_ERR_LIMIT && mode.used_some && diag && !strstr(diag->message, "time")) {
+        mode.no_some = true;
+        st = run(schema_json, len, opt, &mode, limits, diag, false, to_text, &o);
+    }
+    return st;
 }
 
 typedef struct compile_out {
@@ -331,20 +346,33 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
                                          const grammar_limits *limits, grammar **out,
                                          tr_diag *diag) {
     if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
+    tr_diag own;
+    if (!diag) diag = &own; /* the retries read the reason */
     compile_out o = {limits, out, diag};
-    tr_status st = run(schema_json, len, opt, false, limits, diag, true, to_grammar, &o);
     /* property_order ANY keeps the set of members written in the state of
      * small objects (2^n states). Past a size budget (not the time budget:
      * that would double the wait) every object is compiled by counting
      * instead (polynomial; exact with the matcher's no-repeated-key
-     * tracker), and past that in schema order: fewer texts, never more */
-    for (int again = 0; again < 2 && st == TR_ERR_LIMIT && opt &&
-                        opt->property_order == GRAMMAR_JSON_ORDER_ANY && diag &&
-                        !strstr(diag->message, "time");
-         again++) {
-        grammar_json_options so = *opt;
-        if (again) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
-        st = run(schema_json, len, &so, !again, limits, diag, true, to_grammar, &o);
+     * tracker), and past that in schema order: fewer texts, never more.
+     * Each of these, when a complement said "some member exists", first
+     * again without it (the oneOf planner's sound fallbacks; refusals of
+     * `not` where it had none). */
+    bool any = opt && opt->property_order == GRAMMAR_JSON_ORDER_ANY;
+    bool no_some = false; /* once it ran out, never again */
+    tr_status st = TR_ERR_LIMIT;
+    for (int step = 0; step < (any ? 3 : 1) && st == TR_ERR_LIMIT; step++) {
+        grammar_json_options so;
+        if (opt) so = *opt;
+        else tr_grammar_json_options_default(&so);
+        if (step == 2) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
+        js_mode mode = {.any_counted = step == 1, .no_some = no_some};
+        if (step && strstr(diag->message, "time")) break;
+        st = run(schema_json, len, &so, &mode, limits, diag, true, to_grammar, &o);
+        if (st != TR_ERR_LIMIT || !mode.used_some || strstr(diag->message, "time")) continue;
+        tr_diag limit = *diag;
+        mode.no_some = no_some = true;
+        st = run(schema_json, len, &so, &mode, limits, diag, true, to_grammar, &o);
+        if (st) *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
     }
     if (st == TR_OK) (*out)->unique_keys = true;
     return st;

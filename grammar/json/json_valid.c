@@ -311,6 +311,61 @@ static tr_status valid_combinators(js_ctx *x, const json_t *s, const json_t *v, 
     return TR_OK;
 }
 
+/* Whether key k (kl bytes) is of the kind a someMember spec names. */
+static tr_status some_key(js_ctx *x, const json_t *spec, const char *k, size_t kl, uint32_t depth,
+                          bool *in) {
+    const json_t *at = json_object_get(spec, "at"), *pats = json_object_get(spec, "patterns");
+    const json_t *notp = json_object_get(spec, "notPatterns");
+    const json_t *names = json_object_get(spec, "notNames"), *nk = json_object_get(spec, "notKeys");
+    tr_status st;
+    *in = !json_is_array(pats);
+    for (int neg = 0; neg < 2; neg++) {
+        const json_t *l = neg ? notp : pats;
+        for (size_t i = 0; json_is_array(l) && i < json_array_size(l); i++) {
+            const json_t *p = json_array_get(l, i);
+            cpdfa *d;
+            if (!json_is_string(p)) continue;
+            if ((st = tr_js_pattern_cpdfa(x, at, json_string_value(p), &d))) return st;
+            if (d && tr_cpdfa_matches(d, k, kl)) {
+                if (neg) return (*in = false), TR_OK;
+                *in = true;
+            }
+        }
+        if (!*in) return TR_OK;
+    }
+    for (size_t i = 0; json_is_array(names) && i < json_array_size(names); i++) {
+        const json_t *n = json_array_get(names, i);
+        if (json_string_length(n) == kl && !memcmp(json_string_value(n), k, kl))
+            return (*in = false), TR_OK;
+    }
+    if (!nk) return TR_OK;
+    json_t *name = json_stringn(k, kl);
+    if (!name) return tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
+    bool m = true;
+    st = valid_node(x, nk, name, depth + 1, &m, NULL);
+    json_decref(name);
+    *in = !m;
+    return st;
+}
+
+/* someMember: some member of the object v is of the spec's kind and has
+ * a value it allows */
+static tr_status valid_some(js_ctx *x, const json_t *spec, const json_t *v, uint32_t depth,
+                            bool *ok) {
+    const json_t *val = json_object_get(spec, "value");
+    const char *k;
+    size_t kl;
+    json_t *e;
+    json_object_keylen_foreach((json_t *)v, k, kl, e) {
+        bool in, m = true;
+        tr_status st = some_key(x, spec, k, kl, depth, &in);
+        if (!st && in && val) st = valid_node(x, val, e, depth + 1, &m, NULL);
+        if (st || (in && m)) return st;
+    }
+    *ok = false;
+    return TR_OK;
+}
+
 /* Private keywords of synthetic nodes (json_not.c). */
 static tr_status valid_private(js_ctx *x, const json_t *s, const json_t *v, uint32_t depth,
                                bool *ok) {
@@ -323,6 +378,11 @@ static tr_status valid_private(js_ctx *x, const json_t *s, const json_t *v, uint
         tr_status st = valid_node(x, ns, v, depth + 1, &m, NULL);
         if (st) return st;
         *ok = !m;
+    }
+    const json_t *sm = json_object_get(s, JS_KW_SOME);
+    if (*ok && json_is_object(sm) && json_is_object(v)) {
+        tr_status st = valid_some(x, sm, v, depth, ok);
+        if (st) return st;
     }
     const json_t *nm = json_object_get(s, JS_KW_NOT_MULTIPLE);
     if (*ok && nm && tr_js_is_num(v)) {

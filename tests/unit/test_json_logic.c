@@ -67,8 +67,6 @@ static void test_not_arrays_objects(void **s) {
 static void test_not_refused(void **s) {
     (void)s;
     tjc_refused("{'not':{'uniqueItems':true}}", TR_ERR_UNSUPPORTED, "uniqueItems");
-    tjc_refused("{'not':{'additionalProperties':false}}", TR_ERR_UNSUPPORTED, "additionalProperties");
-    tjc_refused("{'not':{'propertyNames':{'maxLength':2}}}", TR_ERR_UNSUPPORTED, "propertyNames");
     tjc_refused("{'not':{'unevaluatedItems':false}}", TR_ERR_UNSUPPORTED, "unevaluatedItems");
     /* lenient: ignored, with a warning */
     grammar_json_options o;
@@ -300,18 +298,120 @@ static void test_values_decide(void **s) {
               Y("[1, 1]"), Y("[1, 2]", "'x'"));
     tjc_check("{'enum':[[{'a':1},{'a':1}],[{'a':1},{'a':2}]],'uniqueItems':true}",
               Y("[{'a': 1}, {'a': 2}]"), Y("[{'a': 1}, {'a': 1}]"));
-    /* without values: refused as before, naming the keyword */
-    tjc_refused("{'type':'object','not':{'patternProperties':{'b':false}}}", TR_ERR_UNSUPPORTED,
-                "patternProperties");
-    tjc_refused("{'anyOf':[{'const':1},{'not':{'propertyNames':{'maxLength':2}}}]}",
-                TR_ERR_UNSUPPORTED, "propertyNames");
+}
+
+/* both orders: yes accepted and valid, no rejected and invalid */
+static void check_orders(const char *schema, const char *const *yes, const char *const *no) {
+    tjc_check(schema, yes, no);
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.property_order = GRAMMAR_JSON_ORDER_ANY;
+    for (int i = 0; yes[i]; i++)
+        if (!tjc_accepts_opt(schema, &o, yes[i])) fail_msg("any order: should accept %s", yes[i]);
+    for (int i = 0; no[i]; i++)
+        if (tjc_accepts_opt(schema, &o, no[i])) fail_msg("any order: should reject %s", no[i]);
+}
+
+/* The complements that say "some member exists": additionalProperties,
+ * patternProperties, propertyNames (json_not.c's JS_KW_SOME), the
+ * member being a listed name or an additional key (json_gen_obj.c). */
+static void test_some_member(void **s) {
+    (void)s;
+    check_orders("{'not':{'additionalProperties':false}}", Y("{'a': 1}", "{'a': 1, 'b': {}}"),
+                 Y("{}", "1", "'x'", "[]"));
+    check_orders("{'type':'object','not':{'properties':{'a':{}},'additionalProperties':false}}",
+                 Y("{'a': 1, 'b': 2}", "{'b': 2}", "{'b': 2, 'c': 3}"), Y("{}", "{'a': 1}"));
+    /* the rule's own `properties` count, not the object's */
+    check_orders("{'type':'object','properties':{'a':{}},'not':{'additionalProperties':false}}",
+                 Y("{'a': 1}", "{'b': 2}"), Y("{}"));
+    /* additionalProperties beside patterns: keys neither listed nor matched */
+    check_orders("{'type':'object','not':{'properties':{'id':{}},'patternProperties':{'^x-':{}},"
+                 "'additionalProperties':{'type':'string'}}}",
+                 Y("{'a': 1}", "{'id': 1, 'b': null}", "{'x-a': 1, 'c': [], 'd': 'e'}"),
+                 Y("{}", "{'id': 1}", "{'x-a': 1}", "{'a': 'b'}", "{'x-q': 2, 'r': 's'}"));
+    check_orders("{'not':{'propertyNames':{'maxLength':2}}}",
+                 Y("{'abc': 1}", "{'a': 1, 'abcd': 2}"),
+                 Y("{}", "{'ab': 1}", "{'a': 1, 'b': 2}", "5"));
+    check_orders("{'type':'object','not':{'patternProperties':{'^x':{'type':'integer'}}}}",
+                 Y("{'x1': 'a'}", "{'y': 1, 'xa': null}", "{'x': [1], 'a': 1}"),
+                 Y("{}", "{'x': 1}", "{'y': 'a'}", "{'x': 1, 'xy': 2}"));
+    /* the member is a listed name (required or optional) or an additional key */
+    check_orders("{'type':'object','properties':{'x1':{'type':['integer','string']},'z':{}},"
+                 "'required':['x1'],'not':{'patternProperties':{'^x':{'type':'integer'}}}}",
+                 Y("{'x1': 'a'}", "{'x1': 1, 'x2': 'b'}", "{'x1': 'a', 'z': 1, 'x3': 4}"),
+                 Y("{'x1': 1}", "{'x1': 1, 'x2': 3}", "{'x1': 1, 'z': 'q'}"));
+    check_orders("{'type':'object','properties':{'xa':{},'xb':{}},"
+                 "'not':{'patternProperties':{'^x':{'type':'integer'}}}}",
+                 Y("{'xa': 'a'}", "{'xa': 1, 'xb': 'b'}", "{'xc': null}", "{'xa': 1, 'xd': []}"),
+                 Y("{}", "{'xa': 1}", "{'xa': 1, 'xb': 2, 'xq': 3}"));
+    /* with counts, two rules on one object */
+    check_orders("{'type':'object','maxProperties':3,'allOf':["
+                 "{'not':{'patternProperties':{'^a':{'type':'integer'}}}},"
+                 "{'not':{'patternProperties':{'^b':{'type':'integer'}}}}]}",
+                 Y("{'a': 'x', 'b': 'y'}", "{'c': 1, 'a': null, 'b': true}"),
+                 Y("{'a': 'x'}", "{'a': 'x', 'b': 1}", "{'a': 'x', 'b': 'y', 'c': 1, 'd': 2}"));
+    /* schema order writes several such members in the order of the rules
+     * (any order takes them as they come) */
+    const char *two = "{'type':'object','allOf':["
+                      "{'not':{'patternProperties':{'^a':{'type':'integer'}}}},"
+                      "{'not':{'patternProperties':{'^b':{'type':'integer'}}}}]}";
+    tjc_lossy(two, Y("{'b': null, 'a': true}"));
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    o.property_order = GRAMMAR_JSON_ORDER_ANY;
+    assert_true(tjc_accepts_opt(two, &o, "{'b': null, 'a': true}"));
+    /* oneOf of overlapping object branches, exact through the complements */
+    check_orders("{'oneOf':[{'type':'object','patternProperties':{'^a':{'type':'integer'}}},"
+                 "{'type':'object','properties':{'b':{'type':'string'}}}]}",
+                 Y("{'a': 'x'}", "{'b': 1}", "{'b': 3, 'a1': 2}"),
+                 Y("{}", "{'a': 1}", "{'a': 'x', 'b': 2}", "{'b': 's'}", "1"));
+    check_orders("{'oneOf':[{'type':'object','additionalProperties':false,'minProperties':1,"
+                 "'patternProperties':{'^[0-9]x$':{'type':'string'}}},"
+                 "{'type':'object','additionalProperties':false,"
+                 "'patternProperties':{'^[a-z]+$':{'type':'string'}}}]}",
+                 Y("{'1x': 'a'}", "{'ab': 'c'}", "{}"),
+                 Y("{'1x': 'a', 'ab': 'c'}", "{'1x': 1}", "{'AB': 'c'}"));
+    /* propertyNames beside listed names: a listed name is no witness when
+     * it fails the rule's key kind */
+    check_orders("{'type':'object','properties':{'id':{'type':'integer'}},"
+                 "'not':{'propertyNames':{'pattern':'^[a-z]+$'}}}",
+                 Y("{'id': 1, 'A': 2}", "{'_': null}"), Y("{'id': 1}", "{}", "{'id': 1, 'ab': 2}"));
+}
+
+/* Past the compile's memory budget with "some member exists", the
+ * compile runs again without it: the oneOf planner's sound fallbacks
+ * (json_schema.c). Here branch 0 then says "no k1" and loses objects
+ * whose k1 fails branch 1. */
+static void test_some_member_budget(void **s) {
+    (void)s;
+    const char *schema = tjc_q(
+        "{'type':'object','oneOf':["
+        "{'required':['k0'],'properties':{'k0':{'type':'object','properties':{'v':{'type':'integer'}},"
+        "'additionalProperties':false}}},"
+        "{'required':['k1'],'properties':{'k1':{'type':'object','properties':{'v':{'type':'integer'}},"
+        "'additionalProperties':false}}}]}");
+    const char *exact_only = "{\"k0\": {\"v\": 1}, \"k1\": {\"v\": 1, \"x\": 2}}";
+    const char *plain = "{\"k0\": {\"v\": 1}}";
+    assert_true(tjc_valid(schema, exact_only));
+    assert_true(tjc_accepts(schema, exact_only));
+    grammar_limits lim;
+    tr_grammar_limits_default(&lim);
+    lim.max_compile_bytes = 1000000;
+    grammar *g = NULL;
+    tr_diag d;
+    tr_status st = tr_grammar_compile_json_schema(schema, strlen(schema), NULL, &lim, &g, &d);
+    if (st) fail_msg("the retry without \"some member\" should fit: %s", d.message);
+    assert_false(tj_accepts(g, tjc_v, exact_only, strlen(exact_only)));
+    assert_true(tj_accepts(g, tjc_v, plain, strlen(plain)));
+    tr_grammar_free(g);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_types_values),  cmocka_unit_test(test_not_strings_numbers),
         cmocka_unit_test(test_not_arrays_objects), cmocka_unit_test(test_not_refused),
-        cmocka_unit_test(test_values_decide),
+        cmocka_unit_test(test_values_decide),     cmocka_unit_test(test_some_member),
+        cmocka_unit_test(test_some_member_budget),
         cmocka_unit_test(test_if_then_else),       cmocka_unit_test(test_oneof_exact),
         cmocka_unit_test(test_dependent_schemas),  cmocka_unit_test(test_contains),
         cmocka_unit_test(test_unique_items),       cmocka_unit_test(test_unevaluated),

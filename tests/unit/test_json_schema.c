@@ -858,9 +858,9 @@ static void on_warn(void *ctx, const char *ptr, const char *msg) {
 }
 
 /* A oneOf whose branches may overlap and whose first branch has no
- * complement here (patternProperties): neither provable nor exact. */
+ * complement here (uniqueItems): neither provable nor exact. */
 #define ONEOF_OPEN \
-    "{\"oneOf\":[{\"patternProperties\":{\"^a\":{\"type\":\"string\"}}},{\"required\":[\"b\"]}]}"
+    "{\"oneOf\":[{\"type\":\"array\",\"uniqueItems\":true},{\"type\":\"array\",\"maxItems\":2}]}"
 
 static void test_errors(void **s) {
     (void)s;
@@ -874,8 +874,8 @@ static void test_errors(void **s) {
          TR_ERR_UNSUPPORTED, {"uniqueItems", "/properties/tags", NULL}},
         {"{\"not\":{\"type\":\"array\",\"uniqueItems\":true}}", TR_ERR_UNSUPPORTED,
          {"not", "uniqueItems", NULL}},
-        {"{\"if\":{\"propertyNames\":{\"maxLength\":3}},\"then\":{\"required\":[\"a\"]}}",
-         TR_ERR_UNSUPPORTED, {"\"if\"", "propertyNames", NULL}},
+        {"{\"if\":{\"uniqueItems\":true},\"then\":{\"required\":[\"a\"]}}",
+         TR_ERR_UNSUPPORTED, {"\"if\"", "uniqueItems", NULL}},
         {"{\"$ref\":\"#/$defs/missing\"}", TR_ERR_NOT_FOUND, {"#/$defs/missing", NULL, NULL}},
         {"{\"$ref\":\"http://example.com/other.json\"}", TR_ERR_NOT_FOUND, {"never fetched", NULL, NULL}},
         {"{\"type\":\"strin\"}", TR_ERR_FORMAT, {"strin", NULL, NULL}},
@@ -884,7 +884,7 @@ static void test_errors(void **s) {
         {"{\"properties\": {", TR_ERR_FORMAT, {"not valid JSON", NULL, NULL}},
         {"false", TR_ERR_FORMAT, {"no JSON value", NULL, NULL}},
         {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", TR_ERR_UNSUPPORTED, {"recursion", NULL, NULL}},
-        {ONEOF_OPEN, TR_ERR_UNSUPPORTED, {"oneOf", NULL, NULL}},
+        {ONEOF_OPEN, TR_ERR_UNSUPPORTED, {"oneOf", "complement of uniqueItems", NULL}},
         /* a lookahead in the middle: not one of the shapes rewritten */
         {"{\"pattern\":\"a(?!b)c\"}", TR_ERR_UNSUPPORTED, {"pattern", "lookahead", NULL}},
     };
@@ -935,7 +935,7 @@ static void test_lenient(void **s) {
     assert_false(accepts_opt(sch, &o, "{\"t\": [1, \"a\"]}"));
     /* oneOf that cannot be proven exact becomes anyOf, with a warning */
     w.n = 0;
-    assert_true(accepts_opt(ONEOF_OPEN, &o, "{\"b\": 1, \"a\": \"x\"}"));
+    assert_true(accepts_opt(ONEOF_OPEN, &o, "[1, 2]")); /* both branches hold */
     assert_true(w.n >= 1);
     assert_non_null(strstr(w.last, "oneOf"));
 }
