@@ -283,6 +283,15 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     return st;
 }
 
+/* Sets lim's time budget to what is left of budget_us since t0; false
+ * when nothing is. */
+static bool time_left(grammar_limits *lim, uint64_t budget_us, uint64_t t0) {
+    uint64_t spent = (tr_now_ns() - t0) / 1000;
+    if (spent >= budget_us) return false;
+    lim->max_compile_us = budget_us - spent;
+    return true;
+}
+
 typedef struct text_out {
     char **text;
     size_t *len;
@@ -309,10 +318,15 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
     if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     text_out o = {text, text_len};
     js_mode mode = {0};
-    tr_status st = run(schema_json, len, opt, &mode, limits, diag, false, to_text, &o);
-    if (st == TR_ERR_LIMIT && mode.used_some && diag && !strstr(diag->message, "time")) {
+    grammar_limits lim;
+    if (limits) lim = *limits;
+    else tr_grammar_limits_default(&lim);
+    uint64_t budget_us = lim.max_compile_us, t0 = tr_now_ns();
+    tr_status st = run(schema_json, len, opt, &mode, &lim, diag, false, to_text, &o);
+    if (st == TR_ERR_LIMIT && mode.used_some && diag && !strstr(diag->message, "time") &&
+        time_left(&lim, budget_us, t0)) {
         mode.no_some = true;
-        st = run(schema_json, len, opt, &mode, limits, diag, false, to_text, &o);
+        st = run(schema_json, len, opt, &mode, &lim, diag, false, to_text, &o);
     }
     return st;
 }
@@ -348,7 +362,12 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
     if (!out) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     tr_diag own;
     if (!diag) diag = &own; /* the retries read the reason */
-    compile_out o = {limits, out, diag};
+    /* the retries share one time budget: each gets what is left */
+    grammar_limits lim;
+    if (limits) lim = *limits;
+    else tr_grammar_limits_default(&lim);
+    uint64_t budget_us = lim.max_compile_us, t0 = tr_now_ns();
+    compile_out o = {&lim, out, diag};
     /* property_order ANY keeps the set of members written in the state of
      * small objects (2^n states). Past a size budget (not the time budget:
      * that would double the wait) every object is compiled by counting
@@ -366,14 +385,22 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
         else tr_grammar_json_options_default(&so);
         if (step == 2) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
         js_mode mode = {.any_counted = step == 1, .no_some = no_some};
-        if (step && strstr(diag->message, "time")) break;
-        st = run(schema_json, len, &so, &mode, limits, diag, true, to_grammar, &o);
-        if (st != TR_ERR_LIMIT || !mode.used_some || strstr(diag->message, "time")) continue;
+        if (step && (strstr(diag->message, "time") || !time_left(&lim, budget_us, t0))) break;
+        st = run(schema_json, len, &so, &mode, &lim, diag, true, to_grammar, &o);
+        if (st != TR_ERR_LIMIT || !mode.used_some || strstr(diag->message, "time") ||
+            !time_left(&lim, budget_us, t0))
+            continue;
         tr_diag limit = *diag;
         mode.no_some = no_some = true;
-        st = run(schema_json, len, &so, &mode, limits, diag, true, to_grammar, &o);
-        if (st) *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
+        st = run(schema_json, len, &so, &mode, &lim, diag, true, to_grammar, &o);
+        if (st && !strstr(diag->message, "time"))
+            *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
     }
+    if (st == TR_ERR_LIMIT && strstr(diag->message, "time") && lim.max_compile_us != budget_us)
+        tr_diag_set(diag, TR_ERR_LIMIT, 0,
+                    "compile time budget exceeded (max_compile_us = %llu) by the compile and its "
+                    "retries after a size budget",
+                    (unsigned long long)budget_us);
     if (st == TR_OK) (*out)->unique_keys = true;
     return st;
 }
