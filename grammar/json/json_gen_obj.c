@@ -884,6 +884,7 @@ static void taken_pairs(const member *m, uint64_t *raised, uint64_t *met) {
 typedef struct counted {
     objc *o;
     uint32_t cap;  /* counts 0..cap tracked */
+    bool before;   /* additional members may come before a witness */
     js_ptrmap ids; /* state key -> rule id + 1 */
     uint32_t made;
 } counted;
@@ -910,7 +911,7 @@ static gx *R_body(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
     gx *take = can_take ? tr_gx_seq2(cc, first ? mi->g : sep_m(o, i),
                                      R_count(k, i + 1, sat(k, c + 1), m | mi->set_take, false))
                         : tr_gx_never(cc);
-    if (mi->witness && o->add) { /* additional members may come before it */
+    if (mi->witness && k->before) { /* additional members may come before it */
         gx *a = first ? o->add : tr_gx_seq2(cc, tr_gx_rxz(cc, o->ws.sep), o->add);
         take = tr_gx_alt2(cc, take, tr_gx_seq2(cc, a, R_count(k, i, sat(k, c + 1), m, false)));
     }
@@ -946,12 +947,21 @@ static gx *R_count(counted *k, uint32_t i, uint32_t c, uint64_t m, bool first) {
 
 static tr_status chain_counted(objc *o, gx **out) {
     /* c <= nm while listed members are read; past max everything dies,
-     * and without a max every count >= min behaves alike */
-    uint64_t cap = o->max != UINT64_MAX ? TR_MIN(o->max + 1, (uint64_t)o->nm + 1)
-                                        : TR_MIN(o->min, (uint64_t)o->nm + 1);
+     * and without a max every count >= min behaves alike. Additional
+     * members before a witness count too: exactly up to max + 1 where
+     * that is small (else the witness comes first among them), and
+     * without a max saturating early (the tail then asks for more than
+     * min needs: fewer texts, never more) */
+    bool witness = false;
+    for (uint32_t i = 0; i < o->nm; i++) witness |= o->m[i].witness;
+    uint64_t room = (uint64_t)o->nm + 1 + (witness ? JS_MAX_COUNTED_KEYS : 0);
+    bool before = witness && o->add && (o->max == UINT64_MAX || o->max < room);
+    uint64_t cap = o->max != UINT64_MAX
+                       ? TR_MIN(o->max + 1, before ? room : (uint64_t)o->nm + 1)
+                       : TR_MIN(o->min, before ? room : (uint64_t)o->nm + 1);
     if (o->nm >= (1u << 19) || cap >= (1u << 19))
         return tr_js_fail(o->x, TR_ERR_LIMIT, o->n->nodes[0].node, "too many properties");
-    counted k = {o, (uint32_t)cap, {0}, 0};
+    counted k = {o, (uint32_t)cap, before, {0}, 0};
     *out = R_count(&k, 0, 0, 0, true);
     return *out ? TR_OK : o->x->cc->err;
 }

@@ -360,6 +360,10 @@ static void test_some_member(void **s) {
     tr_grammar_json_options_default(&o);
     o.property_order = GRAMMAR_JSON_ORDER_ANY;
     assert_true(tjc_accepts_opt(two, &o, "{'b': null, 'a': true}"));
+    /* counted: additional members before the witness count too */
+    check_orders("{'type':'object','maxProperties':2,'patternProperties':{'^[0-9]$':{}},"
+                 "'additionalProperties':false,'not':{'propertyNames':{'not':{'enum':['1','3']}}}}",
+                 Y("{'1': 0, '2': 0}", "{'3': 0}"), Y("{'1': 0, '2': 0, '3': 0}", "{'2': 0}"));
     /* oneOf of overlapping object branches, exact through the complements */
     check_orders("{'oneOf':[{'type':'object','patternProperties':{'^a':{'type':'integer'}}},"
                  "{'type':'object','properties':{'b':{'type':'string'}}}]}",
@@ -387,7 +391,8 @@ static uint32_t rnd(uint64_t *st) {
  * patternProperties / additionalProperties / propertyNames beside
  * listed properties, required names and maxProperties), random
  * instances with distinct keys: in any property order the grammar
- * accepts exactly the valid ones. */
+ * accepts exactly the valid ones; in schema order only valid ones (it
+ * takes an order). */
 static void test_some_member_random(void **s) {
     (void)s;
     static const char *const groups[] = {
@@ -403,9 +408,11 @@ static void test_some_member_random(void **s) {
     static const char *const vals[] = {"1", "'s'", "true", "null", "[]"};
     uint64_t st = 777;
     int trials = small_scale_json() ? 15 : 80, checked = 0, accepted = 0;
-    grammar_json_options o;
+    grammar_json_options o, so;
     tr_grammar_json_options_default(&o);
+    tr_grammar_json_options_default(&so);
     o.property_order = GRAMMAR_JSON_ORDER_ANY;
+    int in_schema_order = 0;
     for (int t = 0; t < trials; t++) {
         char sc[2048];
         size_t n = (size_t)snprintf(sc, sizeof sc, "{'type':'object','properties':{");
@@ -430,6 +437,9 @@ static void test_some_member_random(void **s) {
         tr_status cst = tr_grammar_compile_json_schema(q, strlen(q), &o, NULL, &g, &cd);
         if (cst && (cst != TR_ERR_FORMAT || !strstr(cd.message, "accepts no JSON value")))
             fail_msg("compile failed (%s): %s\n  schema: %s", tr_status_name(cst), cd.message, q);
+        grammar *gs = NULL;
+        if (g && tr_grammar_compile_json_schema(q, strlen(q), &so, NULL, &gs, &cd))
+            fail_msg("schema order: compile failed: %s\n  schema: %s", cd.message, q);
         for (int k = 0; k < 40; k++) {
             char in[512];
             uint32_t used = 0, nk = rnd(&st) % 5;
@@ -445,12 +455,17 @@ static void test_some_member_random(void **s) {
             const char *text = tjc_q(in);
             bool valid = tjc_valid(sc, in), got = g && tj_accepts(g, tjc_v, text, strlen(text));
             if (valid != got) fail_msg("%s %s under %s", got ? "accepted" : "rejected", in, sc);
+            bool got_s = gs && tj_accepts(gs, tjc_v, text, strlen(text));
+            if (got_s && !valid) fail_msg("schema order accepted %s under %s", in, sc);
             checked++;
             accepted += got;
+            in_schema_order += got_s;
         }
         tr_grammar_free(g);
+        tr_grammar_free(gs);
     }
-    fprintf(stderr, "some member, random: %d texts, %d accepted\n", checked, accepted);
+    fprintf(stderr, "some member, random: %d texts, %d accepted (%d in schema order)\n", checked,
+            accepted, in_schema_order);
     assert_true(accepted > checked / 20);
 }
 
