@@ -741,16 +741,6 @@ static tr_status additional(objc *o, const js_conj *pnc) {
 
 /* ---- "some member exists" (JS_KW_SOME) ---- */
 
-/* c plus one schema */
-static tr_status conj_plus(gcc *cc, const js_conj *c, const json_t *s, js_conj *out) {
-    js_item *v = tr_gcc_alloc(cc, (size_t)(c->n + 1) * sizeof *v);
-    if (!v) return cc->err;
-    if (c->n) memcpy(v, c->v, c->n * sizeof *v);
-    v[c->n] = (js_item){s, 0};
-    *out = (js_conj){v, c->n + 1};
-    return TR_OK;
-}
-
 /* The witness member of w: an additional key of w's kind (listed names
  * are the other variants', gen_some) with a value both the key's region
  * and w allow; one alternative per region. TR_ERR_FULL: no such key. */
@@ -766,10 +756,10 @@ static tr_status witness_member(objc *o, const witness *w) {
     regions live;
     if ((any || !tr_cpdfa_is_empty(&keys)) && (st = live_regions(o, &live))) return st;
     for (uint32_t ri = 0; (any || !tr_cpdfa_is_empty(&keys)) && ri < live.n; ri++) {
-        js_conj c0, c;
-        if ((st = value_conj(o, NULL, 0, live.v[ri], &c0))) return st;
-        if (w->value && (st = conj_plus(cc, &c0, w->value, &c0))) return st;
-        c = c0;
+        js_conj c;
+        uint32_t cap;
+        if ((st = value_conj(o, NULL, 0, live.v[ri], &c))) return st;
+        if (w->value && (cap = c.n, st = push_item(cc, &c.v, &c.n, &cap, w->value))) return st;
         if (conj_false(&c)) continue;
         gre_node *ast;
         gx *key = NULL, *val;
@@ -1372,12 +1362,8 @@ static tr_status with_unevaluated(js_ctx *x, const js_norm *n, js_norm *out) {
         const json_t *m;
         tr_status st = unevaluated_member(x, n, i, u, &m);
         if (st) return st;
-        if (!m) continue;
-        js_item *v = tr_gcc_alloc(x->cc, (size_t)(out->n + 1) * sizeof *v);
-        if (!v) return x->cc->err;
-        memcpy(v, out->nodes, out->n * sizeof *v);
-        v[out->n++] = (js_item){m, 0};
-        out->nodes = v;
+        uint32_t cap = out->n; /* a copy: n's array stays as it is */
+        if (m && (st = push_item(x->cc, &out->nodes, &out->n, &cap, m))) return st;
     }
     return TR_OK;
 }
@@ -1534,14 +1520,9 @@ static tr_status with_named(js_ctx *x, const js_norm *n, const char *name, size_
               !json_object_set(o, "required", req) && !json_object_set(o, "properties", props);
     json_decref(req), json_decref(props), json_decref(k);
     if (!ok) return x->cc->err ? x->cc->err : tr_gcc_fail(x->cc, TR_ERR_NOMEM, 0, "out of memory");
-    js_item *v = tr_gcc_alloc(x->cc, (size_t)(n->n + 1) * sizeof *v);
-    if (!v) return x->cc->err;
-    memcpy(v, n->nodes, n->n * sizeof *v);
-    v[n->n] = (js_item){o, 0};
     *out = *n;
-    out->nodes = v;
-    out->n = n->n + 1;
-    return TR_OK;
+    uint32_t cap = n->n; /* a copy: n's array stays as it is */
+    return push_item(x->cc, &out->nodes, &out->n, &cap, o);
 }
 
 /* w with the rule b folded into its witness j (one member for both):
@@ -1597,18 +1578,6 @@ static tr_status some_case(js_ctx *x, const js_norm *n, uint32_t depth, const wi
     return st ? st : tr_gx_list_push(x->cc, alts, g);
 }
 
-/* The fewest members an object of n may have at most (UINT64_MAX: no
- * bound), from maxProperties. */
-static uint64_t max_props(const js_norm *n) {
-    uint64_t m = UINT64_MAX;
-    for (uint32_t i = 0; i < n->n; i++) {
-        const json_t *v = json_object_get(n->nodes[i].node, "maxProperties");
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-            m = TR_MIN(m, (uint64_t)json_integer_value(v));
-    }
-    return m;
-}
-
 static tr_status gen_some(js_ctx *x, const js_norm *n0, uint32_t at, uint32_t depth,
                           const witness *w, uint32_t nw, uint32_t *left, gx **out) {
     gcc *cc = x->cc;
@@ -1625,34 +1594,35 @@ static tr_status gen_some(js_ctx *x, const js_norm *n0, uint32_t at, uint32_t de
     r.n = 0;
     for (uint32_t i = 0; i < n0->n; i++)
         if (i != at) rest[r.n++] = n0->nodes[i];
-    objc names = {.x = x, .n = &r, .max = UINT64_MAX, .add_max = UINT64_MAX};
-    if ((st = gather_names(&names))) return st;
+    /* the object without this rule: its names, whether it has additional
+     * keys (closed objects, the usual oneOf branch, have none), its
+     * maxProperties; no such object, no case */
+    objc probe;
+    bool never;
+    if ((st = object_members(x, &r, depth, NULL, 0, &probe, &never))) return st;
+    if (never) return (*out = tr_gx_never(cc)) ? TR_OK : cc->err;
     gx_list alts = {0};
     uint32_t taken = 0;
-    for (uint32_t i = 0; i < names.nm; i++) {
-        const member *m = &names.m[i];
-        if (!w2[nw].any && !tr_cpdfa_matches(&w2[nw].keys, m->name, m->len)) continue;
+    for (uint32_t i = 0; i < probe.n_all; i++) {
+        const char *name = probe.all_names[i];
+        size_t len = probe.all_lens[i];
+        if (!w2[nw].any && !tr_cpdfa_matches(&w2[nw].keys, name, len)) continue;
         if (++taken > JS_MAX_WITNESS_NAMES)
             return tr_js_unsupported(x, where, "not",
                                      "\"some member exists\" over more than 32 listed names");
         js_norm v;
-        if ((st = with_named(x, &r, m->name, m->len, w2[nw].value, &v)) ||
+        if ((st = with_named(x, &r, name, len, w2[nw].value, &v)) ||
             (st = some_case(x, &v, depth, w, nw, left, where, &alts)))
             return st;
     }
-    /* the member is an additional key: none when the object has none
-     * (closed objects, the usual oneOf branch) */
-    objc probe;
-    bool never;
-    if ((st = object_members(x, &r, depth, NULL, 0, &probe, &never))) return st;
-    bool additional_keys = !never && probe.add;
+    bool additional_keys = probe.add != NULL;
     for (uint32_t j = 0; additional_keys && j < nw; j++) {
         witness *m = NULL;
         if ((st = merged(x, w, nw, j, &w2[nw], &m))) return st;
         if (m && (st = some_case(x, &r, depth, m, nw, left, where, &alts))) return st;
     }
     /* a member of its own: nw + 1 distinct keys must fit maxProperties */
-    if (additional_keys && nw + 1 <= max_props(&r)) {
+    if (additional_keys && nw + 1 <= probe.max) {
         if (nw == JS_MAX_WITNESSES)
             return tr_js_unsupported(x, where, "not",
                                      "more than 6 members asked for by \"some member exists\" "

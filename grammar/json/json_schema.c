@@ -292,6 +292,29 @@ static bool time_left(grammar_limits *lim, uint64_t budget_us, uint64_t t0) {
     return true;
 }
 
+static bool out_of_time(const tr_diag *d) { return strstr(d->message, "time") != NULL; }
+
+/* run(), and when it ran out of a size budget after a complement said
+ * "some member exists", once more without (*no_some then stays set for
+ * the caller's later runs); a failure of that retry reports the budget.
+ * diag non-NULL. */
+static tr_status run_or_without_some(const char *schema, size_t len,
+                                      const grammar_json_options *opt, js_mode *mode,
+                                      grammar_limits *lim, uint64_t budget_us, uint64_t t0,
+                                      bool *no_some, tr_diag *diag, bool automata, js_sink sink,
+                                      void *ctx) {
+    mode->no_some = *no_some;
+    tr_status st = run(schema, len, opt, mode, lim, diag, automata, sink, ctx);
+    if (st != TR_ERR_LIMIT || !mode->used_some || out_of_time(diag) ||
+        !time_left(lim, budget_us, t0))
+        return st;
+    tr_diag limit = *diag;
+    mode->no_some = *no_some = true;
+    st = run(schema, len, opt, mode, lim, diag, automata, sink, ctx);
+    if (st && !out_of_time(diag)) *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
+    return st;
+}
+
 typedef struct text_out {
     char **text;
     size_t *len;
@@ -318,17 +341,14 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
     if (!text) return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL argument");
     text_out o = {text, text_len};
     js_mode mode = {0};
+    tr_diag own;
+    if (!diag) diag = &own; /* the retry reads the reason */
     grammar_limits lim;
     if (limits) lim = *limits;
     else tr_grammar_limits_default(&lim);
-    uint64_t budget_us = lim.max_compile_us, t0 = tr_now_ns();
-    tr_status st = run(schema_json, len, opt, &mode, &lim, diag, false, to_text, &o);
-    if (st == TR_ERR_LIMIT && mode.used_some && diag && !strstr(diag->message, "time") &&
-        time_left(&lim, budget_us, t0)) {
-        mode.no_some = true;
-        st = run(schema_json, len, opt, &mode, &lim, diag, false, to_text, &o);
-    }
-    return st;
+    bool no_some = false;
+    return run_or_without_some(schema_json, len, opt, &mode, &lim, lim.max_compile_us,
+                               tr_now_ns(), &no_some, diag, false, to_text, &o);
 }
 
 typedef struct compile_out {
@@ -384,19 +404,12 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
         if (opt) so = *opt;
         else tr_grammar_json_options_default(&so);
         if (step == 2) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
-        js_mode mode = {.any_counted = step == 1, .no_some = no_some};
-        if (step && (strstr(diag->message, "time") || !time_left(&lim, budget_us, t0))) break;
-        st = run(schema_json, len, &so, &mode, &lim, diag, true, to_grammar, &o);
-        if (st != TR_ERR_LIMIT || !mode.used_some || strstr(diag->message, "time") ||
-            !time_left(&lim, budget_us, t0))
-            continue;
-        tr_diag limit = *diag;
-        mode.no_some = no_some = true;
-        st = run(schema_json, len, &so, &mode, &lim, diag, true, to_grammar, &o);
-        if (st && !strstr(diag->message, "time"))
-            *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
+        js_mode mode = {.any_counted = step == 1};
+        if (step && (out_of_time(diag) || !time_left(&lim, budget_us, t0))) break;
+        st = run_or_without_some(schema_json, len, &so, &mode, &lim, budget_us, t0, &no_some, diag,
+                                 true, to_grammar, &o);
     }
-    if (st == TR_ERR_LIMIT && strstr(diag->message, "time") && lim.max_compile_us != budget_us)
+    if (st == TR_ERR_LIMIT && out_of_time(diag) && lim.max_compile_us != budget_us)
         tr_diag_set(diag, TR_ERR_LIMIT, 0,
                     "compile time budget exceeded (max_compile_us = %llu) by the compile and its "
                     "retries after a size budget",
