@@ -22,11 +22,11 @@
  * its rules, while inlining copies made it quadratic or exponential.
  *
  * Code-point sets become UTF-8 byte-range sequences (nfa.c's split,
- * cached per set node); their trailing states are shared through a
- * (lo, hi, next) table for the whole NFA. Counted repetitions are
- * unrolled, nested ((x(x)?)?) so that the subset construction sees few
- * overlapping choices. Every state is charged to max_nfa_states, so the
- * budgets bound any input as before.
+ * cached per set node); their trailing states are shared per (lo, hi,
+ * next), kept beside the memo. Counted repetitions are unrolled, nested
+ * ((x(x)?)?) so that the subset construction sees few overlapping
+ * choices; many copies are made from one built piece. Every state is
+ * charged to max_nfa_states, so the budgets bound any input as before.
  */
 #include <stdint.h>
 #include <string.h>
@@ -35,16 +35,33 @@
 
 #define NONE UINT32_MAX
 
-/* open-addressing tables in the compile arena; 0 marks an empty slot */
-typedef struct memo_slot {
-    const gre_node *x; /* NULL: empty */
-    uint32_t k, s;
-} memo_slot;
+/* What was built into a state k, found by a key: the start state of a
+ * (node, k) (the memo; the key is the node's address, even) or the UTF-8
+ * suffix state reading [lo, hi] into k (the key is odd, below). Kept per
+ * state: the entries of k form a list from lists[k], newest first. States
+ * are made in the order the construction builds into them, so the lists
+ * in use sit in cache, where one table keyed by (key, k) misses it on
+ * nearly every lookup (most of this builder's time on large grammars,
+ * MaskBench's slowest compiles among them). A state
+ * that collects LIST_MAX entries (a choice of many branches into one
+ * state) keeps the rest in the overflow table. */
+#define LIST_MAX 8u
 
-typedef struct canon_slot {
-    const gre_node *from; /* the node as parsed (NULL: empty) */
-    gre_node *to;         /* its canonical node */
-} canon_slot;
+typedef struct cont_entry {
+    uint64_t key;
+    uint32_t s, next; /* next: the state's older entry, or NONE */
+} cont_entry;
+
+typedef struct cont_list {
+    uint32_t head, len;
+} cont_list;
+
+/* the overflow table (open addressing in the compile arena; key 0 marks
+ * an empty slot) */
+typedef struct cont_slot {
+    uint64_t key;
+    uint32_t k, s;
+} cont_slot;
 
 typedef struct seqs {
     const gre_node *set; /* NULL: empty slot */
@@ -57,15 +74,17 @@ typedef struct cb {
     gcc *cc;
     gnfa *n;
     const uint32_t *sym_of_rule;
-    memo_slot *memo; /* (node, continuation) -> start state */
-    uint32_t memo_cap, memo_n;
-    canon_slot *cmap; /* node -> canonical node */
-    uint32_t cmap_cap, cmap_n;
+    /* per state, and every list's entries: chunks of CHUNK in the compile
+     * arena, found through directories; never moved, since arrays grown
+     * by realloc beside the NFA's own make those copy when they grow */
+    cont_list **lists;
+    uint32_t lists_dir;
+    cont_entry **ents;
+    uint32_t ents_dir, ents_n;
+    cont_slot *over; /* entries past a list's LIST_MAX */
+    uint32_t over_cap, over_n;
     gre_node **ctab; /* canonical nodes by structure */
     uint32_t ctab_cap, ctab_n;
-    uint64_t *suf_key; /* UTF-8 suffix states: (lo, hi, next) -> state */
-    uint32_t *suf_val;
-    uint32_t suf_cap, suf_n;
     seqs *sq; /* set node -> its UTF-8 byte-range sequences */
     uint32_t sq_cap, sq_n;
 } cb;
@@ -125,24 +144,19 @@ static bool node_eq(const gre_node *a, const gre_node *b) {
     return true;
 }
 
-static uint64_t cmap_h(const void *s) { return hptr(((const canon_slot *)s)->from); }
-static bool cmap_empty(const void *s) { return !((const canon_slot *)s)->from; }
 static uint64_t ctab_h(const void *s) { return node_hash(*(gre_node *const *)s); }
 static bool ctab_empty(const void *s) { return !*(gre_node *const *)s; }
 
 /* The canonical node of x (kids first). Nodes are shared after analysis
  * (a substituted rule is one node under many parents), so results are
- * kept per node; the kids of x are replaced in place by theirs. */
+ * kept in the node (x->canon); the kids of x are replaced in place by
+ * theirs. */
 static gre_node *canon(cb *b, gre_node *x, uint32_t depth) {
     if (depth > 4096) { /* analysis bounds the IR's depth far below this */
         tr_gcc_fail(b->cc, TR_ERR_LIMIT, x->offset, "grammar nested too deeply");
         return NULL;
     }
-    if (b->cmap_cap) {
-        uint32_t j = (uint32_t)hptr(x) & (b->cmap_cap - 1);
-        for (; b->cmap[j].from; j = (j + 1) & (b->cmap_cap - 1))
-            if (b->cmap[j].from == x) return b->cmap[j].to;
-    }
+    if (x->canon) return x->canon;
     gre_node *c = x;
     if ((x->kind == GRE_CONCAT || x->kind == GRE_ALT) && x->n_kids == 1) {
         c = canon(b, x->kids[0], depth + 1);
@@ -165,14 +179,7 @@ static gre_node *canon(cb *b, gre_node *x, uint32_t depth) {
         else
             b->ctab[j] = x, b->ctab_n++;
     }
-    if (!c) return NULL;
-    if (!grow_table(b, (void **)&b->cmap, &b->cmap_cap, b->cmap_n, sizeof *b->cmap, cmap_h,
-                    cmap_empty))
-        return NULL;
-    uint32_t j = (uint32_t)hptr(x) & (b->cmap_cap - 1);
-    while (b->cmap[j].from) j = (j + 1) & (b->cmap_cap - 1);
-    b->cmap[j] = (canon_slot){x, c};
-    b->cmap_n++;
+    if (c) x->canon = c;
     return c;
 }
 
@@ -187,64 +194,101 @@ static bool edge(cb *b, uint32_t from, uint32_t to, int kind, uint8_t lo, uint8_
     return tr_nfa_add_edge(b->cc, b->n, from, to, kind, lo, hi) == TR_OK;
 }
 
-static uint64_t memo_hash(const gre_node *x, uint32_t k) { return mix(hptr(x), k); }
-static uint64_t memo_h(const void *s) {
-    const memo_slot *m = s;
-    return memo_hash(m->x, m->k);
+static uint64_t cont_hash(uint64_t key, uint32_t k) { return mix(mix(0, key), k); }
+static uint64_t over_h(const void *s) {
+    const cont_slot *m = s;
+    return cont_hash(m->key, m->k);
 }
-static bool memo_empty(const void *s) { return !((const memo_slot *)s)->x; }
+static bool over_empty(const void *s) { return !((const cont_slot *)s)->key; }
 
-static uint32_t memo_get(const cb *b, const gre_node *x, uint32_t k) {
-    if (!b->memo_cap) return NONE;
-    uint32_t j = (uint32_t)memo_hash(x, k) & (b->memo_cap - 1);
-    for (; b->memo[j].x; j = (j + 1) & (b->memo_cap - 1))
-        if (b->memo[j].x == x && b->memo[j].k == k) return b->memo[j].s;
+#define CHUNK 4096u
+
+/* Makes chunk i of a directory of *n (grown as needed) of es-byte
+ * elements; NULL: error in cc. */
+static void *chunk(cb *b, void ***dir, uint32_t *n, uint32_t i, size_t es) {
+    if (i >= *n) {
+        uint32_t nn = *n ? *n * 2 : 16;
+        while (nn <= i) nn *= 2;
+        void **d = tr_gcc_alloc(b->cc, (size_t)nn * sizeof *d);
+        if (!d) return NULL;
+        if (*n) memcpy(d, *dir, (size_t)*n * sizeof *d);
+        *dir = d, *n = nn;
+    }
+    if (!(*dir)[i]) (*dir)[i] = tr_gcc_alloc(b->cc, (size_t)CHUNK * es);
+    return (*dir)[i];
+}
+
+/* The list of state k; NULL when none was made (or, with make, on error:
+ * cc->err says which). A new chunk's lists start empty. */
+static cont_list *list_of(cb *b, uint32_t k, bool make) {
+    uint32_t i = k / CHUNK;
+    if (!make) return i < b->lists_dir && b->lists[i] ? &b->lists[i][k % CHUNK] : NULL;
+    bool fresh = i >= b->lists_dir || !b->lists[i];
+    cont_list *c = chunk(b, (void ***)&b->lists, &b->lists_dir, i, sizeof *c);
+    if (!c) return NULL;
+    if (fresh)
+        for (uint32_t j = 0; j < CHUNK; j++) c[j] = (cont_list){NONE, 0};
+    return &c[k % CHUNK];
+}
+
+static const cont_entry *ent(const cb *b, uint32_t e) { return &b->ents[e / CHUNK][e % CHUNK]; }
+
+/* The state stored under (key, k), or NONE. */
+static uint32_t cont_get(const cb *b, uint64_t key, uint32_t k) {
+    const cont_list *l = list_of((cb *)b, k, false);
+    if (!l) return NONE;
+    for (uint32_t e = l->head; e != NONE; e = ent(b, e)->next)
+        if (ent(b, e)->key == key) return ent(b, e)->s;
+    if (l->len < LIST_MAX || !b->over_cap) return NONE;
+    uint32_t j = (uint32_t)cont_hash(key, k) & (b->over_cap - 1);
+    for (; b->over[j].key; j = (j + 1) & (b->over_cap - 1))
+        if (b->over[j].key == key && b->over[j].k == k) return b->over[j].s;
     return NONE;
 }
 
+/* Stores s under (key, k), not there yet; false: error in cc. */
+static bool cont_put(cb *b, uint64_t key, uint32_t k, uint32_t s) {
+    cont_list *l = list_of(b, k, true);
+    if (!l) return false;
+    if (l->len < LIST_MAX) {
+        uint32_t e = b->ents_n;
+        cont_entry *c = chunk(b, (void ***)&b->ents, &b->ents_dir, e / CHUNK, sizeof *c);
+        if (!c) return false;
+        c[e % CHUNK] = (cont_entry){key, s, l->head};
+        l->head = e;
+        l->len++;
+        b->ents_n++;
+        return true;
+    }
+    if (!grow_table(b, (void **)&b->over, &b->over_cap, b->over_n, sizeof *b->over, over_h,
+                    over_empty))
+        return false;
+    uint32_t j = (uint32_t)cont_hash(key, k) & (b->over_cap - 1);
+    while (b->over[j].key) j = (j + 1) & (b->over_cap - 1);
+    b->over[j] = (cont_slot){key, k, s};
+    b->over_n++;
+    return true;
+}
+
+static uint64_t memo_key(const gre_node *x) { return (uint64_t)(uintptr_t)x; }
+
 static uint32_t memo_put(cb *b, const gre_node *x, uint32_t k, uint32_t s) {
     if (s == NONE) return NONE;
-    if (!grow_table(b, (void **)&b->memo, &b->memo_cap, b->memo_n, sizeof *b->memo, memo_h,
-                    memo_empty))
-        return NONE;
-    uint32_t j = (uint32_t)memo_hash(x, k) & (b->memo_cap - 1);
-    while (b->memo[j].x) j = (j + 1) & (b->memo_cap - 1);
-    b->memo[j] = (memo_slot){x, k, s};
-    b->memo_n++;
-    return s;
+    return cont_put(b, memo_key(x), k, s) ? s : NONE;
 }
 
-static uint64_t suf_h(const void *s) { return mix(0, *(const uint64_t *)s); }
-
-/* The state that reads [lo, hi] and goes to next (one per triple). */
+/* The state that reads [lo, hi] and goes to next (one per triple). Its
+ * key is odd: nodes are aligned, so no memo key is. */
 static uint32_t suffix(cb *b, uint8_t lo, uint8_t hi, uint32_t next) {
-    uint64_t key = ((uint64_t)lo + 1) << 40 | (uint64_t)hi << 32 | next; /* never 0 */
-    if (b->suf_cap) {
-        uint32_t j = (uint32_t)suf_h(&key) & (b->suf_cap - 1);
-        for (; b->suf_key[j]; j = (j + 1) & (b->suf_cap - 1))
-            if (b->suf_key[j] == key) return b->suf_val[j];
-    }
-    /* keys and values are two arrays: grow them together */
-    if ((uint64_t)(b->suf_n + 1) * 2 > b->suf_cap) {
-        uint32_t nc = b->suf_cap ? b->suf_cap * 2 : 256;
-        uint64_t *k = tr_gcc_alloc(b->cc, (size_t)nc * sizeof *k);
-        uint32_t *v = tr_gcc_alloc(b->cc, (size_t)nc * sizeof *v);
-        if (!k || !v) return NONE;
-        for (uint32_t i = 0; i < b->suf_cap; i++) {
-            if (!b->suf_key[i]) continue;
-            uint32_t j = (uint32_t)suf_h(&b->suf_key[i]) & (nc - 1);
-            while (k[j]) j = (j + 1) & (nc - 1);
-            k[j] = b->suf_key[i], v[j] = b->suf_val[i];
-        }
-        b->suf_key = k, b->suf_val = v, b->suf_cap = nc;
-    }
-    uint32_t s = new_state(b);
-    if (s == NONE || !edge(b, s, next, GNFA_BYTE, lo, hi)) return NONE;
-    uint32_t j = (uint32_t)suf_h(&key) & (b->suf_cap - 1);
-    while (b->suf_key[j]) j = (j + 1) & (b->suf_cap - 1);
-    b->suf_key[j] = key, b->suf_val[j] = s, b->suf_n++;
+    uint64_t key = 1 | (uint64_t)lo << 8 | (uint64_t)hi << 16;
+    uint32_t s = cont_get(b, key, next);
+    if (s != NONE) return s;
+    s = new_state(b);
+    if (s == NONE || !edge(b, s, next, GNFA_BYTE, lo, hi) || !cont_put(b, key, next, s))
+        return NONE;
     return s;
 }
+
 
 typedef struct seq_acc {
     cb *b;
@@ -313,6 +357,58 @@ static uint32_t build_set(cb *b, const gre_node *x, uint32_t k) {
     return s;
 }
 
+/* A counted repetition's copies of x are equal but for their
+ * continuation, so no copy can share a state with another: built one by
+ * one, each would only fill the memo with entries nobody looks up again
+ * (a maxLength of 1,000 is ~16,000 states). Past this many copies x is
+ * built once into a state of its own and the copies are made from it. */
+#define CLONE_MIN_COPIES 8u
+
+typedef struct piece {
+    uint32_t s0, s1; /* its states [s0, s1) and edges [e0, e1) */
+    uint32_t e0, e1;
+    uint32_t entry, exit; /* where x starts; the continuation it was built into */
+    uint32_t *from;       /* [e1 - e0] each edge's source state */
+} piece;
+
+/* x built into a fresh state, which nothing reaches but x's own states:
+ * everything the build makes is new, since every memo entry or shared
+ * suffix it could reuse has a continuation made during the build.
+ * false: error, or x is empty (nothing to copy). */
+static bool make_piece(cb *b, const gre_node *x, piece *p) {
+    p->exit = new_state(b);
+    if (p->exit == NONE) return false;
+    p->s0 = b->n->n_states, p->e0 = b->n->n_edges;
+    p->entry = build(b, x, p->exit);
+    p->s1 = b->n->n_states, p->e1 = b->n->n_edges;
+    if (p->entry == NONE || p->entry == p->exit) return false;
+    p->from = tr_gcc_alloc(b->cc, ((size_t)(p->e1 - p->e0) + 1) * sizeof *p->from);
+    if (!p->from) return false;
+    for (uint32_t q = p->s0; q < p->s1; q++)
+        for (uint32_t e = b->n->head[q]; e != UINT32_MAX; e = b->n->edges[e].next)
+            p->from[e - p->e0] = q;
+    return true;
+}
+
+/* A copy of piece p whose exit is k; NONE on error (in cc). Its edges are
+ * added in p's order, so each state lists them as p's state does. */
+static uint32_t copy_piece(cb *b, const piece *p, uint32_t k) {
+    uint32_t base = b->n->n_states;
+    for (uint32_t i = p->s0; i < p->s1; i++)
+        if (new_state(b) == NONE) return NONE;
+    for (uint32_t e = p->e0; e < p->e1; e++) {
+        gnfa_edge x = b->n->edges[e]; /* by value: adding may move the array */
+        uint32_t to = x.to == p->exit ? k : x.to - p->s0 + base;
+        if (!edge(b, p->from[e - p->e0] - p->s0 + base, to, x.kind, x.lo, x.hi)) return NONE;
+    }
+    return p->entry - p->s0 + base;
+}
+
+/* One copy of x into k: from the piece when there is one. */
+static uint32_t copy_into(cb *b, const gre_node *x, const piece *p, uint32_t k) {
+    return p ? copy_piece(b, p, k) : build(b, x, k);
+}
+
 /* x{min,max} into k: (x (x (x)?)?)? for the optional copies, built from
  * the innermost, then the required ones; x* and x+ loop. */
 static uint32_t build_repeat(cb *b, const gre_node *x, uint32_t k) {
@@ -327,15 +423,24 @@ static uint32_t build_repeat(cb *b, const gre_node *x, uint32_t k) {
         if (need == 0) return loop;
         cur = ks; /* x{m,} = x{m-1} x+ */
         need--;
-    } else {
+    }
+    uint64_t copies = (uint64_t)need + (x->max == GRE_INF ? 0 : x->max - x->min);
+    piece pc, *p = NULL;
+    if (copies >= CLONE_MIN_COPIES) {
+        if (make_piece(b, kid, &pc))
+            p = &pc;
+        else if (b->cc->err)
+            return NONE;
+    }
+    if (x->max != GRE_INF) {
         for (uint32_t i = x->min; i < x->max && cur != NONE; i++) {
-            uint32_t o = new_state(b), ks = o != NONE ? build(b, kid, cur) : NONE;
+            uint32_t o = new_state(b), ks = o != NONE ? copy_into(b, kid, p, cur) : NONE;
             if (ks == NONE || !edge(b, o, k, GNFA_EPS, 0, 0) || !edge(b, o, ks, GNFA_EPS, 0, 0))
                 return NONE;
             cur = o;
         }
     }
-    for (uint32_t i = 0; i < need && cur != NONE; i++) cur = build(b, kid, cur);
+    for (uint32_t i = 0; i < need && cur != NONE; i++) cur = copy_into(b, kid, p, cur);
     return cur;
 }
 
@@ -370,7 +475,7 @@ static uint32_t build_dfa(cb *b, const gdfa *d, uint32_t k) {
 /* A state from which the strings of x lead to k (NONE: error in cc). */
 static uint32_t build(cb *b, const gre_node *x, uint32_t k) {
     if (x->kind == GRE_EMPTY) return k;
-    uint32_t s = memo_get(b, x, k);
+    uint32_t s = cont_get(b, memo_key(x), k);
     if (s != NONE) return s;
     switch (x->kind) {
     case GRE_SET:

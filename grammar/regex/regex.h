@@ -133,6 +133,8 @@ typedef struct gre_node {
     uint32_t min, max;
     uint32_t ref;          /* GRE_REF: rule index */
     const struct gdfa *dfa; /* GRE_DFA: borrowed, lives as long as the IR */
+    struct gre_node *canon; /* the grammar NFA builder's hash-consing: this
+                               node's canonical node (NULL: not met yet) */
 } gre_node;
 
 /* Parses pattern[0..len) into an AST in cc's arena. Errors as for

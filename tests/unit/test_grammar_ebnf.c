@@ -586,10 +586,18 @@ static void gen_class(tg_rng *r, tg_str *s, bool regex) {
     tg_putc(s, ']');
 }
 
+/* counted repetitions long enough that the NFA builder copies one built
+ * piece instead of building each copy (ebnf_nfa.c, CLONE_MIN_COPIES) */
+static bool g_long_counts;
+
 static void gen_quant(tg_rng *r, tg_str *s, bool regex) {
     /* {,n} is EBNF only (the regex dialect refuses it) */
     static const char *const q[] = {"*", "+", "?", "{0,2}", "{1,2}", "{2}", "{2,}", "{,2}"};
-    if (tg_below(r, 3) == 0) tg_puts(s, q[tg_below(r, TR_ARRAY_LEN(q) - regex)]);
+    static const char *const q_long[] = {"{0,9}", "{8,9}", "{9}", "{3,12}", "{9,}", "{,10}"};
+    if (g_long_counts && tg_below(r, 2) == 0)
+        tg_puts(s, q_long[tg_below(r, TR_ARRAY_LEN(q_long) - regex)]);
+    else if (tg_below(r, 3) == 0)
+        tg_puts(s, q[tg_below(r, TR_ARRAY_LEN(q) - regex)]);
 }
 
 static void gen_regex(tg_rng *r, tg_str *s, int depth) {
@@ -691,11 +699,12 @@ static void random_string(tg_rng *r, tg_str *s) {
     }
 }
 
-static void test_random_grammars(void **state) {
-    (void)state;
-    tg_rng r = {0xC0FFEEULL};
+/* Random grammars compiled and checked against the Earley reference:
+ * strings, and walks of `steps` tokens whose every mask is compared with
+ * the chart's answer for every token. */
+static void random_grammars(uint64_t seed, int n_grammars, int steps) {
+    tg_rng r = {seed};
     grammar_vocab *v = char_vocab(&r, k_alpha, (int)TR_ARRAY_LEN(k_alpha), 120);
-    int n_grammars = small_scale() ? 60 : 400;
     int compiled = 0, left = 0, empty = 0, cfg = 0, limit = 0, cut = 0;
     for (int gi = 0; gi < n_grammars; gi++) {
         tg_str text = {0};
@@ -743,7 +752,7 @@ static void test_random_grammars(void **state) {
                 check_string(g, v, &c, (const uint8_t *)s.p, s.len);
             }
             free(s.p);
-            check_walks(g, v, &c, &r, 3, 10);
+            check_walks(g, v, &c, &r, 3, steps);
             assert_int_equal(tr_grammar_check(g), TR_OK); /* the states the walks made */
             cut += g_budget_hits > hits;
             rf_chart_free(&c);
@@ -763,6 +772,21 @@ static void test_random_grammars(void **state) {
     assert_true(compiled >= n_grammars / 3);
     assert_true(cfg > n_grammars / 8);
     tr_grammar_vocab_free(v);
+}
+
+static void test_random_grammars(void **state) {
+    (void)state;
+    g_long_counts = false;
+    random_grammars(0xC0FFEEULL, small_scale() ? 60 : 400, 10);
+}
+
+/* Half the quantifiers count 8 or more copies: the copies made from one
+ * built piece must accept what copies built one by one accept. */
+static void test_random_grammars_long_counts(void **state) {
+    (void)state;
+    g_long_counts = true;
+    random_grammars(0x10C0FFEEULL, small_scale() ? 20 : 60, 24);
+    g_long_counts = false;
 }
 
 /* ---- the real vocabulary ---- */
@@ -1536,6 +1560,7 @@ int main(void) {
         cmocka_unit_test(test_left_recursion),
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_random_grammars),
+        cmocka_unit_test(test_random_grammars_long_counts),
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_schema_masks),
         cmocka_unit_test(test_regions),
