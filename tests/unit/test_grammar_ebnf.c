@@ -785,7 +785,7 @@ static void test_random_grammars(void **state) {
 static void test_random_grammars_long_counts(void **state) {
     (void)state;
     g_long_counts = true;
-    random_grammars(0x10C0FFEEULL, small_scale() ? 20 : 60, 24);
+    random_grammars(0x10C0FFEEULL, small_scale() ? 40 : 60, small_scale() ? 16 : 24);
     g_long_counts = false;
 }
 
