@@ -357,11 +357,14 @@ static uint32_t build_set(cb *b, const gre_node *x, uint32_t k) {
     return s;
 }
 
-/* A counted repetition's copies of x are equal but for their
- * continuation, so no copy can share a state with another: built one by
- * one, each would only fill the memo with entries nobody looks up again
- * (a maxLength of 1,000 is ~16,000 states). Past this many copies x is
- * built once into a state of its own and the copies are made from it. */
+/* The copies of a counted repetition that go into a fresh state (an
+ * optional copy's own state, or anything built into one) cannot share a
+ * state with anything else: built one by one, each would only fill the
+ * memo with entries nobody looks up again (a maxLength of 1,000 is
+ * ~16,000 states). Past this many such copies x is built once into a
+ * state of its own and the copies are made from it. Copies into k itself
+ * (the first optional one; all of x{n}) are built: an x{8} and an x{9}
+ * into one k share their chain through the memo. */
 #define CLONE_MIN_COPIES 8u
 
 typedef struct piece {
@@ -369,6 +372,7 @@ typedef struct piece {
     uint32_t e0, e1;
     uint32_t entry, exit; /* where x starts; the continuation it was built into */
     uint32_t *from;       /* [e1 - e0] each edge's source state */
+    bool placed;          /* the piece itself serves as a copy already */
 } piece;
 
 /* x built into a fresh state, which nothing reaches but x's own states:
@@ -382,6 +386,7 @@ static bool make_piece(cb *b, const gre_node *x, piece *p) {
     p->entry = build(b, x, p->exit);
     p->s1 = b->n->n_states, p->e1 = b->n->n_edges;
     if (p->entry == NONE || p->entry == p->exit) return false;
+    p->placed = false;
     p->from = tr_gcc_alloc(b->cc, ((size_t)(p->e1 - p->e0) + 1) * sizeof *p->from);
     if (!p->from) return false;
     for (uint32_t q = p->s0; q < p->s1; q++)
@@ -390,23 +395,35 @@ static bool make_piece(cb *b, const gre_node *x, piece *p) {
     return true;
 }
 
-/* A copy of piece p whose exit is k; NONE on error (in cc). Its edges are
- * added in p's order, so each state lists them as p's state does. */
-static uint32_t copy_piece(cb *b, const piece *p, uint32_t k) {
+/* A copy of piece p whose exit is k; NONE on error (in cc). The first is
+ * the piece itself, its exit edges moved to k (the exit state, known to
+ * no one else, is left without a way in; the states inside keep what the
+ * memo says of them). The others are new states and edges, added in p's
+ * order, so that each state lists its edges as p's state does. */
+static uint32_t copy_piece(cb *b, piece *p, uint32_t k) {
+    if (!p->placed) {
+        for (uint32_t e = p->e0; e < p->e1; e++)
+            if (b->n->edges[e].to == p->exit) b->n->edges[e].to = k;
+        p->placed = true;
+        return p->entry;
+    }
     uint32_t base = b->n->n_states;
     for (uint32_t i = p->s0; i < p->s1; i++)
         if (new_state(b) == NONE) return NONE;
     for (uint32_t e = p->e0; e < p->e1; e++) {
         gnfa_edge x = b->n->edges[e]; /* by value: adding may move the array */
-        uint32_t to = x.to == p->exit ? k : x.to - p->s0 + base;
+        /* an edge out of the piece is an exit edge (moved to the first
+         * copy's continuation by now) */
+        uint32_t to = x.to < p->s0 || x.to >= p->s1 ? k : x.to - p->s0 + base;
         if (!edge(b, p->from[e - p->e0] - p->s0 + base, to, x.kind, x.lo, x.hi)) return NONE;
     }
     return p->entry - p->s0 + base;
 }
 
-/* One copy of x into k: from the piece when there is one. */
-static uint32_t copy_into(cb *b, const gre_node *x, const piece *p, uint32_t k) {
-    return p ? copy_piece(b, p, k) : build(b, x, k);
+/* One copy of x into cur, a fresh state unless it is the repetition's
+ * own continuation k: from the piece when there is one. */
+static uint32_t copy_into(cb *b, const gre_node *x, piece *p, uint32_t cur, uint32_t k) {
+    return p && cur != k ? copy_piece(b, p, cur) : build(b, x, cur);
 }
 
 /* x{min,max} into k: (x (x (x)?)?)? for the optional copies, built from
@@ -424,9 +441,11 @@ static uint32_t build_repeat(cb *b, const gre_node *x, uint32_t k) {
         cur = ks; /* x{m,} = x{m-1} x+ */
         need--;
     }
-    uint64_t copies = (uint64_t)need + (x->max == GRE_INF ? 0 : x->max - x->min);
+    uint64_t fresh = x->max == GRE_INF   ? need
+                     : x->max > x->min ? (uint64_t)x->max - x->min - 1 + need
+                                       : 0;
     piece pc, *p = NULL;
-    if (copies >= CLONE_MIN_COPIES) {
+    if (fresh >= CLONE_MIN_COPIES) {
         if (make_piece(b, kid, &pc))
             p = &pc;
         else if (b->cc->err)
@@ -434,13 +453,13 @@ static uint32_t build_repeat(cb *b, const gre_node *x, uint32_t k) {
     }
     if (x->max != GRE_INF) {
         for (uint32_t i = x->min; i < x->max && cur != NONE; i++) {
-            uint32_t o = new_state(b), ks = o != NONE ? copy_into(b, kid, p, cur) : NONE;
+            uint32_t o = new_state(b), ks = o != NONE ? copy_into(b, kid, p, cur, k) : NONE;
             if (ks == NONE || !edge(b, o, k, GNFA_EPS, 0, 0) || !edge(b, o, ks, GNFA_EPS, 0, 0))
                 return NONE;
             cur = o;
         }
     }
-    for (uint32_t i = 0; i < need && cur != NONE; i++) cur = copy_into(b, kid, p, cur);
+    for (uint32_t i = 0; i < need && cur != NONE; i++) cur = copy_into(b, kid, p, cur, k);
     return cur;
 }
 
