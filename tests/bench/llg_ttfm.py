@@ -13,21 +13,16 @@ the tokenizer handed to LLGuidance splits text into single-byte tokens. --trelli
 all its compiles and over the schemas both compile.
 
 Needs the PyPI packages llguidance and gguf (in a venv outside the repository).
-Defaults: MODEL = the cached SmolLM2. Run on a quiet machine, alternating with Trellis.
+Defaults: MODEL = the cached SmolLM2 ($TRELLIS_MODEL overrides it). Run on a quiet machine, alternating with Trellis.
 """
 
 import argparse
 import gzip
 import json
-import os
 import sys
 import time
 
-
-def default_model():
-    cache = os.environ.get("TRELLIS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trellis")
-    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+from maskbench_compare import default_model  # the cached SmolLM2, or $TRELLIS_MODEL
 
 
 def byte_level_decoder():
