@@ -91,7 +91,7 @@ static gre_node *mk(ga *a, gre_kind k, uint32_t off, uint32_t n_kids) {
 
 /* Calls f(ref) for every rule reference in x (not through references). */
 static void each_ref(const gre_node *x, void (*f)(void *, uint32_t), void *ctx) {
-    if (!x) return;
+    if (!x || x->closed) return;
     if (x->kind == GRE_REF) {
         f(ctx, x->ref);
         return;
@@ -262,6 +262,7 @@ static tr_status rewrite_left(ga *a, uint32_t r, bool *changed) {
 
 static bool productive(const ga *a, const gre_node *x) {
     if (!x) return false;
+    if (x->closed) return true;
     switch (x->kind) {
     case GRE_EMPTY: return true;
     case GRE_SET: return x->set.n > 0;
@@ -283,6 +284,7 @@ static bool productive(const ga *a, const gre_node *x) {
 /* x without its unproductive parts; NULL when x derives nothing. */
 static gre_node *prune(ga *a, gre_node *x) {
     if (!x) return NULL;
+    if (x->closed) return x;
     switch (x->kind) {
     case GRE_REF: return a->prod[x->ref] ? x : NULL;
     case GRE_SET: return x->set.n ? x : NULL;
@@ -347,6 +349,7 @@ static bool nullable(const ga *a, const gre_node *x) {
 /* Calls f for every rule that x may call before consuming a byte. */
 static void left_refs(const ga *a, const gre_node *x,
                       void (*f)(void *, uint32_t), void *ctx) {
+    if (x->closed) return;
     switch (x->kind) {
     case GRE_REF: f(ctx, x->ref); return;
     case GRE_CONCAT:
@@ -454,6 +457,7 @@ static tr_status check_left(ga *a) {
 /* ---- 4. inlining ---- */
 
 static bool ends_sharp(const ga *a, const gre_node *x) {
+    if (x->closed) return true;
     switch (x->kind) {
     case GRE_REF: return false;
     case GRE_ALT:
@@ -511,7 +515,7 @@ static void substitute(ga *a, gre_node *x, gre_node **subst) {
         gre_node *k = x->kids[i];
         if (k->kind == GRE_REF) {
             if (!a->kept[k->ref]) x->kids[i] = subst[k->ref];
-        } else {
+        } else if (!k->closed) {
             substitute(a, k, subst);
         }
     }

@@ -47,7 +47,21 @@ typedef struct ep {
     uint32_t depth;
     const gdfa *const *ext; /* automata named %dfaN (internal callers) */
     uint32_t n_ext;
+    struct term_ent *memo; /* terminals parsed so far, by their text */
+    uint32_t memo_cap, memo_n;
 } ep;
+
+/* A grammar made from a JSON Schema writes the same terminals many times
+ * (the same string or number regex at every place the schema allows one:
+ * in the slowest dev-set schemas 88% of the regex bytes are repeats), and
+ * a closed terminal's tree is never changed after parsing, so each
+ * distinct text is parsed once and its tree shared; the NFA builder then
+ * finds the copies equal at once. */
+typedef struct term_ent {
+    uint64_t hash;
+    size_t off, len; /* the text, delimiters included */
+    gre_node *node;  /* NULL: an empty slot */
+} term_ent;
 
 void tr_ebnf_diag_at(gcc *cc, const gebnf *e, uint64_t off) {
     tr_diag *d = cc->diag;
@@ -244,6 +258,18 @@ static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
     return TR_OK;
 }
 
+/* Marks the nodes of a terminal's subtree that hold no empty set as
+ * closed (a regex or literal has no references); whether x is closed. */
+static bool close_terminal(gre_node *x) {
+    bool ok = x->kind != GRE_SET || x->set.n > 0;
+    if (x->kind == GRE_REF || x->kind == GRE_DFA || x->kind == GRE_BOL ||
+        x->kind == GRE_EOL)
+        ok = false;
+    for (uint32_t i = 0; i < x->n_kids; i++) ok &= close_terminal(x->kids[i]);
+    x->closed = ok;
+    return ok;
+}
+
 static gre_node *set_node(ep *p, size_t off, uint32_t lo, uint32_t hi) {
     gre_node *n = node_new(p, GRE_SET, off);
     if (n && tr_cpset_add(p->cc, &n->set, lo, hi)) return NULL;
@@ -267,6 +293,7 @@ static tr_status parse_literal(ep *p, gre_node **out) {
     }
     p->pos++;
     if (cat->n_kids == 0) cat->kind = GRE_EMPTY;
+    close_terminal(cat);
     *out = cat->n_kids == 1 ? cat->kids[0] : cat;
     return TR_OK;
 }
@@ -308,6 +335,7 @@ static tr_status parse_class(ep *p, gre_node **out) {
     } else {
         n->set = set;
     }
+    n->closed = true; /* a set of at least one code point */
     *out = n;
     return TR_OK;
 }
@@ -382,6 +410,7 @@ static tr_status parse_regex(ep *p, gre_node **out) {
         return st;
     }
     if (has_anchor(ast, 0)) return terminal_dfa(p, ast, open, out);
+    close_terminal(ast);
     *out = ast;
     return TR_OK;
 }
@@ -461,14 +490,76 @@ static tr_status parse_ext(ep *p, gre_node **out) {
     return TR_OK;
 }
 
+/* One past the closing delimiter of the literal or regex opened at p->pos
+ * (the same escapes as its parser skips), or 0 when it does not close on
+ * its line: its parser then says what is wrong. */
+static size_t terminal_end(const ep *p) {
+    uint8_t d = p->s[p->pos];
+    for (size_t i = p->pos + 1; i < p->len; i++) {
+        uint8_t c = p->s[i];
+        if (c == d) return i + 1;
+        if (c == '\n') return 0;
+        if (c == '\\' && i + 1 < p->len && p->s[i + 1] != '\n') i++;
+    }
+    return 0;
+}
+
+static uint64_t text_hash(const uint8_t *s, size_t n) {
+    uint64_t h = TR_FNV1A_BASIS, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) memcpy(&w, s + i, 8), h = tr_fnv1a_word(h, w);
+    return tr_fnv1a(h, s + i, n - i);
+}
+
+static term_ent *memo_slot(const ep *p, uint64_t h, size_t off, size_t len) {
+    uint32_t m = p->memo_cap - 1;
+    for (uint32_t j = (uint32_t)h & m;; j = (j + 1) & m) {
+        term_ent *t = &p->memo[j];
+        if (!t->node || (t->hash == h && t->len == len &&
+                         !memcmp(p->s + t->off, p->s + off, len)))
+            return t;
+    }
+}
+
+static tr_status memo_add(ep *p, uint64_t h, size_t off, size_t len, gre_node *n) {
+    if (2 * (p->memo_n + 1) > p->memo_cap) {
+        term_ent *old = p->memo;
+        uint32_t old_cap = p->memo_cap, cap = old_cap ? 2 * old_cap : 64;
+        if (!(p->memo = tr_gcc_alloc(p->cc, (size_t)cap * sizeof *p->memo)))
+            return p->cc->err;
+        p->memo_cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].node) *memo_slot(p, old[i].hash, old[i].off, old[i].len) = old[i];
+    }
+    *memo_slot(p, h, off, len) = (term_ent){h, off, len, n};
+    p->memo_n++;
+    return TR_OK;
+}
+
+/* A literal or regex terminal, from the memo when its text was met. */
+static tr_status parse_terminal(ep *p, gre_node **out) {
+    bool lit = peek(p) == '"';
+    size_t off = p->pos, end = terminal_end(p);
+    if (!end) return lit ? parse_literal(p, out) : parse_regex(p, out);
+    uint64_t h = text_hash(p->s + off, end - off);
+    term_ent *t = p->memo_cap ? memo_slot(p, h, off, end - off) : NULL;
+    if (t && t->node) {
+        *out = t->node;
+        p->pos = end;
+        return TR_OK;
+    }
+    tr_status st = lit ? parse_literal(p, out) : parse_regex(p, out);
+    if (st || p->pos != end || !((*out)->closed || (*out)->kind == GRE_DFA)) return st;
+    return memo_add(p, h, off, end - off, *out);
+}
+
 static tr_status parse_item(ep *p, gre_node **out) {
     size_t off = p->pos;
     int c = peek(p);
-    if (c == '"') return parse_literal(p, out);
+    if (c == '"' || c == '/') return parse_terminal(p, out);
     if (c == '%' && p->n_ext && p->pos + 4 <= p->len && !memcmp(p->s + p->pos, "%dfa", 4))
         return parse_ext(p, out);
     if (c == '[') return parse_class(p, out);
-    if (c == '/') return parse_regex(p, out);
     if (c == '.') {
         p->pos++;
         *out = set_node(p, off, 0, GCP_MAX);

@@ -125,7 +125,10 @@ typedef enum gre_kind {
 #define GRE_INF UINT32_MAX
 
 typedef struct gre_node {
-    gre_kind kind;
+    gre_kind kind : 8;
+    /* grammar IR: a regex terminal's subtree, no GRE_REF, GRE_DFA or empty
+     * set below (so the analysis, which is about rules, need not look in) */
+    bool closed : 1;
     uint32_t offset; /* byte offset in the pattern (diagnostics) */
     gcpset set;      /* GRE_SET */
     struct gre_node **kids;

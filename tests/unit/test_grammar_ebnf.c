@@ -213,6 +213,26 @@ static void test_format(void **state) {
 
 /* ---- left recursion, pruning, inlining ---- */
 
+/* A terminal written several times is parsed once and its tree shared
+ * (ebnf_parse.c): every place must still mean the terminal, also where the
+ * analysis rewrites or prunes around it. */
+static void test_shared_terminals(void **state) {
+    (void)state;
+    grammar *g = compile("root ::= a \",\" a \",\" b \",\" d\n"
+                         "a ::= /[0-9]+/ | a /[0-9]+/ \"x\"\n"
+                         "b ::= /[0-9]+/ dead | /[0-9]+/ \"x\"? | \"x\"\n"
+                         "dead ::= \"x\" dead\n"
+                         "d ::= /^[0-9]+$/ /^[0-9]+$/? \"x\"\n");
+    assert_true(matches(g, "1,2,3,4x"));
+    assert_true(matches(g, "1,12x345x,3x,45x"));
+    assert_true(matches(g, "12,1,x,4x"));
+    assert_false(matches(g, "1,2x,3,4x"));  /* a: digits, then (digits x)* */
+    assert_false(matches(g, "1,2,3xx,4x")); /* b's pruned branch not offered */
+    assert_false(matches(g, "1,2,3,4"));
+    assert_false(matches(g, "x,2,3,4x"));
+    tr_grammar_free(g);
+}
+
 static void test_left_recursion(void **state) {
     (void)state;
     /* a rule's own leading self-reference is rewritten */
@@ -1558,6 +1578,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_format),
         cmocka_unit_test(test_left_recursion),
+        cmocka_unit_test(test_shared_terminals),
         cmocka_unit_test(test_handwritten),
         cmocka_unit_test(test_random_grammars),
         cmocka_unit_test(test_random_grammars_long_counts),
