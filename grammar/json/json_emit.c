@@ -646,32 +646,40 @@ char *tr_gx_to_regex(gcc *cc, const gx *x, size_t max, size_t *len) {
 
 /* ---- grammar text ---- */
 
+/* s between slashes, a bare '/' escaped (escapes copied whole, so "\\/"
+ * stays one escape); runs without a slash copied at once. */
 static void put_terminal_rx(js_buf *b, const char *s, size_t n) {
     tr_js_buf_putc(b, '/');
+    size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         if (s[i] == '\\' && i + 1 < n) {
-            tr_js_buf_add(b, s + i, 2);
             i++;
-        } else if (s[i] == '/')
+        } else if (s[i] == '/') {
+            tr_js_buf_add(b, s + run, i - run);
             tr_js_buf_puts(b, "\\/");
-        else
-            tr_js_buf_add(b, s + i, 1);
+            run = i + 1;
+        }
     }
+    tr_js_buf_add(b, s + run, n - run);
     tr_js_buf_putc(b, '/');
 }
 
 static void put_string_lit(js_buf *b, const char *s, size_t n) {
     tr_js_buf_putc(b, '"');
+    size_t run = 0; /* start of the bytes not written yet, none escaped */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
+        bool quote = c == '"' || c == '\\', control = c < 0x20 || c == 0x7f;
+        if (!quote && !control) continue;
+        tr_js_buf_add(b, s + run, i - run);
+        run = i + 1;
+        if (quote) {
             tr_js_buf_putc(b, '\\');
             tr_js_buf_putc(b, (char)c);
-        } else if (c < 0x20 || c == 0x7f)
+        } else
             tr_js_buf_printf(b, "\\x%02x", c);
-        else
-            tr_js_buf_putc(b, (char)c);
     }
+    tr_js_buf_add(b, s + run, n - run);
     tr_js_buf_putc(b, '"');
 }
 

@@ -66,9 +66,31 @@ static int cmp_range(const void *a, const void *b) {
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
+/* Ranges by their first code point; most sets come written in order or
+ * have a few ranges, which qsort would pay for with a buffer and calls. */
+static void sort_ranges(gcpset *s) {
+    uint32_t n = s->n;
+    bool sorted = true;
+    for (uint32_t i = 1; i < n && sorted; i++) sorted = s->r[i - 1][0] <= s->r[i][0];
+    if (sorted) return;
+    if (n > 16) {
+        qsort(s->r, n, sizeof *s->r, cmp_range);
+        return;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t lo = s->r[i][0], hi = s->r[i][1], j = i;
+        for (; j > 0 && s->r[j - 1][0] > lo; j--) {
+            s->r[j][0] = s->r[j - 1][0];
+            s->r[j][1] = s->r[j - 1][1];
+        }
+        s->r[j][0] = lo;
+        s->r[j][1] = hi;
+    }
+}
+
 void tr_cpset_normalize(gcpset *s) {
     if (s->n < 2) return;
-    qsort(s->r, s->n, sizeof *s->r, cmp_range);
+    sort_ranges(s);
     uint32_t w = 0;
     for (uint32_t i = 1; i < s->n; i++) {
         /* merge overlapping or adjacent (hi + 1 == lo) ranges */
