@@ -25,7 +25,9 @@
  * UTF-8 exactly as it does regex classes. A regex terminal is parsed by
  * regex_parse.c; one that uses ^ or $ is compiled to a DFA on its own
  * (GRE_DFA) so that its anchors mean "the terminal's ends", not the
- * text's.
+ * text's. A literal or regex whose text was met before is not parsed
+ * again: the places share one tree (ep.terminals), and groups of 16
+ * bytes and more within regexes likewise (ep.groups).
  *
  * Every error names what was expected and where (byte offset, line,
  * column). Nesting is bounded by max_nesting, so hostile texts cannot
@@ -47,21 +49,14 @@ typedef struct ep {
     uint32_t depth;
     const gdfa *const *ext; /* automata named %dfaN (internal callers) */
     uint32_t n_ext;
-    struct term_ent *memo; /* terminals parsed so far, by their text */
-    uint32_t memo_cap, memo_n;
+    /* A grammar made from a JSON Schema writes the same terminals many
+     * times (the same string or number regex wherever the schema allows
+     * one), and a closed terminal's tree is never changed after parsing:
+     * each distinct text is parsed once and its tree shared (the NFA
+     * builder then finds the copies equal at once), the groups inside
+     * distinct regexes too. */
+    gre_memo terminals, groups;
 } ep;
-
-/* A grammar made from a JSON Schema writes the same terminals many times
- * (the same string or number regex at every place the schema allows one:
- * in the slowest dev-set schemas 88% of the regex bytes are repeats), and
- * a closed terminal's tree is never changed after parsing, so each
- * distinct text is parsed once and its tree shared; the NFA builder then
- * finds the copies equal at once. */
-typedef struct term_ent {
-    uint64_t hash;
-    size_t off, len; /* the text, delimiters included */
-    gre_node *node;  /* NULL: an empty slot */
-} term_ent;
 
 void tr_ebnf_diag_at(gcc *cc, const gebnf *e, uint64_t off) {
     tr_diag *d = cc->diag;
@@ -261,6 +256,7 @@ static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
 /* Marks the nodes of a terminal's subtree that hold no empty set as
  * closed (a regex or literal has no references); whether x is closed. */
 static bool close_terminal(gre_node *x) {
+    if (x->closed) return true; /* a shared group, marked before */
     bool ok = x->kind != GRE_SET || x->set.n > 0;
     if (x->kind == GRE_REF || x->kind == GRE_DFA || x->kind == GRE_BOL ||
         x->kind == GRE_EOL)
@@ -341,6 +337,7 @@ static tr_status parse_class(ep *p, gre_node **out) {
 }
 
 static bool has_anchor(const gre_node *n, uint32_t depth) {
+    if (n->closed) return false; /* a shared group, checked before */
     if (n->kind == GRE_BOL || n->kind == GRE_EOL) return true;
     if (depth > 10000) return true; /* cannot happen: nesting is bounded */
     for (uint32_t i = 0; i < n->n_kids; i++)
@@ -394,7 +391,8 @@ static tr_status parse_regex(ep *p, gre_node **out) {
     }
     size_t end = p->pos++;
     gre_node *ast;
-    tr_status st = tr_regex_parse(p->cc, (const char *)p->s + start, end - start, &ast);
+    tr_status st = tr_regex_parse_shared(p->cc, (const char *)p->s + start, end - start,
+                                         &p->groups, &ast);
     if (st) {
         /* the regex parser's offset is within the terminal: make it the
          * text's, and say where the terminal is */
@@ -504,53 +502,21 @@ static size_t terminal_end(const ep *p) {
     return 0;
 }
 
-static uint64_t text_hash(const uint8_t *s, size_t n) {
-    uint64_t h = TR_FNV1A_BASIS, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) memcpy(&w, s + i, 8), h = tr_fnv1a_word(h, w);
-    return tr_fnv1a(h, s + i, n - i);
-}
-
-static term_ent *memo_slot(const ep *p, uint64_t h, size_t off, size_t len) {
-    uint32_t m = p->memo_cap - 1;
-    for (uint32_t j = (uint32_t)h & m;; j = (j + 1) & m) {
-        term_ent *t = &p->memo[j];
-        if (!t->node || (t->hash == h && t->len == len &&
-                         !memcmp(p->s + t->off, p->s + off, len)))
-            return t;
-    }
-}
-
-static tr_status memo_add(ep *p, uint64_t h, size_t off, size_t len, gre_node *n) {
-    if (2 * (p->memo_n + 1) > p->memo_cap) {
-        term_ent *old = p->memo;
-        uint32_t old_cap = p->memo_cap, cap = old_cap ? 2 * old_cap : 64;
-        if (!(p->memo = tr_gcc_alloc(p->cc, (size_t)cap * sizeof *p->memo)))
-            return p->cc->err;
-        p->memo_cap = cap;
-        for (uint32_t i = 0; i < old_cap; i++)
-            if (old[i].node) *memo_slot(p, old[i].hash, old[i].off, old[i].len) = old[i];
-    }
-    *memo_slot(p, h, off, len) = (term_ent){h, off, len, n};
-    p->memo_n++;
-    return TR_OK;
-}
-
 /* A literal or regex terminal, from the memo when its text was met. */
 static tr_status parse_terminal(ep *p, gre_node **out) {
     bool lit = peek(p) == '"';
     size_t off = p->pos, end = terminal_end(p);
     if (!end) return lit ? parse_literal(p, out) : parse_regex(p, out);
-    uint64_t h = text_hash(p->s + off, end - off);
-    term_ent *t = p->memo_cap ? memo_slot(p, h, off, end - off) : NULL;
-    if (t && t->node) {
-        *out = t->node;
+    uint64_t h = tr_gre_memo_hash(p->s + off, end - off);
+    gre_node *n = tr_gre_memo_get(&p->terminals, p->s + off, end - off, h, NULL);
+    if (n) {
+        *out = n;
         p->pos = end;
         return TR_OK;
     }
     tr_status st = lit ? parse_literal(p, out) : parse_regex(p, out);
     if (st || p->pos != end || !((*out)->closed || (*out)->kind == GRE_DFA)) return st;
-    return memo_add(p, h, off, end - off, *out);
+    return tr_gre_memo_put(p->cc, &p->terminals, p->s + off, end - off, h, *out, 0);
 }
 
 static tr_status parse_item(ep *p, gre_node **out) {
