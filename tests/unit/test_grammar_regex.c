@@ -414,6 +414,37 @@ static void test_anchors(void **state) {
     tr_grammar_free(g);
 }
 
+/* text_memo.c: every text put is found again by its bytes (not its
+ * address), others are not, across the table's growth. */
+static void test_text_memo(void **state) {
+    (void)state;
+    gcc cc;
+    tr_gcc_init(&cc, NULL, NULL);
+    gre_memo m = {0};
+    char texts[1000][16];
+    gre_node *nodes = tr_gcc_alloc(&cc, 1000 * sizeof *nodes);
+    assert_non_null(nodes);
+    for (int i = 0; i < 1000; i++) {
+        int n = snprintf(texts[i], sizeof texts[i], "t%d", i * 7);
+        uint64_t h = tr_gre_memo_hash(texts[i], (size_t)n);
+        assert_null(tr_gre_memo_get(&m, texts[i], (size_t)n, h, NULL));
+        assert_int_equal(tr_gre_memo_put(&cc, &m, texts[i], (size_t)n, h, &nodes[i], (uint32_t)i),
+                         TR_OK);
+    }
+    for (int i = 0; i < 1000; i++) {
+        char copy[16];
+        int n = snprintf(copy, sizeof copy, "t%d", i * 7);
+        uint32_t aux = 0;
+        gre_node *got = tr_gre_memo_get(&m, copy, (size_t)n, tr_gre_memo_hash(copy, (size_t)n),
+                                        &aux);
+        assert_ptr_equal(got, &nodes[i]);
+        assert_int_equal(aux, (uint32_t)i);
+        n = snprintf(copy, sizeof copy, "t%d", i * 7 + 1); /* never put */
+        assert_null(tr_gre_memo_get(&m, copy, (size_t)n, tr_gre_memo_hash(copy, (size_t)n), NULL));
+    }
+    tr_gcc_deinit(&cc);
+}
+
 static void test_stats_and_dump(void **state) {
     (void)state;
     grammar *g = compile_ok("(a|b)*abb");
@@ -449,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_basics),
         cmocka_unit_test(test_classes_and_dot),
         cmocka_unit_test(test_anchors),
+        cmocka_unit_test(test_text_memo),
         cmocka_unit_test(test_stats_and_dump),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
