@@ -26,8 +26,7 @@
  * regex_parse.c; one that uses ^ or $ is compiled to a DFA on its own
  * (GRE_DFA) so that its anchors mean "the terminal's ends", not the
  * text's. A literal or regex whose text was met before is not parsed
- * again: the places share one tree (ep.terminals), and groups of 16
- * bytes and more within regexes likewise (ep.groups).
+ * again: the places share one tree (ep.terminals).
  *
  * Every error names what was expected and where (byte offset, line,
  * column). Nesting is bounded by max_nesting, so hostile texts cannot
@@ -53,9 +52,8 @@ typedef struct ep {
      * times (the same string or number regex wherever the schema allows
      * one), and a closed terminal's tree is never changed after parsing:
      * each distinct text is parsed once and its tree shared (the NFA
-     * builder then finds the copies equal at once), the groups inside
-     * distinct regexes too. */
-    gre_memo terminals, groups;
+     * builder then finds the copies equal at once). */
+    gre_memo terminals;
 } ep;
 
 void tr_ebnf_diag_at(gcc *cc, const gebnf *e, uint64_t off) {
@@ -256,7 +254,6 @@ static tr_status read_char(ep *p, const char *where, uint32_t *cp) {
 /* Marks the nodes of a terminal's subtree that hold no empty set as
  * closed (a regex or literal has no references); whether x is closed. */
 static bool close_terminal(gre_node *x) {
-    if (x->closed) return true; /* a shared group, marked before */
     bool ok = x->kind != GRE_SET || x->set.n > 0;
     if (x->kind == GRE_REF || x->kind == GRE_DFA || x->kind == GRE_BOL ||
         x->kind == GRE_EOL)
@@ -337,7 +334,6 @@ static tr_status parse_class(ep *p, gre_node **out) {
 }
 
 static bool has_anchor(const gre_node *n, uint32_t depth) {
-    if (n->closed) return false; /* a shared group, checked before */
     if (n->kind == GRE_BOL || n->kind == GRE_EOL) return true;
     if (depth > 10000) return true; /* cannot happen: nesting is bounded */
     for (uint32_t i = 0; i < n->n_kids; i++)
@@ -391,8 +387,7 @@ static tr_status parse_regex(ep *p, gre_node **out) {
     }
     size_t end = p->pos++;
     gre_node *ast;
-    tr_status st = tr_regex_parse_shared(p->cc, (const char *)p->s + start, end - start,
-                                         &p->groups, &ast);
+    tr_status st = tr_regex_parse(p->cc, (const char *)p->s + start, end - start, &ast);
     if (st) {
         /* the regex parser's offset is within the terminal: make it the
          * text's, and say where the terminal is */

@@ -146,12 +146,11 @@ tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **ou
 
 /* Trees by the text they were parsed from (text_memo.c). Equal texts
  * parse to equal trees, and a grammar made from a JSON Schema repeats its
- * terminals and their groups many times (the slowest dev-set schemas: 88%
+ * terminals many times (the slowest dev-set schemas: 88%
  * of the regex bytes are repeats), so a tree met before can be shared
  * instead of parsed again, when nothing changes it after parsing. Keys
  * point into the caller's text, which must outlive the memo; entries live
- * in cc's arena. Zero-initialize. aux is the caller's (the regex parser:
- * the group's nesting depth). */
+ * in cc's arena. Zero-initialize. aux is the caller's to use. */
 typedef struct gre_memo_ent {
     uint64_t hash;
     const uint8_t *text;
@@ -173,11 +172,6 @@ gre_node *tr_gre_memo_get(const gre_memo *m, const void *text, size_t len, uint6
 tr_status tr_gre_memo_put(gcc *cc, gre_memo *m, const void *text, size_t len, uint64_t hash,
                           gre_node *node, uint32_t aux);
 
-/* tr_regex_parse, sharing the trees of groups met before through memo
- * (groups without names or empty sets, of 16 bytes and more): for callers
- * that never change a tree after parsing (the grammar parser). */
-tr_status tr_regex_parse_shared(gcc *cc, const char *pattern, size_t len, gre_memo *memo,
-                                gre_node **out);
 
 /* Building ASTs (the regex parser's, and the EBNF parser's on the same
  * nodes): a zeroed node of kind k at byte offset off, from cc's arena

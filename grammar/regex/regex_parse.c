@@ -42,9 +42,6 @@ typedef struct gp {
     const uint8_t **names;
     uint32_t *name_lens;
     uint32_t n_names, cap_names;
-    gre_memo *memo;     /* groups' trees by their text, or NULL */
-    uint32_t max_depth; /* deepest nesting reached so far */
-    uint32_t n_empty;   /* empty sets made so far */
 } gp;
 
 static tr_status fail(gp *p, tr_status code, size_t off, const char *fmt,
@@ -470,59 +467,11 @@ static tr_status parse_class(gp *p, gre_node **out) {
     } else {
         n->set = set;
     }
-    p->n_empty += n->set.n == 0;
     *out = n;
     return TR_OK;
 }
 
 /* ---- groups ---- */
-
-/* Index of the ')' that closes the group whose body starts at p->pos
- * (escapes and classes skipped as the parser reads them), or 0. */
-static size_t group_close(const gp *p) {
-    uint32_t depth = 0;
-    for (size_t i = p->pos; i < p->len; i++) {
-        uint8_t c = p->s[i];
-        if (c == '\\') {
-            i++;
-        } else if (c == '[') {
-            for (i++; i < p->len && p->s[i] != ']'; i++)
-                if (p->s[i] == '\\') i++;
-        } else if (c == '(') {
-            depth++;
-        } else if (c == ')') {
-            if (depth == 0) return i;
-            depth--;
-        }
-    }
-    return 0;
-}
-
-static tr_status parse_group_body(gp *p, size_t open, gre_node **out);
-
-/* The group's body, shared with an equal one met before when p->memo is
- * set. A body is shared only if its parse named no group (names must
- * stay unique) and made no empty set (the grammar's analysis may prune
- * those), and only within the nesting limit it was checked against. */
-static tr_status group_body(gp *p, size_t open, gre_node **out) {
-    size_t body = p->pos, close = p->memo ? group_close(p) : 0;
-    if (close < body + 16) return parse_group_body(p, open, out);
-    uint64_t h = tr_gre_memo_hash(p->s + body, close - body);
-    uint32_t inner = 0;
-    gre_node *n = tr_gre_memo_get(p->memo, p->s + body, close - body, h, &inner);
-    if (n && p->depth + inner <= p->cc->lim.max_nesting) {
-        p->pos = close + 1;
-        *out = n;
-        return TR_OK;
-    }
-    uint32_t names = p->n_names, empty = p->n_empty, outer_max = p->max_depth, d0 = p->depth;
-    p->max_depth = d0;
-    tr_status st = parse_group_body(p, open, out);
-    inner = p->max_depth - d0;
-    if (outer_max > p->max_depth) p->max_depth = outer_max;
-    if (st || p->pos != close + 1 || p->n_names != names || p->n_empty != empty) return st;
-    return tr_gre_memo_put(p->cc, p->memo, p->s + body, close - body, h, *out, inner);
-}
 
 static tr_status parse_alt(gp *p, gre_node **out);
 
@@ -619,16 +568,10 @@ static tr_status parse_group(gp *p, gre_node **out) {
             return unsupported(p, open, "inline flags or unknown group type (?...)");
         }
     }
-    return group_body(p, open, out);
-}
-
-/* From the body of the group opened at open to past its ')'. */
-static tr_status parse_group_body(gp *p, size_t open, gre_node **out) {
     if (++p->depth > p->cc->lim.max_nesting)
         return tr_gcc_fail(p->cc, TR_ERR_LIMIT, open,
                         "nesting deeper than max_nesting = %u at byte %zu",
                         p->cc->lim.max_nesting, open);
-    if (p->depth > p->max_depth) p->max_depth = p->depth;
     gre_node *inner;
     tr_status st = parse_alt(p, &inner);
     if (st) return st;
@@ -796,7 +739,6 @@ static tr_status parse_concat(gp *p, gre_node **out) {
                 if (!atom) return p->cc->err;
                 tr_cpset_normalize(&s);
                 atom->set = s;
-                p->n_empty += s.n == 0;
             } else {
                 st = set_node(p, off, cp, cp, &atom);
                 if (st) return st;
@@ -893,12 +835,7 @@ static tr_status parse_alt(gp *p, gre_node **out) {
 }
 
 tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **out) {
-    return tr_regex_parse_shared(cc, pattern, len, NULL, out);
-}
-
-tr_status tr_regex_parse_shared(gcc *cc, const char *pattern, size_t len, gre_memo *memo,
-                                gre_node **out) {
-    gp p = {.cc = cc, .s = (const uint8_t *)pattern, .len = len, .memo = memo};
+    gp p = {.cc = cc, .s = (const uint8_t *)pattern, .len = len};
     if (len > cc->lim.max_pattern_bytes)
         return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
                         "pattern longer than max_pattern_bytes = %zu",

@@ -1,8 +1,8 @@
 /* text_memo.c — trees by the text they were parsed from (regex.h,
  * gre_memo): open addressing over (hash, text), doubled at half full.
  *
- * Layering: grammar/regex (regex.h); used by the regex parser for groups
- * and by the grammar parser for terminals. Single-threaded per compile.
+ * Layering: grammar/regex (regex.h); used by the grammar parser for its
+ * terminals. Single-threaded per compile.
  */
 #include <string.h>
 

@@ -231,32 +231,6 @@ static void test_shared_terminals(void **state) {
     assert_false(matches(g, "1,2,3,4"));
     assert_false(matches(g, "x,2,3,4x"));
     tr_grammar_free(g);
-    /* groups of 16 bytes and more are shared between regexes too: each
-     * place keeps its meaning, names stay unique within a regex, and the
-     * nesting limit holds where a shared group stands deeper */
-    const char *body = "(?:[a-c]{2}[0-9]-[x-z]|q)";
-    char text[512];
-    snprintf(text, sizeof text, "root ::= /%s+/ \",\" /(?:%s)?%s/ \",\" /[0-9](?:(?:%s)s)/\n",
-             body, body, body, body);
-    g = compile(text);
-    assert_true(matches(g, "ab1-x,q,7qs"));
-    assert_true(matches(g, "qab1-x,ab1-xq,7cc9-zs"));
-    assert_false(matches(g, "ab1-x,,7qs"));
-    assert_false(matches(g, "ab1-x,q,7q"));
-    tr_grammar_free(g);
-    grammar *bad = NULL;
-    tr_diag d;
-    const char *dup = "root ::= /(?<n>abcdefghijklmnopq)(?<n>abcdefghijklmnopq)/\n";
-    assert_int_not_equal(tr_grammar_compile_ebnf(dup, strlen(dup), NULL, &bad, &d), TR_OK);
-    grammar_limits lim;
-    tr_grammar_limits_default(&lim);
-    lim.max_nesting = 2;
-    const char *deep = "root ::= /(?:(?:abcdefghijklmnopq)x)/ /(?:(?:(?:abcdefghijklmnopq)x))/\n";
-    assert_int_equal(tr_grammar_compile_ebnf(deep, strlen(deep), &lim, &bad, &d), TR_ERR_LIMIT);
-    assert_non_null(strstr(d.message, "max_nesting"));
-    lim.max_nesting = 3;
-    assert_int_equal(tr_grammar_compile_ebnf(deep, strlen(deep), &lim, &bad, &d), TR_OK);
-    tr_grammar_free(bad);
 }
 
 static void test_left_recursion(void **state) {
