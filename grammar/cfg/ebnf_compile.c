@@ -24,8 +24,13 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
     gebnf_plan plan;
     gnfa nfa = {0};
     gcfg *cfg = NULL;
+    /* each phase polls the clock now and then; between phases it is read
+     * for sure, so no phase starts, and no grammar is returned, past the
+     * time budget */
     tr_status st = tr_ebnf_parse(cc, text, len, ext, n_ext, &e);
+    if (!st) st = tr_gcc_check_time(cc);
     if (!st) st = tr_ebnf_analyze(cc, &e, &plan);
+    if (!st) st = tr_gcc_check_time(cc);
     uint32_t *starts = NULL, *name_lens = NULL;
     const char **names = NULL;
     if (!st) {
@@ -36,6 +41,7 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
     }
     if (!st)
         st = tr_ebnf_nfa_build(cc, plan.bodies, plan.n_kept, plan.sym_of_rule, &nfa, starts);
+    if (!st) st = tr_gcc_check_time(cc);
     *nfa_states = nfa.n_states;
     uint32_t n_calls = 0;
     for (uint32_t i = 0; !st && i < nfa.n_edges; i++) n_calls += nfa.edges[i].kind == GNFA_CALL;
@@ -44,6 +50,7 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
         name_lens[i] = e.rules[plan.kept[i]].name_len;
     }
     if (!st) st = tr_cfg_new(cc, &nfa, starts, names, name_lens, plan.n_kept, ws_bound, &cfg);
+    if (!st && (st = tr_gcc_check_time(cc))) tr_cfg_free(cfg);
     tr_nfa_free(cc, &nfa);
     tr_ebnf_free(&e);
     if (st) return st;

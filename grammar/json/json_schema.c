@@ -205,9 +205,11 @@ static tr_status translate(gcc *cc, json_t *doc, const grammar_json_options *opt
 }
 
 /* The grammar text, the automata it names (%dfaN) and the bound its
- * matchers put on whitespace runs (counted_ws_bound). */
-typedef tr_status (*js_sink)(void *ctx, const char *text, size_t n, const gdfa *const *ext,
-                             uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths);
+ * matchers put on whitespace runs (counted_ws_bound); lim: the limits, its
+ * time budget what the translation left of the run's. */
+typedef tr_status (*js_sink)(void *ctx, const grammar_limits *lim, const char *text, size_t n,
+                             const gdfa *const *ext, uint32_t n_ext, uint32_t ws_bound,
+                             const js_buf *upaths);
 
 void tr_js_dfas_free(js_dfas *d) {
     for (uint32_t i = 0; i < d->n; i++) tr_dfa_free(d->v[i]);
@@ -240,6 +242,7 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     if (diag) memset(diag, 0, sizeof *diag);
     if (!schema && len)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL schema");
+    uint64_t t0 = tr_now_ns();
     grammar_json_options o;
     if (opt)
         o = *opt;
@@ -268,9 +271,17 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     tr_js_buf_init(&upaths, &cc);
     js_dfas dfas = {.allowed = automata, .upaths = automata ? &upaths : NULL};
     st = translate(&cc, doc, &o, mode, &dfas, &text);
+    /* the grammar's compile gets what is left, not a budget of its own */
+    if (!st) st = tr_gcc_check_time(&cc);
+    grammar_limits rest = cc.lim;
+    uint64_t spent = (tr_now_ns() - t0) / 1000;
+    rest.max_compile_us = rest.max_compile_us > spent ? rest.max_compile_us - spent : 1;
     if (!st)
-        st = sink(ctx, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
+        st = sink(ctx, &rest, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
+    if (st == TR_ERR_LIMIT && diag && strstr(diag->message, "compile time budget"))
+        tr_diag_set(diag, TR_ERR_LIMIT, 0, "compile time budget exceeded (max_compile_us = %llu)",
+                    (unsigned long long)cc.lim.max_compile_us); /* not what was left */
     tr_js_buf_free(&upaths);
     tr_js_dfas_free(&dfas);
     if (st && diag) {
@@ -320,9 +331,10 @@ typedef struct text_out {
     size_t *len;
 } text_out;
 
-static tr_status to_text(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                         uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths) {
-    (void)ext;
+static tr_status to_text(void *ctx, const grammar_limits *lim, const char *t, size_t n,
+                         const gdfa *const *ext, uint32_t n_ext, uint32_t ws_bound,
+                         const js_buf *upaths) {
+    (void)lim, (void)ext;
     if (n_ext || ws_bound || upaths->n) return TR_ERR_INTERNAL; /* run() was told: none */
     text_out *o = ctx;
     char *s = malloc(n + 1);
@@ -352,16 +364,15 @@ tr_status tr_grammar_json_schema_to_ebnf(const char *schema_json, size_t len,
 }
 
 typedef struct compile_out {
-    const grammar_limits *lim;
     grammar **out;
     tr_diag *diag;
 } compile_out;
 
-static tr_status to_grammar(void *ctx, const char *t, size_t n, const gdfa *const *ext,
-                            uint32_t n_ext, uint32_t ws_bound, const js_buf *upaths) {
+static tr_status to_grammar(void *ctx, const grammar_limits *lim, const char *t, size_t n,
+                            const gdfa *const *ext, uint32_t n_ext, uint32_t ws_bound,
+                            const js_buf *upaths) {
     compile_out *o = ctx;
-    tr_status st = tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, ws_bound, o->lim, o->out,
-                                               o->diag);
+    tr_status st = tr_grammar_compile_ebnf_ext(t, n, ext, n_ext, ws_bound, lim, o->out, o->diag);
     if (st || !upaths->n) return st;
     /* the matcher's tracker keeps these arrays' string items distinct */
     grammar *g = *o->out;
@@ -387,7 +398,7 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
     if (limits) lim = *limits;
     else tr_grammar_limits_default(&lim);
     uint64_t budget_us = lim.max_compile_us, t0 = tr_now_ns();
-    compile_out o = {&lim, out, diag};
+    compile_out o = {out, diag};
     /* property_order ANY keeps the set of members written in the state of
      * small objects (2^n states). Past a size budget (not the time budget:
      * that would double the wait) every object is compiled by counting
