@@ -217,7 +217,10 @@ typedef struct grammar_limits {
                                    each with ~70 byte classes); default
                                    200000 */
     uint64_t max_compile_bytes; /* scratch + result; default 512 MiB */
-    uint64_t max_compile_us;    /* wall clock; default 2 s */
+    uint64_t max_compile_us;    /* wall clock, the whole compile (a JSON
+                                   Schema's translation and its grammar's
+                                   together, read at least between
+                                   phases); default 2 s */
     uint64_t mask_cache_bytes;  /* per (grammar, vocabulary) mask memo;
                                    default 64 MiB; 0 disables the memo */
     size_t max_grammar_bytes;   /* EBNF text; default 4 MiB (each regex
