@@ -503,7 +503,7 @@ static tr_status parse_terminal(ep *p, gre_node **out) {
     size_t off = p->pos, end = terminal_end(p);
     if (!end) return lit ? parse_literal(p, out) : parse_regex(p, out);
     uint64_t h = tr_gre_memo_hash(p->s + off, end - off);
-    gre_node *n = tr_gre_memo_get(&p->terminals, p->s + off, end - off, h, NULL);
+    gre_node *n = tr_gre_memo_get(&p->terminals, p->s + off, end - off, h);
     if (n) {
         *out = n;
         p->pos = end;
@@ -511,7 +511,7 @@ static tr_status parse_terminal(ep *p, gre_node **out) {
     }
     tr_status st = lit ? parse_literal(p, out) : parse_regex(p, out);
     if (st || p->pos != end || !((*out)->closed || (*out)->kind == GRE_DFA)) return st;
-    return tr_gre_memo_put(p->cc, &p->terminals, p->s + off, end - off, h, *out, 0);
+    return tr_gre_memo_put(p->cc, &p->terminals, p->s + off, end - off, h, *out);
 }
 
 static tr_status parse_item(ep *p, gre_node **out) {

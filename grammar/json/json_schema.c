@@ -242,7 +242,6 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     if (diag) memset(diag, 0, sizeof *diag);
     if (!schema && len)
         return tr_diag_set(diag, TR_ERR_INVALID_ARG, 0, "NULL schema");
-    uint64_t t0 = tr_now_ns();
     grammar_json_options o;
     if (opt)
         o = *opt;
@@ -273,12 +272,12 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     st = translate(&cc, doc, &o, mode, &dfas, &text);
     /* the grammar's compile gets what is left, not a budget of its own */
     if (!st) st = tr_gcc_check_time(&cc);
-    grammar_limits rest = cc.lim;
-    uint64_t spent = (tr_now_ns() - t0) / 1000;
-    rest.max_compile_us = rest.max_compile_us > spent ? rest.max_compile_us - spent : 1;
-    if (!st)
+    if (!st) {
+        grammar_limits rest = cc.lim; /* up to the deadline just checked */
+        rest.max_compile_us = (cc.deadline_ns - tr_now_ns()) / 1000;
         st = sink(ctx, &rest, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
+    }
     if (st == TR_ERR_LIMIT && diag && strstr(diag->message, "compile time budget"))
         tr_diag_set(diag, TR_ERR_LIMIT, 0, "compile time budget exceeded (max_compile_us = %llu)",
                     (unsigned long long)cc.lim.max_compile_us); /* not what was left */

@@ -150,13 +150,12 @@ tr_status tr_regex_parse(gcc *cc, const char *pattern, size_t len, gre_node **ou
  * of the regex bytes are repeats), so a tree met before can be shared
  * instead of parsed again, when nothing changes it after parsing. Keys
  * point into the caller's text, which must outlive the memo; entries live
- * in cc's arena. Zero-initialize. aux is the caller's to use. */
+ * in cc's arena. Zero-initialize. */
 typedef struct gre_memo_ent {
     uint64_t hash;
     const uint8_t *text;
     size_t len;
     gre_node *node; /* NULL: an empty slot */
-    uint32_t aux;
 } gre_memo_ent;
 
 typedef struct gre_memo {
@@ -165,13 +164,11 @@ typedef struct gre_memo {
 } gre_memo;
 
 uint64_t tr_gre_memo_hash(const void *text, size_t len);
-/* The tree of text (hash from tr_gre_memo_hash), or NULL; *aux its aux. */
-gre_node *tr_gre_memo_get(const gre_memo *m, const void *text, size_t len, uint64_t hash,
-                          uint32_t *aux);
+/* The tree of text (hash from tr_gre_memo_hash), or NULL. */
+gre_node *tr_gre_memo_get(const gre_memo *m, const void *text, size_t len, uint64_t hash);
 /* Adds text -> node (text not in m). */
 tr_status tr_gre_memo_put(gcc *cc, gre_memo *m, const void *text, size_t len, uint64_t hash,
-                          gre_node *node, uint32_t aux);
-
+                          gre_node *node);
 
 /* Building ASTs (the regex parser's, and the EBNF parser's on the same
  * nodes): a zeroed node of kind k at byte offset off, from cc's arena

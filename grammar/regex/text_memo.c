@@ -25,16 +25,12 @@ static gre_memo_ent *slot_of(const gre_memo *m, const void *text, size_t len, ui
     }
 }
 
-gre_node *tr_gre_memo_get(const gre_memo *m, const void *text, size_t len, uint64_t hash,
-                          uint32_t *aux) {
-    if (!m->cap) return NULL;
-    const gre_memo_ent *t = slot_of(m, text, len, hash);
-    if (t->node && aux) *aux = t->aux;
-    return t->node;
+gre_node *tr_gre_memo_get(const gre_memo *m, const void *text, size_t len, uint64_t hash) {
+    return m->cap ? slot_of(m, text, len, hash)->node : NULL;
 }
 
 tr_status tr_gre_memo_put(gcc *cc, gre_memo *m, const void *text, size_t len, uint64_t hash,
-                          gre_node *node, uint32_t aux) {
+                          gre_node *node) {
     if (2 * (m->n + 1) > m->cap) {
         gre_memo_ent *old = m->slot;
         uint32_t old_cap = m->cap, cap = old_cap ? 2 * old_cap : 64;
@@ -44,7 +40,7 @@ tr_status tr_gre_memo_put(gcc *cc, gre_memo *m, const void *text, size_t len, ui
         for (uint32_t i = 0; i < old_cap; i++)
             if (old[i].node) *slot_of(m, old[i].text, old[i].len, old[i].hash) = old[i];
     }
-    *slot_of(m, text, len, hash) = (gre_memo_ent){hash, text, len, node, aux};
+    *slot_of(m, text, len, hash) = (gre_memo_ent){hash, text, len, node};
     m->n++;
     return TR_OK;
 }
