@@ -34,6 +34,8 @@ void tr_cfg_ctx_deinit(gcfg_ctx *x) {
     free(x->sh);
     tr_cset_free(&x->work);
     tr_cset_free(&x->seen);
+    free(x->out_ix.slot);
+    free(x->seen_ix.slot);
     memset(x, 0, sizeof *x);
 }
 
@@ -61,9 +63,56 @@ static bool fail(gcfg_ctx *x, tr_status st) {
     return false;
 }
 
-bool tr_cset_add(gcfg_ctx *x, gcset *s, uint32_t state, uint32_t frame) {
+/* Makes ix cover s->c[0, s->n): a new table when s shrank since (or
+ * this call began) or when it is more than half full, then the entries
+ * appended since. False when the table cannot grow (the caller scans). */
+static bool idx_sync(gcidx *ix, const gcset *s) {
+    if (s->n < ix->covered || (uint64_t)s->n * 2 + 2 > ix->cap) {
+        uint64_t cap = ix->cap ? ix->cap : 64;
+        while (cap < 4 * ((uint64_t)s->n + 1)) cap *= 2;
+        if (cap > UINT32_MAX / 2 + 1) return false;
+        if (cap != ix->cap) {
+            uint32_t *t = realloc(ix->slot, (size_t)cap * sizeof *t);
+            if (!t) return false;
+            ix->slot = t;
+            ix->cap = (uint32_t)cap;
+        }
+        memset(ix->slot, 0, (size_t)ix->cap * sizeof *ix->slot);
+        ix->covered = 0;
+    }
+    for (; ix->covered < s->n; ix->covered++) {
+        const gcfg_config *c = &s->c[ix->covered];
+        uint32_t j = gf_slot(c->state, c->frame, ix->cap);
+        while (ix->slot[j]) j = (j + 1) & (ix->cap - 1);
+        ix->slot[j] = ix->covered + 1;
+    }
+    return true;
+}
+
+/* Whether (state, frame) is in s: through ix when ix indexes s during
+ * this call and s is large, else by a scan. */
+static bool cset_has(gcidx *ix, const gcset *s, uint32_t state, uint32_t frame) {
+    if (ix->set == s && s->n >= GCIDX_MIN && idx_sync(ix, s)) {
+        for (uint32_t j = gf_slot(state, frame, ix->cap), e; (e = ix->slot[j]);
+             j = (j + 1) & (ix->cap - 1))
+            if (s->c[e - 1].state == state && s->c[e - 1].frame == frame) return true;
+        return false;
+    }
     for (uint32_t i = 0; i < s->n; i++)
         if (s->c[i].state == state && s->c[i].frame == frame) return true;
+    return false;
+}
+
+/* From here to idx_end, s only grows and is checked through ix. */
+static void idx_begin(gcidx *ix, const gcset *s) {
+    ix->set = s;
+    ix->covered = UINT32_MAX; /* whatever s held before is unknown */
+}
+
+static void idx_end(gcidx *ix) { ix->set = NULL; }
+
+bool tr_cset_add(gcfg_ctx *x, gcset *s, uint32_t state, uint32_t frame) {
+    if (cset_has(&x->out_ix, s, state, frame)) return true;
     if (s->n >= x->cfg->max_stacks) return fail(x, TR_ERR_LIMIT);
     if (!tr_cset_reserve(s, s->n + 1)) return fail(x, TR_ERR_NOMEM);
     s->c[s->n].state = state;
@@ -177,11 +226,11 @@ static bool closure_returns(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
     return true;
 }
 
-bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
-                    gcset *out) {
+/* The closure's general case: a walk over configurations, each processed
+ * once (the seen set), calls pushing frames. */
+static bool closure_walk(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in, gcset *out) {
     gcfg *g = x->cfg;
     bool escaped = false;
-    if (closure_returns(x, in, n_in, out, &escaped)) return escaped;
     x->work.n = 0;
     x->seen.n = 0;
     for (uint32_t i = n_in; i-- > 0;)
@@ -195,10 +244,7 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
         gcfg_config c = x->work.c[--x->work.n];
         uint8_t f = gl_flags(g, c.state);
         if (f != GCFG_BYTES) { /* calls or returns: may come back here */
-            bool dup = false;
-            for (uint32_t i = 0; i < x->seen.n && !dup; i++)
-                dup = x->seen.c[i].state == c.state && x->seen.c[i].frame == c.frame;
-            if (dup) continue;
+            if (cset_has(&x->seen_ix, &x->seen, c.state, c.frame)) continue;
             if (x->seen.n >= seen_max) return fail(x, TR_ERR_LIMIT);
             if (!tr_cset_reserve(&x->seen, x->seen.n + 1)) return fail(x, TR_ERR_NOMEM);
             x->seen.c[x->seen.n++] = c;
@@ -223,11 +269,29 @@ bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
     return escaped;
 }
 
+bool tr_cfg_closure(gcfg_ctx *x, const gcfg_config *in, uint32_t n_in,
+                    gcset *out) {
+    bool escaped = false;
+    idx_begin(&x->out_ix, out);
+    if (closure_returns(x, in, n_in, out, &escaped)) {
+        idx_end(&x->out_ix);
+        return escaped;
+    }
+    idx_begin(&x->out_ix, out); /* out was cut back to where it began */
+    idx_begin(&x->seen_ix, &x->seen);
+    escaped = closure_walk(x, in, n_in, out);
+    idx_end(&x->out_ix);
+    idx_end(&x->seen_ix);
+    return escaped;
+}
+
 void tr_cfg_step(gcfg_ctx *x, const gcfg_config *closed, uint32_t n, uint8_t b,
                  gcset *out) {
+    idx_begin(&x->out_ix, out);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t t = gl_step(x->cfg, closed[i].state, b);
-        if (t != GDFA_DEAD && !tr_cset_add(x, out, t, closed[i].frame)) return;
+        if (t != GDFA_DEAD && !tr_cset_add(x, out, t, closed[i].frame)) break;
     }
+    idx_end(&x->out_ix);
 }
 

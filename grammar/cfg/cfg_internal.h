@@ -305,6 +305,21 @@ typedef struct gcset {
     uint32_t n, cap;
 } gcset;
 
+/* A hash index over one gcset while a closure or a step fills it, so that
+ * the duplicate check stays constant-time when an ambiguous grammar makes
+ * thousands of configurations (a linear scan made such closures
+ * quadratic). Built only once the set holds GCIDX_MIN entries: the sets
+ * of JSON Schema grammars hold one or two. The set may only grow while it
+ * is indexed (entries are appended; a shorter set rebuilds the index). */
+#define GCIDX_MIN 32u
+
+typedef struct gcidx {
+    const gcset *set; /* the set indexed during this call, or NULL */
+    uint32_t covered; /* set->c[0, covered) are in slot[] */
+    uint32_t *slot;   /* position + 1, 0 empty; open addressing */
+    uint32_t cap;     /* power of two; more than twice covered */
+} gcidx;
+
 /* The whitespace run after byte b took a configuration set to the n
  * configurations of set, from a run of `run` bytes before it (see
  * gcfg.ws_bound); past the bound, UINT32_MAX: the byte is refused. */
@@ -341,6 +356,7 @@ typedef struct gcfg_ctx {
     uint32_t *sh;       /* scratch hash table (ids + 1, 0 empty) */
     uint32_t sh_cap, sh_used;
     gcset work, seen;   /* closure scratch */
+    gcidx out_ix, seen_ix; /* dedup indexes of the set being filled, seen */
     tr_status err;      /* first failure: TR_ERR_NOMEM or TR_ERR_LIMIT */
 } gcfg_ctx;
 
