@@ -511,9 +511,10 @@ static tr_status and_len(gcc *cc, const cpdfa *a, bool a_any, uint32_t lo, uint3
  * name go through the automaton, longer ones keep the patterns' own
  * shape (so ^[a-z]{1,255}$ minus a few names stays a counted repetition
  * instead of a 255-state chain turned inside out). Out: *any (every
- * string), else *ast, or, when a part's regex would be too large and the
- * grammar may name automata, *direct: the whole region's key (quotes
- * included) as an automaton. */
+ * string), else *ast (*names_only when it is every string but the listed
+ * names), or, when a part's regex would be too large and the grammar may
+ * name automata, *direct: the whole region's key (quotes included) as an
+ * automaton. */
 /* How many keys the region acc (names not yet removed) has: *count, or
  * UINT64_MAX when more than JS_MAX_COUNTED_KEYS. */
 static tr_status region_count(objc *o, const cpdfa *acc, uint64_t *count) {
@@ -528,7 +529,8 @@ static tr_status region_count(objc *o, const cpdfa *acc, uint64_t *count) {
 }
 
 static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_any,
-                             gre_node **ast, bool *any, gx **direct, uint64_t *count) {
+                             gre_node **ast, bool *any, bool *names_only, gx **direct,
+                             uint64_t *count) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
     cpdfa acc;
@@ -556,6 +558,7 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
     }
     *ast = NULL;
     *direct = NULL;
+    *names_only = false;
     *count = UINT64_MAX;
     if (have && (st = region_count(o, &acc, count))) return st;
     const json_t *node = o->n->n ? o->n->nodes[0].node : NULL;
@@ -580,8 +583,10 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
         for (size_t k = 0; k < vl[i]; k++) cps += ((unsigned char)vs[i][k] & 0xC0) != 0x80;
         L = TR_MAX(L, cps);
     }
-    if (!have) /* any key but the names: straight from their trie */
+    if (!have) { /* any key but the names: straight from their trie */
+        *names_only = true;
         return names_complement(cc, vs, vl, nx, ast);
+    }
     /* short keys: the automaton, names removed */
     cpdfa names, sh, r;
     if ((st = tr_cpdfa_from_strings(cc, vs, vl, nx, &names)) ||
@@ -633,25 +638,36 @@ static tr_status region_keys(objc *o, uint32_t pset, const cpdfa *pn, bool pn_an
  * longer than a regex terminal may be (the complement of many long
  * names spells every name's prefixes with every other character) and
  * the grammar may name automata, the automaton of the same keys. */
-static tr_status key_terminal(objc *o, bool any, const gre_node *ast, gx **key) {
+static tr_status key_terminal(objc *o, bool any, const gre_node *ast, bool names_only,
+                              gx **key) {
     js_ctx *x = o->x;
     gcc *cc = x->cc;
     js_buf b;
     tr_js_buf_init(&b, cc);
+    /* where an automaton may stand in, the printing stops at the size
+     * that calls for one (such regexes run to megabytes) */
+    bool may = !any && x->dfas && x->dfas->allowed;
+    if (may) b.limit = cc->lim.max_pattern_bytes;
     tr_status st = TR_OK;
     if (any)
         tr_js_str_any_regex(0, GRE_INF, &b);
     else
         st = tr_js_str_regex(cc, ast, &b);
-    bool by_automaton = !st && !any && js_buf_ok(&b) && b.n > cc->lim.max_pattern_bytes &&
-                        x->dfas && x->dfas->allowed;
+    bool by_automaton = !st && may && js_buf_ok(&b) && b.over;
     *key = !st && !by_automaton && js_buf_ok(&b) ? tr_gx_rx_ne(cc, b.p, b.n) : NULL;
     tr_js_buf_free(&b);
     if (st || !by_automaton) return st ? st : *key ? TR_OK : cc->err;
     cpdfa d, m;
     const json_t *node = o->n->n ? o->n->nodes[0].node : NULL;
-    if ((st = tr_cpdfa_from_ast(cc, ast, &d)) || (st = tr_cpdfa_minimize(cc, &d, &m)))
-        return st;
+    if (names_only) { /* every string but the names: the names' trie, complemented */
+        cpdfa names, all;
+        st = tr_cpdfa_from_strings(cc, o->all_names, o->all_lens, o->n_all, &names);
+        if (!st) st = tr_cpdfa_length(cc, 0, UINT32_MAX, &all);
+        if (!st) st = tr_cpdfa_product(cc, &all, &names, CPD_MINUS, &d);
+    } else {
+        st = tr_cpdfa_from_ast(cc, ast, &d);
+    }
+    if (st || (st = tr_cpdfa_minimize(cc, &d, &m))) return st;
     return tr_js_string_dfa_gx(x, &m, node, "additionalProperties", key);
 }
 
@@ -720,15 +736,16 @@ static tr_status additional(objc *o, const js_conj *pnc) {
         if (conj_false(&c)) continue;
         gre_node *ast;
         gx *key = NULL;
-        bool any;
+        bool any, names_only;
         uint64_t n = UINT64_MAX;
-        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &key, &n))) return st;
+        if ((st = region_keys(o, pset, &pn, pn_any, &ast, &any, &names_only, &key, &n)))
+            return st;
         if (!any && !ast && !key) continue;
         /* saturating: once a region is unbounded, so is the sum */
         keys = n == UINT64_MAX || keys == UINT64_MAX || keys + n > JS_MAX_COUNTED_KEYS
                    ? UINT64_MAX
                    : keys + n;
-        if (!key && (st = key_terminal(o, any, ast, &key))) return st;
+        if (!key && (st = key_terminal(o, any, ast, names_only, &key))) return st;
         gx *val;
         if (st || (st = value_ref(o, &c, NULL, &val))) return st;
         if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))
@@ -763,11 +780,12 @@ static tr_status witness_member(objc *o, const witness *w) {
         if (conj_false(&c)) continue;
         gre_node *ast;
         gx *key = NULL, *val;
-        bool kany;
+        bool kany, names_only;
         uint64_t n;
-        if ((st = region_keys(o, live.v[ri], &keys, any, &ast, &kany, &key, &n))) return st;
+        if ((st = region_keys(o, live.v[ri], &keys, any, &ast, &kany, &names_only, &key, &n)))
+            return st;
         if (!kany && !ast && !key) continue;
-        if (!key && (st = key_terminal(o, kany, ast, &key))) return st;
+        if (!key && (st = key_terminal(o, kany, ast, names_only, &key))) return st;
         if ((st = value_ref(o, &c, NULL, &val))) return st;
         if ((st = tr_gx_list_push(cc, &alts, tr_gx_seq3(cc, key, tr_gx_rxz(cc, o->ws.colon), val))))
             return st;

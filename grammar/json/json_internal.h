@@ -64,6 +64,10 @@ typedef struct js_buf {
     char *p;
     size_t n, cap;
     bool failed;
+    /* limit > 0: an append that would pass limit bytes sets over and
+     * writes nothing (not an error: the caller then takes another way) */
+    size_t limit;
+    bool over;
 } js_buf;
 
 void tr_js_buf_init(js_buf *b, gcc *cc);

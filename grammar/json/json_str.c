@@ -548,6 +548,7 @@ void tr_js_str_unit_regex(const gcpset *s, js_buf *b) {
 typedef void (*set_printer)(const gcpset *s, js_buf *b);
 
 static void print_ast(const gre_node *a, set_printer set, js_buf *b) {
+    if (b->over) return; /* past the caller's limit: the rest is not wanted */
     switch (a->kind) {
     case GRE_SET: set(&a->set, b); return;
     case GRE_EMPTY:

@@ -59,6 +59,10 @@ static bool buf_reserve(js_buf *b, size_t extra) {
 }
 
 void tr_js_buf_add(js_buf *b, const void *s, size_t n) {
+    if (b->limit && (b->over || n > b->limit - TR_MIN(b->n, b->limit))) {
+        b->over = true;
+        return;
+    }
     if (!n || !buf_reserve(b, n)) return;
     memcpy(b->p + b->n, s, n);
     b->n += n;
