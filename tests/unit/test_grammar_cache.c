@@ -226,7 +226,7 @@ static void test_errors(void **state) {
     memset(item, 'q', sizeof item - 1);
     item[sizeof item - 1] = 0;
     for (int i = 0; i < 260; i++) {
-        snprintf(item, 8, "%07d", i);
+        snprintf(item, 8, "%07u", (unsigned)i % 10000000u); /* 7 digits at most */
         item[7] = 'q';
         json_array_append_new(arr, json_string(item));
     }
