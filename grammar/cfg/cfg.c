@@ -68,15 +68,18 @@ static bool fail(gcfg_ctx *x, tr_status st) {
  * appended since. False when the table cannot grow (the caller scans). */
 static bool idx_sync(gcidx *ix, const gcset *s) {
     if (s->n < ix->covered || (uint64_t)s->n * 2 + 2 > ix->cap) {
-        uint64_t cap = ix->cap ? ix->cap : 64;
+        /* sized for this set, not for the largest one so far: clearing
+         * a table many times too large would cost what the scan did */
+        uint64_t cap = 64;
         while (cap < 4 * ((uint64_t)s->n + 1)) cap *= 2;
         if (cap > UINT32_MAX / 2 + 1) return false;
-        if (cap != ix->cap) {
+        if (cap > ix->alloc) {
             uint32_t *t = realloc(ix->slot, (size_t)cap * sizeof *t);
             if (!t) return false;
             ix->slot = t;
-            ix->cap = (uint32_t)cap;
+            ix->alloc = (uint32_t)cap;
         }
+        ix->cap = (uint32_t)cap;
         memset(ix->slot, 0, (size_t)ix->cap * sizeof *ix->slot);
         ix->covered = 0;
     }

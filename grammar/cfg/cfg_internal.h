@@ -317,7 +317,9 @@ typedef struct gcidx {
     const gcset *set; /* the set indexed during this call, or NULL */
     uint32_t covered; /* set->c[0, covered) are in slot[] */
     uint32_t *slot;   /* position + 1, 0 empty; open addressing */
-    uint32_t cap;     /* power of two; more than twice covered */
+    uint32_t cap;     /* slots in use: a power of two, more than twice
+                         covered */
+    uint32_t alloc;   /* slots allocated (>= cap) */
 } gcidx;
 
 /* The whitespace run after byte b took a configuration set to the n
