@@ -58,12 +58,14 @@ static bool buf_reserve(js_buf *b, size_t extra) {
     return true;
 }
 
+/* Whether n more bytes would pass b's limit (then b is marked over). */
+static bool past_limit(js_buf *b, size_t n) {
+    if (b->limit && (b->over || n > b->limit - TR_MIN(b->n, b->limit))) b->over = true;
+    return b->over;
+}
+
 void tr_js_buf_add(js_buf *b, const void *s, size_t n) {
-    if (b->limit && (b->over || n > b->limit - TR_MIN(b->n, b->limit))) {
-        b->over = true;
-        return;
-    }
-    if (!n || !buf_reserve(b, n)) return;
+    if (past_limit(b, n) || !n || !buf_reserve(b, n)) return;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -84,7 +86,7 @@ void tr_js_buf_printf(js_buf *b, const char *fmt, ...) {
         tr_js_buf_add(b, small, (size_t)k);
         return;
     }
-    if (!buf_reserve(b, (size_t)k)) return;
+    if (past_limit(b, (size_t)k) || !buf_reserve(b, (size_t)k)) return;
     va_start(ap, fmt);
     vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
     va_end(ap);

@@ -1102,6 +1102,45 @@ static void test_whitespace_counted(void **s) {
 
 /* ---- budgets and hostile schemas ---- */
 
+/* A buffer with a limit stops at it: nothing is written past it (by any
+ * append, a long printf included), over is set and stays, and it is
+ * not an error. */
+static void test_buf_limit(void **s) {
+    (void)s;
+    gcc cc;
+    tr_gcc_init(&cc, NULL, NULL);
+    js_buf b;
+    tr_js_buf_init(&b, &cc);
+    b.limit = 10;
+    tr_js_buf_puts(&b, "abcdefgh");
+    tr_js_buf_putc(&b, 'i');
+    assert_false(b.over);
+    tr_js_buf_puts(&b, "jk"); /* 11 bytes: refused whole */
+    assert_true(b.over);
+    assert_int_equal(b.n, 9);
+    tr_js_buf_putc(&b, 'j'); /* would fit, but the text is already cut */
+    assert_int_equal(b.n, 9);
+    assert_true(js_buf_ok(&b));
+    tr_js_buf_free(&b);
+    tr_js_buf_init(&b, &cc);
+    b.limit = 300;
+    char big[400];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    tr_js_buf_printf(&b, "%s", big + 200); /* 199 bytes: fits */
+    assert_false(b.over);
+    tr_js_buf_printf(&b, "%s", big); /* 399, past the small-buffer path too */
+    assert_true(b.over);
+    assert_int_equal(b.n, 199);
+    tr_js_buf_free(&b);
+    tr_js_buf_init(&b, &cc); /* no limit: all of it */
+    tr_js_buf_printf(&b, "%s", big);
+    assert_int_equal(b.n, 399);
+    assert_false(b.over);
+    tr_js_buf_free(&b);
+    tr_gcc_deinit(&cc);
+}
+
 static void test_budgets(void **s) {
     (void)s;
     grammar_limits lim;
@@ -1355,6 +1394,7 @@ int main(void) {
         cmocka_unit_test(test_objects),       cmocka_unit_test(test_combinators),
         cmocka_unit_test(test_refs),          cmocka_unit_test(test_ref_siblings_by_draft),          cmocka_unit_test(test_errors),
         cmocka_unit_test(test_lenient),       cmocka_unit_test(test_whitespace),
+        cmocka_unit_test(test_buf_limit),
         cmocka_unit_test(test_budgets),       cmocka_unit_test(test_dumps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
