@@ -274,7 +274,9 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
     if (!st) st = tr_gcc_check_time(&cc);
     if (!st) {
         grammar_limits rest = cc.lim; /* up to the deadline just checked */
-        rest.max_compile_us = (cc.deadline_ns - tr_now_ns()) / 1000;
+        uint64_t now = tr_now_ns(); /* the clock may have passed it since */
+        rest.max_compile_us = cc.deadline_ns > now ? (cc.deadline_ns - now) / 1000 : 0;
+        if (rest.max_compile_us == 0) rest.max_compile_us = 1;
         st = sink(ctx, &rest, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
     }
