@@ -68,7 +68,9 @@ static const char *set_best(void) {
 static void set_bind(cpu_backend *c, const char *name) {
     c->kset = name;
     c->avx2 = strcmp(name, "portable") != 0;
-    c->k = c->avx2 ? &tr_cpu_op_kernels_avx2 : &tr_cpu_op_kernels_portable;
+    c->k = !c->avx2                           ? &tr_cpu_op_kernels_portable
+           : strcmp(name, "avx512vnni") == 0 ? &tr_cpu_op_kernels_vnni
+                                             : &tr_cpu_op_kernels_avx2;
     c->qk = tr_cpu_quant_get(name);
 }
 

@@ -40,11 +40,14 @@
 /* Inner loops with one implementation per instruction set. KV rows are
  * in a format of backend.h (tr_kv_type); a "row" argument points at one
  * head of row 0 and `stride` is in bytes from one row to the next (staged
- * F32 rows included). A quantized element enters the arithmetic as its
- * exact F32 value, in the order an F32 row's would, so a row staged as F32
- * (load_heads) gives bitwise the same results as the cached row. */
+ * F32 rows included). In attn_scores and attn_accum a quantized element
+ * enters the arithmetic as its exact F32 value, in the order an F32 row's
+ * would, so a row staged as F32 (load_heads) gives bitwise the same
+ * results as the cached row. The attention op sends Q8 keys through
+ * attn_scores_q8 instead (integer dots: several times fewer instructions
+ * than converting every element), and never stages them as F32. */
 typedef struct cpu_op_kernels {
-    const char *name; /* "avx2" or "portable" */
+    const char *name; /* "portable", "avx2" or "avx512vnni" */
 
     /* out[dim] = x * (1 / sqrt(mean(x^2) + eps)) * w; out may equal x. */
     void (*rmsnorm_row)(float *out, const float *x, const float *w,
@@ -79,6 +82,18 @@ typedef struct cpu_op_kernels {
                         const float *q, int32_t g, const void *k,
                         size_t stride, int32_t n, int32_t hd, tr_kv_type t,
                         float scale);
+    /* attn_scores for Q8 keys (backend.h) against quantized queries
+     * (tr_cpu_kv_quantize_query: q + h * hd holds head h's levels, qd[h]
+     * its step): with the integer dot i_j of head h and row j (exact in
+     * int32), whose step is dk_j,
+     *   s[h * s_stride + j] = ((float)i_j * dk_j) * (qd[h] * scale),
+     * each conversion and product rounded to nearest, in that order, by
+     * every kernel set: every set gives the same bits, however it cuts
+     * the rows into calls. */
+    void (*attn_scores_q8)(float *s, size_t s_stride, float *max,
+                           const int16_t *q, const float *qd, int32_t g,
+                           const void *k, size_t stride, int32_t n,
+                           int32_t hd, float scale);
     /* s[j] = exp(s[j] - max) for j < n; returns their sum. */
     float (*attn_exp_sum)(float *s, int32_t n, float max);
     /* For the g heads of one KV head, against the same V rows:
@@ -99,17 +114,39 @@ void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
  * size (its own inverse): backend.h's tr_kv_rotation. One implementation
  * for every kernel set (stored keys and queries must agree). */
 void tr_cpu_kv_rotate(float *x, int32_t n, int32_t block);
+/* Levels of a quantized query: +-8191 (14 bits). Its rounding is 64
+ * times finer than a Q8 key's, so it adds nothing measurable to the keys'
+ * own error (8 bits cost Gemma 3's perplexity +0.4%), and the products
+ * fit int16 x int16 instructions: |dot| <= 1024 * 127 * 8191 < 2^31. */
+#define CPU_ATTN_Q_LEVELS 8191
+
+/* Quantizes one query head of hd elements for attn_scores_q8: dst[i] =
+ * round(src[i] * CPU_ATTN_Q_LEVELS / amax) (to nearest even, within
+ * +-CPU_ATTN_Q_LEVELS; 0 for a NaN element); returns the step amax /
+ * CPU_ATTN_Q_LEVELS. The one quantizer of every kernel set, as for
+ * stored heads. */
+float tr_cpu_kv_quantize_query(int16_t *dst, const float *src, int32_t hd);
 /* Element d of a head of type t (exact), for the portable kernels. */
 float tr_cpu_kv_elem(const uint8_t *head, int32_t d, int32_t hd, tr_kv_type t);
 
 extern const cpu_op_kernels tr_cpu_op_kernels_portable;
 extern const cpu_op_kernels tr_cpu_op_kernels_avx2; /* only if the CPU has it */
+/* The AVX2 table with attn_scores_q8 on vpdpbusd (AVX512_VNNI + VL). */
+extern const cpu_op_kernels tr_cpu_op_kernels_vnni;
+void tr_cpu_attn_scores_q8_vnni(float *s, size_t s_stride, float *max,
+                                const int16_t *q, const float *qd, int32_t g,
+                                const void *k, size_t stride, int32_t n,
+                                int32_t hd, float scale);
 
 /* The portable entries, for AVX2 kernels that fall back on odd sizes. */
 void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
                                  const float *q, int32_t g, const void *k,
                                  size_t stride, int32_t n, int32_t hd,
                                  tr_kv_type t, float scale);
+void tr_cpu_attn_scores_q8_portable(float *s, size_t s_stride, float *max,
+                                    const int16_t *q, const float *qd,
+                                    int32_t g, const void *k, size_t stride,
+                                    int32_t n, int32_t hd, float scale);
 void tr_cpu_attn_accum_portable(float *acc, size_t acc_stride, const float *p,
                                 size_t p_stride, int32_t g, const void *v,
                                 size_t stride, int32_t n, int32_t hd,
@@ -153,7 +190,8 @@ typedef struct cpu_backend {
     size_t act_cap;   /* bytes */
     void *attn;       /* attention: per-block partials of a split op */
     size_t attn_cap;  /* bytes */
-    void *attn_q;     /* attention: queries rotated for rotated keys */
+    void *attn_q;     /* attention: queries rotated for rotated keys, or
+                         quantized for Q8 keys */
     size_t attn_q_cap; /* bytes */
     void *rows;       /* matmul_rows: per-thread packed rows and outputs */
     size_t rows_cap;  /* bytes */

@@ -130,6 +130,22 @@ void tr_cpu_kv_quantize_head(uint8_t *dst, const float *src, int32_t hd,
     }
 }
 
+float tr_cpu_kv_quantize_query(int16_t *dst, const float *src, int32_t hd) {
+    const float levels = (float)CPU_ATTN_Q_LEVELS;
+    float amax = amax_of(src, hd);
+    float inv = amax > 0.0f ? levels / amax : 0.0f;
+    /* Adding and taking away 1.5 * 2^23 rounds |x| < 2^22 to the nearest
+     * integer, ties to even, in plain float arithmetic (so the loop
+     * vectorizes); |src[i] * inv| <= levels * (1 + 2^-23) here. */
+    const float magic = 12582912.0f;
+    for (int32_t i = 0; i < hd; i++) {
+        float r = (src[i] * inv + magic) - magic;
+        r = r > levels ? levels : r < -levels ? -levels : r;
+        dst[i] = (int16_t)(r == r ? r : 0.0f);
+    }
+    return amax / levels;
+}
+
 float tr_cpu_kv_elem(const uint8_t *head, int32_t d, int32_t hd, tr_kv_type t) {
     switch (t) {
     case TR_KV_F32: {

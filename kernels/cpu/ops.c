@@ -174,6 +174,28 @@ void tr_cpu_attn_scores_portable(float *s, size_t s_stride, float *max,
                                      hd, t, scale);
 }
 
+void tr_cpu_attn_scores_q8_portable(float *s, size_t s_stride, float *max,
+                                    const int16_t *q, const float *qd,
+                                    int32_t g, const void *k, size_t stride,
+                                    int32_t n, int32_t hd, float scale) {
+    for (int32_t h = 0; h < g; h++) {
+        const int16_t *qh = q + (size_t)h * (size_t)hd;
+        float qs = qd[h] * scale, m = -INFINITY;
+        float *sh = s + (size_t)h * s_stride;
+        for (int32_t j = 0; j < n; j++) {
+            const uint8_t *r = (const uint8_t *)k + (size_t)j * stride;
+            int32_t dot = 0; /* CPU_ATTN_Q_LEVELS: no overflow */
+            for (int32_t d = 0; d < hd; d++) dot += (int32_t)qh[d] * (int8_t)r[d];
+            uint16_t dk;
+            memcpy(&dk, r + hd, 2);
+            float v = ((float)dot * cpu_fp16_to_fp32(dk)) * qs;
+            sh[j] = v;
+            m = v > m ? v : m;
+        }
+        max[h] = m;
+    }
+}
+
 static float attn_exp_sum_portable(float *s, int32_t n, float max) {
     float sum = 0.0f;
     for (int32_t j = 0; j < n; j++) {
@@ -218,6 +240,7 @@ const cpu_op_kernels tr_cpu_op_kernels_portable = {
     .load_row = load_row_portable,
     .load_heads = tr_cpu_load_heads_portable,
     .attn_scores = tr_cpu_attn_scores_portable,
+    .attn_scores_q8 = tr_cpu_attn_scores_q8_portable,
     .attn_exp_sum = attn_exp_sum_portable,
     .attn_accum = tr_cpu_attn_accum_portable,
 };

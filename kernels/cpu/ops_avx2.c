@@ -557,17 +557,31 @@ static void load_heads_avx2(float *dst, const void *src, int32_t n_heads,
     }
 }
 
+#define AQ_NAME(x) x##_avx2
+#include "kernels/cpu/attn_q8_x86_impl_internal.h"
+
+/* The entries both x86 tables share. */
+#define AVX2_OP_ENTRIES                  \
+    .rmsnorm_row = rmsnorm_row_avx2,     \
+    .rope_row = rope_row_avx2,           \
+    .swiglu = swiglu_avx2,               \
+    .geglu = geglu_avx2,                 \
+    .add = add_avx2,                     \
+    .store_row = store_row_avx2,         \
+    .load_row = load_row_avx2,           \
+    .load_heads = load_heads_avx2,       \
+    .attn_scores = attn_scores_avx2,     \
+    .attn_exp_sum = attn_exp_sum_avx2,   \
+    .attn_accum = attn_accum_avx2
+
 const cpu_op_kernels tr_cpu_op_kernels_avx2 = {
     .name = "avx2",
-    .rmsnorm_row = rmsnorm_row_avx2,
-    .rope_row = rope_row_avx2,
-    .swiglu = swiglu_avx2,
-    .geglu = geglu_avx2,
-    .add = add_avx2,
-    .store_row = store_row_avx2,
-    .load_row = load_row_avx2,
-    .load_heads = load_heads_avx2,
-    .attn_scores = attn_scores_avx2,
-    .attn_exp_sum = attn_exp_sum_avx2,
-    .attn_accum = attn_accum_avx2,
+    AVX2_OP_ENTRIES,
+    .attn_scores_q8 = attn_scores_q8_avx2,
+};
+
+const cpu_op_kernels tr_cpu_op_kernels_vnni = {
+    .name = "avx512vnni",
+    AVX2_OP_ENTRIES,
+    .attn_scores_q8 = tr_cpu_attn_scores_q8_vnni,
 };

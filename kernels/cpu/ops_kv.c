@@ -162,6 +162,11 @@ typedef struct attn_args {
                                 output head is rotated back; 0 */
     int32_t rotate_q;        /* K's rotation block (tr_kv_rotation) when q
                                 still has to be rotated (per block); 0 */
+    /* Q8 keys: the queries rotated and quantized once per op
+     * (tr_cpu_kv_quantize_query), [n_tokens][n_heads][hd] levels and
+     * [n_tokens][n_heads] steps; NULL: attn_queries makes them per block */
+    const int16_t *q8;
+    const float *q8_step;
     float scale;
     int32_t window;         /* 0, or this layer's sliding window */
     int32_t heads_per_pass; /* query heads whose partials fit the stack */
@@ -272,25 +277,115 @@ static int32_t attn_blocks(int32_t window, int32_t p) {
  * floats, positions [base, ...) (the tile schedule); attn_block reads the
  * paged cache instead when given none. */
 typedef struct attn_rows {
-    const float *k, *v;
+    const float *k, *v; /* k NULL: keys read from the cache (Q8) */
     size_t stride; /* floats from one row to the next */
     int32_t base;
 } attn_rows;
+
+/* Heads c0 .. c0 + g - 1 of token t's query in the keys' form: rotated
+ * into their basis where keys are stored rotated (backend.h), and for Q8
+ * keys quantized as well. The op makes these once (attn_rotate_queries,
+ * attn_quantize_queries); where it could not have the scratch, they are
+ * made here, per block, into buf: the same function of the same values,
+ * so the same bits. */
+typedef struct attn_query {
+    const float *f;      /* F32 heads (keys of the other types) */
+    const int16_t *lv;   /* Q8 keys: levels, NULL otherwise */
+    const float *step;   /* and one step per head */
+} attn_query;
+
+typedef struct attn_qbuf {
+    float f[ATTN_HEADS_TOGETHER * CPU_ATTN_MAX_HEAD_DIM];
+    int16_t lv[ATTN_HEADS_TOGETHER * CPU_ATTN_MAX_HEAD_DIM];
+    float step[ATTN_HEADS_TOGETHER];
+} attn_qbuf;
+
+static attn_query attn_queries(const attn_args *a, int32_t t, int32_t c0,
+                               int32_t g, attn_qbuf *buf) {
+    int32_t hd = a->hd;
+    size_t head = (size_t)t * (size_t)a->n_heads + (size_t)c0;
+    attn_query r = {a->q + head * (size_t)hd, NULL, NULL};
+    if (a->type[0] != TR_KV_Q8) {
+        if (a->rotate_q) {
+            memcpy(buf->f, r.f, (size_t)g * (size_t)hd * sizeof(float));
+            tr_cpu_kv_rotate(buf->f, g * hd, a->rotate_q);
+            r.f = buf->f;
+        }
+        return r;
+    }
+    if (a->q8) {
+        r.lv = a->q8 + head * (size_t)hd;
+        r.step = a->q8_step + head;
+        return r;
+    }
+    for (int32_t h = 0; h < g; h++) {
+        const float *src = r.f + (size_t)h * (size_t)hd;
+        if (a->rotate_q) {
+            memcpy(buf->f, src, (size_t)hd * sizeof(float));
+            tr_cpu_kv_rotate(buf->f, hd, a->rotate_q);
+            src = buf->f;
+        }
+        buf->step[h] = tr_cpu_kv_quantize_query(buf->lv + (size_t)h * (size_t)hd, src, hd);
+    }
+    r.lv = buf->lv;
+    r.step = buf->step;
+    return r;
+}
+
+/* Whether K is staged as F32 for tiles: Q8 keys stay int8 (attn_scores_q8
+ * reads them from the cache, a block's slice small enough for L1). */
+static inline bool attn_k_staged(const attn_args *a) {
+    return a->type[0] != TR_KV_Q8;
+}
+
+/* Scores of heads c0 .. c0 + g - 1 (query qq) of token t against KV head
+ * kvh's keys j0 .. j1 - 1, into scores; their maxima into m. */
+static void attn_block_scores(const attn_args *a, int32_t t, int32_t kvh,
+                              const attn_query *qq, int32_t g, int32_t j0,
+                              int32_t j1, float *scores, float *m,
+                              attn_pf *pf, const attn_rows *rows) {
+    const int32_t *pt = a->b->page_table[a->b->seq[t]];
+    int32_t ps = a->kv->page_size, hd = a->hd;
+    float rm[ATTN_HEADS_TOGETHER];
+    for (int32_t h = 0; h < g; h++) m[h] = -INFINITY;
+    bool staged = rows && rows->k;
+    if (staged)
+        a->k->attn_scores(scores, CPU_ATTN_BLOCK, m, qq->f, g,
+                          rows->k + (size_t)(j0 - rows->base) * rows->stride,
+                          rows->stride * sizeof(float), j1 - j0, hd,
+                          TR_KV_F32, a->scale);
+    /* Page run by page run (rows of a run are contiguous). */
+    for (int32_t j = staged ? j1 : j0; j < j1;) {
+        int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
+        const uint8_t *row = attn_row(a, pt[j / ps], 0, j % ps) +
+                             (size_t)kvh * a->head_bytes[0];
+        if (pf) attn_pf_step(a, pf);
+        if (qq->lv)
+            a->k->attn_scores_q8(scores + (j - j0), CPU_ATTN_BLOCK, rm, qq->lv,
+                                 qq->step, g, row, a->row_bytes[0], end - j,
+                                 hd, a->scale);
+        else
+            a->k->attn_scores(scores + (j - j0), CPU_ATTN_BLOCK, rm, qq->f, g,
+                              row, a->row_bytes[0], end - j, hd, a->type[0],
+                              a->scale);
+        for (int32_t h = 0; h < g; h++) m[h] = rm[h] > m[h] ? rm[h] : m[h];
+        j = end;
+    }
+}
 
 /* Partials of query heads [h0, h1) of KV head kvh, token t, block blk,
  * into dst[(h - h0) * (hd + 2)]; scores: ATTN_SCORES_FLOATS of scratch.
  * The heads go through the kernels together, up to ATTN_HEADS_TOGETHER at
  * a time; each head's partial is bitwise what it gets alone. K and V come
- * from rows when given (the F16 -> F32 conversion is exact, and a row's
+ * from rows where staged (the F16 -> F32 conversion is exact, and a row's
  * score and fma chain do not depend on how the rows are cut into kernel
  * calls, so the partial is bitwise the same), else from the cache. */
 static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
                        int32_t h0, int32_t h1, int32_t blk, float *dst,
                        float *scores, attn_pf *pf, const attn_rows *rows) {
-    const tr_kv_layout *kv = a->kv;
     int32_t s = a->b->seq[t], p = a->b->pos[t];
     const int32_t *pt = a->b->page_table[s];
-    int32_t ps = kv->page_size, hd = a->hd;
+    int32_t ps = a->kv->page_size, hd = a->hd;
     int32_t j0 = TR_MAX(blk * CPU_ATTN_BLOCK, attn_lo(a->window, p));
     int32_t j1 = TR_MIN((blk + 1) * CPU_ATTN_BLOCK, p + 1);
     int32_t len = j1 - j0;
@@ -298,37 +393,11 @@ static void attn_block(const attn_args *a, int32_t t, int32_t kvh,
 
     for (int32_t c0 = h0; c0 < h1; c0 += ATTN_HEADS_TOGETHER) {
         int32_t g = TR_MIN(ATTN_HEADS_TOGETHER, h1 - c0);
-        const float *q = a->q + ((int64_t)t * a->n_heads + c0) * hd;
-        /* the queries in the keys' rotated basis (backend.h): rotated once
-         * per op (attn_rotate_queries), or here, per block, when the op
-         * could not have the scratch for that: the same function of the
-         * same values, so the same bits */
-        float qr[ATTN_HEADS_TOGETHER * CPU_ATTN_MAX_HEAD_DIM];
-        if (a->rotate_q) {
-            memcpy(qr, q, (size_t)g * (size_t)hd * sizeof(float));
-            tr_cpu_kv_rotate(qr, g * hd, a->rotate_q);
-            q = qr;
-        }
+        attn_qbuf qbuf;
+        attn_query qq = attn_queries(a, t, c0, g, &qbuf);
         float *part = dst + (size_t)(c0 - h0) * pstride;
-        float m[ATTN_HEADS_TOGETHER], rm[ATTN_HEADS_TOGETHER];
-        for (int32_t h = 0; h < g; h++) m[h] = -INFINITY;
-        if (rows)
-            a->k->attn_scores(scores, CPU_ATTN_BLOCK, m, q, g,
-                              rows->k + (size_t)(j0 - rows->base) * rows->stride,
-                              rows->stride * sizeof(float),
-                              len, hd, TR_KV_F32, a->scale);
-        /* Scores, page run by page run (rows of a run are contiguous). */
-        for (int32_t j = rows ? j1 : j0; j < j1;) {
-            int32_t end = TR_MIN(j1, (j / ps + 1) * ps);
-            const uint8_t *row = attn_row(a, pt[j / ps], 0, j % ps) +
-                                 (size_t)kvh * a->head_bytes[0];
-            if (pf) attn_pf_step(a, pf);
-            a->k->attn_scores(scores + (j - j0), CPU_ATTN_BLOCK, rm, q, g,
-                              row, a->row_bytes[0], end - j, hd,
-                              a->type[0], a->scale);
-            for (int32_t h = 0; h < g; h++) m[h] = rm[h] > m[h] ? rm[h] : m[h];
-            j = end;
-        }
+        float m[ATTN_HEADS_TOGETHER];
+        attn_block_scores(a, t, kvh, &qq, g, j0, j1, scores, m, pf, rows);
         for (int32_t h = 0; h < g; h++) {
             float *ph = part + (size_t)h * pstride;
             ph[0] = m[h];
@@ -432,7 +501,8 @@ static void kv_load(const attn_args *a, int c, float *dst, const uint8_t *src,
 
 /* Stages positions [from, to) of token t's sequence as F32 rows (exact
  * conversion): heads h0 .. h0 + nh - 1 of each cached row into kbuf and
- * vbuf, nh * hd floats per row (one KV head's slice, or whole rows). */
+ * vbuf, nh * hd floats per row (one KV head's slice, or whole rows);
+ * kbuf NULL: values only. */
 static void attn_stage(const attn_args *a, int32_t t, int32_t h0, int32_t nh,
                        int32_t from, int32_t to, float *kbuf, float *vbuf) {
     const tr_kv_layout *kv = a->kv;
@@ -445,7 +515,7 @@ static void attn_stage(const attn_args *a, int32_t t, int32_t h0, int32_t nh,
          * conversions instead of queueing up in a burst */
         attn_prefetch_rows(a, t, 0, j + ps, j + ps + 1, h0, nh);
         attn_prefetch_rows(a, t, 1, j + ps, j + ps + 1, h0, nh);
-        for (int c = 0; c < 2; c++)
+        for (int c = !kbuf; c < 2; c++)
             kv_load(a, c, (c ? vbuf : kbuf) + r,
                     attn_row(a, pt[j / ps], c, j % ps) +
                         (size_t)h0 * a->head_bytes[c],
@@ -477,9 +547,10 @@ static void attn_tile(const attn_args *a, int32_t t0, int32_t nt,
         hi = TR_MAX(hi, pos[i] + 1);
     }
     for (int32_t blk = b0; blk <= b1; blk++) {
-        attn_rows rows = {kbuf, vbuf, (size_t)hd, TR_MAX(blk * CPU_ATTN_BLOCK, lo)};
+        float *kb = attn_k_staged(a) ? kbuf : NULL;
+        attn_rows rows = {kb, vbuf, (size_t)hd, TR_MAX(blk * CPU_ATTN_BLOCK, lo)};
         attn_stage(a, t0, kvh, 1, rows.base,
-                   TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
+                   TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kb, vbuf);
         for (int32_t i = 0; i < nt; i++) {
             int32_t fb = attn_first_blk(a->window, pos[i]);
             if (blk < fb || blk > pos[i] / CPU_ATTN_BLOCK) continue;
@@ -590,7 +661,8 @@ static void split_tile_block(const attn_args *a, int32_t ti, int32_t blk,
         }
         from = TR_MAX(blk * CPU_ATTN_BLOCK, lo);
         attn_stage(a, t0, 0, n_kv, from,
-                   TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi), kbuf, vbuf);
+                   TR_MIN((blk + 1) * CPU_ATTN_BLOCK, hi),
+                   attn_k_staged(a) ? kbuf : NULL, vbuf);
     }
     for (int32_t t = t0; t < t1; t++) {
         int32_t p = a->b->pos[t];
@@ -600,7 +672,7 @@ static void split_tile_block(const attn_args *a, int32_t ti, int32_t blk,
         for (int32_t kvh = 0; kvh < n_kv; kvh++) {
             attn_rows rows = {0};
             if (staged)
-                rows = (attn_rows){kbuf + (size_t)kvh * hd,
+                rows = (attn_rows){attn_k_staged(a) ? kbuf + (size_t)kvh * hd : NULL,
                                    vbuf + (size_t)kvh * hd, a->kv_dim, from};
             attn_block(a, t, kvh, kvh * g, (kvh + 1) * g, blk,
                        dst + (size_t)kvh * g * pstride, scores,
@@ -690,6 +762,49 @@ static bool attn_rotate_queries(cpu_backend *c, const float **q, int32_t n_tok,
     int nth = tr_cpu_op_threads(c, (int64_t)n * 8, 65536);
     tr_cpu_pool_run(c->pool, TR_MIN(nth, n_tok), rotate_task, &r);
     *q = c->attn_q;
+    return true;
+}
+
+typedef struct quantize_args {
+    const float *q;
+    int16_t *q8;
+    float *step;
+    int64_t rows;     /* tokens */
+    int32_t n_heads, hd, block;
+} quantize_args;
+
+static void quantize_task(void *ctx, int ith, int nth) {
+    const quantize_args *r = ctx;
+    float head[CPU_ATTN_MAX_HEAD_DIM];
+    int64_t lo, hi;
+    tr_cpu_share_rows(r->rows, ith, nth, &lo, &hi);
+    for (int64_t i = lo * r->n_heads; i < hi * r->n_heads; i++) {
+        const float *src = r->q + i * r->hd;
+        if (r->block) {
+            memcpy(head, src, (size_t)r->hd * sizeof(float));
+            tr_cpu_kv_rotate(head, r->hd, r->block);
+            src = head;
+        }
+        r->step[i] = tr_cpu_kv_quantize_query(r->q8 + i * r->hd, src, r->hd);
+    }
+}
+
+/* For Q8 keys: the batch's queries rotated into the keys' basis (block:
+ * tr_kv_rotation, 0 none) and quantized (tr_cpu_kv_quantize_query) once,
+ * in scratch, into a->q8 and a->q8_step. Returns false when the scratch
+ * cannot be had (attn_queries then does it per block). */
+static bool attn_quantize_queries(cpu_backend *c, attn_args *a,
+                                  int32_t n_tok, int32_t block) {
+    size_t heads = (size_t)n_tok * (size_t)a->n_heads;
+    size_t lv = (heads * (size_t)a->hd * sizeof(int16_t) + 63) & ~(size_t)63;
+    if (!tr_cpu_scratch_reserve(&c->attn_q, &c->attn_q_cap, lv + heads * sizeof(float)))
+        return false;
+    quantize_args r = {a->q, (int16_t *)c->attn_q, (float *)(void *)((uint8_t *)c->attn_q + lv),
+                       n_tok, a->n_heads, a->hd, block};
+    int nth = tr_cpu_op_threads(c, (int64_t)(heads * (size_t)a->hd) * 8, 65536);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n_tok), quantize_task, &r);
+    a->q8 = r.q8;
+    a->q8_step = r.step;
     return true;
 }
 
@@ -818,7 +933,9 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
     TR_ASSERT(hd >= 1 && hd <= CPU_ATTN_MAX_HEAD_DIM);
     check_batch_pages(kv, b, true, kv->window ? kv->window[layer] : 0);
     int32_t rot = tr_kv_rotation(kv->type_k, hd);
-    if (rot && attn_rotate_queries(c, &q, n_tok, n_heads, hd, rot)) rot = 0;
+    if (rot && kv->type_k != TR_KV_Q8 &&
+        attn_rotate_queries(c, &q, n_tok, n_heads, hd, rot))
+        rot = 0;
 
     attn_args a = {
         .k = c->k,
@@ -842,6 +959,8 @@ void tr_cpu_op_attention(tr_stream *s, float *out, const float *q,
         .window = kv->window ? kv->window[layer] : 0,
         .pool = c->pool,
     };
+    if (kv->type_k == TR_KV_Q8 && attn_quantize_queries(c, &a, n_tok, rot))
+        a.rotate_q = 0;
     a.heads_per_pass = (int32_t)((ATTN_STACK_FLOATS - ATTN_SCORES_FLOATS) /
                                  (2 * ((size_t)hd + 2)));
     atomic_init(&a.next, 0);

@@ -1,10 +1,11 @@
 /* test_fault_kv.c — the CPU attention's fallback when it cannot have the
- * scratch for rotated queries.
+ * scratch for prepared queries.
  *
  * With K stored rotated (Q8 and Q4 KV, backend.h tr_kv_rotation), the
- * attention op rotates the queries once into a scratch buffer; when that
- * buffer cannot be allocated it rotates them per block instead
- * (kernels/cpu/ops_kv.c, attn_block), which must give the same bits. This
+ * attention op rotates the queries once into a scratch buffer, and for Q8
+ * keys quantizes them there too (tr_cpu_kv_quantize_query); when that
+ * buffer cannot be allocated it does the same per block instead
+ * (kernels/cpu/ops_kv.c, attn_queries), which must give the same bits. This
  * binary is linked with -Wl,--wrap=malloc,... (tests/CMakeLists.txt,
  * test_fault_*), and fails exactly the allocation of that buffer (the
  * only request of its size in the op): a fresh backend runs the op with
@@ -122,14 +123,18 @@ static float *run(const char *kernels, tr_kv_type kt, size_t fail_size) {
 static void test_rotation_fallback_same_bits(void **state) {
     (void)state;
     static const char *const sets[] = {"portable", "avx2", "avx512vnni"};
-    /* the scratch asks for exactly the rotated queries' bytes first */
-    const size_t q_bytes = sizeof(float) * (size_t)N_HEADS * HD * N_Q;
+    /* the scratch asks for exactly the prepared queries' bytes first:
+     * rotated (Q4 keys), or rotated and quantized, levels (64-byte
+     * aligned, 2 bytes each) then one step per head (Q8 keys) */
+    const size_t heads = (size_t)N_HEADS * N_Q;
+    const size_t q_bytes[2] = {((heads * HD * 2 + 63) & ~(size_t)63) + sizeof(float) * heads,
+                               sizeof(float) * heads * HD};
     int ran = 0;
     for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
         for (int ti = 0; ti < 2; ti++) {
             tr_kv_type kt = ti ? TR_KV_Q4 : TR_KV_Q8;
             int64_t before = atomic_load(&g_failed);
-            float *fallback = run(sets[si], kt, q_bytes);
+            float *fallback = run(sets[si], kt, q_bytes[ti]);
             if (!fallback) continue; /* that kernel set is not on this CPU */
             assert_true(atomic_load(&g_failed) > before); /* the fallback ran */
             float *normal = run(sets[si], kt, 0);
@@ -138,7 +143,7 @@ static void test_rotation_fallback_same_bits(void **state) {
             for (size_t i = 0; i < n; i++)
                 if (!isfinite(normal[i])) fail_msg("%s: output %zu is %g", sets[si], i, normal[i]);
             if (memcmp(fallback, normal, n * sizeof(float)))
-                fail_msg("%s, K %s: per-block rotation differs from the op's", sets[si],
+                fail_msg("%s, K %s: queries prepared per block differ from the op's", sets[si],
                          tr_kv_type_name(kt));
             free(fallback);
             free(normal);

@@ -1504,6 +1504,94 @@ static void test_attention_heads_together(void **state) {
     assert_true(checked >= 80);
 }
 
+/* Q8 keys against quantized queries (attn_scores_q8): every kernel set
+ * gives the portable loop's bits (the dots are integers), heads together
+ * give what each head gets alone, and each score is within the bound the
+ * query's rounding allows of the exact score of the stored keys: a level
+ * is off by at most half a step, so |s - s_exact| <= scale * step / 2 *
+ * sum_i |k_i| (plus float rounding). A step or a key scale applied
+ * wrongly, or a row read from the wrong place, is off by far more. */
+static void test_attention_scores_q8(void **state) {
+    (void)state;
+    const cpu_op_kernels *sets[3] = {&tr_cpu_op_kernels_portable, NULL, NULL};
+#if defined(__x86_64__) || defined(__i386__)
+    if (tr_cpu_features_avx2()) sets[1] = &tr_cpu_op_kernels_avx2;
+    if (tr_cpu_features_avx512vnni()) sets[2] = &tr_cpu_op_kernels_vnni;
+#endif
+    enum { MAXG = 7, MAXN = 70, MAXHD = 256, RB = MAXHD + 2 + 30 };
+    static float qf[MAXG * MAXHD], kf[MAXN * MAXHD];
+    static float s0[MAXG * MAXN], s1[MAXG * MAXN];
+    static int16_t q8[MAXG * MAXHD];
+    static uint8_t kb[MAXN * RB];
+    const int32_t hds[] = {64, 128, 256, 96, 40, 12};
+    int checked = 0;
+    for (int trial = 0; trial < 120; trial++) {
+        int32_t hd = hds[trial % 6], g = 1 + rnd_int(MAXG), n = 1 + rnd_int(MAXN);
+        float qd[MAXG], mx0[MAXG], mx1[MAXG];
+        fill(qf, (size_t)g * (size_t)hd, -2, 2);
+        fill(kf, (size_t)n * (size_t)hd, -1, 1);
+        if (trial % 5 == 0) qf[rnd_int(g * hd)] = 0.0f, kf[0] = 30.0f; /* outliers */
+        for (int32_t h = 0; h < g; h++) {
+            qd[h] = tr_cpu_kv_quantize_query(q8 + (size_t)h * hd, qf + (size_t)h * hd, hd);
+            float amax = 0;
+            for (int32_t i = 0; i < hd; i++) {
+                float x = qf[(size_t)h * hd + i], lv = (float)q8[(size_t)h * hd + i];
+                amax = fmaxf(amax, fabsf(x));
+                assert_true(lv >= -CPU_ATTN_Q_LEVELS && lv <= CPU_ATTN_Q_LEVELS);
+                /* half a step, and x * (levels / amax) rounded once in float */
+                assert_true(fabs((double)lv * qd[h] - x) <= 0.502 * qd[h]);
+            }
+            assert_true(qd[h] == amax / (float)CPU_ATTN_Q_LEVELS);
+        }
+        for (int32_t j = 0; j < n; j++)
+            tr_cpu_kv_quantize_head(kb + (size_t)j * RB, kf + (size_t)j * hd, hd, TR_KV_Q8);
+        const cpu_op_kernels *p = sets[0];
+        p->attn_scores_q8(s0, MAXN, mx0, q8, qd, g, kb, RB, n, hd, 0.125f);
+        for (int32_t h = 0; h < g; h++) {
+            float m = -INFINITY;
+            for (int32_t j = 0; j < n; j++) {
+                const uint8_t *row = kb + (size_t)j * RB;
+                double e = 0, bound = 0;
+                for (int32_t i = 0; i < hd; i++) {
+                    double kx = tr_cpu_kv_elem(row, i, hd, TR_KV_Q8);
+                    e += kx * qf[(size_t)h * hd + i];
+                    bound += fabs(kx);
+                }
+                e *= 0.125;
+                bound = 0.125 * qd[h] / 2 * bound + 1e-5 * (1 + fabs(e));
+                float got = s0[(size_t)h * MAXN + j];
+                if (fabs(got - e) > bound)
+                    fail_msg("hd %d head %d row %d: %g against %g (bound %g)", hd, h, j,
+                             got, e, bound);
+                m = fmaxf(m, got);
+            }
+            assert_true(mx0[h] == m);
+        }
+        for (int si = 0; si < 3; si++) {
+            const cpu_op_kernels *k = sets[si];
+            if (!k) continue;
+            k->attn_scores_q8(s1, MAXN, mx1, q8, qd, g, kb, RB, n, hd, 0.125f);
+            for (int32_t h = 0; h < g; h++) {
+                assert_memory_equal(s1 + (size_t)h * MAXN, s0 + (size_t)h * MAXN,
+                                    (size_t)n * sizeof(float));
+                assert_true(mx1[h] == mx0[h]);
+            }
+            for (int32_t h = 0; h < g; h++) { /* alone, and cut into two calls */
+                int32_t cut = n / 2;
+                float *sh = s1 + (size_t)h * MAXN, ma, mb;
+                k->attn_scores_q8(sh, MAXN, &ma, q8 + (size_t)h * hd, qd + h, 1, kb, RB,
+                                  TR_MAX(cut, 1), hd, 0.125f);
+                if (cut >= 1 && n - cut >= 1)
+                    k->attn_scores_q8(sh + cut, MAXN, &mb, q8 + (size_t)h * hd, qd + h, 1,
+                                      kb + (size_t)cut * RB, RB, n - cut, hd, 0.125f);
+                assert_memory_equal(sh, s0 + (size_t)h * MAXN, (size_t)n * sizeof(float));
+            }
+            checked++;
+        }
+    }
+    assert_true(checked >= 120);
+}
+
 /* The keys' rotation (backend.h tr_kv_rotation): orthonormal (dot products
  * kept, to float rounding) and its own inverse, for every block size the
  * formats use; and the blocks each format gets. */
@@ -1632,6 +1720,7 @@ int main(void) {
         cmocka_unit_test(test_rope_neox),
         cmocka_unit_test(test_geglu_bias_scale_softcap),
         cmocka_unit_test(test_attention_heads_together),
+        cmocka_unit_test(test_attention_scores_q8),
         cmocka_unit_test(test_kv_quantize),
         cmocka_unit_test(test_kv_rotation),
         cmocka_unit_test(test_row_determinism),
