@@ -16,6 +16,9 @@
 #   KV_TYPE [f16]          KV cache type on both servers: f16, q8 (llama.cpp:
 #                          -ctk/-ctv q8_0, which needs -fa on) or q4 (q4_0)
 #   LLAMA_SERVER [$PEERS/llama.cpp-build/bin/llama-server]
+#   LLAMA_ARGS []          more llama-server arguments, split on spaces
+#                          (`-nr` where its AMX weight repacking crashes:
+#                          Sapphire Rapids VMs, llama.cpp of 0.3.36)
 #   PORT_T [18080] PORT_L [18081]
 # Each (workload, concurrency) runs both servers one after the other,
 # ROUNDS times alternating which goes first; every figure goes to
@@ -97,7 +100,7 @@ start_trellis() { # concurrency
 
 start_llama() { # concurrency
     "$LLAMA_SERVER" -m "$MODEL" --port "$PORT_L" --threads "$THREADS" --threads-batch "$THREADS" \
-        --parallel "$1" --cont-batching -c "$(( CTX * $1 ))" --no-webui "${llama_kv[@]}" \
+        --parallel "$1" --cont-batching -c "$(( CTX * $1 ))" --no-webui "${llama_kv[@]}" ${LLAMA_ARGS:-} \
         >"$OUT.llama.log" 2>&1 &
     pid=$!
     wait_health "$PORT_L"
