@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -42,7 +44,19 @@ def start_server(binary, *args):
         if p.poll() is not None or time.time() > deadline:
             raise RuntimeError("server did not start: " + open(log.name).read())
         time.sleep(0.05)
-    return p, int(open(pf).read())
+    port = int(open(pf).read())
+    # The port is open before the model has loaded (/health answers 503
+    # "loading" until then): a chat sent earlier is refused, so wait.
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return p, port
+        except (urllib.error.URLError, OSError):
+            pass
+        if p.poll() is not None or time.time() > deadline:
+            raise RuntimeError("server did not become ready: " + open(log.name).read())
+        time.sleep(0.1)
 
 
 def browser():
