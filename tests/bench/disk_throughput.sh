@@ -6,6 +6,9 @@
 # the time, so every eviction is a page write. Rounds alternate the two
 # arms; prints each run's output tok/s, the medians' ratio and the median
 # of the rounds' ratios (the machine's speed drifts between rounds).
+# DROP=1 deletes each "on" run's folder as soon as the run ends, so the
+# kernel never writes those pages to the disk: what is left is the cost
+# of the tier's own work (copies, hashes, the I/O thread, page-cache writes).
 set -euo pipefail
 bin="${1:-build/trellis}"
 rounds="${2:-3}"
@@ -22,6 +25,7 @@ for r in $(seq 1 "$rounds"); do
         tps=$(python3 -c "import csv,sys; print(next(csv.DictReader(open(sys.argv[1])))['output_tok_s'])" "$work/$arm-$r.csv")
         kept=""
         [ "$arm" = on ] && kept=" ($(find "$work/kv-$r" -name '*.kvp' | wc -l) pages on disk after the run)"
+        [ "$arm" = on ] && [ "${DROP:-0}" = 1 ] && rm -rf "$work/kv-$r"
         echo "round $r tier $arm: $tps output tok/s$kept"
         echo "$tps" >> "$work/$arm"
     done
