@@ -6,9 +6,10 @@
 # the time, so every eviction is a page write. Rounds alternate the two
 # arms; prints each run's output tok/s, the medians' ratio and the median
 # of the rounds' ratios (the machine's speed drifts between rounds).
-# DROP=1 deletes each "on" run's folder as soon as the run ends, so the
-# kernel never writes those pages to the disk: what is left is the cost
-# of the tier's own work (copies, hashes, the I/O thread, page-cache writes).
+# DROP=1 deletes each "on" run's folder as soon as the run ends, before
+# the kernel writes its pages to the disk (dirty pages wait 30 s by
+# default; a run takes ~25 s): what is left is the cost of the tier's own
+# work (copies, hashes, the I/O thread, page-cache writes).
 set -euo pipefail
 bin="${1:-build/trellis}"
 rounds="${2:-3}"
