@@ -12,7 +12,11 @@
  *     for objects, a property one requires (or the schema holding the
  *     oneOf requires) has values pinned apart in both (the
  *     discriminator: the other need not require it), or one requires a
- *     property the other does not allow (additionalProperties: false);
+ *     property the other does not allow (additionalProperties: false),
+ *     or one's objects have more properties (required names,
+ *     minProperties) than the other's maxProperties allows; or a side
+ *     with a disjunction of its own has every branch of it disjoint from
+ *     the other side by these same rules (nested up to 3 deep);
  *   - neither constrains t at all: every value of type t satisfies both,
  *     so none satisfies exactly one; t leaves branch i (exact);
  *   - branch i gets "not j" (json_not.c; exact);
@@ -139,10 +143,59 @@ static tr_status pinned(js_ctx *x, const facts *f, const char *name, js_norm *pv
     return st;
 }
 
+/* A property count bound of f's members (minProperties: the largest;
+ * maxProperties: the smallest); false when none states one. Counts past
+ * 10^9 read as 10^9, as the object generator reads them. */
+static bool count_bound(js_ctx *x, const facts *f, const char *kw, uint64_t *out) {
+    bool any = false, max = kw[1] == 'a';
+    for (uint32_t i = 0; i < f->n.n; i++) {
+        const json_t *v = json_object_get(f->n.nodes[i].node, kw);
+        js_dec d;
+        if (!v || !tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
+            (d.neg && d.n))
+            continue;
+        uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);
+        *out = !any ? c : max ? TR_MIN(*out, c) : TR_MAX(*out, c);
+        any = true;
+    }
+    return any;
+}
+
+/* How many distinct names f's objects must have (its members' `required`
+ * and the host's), counted up to 64. */
+static uint32_t required_count(const facts *f) {
+    const char *seen[64];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= f->n.n && n < 64; i++) {
+        const json_t *holder = i < f->n.n ? f->n.nodes[i].node : f->host;
+        const json_t *r = holder ? json_object_get(holder, "required") : NULL;
+        for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && n < 64; k++) {
+            const char *name = json_string_value(json_array_get(r, k));
+            bool dup = !name;
+            for (uint32_t m = 0; m < n && !dup; m++) dup = !strcmp(seen[m], name);
+            if (!dup) seen[n++] = name;
+        }
+    }
+    return n;
+}
+
+/* p's objects have more properties than q's may: p requires more
+ * distinct names, or a larger minProperties, than q's maxProperties. */
+static bool counts_apart(js_ctx *x, const facts *p, const facts *q) {
+    uint64_t qmax, pmin = required_count(p), m;
+    if (!count_bound(x, q, "maxProperties", &qmax)) return false;
+    if (count_bound(x, p, "minProperties", &m)) pmin = TR_MAX(pmin, m);
+    return pmin > qmax;
+}
+
 static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, bool *dis) {
     *dis = false;
     for (int side = 0; side < 2 && !*dis; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
+        if (counts_apart(x, p, q)) {
+            *dis = true;
+            break;
+        }
         /* p's own members, then the host's required names (i == n) */
         for (uint32_t i = 0; i <= p->n.n && !*dis; i++) {
             const json_t *holder = i < p->n.n ? p->n.nodes[i].node : p->host;
@@ -253,6 +306,68 @@ static uint32_t eff_types(js_ctx *x, const js_norm *n) {
     return t & n->types;
 }
 
+/* The facts of p with its first disjunction decided for branch br: p's
+ * members (expanded, the disjunction marked done, as split() in json_gen.c
+ * builds a branch) plus br. A oneOf branch's exclusions of the others are
+ * left out: the facts are a superset, which is all a disjointness proof
+ * needs. *ok false when the branch cannot be flattened (not proven). */
+static tr_status branch_facts(js_ctx *x, const facts *p, const json_t *br, facts *out, bool *ok) {
+    gcc *cc = x->cc;
+    js_conj c = {tr_gcc_alloc(cc, (size_t)(p->n.n + 1) * sizeof *c.v), p->n.n + 1};
+    if (!c.v) return cc->err;
+    for (uint32_t i = 0; i < p->n.n; i++) {
+        c.v[i] = p->n.nodes[i];
+        c.v[i].done |= JS_EXPANDED;
+    }
+    c.v[p->n.split].done |= p->n.split_kw[0] == 'o' ? JS_DONE_ONEOF : JS_DONE_ANYOF;
+    c.v[p->n.n] = (js_item){br, 0};
+    *ok = true;
+    out->b = br; /* alone, a superset of the branch: sound where used */
+    out->host = p->host;
+    tr_status st = tr_js_flatten(x, &c, &out->n);
+    if ((st = recover(x, st, ok)) || !*ok) return st;
+    out->types = eff_types(x, &out->n);
+    out->pending = out->n.split != UINT32_MAX;
+    return TR_OK;
+}
+
+#define JS_SPLIT_DEPTH 3u     /* nested disjunctions looked into */
+#define JS_SPLIT_BRANCHES 64u  /* a disjunction with more is not */
+#define JS_SPLIT_WORK 256u     /* branches flattened per pair and type */
+
+/* disjoint_on, and where a side has a disjunction still to choose (its
+ * facts a superset), also "every branch of it is disjoint from the
+ * other side" (branches without type t count as disjoint): a oneOf of
+ * discriminated objects against, say, an object of at most one
+ * property. Each proof is of disjointness, never assumed; *work bounds
+ * the branches flattened (past it: not proven). */
+static tr_status disjoint_deep(js_ctx *x, const facts *a, const facts *b, uint32_t t,
+                               uint32_t depth, uint32_t *work, bool *dis) {
+    tr_status st = disjoint_on(x, a, b, t, dis);
+    if (st || *dis || depth >= JS_SPLIT_DEPTH) return st;
+    for (int side = 0; side < 2; side++) {
+        const facts *p = side ? b : a, *q = side ? a : b;
+        if (!p->pending) continue;
+        const json_t *list = json_object_get(p->n.nodes[p->n.split].node, p->n.split_kw);
+        size_t k = json_array_size(list);
+        bool all = k > 0 && k <= JS_SPLIT_BRANCHES;
+        for (size_t br = 0; br < k && all; br++) {
+            facts pb;
+            all = *work > 0;
+            if (!all) break;
+            --*work;
+            if ((st = branch_facts(x, p, json_array_get(list, br), &pb, &all))) return st;
+            if (!all || !(pb.types & t)) continue;
+            if ((st = disjoint_deep(x, &pb, q, t, depth + 1, work, &all))) return st;
+        }
+        if (all) {
+            *dis = true;
+            return TR_OK;
+        }
+    }
+    return TR_OK;
+}
+
 /* "objects have no name" */
 static const json_t *forbid_node(js_ctx *x, const char *name) {
     json_t *o = tr_js_synth_new(x), *p = json_object();
@@ -343,7 +458,8 @@ static tr_status pair_gaps(js_ctx *x, facts *f, size_t i, size_t j, uint32_t *dr
     for (uint32_t t = 1; t < JT_ALL; t <<= 1) {
         if (!(common & t)) continue;
         bool dis;
-        tr_status st = disjoint_on(x, &f[i], &f[j], t, &dis);
+        uint32_t work = JS_SPLIT_WORK;
+        tr_status st = disjoint_deep(x, &f[i], &f[j], t, 0, &work, &dis);
         if (st) return st;
         if (dis) continue;
         if (unconstrained(x, &f[i], t) && unconstrained(x, &f[j], t)) {
