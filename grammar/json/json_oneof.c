@@ -14,7 +14,10 @@
  *     discriminator: the other need not require it), or one requires a
  *     property the other does not allow (additionalProperties: false),
  *     or one's objects have more properties (required names,
- *     minProperties) than the other's maxProperties allows; or a side
+ *     minProperties) than the other's maxProperties allows, or a
+ *     property one requires has values under the two that are disjoint
+ *     by these same rules (patterns, types, nested discriminators: the
+ *     general form of the enum/const one); or a side
  *     with a disjunction of its own has every branch of it disjoint from
  *     the other side by these same rules (nested up to 3 deep);
  *   - neither constrains t at all: every value of type t satisfies both,
@@ -335,6 +338,68 @@ static tr_status branch_facts(js_ctx *x, const facts *p, const json_t *br, facts
 #define JS_SPLIT_BRANCHES 64u  /* a disjunction with more is not */
 #define JS_SPLIT_WORK 256u     /* branches flattened per pair and type */
 
+static tr_status disjoint_deep(js_ctx *x, const facts *a, const facts *b, uint32_t t,
+                               uint32_t depth, uint32_t *work, bool *dis);
+
+/* The facts of the value of property name in f's objects: the
+ * conjunction of f's members' `properties` schemas for it (*ok false when
+ * none constrains it or it cannot be flattened: not proven). */
+static tr_status property_facts(js_ctx *x, const facts *f, const char *name, facts *out,
+                                bool *ok) {
+    js_item it[16];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < f->n.n && k < 16; i++) {
+        const json_t *props = json_object_get(f->n.nodes[i].node, "properties");
+        const json_t *v = json_is_object(props) ? json_object_get(props, name) : NULL;
+        if (v) it[k++] = (js_item){v, 0};
+    }
+    *ok = k > 0;
+    if (!*ok) return TR_OK;
+    js_conj c = {it, k};
+    out->b = it[0].node; /* alone, a superset of the conjunction: sound where used */
+    out->host = NULL;
+    tr_status st = tr_js_flatten(x, &c, &out->n);
+    if ((st = recover(x, st, ok)) || !*ok) return st;
+    out->types = eff_types(x, &out->n);
+    out->pending = out->n.split != UINT32_MAX;
+    return TR_OK;
+}
+
+/* Objects of a and b cannot agree on a property one of them requires:
+ * its values under the two are disjoint on every type (the other need
+ * not require it; where the objects meet, it is present). The general
+ * form of the enum/const discriminator: patterns, types, nested
+ * discriminators. */
+static tr_status values_apart(js_ctx *x, const facts *a, const facts *b, uint32_t depth,
+                              uint32_t *work, bool *dis) {
+    *dis = false;
+    for (int side = 0; side < 2 && !*dis; side++) {
+        const facts *p = side ? b : a, *q = side ? a : b;
+        for (uint32_t i = 0; i <= p->n.n && !*dis; i++) {
+            const json_t *holder = i < p->n.n ? p->n.nodes[i].node : p->host;
+            const json_t *r = holder ? json_object_get(holder, "required") : NULL;
+            for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && !*dis; k++) {
+                const char *name = json_string_value(json_array_get(r, k));
+                if (!name || !*work) continue;
+                --*work;
+                facts pv, qv;
+                bool ok;
+                tr_status st = property_facts(x, p, name, &pv, &ok);
+                if (!st && ok) st = property_facts(x, q, name, &qv, &ok);
+                if (st) return st;
+                if (!ok) continue;
+                bool all = true;
+                for (uint32_t u = 1; u < JT_ALL && all; u <<= 1)
+                    if (pv.types & qv.types & u &&
+                        (st = disjoint_deep(x, &pv, &qv, u, depth + 1, work, &all)))
+                        return st;
+                *dis = all;
+            }
+        }
+    }
+    return TR_OK;
+}
+
 /* disjoint_on, and where a side has a disjunction still to choose (its
  * facts a superset), also "every branch of it is disjoint from the
  * other side" (branches without type t count as disjoint): a oneOf of
@@ -345,6 +410,7 @@ static tr_status disjoint_deep(js_ctx *x, const facts *a, const facts *b, uint32
                                uint32_t depth, uint32_t *work, bool *dis) {
     tr_status st = disjoint_on(x, a, b, t, dis);
     if (st || *dis || depth >= JS_SPLIT_DEPTH) return st;
+    if (t == JT_OBJ && ((st = values_apart(x, a, b, depth, work, dis)) || *dis)) return st;
     for (int side = 0; side < 2; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
         if (!p->pending) continue;
