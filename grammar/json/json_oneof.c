@@ -129,16 +129,24 @@ static tr_status disallows(js_ctx *x, const facts *f, const char *name, bool *no
     return TR_OK;
 }
 
-/* The values a required property of f is pinned to (enum/const), if any. */
-static tr_status pinned(js_ctx *x, const facts *f, const char *name, js_norm *pv, bool *yes) {
-    *yes = false;
-    js_item it[64];
+/* f's members' `properties` schemas for name, the first cap of them
+ * (fewer constraints: a superset of the values, which is all a
+ * disjointness proof needs); how many. */
+static uint32_t property_items(const facts *f, const char *name, js_item *it, uint32_t cap) {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < f->n.n && k < 64; i++) {
+    for (uint32_t i = 0; i < f->n.n && k < cap; i++) {
         const json_t *props = json_object_get(f->n.nodes[i].node, "properties");
         const json_t *s = json_is_object(props) ? json_object_get(props, name) : NULL;
         if (s) it[k++] = (js_item){s, 0};
     }
+    return k;
+}
+
+/* The values a required property of f is pinned to (enum/const), if any. */
+static tr_status pinned(js_ctx *x, const facts *f, const char *name, js_norm *pv, bool *yes) {
+    *yes = false;
+    js_item it[64];
+    uint32_t k = property_items(f, name, it, 64);
     if (!k) return TR_OK;
     js_conj c = {it, k};
     tr_status st = tr_js_flatten(x, &c, pv);
@@ -347,12 +355,7 @@ static tr_status disjoint_deep(js_ctx *x, const facts *a, const facts *b, uint32
 static tr_status property_facts(js_ctx *x, const facts *f, const char *name, facts *out,
                                 bool *ok) {
     js_item it[16];
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < f->n.n && k < 16; i++) {
-        const json_t *props = json_object_get(f->n.nodes[i].node, "properties");
-        const json_t *v = json_is_object(props) ? json_object_get(props, name) : NULL;
-        if (v) it[k++] = (js_item){v, 0};
-    }
+    uint32_t k = property_items(f, name, it, 16);
     *ok = k > 0;
     if (!*ok) return TR_OK;
     js_conj c = {it, k};
