@@ -354,7 +354,7 @@ static tr_status split(js_ctx *x, const js_job *j, const js_norm *n, gx **out) {
     if (one) {
         bool ok;
         const char *why;
-        tr_status st = tr_js_oneof_plan(x, node, list, extra, n_extra, &ok, &why);
+        tr_status st = tr_js_oneof_plan(x, n, list, extra, n_extra, &ok, &why);
         if (st) return st;
         if (!ok) {
             memset(n_extra, 0, k * sizeof *n_extra);

@@ -730,10 +730,12 @@ tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b);
 
 /* The numeric range every member of n allows (json_gen_str.c). */
 tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r);
-/* oneOf (json_oneof.c): per branch, the extra conjunction items that make
- * every other branch fail; *ok false when that cannot be shown, *why
- * then the reason the branch in the way has no complement. */
-tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
+/* oneOf (json_oneof.c): per branch of list, the extra conjunction items
+ * that make every other branch fail, ctx the conjunction holding the
+ * oneOf (its members' `required` hold in every branch); *ok false when
+ * that cannot be shown, *why then the reason the branch in the way has
+ * no complement. */
+tr_status tr_js_oneof_plan(js_ctx *x, const js_norm *ctx, const json_t *list, js_item **extra,
                            uint32_t *n_extra, bool *ok, const char **why);
 
 /* Validator (json_valid.c): whether value v satisfies the conjunction.

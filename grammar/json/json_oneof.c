@@ -9,8 +9,9 @@
  *   - i and j are disjoint on t, provably: their enum/const values fail
  *     the other (checked with the validator); their string languages do
  *     not meet (automaton product); their number ranges do not meet;
- *     for objects, a property one requires (or the schema holding the
- *     oneOf requires) has values pinned apart in both (the
+ *     for objects, a property one requires (or the conjunction holding
+ *     the oneOf requires: its node, and siblings such as the other
+ *     members of an allOf) has values pinned apart in both (the
  *     discriminator: the other need not require it), or one requires a
  *     property the other does not allow (additionalProperties: false),
  *     or one's objects have more properties (required names,
@@ -42,12 +43,21 @@
 
 typedef struct facts {
     const json_t *b;
-    const json_t *host; /* the schema holding the oneOf: its `required`
-                           holds in every branch's context */
+    const js_norm *ctx; /* the conjunction holding the oneOf (its own
+                           node and every sibling member): their
+                           `required` holds in every branch */
     js_norm n;
     uint32_t types; /* effective: enum values counted */
     bool pending;   /* a disjunction inside: facts are a superset */
 } facts;
+
+/* f's members, then its context's: the schemas whose `required` hold for
+ * f's values. */
+static uint32_t holders(const facts *f) { return f->n.n + (f->ctx ? f->ctx->n : 0); }
+
+static const json_t *holder(const facts *f, uint32_t i) {
+    return i < f->n.n ? f->n.nodes[i].node : f->ctx->nodes[i - f->n.n].node;
+}
 
 static const char *const kw_str[] = {"minLength", "maxLength", "pattern", "format", NULL};
 static const char *const kw_num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -90,11 +100,11 @@ static bool lists_name(const json_t *node, const char *name) {
 }
 
 /* Whether a value of branch f, where the oneOf applies, has property
- * name (required by the branch or by the schema holding the oneOf). */
+ * name (required by the branch or by a member of the conjunction
+ * holding the oneOf: its node and the siblings beside it, as allOf's). */
 static bool requires(const facts *f, const char *name) {
-    if (f->host && lists_name(f->host, name)) return true;
-    for (uint32_t i = 0; i < f->n.n; i++)
-        if (lists_name(f->n.nodes[i].node, name)) return true;
+    for (uint32_t i = 0; i < holders(f); i++)
+        if (lists_name(holder(f, i), name)) return true;
     return false;
 }
 
@@ -173,13 +183,12 @@ static bool count_bound(js_ctx *x, const facts *f, const char *kw, uint64_t *out
 }
 
 /* How many distinct names f's objects must have (its members' `required`
- * and the host's), counted up to 64. */
+ * and its context's), counted up to 64. */
 static uint32_t required_count(const facts *f) {
     const char *seen[64];
     uint32_t n = 0;
-    for (uint32_t i = 0; i <= f->n.n && n < 64; i++) {
-        const json_t *holder = i < f->n.n ? f->n.nodes[i].node : f->host;
-        const json_t *r = holder ? json_object_get(holder, "required") : NULL;
+    for (uint32_t i = 0; i < holders(f) && n < 64; i++) {
+        const json_t *r = json_object_get(holder(f, i), "required");
         for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && n < 64; k++) {
             const char *name = json_string_value(json_array_get(r, k));
             bool dup = !name;
@@ -207,10 +216,9 @@ static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, boo
             *dis = true;
             break;
         }
-        /* p's own members, then the host's required names (i == n) */
-        for (uint32_t i = 0; i <= p->n.n && !*dis; i++) {
-            const json_t *holder = i < p->n.n ? p->n.nodes[i].node : p->host;
-            const json_t *r = holder ? json_object_get(holder, "required") : NULL;
+        /* the names p's members and its context require */
+        for (uint32_t i = 0; i < holders(p) && !*dis; i++) {
+            const json_t *r = json_object_get(holder(p, i), "required");
             for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && !*dis; k++) {
                 const char *name = json_string_value(json_array_get(r, k));
                 if (!name) continue;
@@ -334,7 +342,7 @@ static tr_status branch_facts(js_ctx *x, const facts *p, const json_t *br, facts
     c.v[p->n.n] = (js_item){br, 0};
     *ok = true;
     out->b = br; /* alone, a superset of the branch: sound where used */
-    out->host = p->host;
+    out->ctx = p->ctx;
     tr_status st = tr_js_flatten(x, &c, &out->n);
     if ((st = recover(x, st, ok)) || !*ok) return st;
     out->types = eff_types(x, &out->n);
@@ -360,7 +368,7 @@ static tr_status property_facts(js_ctx *x, const facts *f, const char *name, fac
     if (!*ok) return TR_OK;
     js_conj c = {it, k};
     out->b = it[0].node; /* alone, a superset of the conjunction: sound where used */
-    out->host = NULL;
+    out->ctx = NULL;
     tr_status st = tr_js_flatten(x, &c, &out->n);
     if ((st = recover(x, st, ok)) || !*ok) return st;
     out->types = eff_types(x, &out->n);
@@ -378,9 +386,8 @@ static tr_status values_apart(js_ctx *x, const facts *a, const facts *b, uint32_
     *dis = false;
     for (int side = 0; side < 2 && !*dis; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
-        for (uint32_t i = 0; i <= p->n.n && !*dis; i++) {
-            const json_t *holder = i < p->n.n ? p->n.nodes[i].node : p->host;
-            const json_t *r = holder ? json_object_get(holder, "required") : NULL;
+        for (uint32_t i = 0; i < holders(p) && !*dis; i++) {
+            const json_t *r = json_object_get(holder(p, i), "required");
             for (size_t k = 0; json_is_array(r) && k < json_array_size(r) && !*dis; k++) {
                 const char *name = json_string_value(json_array_get(r, k));
                 if (!name || !*work) continue;
@@ -540,7 +547,7 @@ static tr_status pair_gaps(js_ctx *x, facts *f, size_t i, size_t j, uint32_t *dr
     return TR_OK;
 }
 
-tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js_item **extra,
+tr_status tr_js_oneof_plan(js_ctx *x, const js_norm *ctx, const json_t *list, js_item **extra,
                            uint32_t *n_extra, bool *ok, const char **why_out) {
     gcc *cc = x->cc;
     size_t k = json_array_size(list);
@@ -551,7 +558,7 @@ tr_status tr_js_oneof_plan(js_ctx *x, const json_t *node, const json_t *list, js
     if (!f || !drop) return cc->err;
     for (size_t i = 0; i < k; i++) {
         f[i].b = json_array_get(list, i);
-        f[i].host = node;
+        f[i].ctx = ctx;
         js_item it = {f[i].b, 0};
         js_conj c = {&it, 1};
         tr_status st = tr_js_flatten(x, &c, &f[i].n);
