@@ -297,10 +297,11 @@ static tr_status values_fail(js_ctx *x, const facts *a, const facts *b, uint32_t
     js_conj c = {&it, 1};
     for (uint32_t i = 0; i < a->n.n_vals; i++) {
         if (!(tr_js_value_type(x->cc, a->n.vals[i]) & t)) continue;
-        bool ok;
+        bool ok = false, decided = true;
         tr_status st = tr_js_validate(x, &c, a->n.vals[i], 0, &ok);
-        if ((st = recover(x, st, &ok))) return st;
-        if (ok) return TR_OK;
+        /* a value the validator cannot decide may satisfy b: not proven */
+        if ((st = recover(x, st, &decided))) return st;
+        if (ok || !decided) return TR_OK;
     }
     *yes = true;
     return TR_OK;
@@ -563,7 +564,8 @@ tr_status tr_js_oneof_plan(js_ctx *x, const js_norm *ctx, const json_t *list, js
         js_conj c = {&it, 1};
         tr_status st = tr_js_flatten(x, &c, &f[i].n);
         if (st) return st;
-        f[i].types = eff_types(x, &f[i].n);
+        /* only the types the conjunction holding the oneOf allows can meet */
+        f[i].types = eff_types(x, &f[i].n) & eff_types(x, ctx);
         f[i].pending = f[i].n.split != UINT32_MAX;
     }
     for (size_t i = 0; i < k; i++) {
