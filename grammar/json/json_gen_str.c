@@ -568,6 +568,28 @@ tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r) {
     return TR_OK;
 }
 
+/* A remainder automaton of n states over decimal text (at most 12
+ * edges a state), allocated, with its two first states: 0 the start (an
+ * optional '-'), 1 after the '-'; each goes on a digit d to the
+ * integer-digit state of remainder d mod k, 2 + d mod k. Edges from
+ * state 2 on start at *e. */
+static tr_status remainder_dfa_begin(gcc *cc, uint32_t n, uint64_t k, cpdfa *out, uint32_t *e) {
+    memset(out, 0, sizeof *out);
+    out->n = n;
+    out->acc = tr_gcc_alloc(cc, n);
+    out->off = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *out->off);
+    out->e = tr_gcc_alloc(cc, (size_t)n * 12 * sizeof *out->e);
+    if (!out->acc || !out->off || !out->e) return cc->err;
+    *e = 0;
+    for (uint32_t s = 0; s < 2; s++) {
+        out->off[s] = *e;
+        if (s == 0) out->e[(*e)++] = (cpd_edge){'-', '-', 1};
+        for (uint32_t d = 0; d < 10; d++)
+            out->e[(*e)++] = (cpd_edge){'0' + d, '0' + d, 2 + (uint32_t)(d % k)};
+    }
+    return TR_OK;
+}
+
 /* The remainder automaton of "integer text divisible by k" (sign,
  * digits, optional .0+), over code points. */
 static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
@@ -577,21 +599,11 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
     uint64_t n64 = 2 + 3 * k;
     if (n64 > 100000) return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "multipleOf too large");
     uint32_t n = (uint32_t)n64;
-    memset(out, 0, sizeof *out);
-    out->n = n;
-    out->acc = tr_gcc_alloc(cc, n);
-    out->off = tr_gcc_alloc(cc, (size_t)(n + 1) * sizeof *out->off);
-    out->e = tr_gcc_alloc(cc, (size_t)n * 12 * sizeof *out->e);
-    if (!out->acc || !out->off || !out->e) return cc->err;
-    uint32_t e = 0;
-    for (uint32_t s = 0; s < n; s++) {
+    uint32_t e;
+    tr_status st = remainder_dfa_begin(cc, n, k, out, &e);
+    if (st) return st;
+    for (uint32_t s = 2; s < n; s++) {
         out->off[s] = e;
-        if (s <= 1) {
-            if (s == 0) out->e[e++] = (cpd_edge){'-', '-', 1};
-            for (uint32_t d = 0; d < 10; d++)
-                out->e[e++] = (cpd_edge){'0' + d, '0' + d, 2 + (uint32_t)(d % k)};
-            continue;
-        }
         uint64_t r = (s - 2) % k;
         uint32_t part = (uint32_t)((s - 2) / k);
         if (part == 0) {
@@ -608,14 +620,75 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
     return TR_OK;
 }
 
+#define JS_DEC_STEP_STATES 100000u /* frac_mod_dfa's states, (q + 2) p + 2 */
+
+/* "decimal text that is a multiple of p / 10^q" (q >= 1): the value
+ * times 10^q is an integer divisible by p, i.e. the digits up to the
+ * q-th fraction digit read as one integer have remainder 0 mod p once
+ * scaled to q fraction digits, and every later fraction digit is 0. Over
+ * code points, sign and digits and one '.', no exponent (1.5e1 is 15:
+ * those spellings are dropped, sound). States: 0 start, 1 after '-',
+ * then per remainder r: 2 + r integer digits, and 2 + (j + 1) p + r after
+ * the '.' and j fraction digits (j = 0..q; j = q loops on '0'). */
+static tr_status frac_mod_dfa(gcc *cc, uint64_t p, uint32_t q, cpdfa *out) {
+    /* p first: (q + 2) p must not wrap (p has up to 18 digits); the
+     * caller refuses such steps with the keyword, this is the backstop */
+    if (p == 0 || q == 0 || p > JS_DEC_STEP_STATES ||
+        2 + (uint64_t)(q + 2) * p > JS_DEC_STEP_STATES)
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "multipleOf too large");
+    uint64_t n64 = 2 + (uint64_t)(q + 2) * p;
+    uint32_t n = (uint32_t)n64;
+    uint32_t e;
+    tr_status st = remainder_dfa_begin(cc, n, p, out, &e);
+    if (st) return st;
+    uint64_t *pow = tr_gcc_alloc(cc, (size_t)(q + 1) * sizeof *pow); /* 10^i mod p */
+    if (!pow) return cc->err;
+    pow[0] = 1 % p;
+    for (uint32_t i = 1; i <= q; i++) pow[i] = pow[i - 1] * 10 % p;
+    for (uint32_t s = 2; s < n; s++) {
+        out->off[s] = e;
+        uint64_t r = (s - 2) % p;
+        uint32_t part = (uint32_t)((s - 2) / p); /* 0: integer digits; j + 1: j fraction digits */
+        if (part == 0) {
+            out->acc[s] = r * pow[q] % p == 0;
+            out->e[e++] = (cpd_edge){'.', '.', (uint32_t)(2 + p + r)};
+            for (uint32_t d = 0; d < 10; d++)
+                out->e[e++] = (cpd_edge){'0' + d, '0' + d, (uint32_t)(2 + (r * 10 + d) % p)};
+            continue;
+        }
+        uint32_t j = part - 1;
+        out->acc[s] = j > 0 && r * pow[q - j] % p == 0;
+        if (j < q) {
+            for (uint32_t d = 0; d < 10; d++)
+                out->e[e++] = (cpd_edge){'0' + d, '0' + d,
+                                         (uint32_t)(2 + (uint64_t)(j + 2) * p + (r * 10 + d) % p)};
+        } else {
+            out->e[e++] = (cpd_edge){'0', '0', s};
+        }
+    }
+    out->off[n] = e;
+    return TR_OK;
+}
+
+#define JS_MAX_DEC_STEPS 4u
+
+/* Decimal steps p / 10^q (q >= 1, p > 1) of multipleOf on numbers. */
+typedef struct dec_steps {
+    uint64_t p[JS_MAX_DEC_STEPS];
+    uint32_t q[JS_MAX_DEC_STEPS];
+    uint32_t n;
+} dec_steps;
+
 /* multipleOf: *step > 0 when values must be integral multiples of it
  * (an integral step, or any step on integer values), 0 when there is no
  * such step; *frac_digits = q >= 0 when values need at most q fraction
- * digits (steps 10^-q on numbers); other steps are refused. */
+ * digits (steps 10^-q on numbers); the other steps on numbers (0.25,
+ * 1.5) go to *dec, refused past JS_MAX_DEC_STEPS. */
 static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_t *step,
-                              int32_t *frac_digits) {
+                              int32_t *frac_digits, dec_steps *dec) {
     *step = 0;
     *frac_digits = -1;
+    dec->n = 0;
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
         const json_t *v = json_object_get(node, "multipleOf");
@@ -635,11 +708,21 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
         uint64_t ten = 1;
         for (int32_t k = 0; k < q; k++) ten *= 10;
         if (q > 0 && !integer) {
-            if (p != 1)
+            if (p == 1) {
+                *frac_digits = *frac_digits < 0 ? q : TR_MIN(*frac_digits, q);
+                continue;
+            }
+            if (dec->n == JS_MAX_DEC_STEPS)
                 return tr_js_unsupported(x, node, "multipleOf",
-                                         "for non-integer values only steps 10^-n (0.1, 0.01, "
-                                         "...) are enforced");
-            *frac_digits = *frac_digits < 0 ? q : TR_MIN(*frac_digits, q);
+                                         "more than 4 non-integral steps on one number");
+            if (p > JS_DEC_STEP_STATES || 2 + (uint64_t)(q + 2) * p > JS_DEC_STEP_STATES) {
+                char why[96];
+                snprintf(why, sizeof why, "the step %llu / 10^%d needs more than %u automaton states",
+                         (unsigned long long)p, q, JS_DEC_STEP_STATES);
+                return tr_js_unsupported(x, node, "multipleOf", why);
+            }
+            dec->p[dec->n] = p;
+            dec->q[dec->n++] = (uint32_t)q;
             continue;
         }
         uint64_t k = q > 0 ? p / tr_gcd_u64(p, ten) : p; /* integer multiples of p/10^q */
@@ -787,14 +870,15 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
     bool integer = !(n->types & JT_FRAC);
     uint64_t step;
     int32_t q;
-    if ((st = collect_step(x, n, integer, &step, &q))) return st;
+    dec_steps dec;
+    if ((st = collect_step(x, n, integer, &step, &q, &dec))) return st;
     /* "integer" (not a number with an integral step) is spelled plain */
     js_numfmt f = tr_js_numfmt(x, integer);
     if (step) integer = true; /* integral steps: only integral values */
     const json_t *node = n->nodes ? n->nodes[0].node : NULL;
     num_lang l = {.kw = "type"};
     tr_js_buf_init(&l.b, cc);
-    if (!r.has_lo && !r.has_hi && step <= 1 && q < 0) {
+    if (!r.has_lo && !r.has_hi && step <= 1 && q < 0 && !dec.n) {
         tr_js_num_any_regex(&f, integer, &l.b);
         l.some = true;
     } else
@@ -809,6 +893,11 @@ tr_status tr_js_gen_number(js_ctx *x, const js_norm *n, gx **out) {
         if (!st) st = lang_apply(x, &l, &m, CPD_AND, "type");
     }
     if (!st && l.some && (step > 1 || (q >= 0 && !integer))) st = apply_step(x, &l, step, q);
+    for (uint32_t i = 0; !st && l.some && i < dec.n; i++) {
+        cpdfa m;
+        st = frac_mod_dfa(cc, dec.p[i], dec.q[i], &m);
+        if (!st) st = lang_apply(x, &l, &m, CPD_AND, "multipleOf");
+    }
     if (!st && l.some) st = minus_values(x, n, &l);
     if (!st && l.some) st = minus_multiples(x, n, &l);
     if (!st) st = lang_gx(x, &l, node, out);

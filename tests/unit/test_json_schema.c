@@ -179,6 +179,58 @@ static void test_multiple_of(void **s) {
     check("{\"type\":\"number\",\"multipleOf\":0.01}", Y("1", "1.2", "1.25", "1.250", "-0.07"),
           Y("1.255", "0.001"));
     check("{\"type\":\"number\",\"multipleOf\":1.0}", Y("1", "2.0"), Y("2.5"));
+    /* decimal steps other than 10^-n: the value times 10^q divisible by p */
+    check("{\"type\":\"number\",\"multipleOf\":0.25}",
+          Y("0", "1", "0.25", "-0.75", "2.5", "2.50", "10.000", "-3"),
+          Y("0.1", "0.125", "1.3", "0.2500001", "2.05"));
+    check("{\"type\":\"number\",\"multipleOf\":1.5,\"minimum\":0,\"maximum\":10}",
+          Y("0", "1.5", "3", "4.50", "9.0"), Y("1", "2", "0.75", "10", "-1.5"));
+    check_full("{\"type\":\"number\",\"multipleOf\":0.3}", Y("0.3", "0.9", "3", "-1.2", "6.00"),
+               Y("0.1", "1", "0.31", "0.03"));
+    check("{\"type\":\"number\",\"multipleOf\":0.5,\"allOf\":[{\"multipleOf\":0.75}]}",
+          Y("0", "1.5", "3", "-4.5"), Y("0.5", "0.75", "1", "2.25"));
+    /* a step whose automaton would pass the budget is refused with its
+     * numbers */
+    const char *huge = "{\"type\":\"number\",\"multipleOf\":123456.5}";
+    grammar *g = NULL;
+    tr_diag d = {0};
+    assert_int_equal(tr_grammar_compile_json_schema(huge, strlen(huge), NULL, NULL, &g, &d),
+                     TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(d.message, "the step 1234565 / 10^1 needs more than 100000"));
+}
+
+/* Decimal steps against the validator as oracle: values k / 100 in
+ * [-20, 20] (every 7th), each also with a trailing zero, accepted
+ * exactly when valid. */
+static void test_multiple_of_decimal_exhaustive(void **s) {
+    (void)s;
+    const char *schemas[] = {
+        "{\"type\":\"number\",\"multipleOf\":0.25}",
+        "{\"type\":\"number\",\"multipleOf\":0.12}",
+        "{\"type\":\"number\",\"multipleOf\":2.5,\"minimum\":-7}",
+        "{\"type\":\"number\",\"multipleOf\":0.35,\"allOf\":[{\"multipleOf\":0.5}]}",
+    };
+    grammar_json_options o;
+    tr_grammar_json_options_default(&o);
+    for (size_t k = 0; k < TR_ARRAY_LEN(schemas); k++) {
+        const char *sc = schemas[k];
+        tr_diag d;
+        grammar *g = compile_opt(sc, &o, &d);
+        assert_non_null(g);
+        for (int v = -2000; v <= 2000; v += 7)
+            for (int w = 0; w < 2; w++) {
+                char t[48];
+                int a = v < 0 ? -v : v;
+                snprintf(t, sizeof t, "%s%d.%02d%s", v < 0 ? "-" : "", a / 100, a % 100,
+                         w ? "0" : "");
+                bool valid;
+                assert_int_equal(tr_js_check_instance(sc, strlen(sc), t, strlen(t), &valid, &d),
+                                 TR_OK);
+                if (tj_accepts(g, V, t, strlen(t)) != valid)
+                    fail_msg("%s: %s accepted %d, valid %d", sc, t, !valid, valid);
+            }
+        tr_grammar_free(g);
+    }
 }
 
 /* Every integer in [-300, 300] against ranges, with the validator as
@@ -1491,7 +1543,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types),         cmocka_unit_test(test_enum_const),
         cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_number_ranges),
-        cmocka_unit_test(test_multiple_of),   cmocka_unit_test(test_ranges_exhaustive),
+        cmocka_unit_test(test_multiple_of),
+        cmocka_unit_test(test_multiple_of_decimal_exhaustive),   cmocka_unit_test(test_ranges_exhaustive),
         cmocka_unit_test(test_canonical_numbers),
         cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_automaton_terminals), cmocka_unit_test(test_automaton_keys),
