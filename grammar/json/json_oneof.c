@@ -385,6 +385,7 @@ static tr_status property_facts(js_ctx *x, const facts *f, const char *name, fac
 static tr_status values_apart(js_ctx *x, const facts *a, const facts *b, uint32_t depth,
                               uint32_t *work, bool *dis) {
     *dis = false;
+    tr_status st;
     for (int side = 0; side < 2 && !*dis; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
         for (uint32_t i = 0; i < holders(p) && !*dis; i++) {
@@ -393,9 +394,10 @@ static tr_status values_apart(js_ctx *x, const facts *a, const facts *b, uint32_
                 const char *name = json_string_value(json_array_get(r, k));
                 if (!name || !*work) continue;
                 --*work;
+                if ((st = tr_gcc_poll_time(x->cc))) return st; /* the compile's time budget */
                 facts pv, qv;
                 bool ok;
-                tr_status st = property_facts(x, p, name, &pv, &ok);
+                st = property_facts(x, p, name, &pv, &ok);
                 if (!st && ok) st = property_facts(x, q, name, &qv, &ok);
                 if (st) return st;
                 if (!ok) continue;
@@ -433,6 +435,7 @@ static tr_status disjoint_deep(js_ctx *x, const facts *a, const facts *b, uint32
             all = *work > 0;
             if (!all) break;
             --*work;
+            if ((st = tr_gcc_poll_time(x->cc))) return st; /* the compile's time budget */
             if ((st = branch_facts(x, p, json_array_get(list, br), &pb, &all))) return st;
             if (!all || !(pb.types & t)) continue;
             if ((st = disjoint_deep(x, &pb, q, t, depth + 1, work, &all))) return st;
