@@ -168,7 +168,7 @@ static tr_status unevaluated_shape(arrc *a, uint32_t at, const json_t *u) {
 
 /* ---- counts ---- */
 
-static tr_status count_kw(js_ctx *x, const json_t *node, const char *kw, uint64_t *v, bool *has) {
+tr_status tr_js_count_kw(js_ctx *x, const json_t *node, const char *kw, uint64_t *v, bool *has) {
     const json_t *j = json_object_get(node, kw);
     *has = false;
     if (!j) return TR_OK;
@@ -189,10 +189,10 @@ static tr_status counters(arrc *a) {
         if (!ct) continue;
         uint64_t lo = 1, hi = UINT64_MAX, v;
         bool has;
-        tr_status st = count_kw(x, node, "minContains", &v, &has);
+        tr_status st = tr_js_count_kw(x, node, "minContains", &v, &has);
         if (st) return st;
         if (has) lo = v;
-        if ((st = count_kw(x, node, "maxContains", &v, &has))) return st;
+        if ((st = tr_js_count_kw(x, node, "maxContains", &v, &has))) return st;
         if (has) hi = v;
         const json_t *from = tr_js_is_synthetic(x, node) ? json_object_get(node, JS_KW_CONTAINS_FROM)
                                                          : NULL;
@@ -543,9 +543,9 @@ tr_status tr_js_gen_array(js_ctx *x, const js_norm *n, uint32_t depth, gx **out)
         const json_t *node = n->nodes[i].node;
         uint64_t v;
         bool has;
-        if ((st = count_kw(x, node, "minItems", &v, &has))) return st;
+        if ((st = tr_js_count_kw(x, node, "minItems", &v, &has))) return st;
         if (has) a.min = TR_MAX(a.min, v);
-        if ((st = count_kw(x, node, "maxItems", &v, &has))) return st;
+        if ((st = tr_js_count_kw(x, node, "maxItems", &v, &has))) return st;
         if (has) a.max = TR_MIN(a.max, v);
         const json_t *u = json_object_get(node, "unevaluatedItems");
         if (u && !json_is_true(u) && (st = unevaluated_shape(&a, i, u))) return st;

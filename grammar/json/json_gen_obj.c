@@ -1400,14 +1400,11 @@ static tr_status object_members(js_ctx *x, const js_norm *n0, uint32_t depth, co
     for (uint32_t i = 0; i < n->n; i++) {
         const json_t *node = n->nodes[i].node;
         for (int k = 0; k < 2; k++) {
-            const char *name = k ? "maxProperties" : "minProperties";
-            const json_t *v = json_object_get(node, name);
-            if (!v) continue;
-            js_dec d;
-            if (!tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
-                (d.neg && d.n))
-                return tr_js_fail(x, TR_ERR_FORMAT, node, "%s must be a non-negative integer", name);
-            uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);
+            uint64_t c;
+            bool has;
+            if ((st = tr_js_count_kw(x, node, k ? "maxProperties" : "minProperties", &c, &has)))
+                return st;
+            if (!has) continue;
             if (k)
                 o.max = TR_MIN(o.max, c);
             else

@@ -620,7 +620,13 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
     return TR_OK;
 }
 
-#define JS_DEC_STEP_STATES 100000u /* frac_mod_dfa's states, (q + 2) p + 2 */
+#define JS_DEC_STEP_STATES 100000u /* frac_mod_dfa's states at most */
+
+/* frac_mod_dfa's states for p / 10^q: (q + 2) p + 2, or UINT64_MAX past
+ * the budget (p has up to 18 digits: the product must not wrap). */
+static uint64_t dec_step_states(uint64_t p, uint32_t q) {
+    return p > JS_DEC_STEP_STATES ? UINT64_MAX : 2 + (uint64_t)(q + 2) * p;
+}
 
 /* "decimal text that is a multiple of p / 10^q" (q >= 1): the value
  * times 10^q is an integer divisible by p, i.e. the digits up to the
@@ -631,12 +637,10 @@ static tr_status mod_dfa(gcc *cc, uint64_t k, bool non, cpdfa *out) {
  * then per remainder r: 2 + r integer digits, and 2 + (j + 1) p + r after
  * the '.' and j fraction digits (j = 0..q; j = q loops on '0'). */
 static tr_status frac_mod_dfa(gcc *cc, uint64_t p, uint32_t q, cpdfa *out) {
-    /* p first: (q + 2) p must not wrap (p has up to 18 digits); the
-     * caller refuses such steps with the keyword, this is the backstop */
-    if (p == 0 || q == 0 || p > JS_DEC_STEP_STATES ||
-        2 + (uint64_t)(q + 2) * p > JS_DEC_STEP_STATES)
+    /* the caller refuses larger steps with the keyword: the backstop */
+    uint64_t n64 = dec_step_states(p, q);
+    if (p == 0 || q == 0 || n64 > JS_DEC_STEP_STATES)
         return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, "multipleOf too large");
-    uint64_t n64 = 2 + (uint64_t)(q + 2) * p;
     uint32_t n = (uint32_t)n64;
     uint32_t e;
     tr_status st = remainder_dfa_begin(cc, n, p, out, &e);
@@ -715,7 +719,7 @@ static tr_status collect_step(js_ctx *x, const js_norm *n, bool integer, uint64_
             if (dec->n == JS_MAX_DEC_STEPS)
                 return tr_js_unsupported(x, node, "multipleOf",
                                          "more than 4 non-integral steps on one number");
-            if (p > JS_DEC_STEP_STATES || 2 + (uint64_t)(q + 2) * p > JS_DEC_STEP_STATES) {
+            if (dec_step_states(p, (uint32_t)q) > JS_DEC_STEP_STATES) {
                 char why[96];
                 snprintf(why, sizeof why, "the step %llu / 10^%d needs more than %u automaton states",
                          (unsigned long long)p, q, JS_DEC_STEP_STATES);

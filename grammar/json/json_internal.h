@@ -728,6 +728,11 @@ gre_node *tr_js_with_length(gcc *cc, gre_node *a, uint64_t min, uint64_t max, bo
 /* Regex of the JSON encodings of a key (an exact string). */
 tr_status tr_js_key_regex(js_ctx *x, const char *key, size_t len, js_buf *b);
 
+/* A count keyword of node (minItems, maxProperties...; json_gen_arr.c):
+ * *has false when absent; counts past 10^9 read as 10^9; TR_ERR_FORMAT
+ * unless a non-negative integer. */
+tr_status tr_js_count_kw(js_ctx *x, const json_t *node, const char *kw, uint64_t *v, bool *has);
+
 /* The numeric range every member of n allows (json_gen_str.c). */
 tr_status tr_js_num_range(js_ctx *x, const js_norm *n, js_range *r);
 /* oneOf (json_oneof.c): per branch of list, the extra conjunction items

@@ -164,24 +164,6 @@ static tr_status pinned(js_ctx *x, const facts *f, const char *name, js_norm *pv
     return st;
 }
 
-/* A property count bound of f's members (minProperties: the largest;
- * maxProperties: the smallest); false when none states one. Counts past
- * 10^9 read as 10^9, as the object generator reads them. */
-static bool count_bound(js_ctx *x, const facts *f, const char *kw, uint64_t *out) {
-    bool any = false, max = kw[1] == 'a';
-    for (uint32_t i = 0; i < f->n.n; i++) {
-        const json_t *v = json_object_get(f->n.nodes[i].node, kw);
-        js_dec d;
-        if (!v || !tr_js_is_num(v) || !tr_js_dec_from_json(x->cc, v, &d) || !tr_js_dec_is_int(&d) ||
-            (d.neg && d.n))
-            continue;
-        uint64_t c = tr_js_dec_int_digits(&d) > 9 ? 1000000000ull : (uint64_t)json_number_value(v);
-        *out = !any ? c : max ? TR_MIN(*out, c) : TR_MAX(*out, c);
-        any = true;
-    }
-    return any;
-}
-
 /* How many distinct names f's objects must have (its members' `required`
  * and its context's), counted up to 64. */
 static uint32_t required_count(const facts *f) {
@@ -199,23 +181,47 @@ static uint32_t required_count(const facts *f) {
     return n;
 }
 
+static tr_status recover(js_ctx *x, tr_status st, bool *ok);
+
+/* A property count bound of f's members (minProperties: the largest;
+ * maxProperties: the smallest); *any false when none states one (a
+ * malformed count is the generator's error to report: none here). */
+static tr_status count_bound(js_ctx *x, const facts *f, const char *kw, uint64_t *out,
+                             bool *any) {
+    bool max = kw[1] == 'a';
+    *any = false;
+    for (uint32_t i = 0; i < f->n.n; i++) {
+        uint64_t c;
+        bool has, ok = true;
+        tr_status st = tr_js_count_kw(x, f->n.nodes[i].node, kw, &c, &has);
+        if ((st = recover(x, st, &ok))) return st;
+        if (!ok || !has) continue;
+        *out = !*any ? c : max ? TR_MIN(*out, c) : TR_MAX(*out, c);
+        *any = true;
+    }
+    return TR_OK;
+}
+
 /* p's objects have more properties than q's may: p requires more
  * distinct names, or a larger minProperties, than q's maxProperties. */
-static bool counts_apart(js_ctx *x, const facts *p, const facts *q) {
+static tr_status counts_apart(js_ctx *x, const facts *p, const facts *q, bool *apart) {
     uint64_t qmax, pmin = required_count(p), m;
-    if (!count_bound(x, q, "maxProperties", &qmax)) return false;
-    if (count_bound(x, p, "minProperties", &m)) pmin = TR_MAX(pmin, m);
-    return pmin > qmax;
+    bool has;
+    *apart = false;
+    tr_status st = count_bound(x, q, "maxProperties", &qmax, &has);
+    if (st || !has) return st;
+    if ((st = count_bound(x, p, "minProperties", &m, &has))) return st;
+    if (has) pmin = TR_MAX(pmin, m);
+    *apart = pmin > qmax;
+    return TR_OK;
 }
 
 static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, bool *dis) {
     *dis = false;
     for (int side = 0; side < 2 && !*dis; side++) {
         const facts *p = side ? b : a, *q = side ? a : b;
-        if (counts_apart(x, p, q)) {
-            *dis = true;
-            break;
-        }
+        tr_status st = counts_apart(x, p, q, dis);
+        if (st || *dis) return st;
         /* the names p's members and its context require */
         for (uint32_t i = 0; i < holders(p) && !*dis; i++) {
             const json_t *r = json_object_get(holder(p, i), "required");
@@ -223,7 +229,7 @@ static tr_status objects_disjoint(js_ctx *x, const facts *a, const facts *b, boo
                 const char *name = json_string_value(json_array_get(r, k));
                 if (!name) continue;
                 bool no;
-                tr_status st = disallows(x, q, name, &no);
+                st = disallows(x, q, name, &no);
                 if (st) return st;
                 if (no) {
                     *dis = true;
@@ -326,6 +332,21 @@ static uint32_t eff_types(js_ctx *x, const js_norm *n) {
     return t & n->types;
 }
 
+/* The facts of conjunction c, b standing for it where one schema is read
+ * (a superset of c when c has more: sound for disjointness); *ok false
+ * when c cannot be flattened (not proven). */
+static tr_status facts_of(js_ctx *x, const js_conj *c, const json_t *b, const js_norm *ctx,
+                          facts *out, bool *ok) {
+    *ok = true;
+    out->b = b;
+    out->ctx = ctx;
+    tr_status st = tr_js_flatten(x, c, &out->n);
+    if ((st = recover(x, st, ok)) || !*ok) return st;
+    out->types = eff_types(x, &out->n);
+    out->pending = out->n.split != UINT32_MAX;
+    return TR_OK;
+}
+
 /* The facts of p with its first disjunction decided for branch br: p's
  * members (expanded, the disjunction marked done, as split() in json_gen.c
  * builds a branch) plus br. A oneOf branch's exclusions of the others are
@@ -341,14 +362,7 @@ static tr_status branch_facts(js_ctx *x, const facts *p, const json_t *br, facts
     }
     c.v[p->n.split].done |= p->n.split_kw[0] == 'o' ? JS_DONE_ONEOF : JS_DONE_ANYOF;
     c.v[p->n.n] = (js_item){br, 0};
-    *ok = true;
-    out->b = br; /* alone, a superset of the branch: sound where used */
-    out->ctx = p->ctx;
-    tr_status st = tr_js_flatten(x, &c, &out->n);
-    if ((st = recover(x, st, ok)) || !*ok) return st;
-    out->types = eff_types(x, &out->n);
-    out->pending = out->n.split != UINT32_MAX;
-    return TR_OK;
+    return facts_of(x, &c, br, p->ctx, out, ok); /* br alone: a superset, sound where used */
 }
 
 #define JS_SPLIT_DEPTH 3u     /* nested disjunctions looked into */
@@ -368,13 +382,7 @@ static tr_status property_facts(js_ctx *x, const facts *f, const char *name, fac
     *ok = k > 0;
     if (!*ok) return TR_OK;
     js_conj c = {it, k};
-    out->b = it[0].node; /* alone, a superset of the conjunction: sound where used */
-    out->ctx = NULL;
-    tr_status st = tr_js_flatten(x, &c, &out->n);
-    if ((st = recover(x, st, ok)) || !*ok) return st;
-    out->types = eff_types(x, &out->n);
-    out->pending = out->n.split != UINT32_MAX;
-    return TR_OK;
+    return facts_of(x, &c, it[0].node, NULL, out, ok); /* it[0] alone: a superset */
 }
 
 /* Objects of a and b cannot agree on a property one of them requires:
@@ -560,6 +568,7 @@ tr_status tr_js_oneof_plan(js_ctx *x, const js_norm *ctx, const json_t *list, js
     facts *f = tr_gcc_alloc(cc, k * sizeof *f);
     uint32_t *drop = tr_gcc_alloc(cc, k * sizeof *drop);
     if (!f || !drop) return cc->err;
+    uint32_t ctx_types = eff_types(x, ctx);
     for (size_t i = 0; i < k; i++) {
         f[i].b = json_array_get(list, i);
         f[i].ctx = ctx;
@@ -568,7 +577,7 @@ tr_status tr_js_oneof_plan(js_ctx *x, const js_norm *ctx, const json_t *list, js
         tr_status st = tr_js_flatten(x, &c, &f[i].n);
         if (st) return st;
         /* only the types the conjunction holding the oneOf allows can meet */
-        f[i].types = eff_types(x, &f[i].n) & eff_types(x, ctx);
+        f[i].types = eff_types(x, &f[i].n) & ctx_types;
         f[i].pending = f[i].n.split != UINT32_MAX;
     }
     for (size_t i = 0; i < k; i++) {

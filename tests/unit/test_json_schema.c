@@ -772,6 +772,20 @@ static void compiles_in_8mib(const char *schema) {
     tr_grammar_free(g);
 }
 
+/* head, then n comma-separated branches (first for branch 0, each the
+ * format of its index), then tail, into buf; buf. */
+static const char *branches(char *buf, size_t cap, const char *head, const char *first,
+                            const char *each, int n, const char *tail) {
+    size_t len = (size_t)snprintf(buf, cap, "%s", head);
+    for (int i = 0; i < n && len < cap; i++) {
+        if (i) len += (size_t)snprintf(buf + len, cap - len, ",");
+        len += (size_t)snprintf(buf + len, cap - len, i ? each : first, i);
+    }
+    if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s", tail);
+    assert_true(len < cap);
+    return buf;
+}
+
 /* oneOf branches proven disjoint without complements: by property counts
  * (required names or minProperties against maxProperties), through a
  * branch's own oneOf (each of its branches disjoint from the other
@@ -805,27 +819,19 @@ static void test_oneof_disjoint_proofs(void **s) {
     /* ten branches behind a oneOf of their own, beside an object of one
      * false member */
     char many[4096];
-    size_t n = (size_t)snprintf(many, sizeof many, "{\"oneOf\":[{\"type\":\"object\",\"oneOf\":[");
-    for (int i = 0; i < 10; i++)
-        n += (size_t)snprintf(many + n, sizeof many - n,
-                              "%s{\"required\":[\"type\",\"url\"],\"properties\":{\"type\":"
-                              "{\"const\":\"t%d\"},\"url\":{\"type\":\"string\"}}}",
-                              i ? "," : "", i);
-    snprintf(many + n, sizeof many - n,
+    const char *url = "{\"required\":[\"type\",\"url\"],\"properties\":{\"type\":"
+                      "{\"const\":\"t%d\"},\"url\":{\"type\":\"string\"}}}";
+    branches(many, sizeof many, "{\"oneOf\":[{\"type\":\"object\",\"oneOf\":[", url, url, 10,
              "]},{\"type\":\"object\",\"additionalProperties\":{\"const\":false},"
              "\"maxProperties\":1}]}");
     compiles_in_8mib(many);
     check(many, Y("{\"type\": \"t9\", \"url\": \"u\"}", "{\"k\": false}"),
           Y("{\"type\": \"t10\", \"url\": \"u\"}", "{\"type\": \"t1\"}"));
     /* ten branches whose discriminator the oneOf's sibling requires */
-    n = (size_t)snprintf(many, sizeof many,
-                         "{\"type\":\"object\",\"allOf\":[{\"required\":[\"type\"]},{\"oneOf\":[");
-    for (int i = 0; i < 10; i++)
-        n += (size_t)snprintf(many + n, sizeof many - n,
-                              "%s{\"properties\":{\"type\":{\"const\":\"t%d\"},\"v\":{\"type\":"
-                              "\"integer\"}},\"additionalProperties\":false}",
-                              i ? "," : "", i);
-    snprintf(many + n, sizeof many - n, "]}]}");
+    const char *closed = "{\"properties\":{\"type\":{\"const\":\"t%d\"},\"v\":{\"type\":"
+                         "\"integer\"}},\"additionalProperties\":false}";
+    branches(many, sizeof many, "{\"type\":\"object\",\"allOf\":[{\"required\":[\"type\"]},{\"oneOf\":[",
+             closed, closed, 10, "]}]}");
     compiles_in_8mib(many);
     check(many, Y("{\"type\": \"t3\"}", "{\"type\": \"t9\", \"v\": 1}"),
           Y("{}", "{\"v\": 1}", "{\"type\": \"t3\", \"v\": \"x\"}", "{\"type\": \"t10\"}"));
@@ -833,34 +839,27 @@ static void test_oneof_disjoint_proofs(void **s) {
      * "unconstrained" on the types the holding schema's `type: object`
      * already rules out: without the context's types each pair needed
      * the other's complement on strings, numbers... and was refused */
-    n = (size_t)snprintf(many, sizeof many, "{\"type\":\"object\",\"oneOf\":[");
-    for (int i = 0; i < 6; i++)
-        n += (size_t)snprintf(many + n, sizeof many - n,
-                              "%s{\"required\":[\"type\"],\"properties\":{\"type\":{\"const\":"
-                              "\"t%d\"},\"f\":{\"type\":\"string\"}},\"additionalProperties\":false,"
-                              "\"dependencies\":{\"f\":{\"oneOf\":[{\"properties\":{\"f\":{\"const\":"
-                              "\"a\"}}},{\"properties\":{\"f\":{\"const\":\"b\"}}}]}}}",
-                              i ? "," : "", i);
-    snprintf(many + n, sizeof many - n, "]}");
+    const char *dep = "{\"required\":[\"type\"],\"properties\":{\"type\":{\"const\":"
+                      "\"t%d\"},\"f\":{\"type\":\"string\"}},\"additionalProperties\":false,"
+                      "\"dependencies\":{\"f\":{\"oneOf\":[{\"properties\":{\"f\":{\"const\":"
+                      "\"a\"}}},{\"properties\":{\"f\":{\"const\":\"b\"}}}]}}}";
+    branches(many, sizeof many, "{\"type\":\"object\",\"oneOf\":[", dep, dep, 6, "]}");
     check(many, Y("{\"type\": \"t5\"}", "{\"type\": \"t0\", \"f\": \"b\"}"),
           Y("{\"type\": \"t0\", \"f\": \"c\"}", "{\"type\": \"t6\"}", "\"t0\"", "{}"));
     /* ten closed branches told apart by a pattern on a required property,
      * one of them with a closed object as its value, and one by the
      * property's type */
-    n = (size_t)snprintf(many, sizeof many, "{\"type\":\"array\",\"items\":{\"oneOf\":[");
-    for (int i = 0; i < 10; i++)
-        n += (size_t)snprintf(many + n, sizeof many - n,
-                              "%s{\"type\":\"object\",\"required\":[\"type\",\"value\"],"
-                              "\"additionalProperties\":false,\"properties\":{\"type\":{\"type\":"
-                              "\"string\",\"pattern\":\"^basic:k%d$\"},\"value\":%s}}",
-                              i ? "," : "", i,
-                              i == 0 ? "{\"type\":\"object\",\"required\":[\"file\"],"
-                                       "\"additionalProperties\":false,\"properties\":"
-                                       "{\"file\":{\"type\":\"string\"}}}"
-                                     : "{\"type\":\"integer\"}");
-    snprintf(many + n, sizeof many - n,
+#define TAGGED(VALUE)                                                                         \
+    "{\"type\":\"object\",\"required\":[\"type\",\"value\"],\"additionalProperties\":false,"   \
+    "\"properties\":{\"type\":{\"type\":\"string\",\"pattern\":\"^basic:k%d$\"},\"value\":" VALUE \
+    "}}"
+    branches(many, sizeof many, "{\"type\":\"array\",\"items\":{\"oneOf\":[",
+             TAGGED("{\"type\":\"object\",\"required\":[\"file\"],\"additionalProperties\":false,"
+                    "\"properties\":{\"file\":{\"type\":\"string\"}}}"),
+             TAGGED("{\"type\":\"integer\"}"), 10,
              ",{\"type\":\"object\",\"required\":[\"type\"],\"additionalProperties\":false,"
              "\"properties\":{\"type\":{\"type\":\"integer\"}}}]}}");
+#undef TAGGED
     compiles_in_8mib(many);
     check(many,
           Y("[{\"type\": \"basic:k0\", \"value\": {\"file\": \"f\"}}, {\"type\": \"basic:k7\", "
