@@ -595,8 +595,10 @@ static void to_rx(gx *x, int prec, js_buf *b) {
         if (prec == P_ATOM) tr_js_buf_puts(b, "(?:)");
         return;
     case GX_RX: {
-        bool wrap = prec == P_ATOM ? !rx_is_atom(x->rx, x->rx_len)
-                    : prec == P_SEQ ? rx_has_top_alt(x->rx, x->rx_len) : false;
+        if (prec == P_ATOM && x->rx_atom < 0) x->rx_atom = rx_is_atom(x->rx, x->rx_len);
+        if (prec == P_SEQ && x->rx_top_alt < 0)
+            x->rx_top_alt = rx_has_top_alt(x->rx, x->rx_len);
+        bool wrap = prec == P_ATOM ? !x->rx_atom : prec == P_SEQ ? x->rx_top_alt : false;
         if (wrap) tr_js_buf_puts(b, "(?:");
         tr_js_buf_add(b, x->rx, x->rx_len);
         if (wrap) tr_js_buf_putc(b, ')');

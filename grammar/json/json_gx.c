@@ -14,7 +14,7 @@ static gx *gx_new(gcc *cc, gx_kind k) {
     gx *x = tr_gcc_alloc(cc, sizeof *x);
     if (!x) return NULL;
     x->kind = k;
-    x->reg = -1;
+    x->reg = x->rx_atom = x->rx_top_alt = -1;
     return x;
 }
 

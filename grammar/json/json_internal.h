@@ -124,6 +124,12 @@ typedef struct gx {
     uint8_t nullable;  /* RX: may match the empty string (conservative) */
     /* memo of the printer (json_emit.c): -1 unknown */
     int8_t reg;        /* 1: no REF inside and every count <= 1000 */
+    int8_t rx_atom;    /* RX: its text is one atom (no (?:...) needed
+                          before a quantifier) */
+    int8_t rx_top_alt; /* RX: its text has a top-level | (wrapped in a
+                          sequence); both scan the text, which a shared
+                          leaf (a key complement: kilobytes) is printed
+                          from many times */
     uint32_t depth;    /* tree depth */
     uint64_t rx_size;  /* bytes of its regex text (saturating) */
     uint64_t weight;   /* rough DFA size if made one terminal (counted
