@@ -55,25 +55,40 @@ static gx *simp_list(em *e, gx *x, uint32_t depth) {
     gx_list l = {0};
     bool is_seq = x->kind == GX_SEQ;
     bool has_empty = false;
+    /* nothing to change: x itself, so that a shared expression stays one
+     * node and keeps the printer's memos (a member chain prints its
+     * additional member at every position) */
+    bool same = x->n >= 2;
     for (uint32_t i = 0; i < x->n; i++) {
         gx *k = simp(e, x->kids[i], depth + 1);
         if (!k) return NULL;
         if (is_seq) {
             if (k->kind == GX_NEVER) return k;
-            if (k->kind == GX_EMPTY) continue;
+            if (k->kind == GX_EMPTY) {
+                same = false;
+                continue;
+            }
         } else {
-            if (k->kind == GX_NEVER) continue;
+            if (k->kind == GX_NEVER) {
+                same = false;
+                continue;
+            }
             if (k->kind == GX_EMPTY) {
                 has_empty = true;
+                same = false;
                 continue;
             }
         }
         if (k->kind == x->kind) { /* flatten */
+            same = false;
             for (uint32_t j = 0; j < k->n; j++)
                 if (tr_gx_list_push(e->cc, &l, k->kids[j])) return NULL;
-        } else if (tr_gx_list_push(e->cc, &l, k))
+        } else if (tr_gx_list_push(e->cc, &l, k)) {
             return NULL;
+        }
+        same = same && k == x->kids[i];
     }
+    if (same) return x;
     if (is_seq) return tr_gx_seq(e->cc, l.v, l.n);
     if (l.n == 0) return has_empty ? tr_gx_empty(e->cc) : tr_gx_never(e->cc);
     gx *a = tr_gx_alt(e->cc, l.v, l.n);
