@@ -95,8 +95,20 @@ static gx *simp_list(em *e, gx *x, uint32_t depth) {
     return has_empty ? tr_gx_opt(e->cc, a) : a;
 }
 
+static gx *simp_node(em *e, gx *x, uint32_t depth);
+
+/* A shared expression is simplified once per pass kind (the result only
+ * depends on it and on e->prod, which each later pass sees final). */
 static gx *simp(em *e, gx *x, uint32_t depth) {
     if (!x || depth_check(e, depth)) return NULL;
+    int known = e->prod != NULL;
+    if (x->simp_to[known]) return x->simp_to[known];
+    gx *r = simp_node(e, x, depth);
+    if (r) x->simp_to[known] = r;
+    return r;
+}
+
+static gx *simp_node(em *e, gx *x, uint32_t depth) {
     switch (x->kind) {
     case GX_NEVER:
     case GX_EMPTY:

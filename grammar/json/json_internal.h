@@ -134,6 +134,9 @@ typedef struct gx {
     uint64_t rx_size;  /* bytes of its regex text (saturating) */
     uint64_t weight;   /* rough DFA size if made one terminal (counted
                           repetitions multiply); 0 unknown */
+    struct gx *simp_to[2]; /* what simplifying it gave, before (0) and
+                              after (1) the rules' productivity was
+                              known; NULL: not yet */
 } gx;
 
 gx *tr_gx_never(gcc *cc);
