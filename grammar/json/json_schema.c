@@ -304,7 +304,11 @@ static bool time_left(grammar_limits *lim, uint64_t budget_us, uint64_t t0) {
     return true;
 }
 
-static bool out_of_time(const tr_diag *d) { return strstr(d->message, "time") != NULL; }
+/* The time budget's own message (context.c), not a path or rule name
+ * that happens to hold "time" (/properties/startTime). */
+static bool out_of_time(const tr_diag *d) {
+    return strstr(d->message, "compile time budget") != NULL;
+}
 
 /* run(), and when it ran out of a size budget after a complement said
  * "some member exists", once more without (*no_some then stays set for
