@@ -109,9 +109,11 @@ tr_status tr_ebnf_analyze(gcc *cc, gebnf *e, gebnf_plan *plan);
  * shared final state ("the rule may return here"). A GRE_REF node to rule
  * r becomes a CALL edge on symbol sym_of_rule[r]; GRE_DFA nodes are copied
  * state by state; a piece built twice into the same state is built once.
- * Heap arrays accounted in cc; free with tr_nfa_free. */
+ * Heap arrays accounted in cc; free with tr_nfa_free. On failure *at is
+ * the index of the body being built (n when none was). */
 tr_status tr_ebnf_nfa_build(gcc *cc, gre_node *const *bodies, uint32_t n,
-                            const uint32_t *sym_of_rule, gnfa *out, uint32_t *starts);
+                            const uint32_t *sym_of_rule, gnfa *out, uint32_t *starts,
+                            uint32_t *at);
 
 /* ---------------------------------------------------------------------
  * The grammar's automaton, built lazily (cfg_dfa.c)

@@ -13,10 +13,23 @@
  * pushes, but runs on the same matcher: making all of its DFA upfront (a
  * regex grammar) cost milliseconds for schemas with bounded repetitions.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "grammar/cfg/cfg_internal.h"
+
+/* A size budget ran out while rule `name` (with the rules inlined into
+ * it) became automaton: the message says which, so that the author of a
+ * grammar or schema (whose rules are named by their paths) sees the part
+ * that grows. The time budget's message stays as it is. */
+static void name_rule(gcc *cc, tr_status st, const char *name, uint32_t len) {
+    tr_diag *d = cc->diag;
+    if (st != TR_ERR_LIMIT || !d || strstr(d->message, "compile time budget")) return;
+    size_t n = strlen(d->message);
+    snprintf(d->message + n, sizeof d->message - n, " (while building the automaton of rule %.*s)",
+             (int)TR_MIN(len, 200u), name);
+}
 
 static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const *ext,
                        uint32_t n_ext, uint32_t ws_bound, grammar **out, uint32_t *nfa_states) {
@@ -39,8 +52,12 @@ static tr_status build(gcc *cc, const char *text, size_t len, const gdfa *const 
         names = tr_gcc_alloc(cc, (size_t)plan.n_kept * sizeof *names);
         if (!starts || !name_lens || !names) st = cc->err;
     }
-    if (!st)
-        st = tr_ebnf_nfa_build(cc, plan.bodies, plan.n_kept, plan.sym_of_rule, &nfa, starts);
+    if (!st) {
+        uint32_t at;
+        st = tr_ebnf_nfa_build(cc, plan.bodies, plan.n_kept, plan.sym_of_rule, &nfa, starts, &at);
+        if (st && at < plan.n_kept)
+            name_rule(cc, st, e.rules[plan.kept[at]].name, e.rules[plan.kept[at]].name_len);
+    }
     if (!st) st = tr_gcc_check_time(cc);
     *nfa_states = nfa.n_states;
     uint32_t n_calls = 0;

@@ -536,14 +536,16 @@ static uint32_t build(cb *b, const gre_node *x, uint32_t k) {
 }
 
 tr_status tr_ebnf_nfa_build(gcc *cc, gre_node *const *bodies, uint32_t n,
-                            const uint32_t *sym_of_rule, gnfa *out, uint32_t *starts) {
+                            const uint32_t *sym_of_rule, gnfa *out, uint32_t *starts,
+                            uint32_t *at) {
     memset(out, 0, sizeof *out);
     cb b = {.cc = cc, .n = out, .sym_of_rule = sym_of_rule};
     uint32_t fin = new_state(&b);
+    *at = n;
     for (uint32_t i = 0; i < n && fin != NONE; i++) {
         gre_node *c = canon(&b, bodies[i], 0);
         starts[i] = c ? build(&b, c, fin) : NONE;
-        if (starts[i] == NONE) fin = NONE;
+        if (starts[i] == NONE) fin = NONE, *at = i;
     }
     if (fin == NONE) {
         tr_status st = cc->err ? cc->err : tr_gcc_fail(cc, TR_ERR_NOMEM, 0, "out of memory");

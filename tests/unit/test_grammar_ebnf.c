@@ -1247,6 +1247,20 @@ static void test_budgets(void **state) {
         assert_null(g);
     }
     free(huge.p);
+    { /* a size budget names the rule whose automaton passed it */
+        const char *t = "root ::= \"x\" item\n"
+                        "item ::= \"[\" item \"]\" | \"abcdefghijklmnopqrstuvwxyz\"{3}\n";
+        grammar_limits l;
+        tr_grammar_limits_default(&l);
+        set_nfa(&l);
+        grammar *gi = NULL;
+        tr_diag di;
+        assert_int_equal(tr_grammar_compile_ebnf(t, strlen(t), &l, &gi, &di), TR_ERR_LIMIT);
+        if (!strstr(di.message, "max_nfa_states") ||
+            !strstr(di.message, "while building the automaton of rule item)"))
+            fail_msg("%s", di.message);
+        assert_null(gi);
+    }
     /* DFA states are made as matchers reach them: past max_lazy_dfa_states
      * the call that needs one fails with TR_ERR_LIMIT (matcher unchanged),
      * and so does every later call on that grammar, which says it is
