@@ -25,7 +25,7 @@
  * that grows. The time budget's message stays as it is. */
 static void name_rule(gcc *cc, tr_status st, const char *name, uint32_t len) {
     tr_diag *d = cc->diag;
-    if (st != TR_ERR_LIMIT || !d || strstr(d->message, "compile time budget")) return;
+    if (st != TR_ERR_LIMIT || !d || tr_diag_is_time_budget(d)) return;
     size_t n = strlen(d->message);
     snprintf(d->message + n, sizeof d->message - n, " (while building the automaton of rule %.*s)",
              (int)TR_MIN(len, 200u), name);

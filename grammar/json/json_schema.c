@@ -280,7 +280,7 @@ static tr_status run(const char *schema, size_t len, const grammar_json_options 
         st = sink(ctx, &rest, text.p ? text.p : "", text.n, (const gdfa *const *)dfas.v, dfas.n,
                   counted_ws_bound(&o, automata), &upaths);
     }
-    if (st == TR_ERR_LIMIT && diag && strstr(diag->message, "compile time budget"))
+    if (st == TR_ERR_LIMIT && tr_diag_is_time_budget(diag))
         tr_diag_set(diag, TR_ERR_LIMIT, 0, "compile time budget exceeded (max_compile_us = %llu)",
                     (unsigned long long)cc.lim.max_compile_us); /* not what was left */
     tr_js_buf_free(&upaths);
@@ -304,11 +304,6 @@ static bool time_left(grammar_limits *lim, uint64_t budget_us, uint64_t t0) {
     return true;
 }
 
-/* The time budget's own message (context.c), not a path or rule name
- * that happens to hold "time" (/properties/startTime). */
-static bool out_of_time(const tr_diag *d) {
-    return strstr(d->message, "compile time budget") != NULL;
-}
 
 /* run(), and when it ran out of a size budget after a complement said
  * "some member exists", once more without (*no_some then stays set for
@@ -321,13 +316,13 @@ static tr_status run_or_without_some(const char *schema, size_t len,
                                       void *ctx) {
     mode->no_some = *no_some;
     tr_status st = run(schema, len, opt, mode, lim, diag, automata, sink, ctx);
-    if (st != TR_ERR_LIMIT || !mode->used_some || out_of_time(diag) ||
+    if (st != TR_ERR_LIMIT || !mode->used_some || tr_diag_is_time_budget(diag) ||
         !time_left(lim, budget_us, t0))
         return st;
     tr_diag limit = *diag;
     mode->no_some = *no_some = true;
     st = run(schema, len, opt, mode, lim, diag, automata, sink, ctx);
-    if (st && !out_of_time(diag)) *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
+    if (st && !tr_diag_is_time_budget(diag)) *diag = limit, st = TR_ERR_LIMIT; /* the budget is the reason */
     return st;
 }
 
@@ -421,11 +416,11 @@ tr_status tr_grammar_compile_json_schema(const char *schema_json, size_t len,
         else tr_grammar_json_options_default(&so);
         if (step == 2) so.property_order = GRAMMAR_JSON_ORDER_SCHEMA;
         js_mode mode = {.any_counted = step == 1};
-        if (step && (out_of_time(diag) || !time_left(&lim, budget_us, t0))) break;
+        if (step && (tr_diag_is_time_budget(diag) || !time_left(&lim, budget_us, t0))) break;
         st = run_or_without_some(schema_json, len, &so, &mode, &lim, budget_us, t0, &no_some, diag,
                                  true, to_grammar, &o);
     }
-    if (st == TR_ERR_LIMIT && out_of_time(diag) && lim.max_compile_us != budget_us)
+    if (st == TR_ERR_LIMIT && tr_diag_is_time_budget(diag) && lim.max_compile_us != budget_us)
         tr_diag_set(diag, TR_ERR_LIMIT, 0,
                     "compile time budget exceeded (max_compile_us = %llu) by the compile and its "
                     "retries after a size budget",

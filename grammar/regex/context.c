@@ -128,10 +128,15 @@ tr_status tr_gcc_poll_time(gcc *cc) {
     return tr_gcc_check_time(cc);
 }
 
+#define TIME_BUDGET_MESSAGE "compile time budget exceeded"
+
 tr_status tr_gcc_check_time(gcc *cc) {
     if (tr_now_ns() > cc->deadline_ns)
-        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0,
-                        "compile time budget exceeded (max_compile_us = %llu)",
+        return tr_gcc_fail(cc, TR_ERR_LIMIT, 0, TIME_BUDGET_MESSAGE " (max_compile_us = %llu)",
                         (unsigned long long)cc->lim.max_compile_us);
     return TR_OK;
+}
+
+bool tr_diag_is_time_budget(const tr_diag *d) {
+    return d && strstr(d->message, TIME_BUDGET_MESSAGE) != NULL;
 }

@@ -76,6 +76,10 @@ tr_status tr_gcc_poll_time(gcc *cc);
 /* The same check at every call: for loops whose steps are long (one
  * state of an array automaton can take a millisecond). */
 tr_status tr_gcc_check_time(gcc *cc);
+/* Whether d (may be NULL) holds the time budget's message: retries after
+ * a size budget, and messages that name where a size budget ran out,
+ * leave that one alone (a path or rule name may hold "time"). */
+bool tr_diag_is_time_budget(const tr_diag *d);
 /* Records an error (the first one wins: later ones are consequences),
  * fills the diag, and returns the recorded error. */
 tr_status tr_gcc_fail(gcc *cc, tr_status code, uint64_t offset, const char *fmt,
