@@ -190,8 +190,9 @@ typedef enum tr_kv_type {
  * rotations), so that pages saved by another build (the radix cache's
  * disk tier, whose folder is named by a fingerprint that includes this)
  * are never read back as this one's. 2: Q4's uneven levels and rotated
- * values. */
-#define TR_KV_FORMAT_VERSION 2
+ * values. 3: Q4 keys balanced against the queries by the model
+ * (runtime/model/kv_balance.c). */
+#define TR_KV_FORMAT_VERSION 3
 
 /* K rows of a quantized type are stored rotated: each block of b
  * consecutive elements of a head multiplied by the orthonormal b x b

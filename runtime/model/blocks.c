@@ -59,9 +59,11 @@ void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
         f->op->add_bias(f->st, m->v, w->bv, n, hp->n_kv_heads * hd);
     }
     if (w->q_norm) { /* every head a row of head_dim */
-        f->op->rmsnorm(f->st, m->q, m->q, w->q_norm, n * hp->n_heads, hd, hp->rms_eps);
-        f->op->rmsnorm(f->st, m->k, m->k, w->k_norm, n * hp->n_kv_heads, hd,
-                       hp->rms_eps);
+        bool q4k = w->q_norm_q4k && f->kv->type_k == TR_KV_Q4; /* kv_balance.c */
+        f->op->rmsnorm(f->st, m->q, m->q, q4k ? w->q_norm_q4k : w->q_norm,
+                       n * hp->n_heads, hd, hp->rms_eps);
+        f->op->rmsnorm(f->st, m->k, m->k, q4k ? w->k_norm_q4k : w->k_norm,
+                       n * hp->n_kv_heads, hd, hp->rms_eps);
     }
     if (o->neox) {
         f->op->rope_neox(f->st, m->q, n, hp->n_heads, hd, f->b->pos, o->rope_base,

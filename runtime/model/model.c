@@ -120,6 +120,7 @@ static tr_status load(const gguf_file *f, gguf_file *owned, tr_backend *be,
     if ((m->arch->load_windows &&
          (s = m->arch->load_windows(f, hp, m->window, diag))) ||
         (s = m->arch->bind_layers(m, diag)) ||
+        (s = tr_model_balance_q4_keys(m, diag)) ||
         (s = tr_model_prepare_matmuls(m, diag)))
         goto fail;
     hp->n_local_layers = 0;
@@ -179,6 +180,7 @@ void tr_model_free(model *m) {
     for (int i = 0; i < m->n_device_copies; i++)
         be->ops->free(be, m->device_copies[i]);
     free(m->device_copies);
+    free(m->balanced_norms);
     free(m->layers);
     free(m->window);
     free(m->kv_layer_unit);

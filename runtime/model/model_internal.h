@@ -39,6 +39,10 @@ typedef struct tr_attn_weights {
     const float *bq, *bk, *bv; /* [q_dim], [kv_dim] x 2: biases (qwen2) */
     const float *q_norm;    /* [head_dim] per-head RMSNorm of Q (qwen3, gemma3) */
     const float *k_norm;    /* [head_dim] of K */
+    /* the two norms with Q4 keys balanced against the queries
+     * (kv_balance.c): used instead when the layout's K type is Q4; NULL
+     * without q_norm */
+    const float *q_norm_q4k, *k_norm_q4k;
     const float *post_norm; /* [dim] RMSNorm of the output before the
                                residual add (gemma3 post_attention_norm) */
 } tr_attn_weights;
@@ -118,6 +122,8 @@ struct model {
     tr_batch unit_b[TR_MODEL_MAX_KV_UNITS];
     const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
     void **device_copies;     /* weights the backend copied (import_weights) */
+    float *balanced_norms;    /* host bytes of the q_norm_q4k / k_norm_q4k
+                                 vectors (a host backend reads them here) */
     int n_device_copies;
     gguf_file *owned_file;    /* file (the same as `file`) whose copied tensors'
                                  bytes may be given back (tr_model_load_owning);
@@ -210,6 +216,11 @@ tr_status tr_model_bind_norm(model *m, const char *name, int64_t n,
 tr_status tr_model_bind_layer_vec(model *m, int32_t l, const char *suffix,
                                   int64_t n, bool required, const float **out,
                                   tr_diag *diag);
+/* Host bytes made readable by the backend's ops (import_weights): *out
+ * is where they are read; a device copy is freed with the model, host
+ * bytes read in place must outlive it. */
+tr_status tr_model_import(model *m, const void *host, size_t bytes,
+                          const void **out);
 /* After bind_layers: the backend's prepare_matmul_weights over every
  * layer matrix and the output matrix (each tr_weight replaced by what it
  * returns, a tied token table with the output; the copies freed with the
@@ -222,6 +233,16 @@ tr_status tr_model_bind_attn(model *m, int32_t l, tr_attn_weights *w,
 /* ffn_norm, ffn_gate, ffn_up, ffn_down. */
 tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
                             tr_diag *diag);
+
+/* ---- Q4 keys balanced against queries (kv_balance.c) ----
+ * After bind_layers, for every layer with per-head Q/K norms (qwen3,
+ * gemma3, both NEOX-roped): copies of the two norms' weights with key
+ * channel c multiplied by a_c and query channel c divided by it (q.k
+ * unchanged), into attn.q_norm_q4k / k_norm_q4k, computed from the file's
+ * F32 norms. a_c = sqrt(|w_q| / |w_k|), each the mean over the RoPE pair
+ * (c, c + head_dim / 2), clipped to [1/8, 8]; 1 where a size is 0.
+ * Layers without those norms: nothing (the pointers stay NULL). */
+tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag);
 
 /* Reads attention.key_length / value_length (default dim / n_heads; the
  * two must be equal) into hp->head_dim, checks rope.dimension_count

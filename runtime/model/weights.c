@@ -29,6 +29,18 @@ static const char *weight_types(const tr_backend *be, char *buf, size_t cap) {
     return buf;
 }
 
+tr_status tr_model_import(model *m, const void *host, size_t bytes,
+                          const void **out) {
+    void **grown = realloc(m->device_copies,
+                           sizeof(void *) * (size_t)(m->n_device_copies + 1));
+    if (!grown) return TR_ERR_NOMEM;
+    m->device_copies = grown;
+    void *owned = NULL;
+    tr_status s = m->be->ops->import_weights(m->be, host, bytes, out, &owned);
+    if (s == TR_OK && owned) m->device_copies[m->n_device_copies++] = owned;
+    return s;
+}
+
 /* Binds tensor `name` of shape [rows, cols] (ne = {cols, rows}); a norm
  * (matrix false) is a vector of cols F32 elements. */
 static tr_status bind(model *m, const char *name, int64_t rows, int64_t cols,
@@ -60,16 +72,9 @@ static tr_status bind(model *m, const char *name, int64_t rows, int64_t cols,
                            name, tr_dtype_name(t->type), info.name,
                            weight_types(m->be, types, sizeof types));
     }
-    void **grown = realloc(m->device_copies,
-                           sizeof(void *) * (size_t)(m->n_device_copies + 1));
-    if (!grown) return TR_ERR_NOMEM;
-    m->device_copies = grown;
     const void *data = NULL;
-    void *owned = NULL;
-    tr_status s = m->be->ops->import_weights(m->be, t->data, t->size, &data,
-                                             &owned);
+    tr_status s = tr_model_import(m, t->data, t->size, &data);
     if (s) return tr_diag_set(diag, s, 0, "cannot load '%s' to the device", name);
-    if (owned) m->device_copies[m->n_device_copies++] = owned;
     w->data = data;
     w->type = (tr_dtype)t->type;
     w->rows = rows;
