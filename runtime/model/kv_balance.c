@@ -11,18 +11,23 @@
  * a_c^2 proportional to |q_c| / |k_c|: channels the queries weigh heavily
  * get finer steps, channels with large keys but small queries coarser ones.
  *
- * Where the sizes come from: a normed head has unit RMS before its weight,
- * so the weights |w_q[c]| and |w_k[c]| stand for the sizes of q_c and k_c,
- * and the factors fold into a second copy of the two norms (w_q / a,
- * w_k * a): no op changes, on any backend. RoPE turns each pair of
- * channels by one angle, so a pair shares one factor (the scaling then
- * commutes with it). The clip to [1/8, 8] keeps a near-zero weight from
- * sending a channel's keys to the group's extremes.
+ * Where the sizes come from: channel c of a normed head is the projection's
+ * output c divided by the head's RMS, times the norm's weight w[c]. Taking
+ * the input (attn_norm's output) as isotropic, output c's size is the norm
+ * of row c of W weighted by attn_norm's weights g, so
+ *   |q_c| ~ |w_q[c]| * size_c / (the head's RMS of size),
+ * the profile averaged (RMS) over the heads. RoPE turns each pair of
+ * channels by one angle, so a pair shares one factor (sizes as RMS over
+ * the pair; the scaling then commutes with RoPE). The clip to [1/8, 8]
+ * keeps a near-zero size from sending a channel's keys to the group's
+ * extremes. The factors fold into a second copy of the two norms (w_q / a,
+ * w_k * a): no op changes, on any backend.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/util.h"
 #include "runtime/model/model_internal.h"
 
 #define Q4K_FACTOR_MIN 0.125
@@ -42,19 +47,87 @@ static const float *file_norm(const model *m, int32_t l, const char *suffix) {
     return t && t->type == TR_DTYPE_F32 ? (const float *)t->data : NULL;
 }
 
-/* qb, kb[hd]: the balanced copies of wq, wk. */
-static void balance(const float *wq, const float *wk, int32_t hd, float *qb,
-                    float *kb) {
-    const int32_t half = hd / 2;
+#define ROWS_PER_CALL 64
+
+/* sizes[r] = sqrt(sum_j (w[r, j] g[j])^2), the rows dequantized by the
+ * backend's embed op (w as bound: the file's layout), ROWS_PER_CALL at a
+ * time. */
+static tr_status row_sizes(model *m, const tr_weight *w, const float *g, double *sizes) {
+    const tr_backend_ops *o = m->be->ops;
+    const size_t n = (size_t)ROWS_PER_CALL * (size_t)w->cols;
+    float *dev = NULL, *host = NULL;
+    tr_status s = o->alloc(m->be, n * sizeof(float), (void **)&dev);
+    host = s ? NULL : m->host_memory ? dev : malloc(n * sizeof(float));
+    if (s == TR_OK && !host) s = TR_ERR_NOMEM;
+    tr_stream *st = tr_backend_stream(m->be);
+    for (int64_t r0 = 0; s == TR_OK && r0 < w->rows; r0 += ROWS_PER_CALL) {
+        int32_t ids[ROWS_PER_CALL], k = (int32_t)TR_MIN(ROWS_PER_CALL, w->rows - r0);
+        for (int32_t i = 0; i < k; i++) ids[i] = (int32_t)(r0 + i);
+        o->embed(st, dev, w, ids, k);
+        if (!m->host_memory) s = o->download(st, host, dev, (size_t)k * (size_t)w->cols * sizeof(float));
+        if (s == TR_OK) s = o->stream_synchronize(st);
+        for (int32_t i = 0; s == TR_OK && i < k; i++) {
+            double ss = 0;
+            for (int64_t j = 0; j < w->cols; j++) {
+                double x = (double)host[(size_t)i * (size_t)w->cols + (size_t)j] * g[j];
+                ss += x * x;
+            }
+            sizes[r0 + i] = sqrt(ss);
+        }
+    }
+    if (host != dev) free(host);
+    if (dev && o->free) o->free(m->be, dev);
+    return s;
+}
+
+/* size[hd] = |norm[c]| times the RMS over the heads of W's rows' sizes,
+ * each head's divided by its RMS: the expected size of channel c of a
+ * normed head. */
+static tr_status channel_sizes(model *m, const tr_weight *w, const float *g,
+                               const float *norm, int32_t heads, double *size) {
+    const int32_t hd = m->hp.head_dim;
+    double *rows = malloc(sizeof(double) * (size_t)w->rows);
+    tr_status s = rows ? row_sizes(m, w, g, rows) : TR_ERR_NOMEM;
+    for (int32_t c = 0; c < hd; c++) size[c] = 0;
+    for (int32_t h = 0; s == TR_OK && h < heads; h++) {
+        const double *r = rows + (size_t)h * (size_t)hd;
+        double ms = 0;
+        for (int32_t c = 0; c < hd; c++) ms += r[c] * r[c] / hd;
+        for (int32_t c = 0; c < hd && ms > 0; c++) size[c] += r[c] * r[c] / ms / heads;
+    }
+    for (int32_t c = 0; c < hd; c++) size[c] = fabs(norm[c]) * sqrt(size[c]);
+    free(rows);
+    return s;
+}
+
+/* qb, kb[hd]: the norms wq, wk balanced by the channel sizes qs, ks. */
+static void balance(const float *wq, const float *wk, const double *qs, const double *ks,
+                    int32_t hd, float *qb, float *kb) {
+    const int32_t half = hd / 2; /* both families rope NEOX: pairs (c, c + hd / 2) */
     for (int32_t c = 0; c < half; c++) {
-        double q = (fabs(wq[c]) + fabs(wq[c + half])) / 2;
-        double k = (fabs(wk[c]) + fabs(wk[c + half])) / 2;
-        double a = pair_factor(q, k);
+        int32_t p = c + half;
+        double a = pair_factor(sqrt((qs[c] * qs[c] + qs[p] * qs[p]) / 2),
+                               sqrt((ks[c] * ks[c] + ks[p] * ks[p]) / 2));
         for (int32_t i = c; i < hd; i += half) {
             qb[i] = (float)(wq[i] / a);
             kb[i] = (float)(wk[i] * a);
         }
     }
+}
+
+/* Layer l's balanced norms into qb, kb[hd]. */
+static tr_status balance_layer(model *m, int32_t l, float *qb, float *kb) {
+    const int32_t hd = m->hp.head_dim;
+    const tr_attn_weights *w = &m->layers[l].attn;
+    const float *wq = file_norm(m, l, "attn_q_norm"), *wk = file_norm(m, l, "attn_k_norm"),
+                *g = file_norm(m, l, "attn_norm");
+    if (!wq || !wk || !g) return TR_ERR_NOT_FOUND;
+    double *qs = malloc(sizeof(double) * 2 * (size_t)hd), *ks = qs ? qs + hd : NULL;
+    tr_status s = qs ? channel_sizes(m, &w->wq, g, wq, m->hp.n_heads, qs) : TR_ERR_NOMEM;
+    if (s == TR_OK) s = channel_sizes(m, &w->wk, g, wk, m->hp.n_kv_heads, ks);
+    if (s == TR_OK) balance(wq, wk, qs, ks, hd, qb, kb);
+    free(qs);
+    return s;
 }
 
 tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag) {
@@ -67,12 +140,12 @@ tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag) {
         return tr_diag_set(diag, TR_ERR_NOMEM, 0, "cannot allocate the Q4 key factors");
     for (int32_t l = 0; l < n_layers; l++) {
         tr_attn_weights *w = &m->layers[l].attn;
-        const float *wq = file_norm(m, l, "attn_q_norm"), *wk = file_norm(m, l, "attn_k_norm");
-        if (!w->q_norm || !w->k_norm || !wq || !wk) continue;
+        if (!w->q_norm || !w->k_norm) continue;
         float *qb = m->balanced_norms + (size_t)l * 2 * (size_t)hd, *kb = qb + hd;
-        balance(wq, wk, hd, qb, kb);
+        tr_status s = balance_layer(m, l, qb, kb);
+        if (s == TR_ERR_NOT_FOUND) continue; /* not bound from the file as F32 */
+        if (s) return tr_diag_set(diag, s, 0, "cannot size layer %d's Q/K channels", l);
         const void *q_dev, *k_dev;
-        tr_status s;
         if ((s = tr_model_import(m, qb, sizeof(float) * (size_t)hd, &q_dev)) ||
             (s = tr_model_import(m, kb, sizeof(float) * (size_t)hd, &k_dev)))
             return tr_diag_set(diag, s, 0,

@@ -235,13 +235,15 @@ tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
                             tr_diag *diag);
 
 /* ---- Q4 keys balanced against queries (kv_balance.c) ----
- * After bind_layers, for every layer with per-head Q/K norms (qwen3,
- * gemma3, both NEOX-roped): copies of the two norms' weights with key
- * channel c multiplied by a_c and query channel c divided by it (q.k
- * unchanged), into attn.q_norm_q4k / k_norm_q4k, computed from the file's
- * F32 norms. a_c = sqrt(|w_q| / |w_k|), each the mean over the RoPE pair
- * (c, c + head_dim / 2), clipped to [1/8, 8]; 1 where a size is 0.
- * Layers without those norms: nothing (the pointers stay NULL). */
+ * After bind_layers (before prepare_matmuls: it reads W_q, W_k as bound,
+ * through the backend's embed op), for every layer with per-head Q/K norms
+ * (qwen3, gemma3, both NEOX-roped): copies of the two norms' weights with
+ * key channel c multiplied by a_c and query channel c divided by it (q.k
+ * unchanged), into attn.q_norm_q4k / k_norm_q4k. a_c = sqrt(|q_c| /
+ * |k_c|) over the RoPE pair (c, c + head_dim / 2), clipped to [1/8, 8]; 1
+ * where a size is 0; the sizes estimated from the file's F32 norms and the
+ * rows of W_q, W_k weighted by attn_norm. Layers without those norms:
+ * nothing (the pointers stay NULL). */
 tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag);
 
 /* Reads attention.key_length / value_length (default dim / n_heads; the

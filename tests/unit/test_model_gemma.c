@@ -262,11 +262,11 @@ static double rms_diff(const float *a, const float *b, int32_t n) {
  * them gives the logits of the file's norms up to rounding. What rounding
  * alone does here, measured: every factor 1.01 (a pure rounding change:
  * scores, hence the 8-bit activation codes downstream, move in their last
- * bits) gives 0.29 mean RMS, the balanced norms 0.30; factors that differ
+ * bits) gives 0.29 mean RMS, the balanced norms 0.23; factors that differ
  * within a RoPE pair (each channel its own) do not commute with RoPE and
- * give 1.85. (2) With Q4 keys they bring the logits closer to F16 KV's
- * than the file's norms do (measured 0.715 against 0.833 mean RMS over
- * 43 positions of the long prompt; 0.93x asserted). */
+ * gave 1.85 (measured with factors from the norms alone). (2) With Q4 keys they bring the logits closer to F16 KV's
+ * than the file's norms do (measured 0.503 against 0.833 mean RMS over
+ * 43 positions of the long prompt; 0.75x asserted). */
 static void test_q4_keys_balanced(void **state) {
     (void)state;
     const int32_t V = g.ref.n_vocab, L = tr_model_get_hparams(g.m)->n_layers;
@@ -315,7 +315,7 @@ static void test_q4_keys_balanced(void **state) {
     printf("Q4 keys against F16 KV, mean RMS logit error over %d positions of a %d-token "
            "prompt: %.4f balanced, %.4f with the file's norms\n",
            n_rows, long_case()->n_prompt, err_balanced, err_plain);
-    assert_true(err_balanced < 0.93 * err_plain);
+    assert_true(err_balanced < 0.75 * err_plain);
     free(lf);
     free(lq);
 }
