@@ -122,9 +122,9 @@ struct model {
     tr_batch unit_b[TR_MODEL_MAX_KV_UNITS];
     const float *output_bias; /* [vocab] optional (qwen2 output.bias) */
     void **device_copies;     /* weights the backend copied (import_weights) */
+    int n_device_copies;
     float *balanced_norms;    /* host bytes of the q_norm_q4k / k_norm_q4k
                                  vectors (a host backend reads them here) */
-    int n_device_copies;
     gguf_file *owned_file;    /* file (the same as `file`) whose copied tensors'
                                  bytes may be given back (tr_model_load_owning);
                                  NULL: f is only borrowed */

@@ -264,9 +264,10 @@ static double rms_diff(const float *a, const float *b, int32_t n) {
  * scores, hence the 8-bit activation codes downstream, move in their last
  * bits) gives 0.29 mean RMS, the balanced norms 0.23; factors that differ
  * within a RoPE pair (each channel its own) do not commute with RoPE and
- * gave 1.85 (measured with factors from the norms alone). (2) With Q4 keys they bring the logits closer to F16 KV's
- * than the file's norms do (measured 0.503 against 0.833 mean RMS over
- * 43 positions of the long prompt; 0.75x asserted). */
+ * gave 1.85 (measured with factors from the norms alone). (2) With Q4
+ * keys they bring the logits closer to F16 KV's than the file's norms do
+ * (measured 0.503 against 0.833 mean RMS over 43 positions of the long
+ * prompt; 0.75x asserted). */
 static void test_q4_keys_balanced(void **state) {
     (void)state;
     const int32_t V = g.ref.n_vocab, L = tr_model_get_hparams(g.m)->n_layers;
