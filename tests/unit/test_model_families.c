@@ -31,6 +31,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/quant_math_internal.h"
 #include "runtime/model/model.h"
+#include "runtime/model/model_internal.h"
 #include "tests/unit/tiny_gguf.h"
 
 enum { L = 3, DIM = 64, NH = 4, NKV = 2, FFN = 96, VOCAB = 40, PAGE = 4, MAXT = 40,
@@ -280,6 +281,32 @@ static void open_model(tg_builder *b, gguf_file **f, tr_backend **be, model **m)
     if (tr_model_load(*f, *be, MAXT, m, &d) != TR_OK) fail_msg("load: %s", d.message);
 }
 
+/* Q4 keys balanced against the queries (runtime/model/kv_balance.c):
+ * families with per-head Q/K norms carry balanced copies of them whose
+ * per-channel product w_q * w_k is the file's (q.k unchanged) and whose
+ * key factor is one per RoPE pair (c, c + hd / 2), within [1/8, 8]; qwen2
+ * (no such norms) has none. The CPU backend reads them in place. */
+static void check_q4_key_balance(const model *m, fam fi, int hd) {
+    for (int l = 0; l < L; l++) {
+        const tr_attn_weights *a = &m->layers[l].attn;
+        if (fi == FAM_QWEN2) {
+            assert_null(a->q_norm_q4k);
+            continue;
+        }
+        assert_non_null(a->q_norm_q4k);
+        assert_non_null(a->k_norm_q4k);
+        for (int c = 0; c < hd; c++) {
+            double prod = (double)a->q_norm[c] * a->k_norm[c];
+            double bal = (double)a->q_norm_q4k[c] * a->k_norm_q4k[c];
+            assert_true(fabs(bal - prod) <= 1e-6 * fabs(prod));
+            double f = (double)a->k_norm_q4k[c] / a->k_norm[c];
+            double fp = (double)a->k_norm_q4k[(c + hd / 2) % hd] / a->k_norm[(c + hd / 2) % hd];
+            assert_true(f >= 0.125 * (1 - 1e-6) && f <= 8 * (1 + 1e-6));
+            assert_true(fabs(f - fp) <= 1e-6 * f);
+        }
+    }
+}
+
 static void test_families_match_float64(void **state) {
     (void)state;
     for (int fi = 0; fi < 3; fi++) {
@@ -295,6 +322,7 @@ static void test_families_match_float64(void **state) {
         assert_int_equal(hp->head_dim, w.hd);
         assert_int_equal(hp->n_local_layers, fi == FAM_GEMMA3 ? 2 : 0);
         for (int l = 0; l < L; l++) assert_int_equal(tr_model_layer_window(m, l), w.window[l]);
+        check_q4_key_balance(m, (fam)fi, w.hd);
 
         int32_t tok[MAXT];
         for (int i = 0; i < MAXT; i++) tok[i] = (int32_t)rnd(0, VOCAB) % VOCAB;
