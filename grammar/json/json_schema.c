@@ -304,7 +304,6 @@ static bool time_left(grammar_limits *lim, uint64_t budget_us, uint64_t t0) {
     return true;
 }
 
-
 /* run(), and when it ran out of a size budget after a complement said
  * "some member exists", once more without (*no_some then stays set for
  * the caller's later runs); a failure of that retry reports the budget.
