@@ -488,6 +488,11 @@ typedef struct tr_backend_ops {
     /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
     void (*softcap)(tr_stream *s, float *x, float cap, int64_t n);
 
+    /* x[n, dim] *= w[dim], element by element (every row times the same
+     * vector: per-channel factors of a head, n = tokens x heads). */
+    void (*mul_cols)(tr_stream *s, float *x, const float *w, int32_t n,
+                     int32_t dim);
+
     /* OPTIONAL. matmul restricted to some rows of w: for t < n and j <
      * n_ids,
      *   out[t * w->rows + ids[j]] = x[t, cols] . (row ids[j] of w),

@@ -132,6 +132,10 @@ static void p_add_bias(tr_stream *s, float *x, const float *b, int32_t n, int32_
 static void p_scale(tr_stream *s, float *x, float sc, int64_t n) {
     TIMED(s, "scale", scale(in_st(s), x, sc, n));
 }
+static void p_mul_cols(tr_stream *s, float *x, const float *w, int32_t n, int32_t dim) {
+    TIMED(s, "mul_cols", mul_cols(in_st(s), x, w, n, dim));
+}
+
 static void p_softcap(tr_stream *s, float *x, float cap, int64_t n) {
     TIMED(s, "softcap", softcap(in_st(s), x, cap, n));
 }
@@ -257,7 +261,7 @@ static const tr_backend_ops profile_ops = {
     .copy = p_copy, .embed = p_embed, .rmsnorm = p_rmsnorm, .matmul = p_matmul, .rope = p_rope,
     .kv_store = p_kv_store, .attention = p_attention, .swiglu = p_swiglu, .add = p_add,
     .get_rows = p_get_rows, .rope_neox = p_rope_neox, .geglu = p_geglu, .add_bias = p_add_bias,
-    .scale = p_scale, .softcap = p_softcap, .matmul_rows = p_matmul_rows,
+    .scale = p_scale, .softcap = p_softcap, .mul_cols = p_mul_cols, .matmul_rows = p_matmul_rows,
 };
 
 tr_status tr_backend_profile_new(tr_backend *inner, tr_backend **out) {

@@ -122,7 +122,7 @@ const char *tr_backend_missing_op(const tr_backend *be) {
     REQUIRE(embed) REQUIRE(rmsnorm) REQUIRE(matmul) REQUIRE(rope)
     REQUIRE(kv_store) REQUIRE(attention) REQUIRE(swiglu) REQUIRE(add)
     REQUIRE(rope_neox) REQUIRE(geglu) REQUIRE(add_bias) REQUIRE(scale)
-    REQUIRE(softcap)
+    REQUIRE(softcap) REQUIRE(mul_cols)
 #undef REQUIRE
     return NULL;
 }

@@ -272,6 +272,7 @@ static const tr_backend_ops k_cpu_ops = {
     .add_bias = tr_cpu_op_add_bias,
     .scale = tr_cpu_op_scale,
     .softcap = tr_cpu_op_softcap,
+    .mul_cols = tr_cpu_op_mul_cols,
     .matmul_rows = tr_cpu_op_matmul_rows,
 };
 

@@ -248,6 +248,8 @@ void tr_cpu_op_rope_neox(tr_stream *s, float *x, int32_t n, int32_t n_heads,
                          float freq_scale);
 void tr_cpu_op_geglu(tr_stream *s, float *out, const float *gate,
                      const float *up, int64_t n);
+void tr_cpu_op_mul_cols(tr_stream *s, float *x, const float *w, int32_t n,
+                        int32_t dim);
 void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
                         int32_t dim);
 /* ops_rows.c */

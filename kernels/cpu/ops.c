@@ -756,13 +756,35 @@ static void bias_task(void *ctx, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) a->k->add(a->x + t * a->dim, a->b, a->dim);
 }
 
-void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
-                        int32_t dim) {
+/* Runs task over the rows of x[n, dim] with the vector b. */
+static void run_rows_with(tr_stream *s, float *x, const float *b, int32_t n, int32_t dim,
+                          void (*task)(void *, int, int)) {
     cpu_backend *c = cpu_of(s);
     if (n <= 0 || dim <= 0) return;
     bias_args a = {c->k, x, b, n, dim};
     int nth = tr_cpu_op_threads(c, (int64_t)n * dim, 65536);
-    tr_cpu_pool_run(c->pool, TR_MIN(nth, n), bias_task, &a);
+    tr_cpu_pool_run(c->pool, TR_MIN(nth, n), task, &a);
+}
+
+void tr_cpu_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
+                        int32_t dim) {
+    run_rows_with(s, x, b, n, dim, bias_task);
+}
+
+/* x[n, dim] *= w: a plain loop per row (the compiler vectorizes it). */
+static void mul_cols_task(void *ctx, int ith, int nth) {
+    const bias_args *a = ctx;
+    int64_t lo, hi;
+    tr_cpu_share_rows(a->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = a->x + t * a->dim;
+        for (int32_t i = 0; i < a->dim; i++) x[i] *= a->b[i];
+    }
+}
+
+void tr_cpu_op_mul_cols(tr_stream *s, float *x, const float *w, int32_t n,
+                        int32_t dim) {
+    run_rows_with(s, x, w, n, dim, mul_cols_task);
 }
 
 /* scale and softcap: elementwise, once per forward on small arrays (the

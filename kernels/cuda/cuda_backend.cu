@@ -349,6 +349,7 @@ static const tr_backend_ops k_ops = {
     /* .add_bias = */ tr_cuda_op_add_bias,
     /* .scale = */ tr_cuda_op_scale,
     /* .softcap = */ tr_cuda_op_softcap,
+    /* .mul_cols = */ tr_cuda_op_mul_cols,
     /* .matmul_rows = */ tr_cuda_op_matmul_rows,
     /* .prepare_matmul_weights = */ NULL, /* weights stay row-major */
 };

@@ -113,6 +113,8 @@ void tr_cuda_op_swiglu(tr_stream *s, float *out, const float *gate,
 void tr_cuda_op_geglu(tr_stream *s, float *out, const float *gate,
                       const float *up, int64_t n);
 void tr_cuda_op_add(tr_stream *s, float *out, const float *x, int64_t n);
+void tr_cuda_op_mul_cols(tr_stream *s, float *x, const float *w, int32_t n,
+                         int32_t dim);
 void tr_cuda_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n,
                          int32_t dim);
 void tr_cuda_op_scale(tr_stream *s, float *x, float sc, int64_t n);

@@ -1,5 +1,5 @@
 /* ops.cu — the CUDA backend's row and element ops: rmsnorm, rope (normal
- * and NEOX), swiglu, geglu, add, add_bias, scale, softcap, get_rows.
+ * and NEOX), swiglu, geglu, add, add_bias, mul_cols, scale, softcap, get_rows.
  *
  * Layering: kernels/cuda; the table is in cuda_backend.cu.
  *
@@ -104,6 +104,10 @@ static __global__ void add_bias_kernel(float *x, const float *b, int64_t n, int3
     GRID_STRIDE(i, n) x[i] += b[i % dim];
 }
 
+static __global__ void mul_cols_kernel(float *x, const float *w, int64_t n, int32_t dim) {
+    GRID_STRIDE(i, n) x[i] *= w[i % dim];
+}
+
 static __global__ void scale_kernel(float *x, float sc, int64_t n) {
     GRID_STRIDE(i, n) x[i] *= sc;
 }
@@ -180,6 +184,12 @@ void tr_cuda_op_add_bias(tr_stream *s, float *x, const float *b, int32_t n, int3
     int64_t total = (int64_t)n * dim;
     if (dim <= 0) return;
     LAUNCH_ELEMS(s, total, "add_bias", add_bias_kernel, x, b, total, dim);
+}
+
+void tr_cuda_op_mul_cols(tr_stream *s, float *x, const float *w, int32_t n, int32_t dim) {
+    int64_t total = (int64_t)n * dim;
+    if (dim <= 0) return;
+    LAUNCH_ELEMS(s, total, "mul_cols", mul_cols_kernel, x, w, total, dim);
 }
 
 void tr_cuda_op_scale(tr_stream *s, float *x, float sc, int64_t n) {

@@ -748,7 +748,7 @@ static void grid_embed(pair *p) {
     }
 }
 
-/* geglu (and in place), add_bias, scale, softcap. */
+/* geglu (and in place), add_bias, mul_cols, scale, softcap. */
 static void check_rows_ext(pair *p, int32_t n, int32_t dim) {
     tb *side[2] = {p->t, p->ref};
     const size_t sz = (size_t)n * (size_t)dim;
@@ -756,7 +756,7 @@ static void check_rows_ext(pair *p, int32_t n, int32_t dim) {
     float *b = rnd_floats((size_t)dim, -2, 2), *x = rnd_floats(sz, -60, 60);
     const float ext[] = {-100.0f, 100.0f, 0.0f, -30.0f, 30.0f, -1e-30f, 5.0f};
     for (size_t e = 0; e < TR_ARRAY_LEN(ext) && e < sz; e++) g[e] = ext[e];
-    float *res[2][5];
+    float *res[2][6];
     for (int s = 0; s < 2; s++) {
         const tr_backend_ops *o = side[s]->be->ops;
         tr_stream *st = side[s]->run;
@@ -773,20 +773,25 @@ static void check_rows_ext(pair *p, int32_t n, int32_t dim) {
         res[s][3] = tb_get_floats(side[s], dx, sz);
         o->softcap(st, dx, 30.0f, (int64_t)sz);
         res[s][4] = tb_get_floats(side[s], dx, sz);
+        o->mul_cols(st, out, db, n, dim);
+        res[s][5] = tb_get_floats(side[s], out, sz);
         tb_free(side[s], 5, dg, du, db, dx, out);
     }
     const char *l = p->t->label;
     expect_close(p->w, K_GEGLU, res[0][0], res[1][0], sz, ERR_ROW, l, "n %zu", sz);
     expect_close(p->w, K_GEGLU, res[0][1], res[1][1], sz, ERR_ROW, l, "in place n %zu", sz);
-    /* add_bias and scale on the backend's own inputs: one IEEE op each */
+    /* add_bias, scale and mul_cols on the backend's own inputs: one IEEE
+     * op each */
     for (size_t i = 0; i < sz; i++) {
         float want = res[0][0][i] + b[i % (size_t)dim], sc = x[i] * 25.298221f;
-        if (memcmp(&want, &res[0][2][i], 4) != 0 || memcmp(&sc, &res[0][3][i], 4) != 0)
-            fail_msg("%s add_bias/scale: element %zu differs (exact ops)", l, i);
+        float mul = res[0][2][i] * b[i % (size_t)dim];
+        if (memcmp(&want, &res[0][2][i], 4) != 0 || memcmp(&sc, &res[0][3][i], 4) != 0 ||
+            memcmp(&mul, &res[0][5][i], 4) != 0)
+            fail_msg("%s add_bias/scale/mul_cols: element %zu differs (exact ops)", l, i);
     }
     expect_close(p->w, K_SOFTCAP, res[0][4], res[1][4], sz, ERR_ROW, l, "n %zu", sz);
     for (int s = 0; s < 2; s++)
-        for (int k = 0; k < 5; k++) free(res[s][k]);
+        for (int k = 0; k < 6; k++) free(res[s][k]);
     free(g);
     free(u);
     free(b);

@@ -540,6 +540,11 @@ static void test_geglu_bias_scale_softcap(void **state) {
                 for (int d = 0; d < D; d++) want[r * D + d] = x[r * D + d] + b[d];
             be->ops->add_bias(be->stream, x, b, R, D);
             assert_memory_equal(x, want, sizeof x);
+            /* mul_cols: one exact product per element, the same per row */
+            for (int r = 0; r < R; r++)
+                for (int d = 0; d < D; d++) want[r * D + d] = x[r * D + d] * b[d];
+            be->ops->mul_cols(be->stream, x, b, R, D);
+            assert_memory_equal(x, want, sizeof x);
             tr_backend_free(be);
         }
 }
