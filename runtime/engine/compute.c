@@ -67,11 +67,14 @@ static const engine_compute_ops k_model_ops = {mc_forward, mc_destroy, mc_layer_
                                                mc_kv_read, mc_kv_write};
 
 /* What a page's bytes depend on besides the weights (the engine mixes in
- * the model file's fingerprint): the layout and the kernels that wrote
- * them (another kernel set rounds differently). */
-static uint64_t layout_fingerprint(const tr_kv_layout *kv, tr_backend *be) {
+ * the model file's fingerprint): the layout, the kernels that wrote them
+ * (another kernel set rounds differently) and the model's Q4 key
+ * calibration, computed by those kernels. */
+static uint64_t layout_fingerprint(const tr_kv_layout *kv, tr_backend *be,
+                                   const model *m) {
     tr_backend_info bi = tr_backend_get_info(be);
-    uint64_t h = TR_FNV1A_BASIS;
+    uint64_t h = TR_FNV1A_BASIS, calibration = tr_model_kv_fingerprint(m);
+    if (calibration) h = tr_fnv1a_word(h, calibration); /* Q4 keys' centers and factors */
     int32_t v[9] = {kv->n_layers, kv->page_size, kv->n_kv_heads, kv->head_dim,
                     (int32_t)kv->type_k, (int32_t)kv->type_v, kv->window != NULL,
                     kv->unit_layers, TR_KV_FORMAT_VERSION};
@@ -130,7 +133,7 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
         .kv_type_v = public_kv_type(v),
         .kv_bytes = (int64_t)((uint64_t)tr_kv_page_bytes(&mc->kv) * (uint64_t)n_pages),
         .kv_page_bytes = tr_kv_page_bytes(&mc->kv),
-        .kv_fingerprint = layout_fingerprint(&mc->kv, be),
+        .kv_fingerprint = layout_fingerprint(&mc->kv, be, m),
     };
     tr_kv_units units;
     tr_model_kv_units(m, split, &units);

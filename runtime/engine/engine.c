@@ -850,6 +850,14 @@ int trellis_engine_new(const char *model_path,
                        d.message[0] ? d.message : tr_status_message(s));
     }
     tr_kv_type kt = tr_engine_kv_type(o.kv_type_k), vt = tr_engine_kv_type(o.kv_type_v);
+    s = tr_engine_calibrate_keys(m, tok, kt, err, err_cap);
+    if (s != TR_OK) {
+        tr_model_free(m);
+        tr_backend_free(be);
+        tr_tokenizer_free(tok);
+        tr_gguf_close(f);
+        return s;
+    }
     bool split = !o.kv_full_pages;
     tr_kv_units units;
     tr_model_kv_units(m, split, &units);

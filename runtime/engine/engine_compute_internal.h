@@ -161,4 +161,12 @@ tr_status tr_engine_compute_model_new(model *m, tr_backend *be, int32_t n_pages,
  * table has checked it). */
 tr_kv_type tr_engine_kv_type(int32_t trellis_kv);
 
+/* With Q4 keys (k), calibrates m's keys on a fixed text run through it
+ * once (tr_model_calibrate_q4_keys; a no-op for other K types and for the
+ * families it leaves alone). Call right after the load, before
+ * tr_engine_compute_model_new (whose page fingerprint includes the
+ * calibration). Errors are written to err. */
+tr_status tr_engine_calibrate_keys(model *m, const tokenizer *tok, tr_kv_type k,
+                                char *err, size_t err_cap);
+
 #endif

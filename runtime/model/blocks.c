@@ -74,6 +74,11 @@ void tr_model_block_attn(tr_fwd *f, int32_t l, const tr_attn_weights *w,
         f->op->rope(f->st, m->q, n, hp->n_heads, hd, f->b->pos, o->rope_base);
         f->op->rope(f->st, m->k, n, hp->n_kv_heads, hd, f->b->pos, o->rope_base);
     }
+    if (w->k_center_neg && f->kv->type_k == TR_KV_Q4) { /* kv_center.c */
+        f->op->add_bias(f->st, m->k, w->k_center_neg, n, hp->n_kv_heads * hd);
+        f->op->mul_cols(f->st, m->k, w->k_scale_q4k, n * hp->n_kv_heads, hd);
+        f->op->mul_cols(f->st, m->q, w->q_scale_q4k, n * hp->n_heads, hd);
+    }
     const tr_batch *lb = tr_fwd_layer_batch(f, l); /* its unit's pages */
     f->op->kv_store(f->st, f->kv, l, m->k, m->v, lb);
     f->op->attention(f->st, m->att, m->q, f->kv, l, lb, hp->n_heads,

@@ -1,6 +1,7 @@
-/* kv_balance.c — 4-bit keys balanced against their queries, for the
- * families whose heads are RMS-normed. See model_internal.h,
- * tr_model_balance_q4_keys.
+/* kv_balance.c — 4-bit keys balanced against their queries: folded into
+ * the per-head norms of the families that have them (model_internal.h,
+ * tr_model_balance_q4_keys), as factors of their own for the others
+ * (tr_model_q4k_factors, applied by kv_center.c's path).
  *
  * Why: with Q4 keys a score q.k is off by sum_c q_c e_c, where e_c, key
  * channel c's rounding error, is about the same for every channel of a
@@ -20,8 +21,10 @@
  * channels by one angle, so a pair shares one factor (sizes as RMS over
  * the pair; the scaling then commutes with RoPE). The clip to [1/8, 8]
  * keeps a near-zero size from sending a channel's keys to the group's
- * extremes. The factors fold into a second copy of the two norms (w_q / a,
- * w_k * a): no op changes, on any backend.
+ * extremes. With norms, the factors fold into a second copy of the two
+ * norms (w_q / a, w_k * a): no op changes. Without them (llama, qwen2) the
+ * same sizes are taken with unit norms, and the forward multiplies Q and K
+ * by the factors itself (mul_cols).
  */
 #include <math.h>
 #include <stdio.h>
@@ -80,9 +83,9 @@ static tr_status row_sizes(model *m, const tr_weight *w, const float *g, double 
     return s;
 }
 
-/* size[hd] = |norm[c]| times the RMS over the heads of W's rows' sizes,
- * each head's divided by its RMS: the expected size of channel c of a
- * normed head. */
+/* size[hd] = |norm[c]| (1 without a norm) times the RMS over the heads of
+ * W's rows' sizes, each head's divided by its RMS: the expected size of
+ * channel c of a head. */
 static tr_status channel_sizes(model *m, const tr_weight *w, const float *g,
                                const float *norm, int32_t heads, double *size) {
     const int32_t hd = m->hp.head_dim;
@@ -95,7 +98,7 @@ static tr_status channel_sizes(model *m, const tr_weight *w, const float *g,
         for (int32_t c = 0; c < hd; c++) ms += r[c] * r[c] / hd;
         for (int32_t c = 0; c < hd && ms > 0; c++) size[c] += r[c] * r[c] / ms / heads;
     }
-    for (int32_t c = 0; c < hd; c++) size[c] = fabs(norm[c]) * sqrt(size[c]);
+    for (int32_t c = 0; c < hd; c++) size[c] = (norm ? fabs(norm[c]) : 1.0) * sqrt(size[c]);
     free(rows);
     return s;
 }
@@ -154,4 +157,22 @@ tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag) {
         w->k_norm_q4k = k_dev;
     }
     return TR_OK;
+}
+
+tr_status tr_model_q4k_factors(model *m, int32_t l, bool neox, float *a) {
+    const int32_t hd = m->hp.head_dim, half = hd / 2;
+    const tr_attn_weights *w = &m->layers[l].attn;
+    const float *g = file_norm(m, l, "attn_norm");
+    if (!g) return TR_ERR_NOT_FOUND;
+    double *qs = malloc(sizeof(double) * 2 * (size_t)hd), *ks = qs ? qs + hd : NULL;
+    tr_status s = qs ? channel_sizes(m, &w->wq, g, NULL, m->hp.n_heads, qs) : TR_ERR_NOMEM;
+    if (s == TR_OK) s = channel_sizes(m, &w->wk, g, NULL, m->hp.n_kv_heads, ks);
+    for (int32_t i = 0; s == TR_OK && i < half; i++) {
+        int32_t c = neox ? i : 2 * i, p = neox ? i + half : 2 * i + 1;
+        double f = pair_factor(sqrt((qs[c] * qs[c] + qs[p] * qs[p]) / 2),
+                               sqrt((ks[c] * ks[c] + ks[p] * ks[p]) / 2));
+        a[c] = a[p] = (float)f;
+    }
+    free(qs);
+    return s;
 }

@@ -181,6 +181,7 @@ void tr_model_free(model *m) {
         be->ops->free(be, m->device_copies[i]);
     free(m->device_copies);
     free(m->balanced_norms);
+    free(m->q4k_calibration);
     free(m->layers);
     free(m->window);
     free(m->kv_layer_unit);

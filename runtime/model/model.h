@@ -147,6 +147,24 @@ tr_status tr_model_kv_alloc_units(model *m, int32_t n_pages, int32_t page_size,
                                   tr_kv_type k, tr_kv_type v, bool split,
                                   tr_kv_layout *kv, const char **why);
 
+/* Q4 keys calibrated (llama and qwen2: the families whose heads have no
+ * Q/K norms to balance at load): runs tokens[0..n) (a fixed text, ids of
+ * this model's vocabulary) through the model once; from then on a forward
+ * over a layout of Q4 keys stores each key less the keys' mean, and scales
+ * its channels against the queries' (the queries by the inverse), which
+ * leaves every attention output as it was in exact arithmetic while the 4
+ * bits go where the scores need them (kv_center.c, kv_balance.c). Other K
+ * types compute as before, bit for bit. Call once, after the load and
+ * before KV pages of Q4 keys are written; other families, and a second
+ * call, change nothing (TR_OK). Errors: TR_ERR_INVALID_ARG (no tokens, an
+ * id outside the vocabulary), TR_ERR_NOMEM; the model is then as it was
+ * loaded. */
+tr_status tr_model_calibrate_q4_keys(model *m, const int32_t *tokens, int32_t n,
+                                  tr_diag *diag);
+/* What a KV page's bytes depend on in the model beyond its file and the
+ * layout: the key centers' hash, 0 when none. */
+uint64_t tr_model_kv_fingerprint(const model *m);
+
 /* Bytes of one KV page; 0 when a type cannot hold the model's heads. */
 uint64_t tr_model_kv_page_bytes(const model *m, int32_t page_size, tr_kv_type k,
                                 tr_kv_type v);

@@ -43,6 +43,11 @@ typedef struct tr_attn_weights {
      * (kv_balance.c): used instead when the layout's K type is Q4; NULL
      * without q_norm */
     const float *q_norm_q4k, *k_norm_q4k;
+    /* families without q_norm, when the layout's K type is Q4
+     * (kv_center.c): after the rope, K += k_center_neg ([kv_dim], minus
+     * the keys' mean), then K *= k_scale_q4k and Q *= q_scale_q4k ([head_dim]
+     * each, every head); NULL: not calibrated */
+    const float *k_center_neg, *k_scale_q4k, *q_scale_q4k;
     const float *post_norm; /* [dim] RMSNorm of the output before the
                                residual add (gemma3 post_attention_norm) */
 } tr_attn_weights;
@@ -125,6 +130,9 @@ struct model {
     int n_device_copies;
     float *balanced_norms;    /* host bytes of the q_norm_q4k / k_norm_q4k
                                  vectors (a host backend reads them here) */
+    float *q4k_calibration;   /* host bytes of k_center_neg, k_scale_q4k and
+                                 q_scale_q4k of every layer */
+    uint64_t kv_fingerprint;  /* tr_model_kv_fingerprint */
     gguf_file *owned_file;    /* file (the same as `file`) whose copied tensors'
                                  bytes may be given back (tr_model_load_owning);
                                  NULL: f is only borrowed */
@@ -245,6 +253,11 @@ tr_status tr_model_bind_ffn(model *m, int32_t l, tr_ffn_weights *w,
  * rows of W_q, W_k weighted by attn_norm. Layers without those norms:
  * nothing (the pointers stay NULL). */
 tr_status tr_model_balance_q4_keys(model *m, tr_diag *diag);
+/* a[head_dim]: the Q4 key factors of layer l of a family without per-head
+ * norms (kv_balance.c), one per pair of channels the rope turns together
+ * (neox: (i, i + head_dim/2), else (2i, 2i+1)), in [1/8, 8].
+ * TR_ERR_NOT_FOUND when attn_norm is not an F32 tensor of the file. */
+tr_status tr_model_q4k_factors(model *m, int32_t l, bool neox, float *a);
 
 /* Reads attention.key_length / value_length (default dim / n_heads; the
  * two must be equal) into hp->head_dim, checks rope.dimension_count

@@ -358,6 +358,115 @@ static void test_families_match_float64(void **state) {
     }
 }
 
+/* The mean of layer l's keys over positions [0, n) of sequence 0, each
+ * turned back by its rope angle (NEOX pairs (i, i + hd/2), base BASE):
+ * mean[NKV * hd]. */
+static void unroped_key_mean(const run_ctx *c, int l, int n, int hd, double *mean) {
+    for (int i = 0; i < NKV * hd; i++) mean[i] = 0;
+    for (int p = 0; p < n; p++) {
+        const float *k = (const float *)((const char *)c->kv.base +
+                                         tr_kv_offset(&c->kv, l, c->table[0][p / PAGE], 0,
+                                                      p % PAGE));
+        for (int h = 0; h < NKV; h++)
+            for (int i = 0; i < hd / 2; i++) {
+                double t = p * pow(BASE, -2.0 * i / hd), x = k[h * hd + i],
+                       y = k[h * hd + i + hd / 2];
+                mean[h * hd + i] += (x * cos(t) + y * sin(t)) / n;
+                mean[h * hd + i + hd / 2] += (y * cos(t) - x * sin(t)) / n;
+            }
+    }
+}
+
+/* Q4 keys calibrated (runtime/model/kv_center.c) for the family without
+ * per-head norms (qwen2): the center is minus the keys' mean (before the
+ * rope) in the pairs the rope turns little, 0 in the others; the K and
+ * Q factors multiply to 1, one per rope pair, in [1/8, 8]; F32 KV gives
+ * the same bits as before; another load calibrates to the same bytes;
+ * bad tokens are refused and change nothing; families with norms are left
+ * alone. */
+static void test_q4_keys_calibrated(void **state) {
+    (void)state;
+    for (int fi = 0; fi < 3; fi++) {
+        tg_builder *b = calloc(1, sizeof *b);
+        tiny w;
+        build(b, &w, (fam)fi);
+        gguf_file *f;
+        tr_backend *be;
+        model *m;
+        open_model(b, &f, &be, &m);
+        int32_t tok[MAXT];
+        for (int i = 0; i < MAXT; i++) tok[i] = (int32_t)rnd(0, VOCAB) % VOCAB;
+        run_ctx c;
+        ctx_init(&c, m);
+        float before[VOCAB], after[VOCAB];
+        run_chunks(&c, 0, tok, 0, MAXT, MAXT, before);
+        int32_t bad[2] = {1, VOCAB};
+        tr_diag d = {0};
+        assert_int_equal(tr_model_calibrate_q4_keys(m, bad, 2, &d), TR_ERR_INVALID_ARG);
+        assert_non_null(strstr(d.message, "token 1 (id 40)"));
+        assert_int_equal(tr_model_calibrate_q4_keys(m, tok, 0, &d), TR_ERR_INVALID_ARG);
+        assert_int_equal(tr_model_kv_fingerprint(m), 0);
+        assert_int_equal(tr_model_calibrate_q4_keys(m, tok, MAXT, &d), TR_OK);
+        run_chunks(&c, 0, tok, 0, MAXT, MAXT, after);
+        assert_memory_equal(before, after, sizeof before);
+        if (fi != FAM_QWEN2) {
+            assert_int_equal(tr_model_kv_fingerprint(m), 0);
+            for (int l = 0; l < L; l++) assert_null(m->layers[l].attn.k_center_neg);
+        } else {
+            uint64_t fp = tr_model_kv_fingerprint(m);
+            assert_true(fp != 0);
+            assert_int_equal(tr_model_calibrate_q4_keys(m, tok, 3, &d), TR_OK);
+            assert_true(tr_model_kv_fingerprint(m) == fp);
+            /* another load, calibrated on a backend of one thread: the same
+             * bytes (the disk tier finds its pages again after a restart) */
+            tr_backend *be1;
+            model *m1;
+            assert_int_equal(tr_backend_new("cpu", &(tr_backend_config){.threads = 1}, &be1, NULL),
+                             TR_OK);
+            assert_int_equal(tr_model_load(f, be1, MAXT, &m1, &d), TR_OK);
+            assert_int_equal(tr_model_calibrate_q4_keys(m1, tok, MAXT, &d), TR_OK);
+            assert_true(tr_model_kv_fingerprint(m1) == fp);
+            tr_model_free(m1);
+            tr_backend_free(be1);
+            const int hd = w.hd;
+            for (int l = 0; l < L; l++) {
+                const tr_attn_weights *a = &m->layers[l].attn;
+                double mean[NKV * 32];
+                unroped_key_mean(&c, l, MAXT, hd, mean);
+                for (int h = 0; h < NKV; h++) {
+                    /* minus the mean where RoPE turns the pair by at most a
+                     * radian over 2,048 positions (pairs 5-7 here), 0 where it
+                     * turns further (0-4: 1 rad a position down to 2 rad
+                     * over 2,048) */
+                    for (int i = 0; i < hd / 2; i++) {
+                        int ca = h * hd + i, cb = ca + hd / 2;
+                        bool kept = 2048 * pow(BASE, -2.0 * i / hd) <= 1.0;
+                        assert_int_equal(kept, i >= 5);
+                        double size = hypot(mean[ca], mean[cb]);
+                        double ga = a->k_center_neg[ca], gb = a->k_center_neg[cb];
+                        double wa = kept ? -mean[ca] : 0, wb = kept ? -mean[cb] : 0;
+                        if (!(hypot(ga - wa, gb - wb) <= 1e-5 * size + 1e-7))
+                            fail_msg("layer %d head %d pair %d: center (%g, %g), want (%g, %g)",
+                                     l, h, i, ga, gb, wa, wb);
+                    }
+                }
+                for (int ch = 0; ch < hd; ch++) {
+                    double k = a->k_scale_q4k[ch], q = a->q_scale_q4k[ch];
+                    assert_true(fabs(k * q - 1) <= 1e-6);
+                    assert_true(k >= 0.125 && k <= 8);
+                    assert_true(k == a->k_scale_q4k[(ch + hd / 2) % hd]);
+                }
+            }
+        }
+        tr_model_kv_free(m, &c.kv);
+        tr_model_free(m);
+        tr_backend_free(be);
+        tr_gguf_close(f);
+        tg_free(b);
+        free(b);
+    }
+}
+
 /* Overwrites layer l's K and V rows of positions [0, n) of sequence s with
  * NaN. */
 static void poison(run_ctx *c, int s, int l, int n) {
@@ -597,6 +706,7 @@ static void test_variants(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_families_match_float64),
+        cmocka_unit_test(test_q4_keys_calibrated),
         cmocka_unit_test(test_sliding_window_pages),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_variants),
