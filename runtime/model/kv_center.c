@@ -152,8 +152,10 @@ static tr_status calibrate_layer(model *m, const rope_shape *r, const tr_kv_layo
     tr_status s = layer_center(m, r, kv, pages, n, l, out);
     for (int32_t c = 0; s == TR_OK && c < kv_dim; c++) out[c] = -out[c];
     if (s == TR_OK) s = tr_model_q4k_factors(m, l, r->neox, k_scale);
-    if (s == TR_ERR_NOT_FOUND) /* attn_norm not the file's F32: unbalanced */
-        for (int32_t c = 0; c < hd; c++) k_scale[c] = 1.0f, s = TR_OK;
+    if (s == TR_ERR_NOT_FOUND) { /* attn_norm not the file's F32: unbalanced */
+        s = TR_OK;
+        for (int32_t c = 0; c < hd; c++) k_scale[c] = 1.0f;
+    }
     for (int32_t c = 0; s == TR_OK && c < hd; c++) q_scale[c] = 1.0f / k_scale[c];
     return s;
 }
