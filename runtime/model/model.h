@@ -150,7 +150,8 @@ tr_status tr_model_kv_alloc_units(model *m, int32_t n_pages, int32_t page_size,
 /* Q4 keys calibrated (llama and qwen2: the families whose heads have no
  * Q/K norms to balance at load): runs tokens[0..n) (a fixed text, ids of
  * this model's vocabulary) through the model once; from then on a forward
- * over a layout of Q4 keys stores each key less the keys' mean, and scales
+ * over a layout of Q4 keys stores each key less the offset the keys share
+ * (their mean, in the RoPE pairs that turn slowly), and scales
  * its channels against the queries' (the queries by the inverse), which
  * leaves every attention output as it was in exact arithmetic while the 4
  * bits go where the scores need them (kv_center.c, kv_balance.c). Other K
@@ -160,9 +161,9 @@ tr_status tr_model_kv_alloc_units(model *m, int32_t n_pages, int32_t page_size,
  * id outside the vocabulary), TR_ERR_NOMEM; the model is then as it was
  * loaded. */
 tr_status tr_model_calibrate_q4_keys(model *m, const int32_t *tokens, int32_t n,
-                                  tr_diag *diag);
+                                     tr_diag *diag);
 /* What a KV page's bytes depend on in the model beyond its file and the
- * layout: the key centers' hash, 0 when none. */
+ * layout: the Q4 key calibration's hash, 0 when there is none. */
 uint64_t tr_model_kv_fingerprint(const model *m);
 
 /* Bytes of one KV page; 0 when a type cannot hold the model's heads. */
